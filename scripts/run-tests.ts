@@ -1,0 +1,52 @@
+/**
+ * `npm test`: starts one embedded PostgreSQL 16 cluster on a free port, migrates a template
+ * database once, then runs every test file under node's test runner; each file clones its
+ * own database from the template (test/support/test-db.ts). Crash tests start clusters of
+ * their own. Extra arguments select test files, e.g. `npm test -- test/likes/32-c*`.
+ */
+import { spawn } from "node:child_process";
+import { readdir, rm } from "node:fs/promises";
+import path from "node:path";
+import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
+import { createPool } from "../src/db/pool.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { TEMPLATE_DATABASE } from "../test/support/test-db.ts";
+
+async function findTests(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true, recursive: true });
+  return entries
+    .filter((e) => e.isFile() && e.name.endsWith(".test.ts"))
+    .map((e) => path.join(e.parentPath, e.name))
+    .sort();
+}
+
+const root = await clusterTempDir("social-ledger-test-");
+const cluster = await EmbeddedCluster.start({
+  dataDir: path.join(root, "pgdata"),
+  settings: { max_connections: "400" },
+});
+let exitCode: number;
+try {
+  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  await admin.query(`CREATE DATABASE ${TEMPLATE_DATABASE}`);
+  await admin.end();
+  const template = createPool({ connectionString: cluster.connectionString(TEMPLATE_DATABASE), max: 1 });
+  await migrate(template);
+  await template.end();
+
+  const selected = process.argv.slice(2);
+  const files = selected.length > 0 ? selected : await findTests("test");
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", "--test", "--test-concurrency=2", "--test-reporter=spec", ...files],
+    {
+      stdio: "inherit",
+      env: { ...process.env, LEDGER_TEST_PG_URL: cluster.connectionString("postgres") },
+    },
+  );
+  exitCode = await new Promise<number>((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+} finally {
+  await cluster.stop();
+  await rm(root, { recursive: true, force: true });
+}
+process.exit(exitCode);

@@ -1,0 +1,75 @@
+import { LedgerError } from "../errors.ts";
+
+/**
+ * The one place where PostgreSQL SQLSTATE codes become typed errors. Everything above
+ * the db module branches on these classes, never on raw codes or messages.
+ */
+export class DatabaseError extends LedgerError {
+  readonly sqlState: string | undefined;
+  readonly constraint: string | undefined;
+  /** Errors raised while cleaning up after this one (e.g. a failed ROLLBACK); never replace it. */
+  readonly suppressed: unknown[] = [];
+
+  constructor(code: string, message: string, cause: unknown, sqlState?: string, constraint?: string) {
+    super(code, message, { cause });
+    this.sqlState = sqlState;
+    this.constraint = constraint;
+  }
+}
+
+export class ForeignKeyViolationError extends DatabaseError {}
+export class UniqueViolationError extends DatabaseError {}
+export class CheckViolationError extends DatabaseError {}
+/** 40001 and 40P01: the whole transaction may be retried. */
+export class TransactionConflictError extends DatabaseError {}
+/** The connection or the server went away (class 08, 57P01-57P03, or a dropped socket). */
+export class ConnectionLostError extends DatabaseError {}
+
+export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01"]);
+
+interface PgErrorShape {
+  code?: unknown;
+  constraint?: unknown;
+  message?: unknown;
+}
+
+function sqlStateOf(err: unknown): string | undefined {
+  const code = (err as PgErrorShape | null)?.code;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+function isDroppedSocket(err: unknown): boolean {
+  const message = String((err as PgErrorShape | null)?.message ?? "");
+  const code = (err as PgErrorShape | null)?.code;
+  return (
+    /Connection terminated|connection ended|Client has encountered a connection error|terminating connection/i.test(message) ||
+    code === "ECONNRESET" ||
+    code === "ECONNREFUSED" ||
+    code === "EPIPE"
+  );
+}
+
+/** Maps a driver error to a typed error; an error that is already typed is returned unchanged. */
+export function mapPgError(err: unknown): unknown {
+  if (err instanceof LedgerError) return err;
+  const sqlState = sqlStateOf(err);
+  const constraintValue = (err as PgErrorShape | null)?.constraint;
+  const constraint = typeof constraintValue === "string" ? constraintValue : undefined;
+  const message = String((err as PgErrorShape | null)?.message ?? err);
+  switch (sqlState) {
+    case "23503":
+      return new ForeignKeyViolationError("FOREIGN_KEY_VIOLATION", message, err, sqlState, constraint);
+    case "23505":
+      return new UniqueViolationError("UNIQUE_VIOLATION", message, err, sqlState, constraint);
+    case "23514":
+      return new CheckViolationError("CHECK_VIOLATION", message, err, sqlState, constraint);
+    case "40001":
+    case "40P01":
+      return new TransactionConflictError("TRANSACTION_CONFLICT", message, err, sqlState);
+  }
+  if ((sqlState && (sqlState.startsWith("08") || /^57P0[123]$/.test(sqlState))) || (!sqlState && isDroppedSocket(err))) {
+    return new ConnectionLostError("CONNECTION_LOST", message, err, sqlState ?? "08006");
+  }
+  if (sqlState) return new DatabaseError("DATABASE_ERROR", message, err, sqlState, constraint);
+  return err;
+}

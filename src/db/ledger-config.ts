@@ -1,0 +1,46 @@
+import type { Pool } from "./pool.ts";
+import { PartitionConfigError } from "../errors.ts";
+import { withTransaction } from "./transaction.ts";
+
+export const MAX_PARTITIONS = 1024;
+
+/**
+ * Fixes the partition count P of a freshly migrated database and creates the per-partition
+ * sequence and watermark rows. Calling it again with the same P is a no-op; with another P
+ * it fails, because events already carry partition numbers computed from the old P.
+ */
+export async function initLedger(pool: Pool, options: { partitions?: number } = {}): Promise<number> {
+  const wanted = options.partitions;
+  if (wanted !== undefined && (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS)) {
+    throw new PartitionConfigError(`partitions must be an integer in 1..${MAX_PARTITIONS}, got ${wanted}`);
+  }
+  return withTransaction(pool, async (client) => {
+    await client.query(
+      "INSERT INTO ledger_config (partitions) VALUES ($1) ON CONFLICT (singleton) DO NOTHING",
+      [wanted ?? 1],
+    );
+    const { rows } = await client.query<{ partitions: number }>("SELECT partitions FROM ledger_config");
+    const partitions = rows[0]!.partitions;
+    if (wanted !== undefined && partitions !== wanted) {
+      throw new PartitionConfigError(
+        `this database was created with ${partitions} partition(s); it cannot be reopened with ${wanted}`,
+      );
+    }
+    await client.query(
+      `INSERT INTO like_seq (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
+      [partitions],
+    );
+    await client.query(
+      `INSERT INTO counter_watermark (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
+      [partitions],
+    );
+    return partitions;
+  });
+}
+
+/** The partition count of an initialised database. */
+export async function readPartitions(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ partitions: number }>("SELECT partitions FROM ledger_config");
+  if (rows.length === 0) throw new PartitionConfigError("the ledger is not initialised: run initLedger first");
+  return rows[0]!.partitions;
+}

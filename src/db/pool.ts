@@ -1,0 +1,26 @@
+import pg from "pg";
+
+export type Pool = pg.Pool;
+export type PoolClient = pg.PoolClient;
+
+// int8 columns (sequence numbers, counts, versions) stay far below 2^53 in this system,
+// so they are parsed as numbers rather than strings.
+pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
+
+export interface PoolOptions {
+  connectionString: string;
+  max?: number;
+  applicationName?: string;
+}
+
+export function createPool(options: PoolOptions): Pool {
+  const pool = new pg.Pool({
+    connectionString: options.connectionString,
+    max: options.max ?? 10,
+    application_name: options.applicationName ?? "social-ledger",
+  });
+  // An idle client whose server went away emits 'error'; without a listener that crashes
+  // the process. The next checkout gets a fresh connection, so logging is enough.
+  pool.on("error", () => undefined);
+  return pool;
+}

@@ -1,0 +1,192 @@
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { InvalidInputError } from "../errors.ts";
+import { Hooks } from "../hooks.ts";
+import type { LikeEvent } from "./types.ts";
+
+export interface ConsumeStats {
+  applied: number;
+  covered: number;
+  dup: number;
+}
+
+export function emptyStats(): ConsumeStats {
+  return { applied: 0, covered: 0, dup: 0 };
+}
+
+export function addStats(into: ConsumeStats, from: ConsumeStats): ConsumeStats {
+  into.applied += from.applied;
+  into.covered += from.covered;
+  into.dup += from.dup;
+  return into;
+}
+
+interface OutboxRow {
+  part: number;
+  seq: number;
+  user_id: string;
+  item_id: string;
+  delta: number;
+  version: number;
+}
+
+export function toEvent(row: OutboxRow): LikeEvent {
+  return {
+    part: row.part, seq: row.seq, userId: row.user_id, itemId: row.item_id,
+    delta: row.delta === 1 ? 1 : -1, version: row.version,
+  };
+}
+
+/**
+ * How one event takes effect (figure 32-2). Both branches register the event in
+ * processed_event in the same transaction as the count change, which is what makes a
+ * redelivered event a no-op: the primary key insert and the increment commit together.
+ */
+export type ApplyStep = (client: PoolClient, event: LikeEvent, baseSeq: number) => Promise<keyof ConsumeStats>;
+
+export const applyWithDedup: ApplyStep = async (client, event, baseSeq) => {
+  const how = event.seq <= baseSeq ? "COVERED" : "APPLIED";
+  const fresh = await client.query(
+    "INSERT INTO processed_event (part, seq, how) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    [event.part, event.seq, how],
+  );
+  if (fresh.rowCount === 0) return "dup";
+  if (how === "COVERED") return "covered";
+  await client.query("UPDATE like_count SET n = n + $3 WHERE item_id = $1 AND part = $2", [event.itemId, event.part, event.delta]);
+  return "applied";
+};
+
+/**
+ * Applies delivered outbox events to like_count, exactly once per event whatever the
+ * delivery does. A batch is one transaction on one partition: lock that partition's
+ * watermark row (consumers of one partition take turns, consumers of different partitions
+ * run in parallel), then per event lock the (item, partition) count row, decide APPLIED /
+ * COVERED / dup, and finally advance the contiguous watermark.
+ */
+export class LikeConsumer {
+  constructor(
+    private readonly pool: Pool,
+    private readonly options: { hooks?: Hooks; applyStep?: ApplyStep } = {},
+  ) {}
+
+  private get hooks(): Hooks {
+    return this.options.hooks ?? noHooks;
+  }
+
+  /** Applies a batch of events that all belong to one partition. */
+  async applyBatch(events: readonly LikeEvent[]): Promise<ConsumeStats & { watermark: number }> {
+    const part = events[0]?.part;
+    if (part === undefined) throw new InvalidInputError("events", "a batch needs at least one event");
+    if (events.some((e) => e.part !== part)) throw new InvalidInputError("events", "a batch must hold events of one partition");
+    const applyStep = this.options.applyStep ?? applyWithDedup;
+    // Sorting by item then seq gives every consumer the same row-lock order.
+    const ordered = [...events].sort((a, b) => (a.itemId < b.itemId ? -1 : a.itemId > b.itemId ? 1 : a.seq - b.seq));
+    return withTransaction(this.pool, async (client) => {
+      await client.query("SELECT applied_upto FROM counter_watermark WHERE part = $1 FOR UPDATE", [part]);
+      const stats = emptyStats();
+      for (const event of ordered) {
+        await client.query(
+          "INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+          [event.itemId, part],
+        );
+        const { rows } = await client.query<{ base_seq: number }>(
+          "SELECT base_seq FROM like_count WHERE item_id = $1 AND part = $2 FOR UPDATE",
+          [event.itemId, part],
+        );
+        stats[await applyStep(client, event, rows[0]!.base_seq)]++;
+      }
+      const watermark = await advanceWatermark(client, part);
+      await this.hooks.at("consumer.beforeCommit", { part, events: ordered, pid: (client as unknown as { processID?: number }).processID });
+      return { ...stats, watermark };
+    });
+  }
+
+  /**
+   * Reads up to `limit` events of a partition above its watermark that are not yet
+   * processed. Read without locks, so competing consumers may fetch overlapping batches;
+   * processed_event absorbs the overlap.
+   */
+  async fetchPending(part: number, limit: number): Promise<LikeEvent[]> {
+    const { rows } = await this.pool.query<OutboxRow>(
+      `SELECT o.part, o.seq, o.user_id, o.item_id, o.delta, o.version
+         FROM like_outbox o
+         JOIN counter_watermark w ON w.part = o.part
+        WHERE o.part = $1 AND o.seq > w.applied_upto
+          AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.part = o.part AND p.seq = o.seq)
+        ORDER BY o.seq
+        LIMIT $2`,
+      [part, limit],
+    );
+    return rows.map(toEvent);
+  }
+
+  /** Reads events by sequence range, processed or not: how a transport redelivers. */
+  async fetchRange(part: number, fromSeq: number, toSeq: number): Promise<LikeEvent[]> {
+    const { rows } = await this.pool.query<OutboxRow>(
+      `SELECT part, seq, user_id, item_id, delta, version FROM like_outbox
+        WHERE part = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq`,
+      [part, fromSeq, toSeq],
+    );
+    return rows.map(toEvent);
+  }
+
+  /** One pass over the given partitions; returns what it did. */
+  async pollOnce(parts: readonly number[], batchSize = 100): Promise<ConsumeStats> {
+    const total = emptyStats();
+    for (const part of parts) {
+      const events = await this.fetchPending(part, batchSize);
+      if (events.length > 0) addStats(total, await this.applyBatch(events));
+    }
+    return total;
+  }
+
+  /** Consumes until every partition's watermark has reached its sequence. */
+  async drain(batchSize = 200): Promise<ConsumeStats> {
+    const parts = Array.from({ length: await readPartitions(this.pool) }, (_, p) => p);
+    const total = emptyStats();
+    for (let idlePasses = 0; ; ) {
+      const pass = await this.pollOnce(parts, batchSize);
+      addStats(total, pass);
+      if (pass.applied + pass.covered + pass.dup > 0) {
+        idlePasses = 0;
+        continue;
+      }
+      const { rows } = await this.pool.query<{ part: number }>(
+        "SELECT part FROM like_seq s JOIN counter_watermark w USING (part) WHERE w.applied_upto < s.last",
+      );
+      if (rows.length === 0) return total;
+      // Everything is processed but a watermark lags (its last batch was applied by a
+      // consumer that did not advance it): advance it here.
+      for (const { part } of rows) {
+        await withTransaction(this.pool, async (client) => {
+          await client.query("SELECT 1 FROM counter_watermark WHERE part = $1 FOR UPDATE", [part]);
+          await advanceWatermark(client, part);
+        });
+      }
+      if (++idlePasses > 3) throw new Error(`drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
+    }
+  }
+}
+
+const noHooks = new Hooks();
+
+/**
+ * Moves applied_upto to the end of the contiguous run of processed sequence numbers.
+ * Rows with seq = w + row_number are exactly the gap-free prefix above w.
+ */
+export async function advanceWatermark(client: PoolClient, part: number): Promise<number> {
+  const { rows } = await client.query<{ applied_upto: number }>(
+    `UPDATE counter_watermark w
+        SET applied_upto = coalesce((
+              SELECT max(p.seq)
+                FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
+                        FROM processed_event
+                       WHERE part = w.part AND seq > w.applied_upto) p
+               WHERE p.seq = w.applied_upto + p.rn), w.applied_upto)
+      WHERE part = $1
+      RETURNING applied_upto`,
+    [part],
+  );
+  return rows[0]!.applied_upto;
+}

@@ -1,0 +1,76 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { formatResult } from "../../src/likes/types.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
+import { count, likesFixture, user } from "./fixture.ts";
+
+test("32-A normal path: like, unlike, like again; one event per change, versions 1..3", async (t) => {
+  const f = await likesFixture(1);
+  t.after(() => f.close());
+  const r1 = await f.likes.like(user(1), "item-lab-01");
+  const r2 = await f.likes.unlike(user(1), "item-lab-01");
+  const r3 = await f.likes.like(user(1), "item-lab-01");
+  t.diagnostic(`note ${formatResult(r1)} ${formatResult(r2)} ${formatResult(r3)}`);
+  assert.deepEqual([r1.outcome, r2.outcome, r3.outcome], ["CHANGED", "CHANGED", "CHANGED"]);
+  assert.deepEqual([r1.version, r2.version, r3.version], [1, 2, 3]);
+  assert.deepEqual([r1.seq, r2.seq, r3.seq], [1, 2, 3]);
+  const { rows } = await f.db.pool.query("SELECT seq, delta, version FROM like_outbox ORDER BY seq");
+  assert.deepEqual(rows, [
+    { seq: 1, delta: 1, version: 1 },
+    { seq: 2, delta: -1, version: 2 },
+    { seq: 3, delta: 1, version: 3 },
+  ]);
+  assert.deepEqual(await f.likes.hasLiked(user(1), "item-lab-01"), { liked: true, version: 3 });
+  assert.deepEqual(await f.likes.hasLiked(user(2), "item-lab-01"), { liked: false, version: 0 });
+});
+
+test("32-B NOOP, FK rejection, aborted transaction, no gap in seq", async (t) => {
+  const f = await likesFixture(1);
+  t.after(() => f.close());
+
+  const first = await f.likes.like(user(1), "item-lab-01");
+  const again = await f.likes.like(user(1), "item-lab-01");
+  t.diagnostic(`note repeat like: ${formatResult(again)} outbox=${await count(f.db, "SELECT count(*) AS n FROM like_outbox")}`);
+  assert.equal(first.outcome, "CHANGED");
+  assert.equal(formatResult(again), "NOOP(liked,v1,already liked)");
+  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), 1);
+
+  const never = await f.likes.unlike(user(2), "item-lab-02");
+  t.diagnostic(`note unlike never liked: ${formatResult(never)}`);
+  assert.equal(formatResult(never), "NOOP(unliked,v0,not liked)");
+
+  const rejected = await f.likes.like(user(3), "no-such-item");
+  t.diagnostic(`note missing item: ${rejected.outcome} ${rejected.code} (${rejected.reason})`);
+  assert.equal(rejected.outcome, "REJECTED");
+  assert.equal(rejected.code, "ITEM_NOT_FOUND");
+  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_fact WHERE item_id = 'no-such-item'"), 0);
+  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE item_id = 'no-such-item'"), 0);
+  assert.equal((await f.likes.unlike(user(3), "no-such-item")).outcome, "REJECTED");
+
+  // A transaction that fails after taking a sequence number leaves no trace: the hook
+  // point runs after the outbox insert, and throwing there aborts the whole transaction.
+  const remove = f.hooks.on("like.beforeCommit", () => {
+    throw new Error("abort after the outbox insert");
+  });
+  await assert.rejects(f.likes.like(user(4), "item-lab-01"), /abort after the outbox insert/);
+  remove();
+  assert.deepEqual(await f.likes.hasLiked(user(4), "item-lab-01"), { liked: false, version: 0 });
+  assert.equal(await count(f.db, "SELECT last AS n FROM like_seq WHERE part = 0"), 1);
+
+  const next = await f.likes.like(user(4), "item-lab-01");
+  assert.equal(next.seq, 2, "the aborted transaction's seq 2 is reused: no gap");
+  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), 2);
+  assert.equal(await count(f.db, "SELECT max(seq) AS n FROM like_outbox"), 2);
+});
+
+test("32-B the outbox refuses a second event for the same (user, item, version)", async (t) => {
+  const f = await likesFixture(1);
+  t.after(() => f.close());
+  await f.likes.like(user(1), "item-lab-01");
+  await assert.rejects(
+    withTransaction(f.db.pool, (c) =>
+      c.query("INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES (0, 2, $1, 'item-lab-01', 1, 1)", [user(1)]),
+    ),
+    (err: Error & { code?: string }) => err.code === "UNIQUE_VIOLATION",
+  );
+});

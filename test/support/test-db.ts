@@ -1,0 +1,46 @@
+import { randomBytes } from "node:crypto";
+import { createPool, type Pool } from "../../src/db/pool.ts";
+import { initLedger } from "../../src/db/ledger-config.ts";
+
+export const TEMPLATE_DATABASE = "ledger_template";
+
+export interface TestDatabase {
+  pool: Pool;
+  url: string;
+  partitions: number;
+  close(): Promise<void>;
+}
+
+function adminUrl(): string {
+  const url = process.env.LEDGER_TEST_PG_URL;
+  if (!url) throw new Error("LEDGER_TEST_PG_URL is not set: run the suite with `npm test`");
+  return url;
+}
+
+export function databaseUrl(base: string, database: string): string {
+  const url = new URL(base);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+/** A fresh database cloned from the migrated template, initialised with P partitions. */
+export async function createTestDatabase(options: { partitions?: number; poolSize?: number } = {}): Promise<TestDatabase> {
+  const name = `t_${randomBytes(6).toString("hex")}`;
+  const admin = createPool({ connectionString: adminUrl(), max: 1 });
+  try {
+    await admin.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE_DATABASE}`);
+  } finally {
+    await admin.end();
+  }
+  const url = databaseUrl(adminUrl(), name);
+  const pool = createPool({ connectionString: url, max: options.poolSize ?? 20 });
+  const partitions = await initLedger(pool, { partitions: options.partitions ?? 1 });
+  return {
+    pool,
+    url,
+    partitions,
+    async close() {
+      await pool.end();
+    },
+  };
+}
