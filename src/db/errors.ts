@@ -33,9 +33,12 @@ interface PgErrorShape {
   message?: unknown;
 }
 
+/** Node socket error codes that mean the connection is gone. EPIPE also has the shape of a SQLSTATE. */
+const DROPPED_SOCKET_CODES: ReadonlySet<string> = new Set(["ECONNRESET", "ECONNREFUSED", "EPIPE"]);
+
 function sqlStateOf(err: unknown): string | undefined {
   const code = (err as PgErrorShape | null)?.code;
-  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !DROPPED_SOCKET_CODES.has(code) ? code : undefined;
 }
 
 function isDroppedSocket(err: unknown): boolean {
@@ -43,9 +46,7 @@ function isDroppedSocket(err: unknown): boolean {
   const code = (err as PgErrorShape | null)?.code;
   return (
     /Connection terminated|connection ended|Client has encountered a connection error|terminating connection/i.test(message) ||
-    code === "ECONNRESET" ||
-    code === "ECONNREFUSED" ||
-    code === "EPIPE"
+    (typeof code === "string" && DROPPED_SOCKET_CODES.has(code))
   );
 }
 

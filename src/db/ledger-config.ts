@@ -1,5 +1,5 @@
 import type { Pool } from "./pool.ts";
-import { PartitionConfigError } from "../errors.ts";
+import { InvalidInputError, PartitionConfigError } from "../errors.ts";
 import { withTransaction } from "./transaction.ts";
 
 export const MAX_PARTITIONS = 1024;
@@ -12,7 +12,8 @@ export const MAX_PARTITIONS = 1024;
 export async function initLedger(pool: Pool, options: { partitions?: number } = {}): Promise<number> {
   const wanted = options.partitions;
   if (wanted !== undefined && (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS)) {
-    throw new PartitionConfigError(`partitions must be an integer in 1..${MAX_PARTITIONS}, got ${wanted}`);
+    // A malformed argument is invalid input (raised before any statement), not a mismatch with the database.
+    throw new InvalidInputError("partitions", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(wanted)}`);
   }
   return withTransaction(pool, async (client) => {
     await client.query(

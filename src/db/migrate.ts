@@ -1,4 +1,5 @@
 import { readdir, readFile } from "node:fs/promises";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Pool } from "./pool.ts";
 import { UniqueViolationError, mapPgError } from "./errors.ts";
@@ -16,7 +17,7 @@ export async function loadMigrations(dir: string = MIGRATIONS_DIR): Promise<Migr
   const files = (await readdir(dir)).filter((f) => /^\d{3}_[a-z0-9_]+\.sql$/.test(f)).sort();
   const migrations: Migration[] = [];
   for (const file of files) {
-    migrations.push({ id: Number(file.slice(0, 3)), name: file, sql: await readFile(dir + file, "utf8") });
+    migrations.push({ id: Number(file.slice(0, 3)), name: file, sql: await readFile(path.join(dir, file), "utf8") });
   }
   migrations.forEach((m, index) => {
     if (m.id !== index + 1) throw new Error(`migration numbering has a gap or duplicate at ${m.name}`);
@@ -34,11 +35,13 @@ async function ensureMigrationTable(pool: Pool): Promise<void> {
        )`,
     );
   } catch (err) {
-    // Two first-time migrators can race on the catalog entry of the table; the loser
-    // sees 23505/42P07 although the table now exists, which is all we need.
+    // Two first-time migrators can race on the catalog entries of the table; the loser
+    // sees 23505 (pg_type/pg_class unique index), 42P07 (relation exists) or 42710 (its
+    // row type exists, committed between the two catalog checks) although the table now
+    // exists, which is all we need.
     const mapped = mapPgError(err);
     const sqlState = (err as { code?: string }).code;
-    if (!(mapped instanceof UniqueViolationError) && sqlState !== "42P07") throw mapped;
+    if (!(mapped instanceof UniqueViolationError) && sqlState !== "42P07" && sqlState !== "42710") throw mapped;
   }
 }
 

@@ -50,23 +50,33 @@ export async function withTransaction<T>(
     } catch (err) {
       throw mapPgError(err);
     }
+    // pg-pool removes its own 'error' listener while a client is checked out. If the backend
+    // dies between two statements (pg_terminate_backend, idle_in_transaction_session_timeout,
+    // failover), the client emits 'error' and, without a listener, that crashes the process.
+    // The next statement on the client fails anyway and is handled below, so the event is ignored.
+    const ignoreClientError = (): void => undefined;
+    client.on("error", ignoreClientError);
+    const release = (err?: Error): void => {
+      client.removeListener("error", ignoreClientError);
+      client.release(err);
+    };
     let failure: unknown;
     try {
       await client.query(begin);
       const result = await work(client);
       await client.query("COMMIT");
-      client.release();
+      release();
       return result;
     } catch (raw) {
       failure = mapPgError(raw);
     }
     try {
       await client.query("ROLLBACK");
-      client.release();
+      release();
     } catch (rollbackError) {
       attachSuppressed(failure, mapPgError(rollbackError));
       // A connection that cannot roll back is not fit for reuse.
-      client.release(rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError)));
+      release(rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError)));
     }
     if (!(failure instanceof TransactionConflictError)) throw failure;
     if (attempt >= maxAttempts) {

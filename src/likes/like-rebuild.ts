@@ -102,11 +102,12 @@ export class LikeRebuild {
   /** Installs the baseline of one item: counts[p] = liked facts of partition p at the snapshot. */
   async installItem(itemId: string, counts: number[], snapshot: RebuildSnapshot): Promise<ItemDrift> {
     return withTransaction(this.pool, async (client) => {
+      await this.hooks.at("rebuild.beforeInstall", { itemId, pid: processIdOf(client) });
+      // Either statement may wait on a consumer that holds (or has just inserted) the row.
       await client.query(
         "INSERT INTO like_count (item_id, part) SELECT $1, generate_series(0, $2::int - 1) ON CONFLICT DO NOTHING",
         [itemId, snapshot.partitions],
       );
-      await this.hooks.at("rebuild.beforeLock", { itemId, pid: processIdOf(client) });
       await client.query("SELECT part FROM like_count WHERE item_id = $1 ORDER BY part FOR UPDATE", [itemId]);
       // Read only after the locks: a consumer that held a row and committed meanwhile is
       // visible to this new statement (READ COMMITTED), so its APPLIED events are summed.

@@ -1,0 +1,59 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Gate } from "../../src/hooks.ts";
+import { waitForLockWait } from "../support/pg-locks.ts";
+import { likesFixture, user } from "./fixture.ts";
+
+const ITEM = "item-lab-01";
+
+test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=false), then sums what it committed", async (t) => {
+  const f = await likesFixture(1);
+  const snapshotTaken = new Gate();
+  const consumerHolds = new Gate();
+  t.after(async () => {
+    // On a failed assertion, let the parked transactions finish so the pool can close.
+    snapshotTaken.release();
+    consumerHolds.release();
+    await f.close();
+  });
+  // A first rebuild creates the item's count row (n=0, base_seq=0) without taking a seq,
+  // so that below the install's FOR UPDATE, not its insert, is what waits.
+  await f.rebuild.rebuild({ items: [ITEM] });
+  for (let u = 1; u <= 4; u++) await f.likes.like(user(u), ITEM);
+
+  const offSnapshot = f.hooks.on("rebuild.afterSnapshot", snapshotTaken.handler);
+  let installPid: number | undefined;
+  const offBeforeLock = f.hooks.on("rebuild.beforeInstall", (ctx) => {
+    installPid = ctx.pid as number;
+  });
+  const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
+  assert.deepEqual((await snapshotTaken.arrived).snapshotSeqs, [4]);
+
+  // Event 5 is written after the snapshot; the consumer applies it and stops before commit,
+  // holding the item's count row lock.
+  await f.likes.like(user(5), ITEM);
+  const offConsumer = f.hooks.on("consumer.beforeCommit", consumerHolds.handler);
+  const consuming = f.consumer.applyBatch(await f.consumer.fetchRange(0, 5, 5));
+  await consumerHolds.arrived;
+  offConsumer();
+
+  snapshotTaken.release();
+  const wait = await waitForLockWait(f.db.pool, () => installPid);
+  t.diagnostic(`note install pid=${installPid} waits: pg_locks locktype=${wait.locktype} mode=${wait.mode} granted=${wait.granted}`);
+  assert.equal(wait.granted, false);
+
+  consumerHolds.release();
+  const applied = await consuming;
+  await rebuilding;
+  offSnapshot();
+  offBeforeLock();
+  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>("SELECT n, base_seq FROM like_count WHERE item_id = $1", [ITEM]);
+  t.diagnostic(`note consumer applied event 5 (applied=${applied.applied}); install after the wait: n=${rows[0]!.n} (4+1) base_seq=${rows[0]!.base_seq}`);
+  assert.deepEqual(rows[0], { n: 5, base_seq: 4 });
+
+  const rest = await f.consumer.applyBatch(await f.consumer.fetchRange(0, 1, 4));
+  t.diagnostic(`note events 1..4: applied=${rest.applied} covered=${rest.covered} dup=${rest.dup}`);
+  assert.deepEqual({ applied: rest.applied, covered: rest.covered, dup: rest.dup }, { applied: 0, covered: 4, dup: 0 });
+  const after = await f.db.pool.query<{ n: number }>("SELECT n FROM like_count WHERE item_id = $1", [ITEM]);
+  assert.equal(after.rows[0]!.n, 5);
+});

@@ -1,0 +1,28 @@
+import type { Pool } from "../../src/db/pool.ts";
+
+export interface LockRow {
+  locktype: string;
+  mode: string;
+  granted: boolean;
+}
+
+/**
+ * Waits until the backend `pid()` shows an ungranted lock in pg_locks: the observable
+ * proof that it is blocked, as the chapter checks. A bounded poll of server state, not a
+ * sleep standing in for synchronisation.
+ */
+export async function waitForLockWait(pool: Pool, pid: () => number | undefined, deadlineMs = 15_000): Promise<LockRow> {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const current = pid();
+    if (current !== undefined) {
+      const { rows } = await pool.query<LockRow>(
+        "SELECT locktype, mode, granted FROM pg_locks WHERE pid = $1 AND NOT granted",
+        [current],
+      );
+      if (rows[0]) return rows[0];
+    }
+    if (Date.now() > deadline) throw new Error(`no lock wait seen for pid ${current} within ${deadlineMs} ms`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
