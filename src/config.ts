@@ -1,0 +1,29 @@
+import path from "node:path";
+import { InvalidInputError } from "./errors.ts";
+
+/** Runtime configuration, from the environment, with the embedded defaults. */
+export interface Config {
+  /** When set, use this PostgreSQL and start no embedded one. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  port: number;
+  partitions: number;
+}
+
+function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidInputError(name, `must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  return {
+    databaseUrl: env.DATABASE_URL || undefined,
+    dataDir: path.resolve(env.LEDGER_DATA_DIR || "./data"),
+    port: integer("PORT", env.PORT, 8080, 1, 65535),
+    partitions: integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024),
+  };
+}
