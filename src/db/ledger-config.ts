@@ -4,6 +4,9 @@ import { withTransaction } from "./transaction.ts";
 
 export const MAX_PARTITIONS = 1024;
 
+/** Tables with one row per partition, created by initLedger (fixed names, never user input). */
+const PARTITIONED_ROW_TABLES = ["like_seq", "counter_watermark", "event_seq", "proj_watermark"] as const;
+
 /**
  * Fixes the partition count P of a freshly migrated database and creates the per-partition
  * sequence and watermark rows. Calling it again with the same P is a no-op; with another P
@@ -27,14 +30,13 @@ export async function initLedger(pool: Pool, options: { partitions?: number } = 
         `this database was created with ${partitions} partition(s); it cannot be reopened with ${wanted}`,
       );
     }
-    await client.query(
-      `INSERT INTO like_seq (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
-      [partitions],
-    );
-    await client.query(
-      `INSERT INTO counter_watermark (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
-      [partitions],
-    );
+    // Sequences before the watermarks that reference them.
+    for (const table of PARTITIONED_ROW_TABLES) {
+      await client.query(
+        `INSERT INTO ${table} (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
+        [partitions],
+      );
+    }
     return partitions;
   });
 }

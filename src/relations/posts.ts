@@ -1,0 +1,141 @@
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { ForeignKeyViolationError } from "../db/errors.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { InvalidInputError } from "../errors.ts";
+import { Hooks } from "../hooks.ts";
+import { validateId } from "../ids.ts";
+import { stablePartition } from "../partition.ts";
+import { AccountNotFoundError, PostNotFoundError } from "./errors.ts";
+import { blockedEitherWay } from "./relation-service.ts";
+import { READ_MODES, VISIBILITIES, type ReadDecision, type ReadMode, type Visibility } from "./types.ts";
+
+export const MAX_BODY_LENGTH = 10_000;
+
+export interface Post {
+  postId: string;
+  author: string;
+  visibility: Visibility;
+  body: string;
+  part: number;
+  aclToken: number;
+  createdAt: Date;
+}
+
+/**
+ * How createPost reads its token. "share" (ours): SELECT ... FOR SHARE waits for any
+ * relation write of the author's partition that already holds the sequence row, so a block
+ * that committed before the post is inside the token. "plain" is the chapter's unlocked read,
+ * kept as the negative control that leaks a post to a concurrently blocked reader.
+ */
+export type TokenRead = "share" | "plain";
+
+export class PostService {
+  private constructor(
+    private readonly pool: Pool,
+    readonly partitions: number,
+    private readonly hooks: Hooks,
+    private readonly tokenRead: TokenRead,
+  ) {}
+
+  static async open(pool: Pool, options: { hooks?: Hooks; tokenRead?: TokenRead } = {}): Promise<PostService> {
+    return new PostService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), options.tokenRead ?? "share");
+  }
+
+  async createPost(author: string, visibility: Visibility, body: string): Promise<Post> {
+    validateId("author", author);
+    if (!VISIBILITIES.includes(visibility)) {
+      throw new InvalidInputError("visibility", `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`);
+    }
+    if (typeof body !== "string" || body.length > MAX_BODY_LENGTH) {
+      throw new InvalidInputError("body", `must be a string of at most ${MAX_BODY_LENGTH} characters`);
+    }
+    const part = stablePartition(author, this.partitions);
+    try {
+      return await withTransaction(this.pool, async (client) => {
+        const lock = this.tokenRead === "share" ? " FOR SHARE" : "";
+        await this.hooks.at("post.beforeToken", { author, pid: processIdOf(client) });
+        const { rows } = await client.query<{ last: number }>(`SELECT last FROM event_seq WHERE part = $1${lock}`, [part]);
+        const aclToken = rows[0]!.last;
+        await this.hooks.at("post.afterToken", { author, aclToken });
+        const { rows: ids } = await client.query<{ id: string }>("SELECT gen_random_uuid()::text AS id");
+        const postId = ids[0]!.id;
+        await client.query("INSERT INTO item (item_id) VALUES ($1)", [postId]);
+        const inserted = await client.query<{ created_at: Date }>(
+          `INSERT INTO post (post_id, author, visibility, body, part, acl_token) VALUES ($1, $2, $3, $4, $5, $6)
+           RETURNING created_at`,
+          [postId, author, visibility, body, part, aclToken],
+        );
+        return { postId, author, visibility, body, part, aclToken, createdAt: inserted.rows[0]!.created_at };
+      });
+    } catch (err) {
+      if (err instanceof ForeignKeyViolationError && err.constraint === "post_author_fkey") throw new AccountNotFoundError(author);
+      throw err;
+    }
+  }
+
+  async getPost(postId: string): Promise<Post> {
+    validateId("postId", postId);
+    const { rows } = await this.pool.query<{ post_id: string; author: string; visibility: Visibility; body: string; part: number; acl_token: number; created_at: Date }>(
+      "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1",
+      [postId],
+    );
+    const r = rows[0];
+    if (!r) throw new PostNotFoundError(postId);
+    return { postId: r.post_id, author: r.author, visibility: r.visibility, body: r.body, part: r.part, aclToken: r.acl_token, createdAt: r.created_at };
+  }
+
+  /**
+   * The one decision point for reading a post (AccessCheck.canRead of the chapter). The
+   * author always reads; PUBLIC checks only blocks (they are truth and not projected); SELF
+   * nobody else; FOLLOWERS by the mode (see ReadMode).
+   */
+  async canRead(reader: string, postId: string, mode: ReadMode): Promise<ReadDecision> {
+    validateId("reader", reader);
+    if (!READ_MODES.includes(mode)) throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
+    const post = await this.getPost(postId);
+    if (reader === post.author) return { allowed: true, source: "author" };
+    if (post.visibility === "SELF") return { allowed: false, source: "truth" };
+    if (post.visibility === "PUBLIC") {
+      return { allowed: !(await blockedEitherWay(this.pool, reader, post.author)), source: "public-block-check" };
+    }
+    switch (mode) {
+      case "TRUTH":
+        return { allowed: await followsInTruth(this.pool, reader, post.author), source: "truth" };
+      case "PROJECTION_ONLY":
+        return { allowed: await followsInProjection(this.pool, reader, post.author), source: "projection" };
+      case "CONTENT_TOKEN":
+      case "FRESH_TOKEN": {
+        const { rows } = await this.pool.query<{ applied_upto: number; last: number }>(
+          "SELECT w.applied_upto, s.last FROM proj_watermark w JOIN event_seq s USING (part) WHERE part = $1",
+          [post.part],
+        );
+        const { applied_upto: watermark, last } = rows[0]!;
+        const token = mode === "CONTENT_TOKEN" ? post.aclToken : last;
+        if (watermark >= token) return { allowed: await followsInProjection(this.pool, reader, post.author), source: "projection" };
+        return { allowed: await followsInTruth(this.pool, reader, post.author), source: "fallback-truth" };
+      }
+    }
+  }
+}
+
+/** ACTIVE in the relation table; a block always leaves the relation REMOVED (invariant 3). */
+async function followsInTruth(db: Pool | PoolClient, reader: string, author: string): Promise<boolean> {
+  const { rows } = await db.query<{ ok: boolean }>(
+    "SELECT EXISTS (SELECT 1 FROM relation WHERE follower = $1 AND followee = $2 AND state = 'ACTIVE') AS ok",
+    [reader, author],
+  );
+  return rows[0]!.ok;
+}
+
+async function followsInProjection(db: Pool | PoolClient, reader: string, author: string): Promise<boolean> {
+  const { rows } = await db.query<{ ok: boolean }>(
+    "SELECT EXISTS (SELECT 1 FROM proj_follower WHERE followee = $2 AND follower = $1 AND state = 'ACTIVE') AS ok",
+    [reader, author],
+  );
+  return rows[0]!.ok;
+}
+
+function processIdOf(client: PoolClient): number | undefined {
+  return (client as unknown as { processID?: number }).processID;
+}

@@ -1,0 +1,178 @@
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { InvalidInputError } from "../errors.ts";
+import { Hooks } from "../hooks.ts";
+import type { RelationEvent, RelationState } from "./types.ts";
+
+export type Verdict = "applied" | "stale" | "dup";
+export type VerdictCounts = Record<Verdict, number>;
+
+export function emptyVerdicts(): VerdictCounts {
+  return { applied: 0, stale: 0, dup: 0 };
+}
+
+export function addVerdicts(into: VerdictCounts, from: VerdictCounts): VerdictCounts {
+  into.applied += from.applied;
+  into.stale += from.stale;
+  into.dup += from.dup;
+  return into;
+}
+
+interface EventRow {
+  part: number;
+  seq: number;
+  follower: string;
+  followee: string;
+  state: RelationState;
+  version: number;
+  created_at: Date;
+}
+
+export function toRelationEvent(row: EventRow): RelationEvent {
+  return { part: row.part, seq: row.seq, follower: row.follower, followee: row.followee, state: row.state, version: row.version, createdAt: row.created_at };
+}
+
+/** How one event changes the projection; the naive variant lives in negative-controls.ts. */
+export type ProjectStep = (client: PoolClient, event: RelationEvent) => Promise<Verdict>;
+
+/**
+ * Events carry the pair's target state, so order matters (unlike likes): the projection keeps
+ * the larger version, and the count moves by (new is ACTIVE) - (replaced is ACTIVE), derived
+ * from the state actually replaced. proj_seen only feeds the contiguous watermark.
+ */
+export const projectVersioned: ProjectStep = async (client, e) => {
+  const fresh = await client.query("INSERT INTO proj_seen (part, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING", [e.part, e.seq]);
+  if (fresh.rowCount === 0) return "dup";
+  await client.query(
+    `INSERT INTO proj_follower (followee, follower, state, version, since) VALUES ($1, $2, 'REMOVED', 0, $3)
+     ON CONFLICT DO NOTHING`,
+    [e.followee, e.follower, e.createdAt],
+  );
+  const { rows } = await client.query<{ state: RelationState; version: number }>(
+    "SELECT state, version FROM proj_follower WHERE followee = $1 AND follower = $2 FOR UPDATE",
+    [e.followee, e.follower],
+  );
+  const old = rows[0]!;
+  if (e.version <= old.version) return "stale";
+  await client.query(
+    "UPDATE proj_follower SET state = $3, version = $4, since = $5 WHERE followee = $1 AND follower = $2",
+    [e.followee, e.follower, e.state, e.version, e.createdAt],
+  );
+  const delta = (e.state === "ACTIVE" ? 1 : 0) - (old.state === "ACTIVE" ? 1 : 0);
+  if (delta !== 0) {
+    await client.query(
+      `INSERT INTO proj_count (followee, n) VALUES ($1, $2)
+       ON CONFLICT (followee) DO UPDATE SET n = proj_count.n + EXCLUDED.n`,
+      [e.followee, delta],
+    );
+  }
+  return "applied";
+};
+
+/**
+ * Applies relation events to the follower projection. A batch is one transaction on one
+ * partition; several projector workers may run at once on the same partition: rows are
+ * locked in (followee, follower) order, and the watermark row is locked last, after which a
+ * new statement sees every proj_seen row committed by the worker before.
+ */
+export class RelationProjector {
+  constructor(
+    private readonly pool: Pool,
+    private readonly options: { hooks?: Hooks; step?: ProjectStep } = {},
+  ) {}
+
+  async applyBatch(events: readonly RelationEvent[]): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number }> {
+    const part = events[0]?.part;
+    if (part === undefined) throw new InvalidInputError("events", "a batch needs at least one event");
+    if (events.some((e) => e.part !== part)) throw new InvalidInputError("events", "a batch must hold events of one partition");
+    const step = this.options.step ?? projectVersioned;
+    const order = events.map((e, i) => ({ e, i })).sort((x, y) =>
+      x.e.followee < y.e.followee ? -1 : x.e.followee > y.e.followee ? 1 : x.e.follower < y.e.follower ? -1 : x.e.follower > y.e.follower ? 1 : x.i - y.i,
+    );
+    return withTransaction(this.pool, async (client) => {
+      const verdicts: Verdict[] = new Array(events.length);
+      const counts = emptyVerdicts();
+      for (const { e, i } of order) {
+        const v = await step(client, e);
+        verdicts[i] = v;
+        counts[v]++;
+      }
+      await client.query("SELECT 1 FROM proj_watermark WHERE part = $1 FOR UPDATE", [part]);
+      const watermark = await advanceProjectionWatermark(client, part);
+      await this.options.hooks?.at("projector.beforeCommit", { part });
+      return { ...counts, verdicts, watermark };
+    });
+  }
+
+  async fetchPending(part: number, limit: number): Promise<RelationEvent[]> {
+    const { rows } = await this.pool.query<EventRow>(
+      `SELECT e.part, e.seq, e.follower, e.followee, e.state, e.version, e.created_at
+         FROM relation_event e JOIN proj_watermark w ON w.part = e.part
+        WHERE e.part = $1 AND e.seq > w.applied_upto
+          AND NOT EXISTS (SELECT 1 FROM proj_seen s WHERE s.part = e.part AND s.seq = e.seq)
+        ORDER BY e.seq LIMIT $2`,
+      [part, limit],
+    );
+    return rows.map(toRelationEvent);
+  }
+
+  async fetchRange(part: number, fromSeq: number, toSeq: number): Promise<RelationEvent[]> {
+    const { rows } = await this.pool.query<EventRow>(
+      `SELECT part, seq, follower, followee, state, version, created_at FROM relation_event
+        WHERE part = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq`,
+      [part, fromSeq, toSeq],
+    );
+    return rows.map(toRelationEvent);
+  }
+
+  async pollOnce(parts: readonly number[], batchSize = 100): Promise<VerdictCounts> {
+    const total = emptyVerdicts();
+    for (const part of parts) {
+      const events = await this.fetchPending(part, batchSize);
+      if (events.length > 0) addVerdicts(total, await this.applyBatch(events));
+    }
+    return total;
+  }
+
+  /** Projects until every partition's watermark has reached its sequence. */
+  async drain(batchSize = 200): Promise<VerdictCounts> {
+    const parts = Array.from({ length: await readPartitions(this.pool) }, (_, p) => p);
+    const total = emptyVerdicts();
+    for (let idle = 0; ; ) {
+      const pass = await this.pollOnce(parts, batchSize);
+      addVerdicts(total, pass);
+      if (pass.applied + pass.stale + pass.dup > 0) {
+        idle = 0;
+        continue;
+      }
+      const { rows } = await this.pool.query<{ part: number }>(
+        "SELECT part FROM event_seq s JOIN proj_watermark w USING (part) WHERE w.applied_upto < s.last",
+      );
+      if (rows.length === 0) return total;
+      for (const { part } of rows) {
+        await withTransaction(this.pool, async (client) => {
+          await client.query("SELECT 1 FROM proj_watermark WHERE part = $1 FOR UPDATE", [part]);
+          await advanceProjectionWatermark(client, part);
+        });
+      }
+      if (++idle > 3) throw new Error(`projection drain stalled on partitions ${rows.map((r) => r.part).join(",")}`);
+    }
+  }
+}
+
+/** Call with the watermark row locked, so this statement's snapshot holds every earlier worker's proj_seen rows. */
+export async function advanceProjectionWatermark(client: PoolClient, part: number): Promise<number> {
+  const { rows } = await client.query<{ applied_upto: number }>(
+    `UPDATE proj_watermark w
+        SET applied_upto = coalesce((
+              SELECT max(s.seq)
+                FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
+                        FROM proj_seen WHERE part = w.part AND seq > w.applied_upto) s
+               WHERE s.seq = w.applied_upto + s.rn), w.applied_upto)
+      WHERE part = $1
+      RETURNING applied_upto`,
+    [part],
+  );
+  return rows[0]!.applied_upto;
+}

@@ -1,0 +1,58 @@
+import type { Outcome } from "../likes/types.ts";
+
+export type { Outcome };
+export type RelationState = "ACTIVE" | "PENDING" | "REMOVED";
+
+export interface RelationResult {
+  outcome: Outcome;
+  /** State of the pair the operation is about (for block: the blocked user's follow of the blocker). */
+  state: RelationState;
+  version: number;
+  /** Highest sequence number the operation wrote, 0 when it wrote no event. */
+  seq: number;
+  reason: string;
+  code?: string;
+}
+
+export interface RelationEvent {
+  part: number;
+  seq: number;
+  follower: string;
+  followee: string;
+  state: RelationState;
+  version: number;
+  createdAt: Date;
+}
+
+export const VISIBILITIES = ["PUBLIC", "FOLLOWERS", "SELF"] as const;
+export type Visibility = (typeof VISIBILITIES)[number];
+
+/**
+ * How canRead decides a FOLLOWERS post (table 30-2):
+ *  TRUTH           always the relation table;
+ *  PROJECTION_ONLY always the projection (the negative control of the new-enemy problem);
+ *  CONTENT_TOKEN   the projection if its watermark has reached the post's acl_token, else the truth;
+ *  FRESH_TOKEN     the projection if its watermark has reached the sequence as of now, else the truth.
+ */
+export const READ_MODES = ["TRUTH", "PROJECTION_ONLY", "CONTENT_TOKEN", "FRESH_TOKEN"] as const;
+export type ReadMode = (typeof READ_MODES)[number];
+
+export type DecisionSource = "truth" | "projection" | "fallback-truth" | "public-block-check" | "author";
+
+export interface ReadDecision {
+  allowed: boolean;
+  source: DecisionSource;
+}
+
+export function formatRelationResult(r: RelationResult): string {
+  if (r.outcome === "CHANGED") return `CHANGED(${r.state},v${r.version},seq${r.seq})`;
+  return `${r.outcome}(${r.state},v${r.version},${r.reason})`;
+}
+
+export interface Relationship {
+  following: boolean;
+  requested: boolean;
+  followedBy: boolean;
+  blocking: boolean;
+  blockedBy: boolean;
+}
