@@ -26,3 +26,21 @@ export async function waitForLockWait(pool: Pool, pid: () => number | undefined,
     await new Promise((resolve) => setImmediate(resolve));
   }
 }
+
+/**
+ * Waits until some backend of this database (other than the caller's) waits on a lock. In a
+ * test file's own database the only candidates are the transactions the test started.
+ */
+export async function waitForAnyLockWait(pool: Pool, deadlineMs = 15_000): Promise<LockRow & { pid: number }> {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const { rows } = await pool.query<LockRow & { pid: number }>(
+      `SELECT l.pid, l.locktype, l.mode, l.granted
+         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> pg_backend_pid()`,
+    );
+    if (rows[0]) return rows[0];
+    if (Date.now() > deadline) throw new Error(`no lock wait seen within ${deadlineMs} ms`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
