@@ -24,3 +24,8 @@ export function createPool(options: PoolOptions): Pool {
   pool.on("error", () => undefined);
   return pool;
 }
+
+/** The server process id of a pooled connection, for matching it in pg_locks / pg_stat_activity. */
+export function backendPid(client: PoolClient): number | undefined {
+  return (client as PoolClient & { processID?: number }).processID;
+}

@@ -1,6 +1,6 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
-import { readPartitions } from "../db/ledger-config.ts";
+import { advanceWatermark, drainPartitions, lockWatermark } from "../db/watermark.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import type { LikeEvent } from "./types.ts";
@@ -83,7 +83,7 @@ export class LikeConsumer {
     // Sorting by item then seq gives every consumer the same row-lock order.
     const ordered = [...events].sort((a, b) => (a.itemId < b.itemId ? -1 : a.itemId > b.itemId ? 1 : a.seq - b.seq));
     return withTransaction(this.pool, async (client) => {
-      await client.query("SELECT applied_upto FROM counter_watermark WHERE part = $1 FOR UPDATE", [part]);
+      await lockWatermark(client, "likes", part);
       const stats = emptyStats();
       for (const event of ordered) {
         await client.query(
@@ -96,8 +96,8 @@ export class LikeConsumer {
         );
         stats[await applyStep(client, event, rows[0]!.base_seq)]++;
       }
-      const watermark = await advanceWatermark(client, part);
-      await this.hooks.at("consumer.beforeCommit", { part, events: ordered, pid: (client as unknown as { processID?: number }).processID });
+      const watermark = await advanceWatermark(client, "likes", part);
+      await this.hooks.at("consumer.beforeCommit", { part, events: ordered, pid: backendPid(client) });
       return { ...stats, watermark };
     });
   }
@@ -143,50 +143,14 @@ export class LikeConsumer {
 
   /** Consumes until every partition's watermark has reached its sequence. */
   async drain(batchSize = 200): Promise<ConsumeStats> {
-    const parts = Array.from({ length: await readPartitions(this.pool) }, (_, p) => p);
     const total = emptyStats();
-    for (let idlePasses = 0; ; ) {
+    await drainPartitions(this.pool, "likes", async (parts) => {
       const pass = await this.pollOnce(parts, batchSize);
       addStats(total, pass);
-      if (pass.applied + pass.covered + pass.dup > 0) {
-        idlePasses = 0;
-        continue;
-      }
-      const { rows } = await this.pool.query<{ part: number }>(
-        "SELECT part FROM like_seq s JOIN counter_watermark w USING (part) WHERE w.applied_upto < s.last",
-      );
-      if (rows.length === 0) return total;
-      // Everything is processed but a watermark lags (its last batch was applied by a
-      // consumer that did not advance it): advance it here.
-      for (const { part } of rows) {
-        await withTransaction(this.pool, async (client) => {
-          await client.query("SELECT 1 FROM counter_watermark WHERE part = $1 FOR UPDATE", [part]);
-          await advanceWatermark(client, part);
-        });
-      }
-      if (++idlePasses > 3) throw new Error(`drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
-    }
+      return pass.applied + pass.covered + pass.dup;
+    });
+    return total;
   }
 }
 
 const noHooks = new Hooks();
-
-/**
- * Moves applied_upto to the end of the contiguous run of processed sequence numbers.
- * Rows with seq = w + row_number are exactly the gap-free prefix above w.
- */
-export async function advanceWatermark(client: PoolClient, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>(
-    `UPDATE counter_watermark w
-        SET applied_upto = coalesce((
-              SELECT max(p.seq)
-                FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
-                        FROM processed_event
-                       WHERE part = w.part AND seq > w.applied_upto) p
-               WHERE p.seq = w.applied_upto + p.rn), w.applied_upto)
-      WHERE part = $1
-      RETURNING applied_upto`,
-    [part],
-  );
-  return rows[0]!.applied_upto;
-}

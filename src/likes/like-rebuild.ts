@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -102,7 +102,7 @@ export class LikeRebuild {
   /** Installs the baseline of one item: counts[p] = liked facts of partition p at the snapshot. */
   async installItem(itemId: string, counts: number[], snapshot: RebuildSnapshot): Promise<ItemDrift> {
     return withTransaction(this.pool, async (client) => {
-      await this.hooks.at("rebuild.beforeInstall", { itemId, pid: processIdOf(client) });
+      await this.hooks.at("rebuild.beforeInstall", { itemId, pid: backendPid(client) });
       // Either statement may wait on a consumer that holds (or has just inserted) the row.
       await client.query(
         "INSERT INTO like_count (item_id, part) SELECT $1, generate_series(0, $2::int - 1) ON CONFLICT DO NOTHING",
@@ -206,8 +206,4 @@ async function recordRun(pool: Pool, snapshotSeqs: number[], itemsChecked: numbe
     }
     return runId;
   });
-}
-
-function processIdOf(client: PoolClient): number | undefined {
-  return (client as unknown as { processID?: number }).processID;
 }

@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
@@ -54,7 +54,7 @@ export class PostService {
     try {
       return await withTransaction(this.pool, async (client) => {
         const lock = this.tokenRead === "share" ? " FOR SHARE" : "";
-        await this.hooks.at("post.beforeToken", { author, pid: processIdOf(client) });
+        await this.hooks.at("post.beforeToken", { author, pid: backendPid(client) });
         const { rows } = await client.query<{ last: number }>(`SELECT last FROM event_seq WHERE part = $1${lock}`, [part]);
         const aclToken = rows[0]!.last;
         await this.hooks.at("post.afterToken", { author, aclToken });
@@ -134,8 +134,4 @@ async function followsInProjection(db: Pool | PoolClient, reader: string, author
     [reader, author],
   );
   return rows[0]!.ok;
-}
-
-function processIdOf(client: PoolClient): number | undefined {
-  return (client as unknown as { processID?: number }).processID;
 }

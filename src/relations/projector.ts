@@ -1,6 +1,6 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
-import { readPartitions } from "../db/ledger-config.ts";
+import { advanceWatermark, drainPartitions, lockWatermark } from "../db/watermark.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import type { RelationEvent, RelationState } from "./types.ts";
@@ -98,8 +98,8 @@ export class RelationProjector {
         verdicts[i] = v;
         counts[v]++;
       }
-      await client.query("SELECT 1 FROM proj_watermark WHERE part = $1 FOR UPDATE", [part]);
-      const watermark = await advanceProjectionWatermark(client, part);
+      await lockWatermark(client, "relations", part);
+      const watermark = await advanceWatermark(client, "relations", part);
       await this.options.hooks?.at("projector.beforeCommit", { part });
       return { ...counts, verdicts, watermark };
     });
@@ -137,42 +137,12 @@ export class RelationProjector {
 
   /** Projects until every partition's watermark has reached its sequence. */
   async drain(batchSize = 200): Promise<VerdictCounts> {
-    const parts = Array.from({ length: await readPartitions(this.pool) }, (_, p) => p);
     const total = emptyVerdicts();
-    for (let idle = 0; ; ) {
+    await drainPartitions(this.pool, "relations", async (parts) => {
       const pass = await this.pollOnce(parts, batchSize);
       addVerdicts(total, pass);
-      if (pass.applied + pass.stale + pass.dup > 0) {
-        idle = 0;
-        continue;
-      }
-      const { rows } = await this.pool.query<{ part: number }>(
-        "SELECT part FROM event_seq s JOIN proj_watermark w USING (part) WHERE w.applied_upto < s.last",
-      );
-      if (rows.length === 0) return total;
-      for (const { part } of rows) {
-        await withTransaction(this.pool, async (client) => {
-          await client.query("SELECT 1 FROM proj_watermark WHERE part = $1 FOR UPDATE", [part]);
-          await advanceProjectionWatermark(client, part);
-        });
-      }
-      if (++idle > 3) throw new Error(`projection drain stalled on partitions ${rows.map((r) => r.part).join(",")}`);
-    }
+      return pass.applied + pass.stale + pass.dup;
+    });
+    return total;
   }
-}
-
-/** Call with the watermark row locked, so this statement's snapshot holds every earlier worker's proj_seen rows. */
-export async function advanceProjectionWatermark(client: PoolClient, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>(
-    `UPDATE proj_watermark w
-        SET applied_upto = coalesce((
-              SELECT max(s.seq)
-                FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
-                        FROM proj_seen WHERE part = w.part AND seq > w.applied_upto) s
-               WHERE s.seq = w.applied_upto + s.rn), w.applied_upto)
-      WHERE part = $1
-      RETURNING applied_upto`,
-    [part],
-  );
-  return rows[0]!.applied_upto;
 }

@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
@@ -63,7 +63,7 @@ export class RelationService {
         return this.followLocked(client, follower, followee, cur);
       }
       const cur = await lockPair(client, follower, followee);
-      await this.hooks.at("follow.afterLock", { follower, followee, pid: processIdOf(client) });
+      await this.hooks.at("follow.afterLock", { follower, followee, pid: backendPid(client) });
       if (await blockedEitherWay(client, follower, followee)) return rejected(cur.state, cur.version, "blocked", "BLOCKED");
       return this.followLocked(client, follower, followee, cur);
     });
@@ -106,7 +106,7 @@ export class RelationService {
         : [[blocked, blocker], [blocker, blocked]];
       const current: PairRow[] = [];
       for (const [f, e] of pairs) current.push(await lockPair(client, f, e));
-      await this.hooks.at("block.afterLock", { blocker, blocked, pid: processIdOf(client) });
+      await this.hooks.at("block.afterLock", { blocker, blocked, pid: backendPid(client) });
       const inserted = await client.query(
         "INSERT INTO block (blocker, blocked) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         [blocker, blocked],
@@ -233,8 +233,4 @@ function noop(cur: PairRow, reason: string): RelationResult {
 
 function rejected(state: RelationState, version: number, reason: string, code: string): RelationResult {
   return { outcome: "REJECTED", state, version, seq: 0, reason, code };
-}
-
-function processIdOf(client: PoolClient): number | undefined {
-  return (client as unknown as { processID?: number }).processID;
 }

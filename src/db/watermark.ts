@@ -1,0 +1,76 @@
+import type { Pool, PoolClient } from "./pool.ts";
+import { readPartitions } from "./ledger-config.ts";
+import { withTransaction } from "./transaction.ts";
+
+/**
+ * Both derived views (like counts, follower projection) keep, per partition, a gapless
+ * sequence, a set of processed sequence numbers and a contiguous watermark. The table names
+ * are fixed here, never taken from input.
+ */
+const TABLES = {
+  likes: { sequence: "like_seq", seen: "processed_event", watermark: "counter_watermark" },
+  relations: { sequence: "event_seq", seen: "proj_seen", watermark: "proj_watermark" },
+} as const;
+
+export type WatermarkKind = keyof typeof TABLES;
+
+/**
+ * Moves the watermark to the end of the contiguous run of processed sequence numbers: rows
+ * with seq = w + row_number are exactly the gap-free prefix above w. Call it with the
+ * watermark row already locked by an earlier statement, so this statement's snapshot holds
+ * every row committed by whoever held the lock before.
+ */
+export async function advanceWatermark(client: PoolClient, kind: WatermarkKind, part: number): Promise<number> {
+  const t = TABLES[kind];
+  const { rows } = await client.query<{ applied_upto: number }>(
+    `UPDATE ${t.watermark} w
+        SET applied_upto = coalesce((
+              SELECT max(s.seq)
+                FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
+                        FROM ${t.seen} WHERE part = w.part AND seq > w.applied_upto) s
+               WHERE s.seq = w.applied_upto + s.rn), w.applied_upto)
+      WHERE part = $1
+      RETURNING applied_upto`,
+    [part],
+  );
+  return rows[0]!.applied_upto;
+}
+
+export async function lockWatermark(client: PoolClient, kind: WatermarkKind, part: number): Promise<number> {
+  const { rows } = await client.query<{ applied_upto: number }>(
+    `SELECT applied_upto FROM ${TABLES[kind].watermark} WHERE part = $1 FOR UPDATE`,
+    [part],
+  );
+  return rows[0]!.applied_upto;
+}
+
+/**
+ * Runs `pollOnce` over all partitions until every watermark has reached its sequence. When
+ * nothing is left to process but a watermark still lags (its last batch was processed by a
+ * worker that committed before the missing rows became visible to it), it advances it here.
+ */
+export async function drainPartitions(
+  pool: Pool,
+  kind: WatermarkKind,
+  pollOnce: (parts: number[]) => Promise<number>,
+): Promise<void> {
+  const t = TABLES[kind];
+  const parts = Array.from({ length: await readPartitions(pool) }, (_, p) => p);
+  for (let idlePasses = 0; ; ) {
+    if ((await pollOnce(parts)) > 0) {
+      idlePasses = 0;
+      continue;
+    }
+    const { rows } = await pool.query<{ part: number }>(
+      `SELECT part FROM ${t.sequence} s JOIN ${t.watermark} w USING (part) WHERE w.applied_upto < s.last`,
+    );
+    if (rows.length === 0) return;
+    for (const { part } of rows) {
+      await withTransaction(pool, async (client) => {
+        await lockWatermark(client, kind, part);
+        await advanceWatermark(client, kind, part);
+      });
+    }
+    if (++idlePasses > 3) throw new Error(`${kind} drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
+  }
+}
