@@ -23,11 +23,20 @@ function encodeCursor(since: Date, follower: string): string {
   return Buffer.from(JSON.stringify([since.toISOString(), follower])).toString("base64url");
 }
 
+/**
+ * The only form encodeCursor writes: Date#toISOString of a year 0001..9999. Date.parse accepts
+ * far more ("1", "2020", "+275760-..."), which PostgreSQL then refuses with 22007/22008/22009.
+ */
+const CURSOR_SINCE = /^(?!0000)\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
 function decodeCursor(cursor: string): [string, string] {
   try {
     const value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown;
-    if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string" && !Number.isNaN(Date.parse(value[0]))) {
-      return [value[0], value[1]];
+    if (
+      Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string" &&
+      CURSOR_SINCE.test(value[0]) && new Date(value[0]).toISOString() === value[0] // throws on an impossible date
+    ) {
+      return [value[0], validateId("cursor", value[1])];
     }
   } catch {
     // fall through to the typed error below

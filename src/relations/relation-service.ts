@@ -86,7 +86,7 @@ export class RelationService {
   }
 
   /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
-  decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
+  async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
     return this.run("followee", followee, "follower", follower, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING");

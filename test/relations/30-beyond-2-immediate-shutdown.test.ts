@@ -1,0 +1,274 @@
+/**
+ * 30-beyond-2: the chapter's stated gap ("本章没有对数据库做 immediate 停机实验"). An immediate
+ * shutdown (pg_ctl stop -m immediate = SIGQUIT to the postmaster) hits 6 writers doing
+ * follow / unfollow / decide / block / unblock and 1 projector loop. The crash is triggered from
+ * the writer path when the acknowledged CHANGED results reach the threshold; every loop must then
+ * end with a typed connection error. After crash recovery every acknowledged change is in
+ * relation_event, invariants 1-4 and the sequences are clean, and a drain makes the projection
+ * equal to the truth.
+ */
+import { test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { rm } from "node:fs/promises";
+import path from "node:path";
+import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.ts";
+import { ConnectionLostError, mapPgError } from "../../src/db/errors.ts";
+import { initLedger } from "../../src/db/ledger-config.ts";
+import { migrate } from "../../src/db/migrate.ts";
+import { createPool, type Pool } from "../../src/db/pool.ts";
+import { LedgerError } from "../../src/errors.ts";
+import { RelationProjector } from "../../src/relations/projector.ts";
+import { auditRelations, formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
+import { RelationService } from "../../src/relations/relation-service.ts";
+import type { RelationResult, RelationState } from "../../src/relations/types.ts";
+import { seededRandom } from "../support/concurrency.ts";
+import { acct } from "./fixture.ts";
+
+const WRITERS = 6;
+const ACCOUNTS = 60;
+/** A few hot followees, so pairs are revisited: follow/unfollow/block/decide interleave on the same rows. */
+const HOT = 12;
+/** Every fifth account is private: follows to it go PENDING and decide has work to do. */
+const PRIVATE = Array.from({ length: ACCOUNTS / 5 }, (_, i) => 5 * (i + 1));
+/** Acknowledged CHANGED results (that wrote events) after which the writer that reaches it shuts the server down. */
+const CRASH_AFTER_ACKED = 300;
+
+type Op = "follow" | "unfollow" | "decide" | "block" | "unblock";
+
+/** An acknowledged CHANGED follow / unfollow / decide: exactly one event, in the followee's partition. */
+interface AckedPair {
+  op: Op;
+  part: number;
+  seq: number;
+  follower: string;
+  followee: string;
+  state: RelationState;
+  version: number;
+}
+
+/**
+ * An acknowledged CHANGED block that wrote events. The result describes the pair
+ * (follower = blocked, followee = blocker); `seq` is the highest seq written, which may belong to
+ * the reverse pair in another partition.
+ */
+interface AckedBlock {
+  blocker: string;
+  blocked: string;
+  state: RelationState;
+  version: number;
+  seq: number;
+  parts: number[];
+}
+
+interface LoopEnd {
+  who: string;
+  /** The error as the loop received it. */
+  error: unknown;
+  /** Whether the library had already typed it (a LedgerError). */
+  typed: boolean;
+  /** The error as mapPgError types it (unchanged when it was already typed). */
+  mapped: unknown;
+}
+
+function stateOf(err: unknown): string {
+  return err instanceof ConnectionLostError ? (err.sqlState ?? "?") : err instanceof LedgerError ? err.code : String(err);
+}
+
+async function run(t: TestContext, partitions: number, seed: number): Promise<void> {
+  const root = await clusterTempDir(`ledger-30b2-p${partitions}-`);
+  const live: { cluster?: EmbeddedCluster; pool?: Pool } = {};
+  t.after(async () => {
+    await live.pool?.end().catch(() => undefined);
+    await live.cluster?.stop();
+    await rm(root, { recursive: true, force: true });
+  });
+  const cluster = (live.cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") }));
+  const url = cluster.connectionString("postgres");
+  let pool = (live.pool = createPool({ connectionString: url, max: WRITERS + 4 }));
+  await migrate(pool);
+  assert.equal(await initLedger(pool, { partitions }), partitions);
+  await pool.query(
+    `INSERT INTO account (account_id, private)
+     SELECT 'user-' || lpad(i::text, 4, '0'), i = ANY ($2::int[]) FROM generate_series(1, $1::int) AS i`,
+    [ACCOUNTS, PRIVATE],
+  );
+  const rel = await RelationService.open(pool);
+  const projector = new RelationProjector(pool);
+  const parts = Array.from({ length: partitions }, (_, p) => p);
+
+  const ackedPairs: AckedPair[] = [];
+  const ackedBlocks: AckedBlock[] = [];
+  const opCounts: Record<Op, { changed: number; other: number }> = {
+    follow: { changed: 0, other: 0 }, unfollow: { changed: 0, other: 0 }, decide: { changed: 0, other: 0 },
+    block: { changed: 0, other: 0 }, unblock: { changed: 0, other: 0 },
+  };
+  let crash: Promise<void> | undefined;
+  let projectorPasses = 0;
+  let projectedBeforeCrash = 0;
+  const ackedCount = () => ackedPairs.length + ackedBlocks.length;
+
+  const ended = (who: string, error: unknown): LoopEnd => ({ who, error, typed: error instanceof LedgerError, mapped: mapPgError(error) });
+
+  const record = (op: Op, a: string, b: string, r: RelationResult): void => {
+    if (r.outcome !== "CHANGED") {
+      opCounts[op].other++;
+      return;
+    }
+    opCounts[op].changed++;
+    if (r.seq === 0) return; // unblock, or a block that only inserted the block row: no event
+    if (op === "block") {
+      ackedBlocks.push({ blocker: a, blocked: b, state: r.state, version: r.version, seq: r.seq, parts: [rel.partitionOf(a), rel.partitionOf(b)] });
+    } else {
+      // follow/unfollow(follower=a, followee=b), decide(followee=a, follower=b)
+      const [follower, followee] = op === "decide" ? [b, a] : [a, b];
+      ackedPairs.push({ op, part: rel.partitionOf(followee), seq: r.seq, follower, followee, state: r.state, version: r.version });
+    }
+    // The crash is triggered from the writer path, the moment the counter reaches the threshold.
+    if (ackedCount() === CRASH_AFTER_ACKED) {
+      crash = cluster.crashImmediate();
+      crash.catch(() => undefined); // awaited (and rethrown) after the loops end
+    }
+  };
+
+  const writer = async (w: number): Promise<LoopEnd> => {
+    const random = seededRandom(seed + w);
+    const pick = () => acct(1 + Math.floor(random() * ACCOUNTS));
+    const pickHot = () => (random() < 0.6 ? acct(1 + Math.floor(random() * HOT)) : pick());
+    // Pairs this writer has followed: unfollow / decide / block mostly act on them, so they
+    // meet ACTIVE and PENDING rows instead of untouched v0 placeholders.
+    const followed: [string, string][] = [];
+    const requested: [string, string][] = []; // follows that went PENDING: decide prefers them
+    const known = (): [string, string] => {
+      const all = followed.length + requested.length;
+      if (all > 0 && random() < 0.75) {
+        const i = Math.floor(random() * all);
+        return i < followed.length ? followed[i]! : requested[i - followed.length]!;
+      }
+      return [pick(), pickHot()];
+    };
+    try {
+      for (;;) {
+        const r = random();
+        const [a, b] = r < 0.4
+          ? [pick(), pickHot()]
+          : r >= 0.58 && r < 0.8 && requested.length > 0 && random() < 0.8
+            ? requested.splice(Math.floor(random() * requested.length), 1)[0]!
+            : known();
+        if (a === b) continue;
+        if (r < 0.4) {
+          const result = await rel.follow(a, b);
+          if (result.outcome === "CHANGED") (result.state === "PENDING" ? requested : followed).push([a, b]);
+          record("follow", a, b, result);
+        } else if (r < 0.58) record("unfollow", a, b, await rel.unfollow(a, b));
+        else if (r < 0.8) record("decide", b, a, await rel.decide(b, a, random() < 0.6));
+        else if (r < 0.9) record("block", b, a, await rel.block(b, a));
+        else record("unblock", b, a, await rel.unblock(b, a));
+      }
+    } catch (err) {
+      return ended(`writer-${w}`, err);
+    }
+  };
+
+  const projectorLoop = async (): Promise<LoopEnd> => {
+    try {
+      for (;;) {
+        const pass = await projector.pollOnce(parts, 50);
+        projectorPasses++;
+        projectedBeforeCrash += pass.applied + pass.stale + pass.dup;
+      }
+    } catch (err) {
+      return ended("projector", err);
+    }
+  };
+
+  const started = Date.now();
+  const ends = await Promise.all([...Array.from({ length: WRITERS }, (_, w) => writer(w)), projectorLoop()]);
+  assert.ok(crash, "the crash was triggered");
+  await crash;
+  const ackedAtCrash = ackedCount();
+
+  const codes = ends.map((e) => `${e.who}:${(e.mapped as { code?: string }).code ?? "?"}/${stateOf(e.mapped)}`);
+  const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
+  const ops = Object.entries(opCounts).map(([op, c]) => `${op}=${c.changed}/${c.changed + c.other}`).join(" ");
+  t.diagnostic(`note acked CHANGED before crash=${ackedAtCrash} (pairs=${ackedPairs.length} blocks=${ackedBlocks.length}) in ${Date.now() - started} ms; CHANGED/calls: ${ops}`);
+  t.diagnostic(`note loops ended by error=${endedByError}/${ends.length} codes=[${codes.join(", ")}]`);
+  for (const e of ends) {
+    const m = e.mapped as Error & { code?: string };
+    t.diagnostic(`note   ${e.who}: ${e.typed ? "typed" : "UNTYPED (typed by mapPgError)"} ${m.name} ${m.code ?? "?"} ${stateOf(m)} ${m.message.split("\n")[0]}`);
+  }
+  t.diagnostic(`note   projector passes before crash=${projectorPasses} events handled=${projectedBeforeCrash}`);
+  assert.equal(ends.length, WRITERS + 1);
+  for (const e of ends) {
+    assert.ok(e.mapped instanceof ConnectionLostError, `${e.who} ended with ${String(e.error)}`);
+    assert.equal((e.mapped as ConnectionLostError).code, "CONNECTION_LOST");
+  }
+  // Writers go through withTransaction, which types every driver error.
+  for (const e of ends.filter((x) => x.who !== "projector")) assert.ok(e.typed, `${e.who} error is typed`);
+  assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
+
+  // Crash recovery on restart; the old pool's clients are all dead.
+  await pool.end().catch(() => undefined);
+  await cluster.restart();
+  pool = live.pool = createPool({ connectionString: url, max: 4 });
+
+  // Every acknowledged follow/unfollow/decide is in relation_event with the same (part, seq, follower, followee, state, version).
+  assert.equal(new Set(ackedPairs.map((a) => `${a.part}:${a.seq}`)).size, ackedPairs.length, "acked (part, seq) are unique");
+  const { rows: foundPairs } = await pool.query<{ n: number }>(
+    `SELECT count(*)::bigint AS n
+       FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+            AS a(part, seq, follower, followee, state, version)
+       JOIN relation_event e USING (part, seq, follower, followee, state, version)`,
+    [
+      ackedPairs.map((a) => a.part), ackedPairs.map((a) => a.seq), ackedPairs.map((a) => a.follower),
+      ackedPairs.map((a) => a.followee), ackedPairs.map((a) => a.state), ackedPairs.map((a) => a.version),
+    ],
+  );
+  // Every acknowledged block that wrote events: the (blocked -> blocker) pair is REMOVED at the
+  // reported version (its event exists when the version is > 0), and the reported seq is a REMOVED
+  // event of one of the two directions, in that direction's followee partition.
+  const { rows: foundBlocks } = await pool.query<{ n: number }>(
+    `SELECT count(*)::bigint AS n
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS a(blocker, blocked, state, version, seq)
+      WHERE a.state = 'REMOVED'
+        AND (a.version = 0 OR EXISTS (SELECT 1 FROM relation_event e
+                                       WHERE e.follower = a.blocked AND e.followee = a.blocker
+                                         AND e.version = a.version AND e.state = 'REMOVED'))
+        AND EXISTS (SELECT 1 FROM relation_event e, ledger_config c
+                     WHERE e.seq = a.seq AND e.state = 'REMOVED' AND e.part = ledger_partition(e.followee, c.partitions)
+                       AND ((e.follower = a.blocked AND e.followee = a.blocker) OR (e.follower = a.blocker AND e.followee = a.blocked)))`,
+    [ackedBlocks.map((b) => b.blocker), ackedBlocks.map((b) => b.blocked), ackedBlocks.map((b) => b.state), ackedBlocks.map((b) => b.version), ackedBlocks.map((b) => b.seq)],
+  );
+  const { rows: totals } = await pool.query<{ events: number; last: number }>(
+    "SELECT (SELECT count(*) FROM relation_event)::bigint AS events, (SELECT sum(last) FROM event_seq)::bigint AS last",
+  );
+  const { events, last } = totals[0]!;
+  t.diagnostic(`note acked found after recovery: pairs=${foundPairs[0]!.n}/${ackedPairs.length} blocks=${foundBlocks[0]!.n}/${ackedBlocks.length}; relation_event rows=${events} sum(event_seq.last)=${last} (>= acked: a block may write two events, and a commit whose acknowledgement was lost also counts)`);
+  assert.equal(foundPairs[0]!.n, ackedPairs.length, "every acknowledged follow/unfollow/decide survived the crash");
+  assert.equal(foundBlocks[0]!.n, ackedBlocks.length, "every acknowledged block's events survived the crash");
+  assert.ok(events >= ackedPairs.length + ackedBlocks.length);
+
+  const audit = await auditRelations(pool);
+  const { rows: lagRows } = await pool.query<{ lag: number }>(
+    "SELECT sum(s.last - w.applied_upto)::bigint AS lag FROM event_seq s JOIN proj_watermark w USING (part)",
+  );
+  t.diagnostic(`note after-recovery audit: ${JSON.stringify(audit)}; projection lag=${lagRows[0]!.lag}`);
+  assert.deepEqual(audit, { invalidRows: 0, versionMismatchPairs: 0, blockedButNotRemoved: 0, illegalTransitions: 0, sequenceViolations: 0 });
+
+  const drained = await new RelationProjector(pool).drain();
+  const diff = await projectionDiff(pool);
+  const { rows: marks } = await pool.query<{ part: number; applied_upto: number; last: number }>(
+    "SELECT part, w.applied_upto, s.last FROM event_seq s JOIN proj_watermark w USING (part) ORDER BY part",
+  );
+  t.diagnostic(`note after-drain diff=${formatDiff(diff)} drained=${JSON.stringify(drained)} watermarks=[${marks.map((m) => `p${m.part}:${m.applied_upto}/${m.last}`).join(" ")}]`);
+  assert.equal(formatDiff(diff), "0,0,0");
+  assert.equal(marks.length, partitions);
+  for (const m of marks) assert.equal(m.applied_upto, m.last, `partition ${m.part}: watermark = event_seq.last`);
+}
+
+test("30-beyond-2 P=1 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges", { timeout: 180_000 }, async (t) => {
+  await run(t, 1, 3021);
+});
+
+test("30-beyond-2 P=4 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges", { timeout: 180_000 }, async (t) => {
+  await run(t, 4, 3024);
+});
