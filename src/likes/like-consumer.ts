@@ -84,6 +84,7 @@ export class LikeConsumer {
     const ordered = [...events].sort((a, b) => (a.itemId < b.itemId ? -1 : a.itemId > b.itemId ? 1 : a.seq - b.seq));
     return withTransaction(this.pool, async (client) => {
       await lockWatermark(client, "likes", part);
+      await requireOutboxMatch(client, part, events);
       const stats = emptyStats();
       for (const event of ordered) {
         await client.query(
@@ -154,3 +155,21 @@ export class LikeConsumer {
 }
 
 const noHooks = new Hooks();
+
+/**
+ * A transport carries copies; the outbox is the truth. A delivered event that is not in the
+ * outbox, or differs from its row, is refused before it can touch a count.
+ */
+async function requireOutboxMatch(client: PoolClient, part: number, events: readonly LikeEvent[]): Promise<void> {
+  const { rows } = await client.query<OutboxRow>(
+    "SELECT part, seq, user_id, item_id, delta, version FROM like_outbox WHERE part = $1 AND seq = ANY ($2::bigint[])",
+    [part, events.map((e) => e.seq)],
+  );
+  const stored = new Map(rows.map((r) => [r.seq, toEvent(r)]));
+  for (const e of events) {
+    const s = stored.get(e.seq);
+    if (!s || s.userId !== e.userId || s.itemId !== e.itemId || s.delta !== e.delta || s.version !== e.version) {
+      throw new InvalidInputError("events", `event ${part}:${e.seq} ${s ? "does not match" : "is not in"} the outbox`);
+    }
+  }
+}

@@ -1,6 +1,6 @@
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
-import { LedgerError } from "../errors.ts";
+import { InvalidInputError, LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 
@@ -63,6 +63,9 @@ export class LikeRebuild {
   }
 
   async rebuild(options: { items?: readonly string[] } = {}): Promise<RebuildReport> {
+    if (options.items !== undefined && !Array.isArray(options.items)) {
+      throw new InvalidInputError("items", "must be an array of item ids when given");
+    }
     const items = options.items?.map((id) => validateId("itemId", id));
     const drifted: ItemDrift[] = [];
     let itemsChecked = 0;

@@ -91,6 +91,7 @@ export class RelationProjector {
       x.e.followee < y.e.followee ? -1 : x.e.followee > y.e.followee ? 1 : x.e.follower < y.e.follower ? -1 : x.e.follower > y.e.follower ? 1 : x.i - y.i,
     );
     return withTransaction(this.pool, async (client) => {
+      await requireEventMatch(client, part, events);
       const verdicts: Verdict[] = new Array(events.length);
       const counts = emptyVerdicts();
       for (const { e, i } of order) {
@@ -144,5 +145,20 @@ export class RelationProjector {
       return pass.applied + pass.stale + pass.dup;
     });
     return total;
+  }
+}
+
+/** A transport carries copies; relation_event is the truth. Unknown or altered events are refused. */
+async function requireEventMatch(client: PoolClient, part: number, events: readonly RelationEvent[]): Promise<void> {
+  const { rows } = await client.query<EventRow>(
+    "SELECT part, seq, follower, followee, state, version, created_at FROM relation_event WHERE part = $1 AND seq = ANY ($2::bigint[])",
+    [part, events.map((e) => e.seq)],
+  );
+  const stored = new Map(rows.map((r) => [r.seq, r]));
+  for (const e of events) {
+    const s = stored.get(e.seq);
+    if (!s || s.follower !== e.follower || s.followee !== e.followee || s.state !== e.state || s.version !== e.version) {
+      throw new InvalidInputError("events", `relation event ${part}:${e.seq} ${s ? "does not match" : "is not in"} relation_event`);
+    }
   }
 }
