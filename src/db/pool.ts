@@ -1,4 +1,5 @@
 import pg from "pg";
+import { mapPgError } from "./errors.ts";
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
@@ -13,8 +14,22 @@ export interface PoolOptions {
   applicationName?: string;
 }
 
+/**
+ * A pg.Pool whose one-shot `query` rejects with the typed errors of errors.ts, so reads
+ * outside withTransaction (which maps its own errors) fail the same way writes do.
+ */
+class MappedPool extends pg.Pool {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- forwards every overload of pg.Pool#query unchanged
+  override query(...args: any[]): any {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const result = (super.query as (...a: any[]) => unknown)(...args);
+    if (result instanceof Promise) return result.catch((err: unknown) => Promise.reject(mapPgError(err)));
+    return result;
+  }
+}
+
 export function createPool(options: PoolOptions): Pool {
-  const pool = new pg.Pool({
+  const pool = new MappedPool({
     connectionString: options.connectionString,
     max: options.max ?? 10,
     application_name: options.applicationName ?? "social-ledger",
