@@ -2,7 +2,7 @@ import { readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Pool } from "./pool.ts";
-import { UniqueViolationError, mapPgError } from "./errors.ts";
+import { DatabaseError, mapPgError } from "./errors.ts";
 import { withTransaction } from "./transaction.ts";
 
 const MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
@@ -25,6 +25,9 @@ export async function loadMigrations(dir: string = MIGRATIONS_DIR): Promise<Migr
   return migrations;
 }
 
+/** What a losing CREATE TABLE IF NOT EXISTS can raise while the winner commits the same table. */
+const CATALOG_RACE_SQLSTATES: ReadonlySet<string> = new Set(["23505", "42P07", "42710"]);
+
 async function ensureMigrationTable(pool: Pool): Promise<void> {
   try {
     await pool.query(
@@ -40,8 +43,8 @@ async function ensureMigrationTable(pool: Pool): Promise<void> {
     // row type exists, committed between the two catalog checks) although the table now
     // exists, which is all we need.
     const mapped = mapPgError(err);
-    const sqlState = (err as { code?: string }).code;
-    if (!(mapped instanceof UniqueViolationError) && sqlState !== "42P07" && sqlState !== "42710") throw mapped;
+    const sqlState = mapped instanceof DatabaseError ? mapped.sqlState : undefined;
+    if (!(sqlState !== undefined && CATALOG_RACE_SQLSTATES.has(sqlState))) throw mapped;
   }
 }
 

@@ -239,7 +239,7 @@ test("first-time race on ledger_migration itself: both migrators tolerate the lo
     b = migrate(db.pool("first-b"), CONTROLLED.filter((m) => m.id !== 2));
     // Negative control: the same statement issued bare fails once the creator commits,
     // so the runner really does have to absorb that error.
-    raw = db.pool("bare").query(ddl).then(() => "succeeded", (err: { code?: string }) => err.code);
+    raw = db.pool("bare").query(ddl).then(() => "succeeded", (err: { sqlState?: string }) => err.sqlState);
     for (const name of ["first-a", "first-b", "bare"]) {
       const wait = await waitUntilBlocked(observer, name);
       assert.equal(wait.locktype, "transactionid", `${name} waits for the creator's transaction`);
@@ -280,7 +280,7 @@ test("first-time race, free-running: every catalog error a losing creator can se
   const bareCodes = new Map<string, number>();
   for (let round = 0; round < 25; round++) {
     for (const r of await race(round, (p) => p.query(ddl))) {
-      const key = r.status === "fulfilled" ? "ok" : String((r.reason as { code?: string }).code);
+      const key = r.status === "fulfilled" ? "ok" : String((r.reason as { sqlState?: string }).sqlState);
       bareCodes.set(key, (bareCodes.get(key) ?? 0) + 1);
     }
   }
