@@ -7,7 +7,12 @@ export interface Config {
   databaseUrl: string | undefined;
   dataDir: string;
   port: number;
-  partitions: number;
+  /** Partition count for a new database (LEDGER_PARTITIONS); an existing database keeps its own. */
+  partitions: number | undefined;
+  /** HS256 secret (LEDGER_JWT_SECRET); the embedded default keeps a generated one in the data directory. */
+  jwtSecret: string | undefined;
+  /** Writes per user per minute. */
+  writesPerMinute: number;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -24,6 +29,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl: env.DATABASE_URL || undefined,
     dataDir: path.resolve(env.LEDGER_DATA_DIR || "./data"),
     port: integer("PORT", env.PORT, 8080, 1, 65535),
-    partitions: integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024),
+    partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
+    jwtSecret: env.LEDGER_JWT_SECRET || undefined,
+    writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
   };
 }

@@ -5,7 +5,7 @@ import { InvalidInputError } from "./errors.ts";
  * printable, bounded and free of whitespace, so that they are safe in logs, URLs and cursors.
  */
 export const MAX_ID_LENGTH = 128;
-const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@-]*$/;
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@-]*$/;
 
 export function validateId(field: string, value: unknown): string {
   if (typeof value !== "string") throw new InvalidInputError(field, `must be a string, got ${typeof value}`);

@@ -1,0 +1,91 @@
+import Fastify, { type FastifyInstance } from "fastify";
+import fp from "fastify-plugin";
+import rateLimit from "@fastify/rate-limit";
+import swagger from "@fastify/swagger";
+import swaggerUi from "@fastify/swagger-ui";
+import { randomUUID } from "node:crypto";
+import type { Ledger } from "../ledger.ts";
+import "./context.ts";
+import { authPlugin } from "./auth.ts";
+import { errorBody, handleError } from "./errors.ts";
+import { LedgerMetrics } from "./metrics.ts";
+import { errorSchema } from "./schemas.ts";
+import { adminRoutes } from "./routes/admin.ts";
+import { healthRoutes } from "./routes/health.ts";
+import { likeRoutes } from "./routes/likes.ts";
+import { postRoutes } from "./routes/posts.ts";
+import { relationRoutes } from "./routes/relations.ts";
+
+export interface AppOptions {
+  ledger: Ledger;
+  jwtSecret: Uint8Array;
+  metrics?: LedgerMetrics;
+  /** Writes per user per minute (likes, follows, blocks, posts). */
+  writesPerMinute?: number;
+}
+
+/**
+ * The API as a plugin: external plugins, then ours (auth, metrics), then routes. server.ts
+ * only builds and listens; tests build it and inject or listen.
+ */
+export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
+  app.decorate("ledger", opts.ledger);
+  app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
+  app.addSchema({ $id: "LedgerError", ...errorSchema });
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler((request, reply) => {
+    void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: "3.0.3",
+      info: { title: "social-ledger", version: "1", description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag." },
+      components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } } },
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: "/docs" });
+  await app.register(rateLimit, { global: false });
+  await app.register(authPlugin, { secret: opts.jwtSecret });
+
+  const metrics = app.metrics;
+  app.addHook("onResponse", async (request, reply) => {
+    const route = request.routeOptions.url ?? "unmatched";
+    metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
+    metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+  });
+  app.addHook("onSend", async (request, reply) => {
+    void reply.header("x-request-id", request.id);
+  });
+
+  const writeRateLimit = {
+    max: opts.writesPerMinute ?? 600,
+    timeWindow: "1 minute",
+    keyGenerator: (request: { caller: { id: string } | null; ip: string }) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
+  };
+  await app.register(healthRoutes);
+  await app.register(likeRoutes, { writeRateLimit });
+  await app.register(relationRoutes, { writeRateLimit });
+  await app.register(postRoutes, { writeRateLimit });
+  await app.register(adminRoutes);
+  app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+});
+
+export interface BuildOptions extends AppOptions {
+  /** pino options, or false for no logs (tests). */
+  logger?: boolean | { level: string };
+}
+
+export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: options.logger ?? { level: "info" },
+    bodyLimit: 64 * 1024,
+    genReqId: (request) => {
+      const given = request.headers["x-request-id"];
+      return typeof given === "string" && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : randomUUID();
+    },
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: "array", useDefaults: true } },
+  });
+  await app.register(ledgerApp, options);
+  return app;
+}

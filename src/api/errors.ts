@@ -1,0 +1,70 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
+import { LedgerError } from "../errors.ts";
+
+/** Errors of the HTTP layer itself, with the same {code, message} shape as the library's. */
+export class HttpError extends LedgerError {
+  readonly statusCode: number;
+  constructor(statusCode: number, code: string, message: string) {
+    super(code, message);
+    this.statusCode = statusCode;
+  }
+}
+
+export const unauthenticated = (message: string) => new HttpError(401, "UNAUTHENTICATED", message);
+export const forbidden = (message: string) => new HttpError(403, "FORBIDDEN", message);
+/** Missing, or not visible to the caller: the two are indistinguishable on purpose. */
+export const notFound = (what: string) => new HttpError(404, "NOT_FOUND", `${what} not found`);
+
+/** Stable library codes -> HTTP status. Anything unlisted is a 500. */
+const STATUS_BY_CODE: Record<string, number> = {
+  INVALID_INPUT: 400,
+  ITEM_NOT_FOUND: 404,
+  ACCOUNT_NOT_FOUND: 404,
+  POST_NOT_FOUND: 404,
+  SELF_FOLLOW: 409,
+  SELF_BLOCK: 409,
+  BLOCKED: 409,
+  NOT_PENDING: 409,
+  PARTITION_CONFIG: 500,
+};
+
+export interface ErrorBody {
+  error: { code: string; message: string };
+}
+
+export function errorBody(code: string, message: string): ErrorBody {
+  return { error: { code, message } };
+}
+
+/** The one error handler: every error body is {error: {code, message}} with a stable code. */
+export function handleError(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
+  if (err instanceof HttpError) {
+    void reply.status(err.statusCode).send(errorBody(err.code, err.message));
+    return;
+  }
+  if (err instanceof LedgerError) {
+    const status = STATUS_BY_CODE[err.code] ?? 500;
+    if (status >= 500) request.log.error({ err }, "ledger error");
+    void reply.status(status).send(errorBody(status >= 500 ? "INTERNAL" : err.code, status >= 500 ? "internal error" : err.message));
+    return;
+  }
+  const fe = err as FastifyError;
+  if (fe.validation) {
+    void reply.status(400).send(errorBody("INVALID_INPUT", fe.message));
+    return;
+  }
+  if (fe.statusCode === 413) {
+    void reply.status(413).send(errorBody("PAYLOAD_TOO_LARGE", fe.message));
+    return;
+  }
+  if (fe.statusCode === 429) {
+    void reply.status(429).send(errorBody("RATE_LIMITED", fe.message));
+    return;
+  }
+  if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
+    void reply.status(fe.statusCode).send(errorBody(fe.code ?? "BAD_REQUEST", fe.message));
+    return;
+  }
+  request.log.error({ err }, "unhandled error");
+  void reply.status(500).send(errorBody("INTERNAL", "internal error"));
+}

@@ -1,0 +1,106 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { requireAdmin, requireCaller } from "../auth.ts";
+import { notFound } from "../errors.ts";
+import { bearer, errors, idParams, lagQuery, likeOutcome, pageQuery } from "../schemas.ts";
+import { readCount } from "../../likes/like-audit.ts";
+import { listLikers } from "../../likes/like-reads.ts";
+import type { LikeResult } from "../../likes/types.ts";
+import type { Ledger } from "../../ledger.ts";
+
+type IdRequest = FastifyRequest<{ Params: { id: string } }>;
+
+/**
+ * An item is visible when it exists and, if it is a post, the caller may read it (decided on
+ * the truth: writes and exact reads should not ride on projection lag). Invisible and missing
+ * look the same, so a blocked user learns nothing about the post.
+ */
+export async function requireVisibleItem(ledger: Ledger, callerId: string, itemId: string): Promise<void> {
+  const { rows } = await ledger.pool.query<{ item: boolean; post: boolean }>(
+    "SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item, EXISTS (SELECT 1 FROM post WHERE post_id = $1) AS post",
+    [itemId],
+  );
+  if (!rows[0]!.item) throw notFound("item");
+  if (rows[0]!.post && !(await ledger.posts.canRead(callerId, itemId, "TRUTH")).allowed) throw notFound("item");
+}
+
+export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: object }): Promise<void> {
+  const { ledger, metrics } = app;
+
+  app.put("/v1/items/:id", {
+    schema: {
+      tags: ["likes"], summary: "Make an item likeable (admin)", security: bearer, params: idParams,
+      response: { 200: { type: "object", properties: { id: { type: "string" } } }, ...errors(400, 401, 403) },
+    },
+  }, async (request: IdRequest) => {
+    requireAdmin(request);
+    await ledger.likes.createItem(request.params.id);
+    return { id: request.params.id };
+  });
+
+  const setLike = (want: boolean) => async (request: IdRequest) => {
+    const caller = requireCaller(request);
+    await requireVisibleItem(ledger, caller.id, request.params.id);
+    const result: LikeResult = want
+      ? await ledger.likes.like(caller.id, request.params.id)
+      : await ledger.likes.unlike(caller.id, request.params.id);
+    metrics.outcomes.inc({ operation: want ? "like" : "unlike", outcome: result.outcome });
+    if (result.outcome === "REJECTED") throw notFound("item");
+    return { outcome: result.outcome, liked: result.liked, version: result.version, seq: result.seq };
+  };
+  const likeSchema = (summary: string) => ({
+    tags: ["likes"], summary, security: bearer, params: idParams,
+    response: { 200: likeOutcome, ...errors(400, 401, 404, 429) },
+  });
+  app.put("/v1/items/:id/likes/me", { schema: likeSchema("Like (set-target-state: repeating is a NOOP)"), config: { rateLimit: opts.writeRateLimit } }, setLike(true));
+  app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike"), config: { rateLimit: opts.writeRateLimit } }, setLike(false));
+
+  app.get("/v1/items/:id/likes/me", {
+    schema: {
+      tags: ["likes"], summary: "Whether I like the item, from the facts (read-your-writes)", security: bearer, params: idParams,
+      response: { 200: { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } }, ...errors(400, 401, 404) },
+    },
+  }, async (request: IdRequest) => {
+    const caller = requireCaller(request);
+    await requireVisibleItem(ledger, caller.id, request.params.id);
+    return ledger.likes.hasLiked(caller.id, request.params.id);
+  });
+
+  app.get("/v1/items/:id/like-count", {
+    schema: {
+      tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem",
+      security: bearer, params: idParams, querystring: lagQuery,
+      response: {
+        200: {
+          type: "object",
+          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForItem: { type: "integer" }, stale: { type: "boolean" } },
+        },
+        ...errors(400, 401, 404),
+      },
+    },
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+    const caller = requireCaller(request);
+    await requireVisibleItem(ledger, caller.id, request.params.id);
+    const r = await readCount(ledger.pool, request.params.id, request.query.allowedLag);
+    return { count: r.n, lag: r.lag, pendingForItem: r.pendingForItem, stale: r.stale };
+  });
+
+  app.get("/v1/items/:id/likes", {
+    schema: {
+      tags: ["likes"], summary: "Who likes the item, newest first (opaque cursor)", security: bearer, params: idParams, querystring: pageQuery,
+      response: {
+        200: {
+          type: "object",
+          properties: {
+            likers: { type: "array", items: { type: "object", properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } } },
+            nextCursor: { type: "string" },
+          },
+        },
+        ...errors(400, 401, 404),
+      },
+    },
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { limit: number; cursor?: string } }>) => {
+    const caller = requireCaller(request);
+    await requireVisibleItem(ledger, caller.id, request.params.id);
+    return listLikers(ledger.pool, request.params.id, request.query);
+  });
+}

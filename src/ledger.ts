@@ -1,0 +1,64 @@
+import type { Pool } from "./db/pool.ts";
+import { readPartitions } from "./db/ledger-config.ts";
+import { Hooks } from "./hooks.ts";
+import { LikeConsumer } from "./likes/like-consumer.ts";
+import { LikeRebuild } from "./likes/like-rebuild.ts";
+import { LikeService } from "./likes/like-service.ts";
+import { PostService } from "./relations/posts.ts";
+import { RelationProjector } from "./relations/projector.ts";
+import { RelationService } from "./relations/relation-service.ts";
+import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
+
+/** Every service of the library over one pool: what the HTTP API, the CLI and the workers share. */
+export interface Ledger {
+  pool: Pool;
+  partitions: number;
+  hooks: Hooks;
+  likes: LikeService;
+  likeConsumer: LikeConsumer;
+  likeRebuild: LikeRebuild;
+  relations: RelationService;
+  projector: RelationProjector;
+  posts: PostService;
+}
+
+export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): Promise<Ledger> {
+  const hooks = options.hooks ?? new Hooks();
+  return {
+    pool,
+    partitions: await readPartitions(pool),
+    hooks,
+    likes: await LikeService.open(pool, { hooks }),
+    likeConsumer: new LikeConsumer(pool, { hooks }),
+    likeRebuild: new LikeRebuild(pool, { hooks }),
+    relations: await RelationService.open(pool, { hooks }),
+    projector: new RelationProjector(pool, { hooks }),
+    posts: await PostService.open(pool, { hooks }),
+  };
+}
+
+export interface WorkerEvents {
+  onLikes?: (stats: { applied: number; covered: number; dup: number }) => void;
+  onRelations?: (verdicts: { applied: number; stale: number; dup: number }) => void;
+}
+
+/** The two consumer loops (like counter, follower projector) over the given partitions (all by default). */
+export function createWorkers(
+  ledger: Ledger,
+  options: PartitionWorkerOptions & WorkerEvents & { partitions?: readonly number[]; batchSize?: number } = {},
+): PartitionWorker[] {
+  const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
+  const batchSize = options.batchSize ?? 200;
+  return [
+    new PartitionWorker("like-counter", async () => {
+      const s = await ledger.likeConsumer.pollOnce(parts, batchSize);
+      options.onLikes?.(s);
+      return s.applied + s.covered + s.dup;
+    }, options),
+    new PartitionWorker("follower-projector", async () => {
+      const v = await ledger.projector.pollOnce(parts, batchSize);
+      options.onRelations?.(v);
+      return v.applied + v.stale + v.dup;
+    }, options),
+  ];
+}

@@ -1,0 +1,51 @@
+import type { FastifyInstance } from "fastify";
+import { buildApp } from "../api/app.ts";
+import { LedgerMetrics } from "../api/metrics.ts";
+import type { Config } from "../config.ts";
+import { createWorkers, openLedger } from "../ledger.ts";
+import type { PartitionWorker } from "../workers/partition-worker.ts";
+import { openDatabase, type Database } from "./database.ts";
+import { loadJwtSecret } from "./secret.ts";
+
+export interface Service {
+  app: FastifyInstance;
+  address: string;
+  database: Database;
+  workers: PartitionWorker[];
+  /** Stop accepting, finish in-flight requests and the current consumer batches, stop the database. */
+  stop(): Promise<void>;
+}
+
+/** `npm start` / `social-ledger serve`: database, migrations, HTTP API and (unless disabled) the consumers. */
+export async function startService(config: Config, options: { workers?: boolean; host?: string; logger?: boolean } = {}): Promise<Service> {
+  const database = await openDatabase(config, { applicationName: "social-ledger-serve" });
+  const ledger = await openLedger(database.pool);
+  const metrics = new LedgerMetrics(database.pool);
+  const app = await buildApp({
+    ledger, metrics, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
+    logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
+  });
+  const workers = options.workers === false ? [] : createWorkers(ledger, {
+    onError: (err) => app.log.warn({ err }, "consumer pass failed; retrying"),
+    onLikes: (s) => {
+      for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "like_count", verdict }, n);
+    },
+    onRelations: (v) => {
+      for (const [verdict, n] of Object.entries(v)) if (n > 0) metrics.consumerEvents.inc({ consumer: "follower_projection", verdict }, n);
+    },
+  });
+  const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
+  for (const w of workers) w.start();
+  let stopping: Promise<void> | undefined;
+  return {
+    app, address, database, workers,
+    stop() {
+      stopping ??= (async () => {
+        await app.close();
+        await Promise.all(workers.map((w) => w.stop()));
+        await database.close();
+      })();
+      return stopping;
+    },
+  };
+}
