@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createPool, type Pool } from "../../src/db/pool.ts";
+import { WriteGuard, invalidInput } from "../support/write-guard.ts";
 import { initLedger } from "../../src/db/ledger-config.ts";
-import { InvalidInputError, PartitionConfigError } from "../../src/errors.ts";
+import { PartitionConfigError } from "../../src/errors.ts";
 import { readCount } from "../../src/likes/like-audit.ts";
 import { UnknownItemsError } from "../../src/likes/like-rebuild.ts";
 import { ITEM_NOT_FOUND } from "../../src/likes/like-service.ts";
@@ -20,77 +20,14 @@ const PARTITIONS = 2;
 const BRIEF_TABLES = ["like_fact", "like_outbox", "like_seq", "like_count", "processed_event", "item", "like_rebuild_run"];
 
 let f: LikesFixture;
-let observer: Pool; // a separate pool, so snapshots are not counted as statements of the code under test
-let snapshotSql: string;
-let statements = 0;
+let guard: WriteGuard;
 let pendingByPart: LikeEvent[][];
 
-/** Counts every query and checkout on the fixture's pool (pg-pool's query also checks out). */
-function countStatements(pool: Pool): void {
-  const target = pool as unknown as Record<"query" | "connect", (...args: unknown[]) => unknown>;
-  for (const method of ["query", "connect"] as const) {
-    const original = target[method]!;
-    target[method] = (...args: unknown[]) => {
-      statements++;
-      return original.apply(pool, args);
-    };
-  }
-}
 
-/**
- * One statement, one MVCC snapshot: per table of the schema its row count and an md5 over
- * all its rows, per sequence its position, plus the figures the brief names explicitly.
- */
-async function buildSnapshotSql(): Promise<string> {
-  const { rows } = await observer.query<{ name: string; kind: string }>(
-    `SELECT c.relname AS name, c.relkind::text AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = 'public' AND c.relkind IN ('r', 'S') ORDER BY c.relname`,
-  );
-  const tables = rows.filter((r) => r.kind === "r").map((r) => r.name);
-  for (const t of BRIEF_TABLES) assert.ok(tables.includes(t), `schema has ${t}`);
-  const parts = rows.map(({ name, kind }) =>
-    kind === "r"
-      ? `'${name}', (SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '-') FROM ${name} x)`
-      : `'${name}', (SELECT last_value || ':' || is_called FROM ${name})`,
-  );
-  parts.push(`'like_seq.sum(last)', (SELECT sum(last)::text FROM like_seq)`);
-  parts.push(`'counter_watermark.sum(applied_upto)', (SELECT sum(applied_upto)::text FROM counter_watermark)`);
-  parts.push(`'like_count.sum(n)', (SELECT coalesce(sum(n), 0)::text FROM like_count)`);
-  return `SELECT jsonb_build_object(${parts.join(", ")}) AS s`;
-}
 
-async function snapshot(): Promise<Record<string, string>> {
-  const { rows } = await observer.query<{ s: Record<string, string> }>(snapshotSql);
-  return rows[0]!.s;
-}
-
-function invalid(field: string) {
-  return (err: unknown): boolean => {
-    assert.ok(err instanceof InvalidInputError, `expected InvalidInputError for ${field}, got ${String(err)}`);
-    assert.equal(err.code, "INVALID_INPUT");
-    assert.equal(err.field, field);
-    assert.ok(err.message.startsWith(`${field}: `), `the message names the field: ${err.message}`);
-    return true;
-  };
-}
-
-/** Runs `action`, which must fail as `check` says, and asserts that nothing was written (and, if asked, nothing sent). */
-async function rejectsWritingNothing(
-  label: string,
-  action: () => Promise<unknown>,
-  check: (err: unknown) => boolean,
-  options: { noStatements: boolean },
-): Promise<void> {
-  const before = await snapshot();
-  statements = 0;
-  await assert.rejects(async () => action(), (err: unknown) => check(err), label);
-  if (options.noStatements) assert.equal(statements, 0, `${label}: rejected before any statement was sent`);
-  assert.deepEqual(await snapshot(), before, `${label}: nothing written`);
-}
 
 test.before(async () => {
   f = await likesFixture(PARTITIONS);
-  observer = createPool({ connectionString: f.db.url, max: 2 });
   // Committed history: likes, an unlike, all consumed, one rebuild run recorded.
   const inPart = (p: number) => Array.from({ length: 40 }, (_, i) => user(i + 1)).filter((u) => f.likes.partitionOf(u) === p).slice(0, 4);
   const users = [...inPart(0), ...inPart(1)];
@@ -105,14 +42,13 @@ test.before(async () => {
   await f.likes.unlike(users[5]!, "item-lab-01");
   pendingByPart = [await f.consumer.fetchPending(0, 100), await f.consumer.fetchPending(1, 100)];
   assert.ok(pendingByPart[0]!.length > 0 && pendingByPart[1]!.length > 0, "pending events in both partitions");
-  snapshotSql = await buildSnapshotSql();
-  const s = await snapshot();
+  guard = await WriteGuard.create(f.db.url, f.db.pool, { mustHave: BRIEF_TABLES, figures: { "like_seq.sum(last)": "SELECT sum(last) FROM like_seq", "counter_watermark.sum(applied_upto)": "SELECT sum(applied_upto) FROM counter_watermark", "like_count.sum(n)": "SELECT coalesce(sum(n), 0) FROM like_count" } });
+  const s = await guard.snapshot();
   for (const t of BRIEF_TABLES) assert.notEqual(s[t]!.split(":")[0], "0", `${t} is not empty, so a stray write or delete is visible`);
-  countStatements(f.db.pool);
 });
 
 test.after(async () => {
-  await observer?.end();
+  await guard?.close();
   await f?.close();
 });
 
@@ -156,24 +92,24 @@ test("malformed ids: every entry point throws InvalidInputError naming the field
       ["rebuild({items:[good, bad]})", "itemId", () => f.rebuild.rebuild({ items: [item, "item-lab-03", id] })],
     ];
     for (const [name, field, call] of calls) {
-      await rejectsWritingNothing(`${name} with ${label}`, call, invalid(field), { noStatements: true });
+      await guard.rejectsWritingNothing(`${name} with ${label}`, call, invalidInput(field), { noStatements: true });
     }
   }
 });
 
 test("allowedLag must be a non-negative safe integer", async () => {
   for (const bad of [-1, -16, 1.5, 0.1, NaN, Infinity, -Infinity, 2 ** 53, "16", "0", null, undefined, true, {}]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `readCount allowedLag=${String(bad)}`,
       () => readCount(f.db.pool, "item-lab-01", bad as number),
-      invalid("allowedLag"),
+      invalidInput("allowedLag"),
       { noStatements: true },
     );
   }
   // Positive control: the boundary values are accepted and read (statements are sent).
-  statements = 0;
+  guard.statements = 0;
   const reading = await readCount(f.db.pool, "item-lab-01", 0);
-  assert.ok(statements > 0);
+  assert.ok(guard.statements > 0);
   assert.equal(reading.stale, reading.lag > 0);
   assert.equal((await readCount(f.db.pool, "item-lab-01", Number.MAX_SAFE_INTEGER)).stale, false);
 });
@@ -185,14 +121,14 @@ test("unknown item: like/unlike are REJECTED with ITEM_NOT_FOUND, rebuild throws
     ["unlike", () => f.likes.unlike(user(1), "nope")],
     ["like (user of the other partition)", () => f.likes.like(otherPartitionUser, "no-such-item")],
   ] as const) {
-    const before = await snapshot();
+    const before = await guard.snapshot();
     const result = await call();
     assert.equal(result.outcome, "REJECTED", name);
     assert.equal(result.code, ITEM_NOT_FOUND);
     assert.equal(result.seq, 0, "no sequence number was taken");
-    assert.deepEqual(await snapshot(), before, `${name}: nothing written (no fact, no event, no seq bump)`);
+    assert.deepEqual(await guard.snapshot(), before, `${name}: nothing written (no fact, no event, no seq bump)`);
   }
-  await rejectsWritingNothing(
+  await guard.rejectsWritingNothing(
     "rebuild({items:['nope']})",
     () => f.rebuild.rebuild({ items: ["nope"] }),
     (err) => {
@@ -204,28 +140,28 @@ test("unknown item: like/unlike are REJECTED with ITEM_NOT_FOUND, rebuild throws
     { noStatements: false },
   );
   // Known items listed before the unknown ones are not installed either: the check comes first.
-  await rejectsWritingNothing(
+  await guard.rejectsWritingNothing(
     "rebuild({items:[known..., unknown...]})",
     () => f.rebuild.rebuild({ items: ["item-lab-01", "item-lab-03", "nope-1", "nope-2"] }),
     (err) => err instanceof UnknownItemsError && err.itemIds.slice().sort().join(",") === "nope-1,nope-2",
     { noStatements: false },
   );
-  const before = await snapshot();
+  const before = await guard.snapshot();
   assert.deepEqual(await f.likes.hasLiked(user(1), "nope"), { liked: false, version: 0 });
-  assert.deepEqual(await snapshot(), before);
+  assert.deepEqual(await guard.snapshot(), before);
 });
 
 test("initLedger: malformed partitions -> InvalidInputError; a different P than the database's -> PartitionConfigError", async () => {
   for (const bad of [0, -1, 1025, 2000, 1.5, NaN, Infinity, "2", null, true]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `initLedger({partitions: ${String(bad)}})`,
       () => initLedger(f.db.pool, { partitions: bad as number }),
-      invalid("partitions"),
+      invalidInput("partitions"),
       { noStatements: true },
     );
   }
   for (const other of [1, 3, 4, 1024]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `initLedger({partitions: ${other}}) on a P=${PARTITIONS} database`,
       () => initLedger(f.db.pool, { partitions: other }),
       (err) => {
@@ -238,10 +174,10 @@ test("initLedger: malformed partitions -> InvalidInputError; a different P than 
     );
   }
   // Reopening with the same P, or without saying, is a no-op.
-  const before = await snapshot();
+  const before = await guard.snapshot();
   assert.equal(await initLedger(f.db.pool, { partitions: PARTITIONS }), PARTITIONS);
   assert.equal(await initLedger(f.db.pool), PARTITIONS);
-  assert.deepEqual(await snapshot(), before);
+  assert.deepEqual(await guard.snapshot(), before);
 });
 
 test("LikeConsumer.applyBatch: a batch spanning two partitions, or an empty batch, is refused before anything is written", async () => {
@@ -251,17 +187,17 @@ test("LikeConsumer.applyBatch: a batch spanning two partitions, or an empty batc
     ["p1 + one event of p0", [...p1, p0[0]!]],
     ["empty", []],
   ] as const) {
-    await rejectsWritingNothing(`applyBatch(${label})`, () => f.consumer.applyBatch(batch), invalid("events"), { noStatements: true });
+    await guard.rejectsWritingNothing(`applyBatch(${label})`, () => f.consumer.applyBatch(batch), invalidInput("events"), { noStatements: true });
   }
 });
 
 test("negative controls: the snapshot and the statement counter see a single write", async () => {
   // The longest valid id is accepted and its insert is visible in the snapshot.
-  let before = await snapshot();
-  statements = 0;
+  let before = await guard.snapshot();
+  guard.statements = 0;
   await f.likes.createItem("a".repeat(128));
-  assert.ok(statements > 0);
-  let after = await snapshot();
+  assert.ok(guard.statements > 0);
+  let after = await guard.snapshot();
   assert.notDeepEqual(after, before);
   assert.notEqual(after.item, before.item);
 
@@ -269,13 +205,13 @@ test("negative controls: the snapshot and the statement counter see a single wri
   before = after;
   const applied = await f.consumer.applyBatch(pendingByPart[0]!);
   assert.equal(applied.applied, pendingByPart[0]!.length);
-  after = await snapshot();
+  after = await guard.snapshot();
   for (const t of ["processed_event", "like_count", "counter_watermark"]) assert.notEqual(after[t], before[t], `${t} changed`);
 
   // Rebuilding the known items alone installs them: the rejected mixed rebuild above would have shown this.
   before = after;
   await f.rebuild.rebuild({ items: ["item-lab-01", "item-lab-03"] });
-  after = await snapshot();
+  after = await guard.snapshot();
   assert.notEqual(after.like_count, before.like_count, "an install rewrites like_count rows");
   assert.notEqual(after.like_rebuild_run, before.like_rebuild_run, "a run is recorded");
 });

@@ -8,8 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createPool, type Pool } from "../../src/db/pool.ts";
-import { InvalidInputError } from "../../src/errors.ts";
+import { WriteGuard, invalidInput } from "../support/write-guard.ts";
 import { AccountNotFoundError, PostNotFoundError } from "../../src/relations/errors.ts";
 import { followerCount, listFollowers } from "../../src/relations/relation-reads.ts";
 import type { ReadMode, RelationResult, Visibility } from "../../src/relations/types.ts";
@@ -22,53 +21,10 @@ const PRIVATE = 3;
 const COUNTED = ["relation", "block", "relation_event", "post", "item", "account", "proj_follower"];
 
 let f: RelationsFixture;
-let observer: Pool; // a separate pool: snapshots are not statements of the code under test
-let snapshotSql: string;
-let statements = 0;
+let guard: WriteGuard;
 let followersPost: string; // a FOLLOWERS post of acct(1)
 
-/** Counts every query and checkout on the fixture's pool (pg-pool's query also checks out). */
-function countStatements(pool: Pool): void {
-  const target = pool as unknown as Record<"query" | "connect", (...args: unknown[]) => unknown>;
-  for (const method of ["query", "connect"] as const) {
-    const original = target[method];
-    target[method] = (...args: unknown[]) => {
-      statements++;
-      return original.apply(pool, args);
-    };
-  }
-}
 
-/** One statement, one snapshot: the named counts, sum(event_seq.last), and count:md5 of every public table. */
-async function buildSnapshotSql(): Promise<string> {
-  const { rows } = await observer.query<{ name: string }>(
-    `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY c.relname`,
-  );
-  const tables = rows.map((r) => r.name);
-  for (const t of COUNTED) assert.ok(tables.includes(t), `schema has ${t}`);
-  const parts = [
-    ...COUNTED.map((t) => `'count(${t})', (SELECT count(*) FROM ${t})`),
-    `'sum(event_seq.last)', (SELECT sum(last) FROM event_seq)`,
-    ...tables.map((t) => `'${t}', (SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '-') FROM ${t} x)`),
-  ];
-  return `SELECT jsonb_build_object(${parts.join(", ")}) AS s`;
-}
-
-async function snapshot(): Promise<Record<string, string | number>> {
-  const { rows } = await observer.query<{ s: Record<string, string | number> }>(snapshotSql);
-  return rows[0]!.s;
-}
-
-function invalid(field: string) {
-  return (err: unknown): boolean => {
-    assert.ok(err instanceof InvalidInputError, `expected InvalidInputError for ${field}, got ${String(err)}`);
-    assert.equal(err.code, "INVALID_INPUT");
-    assert.equal(err.field, field);
-    assert.ok(err.message.startsWith(`${field}: `), `the message names the field: ${err.message}`);
-    return true;
-  };
-}
 
 function accountNotFound(...ids: string[]) {
   return (err: unknown): boolean => {
@@ -79,45 +35,21 @@ function accountNotFound(...ids: string[]) {
   };
 }
 
-/**
- * Calls `action`, which must return a promise (a synchronous throw is a failure of its own)
- * that rejects as `check` says, and asserts that nothing was written (and, if asked, nothing sent).
- */
-async function rejectsWritingNothing(
-  label: string,
-  action: () => Promise<unknown>,
-  check: (err: unknown) => boolean,
-  options: { noStatements: boolean },
-): Promise<void> {
-  const before = await snapshot();
-  statements = 0;
-  let pending: Promise<unknown>;
-  try {
-    pending = action();
-  } catch (err) {
-    assert.fail(`${label}: threw synchronously instead of returning a rejected promise: ${String(err)}`);
-  }
-  await assert.rejects(pending, (err: unknown) => check(err), label);
-  if (options.noStatements) assert.equal(statements, 0, `${label}: refused before any statement was sent`);
-  else assert.ok(statements > 0, `${label}: the database was asked`);
-  assert.deepEqual(await snapshot(), before, `${label}: nothing written`);
-}
 
 /** A REJECTED result with a reason and the code, no event, and no row written. */
 async function rejectedWritingNothing(label: string, action: () => Promise<RelationResult>, code: string): Promise<RelationResult> {
-  const before = await snapshot();
+  const before = await guard.snapshot();
   const r = await action();
   assert.equal(r.outcome, "REJECTED", label);
   assert.equal(r.code, code, label);
   assert.ok(r.reason.length > 0, `${label}: a reason is given`);
   assert.equal(r.seq, 0, `${label}: no sequence number was taken`);
-  assert.deepEqual(await snapshot(), before, `${label}: nothing written`);
+  assert.deepEqual(await guard.snapshot(), before, `${label}: nothing written`);
   return r;
 }
 
 test.before(async () => {
   f = await relationsFixture(PARTITIONS, ACCOUNTS, [PRIVATE]);
-  observer = createPool({ connectionString: f.db.url, max: 2 });
   // Committed, projected history in both partitions: follows, a pending request, a block, posts.
   for (let i = 2; i <= 8; i++) await f.rel.follow(acct(i), acct(1));
   await f.rel.follow(acct(1), acct(PRIVATE));
@@ -131,20 +63,22 @@ test.before(async () => {
   // Pending events, so that a stray projector run would change rows too.
   for (let i = 9; i <= 14; i++) await f.rel.follow(acct(i), acct(i + 1));
   await f.rel.unfollow(acct(2), acct(1));
-  snapshotSql = await buildSnapshotSql();
-  const s = await snapshot();
+  guard = await WriteGuard.create(f.db.url, f.db.pool, { mustHave: COUNTED, figures: {
+    ...Object.fromEntries(COUNTED.map((t) => [`count(${t})`, `SELECT count(*) FROM ${t}`])),
+    "sum(event_seq.last)": "SELECT sum(last) FROM event_seq",
+  } });
+  const s = await guard.snapshot();
   for (const t of COUNTED) assert.notEqual(Number(s[`count(${t})`]), 0, `${t} is not empty, so a stray write or delete is visible`);
-  const { rows } = await observer.query<{ parts: number; lag: number }>(
+  const { rows } = await guard.observer.query<{ parts: number; lag: number }>(
     `SELECT (SELECT count(DISTINCT part) FROM relation_event)::int AS parts,
             (SELECT sum(s.last - w.applied_upto) FROM event_seq s JOIN proj_watermark w USING (part))::int AS lag`,
   );
   assert.equal(rows[0]!.parts, PARTITIONS, "events in every partition");
   assert.ok(rows[0]!.lag > 0, "unprojected events exist");
-  countStatements(f.db.pool);
 });
 
 test.after(async () => {
-  await observer?.end();
+  await guard?.close();
   await f?.close();
 });
 
@@ -156,7 +90,7 @@ test("30-bad-input self-follow and self-block are REJECTED with a reason and SEL
     await rejectedWritingNothing(`unfollow(${a}, ${a})`, () => f.rel.unfollow(a, a), "SELF_FOLLOW");
     if (a === acct(1)) t.diagnostic(`note self-follow: REJECTED ${follow.code} "${follow.reason}"; self-block: REJECTED ${block.code} "${block.reason}"`);
   }
-  const { rows } = await observer.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE follower = followee");
+  const { rows } = await guard.observer.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE follower = followee");
   assert.equal(rows[0]!.n, 0, "no self-pair row, not even a v0 placeholder");
 });
 
@@ -184,7 +118,7 @@ test("30-bad-input unknown accounts: follow/unfollow/decide/block/unblock/create
   calls.push([`createPost FOLLOWERS (unknown author)`, () => f.posts.createPost(ghost2, "FOLLOWERS", "hello"), [ghost2]]);
   let sample = "";
   for (const [label, call, named] of calls) {
-    await rejectsWritingNothing(label, call, (err) => {
+    await guard.rejectsWritingNothing(label, call, (err) => {
       sample ||= `${(err as Error).name} ${(err as AccountNotFoundError).code} "${(err as Error).message}"`;
       return accountNotFound(...named)(err);
     }, { noStatements: false });
@@ -239,36 +173,36 @@ test("30-bad-input malformed ids: every operation throws InvalidInputError namin
       ["getPost(postId)", "postId", () => f.posts.getPost(id)],
     ];
     for (const [name, field, call] of calls) {
-      await rejectsWritingNothing(`${name} with ${label}`, call, invalid(field), { noStatements: true });
+      await guard.rejectsWritingNothing(`${name} with ${label}`, call, invalidInput(field), { noStatements: true });
       checked++;
     }
   }
   // Both ids bad: the first named one is reported.
-  await rejectsWritingNothing("follow(bad, bad)", () => f.rel.follow("", "a/b"), invalid("follower"), { noStatements: true });
+  await guard.rejectsWritingNothing("follow(bad, bad)", () => f.rel.follow("", "a/b"), invalidInput("follower"), { noStatements: true });
   t.diagnostic(`note ${checked} malformed-id calls (${BAD_IDS.length} ids x 19 entry points) refused before any statement`);
 });
 
 test("30-bad-input unknown visibility and read mode -> InvalidInputError; unknown post -> PostNotFoundError; nothing written", async (t) => {
   for (const visibility of ["FRIENDS", "public", "", null, 1]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `createPost visibility=${JSON.stringify(visibility)}`,
       () => f.posts.createPost(acct(1), visibility as Visibility, "x"),
-      invalid("visibility"),
+      invalidInput("visibility"),
       { noStatements: true },
     );
   }
   for (const mode of ["PROJECTION", "truth", "fresh_token", "", null]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `canRead mode=${JSON.stringify(mode)}`,
       () => f.posts.canRead(acct(2), followersPost, mode as ReadMode),
-      invalid("mode"),
+      invalidInput("mode"),
       { noStatements: true },
     );
   }
   let message = "";
   for (const postId of ["no-such-post", "00000000-0000-0000-0000-000000000000"]) {
     for (const mode of ["TRUTH", "PROJECTION_ONLY", "CONTENT_TOKEN", "FRESH_TOKEN"] as const) {
-      await rejectsWritingNothing(`canRead unknown post ${postId} ${mode}`, () => f.posts.canRead(acct(2), postId, mode), (err) => {
+      await guard.rejectsWritingNothing(`canRead unknown post ${postId} ${mode}`, () => f.posts.canRead(acct(2), postId, mode), (err) => {
         assert.ok(err instanceof PostNotFoundError, String(err));
         assert.equal(err.code, "POST_NOT_FOUND");
         assert.ok(err.message.includes(postId));
@@ -283,10 +217,10 @@ test("30-bad-input unknown visibility and read mode -> InvalidInputError; unknow
 test("30-bad-input decide with approve not a boolean -> InvalidInputError (a rejected promise, not a synchronous throw)", async () => {
   // acct(PRIVATE) has a PENDING request from acct(1): a stray decide would change it.
   for (const approve of ["true", "yes", 1, 0, null, undefined, {}]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `decide approve=${JSON.stringify(approve)}`,
       () => f.rel.decide(acct(PRIVATE), acct(1), approve as boolean),
-      invalid("approve"),
+      invalidInput("approve"),
       { noStatements: true },
     );
   }
@@ -295,10 +229,10 @@ test("30-bad-input decide with approve not a boolean -> InvalidInputError (a rej
 
 test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCount allowedLag -1/1.5 -> InvalidInputError", async (t) => {
   for (const limit of [0, 201, 1.5, -1, NaN, Infinity, "10"]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `listFollowers limit=${String(limit)}`,
       () => listFollowers(f.db.pool, acct(1), { limit: limit as number }),
-      invalid("limit"),
+      invalidInput("limit"),
       { noStatements: true },
     );
   }
@@ -324,18 +258,18 @@ test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCou
     ["null", null],
   ];
   for (const [label, cursor] of forged) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `listFollowers cursor=${label}`,
       () => listFollowers(f.db.pool, acct(1), { limit: 2, cursor: cursor as string }),
-      invalid("cursor"),
+      invalidInput("cursor"),
       { noStatements: true },
     );
   }
   for (const allowedLag of [-1, 1.5, -0.5, NaN, Infinity, 2 ** 53, "0", null, undefined]) {
-    await rejectsWritingNothing(
+    await guard.rejectsWritingNothing(
       `followerCount allowedLag=${String(allowedLag)}`,
       () => followerCount(f.db.pool, acct(1), allowedLag as number),
-      invalid("allowedLag"),
+      invalidInput("allowedLag"),
       { noStatements: true },
     );
   }
@@ -344,9 +278,9 @@ test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCou
 
 test("30-bad-input positive controls: valid calls are accepted, an issued cursor pages, and the snapshot sees a write", async (t) => {
   // Boundary values of the validated arguments are accepted (and the database is asked).
-  statements = 0;
+  guard.statements = 0;
   const count = await followerCount(f.db.pool, acct(1), 0);
-  assert.ok(statements > 0);
+  assert.ok(guard.statements > 0);
   assert.equal(count.stale, count.lag > 0);
   assert.equal((await followerCount(f.db.pool, acct(1), Number.MAX_SAFE_INTEGER)).stale, false);
   assert.equal((await listFollowers(f.db.pool, acct(1), { limit: 200 })).followers.length, 7);
@@ -364,14 +298,14 @@ test("30-bad-input positive controls: valid calls are accepted, an issued cursor
   assert.deepEqual([...seen].sort(), Array.from({ length: 7 }, (_, i) => acct(i + 2)));
   assert.equal(pages, 4);
   // The longest valid id is accepted and its insert is visible in the snapshot.
-  const before = await snapshot();
+  const before = await guard.snapshot();
   await f.rel.upsertAccount("a".repeat(128));
-  const after = await snapshot();
+  const after = await guard.snapshot();
   assert.equal(Number(after["count(account)"]), Number(before["count(account)"]) + 1);
   assert.notEqual(after.account, before.account);
   // A real follow moves relation, relation_event and event_seq: the snapshot would have caught a stray write.
   const r = await f.rel.follow("a".repeat(128), acct(1));
   assert.equal(r.outcome, "CHANGED");
-  const later = await snapshot();
+  const later = await guard.snapshot();
   for (const key of ["count(relation)", "count(relation_event)", "sum(event_seq.last)", "event_seq"]) assert.notEqual(later[key], after[key], `${key} changed`);
 });
