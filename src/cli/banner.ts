@@ -1,0 +1,23 @@
+import path from "node:path";
+import type { Config } from "../config.ts";
+import type { Database } from "../runtime/database.ts";
+import type { Service } from "../runtime/service.ts";
+
+/** What `npm start` and `social-ledger serve` print once the API listens. */
+export function serviceBanner(service: Pick<Service, "address" | "database" | "workers">): string {
+  const { address, database } = service;
+  return (
+    `social-ledger listening on ${address}\n` +
+    `  API docs:  ${address}/docs   (OpenAPI: ${address}/openapi.json)\n` +
+    `  database:  ${database.cluster ? `embedded PostgreSQL 16, data in ${database.cluster.dataDir}` : "DATABASE_URL"}\n` +
+    `  consumers: ${service.workers.length > 0 ? "like counter and follower projector in this process" : "none in this process (run `social-ledger worker`)"}\n` +
+    `  a token:   npx social-ledger token <userId> [--admin]   (then: curl -H "Authorization: Bearer <token>" ...)\n`
+  );
+}
+
+/** Which database a command uses: DATABASE_URL, or the embedded cluster it started or found running. */
+export function describeDatabase(config: Config, database: Database): string {
+  if (config.databaseUrl) return "DATABASE_URL";
+  if (database.cluster) return `embedded PostgreSQL 16 (started by this process), data in ${database.cluster.dataDir}`;
+  return `embedded PostgreSQL 16 (already running), data in ${path.join(config.dataDir, "pg")}`;
+}

@@ -1,0 +1,44 @@
+import { fullAudit } from "../../api/routes/admin.ts";
+import { loadConfig } from "../../config.ts";
+import { openLedger } from "../../ledger.ts";
+import { formatReadSide, formatWriteSide, readSideClean, writeSideClean } from "../../likes/like-audit.ts";
+import { relationAuditClean } from "../../relations/relation-audit.ts";
+import { openDatabase } from "../../runtime/database.ts";
+
+type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
+
+function verdict(ok: boolean): string {
+  return ok ? "ok       " : "VIOLATION";
+}
+
+function pairs(record: Record<string, number>): string {
+  return Object.entries(record).map(([k, v]) => `${k}=${v}`).join(" ");
+}
+
+export function formatAudit(report: AuditReport): string {
+  const { likes, relations } = report;
+  const diff = relations.projectionDiff;
+  const diffClean = diff === null || Object.values(diff).every((n) => n === 0);
+  return [
+    `likes write side     ${verdict(writeSideClean(likes.writeSide))} ${formatWriteSide(likes.writeSide)}`,
+    `likes read side      ${verdict(readSideClean(likes.readSide))} ${formatReadSide(likes.readSide)}`,
+    `relation invariants  ${verdict(relationAuditClean(relations.invariants))} ${pairs(relations.invariants)}`,
+    diff === null
+      ? `follower projection  skipped   (not caught up yet: the diff against the truth is checked once it is)`
+      : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
+    report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
+  ].join("\n") + "\n";
+}
+
+/** `social-ledger audit`: fullAudit (what GET /v1/admin/audit returns); exit code 1 unless clean. */
+export async function audit(opts: { json?: boolean }): Promise<number> {
+  const config = loadConfig();
+  const database = await openDatabase(config, { poolSize: 2, applicationName: "social-ledger-audit" });
+  try {
+    const report = await fullAudit(await openLedger(database.pool));
+    process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatAudit(report));
+    return report.clean ? 0 : 1;
+  } finally {
+    await database.close();
+  }
+}

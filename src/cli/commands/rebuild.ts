@@ -1,0 +1,65 @@
+import cliProgress from "cli-progress";
+import { loadConfig } from "../../config.ts";
+import { Hooks } from "../../hooks.ts";
+import { openLedger } from "../../ledger.ts";
+import type { RebuildReport } from "../../likes/like-rebuild.ts";
+import { openDatabase } from "../../runtime/database.ts";
+
+/** Drifted items listed in the readable report; --json lists them all. */
+const MAX_LISTED = 50;
+
+function signed(n: number): string {
+  return n > 0 ? `+${n}` : String(n);
+}
+
+export function formatRebuildReport(report: RebuildReport): string {
+  const lines = [
+    `rebuild run ${report.runId}: ${report.itemsChecked} item(s) checked, ${report.drifted.length} drifted, total |drift| ${report.totalAbsDrift}`,
+    `  snapshot seqs per partition: [${report.snapshotSeqs.join(", ")}]`,
+  ];
+  for (const d of report.drifted.slice(0, MAX_LISTED)) {
+    const skipped = d.skippedPartitions.length > 0 ? `  (partitions ${d.skippedPartitions.join(",")} left to a newer rebuild)` : "";
+    lines.push(`  ${d.itemId}: ${d.oldN} -> ${d.newN} (drift ${signed(d.drift)})${skipped}`);
+  }
+  if (report.drifted.length > MAX_LISTED) lines.push(`  ... and ${report.drifted.length - MAX_LISTED} more (--json lists all)`);
+  return `${lines.join("\n")}\n`;
+}
+
+/**
+ * `social-ledger rebuild`: LikeRebuild.rebuild with a progress bar driven by its
+ * "rebuild.beforeCommit" hook point (one call per installed item), then the drift report.
+ */
+export async function rebuild(opts: { items?: string[]; json?: boolean }): Promise<number> {
+  const config = loadConfig();
+  const hooks = new Hooks();
+  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });
+  let bar: cliProgress.SingleBar | undefined;
+  try {
+    const ledger = await openLedger(database.pool, { hooks });
+    if (process.stdout.isTTY && !opts.json) {
+      const total = opts.items
+        ? opts.items.length
+        : (await database.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM item")).rows[0]!.n;
+      bar = new cliProgress.SingleBar(
+        { format: "rebuild [{bar}] {value}/{total} items | {eta_formatted} left", stream: process.stdout, hideCursor: true, clearOnComplete: true },
+        cliProgress.Presets.shades_classic,
+      );
+      bar.start(Math.max(total, 1), 0);
+      // An install transaction may be retried (40001/40P01): count each item once.
+      const installed = new Set<string>();
+      hooks.on("rebuild.beforeCommit", (context) => {
+        installed.add(String(context.itemId));
+        if (installed.size > bar!.getTotal()) bar!.setTotal(installed.size); // items created since the count
+        bar!.update(installed.size);
+      });
+    }
+    const report = await ledger.likeRebuild.rebuild(opts.items ? { items: opts.items } : {});
+    bar?.stop();
+    bar = undefined;
+    process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatRebuildReport(report));
+    return 0;
+  } finally {
+    bar?.stop();
+    await database.close();
+  }
+}

@@ -1,0 +1,14 @@
+import { loadConfig } from "../../config.ts";
+import { startService } from "../../runtime/service.ts";
+import { runUntilSignal } from "../../runtime/signals.ts";
+import { serviceBanner } from "../banner.ts";
+
+/** `social-ledger serve`: what `npm start` does, with the options of the command line. Exits on SIGINT/SIGTERM. */
+export async function serve(opts: { workers: boolean; host: string; port?: number }): Promise<number> {
+  const config = loadConfig();
+  if (opts.port !== undefined) config.port = opts.port;
+  const service = await startService(config, { workers: opts.workers, host: opts.host });
+  process.stdout.write(serviceBanner(service));
+  await runUntilSignal(service.stop, (line) => service.app.log.info(line));
+  return 0; // not reached: runUntilSignal exits the process
+}

@@ -1,0 +1,158 @@
+/**
+ * The `social-ledger` command line (commander). Parsing and the argument parsers are cheap;
+ * each command's module (database, HTTP server, ...) is imported only when it runs, so
+ * `--help` and bad arguments answer at once.
+ *
+ * Exit codes: 0 success; 1 failure (or `audit` found a violation); 2 bad arguments or
+ * configuration, reported on stderr before anything is written.
+ */
+import { readFileSync } from "node:fs";
+import { Command, CommanderError, Option } from "commander";
+import { LedgerError } from "../errors.ts";
+import { UsageError, parseItems, parsePartitions, parseUserId, positiveInteger } from "./args.ts";
+
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+/** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "PARTITION_CONFIG"]);
+
+const ENVIRONMENT_HELP = `
+Environment:
+  DATABASE_URL              use this PostgreSQL instead of the embedded one
+  LEDGER_DATA_DIR           data directory of the embedded default (./data): cluster, port file, JWT secret
+  PORT                      HTTP port of serve (8080)
+  LEDGER_PARTITIONS         partition count of a new database (1); an existing one keeps its own
+  LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
+  LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
+  LOG_LEVEL                 log level of serve (info)
+
+Exit codes: 0 success, 1 failure (audit: a violation), 2 bad arguments or configuration.`;
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version?: string };
+    return pkg.version ?? "0.0.0";
+  } catch {
+    return "0.0.0";
+  }
+}
+
+export function buildProgram(setExitCode: (code: number) => void): Command {
+  const program = new Command("social-ledger");
+  // Inherited by the subcommands defined below.
+  program
+    .exitOverride()
+    .showHelpAfterError("(add --help for usage)")
+    .description("Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.")
+    .version(version(), "-V, --version")
+    .addHelpText("after", ENVIRONMENT_HELP);
+
+  program
+    .command("serve")
+    .description("Run the HTTP API (and, unless --no-workers, the consumers) until SIGINT/SIGTERM; same as `npm start`")
+    .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
+    .option("--host <address>", "address to listen on", "127.0.0.1")
+    .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
+    .addHelpText("after", `
+Opens the database (DATABASE_URL, or the embedded PostgreSQL 16 of LEDGER_DATA_DIR, started if
+not running), applies migrations, listens, and on SIGINT/SIGTERM stops accepting, finishes in-flight
+requests and the current consumer batches, and stops the embedded PostgreSQL it started.`)
+    .action(async (opts: { workers: boolean; host: string; port?: number }) => {
+      const { serve } = await import("./commands/serve.ts");
+      setExitCode(await serve(opts));
+    });
+
+  program
+    .command("worker")
+    .description("Run the consumers (like counter, follower projector) without HTTP until SIGINT/SIGTERM")
+    .addOption(new Option("--partitions <list>", "comma-separated partitions to serve, e.g. 0,1 (default: all)").argParser(parsePartitions))
+    .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
+    .addHelpText("after", `
+Any number of workers may run at once, on the same or on different partitions: every event is
+applied exactly once. Logs one JSON line per batch on stdout ({"msg":"batch","consumer":...,
+"applied":n,...}). SIGINT/SIGTERM lets the current batch commit, then exits 0. Start \`serve\`
+first (or use DATABASE_URL): a worker that starts the embedded cluster itself stops it on exit.`)
+    .action(async (opts: { partitions?: number[]; batchSize: number }) => {
+      const { worker } = await import("./commands/worker.ts");
+      setExitCode(await worker(opts));
+    });
+
+  program
+    .command("migrate")
+    .description("Apply pending migrations and print the migration status as JSON")
+    .addHelpText("after", `
+Safe while the service runs and from several processes at once (each migration runs exactly once).
+Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,appliedAt}],...}.`)
+    .action(async () => {
+      const { migrateCommand } = await import("./commands/migrate.ts");
+      setExitCode(await migrateCommand());
+    });
+
+  program
+    .command("rebuild")
+    .description("Rebuild like counts from a snapshot of the facts and report the drift it corrected")
+    .addOption(new Option("--items <list>", "comma-separated item ids (default: every item)").argParser(parseItems))
+    .option("--json", "print the report as JSON")
+    .addHelpText("after", `
+Safe under live traffic and running consumers. Shows a progress bar when stdout is a terminal,
+then the drift report: items checked, each drifted item old -> new with its drift, total |drift|.`)
+    .action(async (opts: { items?: string[]; json?: boolean }) => {
+      const { rebuild } = await import("./commands/rebuild.ts");
+      setExitCode(await rebuild(opts));
+    });
+
+  program
+    .command("audit")
+    .description("Run the write-side and read-side invariant checks; exit code 1 on any violation")
+    .option("--json", "print the report as JSON")
+    .addHelpText("after", `
+The same checks as GET /v1/admin/audit: likes write side and read side, relation invariants and,
+once the follower projection has caught up, the projection against the truth.`)
+    .action(async (opts: { json?: boolean }) => {
+      const { audit } = await import("./commands/audit.ts");
+      setExitCode(await audit(opts));
+    });
+
+  program
+    .command("token")
+    .description("Mint a development token (HS256) for a user; prints only the token")
+    .argument("<userId>", "the acting user (the token's sub)", parseUserId)
+    .option("--admin", "add role=admin (admin routes, setup for other users)")
+    .addOption(new Option("--ttl <seconds>", "lifetime in seconds").argParser(positiveInteger("--ttl", 10 * 365 * 24 * 3600)).default(24 * 3600, "86400"))
+    .addHelpText("after", `
+Signs with LEDGER_JWT_SECRET, or with the secret kept in the data directory (created on first use),
+which is what serve verifies with. Example:
+  curl -H "Authorization: Bearer $(social-ledger token alice)" http://127.0.0.1:8080/v1/items/x/likes/me`)
+    .action(async (userId: string, opts: { admin?: boolean; ttl: number }) => {
+      const { token } = await import("./commands/token.ts");
+      setExitCode(await token(userId, opts));
+    });
+
+  return program;
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Parses and runs one command line; resolves with the exit code (serve and worker exit by themselves). */
+export async function runCli(argv: readonly string[]): Promise<number> {
+  let code = EXIT_OK;
+  const program = buildProgram((c) => (code = c));
+  try {
+    await program.parseAsync(argv as string[]);
+    return code;
+  } catch (err) {
+    // commander has already printed its message (or the help) by the time it throws.
+    if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    if (err instanceof UsageError || (err instanceof LedgerError && USAGE_CODES.has(err.code))) {
+      process.stderr.write(`social-ledger: error: ${describe(err)}\n`);
+      return EXIT_USAGE;
+    }
+    process.stderr.write(`social-ledger: ${describe(err)}\n`);
+    if (process.env.DEBUG) process.stderr.write(`${err instanceof Error ? err.stack : ""}\n`);
+    return EXIT_FAILURE;
+  }
+}
