@@ -1,10 +1,11 @@
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import fp from "fastify-plugin";
 import rateLimit from "@fastify/rate-limit";
 import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
 import { randomUUID } from "node:crypto";
 import type { Ledger } from "../ledger.ts";
+import { MAX_ID_LENGTH } from "../ids.ts";
 import "./context.ts";
 import { authPlugin } from "./auth.ts";
 import { errorBody, handleError } from "./errors.ts";
@@ -54,15 +55,25 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
     metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
   });
+  // A request in flight when close() starts would keep its keep-alive connection open after
+  // the response, and close() (a SIGTERM shutdown) would wait out keepAliveTimeout (72 s).
+  let closing = false;
+  app.addHook("preClose", async () => {
+    closing = true;
+  });
   app.addHook("onSend", async (request, reply) => {
     void reply.header("x-request-id", request.id);
+    if (closing) void reply.header("connection", "close");
   });
 
-  const writeRateLimit = {
+  // One limiter, so one store, for every write route: the budget is per user over all writes.
+  // A route-level `config: { rateLimit }` would give each route a store of its own (with 5 per
+  // minute a user could like 5, unlike 5, follow 5, post 5, ...).
+  const writeRateLimit = app.rateLimit({
     max: opts.writesPerMinute ?? 600,
     timeWindow: "1 minute",
-    keyGenerator: (request: { caller: { id: string } | null; ip: string }) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
-  };
+    keyGenerator: (request) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
+  });
   await app.register(healthRoutes);
   await app.register(likeRoutes, { writeRateLimit });
   await app.register(relationRoutes, { writeRateLimit });
@@ -80,6 +91,15 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     bodyLimit: 64 * 1024,
+    // Ids are valid up to MAX_ID_LENGTH (128) characters, 3x that when percent-encoded; the
+    // default 100 sent longer (valid) ids to a 414 with fastify's own body.
+    routerOptions: { maxParamLength: 3 * MAX_ID_LENGTH },
+    // Errors the router raises before any route (a malformed percent-escape in the path), in
+    // our error shape instead of fastify's default body; these replies skip the onSend hook,
+    // so the request id is set here.
+    frameworkErrors: (err, request, reply) => {
+      void (reply as FastifyReply).status(400).header("x-request-id", request.id).send(errorBody("INVALID_INPUT", err.message));
+    },
     genReqId: (request) => {
       const given = request.headers["x-request-id"];
       return typeof given === "string" && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : randomUUID();

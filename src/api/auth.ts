@@ -17,6 +17,15 @@ declare module "fastify" {
 
 const ISSUER = "social-ledger";
 
+function isValidId(value: string): boolean {
+  try {
+    validateId("sub", value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Mints an HS256 token: `sub` is the acting user, `role: "admin"` unlocks admin routes. */
 export async function signToken(secret: Uint8Array, userId: string, options: { admin?: boolean; ttlSeconds?: number } = {}): Promise<string> {
   validateId("userId", userId);
@@ -36,7 +45,9 @@ async function verify(secret: Uint8Array, header: string | undefined): Promise<C
   try {
     const { payload } = await jwtVerify(match[1]!, secret, { algorithms: ["HS256"], issuer: ISSUER });
     if (typeof payload.sub !== "string") throw unauthenticated("token has no subject");
-    return { id: validateId("sub", payload.sub), admin: payload.role === "admin" };
+    // A subject that is no valid id is a bad credential (401), not bad input (400).
+    if (!isValidId(payload.sub)) throw unauthenticated("token subject is not a valid user id");
+    return { id: payload.sub, admin: payload.role === "admin" };
   } catch (err) {
     if (err instanceof joseErrors.JOSEError) throw unauthenticated(`invalid token: ${err.code}`);
     throw err;

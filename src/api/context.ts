@@ -1,3 +1,4 @@
+import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Ledger } from "../ledger.ts";
 import type { LedgerMetrics } from "./metrics.ts";
 
@@ -7,3 +8,7 @@ declare module "fastify" {
     metrics: LedgerMetrics;
   }
 }
+
+/** The one per-user write limiter, an onRequest hook every write route shares (see app.ts). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- fits the onRequest of routes of any generic
+export type WriteLimit = (request: FastifyRequest<any>, reply: FastifyReply<any>) => Promise<unknown>;

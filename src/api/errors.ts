@@ -53,6 +53,16 @@ export function handleError(err: FastifyError | Error, request: FastifyRequest, 
     void reply.status(400).send(errorBody("INVALID_INPUT", fe.message));
     return;
   }
+  // Fastify's own 4xx (invalid or empty JSON body, bad Content-Length, ...) get our stable
+  // codes rather than its FST_ERR_* ones.
+  if (fe.statusCode === 400) {
+    void reply.status(400).send(errorBody("INVALID_INPUT", fe.message));
+    return;
+  }
+  if (fe.statusCode === 415) {
+    void reply.status(415).send(errorBody("UNSUPPORTED_MEDIA_TYPE", fe.message));
+    return;
+  }
   if (fe.statusCode === 413) {
     void reply.status(413).send(errorBody("PAYLOAD_TOO_LARGE", fe.message));
     return;

@@ -32,24 +32,34 @@ export class LedgerMetrics {
   });
 
   constructor(pool: Pool) {
-    const up = new client.Gauge({ name: "ledger_scrape_database_up", help: "1 when the last scrape could read the watermarks", registers: [this.registry] });
-    const watermark = new client.Gauge({ name: "ledger_watermark", help: "Contiguous watermark per view and partition", labelNames: ["view", "partition"], registers: [this.registry] });
-    // Registered after `watermark` is created but collected first (registration order), it
-    // reads the database once and fills lag, watermark and up.
+    // One database read per scrape, shared by the three gauges below. The registry collects
+    // all metrics concurrently (Promise.all), so each gauge must await the read itself: one
+    // gauge filling the others from its collect() left them a scrape behind (and empty, or
+    // up=0, on the first scrape).
+    let inFlight: Promise<WatermarkRow[] | null> | null = null;
+    const scrape = () => (inFlight ??= readWatermarks(pool).then((rows) => rows, () => null).finally(() => {
+      inFlight = null;
+    }));
+    new client.Gauge({
+      name: "ledger_scrape_database_up", help: "1 when the last scrape could read the watermarks", registers: [this.registry],
+      async collect() {
+        this.set((await scrape()) ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: "ledger_watermark", help: "Contiguous watermark per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
+      async collect() {
+        const rows = await scrape();
+        this.reset();
+        for (const r of rows ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
+      },
+    });
     new client.Gauge({
       name: "ledger_lag_events", help: "Unprocessed events per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
       async collect() {
+        const rows = await scrape();
         this.reset();
-        watermark.reset();
-        try {
-          for (const r of await readWatermarks(pool)) {
-            this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
-            watermark.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
-          }
-          up.set(1);
-        } catch {
-          up.set(0);
-        }
+        for (const r of rows ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
       },
     });
     new client.Gauge({

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { WriteLimit } from "../context.ts";
 import { requireAdmin, requireCaller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { bearer, errors, idParams, lagQuery, likeOutcome, pageQuery } from "../schemas.ts";
@@ -23,7 +24,7 @@ export async function requireVisibleItem(ledger: Ledger, callerId: string, itemI
   if (rows[0]!.post && !(await ledger.posts.canRead(callerId, itemId, "TRUTH")).allowed) throw notFound("item");
 }
 
-export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: object }): Promise<void> {
+export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
   const { ledger, metrics } = app;
 
   app.put("/v1/items/:id", {
@@ -51,8 +52,8 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: o
     tags: ["likes"], summary, security: bearer, params: idParams,
     response: { 200: likeOutcome, ...errors(400, 401, 404, 429) },
   });
-  app.put("/v1/items/:id/likes/me", { schema: likeSchema("Like (set-target-state: repeating is a NOOP)"), config: { rateLimit: opts.writeRateLimit } }, setLike(true));
-  app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike"), config: { rateLimit: opts.writeRateLimit } }, setLike(false));
+  app.put("/v1/items/:id/likes/me", { schema: likeSchema("Like (set-target-state: repeating is a NOOP)"), onRequest: opts.writeRateLimit }, setLike(true));
+  app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike"), onRequest: opts.writeRateLimit }, setLike(false));
 
   app.get("/v1/items/:id/likes/me", {
     schema: {

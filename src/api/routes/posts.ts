@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { WriteLimit } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { bearer, errors, idParams, post, postBody } from "../schemas.ts";
@@ -15,12 +16,12 @@ function toJson(p: Post) {
   return { id: p.postId, author: p.author, visibility: p.visibility, body: p.body, aclToken: p.aclToken, createdAt: p.createdAt.toISOString() };
 }
 
-export async function postRoutes(app: FastifyInstance, opts: { writeRateLimit: object }): Promise<void> {
+export async function postRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
   const { ledger, metrics } = app;
 
   app.post("/v1/posts", {
     schema: { tags: ["posts"], summary: "Create a post (also a likeable item)", security: bearer, body: postBody, response: { 201: post, ...errors(400, 401, 404, 429) } },
-    config: { rateLimit: opts.writeRateLimit },
+    onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { visibility: Visibility; body: string } }>, reply) => {
     const caller = requireCaller(request);
     const created = await ledger.posts.createPost(caller.id, request.body.visibility, request.body.body);

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { WriteLimit } from "../context.ts";
 import { requireCaller, requireSelfOrAdmin } from "../auth.ts";
 import { HttpError, notFound } from "../errors.ts";
 import { bearer, errors, idParams, lagQuery, pageQuery, relationOutcome } from "../schemas.ts";
@@ -14,7 +15,7 @@ function toResponse(result: RelationResult) {
   return { outcome: result.outcome, state: result.state, version: result.version, seq: result.seq, reason: result.reason };
 }
 
-export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimit: object }): Promise<void> {
+export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
   const { ledger, metrics } = app;
   const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>) => async (request: IdRequest) => {
     const caller = requireCaller(request);
@@ -24,13 +25,14 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
   };
   const writeSchema = (summary: string) => ({
     schema: { tags: ["relations"], summary, security: bearer, params: idParams, response: { 200: relationOutcome, ...errors(400, 401, 404, 409, 429) } },
-    config: { rateLimit: opts.writeRateLimit },
+    onRequest: opts.writeRateLimit,
   });
 
   app.put("/v1/accounts/:id", {
     schema: {
       tags: ["relations"], summary: "Create or update an account (the user itself, or an admin)", security: bearer, params: idParams,
-      body: { type: "object", additionalProperties: false, properties: { private: { type: "boolean", default: false } } },
+      // The body is optional (no body: a public account), as the handler expects.
+      body: { type: "object", nullable: true, additionalProperties: false, properties: { private: { type: "boolean", default: false } } },
       response: { 200: { type: "object", properties: { id: { type: "string" }, private: { type: "boolean" } } }, ...errors(400, 401, 403) },
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private: boolean } | undefined }>) => {
