@@ -1,5 +1,6 @@
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import fp from "fastify-plugin";
+import { Ajv } from "ajv";
 import rateLimit from "@fastify/rate-limit";
 import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
@@ -33,6 +34,11 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("ledger", opts.ledger);
   app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
+  // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
+  // typed already and are not: {"private": 1} is a 400, not `true`.
+  const coercing = new Ajv({ coerceTypes: "array", useDefaults: true, removeAdditional: false, allErrors: false });
+  const strict = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false });
+  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === "body" ? strict : coercing).compile(schema));
   app.setErrorHandler(handleError);
   app.setNotFoundHandler((request, reply) => {
     void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
@@ -104,7 +110,6 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       const given = request.headers["x-request-id"];
       return typeof given === "string" && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : randomUUID();
     },
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: "array", useDefaults: true } },
   });
   await app.register(ledgerApp, options);
   return app;

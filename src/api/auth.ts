@@ -40,7 +40,7 @@ export async function signToken(secret: Uint8Array, userId: string, options: { a
 
 async function verify(secret: Uint8Array, header: string | undefined): Promise<Caller | null> {
   if (header === undefined) return null;
-  const match = /^Bearer ([A-Za-z0-9_.-]+)$/.exec(header);
+  const match = /^Bearer +([A-Za-z0-9_.-]+) *$/i.exec(header); // the scheme is case-insensitive (RFC 9110)
   if (!match) throw unauthenticated("Authorization must be 'Bearer <token>'");
   try {
     const { payload } = await jwtVerify(match[1]!, secret, { algorithms: ["HS256"], issuer: ISSUER });
@@ -58,6 +58,8 @@ async function verify(secret: Uint8Array, header: string | undefined): Promise<C
 export const authPlugin = fp(async (app: FastifyInstance, options: { secret: Uint8Array }) => {
   app.decorateRequest("caller", null);
   app.addHook("onRequest", async (request) => {
+    // Only the API is authenticated: health, metrics and docs answer whatever the header says.
+    if (!request.url.startsWith("/v1/")) return;
     request.caller = await verify(options.secret, request.headers.authorization);
   });
 });
