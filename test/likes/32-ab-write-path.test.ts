@@ -74,3 +74,28 @@ test("32-B the outbox refuses a second event for the same (user, item, version)"
     (err: Error & { code?: string }) => err.code === "UNIQUE_VIOLATION",
   );
 });
+
+test("32-B P=4 NOOP, FK rejection and an aborted transaction leave no trace; every partition's seq stays gapless", async (t) => {
+  const f = await likesFixture(4);
+  t.after(() => f.close());
+  // Users spread over all four partitions.
+  const users = Array.from({ length: 40 }, (_, i) => user(i + 1));
+  for (const u of users) assert.equal((await f.likes.like(u, "item-lab-01")).outcome, "CHANGED");
+  for (const u of users) assert.equal(formatResult(await f.likes.like(u, "item-lab-01")), "NOOP(liked,v1,already liked)");
+  assert.equal((await f.likes.like(users[0]!, "no-such-item")).outcome, "REJECTED");
+  const remove = f.hooks.on("like.beforeCommit", () => {
+    throw new Error("abort after the outbox insert");
+  });
+  for (const u of users.slice(0, 8)) await assert.rejects(f.likes.unlike(u, "item-lab-01"), /abort after the outbox insert/);
+  remove();
+  for (const u of users.slice(0, 8)) assert.equal((await f.likes.unlike(u, "item-lab-01")).outcome, "CHANGED");
+  const { rows } = await f.db.pool.query<{ part: number; last: number; rows: number; max: number }>(
+    `SELECT s.part, s.last, count(o.seq)::int AS rows, coalesce(max(o.seq), 0)::int AS max
+       FROM like_seq s LEFT JOIN like_outbox o USING (part) GROUP BY s.part, s.last ORDER BY s.part`,
+  );
+  t.diagnostic(`note P=4 per partition last/rows/max: ${rows.map((r) => `${r.part}:${r.last}/${r.rows}/${r.max}`).join(" ")}`);
+  assert.equal(rows.length, 4);
+  assert.ok(rows.every((r) => r.last > 0), "the users cover every partition");
+  for (const r of rows) assert.deepEqual([r.rows, r.max], [r.last, r.last], `partition ${r.part} is gapless`);
+  assert.equal(rows.reduce((sum, r) => sum + r.last, 0), 48);
+});

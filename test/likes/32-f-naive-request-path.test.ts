@@ -31,10 +31,10 @@ function requests(): Request[][] {
   return perWorker;
 }
 
-test("32-F negative control: the request-path naive +/-1 drifts, the facts path stays exact", async (t) => {
+for (const partitions of [1, 4]) test(`32-F P=${partitions} negative control: the request-path naive +/-1 drifts, the facts path stays exact`, async (t) => {
   const plan = requests();
-  const facts = await likesFixture(1);
-  const naive = await likesFixture(1);
+  const facts = await likesFixture(partitions);
+  const naive = await likesFixture(partitions);
   t.after(async () => {
     await facts.close();
     await naive.close();
@@ -53,7 +53,7 @@ test("32-F negative control: the request-path naive +/-1 drifts, the facts path 
   assert.ok(noop >= 136, "every resent request is absorbed as NOOP");
 
   await runWorkers(8, async (w) => {
-    for (const r of plan[w]!) await setNaive(naive.db.pool, stablePartition(r.userId, 1), r.userId, r.itemId, r.want);
+    for (const r of plan[w]!) await setNaive(naive.db.pool, stablePartition(r.userId, partitions), r.userId, r.itemId, r.want);
   });
   let drifted = 0;
   let sumAbs = 0;
