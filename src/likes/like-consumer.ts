@@ -39,35 +39,54 @@ export function toEvent(row: OutboxRow): LikeEvent {
 }
 
 /**
- * How one event takes effect (figure 32-2). Both branches register the event in
+ * How a batch of one partition's events takes effect (figure 32-2), with the watermark row
+ * and every count row of the batch already locked. Both branches register each event in
  * processed_event in the same transaction as the count change, which is what makes a
  * redelivered event a no-op: the primary key insert and the increment commit together.
  */
-export type ApplyStep = (client: PoolClient, event: LikeEvent, baseSeq: number) => Promise<keyof ConsumeStats>;
+export type ApplyBatch = (client: PoolClient, part: number, events: readonly LikeEvent[]) => Promise<ConsumeStats>;
 
-export const applyWithDedup: ApplyStep = async (client, event, baseSeq) => {
-  const how = event.seq <= baseSeq ? "COVERED" : "APPLIED";
-  const fresh = await client.query(
-    "INSERT INTO processed_event (part, seq, how) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-    [event.part, event.seq, how],
+/**
+ * Set-based, one statement per batch: an event at or below its row's base_seq is COVERED
+ * (already in the rebuild baseline), above it APPLIED; the insert into processed_event decides
+ * which events are new, and only the new APPLIED ones add their delta.
+ */
+export const applyWithDedup: ApplyBatch = async (client, part, events) => {
+  const distinct = [...new Map(events.map((e) => [e.seq, e])).values()];
+  const { rows } = await client.query<{ applied: number; covered: number }>(
+    `WITH ev AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[]) AS e(seq, item_id, delta)),
+     fresh AS (
+       INSERT INTO processed_event (part, seq, how)
+       SELECT $1, ev.seq, CASE WHEN ev.seq <= lc.base_seq THEN 'COVERED' ELSE 'APPLIED' END
+         FROM ev JOIN like_count lc ON lc.item_id = ev.item_id AND lc.part = $1
+       ON CONFLICT DO NOTHING
+       RETURNING seq, how),
+     added AS (  -- runs to completion although nothing reads it (data-modifying CTE)
+       UPDATE like_count lc SET n = lc.n + d.delta
+         FROM (SELECT ev.item_id, sum(ev.delta) AS delta FROM fresh JOIN ev USING (seq)
+                WHERE fresh.how = 'APPLIED' GROUP BY ev.item_id) d
+        WHERE lc.item_id = d.item_id AND lc.part = $1
+       RETURNING 1)
+     SELECT count(*) FILTER (WHERE how = 'APPLIED')::int AS applied,
+            count(*) FILTER (WHERE how = 'COVERED')::int AS covered
+       FROM fresh`,
+    [part, distinct.map((e) => e.seq), distinct.map((e) => e.itemId), distinct.map((e) => e.delta)],
   );
-  if (fresh.rowCount === 0) return "dup";
-  if (how === "COVERED") return "covered";
-  await client.query("UPDATE like_count SET n = n + $3 WHERE item_id = $1 AND part = $2", [event.itemId, event.part, event.delta]);
-  return "applied";
+  const { applied, covered } = rows[0]!;
+  return { applied, covered, dup: events.length - applied - covered };
 };
 
 /**
  * Applies delivered outbox events to like_count, exactly once per event whatever the
  * delivery does. A batch is one transaction on one partition: lock that partition's
  * watermark row (consumers of one partition take turns, consumers of different partitions
- * run in parallel), then per event lock the (item, partition) count row, decide APPLIED /
- * COVERED / dup, and finally advance the contiguous watermark.
+ * run in parallel), then lock the batch's (item, partition) count rows, apply the batch in one
+ * statement (APPLIED / COVERED / dup per event), and finally advance the contiguous watermark.
  */
 export class LikeConsumer {
   constructor(
     private readonly pool: Pool,
-    private readonly options: { hooks?: Hooks; applyStep?: ApplyStep } = {},
+    private readonly options: { hooks?: Hooks; applyBatch?: ApplyBatch } = {},
   ) {}
 
   private get hooks(): Hooks {
@@ -79,26 +98,24 @@ export class LikeConsumer {
     const part = events[0]?.part;
     if (part === undefined) throw new InvalidInputError("events", "a batch needs at least one event");
     if (events.some((e) => e.part !== part)) throw new InvalidInputError("events", "a batch must hold events of one partition");
-    const applyStep = this.options.applyStep ?? applyWithDedup;
-    // Sorting by item then seq gives every consumer the same row-lock order.
-    const ordered = [...events].sort((a, b) => (a.itemId < b.itemId ? -1 : a.itemId > b.itemId ? 1 : a.seq - b.seq));
+    const apply = this.options.applyBatch ?? applyWithDedup;
+    // Count rows are created and locked in item order, the same for every consumer, and an
+    // install locks only the rows of one item: no lock cycle can form.
+    const items = [...new Set(events.map((e) => e.itemId))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     return withTransaction(this.pool, async (client) => {
       await lockWatermark(client, "likes", part);
       await requireOutboxMatch(client, part, events);
-      const stats = emptyStats();
-      for (const event of ordered) {
-        await client.query(
-          "INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-          [event.itemId, part],
-        );
-        const { rows } = await client.query<{ base_seq: number }>(
-          "SELECT base_seq FROM like_count WHERE item_id = $1 AND part = $2 FOR UPDATE",
-          [event.itemId, part],
-        );
-        stats[await applyStep(client, event, rows[0]!.base_seq)]++;
+      for (const itemId of items) {
+        await client.query("INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [itemId, part]);
       }
+      await client.query(
+        `SELECT 1 FROM like_count lc JOIN unnest($1::text[]) WITH ORDINALITY AS i(item_id, ord) USING (item_id)
+          WHERE lc.part = $2 ORDER BY i.ord FOR UPDATE OF lc`,
+        [items, part],
+      );
+      const stats = await apply(client, part, events);
       const watermark = await advanceWatermark(client, "likes", part);
-      await this.hooks.at("consumer.beforeCommit", { part, events: ordered, pid: backendPid(client) });
+      await this.hooks.at("consumer.beforeCommit", { part, events, pid: backendPid(client) });
       return { ...stats, watermark };
     });
   }

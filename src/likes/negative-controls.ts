@@ -5,7 +5,7 @@
 import type { Pool } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { validateId } from "../ids.ts";
-import type { ApplyStep } from "./like-consumer.ts";
+import type { ApplyBatch } from "./like-consumer.ts";
 
 /**
  * 32-F's setNaive: the request path adds or subtracts one without reading the old state.
@@ -21,13 +21,18 @@ export async function setNaive(pool: Pool, part: number, userId: string, itemId:
 }
 
 /** 32-G's dedup(false): every delivery adds its delta; processed_event is only written for the watermark. */
-export const applyWithoutDedup: ApplyStep = async (client, event) => {
+export const applyWithoutDedup: ApplyBatch = async (client, part, events) => {
   await client.query(
-    "INSERT INTO processed_event (part, seq, how) VALUES ($1, $2, 'APPLIED') ON CONFLICT DO NOTHING",
-    [event.part, event.seq],
+    "INSERT INTO processed_event (part, seq, how) SELECT $1, seq, 'APPLIED' FROM unnest($2::bigint[]) AS seq ON CONFLICT DO NOTHING",
+    [part, events.map((e) => e.seq)],
   );
-  await client.query("UPDATE like_count SET n = n + $3 WHERE item_id = $1 AND part = $2", [event.itemId, event.part, event.delta]);
-  return "applied";
+  await client.query(
+    `UPDATE like_count lc SET n = lc.n + d.delta
+       FROM (SELECT item_id, sum(delta) AS delta FROM unnest($2::text[], $3::int[]) AS e(item_id, delta) GROUP BY item_id) d
+      WHERE lc.item_id = d.item_id AND lc.part = $1`,
+    [part, events.map((e) => e.itemId), events.map((e) => e.delta)],
+  );
+  return { applied: events.length, covered: 0, dup: 0 };
 };
 
 /** 32-H's naive overwrite: n := count(*) at the snapshot, base_seq untouched, so nothing is COVERED. */

@@ -1,5 +1,5 @@
 import { Hooks } from "../../src/hooks.ts";
-import { LikeConsumer, type ApplyStep } from "../../src/likes/like-consumer.ts";
+import { LikeConsumer, type ApplyBatch } from "../../src/likes/like-consumer.ts";
 import { LikeRebuild } from "../../src/likes/like-rebuild.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
@@ -10,7 +10,7 @@ export interface LikesFixture {
   likes: LikeService;
   consumer: LikeConsumer;
   rebuild: LikeRebuild;
-  consumerWith(applyStep: ApplyStep): LikeConsumer;
+  consumerWith(applyBatch: ApplyBatch): LikeConsumer;
   close(): Promise<void>;
 }
 
@@ -32,7 +32,7 @@ export async function likesFixture(partitions = 1, items: readonly string[] = LA
     likes,
     consumer: new LikeConsumer(db.pool, { hooks }),
     rebuild: new LikeRebuild(db.pool, { hooks }),
-    consumerWith: (applyStep) => new LikeConsumer(db.pool, { hooks, applyStep }),
+    consumerWith: (applyBatch) => new LikeConsumer(db.pool, { hooks, applyBatch }),
     close: () => db.close(),
   };
 }
