@@ -12,8 +12,11 @@ export class HttpError extends LedgerError {
 
 export const unauthenticated = (message: string) => new HttpError(401, "UNAUTHENTICATED", message);
 export const forbidden = (message: string) => new HttpError(403, "FORBIDDEN", message);
-/** Missing, or not visible to the caller: the two are indistinguishable on purpose. */
-export const notFound = (what: string) => new HttpError(404, "NOT_FOUND", `${what} not found`);
+/**
+ * Missing, or not visible to the caller: the two are indistinguishable on purpose. The codes
+ * are the library's (ITEM_NOT_FOUND, ...), so a missing target reads the same on every route.
+ */
+export const notFound = (what: "item" | "post" | "account") => new HttpError(404, `${what.toUpperCase()}_NOT_FOUND`, `${what} not found`);
 
 /** Stable library codes -> HTTP status. Anything unlisted is a 500. */
 const STATUS_BY_CODE: Record<string, number> = {

@@ -22,8 +22,8 @@ test("api every error code: each error is exactly {error: {code, message}} with 
 
   expect(await h.request("GET", "/v1/items/item-1/likes/me"), 401, "UNAUTHENTICATED", "no token");
   expect(await alice.get("/v1/admin/status"), 403, "FORBIDDEN", "not an admin");
-  expect(await alice.put("/v1/items/no-such-item/likes/me"), 404, "NOT_FOUND", "missing item");
-  expect(await alice.get("/v1/posts/no-such-post"), 404, "NOT_FOUND", "missing post");
+  expect(await alice.put("/v1/items/no-such-item/likes/me"), 404, "ITEM_NOT_FOUND", "missing item");
+  expect(await alice.get("/v1/posts/no-such-post"), 404, "POST_NOT_FOUND", "missing post");
   expect(await alice.put("/v1/accounts/me/following/ghost"), 404, "ACCOUNT_NOT_FOUND", "unknown account");
   expect(await admin.post("/v1/admin/rebuild", { items: ["item-1", "ghost-item"] }), 404, "ITEM_NOT_FOUND", "rebuild of an unknown item");
   expect(await alice.put("/v1/accounts/me/following/alice"), 409, "SELF_FOLLOW", "self-follow");
@@ -97,7 +97,7 @@ test("api every error code: each error is exactly {error: {code, message}} with 
   t.diagnostic(`note codes seen: ${[...seen].map(([c, s]) => `${c}=${s}`).join(" ")}`);
   assert.deepEqual([...seen.keys()].sort(), [
     "ACCOUNT_NOT_FOUND", "BLOCKED", "FORBIDDEN", "INVALID_INPUT", "ITEM_NOT_FOUND", "NOT_FOUND", "NOT_PENDING",
-    "PAYLOAD_TOO_LARGE", "SELF_BLOCK", "SELF_FOLLOW", "UNAUTHENTICATED", "UNSUPPORTED_MEDIA_TYPE",
+    "PAYLOAD_TOO_LARGE", "POST_NOT_FOUND", "SELF_BLOCK", "SELF_FOLLOW", "UNAUTHENTICATED", "UNSUPPORTED_MEDIA_TYPE",
   ]);
 });
 

@@ -72,8 +72,8 @@ for (const partitions of [1, 4]) {
     assertError(await alice.delete("/v1/accounts/me/blocks/ghost"), 404, "ACCOUNT_NOT_FOUND");
     assertError(await alice.post("/v1/accounts/me/follow-requests/ghost/approve"), 404, "ACCOUNT_NOT_FOUND");
     assertError(await alice.get("/v1/accounts/me/relationships/ghost"), 404, "ACCOUNT_NOT_FOUND");
-    assertError(await alice.get("/v1/accounts/ghost/followers"), 404, "NOT_FOUND");
-    assertError(await alice.get("/v1/accounts/ghost/follower-count"), 404, "NOT_FOUND");
+    assertError(await alice.get("/v1/accounts/ghost/followers"), 404, "ACCOUNT_NOT_FOUND");
+    assertError(await alice.get("/v1/accounts/ghost/follower-count"), 404, "ACCOUNT_NOT_FOUND");
     const ghost = await h.as("ghost");
     assertError(await ghost.put("/v1/accounts/me/following/alice"), 404, "ACCOUNT_NOT_FOUND", "a caller without an account");
 
@@ -91,9 +91,9 @@ for (const partitions of [1, 4]) {
     assertError(await alice.get("/v1/accounts/bob/follower-count?allowedLag=-1"), 400, "INVALID_INPUT");
 
     // Someone in a block with the account sees it as missing.
-    assertError(await dave.get("/v1/accounts/bob/followers"), 404, "NOT_FOUND");
-    assertError(await dave.get("/v1/accounts/bob/follower-count"), 404, "NOT_FOUND");
-    assertError(await bob.get("/v1/accounts/dave/followers"), 404, "NOT_FOUND", "the blocker too");
+    assertError(await dave.get("/v1/accounts/bob/followers"), 404, "ACCOUNT_NOT_FOUND");
+    assertError(await dave.get("/v1/accounts/bob/follower-count"), 404, "ACCOUNT_NOT_FOUND");
+    assertError(await bob.get("/v1/accounts/dave/followers"), 404, "ACCOUNT_NOT_FOUND", "the blocker too");
     assert.equal(ok(await bob.delete<RelationOutcome>("/v1/accounts/me/blocks/dave")).outcome, "CHANGED");
     assert.equal(ok(await bob.delete<RelationOutcome>("/v1/accounts/me/blocks/dave")).outcome, "NOOP");
     assert.deepEqual(ok(await dave.get("/v1/accounts/me/relationships/bob")), NOTHING, "unblock restores nothing");

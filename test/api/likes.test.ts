@@ -54,7 +54,7 @@ for (const partitions of [1, 4]) {
       await alice.get("/v1/items/no-such-item/like-count"),
       await alice.get("/v1/items/no-such-item/likes"),
     ];
-    for (const res of missing) assertError(res, 404, "NOT_FOUND");
+    for (const res of missing) assertError(res, 404, "ITEM_NOT_FOUND");
     assert.equal(new Set(missing.map((r) => r.text)).size, 1, "one body for a missing item");
 
     for (const lag of ["-1", "x", "1.5", "", "1e400"]) {

@@ -51,7 +51,7 @@ test("api operability P=4: /metrics counts requests by route and status, outcome
   ok(await alice.put("/v1/items/item-1/likes/me"));
   ok(await alice.put("/v1/accounts/me/following/bob"));
   assertError(await alice.put("/v1/accounts/me/following/alice"), 409, "SELF_FOLLOW");
-  assertError(await alice.put("/v1/items/no-such-item/likes/me"), 404, "NOT_FOUND");
+  assertError(await alice.put("/v1/items/no-such-item/likes/me"), 404, "ITEM_NOT_FOUND");
 
   const res = await h.request("GET", "/metrics");
   assert.equal(res.status, 200);

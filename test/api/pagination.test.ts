@@ -148,7 +148,7 @@ test("api P=4 followers pagination: 40 followers paged by 7 while follows arrive
   for (const id of fans.slice(0, 3)) ok(await (await h.as(id)).put(`/v1/items/${post.id}/likes/me`));
   assert.equal(ok(await (await h.as("fan-001")).get<LikerPage>(`/v1/items/${post.id}/likes`)).likers.length, 3);
   const enemy = await h.as("enemy");
-  assertError(await enemy.get(`/v1/items/${post.id}/likes`), 404, "NOT_FOUND", "a stranger");
+  assertError(await enemy.get(`/v1/items/${post.id}/likes`), 404, "ITEM_NOT_FOUND", "a stranger");
   assert.equal(ok(await enemy.put<RelationOutcome>("/v1/accounts/me/following/star")).state, "ACTIVE");
   await h.ledger.projector.drain();
   assert.equal(ok(await enemy.get<LikerPage>(`/v1/items/${post.id}/likes`)).likers.length, 3, "a follower sees the likers");
@@ -156,13 +156,13 @@ test("api P=4 followers pagination: 40 followers paged by 7 while follows arrive
   const missingItem = await enemy.get("/v1/items/no-such-item/likes");
   const missingAccount = await enemy.get("/v1/accounts/no-such-account/followers");
   const likersRes = await enemy.get(`/v1/items/${post.id}/likes`);
-  assertError(likersRes, 404, "NOT_FOUND");
+  assertError(likersRes, 404, "ITEM_NOT_FOUND");
   assert.equal(likersRes.text, missingItem.text, "the likers of a post you may not read look like a missing item's");
   const firstPage = ok(await reader.get<FollowerPage>(`/v1/accounts/star/followers?limit=${PAGE}`));
   for (const path of ["/v1/accounts/star/followers", `/v1/accounts/star/followers?limit=${PAGE}&cursor=${firstPage.nextCursor}`]) {
     const res = await enemy.get(path);
-    assertError(res, 404, "NOT_FOUND");
+    assertError(res, 404, "ACCOUNT_NOT_FOUND");
     assert.equal(res.text, missingAccount.text, `${path}: the blocker's followers look like a missing account's`);
   }
-  assertError(await enemy.get("/v1/accounts/star/follower-count"), 404, "NOT_FOUND");
+  assertError(await enemy.get("/v1/accounts/star/follower-count"), 404, "ACCOUNT_NOT_FOUND");
 });

@@ -92,7 +92,7 @@ for (const partitions of [1, 4]) {
     assert.ok(watermark >= p1.aclToken && watermark < p2.aclToken, `watermark ${watermark} between the tokens`);
 
     const missing = await reader.get("/v1/posts/00000000-0000-4000-8000-000000000000");
-    assertError(missing, 404, "NOT_FOUND");
+    assertError(missing, 404, "POST_NOT_FOUND");
     const read = async (id: string, query: string) => reader.get<PostRead>(`/v1/posts/${id}${query}`);
     const cell = (res: ApiResponse<PostRead>) => (res.status === 200 ? `200/${res.body.decidedBy}` : String(res.status));
     const table: Record<string, string> = {};
@@ -140,23 +140,23 @@ for (const partitions of [1, 4]) {
 
     // Liking follows the truth: the blocked reader may like neither post, and learns nothing.
     const likeMissing = await reader.put("/v1/items/no-such-item/likes/me");
-    assertError(likeMissing, 404, "NOT_FOUND");
+    assertError(likeMissing, 404, "ITEM_NOT_FOUND");
     for (const p of [p1, p2]) {
       for (const res of [await reader.put(`/v1/items/${p.id}/likes/me`), await reader.delete(`/v1/items/${p.id}/likes/me`)]) {
         assert.equal(res.status, 404);
         assert.equal(res.text, likeMissing.text, "liking a post you may not read is refused like a missing item");
       }
-      assertError(await reader.get(`/v1/items/${p.id}/likes/me`), 404, "NOT_FOUND");
-      assertError(await reader.get(`/v1/items/${p.id}/like-count`), 404, "NOT_FOUND");
-      assertError(await reader.get(`/v1/items/${p.id}/likes`), 404, "NOT_FOUND");
+      assertError(await reader.get(`/v1/items/${p.id}/likes/me`), 404, "ITEM_NOT_FOUND");
+      assertError(await reader.get(`/v1/items/${p.id}/like-count`), 404, "ITEM_NOT_FOUND");
+      assertError(await reader.get(`/v1/items/${p.id}/likes`), 404, "ITEM_NOT_FOUND");
     }
     assert.equal(ok(await author.get<PostRead>(`/v1/posts/${p2.id}?consistency=truth`)).decidedBy, "author");
     assert.equal(ok(await author.put<LikeOutcome>(`/v1/items/${p2.id}/likes/me`)).outcome, "CHANGED", "the author likes P2");
 
     // Once the projector has applied the block, content_token denies P1 from the projection too.
     await h.ledger.projector.drain();
-    assertError(await read(p1.id, ""), 404, "NOT_FOUND");
-    assertError(await read(p1.id, "?consistency=content_token"), 404, "NOT_FOUND");
+    assertError(await read(p1.id, ""), 404, "POST_NOT_FOUND");
+    assertError(await read(p1.id, "?consistency=content_token"), 404, "POST_NOT_FOUND");
   });
 }
 
@@ -175,10 +175,10 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
   const self = ok(await author.post<PostJson>("/v1/posts", { visibility: "SELF", body: "for me" }), 201);
 
   const missingPost = await stranger.get("/v1/posts/00000000-0000-4000-8000-000000000000");
-  assertError(missingPost, 404, "NOT_FOUND");
+  assertError(missingPost, 404, "POST_NOT_FOUND");
   assert.equal((await stranger.get("/v1/posts/no-such-post")).text, missingPost.text);
   const missingItem = await stranger.put("/v1/items/no-such-item/likes/me");
-  assertError(missingItem, 404, "NOT_FOUND");
+  assertError(missingItem, 404, "ITEM_NOT_FOUND");
 
   const denied = async (who: typeof stranger, id: string, context: string) => {
     for (const query of ["", "?consistency=content_token", "?consistency=fresh_token", "?consistency=truth"]) {
@@ -191,7 +191,7 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
       assert.equal(res.status, 404, `${context} like`);
       assert.equal(res.text, missingItem.text, `${context}: liking is refused like a missing item`);
     }
-    for (const path of ["likes/me", "like-count", "likes"]) assertError(await who.get(`/v1/items/${id}/${path}`), 404, "NOT_FOUND", `${context} ${path}`);
+    for (const path of ["likes/me", "like-count", "likes"]) assertError(await who.get(`/v1/items/${id}/${path}`), 404, "ITEM_NOT_FOUND", `${context} ${path}`);
   };
 
   await denied(stranger, followers.id, "a stranger on a FOLLOWERS post");
