@@ -18,6 +18,9 @@ import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
 
+/** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
+const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"]];
+
 export interface AppOptions {
   ledger: Ledger;
   jwtSecret: Uint8Array;
@@ -49,6 +52,16 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       openapi: "3.0.3",
       info: { title: "social-ledger", version: "1", description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag." },
       components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } } },
+    },
+    // The generator marks every body as required; these two accept none.
+    transformObject: (documentObject) => {
+      if (!("openapiObject" in documentObject)) return documentObject.swaggerObject;
+      const paths = (documentObject.openapiObject.paths ?? {}) as Record<string, Record<string, { requestBody?: { required?: boolean } }>>;
+      for (const [path, method] of OPTIONAL_BODIES) {
+        const body = paths[path]?.[method]?.requestBody;
+        if (body) body.required = false;
+      }
+      return documentObject.openapiObject;
     },
   });
   await app.register(swaggerUi, { routePrefix: "/docs" });
