@@ -72,9 +72,9 @@ export const projectVersioned: ProjectStep = async (client, e) => {
 
 /**
  * Applies relation events to the follower projection. A batch is one transaction on one
- * partition; several projector workers may run at once on the same partition: rows are
- * locked in (followee, follower) order, and the watermark row is locked last, after which a
- * new statement sees every proj_seen row committed by the worker before.
+ * partition that first locks the partition's watermark row: workers of one partition take
+ * turns, workers of different partitions touch disjoint rows. Every statement after the lock
+ * sees every proj_seen row committed by the worker before.
  */
 export class RelationProjector {
   constructor(
@@ -91,6 +91,10 @@ export class RelationProjector {
       x.e.followee < y.e.followee ? -1 : x.e.followee > y.e.followee ? 1 : x.e.follower < y.e.follower ? -1 : x.e.follower > y.e.follower ? 1 : x.i - y.i,
     );
     return withTransaction(this.pool, async (client) => {
+      // Projectors of one partition take turns, as like consumers do. Locking the watermark
+      // last would let two of them take proj_seen keys, proj_follower rows and proj_count rows
+      // in different orders and deadlock (a review found and reproduced it).
+      await lockWatermark(client, "relations", part);
       await requireEventMatch(client, part, events);
       const verdicts: Verdict[] = new Array(events.length);
       const counts = emptyVerdicts();
@@ -99,7 +103,6 @@ export class RelationProjector {
         verdicts[i] = v;
         counts[v]++;
       }
-      await lockWatermark(client, "relations", part);
       const watermark = await advanceWatermark(client, "relations", part);
       await this.options.hooks?.at("projector.beforeCommit", { part });
       return { ...counts, verdicts, watermark };
