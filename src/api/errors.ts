@@ -28,6 +28,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   SELF_BLOCK: 409,
   BLOCKED: 409,
   NOT_PENDING: 409,
+  REBUILD_IN_PROGRESS: 409,
   PARTITION_CONFIG: 500,
 };
 

@@ -12,6 +12,15 @@ export class UnknownItemsError extends LedgerError {
   }
 }
 
+export class RebuildInProgressError extends LedgerError {
+  constructor() {
+    super("REBUILD_IN_PROGRESS", "another rebuild is running; try again when it has finished");
+  }
+}
+
+/** Advisory lock key of the rebuild (an arbitrary constant: "likerbld" in ASCII). */
+const REBUILD_LOCK_KEY = 0x6c696b6572626c64n.toString();
+
 /** What one RR snapshot says: per partition the last committed seq, per (item, partition) the liked facts. */
 export interface RebuildSnapshot {
   partitions: number;
@@ -74,6 +83,10 @@ export class LikeRebuild {
     const snapshot = await withTransaction(
       this.pool,
       async (snapshotClient) => {
+        // One rebuild at a time: each holds a snapshot connection and needs a second one per
+        // install, so unbounded concurrent rebuilds could starve the pool.
+        const { rows: lock } = await snapshotClient.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [REBUILD_LOCK_KEY]);
+        if (!lock[0]!.ok) throw new RebuildInProgressError();
         const header = await readSnapshotHeader(snapshotClient);
         if (items) {
           const { rows } = await snapshotClient.query<{ item_id: string }>(
