@@ -42,23 +42,33 @@ export interface WorkerEvents {
   onRelations?: (verdicts: { applied: number; stale: number; dup: number }) => void;
 }
 
-/** The two consumer loops (like counter, follower projector) over the given partitions (all by default). */
-export function createWorkers(
-  ledger: Ledger,
-  options: PartitionWorkerOptions & WorkerEvents & { partitions?: readonly number[]; batchSize?: number } = {},
-): PartitionWorker[] {
+export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
+  /** Partitions to serve; all by default. */
+  partitions?: readonly number[];
+  batchSize?: number;
+  /**
+   * Loops per consumer kind; the partitions are dealt round-robin over them, so partitions
+   * proceed in parallel (they share no rows). Default: min(partitions, 4).
+   */
+  loops?: number;
+}
+
+/** The consumer loops (like counter, follower projector) over the given partitions. */
+export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? 200;
-  return [
-    new PartitionWorker("like-counter", async () => {
-      const s = await ledger.likeConsumer.pollOnce(parts, batchSize);
+  const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
+  const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
+  return groups.flatMap((group, g) => [
+    new PartitionWorker(`like-counter#${g}`, async () => {
+      const s = await ledger.likeConsumer.pollOnce(group, batchSize);
       options.onLikes?.(s);
       return s.applied + s.covered + s.dup;
     }, options),
-    new PartitionWorker("follower-projector", async () => {
-      const v = await ledger.projector.pollOnce(parts, batchSize);
+    new PartitionWorker(`follower-projector#${g}`, async () => {
+      const v = await ledger.projector.pollOnce(group, batchSize);
       options.onRelations?.(v);
       return v.applied + v.stale + v.dup;
     }, options),
-  ];
+  ]);
 }
