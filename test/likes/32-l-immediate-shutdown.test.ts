@@ -10,11 +10,11 @@ import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.ts";
-import { ConnectionLostError, mapPgError } from "../../src/db/errors.ts";
+import { ConnectionLostError } from "../../src/db/errors.ts";
+import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
 import { initLedger } from "../../src/db/ledger-config.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
-import { LedgerError } from "../../src/errors.ts";
 import { formatReadSide, formatWriteSide, readSide, writeSide } from "../../src/likes/like-audit.ts";
 import { LikeConsumer } from "../../src/likes/like-consumer.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
@@ -34,19 +34,7 @@ interface Acked {
   version: number;
 }
 
-interface LoopEnd {
-  who: string;
-  /** The error as the loop received it. */
-  error: unknown;
-  /** Whether the library had already typed it (a LedgerError): transactions and one-shot pool queries both map driver errors. */
-  typed: boolean;
-  /** The error as mapPgError types it (unchanged when it was already typed). */
-  mapped: unknown;
-}
 
-function sqlStateOf(err: unknown): string {
-  return err instanceof ConnectionLostError ? (err.sqlState ?? "?") : err instanceof LedgerError ? err.code : String(err);
-}
 
 async function run32L(t: TestContext, partitions: number, seed: number): Promise<void> {
   const root = await clusterTempDir(`ledger-32l-p${partitions}-`);
@@ -72,9 +60,6 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   let crash: Promise<void> | undefined;
   let consumerPasses = 0;
 
-  const ended = (who: string, error: unknown): LoopEnd => ({
-    who, error, typed: error instanceof LedgerError, mapped: mapPgError(error),
-  });
 
   const writer = async (w: number): Promise<LoopEnd> => {
     const random = seededRandom(seed + w);
@@ -92,7 +77,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
         }
       }
     } catch (err) {
-      return ended(`writer-${w}`, err);
+      return loopEnd(`writer-${w}`, err);
     }
   };
 
@@ -103,7 +88,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
         consumerPasses++;
       }
     } catch (err) {
-      return ended("consumer", err);
+      return loopEnd("consumer", err);
     }
   };
 
@@ -117,18 +102,8 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   const states = [...writerStates, `consumer:${sqlStateOf(consumerEnd.mapped)}`];
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
   t.diagnostic(`note acked CHANGED before crash=${ackedAtCrash}; threads ended by error=${endedByError} states=[${states.join(", ")}]`);
-  for (const e of ends) {
-    const m = e.mapped as Error & { code?: string };
-    t.diagnostic(`note   ${e.who}: ${e.typed ? "typed" : "UNTYPED"} ${m.code ?? m.name} ${sqlStateOf(m)} ${m.message}`);
-  }
   t.diagnostic(`note   consumer passes before crash=${consumerPasses}`);
-  assert.equal(ends.length, WRITERS + 1);
-  for (const e of ends) {
-    assert.ok(e.mapped instanceof ConnectionLostError, `${e.who} ended with ${String(e.error)}`);
-    assert.equal((e.mapped as ConnectionLostError).code, "CONNECTION_LOST");
-  }
-  // Every loop, the consumer's reads included, gets an already typed error from the library.
-  for (const e of ends) assert.ok(e.typed, `${e.who} error is typed`);
+  assertAllLostConnection(t, ends, WRITERS + 1);
   assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
   // Crash recovery on restart; the old pool's clients are all dead.

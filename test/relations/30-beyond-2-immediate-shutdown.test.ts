@@ -12,11 +12,11 @@ import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.ts";
-import { ConnectionLostError, mapPgError } from "../../src/db/errors.ts";
+import { ConnectionLostError } from "../../src/db/errors.ts";
+import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
 import { initLedger } from "../../src/db/ledger-config.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
-import { LedgerError } from "../../src/errors.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { auditRelations, formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
@@ -60,19 +60,7 @@ interface AckedBlock {
   parts: number[];
 }
 
-interface LoopEnd {
-  who: string;
-  /** The error as the loop received it. */
-  error: unknown;
-  /** Whether the library had already typed it (a LedgerError). */
-  typed: boolean;
-  /** The error as mapPgError types it (unchanged when it was already typed). */
-  mapped: unknown;
-}
 
-function stateOf(err: unknown): string {
-  return err instanceof ConnectionLostError ? (err.sqlState ?? "?") : err instanceof LedgerError ? err.code : String(err);
-}
 
 async function run(t: TestContext, partitions: number, seed: number): Promise<void> {
   const root = await clusterTempDir(`ledger-30b2-p${partitions}-`);
@@ -107,7 +95,6 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   let projectedBeforeCrash = 0;
   const ackedCount = () => ackedPairs.length + ackedBlocks.length;
 
-  const ended = (who: string, error: unknown): LoopEnd => ({ who, error, typed: error instanceof LedgerError, mapped: mapPgError(error) });
 
   const record = (op: Op, a: string, b: string, r: RelationResult): void => {
     if (r.outcome !== "CHANGED") {
@@ -165,7 +152,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
         else record("unblock", b, a, await rel.unblock(b, a));
       }
     } catch (err) {
-      return ended(`writer-${w}`, err);
+      return loopEnd(`writer-${w}`, err);
     }
   };
 
@@ -177,7 +164,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
         projectedBeforeCrash += pass.applied + pass.stale + pass.dup;
       }
     } catch (err) {
-      return ended("projector", err);
+      return loopEnd("projector", err);
     }
   };
 
@@ -187,23 +174,13 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   await crash;
   const ackedAtCrash = ackedCount();
 
-  const codes = ends.map((e) => `${e.who}:${(e.mapped as { code?: string }).code ?? "?"}/${stateOf(e.mapped)}`);
+  const codes = ends.map((e) => `${e.who}:${(e.mapped as { code?: string }).code ?? "?"}/${sqlStateOf(e.mapped)}`);
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
   const ops = Object.entries(opCounts).map(([op, c]) => `${op}=${c.changed}/${c.changed + c.other}`).join(" ");
   t.diagnostic(`note acked CHANGED before crash=${ackedAtCrash} (pairs=${ackedPairs.length} blocks=${ackedBlocks.length}) in ${Date.now() - started} ms; CHANGED/calls: ${ops}`);
   t.diagnostic(`note loops ended by error=${endedByError}/${ends.length} codes=[${codes.join(", ")}]`);
-  for (const e of ends) {
-    const m = e.mapped as Error & { code?: string };
-    t.diagnostic(`note   ${e.who}: ${e.typed ? "typed" : "UNTYPED"} ${m.name} ${m.code ?? "?"} ${stateOf(m)} ${m.message.split("\n")[0]}`);
-  }
   t.diagnostic(`note   projector passes before crash=${projectorPasses} events handled=${projectedBeforeCrash}`);
-  assert.equal(ends.length, WRITERS + 1);
-  for (const e of ends) {
-    assert.ok(e.mapped instanceof ConnectionLostError, `${e.who} ended with ${String(e.error)}`);
-    assert.equal((e.mapped as ConnectionLostError).code, "CONNECTION_LOST");
-  }
-  // Every loop, the projector's reads included, gets an already typed error from the library.
-  for (const e of ends) assert.ok(e.typed, `${e.who} error is typed`);
+  assertAllLostConnection(t, ends, WRITERS + 1);
   assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
   // Crash recovery on restart; the old pool's clients are all dead.
