@@ -24,6 +24,10 @@ export class LedgerMetrics {
     name: "ledger_consumer_events_total", help: "Events handled by this process's consumers, by verdict",
     labelNames: ["consumer", "verdict"], registers: [this.registry],
   });
+  /** Seed 004's "count update failure rate": consumer passes that failed (and were retried). */
+  readonly consumerFailures = new client.Counter({
+    name: "ledger_consumer_failures_total", help: "Consumer passes that failed and will be retried", labelNames: ["consumer"], registers: [this.registry],
+  });
   readonly rebuildDrift = new client.Counter({
     name: "ledger_rebuild_drift_abs_total", help: "Sum of |drift| corrected by rebuilds in this process", registers: [this.registry],
   });

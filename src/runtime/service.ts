@@ -26,7 +26,10 @@ export async function startService(config: Config, options: { workers?: boolean;
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   });
   const workers = options.workers === false ? [] : createWorkers(ledger, {
-    onError: (err) => app.log.warn({ err }, "consumer pass failed; retrying"),
+    onError: (err, worker) => {
+      metrics.consumerFailures.inc({ consumer: worker.startsWith("like") ? "like_count" : "follower_projection" });
+      app.log.warn({ err, worker }, "consumer pass failed; retrying");
+    },
     onLikes: (s) => {
       for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "like_count", verdict }, n);
     },

@@ -8,8 +8,8 @@
 export interface PartitionWorkerOptions {
   /** How long to wait before polling again when a pass found nothing to do. */
   idleMs?: number;
-  /** Called with the error of a failed pass; the loop waits idleMs and goes on. */
-  onError?: (err: unknown) => void;
+  /** Called with the error of a failed pass and the worker's name; the loop waits idleMs and goes on. */
+  onError?: (err: unknown, worker: string) => void;
 }
 
 export class PartitionWorker {
@@ -40,7 +40,7 @@ export class PartitionWorker {
         this.passes++;
         this.processed += handled;
       } catch (err) {
-        this.options.onError?.(err);
+        this.options.onError?.(err, this.name);
       }
       if (handled > 0 || !this.running) continue;
       await new Promise<void>((resolve) => {
