@@ -84,13 +84,13 @@ export const applyWithDedup: ApplyBatch = async (client, part, events) => {
  * statement (APPLIED / COVERED / dup per event), and finally advance the contiguous watermark.
  */
 export class LikeConsumer {
+  private readonly hooks: Hooks;
+
   constructor(
     private readonly pool: Pool,
     private readonly options: { hooks?: Hooks; applyBatch?: ApplyBatch } = {},
-  ) {}
-
-  private get hooks(): Hooks {
-    return this.options.hooks ?? noHooks;
+  ) {
+    this.hooks = options.hooks ?? new Hooks();
   }
 
   /** Applies a batch of events that all belong to one partition. */
@@ -171,7 +171,6 @@ export class LikeConsumer {
   }
 }
 
-const noHooks = new Hooks();
 
 /**
  * A transport carries copies; the outbox is the truth. A delivered event that is not in the

@@ -62,13 +62,13 @@ const PAGE_SIZE = 500;
  * the snapshot already holds nor loses what the consumer applied after it.
  */
 export class LikeRebuild {
+  private readonly hooks: Hooks;
+
   constructor(
     private readonly pool: Pool,
-    private readonly options: { hooks?: Hooks } = {},
-  ) {}
-
-  private get hooks(): Hooks {
-    return this.options.hooks ?? new Hooks();
+    options: { hooks?: Hooks } = {},
+  ) {
+    this.hooks = options.hooks ?? new Hooks();
   }
 
   async rebuild(options: { items?: readonly string[] } = {}): Promise<RebuildReport> {
