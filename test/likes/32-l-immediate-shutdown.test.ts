@@ -7,14 +7,9 @@
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
-import path from "node:path";
-import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.ts";
 import { ConnectionLostError } from "../../src/db/errors.ts";
+import { crashLab } from "../support/crash-cluster.ts";
 import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
-import { initLedger } from "../../src/db/ledger-config.ts";
-import { migrate } from "../../src/db/migrate.ts";
-import { createPool, type Pool } from "../../src/db/pool.ts";
 import { formatReadSide, formatWriteSide, readSide, writeSide } from "../../src/likes/like-audit.ts";
 import { LikeConsumer } from "../../src/likes/like-consumer.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
@@ -34,23 +29,9 @@ interface Acked {
   version: number;
 }
 
-
-
 async function run32L(t: TestContext, partitions: number, seed: number): Promise<void> {
-  const root = await clusterTempDir(`ledger-32l-p${partitions}-`);
-  const live: { cluster?: EmbeddedCluster; pool?: Pool } = {};
-  t.after(async () => {
-    await live.pool?.end().catch(() => undefined);
-    await live.cluster?.stop();
-    await rm(root, { recursive: true, force: true });
-  });
-  const cluster = (live.cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") }));
-  const url = cluster.connectionString("postgres");
-  // No extra client listeners here: a client checked out by withTransaction while the server
-  // dies emits 'error', and withTransaction itself must keep that from crashing the process.
-  let pool = (live.pool = createPool({ connectionString: url, max: WRITERS + 4 }));
-  await migrate(pool);
-  assert.equal(await initLedger(pool, { partitions }), partitions);
+  const lab = await crashLab(t, `ledger-32l-p${partitions}-`, { partitions, poolSize: WRITERS + 4 });
+  let pool = lab.pool;
   const likes = await LikeService.open(pool);
   for (const item of LAB_ITEMS) await likes.createItem(item);
   const consumer = new LikeConsumer(pool);
@@ -72,7 +53,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
         acked.push({ part: result.part, seq: result.seq, user: u, item, version: result.version });
         // The crash is triggered from the writer path, the moment the counter crosses the threshold.
         if (acked.length === CRASH_AFTER_ACKED) {
-          crash = cluster.crashImmediate();
+          crash = lab.cluster.crashImmediate();
           crash.catch(() => undefined); // awaited (and rethrown) after the loops end
         }
       }
@@ -106,10 +87,8 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   assertAllLostConnection(t, ends, WRITERS + 1);
   assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
-  // Crash recovery on restart; the old pool's clients are all dead.
-  await pool.end().catch(() => undefined);
-  await cluster.restart();
-  pool = live.pool = createPool({ connectionString: url, max: 4 });
+  // Crash recovery on restart.
+  pool = await lab.restartAfterCrash();
 
   // Every acknowledged CHANGED is in the outbox with the same (part, seq, user, item, version).
   assert.equal(new Set(acked.map((a) => `${a.part}:${a.seq}`)).size, acked.length, "acked (part, seq) are unique");

@@ -9,14 +9,9 @@
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
-import path from "node:path";
-import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.ts";
 import { ConnectionLostError } from "../../src/db/errors.ts";
+import { crashLab } from "../support/crash-cluster.ts";
 import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
-import { initLedger } from "../../src/db/ledger-config.ts";
-import { migrate } from "../../src/db/migrate.ts";
-import { createPool, type Pool } from "../../src/db/pool.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { auditRelations, formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
@@ -60,21 +55,9 @@ interface AckedBlock {
   parts: number[];
 }
 
-
-
 async function run(t: TestContext, partitions: number, seed: number): Promise<void> {
-  const root = await clusterTempDir(`ledger-30b2-p${partitions}-`);
-  const live: { cluster?: EmbeddedCluster; pool?: Pool } = {};
-  t.after(async () => {
-    await live.pool?.end().catch(() => undefined);
-    await live.cluster?.stop();
-    await rm(root, { recursive: true, force: true });
-  });
-  const cluster = (live.cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") }));
-  const url = cluster.connectionString("postgres");
-  let pool = (live.pool = createPool({ connectionString: url, max: WRITERS + 4 }));
-  await migrate(pool);
-  assert.equal(await initLedger(pool, { partitions }), partitions);
+  const lab = await crashLab(t, `ledger-30b2-p${partitions}-`, { partitions, poolSize: WRITERS + 4 });
+  let pool = lab.pool;
   await pool.query(
     `INSERT INTO account (account_id, private)
      SELECT 'user-' || lpad(i::text, 4, '0'), i = ANY ($2::int[]) FROM generate_series(1, $1::int) AS i`,
@@ -112,7 +95,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     }
     // The crash is triggered from the writer path, the moment the counter reaches the threshold.
     if (ackedCount() === CRASH_AFTER_ACKED) {
-      crash = cluster.crashImmediate();
+      crash = lab.cluster.crashImmediate();
       crash.catch(() => undefined); // awaited (and rethrown) after the loops end
     }
   };
@@ -183,10 +166,8 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   assertAllLostConnection(t, ends, WRITERS + 1);
   assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
-  // Crash recovery on restart; the old pool's clients are all dead.
-  await pool.end().catch(() => undefined);
-  await cluster.restart();
-  pool = live.pool = createPool({ connectionString: url, max: 4 });
+  // Crash recovery on restart.
+  pool = await lab.restartAfterCrash();
 
   // Every acknowledged follow/unfollow/decide is in relation_event with the same (part, seq, follower, followee, state, version).
   assert.equal(new Set(ackedPairs.map((a) => `${a.part}:${a.seq}`)).size, ackedPairs.length, "acked (part, seq) are unique");
