@@ -7,16 +7,15 @@
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { formatReadSide, readSide, type ReadSideAudit } from "../../src/likes/like-audit.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { seededRandom } from "../support/concurrency.ts";
+import { LineChild, type Exit } from "../support/line-child.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { LAB_ITEMS, count, user } from "./fixture.ts";
 
@@ -26,77 +25,20 @@ const EVENTS = 120;
 /** Upper bound for the server to notice a dead client and end its backend (normally a few ms). */
 const BACKEND_GONE_DEADLINE_MS = 15_000;
 
-/** A consumer child process whose stdout lines can be awaited. */
-class ConsumerChild {
-  readonly proc: ChildProcess;
-  readonly lines: string[] = [];
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  private stderr = "";
-  private exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-  private readonly waiters: { pattern: RegExp; resolve: (line: string) => void; reject: (err: Error) => void }[] = [];
-
+/** The consumer child process; its stdout lines can be awaited. */
+class ConsumerChild extends LineChild {
   constructor(
-    readonly name: string,
+    name: string,
     readonly appName: string,
     args: { db: string; offsetFile: string; stop: string; batch: number },
   ) {
-    this.proc = spawn(
-      process.execPath,
-      ["--import", "tsx", CHILD_SCRIPT, "--db", args.db, "--offset-file", args.offsetFile, "--stop", args.stop,
-        "--batch", String(args.batch), "--app", appName],
-      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
-    );
-    this.proc.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.stderr += chunk));
-    const stdoutClosed = new Promise<void>((resolve) => {
-      const rl = createInterface({ input: this.proc.stdout! });
-      rl.on("line", (line) => this.onLine(line));
-      rl.on("close", resolve);
-    });
-    const processExited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      this.proc.on("exit", (code, signal) => resolve({ code, signal })),
-    );
-    // Exit is reported after the last stdout line has been delivered.
-    this.exited = Promise.all([processExited, stdoutClosed]).then(([info]) => {
-      this.exitInfo = info;
-      for (const w of this.waiters.splice(0)) w.reject(this.exitError(w.pattern));
-      return info;
-    });
-  }
-
-  private exitError(pattern: RegExp): Error {
-    return new Error(
-      `${this.name} exited (code=${this.exitInfo?.code} signal=${this.exitInfo?.signal}) without printing ${pattern}\n` +
-        `stdout:\n${this.lines.join("\n")}\nstderr:\n${this.stderr}`,
-    );
-  }
-
-  private onLine(line: string): void {
-    this.lines.push(line);
-    for (let i = this.waiters.length - 1; i >= 0; i--) {
-      const w = this.waiters[i]!;
-      if (w.pattern.test(line)) {
-        this.waiters.splice(i, 1);
-        w.resolve(line);
-      }
-    }
-  }
-
-  /** The first stdout line matching `pattern`, already printed or still to come. */
-  waitFor(pattern: RegExp): Promise<string> {
-    const seen = this.lines.find((l) => pattern.test(l));
-    if (seen !== undefined) return Promise.resolve(seen);
-    if (this.exitInfo) return Promise.reject(this.exitError(pattern));
-    return new Promise((resolve, reject) => this.waiters.push({ pattern, resolve, reject }));
+    super(name, ["--import", "tsx", CHILD_SCRIPT, "--db", args.db, "--offset-file", args.offsetFile, "--stop", args.stop,
+      "--batch", String(args.batch), "--app", appName], { cwd: REPO_ROOT });
   }
 
   /** kill -9, then the exit as observed by the parent. */
-  async kill9(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    this.proc.kill("SIGKILL");
-    return this.exited;
-  }
-
-  alive(): boolean {
-    return this.proc.exitCode === null && this.proc.signalCode === null;
+  kill9(): Promise<Exit> {
+    return this.stop("SIGKILL");
   }
 }
 
