@@ -184,13 +184,8 @@ export interface LikeCount {
   stale: boolean;
 }
 
-export interface Relationship {
-  following: boolean;
-  requested: boolean;
-  followedBy: boolean;
-  blocking: boolean;
-  blockedBy: boolean;
-}
+/** The JSON of GET /v1/accounts/me/relationships/{id} is the library's Relationship as is. */
+export type { Relationship } from "../../src/relations/types.ts";
 
 export interface LikerPage {
   likers: { userId: string; likedAt: string }[];
