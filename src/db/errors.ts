@@ -22,7 +22,11 @@ export class UniqueViolationError extends DatabaseError {}
 export class CheckViolationError extends DatabaseError {}
 /** 40001 and 40P01: the whole transaction may be retried. */
 export class TransactionConflictError extends DatabaseError {}
-/** The connection or the server went away (class 08, 57P01-57P03, or a dropped socket). */
+/**
+ * The database is unavailable: the connection or the server went away, or none could be made
+ * in time (class 08, 57P01-57P03 including "starting up" and crash recovery, a refused or dropped
+ * socket, the pool's connect timeout). A write that fails this way may or may not have committed.
+ */
 export class ConnectionLostError extends DatabaseError {}
 
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01"]);
@@ -45,7 +49,7 @@ function isDroppedSocket(err: unknown): boolean {
   const message = String((err as PgErrorShape | null)?.message ?? "");
   const code = (err as PgErrorShape | null)?.code;
   return (
-    /Connection terminated|connection ended|Client has encountered a connection error|terminating connection/i.test(message) ||
+    /Connection terminated|connection ended|Client has encountered a connection error|terminating connection|timeout exceeded when trying to connect/i.test(message) ||
     (typeof code === "string" && DROPPED_SOCKET_CODES.has(code))
   );
 }

@@ -12,6 +12,8 @@ export interface PoolOptions {
   connectionString: string;
   max?: number;
   applicationName?: string;
+  /** How long a checkout waits for a connection before failing with ConnectionLostError (default 5 s). */
+  connectionTimeoutMs?: number;
 }
 
 /**
@@ -33,6 +35,9 @@ export function createPool(options: PoolOptions): Pool {
     connectionString: options.connectionString,
     max: options.max ?? 10,
     application_name: options.applicationName ?? "social-ledger",
+    // pg's default is to wait forever: with the database gone, requests would hang instead of
+    // answering 503.
+    connectionTimeoutMillis: options.connectionTimeoutMs ?? 5_000,
   });
   // An idle client whose server went away emits 'error'; without a listener that crashes
   // the process. The next checkout gets a fresh connection, so logging is enough.

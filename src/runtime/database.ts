@@ -1,19 +1,33 @@
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
+import pg from "pg";
 import type { Config } from "../config.ts";
-import { EmbeddedCluster, freePort } from "../db/embedded-cluster.ts";
+import { ClusterStartError, EmbeddedCluster, freePort } from "../db/embedded-cluster.ts";
 import { initLedger } from "../db/ledger-config.ts";
 import { migrate } from "../db/migrate.ts";
 import { createPool, type Pool } from "../db/pool.ts";
+import type { DatabaseHealth } from "../api/routes/health.ts";
+import { EmbeddedSupervisor, type SupervisorOptions } from "./embedded-supervisor.ts";
+import { isRunning } from "./process-state.ts";
 
 export interface Database {
   pool: Pool;
   url: string;
   /** The embedded cluster this process started, if any. */
   cluster: EmbeddedCluster | undefined;
+  health(): DatabaseHealth;
+  /** Resolves when the embedded cluster this process runs cannot be brought back: exit non-zero. */
+  fatal: Promise<Error>;
+  /** Closes the pool and stops an embedded cluster this process runs; rejects when that cluster had died on its own. */
   close(): Promise<void>;
 }
+
+type Log = SupervisorOptions["log"];
+
+/** How long a start waits for a dying owner, a starting server or crash recovery before giving up. */
+const ACQUIRE_DEADLINE_MS = 90_000;
+const ACQUIRE_POLL_MS = 100;
 
 /** The embedded cluster keeps one port for its data directory, so every command of ours finds it. */
 async function embeddedPort(dataDir: string): Promise<number> {
@@ -31,75 +45,131 @@ function readPid(file: string): number | undefined {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-function alive(pid: number | undefined): boolean {
-  if (pid === undefined) return false;
+/** Whether a server on the port accepts a connection and answers a query (not starting up, not recovering). */
+async function answers(port: number): Promise<boolean> {
+  const client = new pg.Client({ connectionString: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, connectionTimeoutMillis: 2_000 });
+  client.on("error", () => undefined);
   try {
-    process.kill(pid, 0);
+    await client.connect();
+    await client.query("SELECT 1");
     return true;
   } catch {
     return false;
+  } finally {
+    await client.end().catch(() => undefined);
   }
 }
 
 /**
- * Whoever starts the embedded cluster records its pid in `owner.pid` and stops the cluster when
- * it stops. A process killed with -9 cannot, and its PostgreSQL keeps running without an owner:
- * the next of our processes finds the owner dead, shuts that orphan down (fast shutdown: every
- * committed transaction is already durable) and starts the cluster as its own.
+ * Decides who runs the embedded cluster of a data directory, by what the kernel and the server
+ * say rather than by a pid file alone:
+ * - a running postmaster (per /proc, so not a zombie, and a `postgres` process, so not a
+ *   recycled pid) whose owner (`owner.pid`) is a running process: that owner's server; we use it
+ *   once it answers a query (it may be starting up or recovering: we wait);
+ * - a running postmaster whose owner is dead: an orphan of a killed server; fast shutdown (every
+ *   acknowledged transaction is already durable), then we start it as ours;
+ * - no running postmaster: we start it. A `postmaster.pid` left by a dead or zombie postmaster is
+ *   removed first: PostgreSQL's own check takes a zombie for a live postmaster and would refuse
+ *   until the zombie is reaped. Its other guard, the shared memory segment still attached by
+ *   surviving backends, stays in force, and a start it refuses is retried.
+ * Everything is retried until a deadline, so a start racing with a dying owner waits instead of failing.
  */
-async function acquireEmbedded(dataDir: string, pgData: string, port: number): Promise<EmbeddedCluster | undefined> {
+async function acquireEmbedded(dataDir: string, pgData: string, port: number, log: Log): Promise<EmbeddedCluster | undefined> {
   const ownerFile = path.join(dataDir, "owner.pid");
-  const postmaster = readPid(path.join(pgData, "postmaster.pid"));
-  if (alive(postmaster)) {
-    if (alive(readPid(ownerFile))) return undefined; // a live server (or command) owns it: use it
-    process.kill(postmaster!, "SIGINT");
-    const deadline = Date.now() + 60_000;
-    while (alive(postmaster)) {
-      if (Date.now() > deadline) throw new Error(`the orphaned PostgreSQL (pid ${postmaster}) did not stop within 60 s`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+  const lockFile = path.join(pgData, "postmaster.pid");
+  const deadline = Date.now() + ACQUIRE_DEADLINE_MS;
+  let lastReason = "";
+  let stoppedOrphan: number | undefined;
+  for (;;) {
+    const postmaster = readPid(lockFile);
+    const owner = readPid(ownerFile);
+    if (isRunning(postmaster, "postgres")) {
+      if (owner !== process.pid && isRunning(owner)) {
+        if (await answers(port)) return undefined;
+        lastReason = `PostgreSQL ${postmaster} of owner ${owner} does not answer yet`;
+      } else if (stoppedOrphan !== postmaster) {
+        log("warn", "stopping the embedded PostgreSQL left running by a dead owner", { postmaster, owner });
+        process.kill(postmaster!, "SIGINT");
+        stoppedOrphan = postmaster;
+        lastReason = `orphaned PostgreSQL ${postmaster} is shutting down`;
+      }
+    } else {
+      if (postmaster !== undefined) await rm(lockFile, { force: true });
+      try {
+        // Claimed before the start, so no other process of ours takes the new server for an orphan.
+        await writeFile(ownerFile, `${process.pid}\n`);
+        return await EmbeddedCluster.start({ dataDir: pgData, port });
+      } catch (err) {
+        await releaseEmbedded(dataDir);
+        if (!(err instanceof ClusterStartError)) throw err;
+        lastReason = err.message;
+      }
     }
+    if (Date.now() > deadline) throw new Error(`the embedded PostgreSQL in ${pgData} could not be started or reached within ${ACQUIRE_DEADLINE_MS / 1000} s: ${lastReason}`);
+    await new Promise((resolve) => setTimeout(resolve, ACQUIRE_POLL_MS));
   }
-  const cluster = await EmbeddedCluster.start({ dataDir: pgData, port });
-  await writeFile(ownerFile, `${process.pid}\n`);
-  return cluster;
 }
 
-async function releaseEmbedded(dataDir: string, cluster: EmbeddedCluster | undefined): Promise<void> {
-  if (!cluster) return;
-  await cluster.stop();
+async function releaseEmbedded(dataDir: string): Promise<void> {
   if (readPid(path.join(dataDir, "owner.pid")) === process.pid) await rm(path.join(dataDir, "owner.pid"), { force: true });
+}
+
+export interface OpenOptions {
+  poolSize?: number;
+  applicationName?: string;
+  /** One line per state change of the embedded cluster; silent by default. */
+  log?: Log;
 }
 
 /**
  * DATABASE_URL when set; otherwise the embedded PostgreSQL of the data directory, started by
- * this process unless another live process of ours (the server) already runs it. Migrates and
- * fixes the partition count (LEDGER_PARTITIONS, first start only).
+ * this process unless another live process of ours (the server) already runs it. A cluster this
+ * process starts is supervised (restarted when it dies). Migrates and fixes the partition
+ * count (LEDGER_PARTITIONS, first start only).
  */
-export async function openDatabase(config: Config, options: { poolSize?: number; applicationName?: string } = {}): Promise<Database> {
+export async function openDatabase(config: Config, options: OpenOptions = {}): Promise<Database> {
+  const log: Log = options.log ?? (() => undefined);
   let url = config.databaseUrl;
   let cluster: EmbeddedCluster | undefined;
   if (!url) {
     const pgData = path.join(config.dataDir, "pg");
     const port = await embeddedPort(config.dataDir);
-    cluster = await acquireEmbedded(config.dataDir, pgData, port);
+    cluster = await acquireEmbedded(config.dataDir, pgData, port, log);
     url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
   }
+  const supervisor = cluster ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log }) : undefined;
   const pool = createPool({ connectionString: url, max: options.poolSize ?? 20, applicationName: options.applicationName ?? "social-ledger" });
+  const close = async () => {
+    await supervisor?.stop();
+    await pool.end();
+    if (!cluster) return;
+    const exit = await cluster.stop();
+    await releaseEmbedded(config.dataDir);
+    if (exit && !exit.requested) {
+      throw new Error(`the embedded PostgreSQL had died (${exit.signal ?? `exit code ${exit.code}`}) and was not running at shutdown; it recovers from its WAL at the next start`);
+    }
+  };
   try {
     await migrate(pool);
     await initLedger(pool, config.partitions === undefined ? {} : { partitions: config.partitions });
   } catch (err) {
-    await pool.end();
-    await releaseEmbedded(config.dataDir, cluster);
+    await close().catch(() => undefined);
     throw err;
   }
+  const kind = config.databaseUrl ? "external" : cluster ? "embedded" : "embedded-shared";
+  const startedAt = new Date().toISOString();
   return {
     pool,
     url,
     cluster,
-    async close() {
-      await pool.end();
-      await releaseEmbedded(config.dataDir, cluster);
-    },
+    fatal: supervisor?.fatal ?? new Promise<Error>(() => undefined),
+    health: () => ({
+      kind,
+      state: supervisor?.state ?? "up",
+      since: supervisor?.since.toISOString() ?? startedAt,
+      restarts: supervisor?.restarts ?? 0,
+      lastExit: supervisor?.lastExit,
+    }),
+    close,
   };
 }

@@ -1,16 +1,21 @@
-/** Runs `stop` once on the first SIGINT or SIGTERM, then exits; a second signal exits at once. */
-export async function runUntilSignal(stop: () => Promise<void>, log: (line: string) => void): Promise<void> {
-  await new Promise<void>((resolve) => {
+/**
+ * Runs `stop` once on the first SIGINT or SIGTERM, then exits 0, or 1 when the stop was not
+ * clean (for example the embedded PostgreSQL had died); a second signal exits 1 at once. When
+ * `fatal` resolves (the process cannot recover by itself) it stops as well and exits 1, so an
+ * outside supervisor sees a failure and restarts it.
+ */
+export async function runUntilSignal(stop: () => Promise<void>, log: (line: string) => void, options: { fatal?: Promise<Error> } = {}): Promise<void> {
+  const code = await new Promise<number>((resolve) => {
     let stopping = false;
-    const onSignal = (signal: NodeJS.Signals) => {
+    const shutDown = (reason: string, exitCode: number) => {
       if (stopping) process.exit(1);
       stopping = true;
-      log(`${signal}: stopping (finishing in-flight requests and consumer batches)`);
+      log(reason);
       stop().then(
-        () => resolve(),
+        () => resolve(exitCode),
         (err: unknown) => {
-          log(`stop failed: ${String(err)}`);
-          process.exit(1);
+          log(`stop was not clean: ${(err as Error).message ?? String(err)}`);
+          resolve(1);
         },
       );
     };
@@ -19,9 +24,11 @@ export async function runUntilSignal(stop: () => Promise<void>, log: (line: stri
     // requests and consumer batches) and calls process.exit(130/143) on the next tick, before `stop`
     // has finished. Its `exit` hook stays: it still stops a cluster if the process exits otherwise.
     for (const signal of ["SIGINT", "SIGTERM"] as const) process.removeAllListeners(signal);
-    process.on("SIGINT", onSignal);
-    process.on("SIGTERM", onSignal);
+    for (const signal of ["SIGINT", "SIGTERM"] as const) {
+      process.on(signal, () => shutDown(`${signal}: stopping (finishing in-flight requests and consumer batches)`, 0));
+    }
+    void options.fatal?.then((err) => shutDown(`cannot go on: ${err.message}; stopping`, 1));
   });
-  log("stopped");
-  process.exit(0);
+  log(code === 0 ? "stopped" : `stopped (exit code ${code})`);
+  process.exit(code);
 }

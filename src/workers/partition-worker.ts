@@ -8,8 +8,14 @@
 export interface PartitionWorkerOptions {
   /** How long to wait before polling again when a pass found nothing to do. */
   idleMs?: number;
-  /** Called with the error of a failed pass and the worker's name; the loop waits idleMs and goes on. */
+  /** Ceiling of the exponential backoff after failed passes (default 10 s). */
+  maxBackoffMs?: number;
+  /** Called with the error of every failed pass (for metrics); the loop backs off and goes on. */
   onError?: (err: unknown, worker: string) => void;
+  /** Called once when passes start failing after a success (or at the start): one log line per outage, not one per attempt. */
+  onFailing?: (err: unknown, worker: string) => void;
+  /** Called once when a pass succeeds again, with how many passes failed and for how long. */
+  onRecovered?: (worker: string, outage: { failedPasses: number; ms: number }) => void;
 }
 
 export class PartitionWorker {
@@ -18,6 +24,9 @@ export class PartitionWorker {
   private loop: Promise<void> | undefined;
   passes = 0;
   processed = 0;
+  /** Failed passes in a row; 0 while healthy. */
+  failedInARow = 0;
+  private failingSince = 0;
 
   constructor(
     readonly name: string,
@@ -32,6 +41,12 @@ export class PartitionWorker {
     this.loop = this.run();
   }
 
+  /** Full jitter over an exponential ceiling: a down database is not polled in lockstep by every loop. */
+  private backoffMs(): number {
+    const ceiling = Math.min(this.options.maxBackoffMs ?? 10_000, (this.options.idleMs ?? 200) * 2 ** this.failedInARow);
+    return ceiling / 2 + (Math.random() * ceiling) / 2;
+  }
+
   private async run(): Promise<void> {
     while (this.running) {
       let handled = 0;
@@ -39,13 +54,23 @@ export class PartitionWorker {
         handled = await this.pass();
         this.passes++;
         this.processed += handled;
+        if (this.failedInARow > 0) {
+          this.options.onRecovered?.(this.name, { failedPasses: this.failedInARow, ms: Date.now() - this.failingSince });
+          this.failedInARow = 0;
+        }
       } catch (err) {
+        if (this.failedInARow === 0) {
+          this.failingSince = Date.now();
+          this.options.onFailing?.(err, this.name);
+        }
+        this.failedInARow++;
         this.options.onError?.(err, this.name);
       }
       if (handled > 0 || !this.running) continue;
+      const waitMs = this.failedInARow > 0 ? this.backoffMs() : (this.options.idleMs ?? 200);
       await new Promise<void>((resolve) => {
         this.wake = resolve;
-        setTimeout(resolve, this.options.idleMs ?? 200).unref();
+        setTimeout(resolve, waitMs).unref();
       });
     }
   }

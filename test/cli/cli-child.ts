@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { processState } from "../../src/runtime/process-state.ts";
 import { LineChild, withDeadline, type Exit } from "../support/line-child.ts";
 
 export const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -51,14 +52,9 @@ export async function runCli(args: readonly string[], env: NodeJS.ProcessEnv, ms
   }
 }
 
-/** Whether a process exists (EPERM: it does, under another user, e.g. postgres started as root). */
+/** Whether a process runs: a zombie (dead, not yet reaped by its parent) does not. */
 export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
+  return processState(pid) === "running";
 }
 
 /** The postmaster pid of a cluster's data directory, when its pid file exists. */

@@ -1,28 +1,74 @@
 import type { FastifyInstance } from "fastify";
 import { migrationStatus } from "../../db/migrate.ts";
-import { errorBody } from "../errors.ts";
-import { errors } from "../schemas.ts";
+import { databaseUnavailable, errorBody } from "../errors.ts";
+import { errorSchema } from "../schemas.ts";
 
-export async function healthRoutes(app: FastifyInstance): Promise<void> {
+/** What the process knows of its database without asking it (supervision of an embedded cluster). */
+export interface DatabaseHealth {
+  /** embedded: this process runs the cluster; embedded-shared: another of our processes does; external: DATABASE_URL. */
+  kind: "embedded" | "embedded-shared" | "external";
+  /** up, restarting (an embedded cluster this process runs died and is being restarted), failed (restarts gave up). */
+  state: "up" | "restarting" | "failed";
+  since: string;
+  restarts: number;
+  lastExit: string | undefined;
+}
+
+const databaseHealthSchema = {
+  type: "object",
+  properties: {
+    kind: { type: "string", enum: ["embedded", "embedded-shared", "external"] },
+    state: { type: "string", enum: ["up", "restarting", "failed"] },
+    since: { type: "string", format: "date-time" },
+    restarts: { type: "integer" },
+    lastExit: { type: "string" },
+  },
+} as const;
+
+/**
+ * Liveness and readiness, as Kubernetes and systemd users expect them (docs/service.md):
+ * - /healthz (liveness) does not touch the database: a database outage is not cured by
+ *   restarting this process, and a liveness probe that fails with the database would restart
+ *   every replica at once. It fails only when this process cannot recover by itself: the
+ *   embedded cluster it runs died and its restarts gave up (the process is then exiting non-zero).
+ * - /readyz (readiness) asks the database: 503 DATABASE_UNAVAILABLE with Retry-After while it
+ *   is down, restarting or recovering, 503 NOT_READY while migrations are behind.
+ */
+export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?: () => DatabaseHealth }): Promise<void> {
   const { ledger, metrics } = app;
+  const health = opts.databaseHealth;
 
   app.get("/healthz", {
-    schema: { tags: ["health"], summary: "Liveness: the process serves requests", response: { 200: { type: "object", properties: { status: { type: "string" } } } } },
-  }, async () => ({ status: "ok" }));
+    schema: {
+      tags: ["health"], summary: "Liveness: the process serves requests and can recover by itself",
+      response: {
+        200: { type: "object", properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema } },
+        503: { ...errorSchema, properties: { ...errorSchema.properties, database: databaseHealthSchema } },
+      },
+    },
+  }, async (_request, reply) => {
+    const database = health?.();
+    if (database?.state === "failed") {
+      return reply.status(503).send({ ...errorBody("NOT_LIVE", `the embedded PostgreSQL could not be restarted (${database.lastExit ?? "unknown exit"}); the process is exiting`), database });
+    }
+    return database ? { status: "ok", database } : { status: "ok" };
+  });
 
   app.get("/readyz", {
     schema: {
       tags: ["health"], summary: "Readiness: the database answers and its migrations are current",
-      response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" } } }, 503: errors(503)[503]! },
+      response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" } } }, 503: { $ref: "LedgerError#" } },
     },
   }, async (_request, reply) => {
+    if (health && health().state !== "up") return databaseUnavailable(reply);
+    let status;
     try {
-      const { latest, applied } = await migrationStatus(ledger.pool);
-      if (applied < latest) return reply.status(503).send(errorBody("NOT_READY", `migrations ${applied}/${latest} applied`));
-      return { status: "ready", migrations: applied };
-    } catch (err) {
-      return reply.status(503).send(errorBody("NOT_READY", `database unreachable: ${(err as Error).message}`));
+      status = await migrationStatus(ledger.pool);
+    } catch {
+      return databaseUnavailable(reply);
     }
+    if (status.applied < status.latest) return reply.status(503).send(errorBody("NOT_READY", `migrations ${status.applied}/${status.latest} applied`));
+    return { status: "ready", migrations: status.applied };
   });
 
   app.get("/metrics", { schema: { tags: ["health"], summary: "Prometheus metrics", hide: false } }, async (_request, reply) => {

@@ -15,7 +15,7 @@ import { errorFields, jsonLog } from "../log.ts";
 export async function worker(opts: { partitions?: number[]; batchSize: number }): Promise<number> {
   const config = loadConfig();
   const log = jsonLog({ pid: process.pid, component: "worker" });
-  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-worker" });
+  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-worker", log });
   let ledger;
   try {
     ledger = await openLedger(database.pool);
@@ -34,7 +34,9 @@ export async function worker(opts: { partitions?: number[]; batchSize: number })
   const workers = createWorkers(ledger, {
     partitions,
     batchSize: opts.batchSize,
-    onError: (err) => log("warn", "consumer pass failed; retrying", errorFields(err)),
+    // One line when a loop starts failing and one when it recovers, not one per attempt.
+    onFailing: (err, worker) => log("warn", "consumer pass failed; retrying with backoff", { worker, ...errorFields(err) }),
+    onRecovered: (worker, outage) => log("info", "consumer resumed", { worker, ...outage }),
     onLikes: (s) => {
       if (s.applied + s.covered + s.dup === 0) return;
       totals.like_count.applied += s.applied;
@@ -62,6 +64,7 @@ export async function worker(opts: { partitions?: number[]; batchSize: number })
       await database.close();
     },
     (line) => log("info", line),
+    { fatal: database.fatal },
   );
   return 0; // not reached: runUntilSignal exits the process
 }
