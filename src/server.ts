@@ -11,4 +11,4 @@ import { runUntilSignal } from "./runtime/signals.ts";
 const config = loadConfig();
 const service = await startService(config);
 process.stdout.write(serviceBanner(service));
-await runUntilSignal(service.stop, (line) => service.app.log.info(line), { fatal: service.fatal });
+await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });

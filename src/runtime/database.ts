@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import pg from "pg";
@@ -98,7 +98,7 @@ async function acquireEmbedded(dataDir: string, pgData: string, port: number, lo
       try {
         // Claimed before the start, so no other process of ours takes the new server for an orphan.
         await writeFile(ownerFile, `${process.pid}\n`);
-        return await EmbeddedCluster.start({ dataDir: pgData, port });
+        return await EmbeddedCluster.start({ dataDir: pgData, port, onLog: serverLog(dataDir) });
       } catch (err) {
         await releaseEmbedded(dataDir);
         if (!(err instanceof ClusterStartError)) throw err;
@@ -108,6 +108,18 @@ async function acquireEmbedded(dataDir: string, pgData: string, port: number, lo
     if (Date.now() > deadline) throw new Error(`the embedded PostgreSQL in ${pgData} could not be started or reached within ${ACQUIRE_DEADLINE_MS / 1000} s: ${lastReason}`);
     await new Promise((resolve) => setTimeout(resolve, ACQUIRE_POLL_MS));
   }
+}
+
+/** The embedded server's own output, appended to `postgresql.log` in the data directory (what an operator reads after a crash). */
+function serverLog(dataDir: string): (text: string) => void {
+  const file = path.join(dataDir, "postgresql.log");
+  return (text) => {
+    try {
+      appendFileSync(file, text.endsWith("\n") ? text : `${text}\n`);
+    } catch {
+      // A log line that cannot be written must not take the database down with it.
+    }
+  };
 }
 
 async function releaseEmbedded(dataDir: string): Promise<void> {

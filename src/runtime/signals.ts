@@ -4,17 +4,17 @@
  * `fatal` resolves (the process cannot recover by itself) it stops as well and exits 1, so an
  * outside supervisor sees a failure and restarts it.
  */
-export async function runUntilSignal(stop: () => Promise<void>, log: (line: string) => void, options: { fatal?: Promise<Error> } = {}): Promise<void> {
+export async function runUntilSignal(stop: () => Promise<void>, log: (line: string, level?: "info" | "error") => void, options: { fatal?: Promise<Error> } = {}): Promise<void> {
   const code = await new Promise<number>((resolve) => {
     let stopping = false;
     const shutDown = (reason: string, exitCode: number) => {
       if (stopping) process.exit(1);
       stopping = true;
-      log(reason);
+      log(reason, exitCode === 0 ? "info" : "error");
       stop().then(
         () => resolve(exitCode),
         (err: unknown) => {
-          log(`stop was not clean: ${(err as Error).message ?? String(err)}`);
+          log(`stop was not clean: ${(err as Error).message ?? String(err)}`, "error");
           resolve(1);
         },
       );
@@ -29,6 +29,7 @@ export async function runUntilSignal(stop: () => Promise<void>, log: (line: stri
     }
     void options.fatal?.then((err) => shutDown(`cannot go on: ${err.message}; stopping`, 1));
   });
-  log(code === 0 ? "stopped" : `stopped (exit code ${code})`);
+  if (code === 0) log("stopped");
+  else log(`stopped (exit code ${code})`, "error");
   process.exit(code);
 }

@@ -83,12 +83,12 @@ export function httpClient(base: string) {
     urlPath: string,
     token?: string,
     body?: unknown,
-  ): Promise<{ status: number; body: T }> {
+  ): Promise<{ status: number; body: T; headers: Headers }> {
     const headers: Record<string, string> = {};
     if (token) headers.authorization = `Bearer ${token}`;
     if (body !== undefined) headers["content-type"] = "application/json";
     const response = await fetch(new URL(urlPath, base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
     const text = await response.text();
-    return { status: response.status, body: (text ? JSON.parse(text) : {}) as T };
+    return { status: response.status, body: (text ? JSON.parse(text) : {}) as T, headers: response.headers };
   };
 }

@@ -9,6 +9,6 @@ export async function serve(opts: { workers: boolean; host: string; port?: numbe
   if (opts.port !== undefined) config.port = opts.port;
   const service = await startService(config, { workers: opts.workers, host: opts.host });
   process.stdout.write(serviceBanner(service));
-  await runUntilSignal(service.stop, (line) => service.app.log.info(line), { fatal: service.fatal });
+  await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });
   return 0; // not reached: runUntilSignal exits the process
 }

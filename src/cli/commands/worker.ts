@@ -63,7 +63,7 @@ export async function worker(opts: { partitions?: number[]; batchSize: number })
       log("info", "totals", totals);
       await database.close();
     },
-    (line) => log("info", line),
+    (line, level = "info") => log(level, line),
     { fatal: database.fatal },
   );
   return 0; // not reached: runUntilSignal exits the process
