@@ -12,6 +12,18 @@ import { createPool } from "../src/db/pool.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { TEMPLATE_DATABASE } from "../test/support/test-db.ts";
 
+/**
+ * Timeout for each test file, so that a test which waits forever fails instead of hanging
+ * the suite. (Node 20 runs each file in its own process and applies --test-timeout to the
+ * file as a whole.) Every wait inside a test has a deadline of its own (gates 30 s,
+ * child-process lines 45 s, pg_locks polls 15 s), which gives the clear message; this is the
+ * backstop. It is generous because files run two at a time on a 2-core machine shared with
+ * other work: the slowest file, serve-kill, took about 50 s in a full run on that machine
+ * (the crash tests 32-L and 30-beyond-2 and 32-J about 10-20 s), and 5 minutes leaves
+ * several times that without letting a hang go unnoticed for long.
+ */
+const TEST_TIMEOUT_MS = 5 * 60_000;
+
 async function findTests(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true, recursive: true });
   return entries
@@ -38,7 +50,7 @@ try {
   const files = selected.length > 0 ? selected : await findTests("test");
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", "--test", "--test-concurrency=2", "--test-reporter=spec", ...files],
+    ["--import", "tsx", "--test", "--test-concurrency=2", `--test-timeout=${TEST_TIMEOUT_MS}`, "--test-reporter=spec", ...files],
     {
       stdio: "inherit",
       env: { ...process.env, LEDGER_TEST_PG_URL: cluster.connectionString("postgres") },

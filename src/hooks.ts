@@ -22,14 +22,26 @@ export class Hooks {
   }
 }
 
-/** A hook point that parks whoever reaches it until the test releases it. */
+/**
+ * How long a test waits for someone to reach a gate. Reaching a hook point takes
+ * milliseconds; when it does not happen at all (a repaired negative control that no longer
+ * passes the point, a transaction blocked before it), the wait must fail with a message
+ * rather than hang until the runner's per-test timeout.
+ */
+export const GATE_DEADLINE_MS = 30_000;
+
+/**
+ * A hook point that parks whoever reaches it until the test releases it. The test waits for
+ * the arrival with `waitArrived`, which rejects after a deadline naming the gate.
+ */
 export class Gate {
   private releaseFn: (() => void) | undefined;
   private readonly released: Promise<void>;
   private arrivedFn: ((context: HookContext) => void) | undefined;
-  readonly arrived: Promise<HookContext>;
+  private readonly arrived: Promise<HookContext>;
 
-  constructor() {
+  /** `name` is the hook point the gate is registered at, used in the deadline's message. */
+  constructor(readonly name: string) {
     this.released = new Promise((resolve) => (this.releaseFn = resolve));
     this.arrived = new Promise((resolve) => (this.arrivedFn = resolve));
   }
@@ -39,6 +51,19 @@ export class Gate {
     this.arrivedFn?.(context);
     await this.released;
   };
+
+  /** The context of the first arrival, or a rejection if nobody arrives within `ms`. */
+  async waitArrived(ms = GATE_DEADLINE_MS): Promise<HookContext> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`gate ${this.name}: nobody reached it within ${ms} ms`)), ms);
+    });
+    try {
+      return await Promise.race([this.arrived, deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
 
   release(): void {
     this.releaseFn?.();

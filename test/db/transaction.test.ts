@@ -81,7 +81,7 @@ async function recordCode<T>(codes: string[], run: () => Promise<T>): Promise<T>
  * itself: PostgreSQL raises a real 40001 ("could not serialize access due to concurrent update").
  */
 async function serializationScenario(maxAttempts: number): Promise<{ outcome: Promise<number>; calls: () => number; codes: string[] }> {
-  const gate = new Gate();
+  const gate = new Gate("first attempt");
   const codes: string[] = [];
   let calls = 0;
   const outcome = withTransaction(
@@ -96,7 +96,7 @@ async function serializationScenario(maxAttempts: number): Promise<{ outcome: Pr
     { isolation: "REPEATABLE READ", maxAttempts },
   );
   outcome.catch(() => undefined); // observed by the caller; avoid an unhandled rejection meanwhile
-  await gate.arrived;
+  await gate.waitArrived();
   const other = await db.pool.connect();
   try {
     await other.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
@@ -141,7 +141,7 @@ test("negative control: with maxAttempts 1 the same interleaving surfaces the 40
 test("a real deadlock (40P01) is retried and counted", async () => {
   await resetRows();
   const retriesBefore = transactionStats.retries;
-  const lockedRow1 = new Gate();
+  const lockedRow1 = new Gate("first attempt holds row 1");
   let otherCommitted!: () => void;
   const otherDone = new Promise<void>((resolve) => (otherCommitted = resolve));
   const codes: string[] = [];
@@ -159,7 +159,7 @@ test("a real deadlock (40P01) is retried and counted", async () => {
     return attempt;
   });
   outcome.catch(() => undefined);
-  const { pid: victimPid } = await lockedRow1.arrived;
+  const { pid: victimPid } = await lockedRow1.waitArrived();
 
   const other = await db.pool.connect();
   try {

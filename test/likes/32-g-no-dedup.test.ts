@@ -60,7 +60,6 @@ for (const partitions of [1, 4]) {
     const wrong = await countsByItem(f);
     t.diagnostic(`note no-dedup consumers: applied=${noDedup.applied} covered=0 dup=0 watermark=${broken.watermark} (applications=${noDedup.applied} for 243 events)`);
     for (const item of LAB_ITEMS) t.diagnostic(`note   ${item} count=${wrong.get(item) ?? 0} facts=${await factCount(f.db, item)}`);
-    assert.ok(noDedup.applied > 243, "redelivered events are applied again");
     assert.ok(broken.exactViolations > 0, "the read-side identity sees the over-application");
     assert.ok(broken.countMismatchItems > 0);
 

@@ -29,7 +29,7 @@ async function processed(f: LikesFixture): Promise<string> {
 
 test("32-H P=1 rebuild and online increments interleaved: baseline install neither double-counts nor loses (table 32-3)", async (t) => {
   const f = await likesFixture(1);
-  const snapshotTaken = new Gate();
+  const snapshotTaken = new Gate("rebuild.afterSnapshot");
   t.after(async () => {
     snapshotTaken.release(); // a failed assertion must not leave the snapshot transaction parked
     await f.close();
@@ -42,7 +42,7 @@ test("32-H P=1 rebuild and online increments interleaved: baseline install neith
   // Step 2: the rebuild takes its snapshot (S=6, C(S)=6) and stops there.
   const removeHook = f.hooks.on("rebuild.afterSnapshot", snapshotTaken.handler);
   const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
-  const { snapshotSeqs } = await snapshotTaken.arrived;
+  const { snapshotSeqs } = await snapshotTaken.waitArrived();
   assert.deepEqual(snapshotSeqs, [6]);
 
   // Step 3: events 7 and 8 are written; the consumer applies 7 first.
@@ -76,7 +76,7 @@ test("32-H P=1 rebuild and online increments interleaved: baseline install neith
 
 test("32-H P=1 negative control: overwriting with the snapshot count double-counts {4,5,6} and loses {7}", async (t) => {
   const f = await likesFixture(1);
-  const snapshotTaken = new Gate();
+  const snapshotTaken = new Gate("overwrite after its snapshot");
   t.after(async () => {
     snapshotTaken.release(); // a failed assertion must not leave the snapshot transaction parked
     await f.close();
@@ -95,7 +95,7 @@ test("32-H P=1 negative control: overwriting with the snapshot count double-coun
     },
     { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 },
   );
-  await snapshotTaken.arrived;
+  await snapshotTaken.waitArrived();
   await likeUsers(f, 7, 8);
   await applySeqs(f, [7]);
   snapshotTaken.release();

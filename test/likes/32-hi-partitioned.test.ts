@@ -43,7 +43,7 @@ async function apply(f: LikesFixture, events: LikeEvent[]) {
 
 test(`32-H P=${P} rebuild and online increments interleaved over partitions: the same totals as table 32-3`, async (t) => {
   const f = await likesFixture(P);
-  const snapshotTaken = new Gate();
+  const snapshotTaken = new Gate("rebuild.afterSnapshot");
   t.after(async () => {
     snapshotTaken.release();
     await f.close();
@@ -55,7 +55,7 @@ test(`32-H P=${P} rebuild and online increments interleaved over partitions: the
 
   const off = f.hooks.on("rebuild.afterSnapshot", snapshotTaken.handler);
   const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
-  await snapshotTaken.arrived;
+  await snapshotTaken.waitArrived();
   off();
   const late = await like(f, 7, 8);
   await apply(f, [late[0]!]);
@@ -76,8 +76,8 @@ test(`32-H P=${P} rebuild and online increments interleaved over partitions: the
 
 test(`32-I P=${P} the install waits on the consumer's lock of one partition's count row, then sums what it committed`, async (t) => {
   const f = await likesFixture(P);
-  const snapshotTaken = new Gate();
-  const consumerHolds = new Gate();
+  const snapshotTaken = new Gate("rebuild.afterSnapshot");
+  const consumerHolds = new Gate("consumer.beforeCommit");
   t.after(async () => {
     snapshotTaken.release();
     consumerHolds.release();
@@ -91,13 +91,13 @@ test(`32-I P=${P} the install waits on the consumer's lock of one partition's co
     installPid = ctx.pid as number;
   });
   const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
-  await snapshotTaken.arrived;
+  await snapshotTaken.waitArrived();
   offSnapshot();
 
   const [fifth] = await like(f, 5, 5);
   const offConsumer = f.hooks.on("consumer.beforeCommit", consumerHolds.handler);
   const consuming = f.consumer.applyBatch([fifth!]);
-  await consumerHolds.arrived;
+  await consumerHolds.waitArrived();
   offConsumer();
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);

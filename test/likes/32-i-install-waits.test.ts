@@ -8,8 +8,8 @@ const ITEM = "item-lab-01";
 
 test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=false), then sums what it committed", async (t) => {
   const f = await likesFixture(1);
-  const snapshotTaken = new Gate();
-  const consumerHolds = new Gate();
+  const snapshotTaken = new Gate("rebuild.afterSnapshot");
+  const consumerHolds = new Gate("consumer.beforeCommit");
   t.after(async () => {
     // On a failed assertion, let the parked transactions finish so the pool can close.
     snapshotTaken.release();
@@ -27,14 +27,14 @@ test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=fa
     installPid = ctx.pid as number;
   });
   const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
-  assert.deepEqual((await snapshotTaken.arrived).snapshotSeqs, [4]);
+  assert.deepEqual((await snapshotTaken.waitArrived()).snapshotSeqs, [4]);
 
   // Event 5 is written after the snapshot; the consumer applies it and stops before commit,
   // holding the item's count row lock.
   await f.likes.like(user(5), ITEM);
   const offConsumer = f.hooks.on("consumer.beforeCommit", consumerHolds.handler);
   const consuming = f.consumer.applyBatch(await f.consumer.fetchRange(0, 5, 5));
-  await consumerHolds.arrived;
+  await consumerHolds.waitArrived();
   offConsumer();
 
   snapshotTaken.release();

@@ -13,8 +13,8 @@ import type { TokenRead } from "../../src/relations/posts.ts";
  */
 async function scenario(tokenRead: TokenRead, t: import("node:test").TestContext) {
   const f = await relationsFixture(1, 400, [300]);
-  const blockParked = new Gate();
-  const postParked = new Gate();
+  const blockParked = new Gate("block.beforeCommit");
+  const postParked = new Gate("post.afterToken");
   t.after(async () => {
     blockParked.release();
     postParked.release();
@@ -29,7 +29,7 @@ async function scenario(tokenRead: TokenRead, t: import("node:test").TestContext
 
   const offBlock = f.hooks.on("block.beforeCommit", blockParked.handler);
   const blocking = f.rel.block(author, reader);
-  await blockParked.arrived; // holds event_seq's row lock with seq k+1 taken
+  await blockParked.waitArrived(); // holds event_seq's row lock with seq k+1 taken
   offBlock();
 
   let creating;
@@ -37,7 +37,7 @@ async function scenario(tokenRead: TokenRead, t: import("node:test").TestContext
   if (tokenRead === "plain") {
     const offPost = f.hooks.on("post.afterToken", postParked.handler);
     creating = posts.createPost(author, "FOLLOWERS", "P2");
-    await postParked.arrived; // token read: k
+    await postParked.waitArrived(); // token read: k
     offPost();
     blockParked.release();
     await blocking; // the block commits before the post

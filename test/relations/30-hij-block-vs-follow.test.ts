@@ -14,14 +14,14 @@ async function relationState(f: RelationsFixture, follower: string, followee: st
 for (const partitions of [1, 4]) {
   test(`30-H P=${partitions} follow holds the row lock, block waits (pg_locks granted=false); final REMOVED`, async (t) => {
     const f = await relationsFixture(partitions, 100);
-    const followLocked = new Gate();
+    const followLocked = new Gate("follow.afterLock");
     t.after(async () => {
       followLocked.release();
       await f.close();
     });
     const off = f.hooks.on("follow.afterLock", followLocked.handler);
     const following = f.rel.follow(acct(70), acct(71));
-    await followLocked.arrived;
+    await followLocked.waitArrived();
     off();
     const blocking = f.rel.block(acct(71), acct(70));
     const wait = await waitForAnyLockWait(f.db.pool);
@@ -42,7 +42,7 @@ for (const partitions of [1, 4]) {
 
 test("30-I P=1 negative control: checking the block before the lock leaves ACTIVE next to a block row", async (t) => {
   const f = await relationsFixture(1, 100);
-  const checked = new Gate();
+  const checked = new Gate("follow.afterBlockCheck");
   t.after(async () => {
     checked.release();
     await f.close();
@@ -50,7 +50,7 @@ test("30-I P=1 negative control: checking the block before the lock leaves ACTIV
   const careless = await f.relWith({ checkBlockBeforeLock: true });
   const off = f.hooks.on("follow.afterBlockCheck", checked.handler);
   const following = careless.follow(acct(80), acct(81));
-  await checked.arrived;
+  await checked.waitArrived();
   off();
   // The block commits completely while the follow sits between its check and its lock.
   const blockResult = await f.rel.block(acct(81), acct(80));

@@ -17,7 +17,7 @@ import { acct, relationsFixture } from "./fixture.ts";
 
 test("30-projector P=1 overlapping batches of two workers on one partition take turns: no deadlock, no retry", async (t) => {
   const f = await relationsFixture(1, 10);
-  const yMidBatch = new Gate();
+  const yMidBatch = new Gate("worker Y after its first event");
   t.after(async () => {
     yMidBatch.release();
     await f.close();
@@ -41,7 +41,7 @@ test("30-projector P=1 overlapping batches of two workers on one partition take 
   const deadlocksBefore = await deadlocks(f);
   const retriesBefore = transactionStats.retries;
   const y = new RelationProjector(f.db.pool, { step: stepY }).applyBatch(forY);
-  await yMidBatch.arrived;
+  await yMidBatch.waitArrived();
   const x = f.projector.applyBatch(forX);
   const wait = await waitForAnyLockWait(f.db.pool);
   t.diagnostic(`note worker X waits before touching a row: locktype=${wait.locktype} granted=${wait.granted}`);
