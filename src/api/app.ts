@@ -78,9 +78,16 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   });
   // A request in flight when close() starts would keep its keep-alive connection open after
   // the response, and close() (a SIGTERM shutdown) would wait out keepAliveTimeout (72 s).
+  // A request that arrives on such a connection after close() started is not served: 503 in our
+  // shape with Retry-After (fastify's own answer, return503OnClosing, has another body).
   let closing = false;
   app.addHook("preClose", async () => {
     closing = true;
+  });
+  app.addHook("onRequest", async (_request, reply) => {
+    if (closing) {
+      return reply.status(503).header("retry-after", "1").send(errorBody("SHUTTING_DOWN", "the server is shutting down; retry on another connection"));
+    }
   });
   app.addHook("onSend", async (request, reply) => {
     void reply.header("x-request-id", request.id);
@@ -111,6 +118,7 @@ export interface BuildOptions extends AppOptions {
 export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
+    return503OnClosing: false,
     bodyLimit: 64 * 1024,
     // Ids are valid up to MAX_ID_LENGTH (128) characters, 3x that when percent-encoded; the
     // default 100 sent longer (valid) ids to a 414 with fastify's own body.

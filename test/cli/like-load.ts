@@ -12,7 +12,7 @@ import { httpClient, pollUntil } from "./cli-child.ts";
 export interface LoadFigures {
   acknowledged: number;
   unavailable: number;
-  /** Status codes other than 200 and 503, and 503s without our error code or Retry-After. */
+  /** Status codes other than 200 and 503, and 503s without our error code (DATABASE_UNAVAILABLE, SHUTTING_DOWN) or Retry-After. */
   unexpected: string[];
   /** Acknowledged requests sent after the first 503: proof that service resumed. */
   acknowledgedAfterOutage: number;
@@ -80,7 +80,7 @@ export class LikeLoad {
           break;
         }
         const code = (res.body.error as { code?: string } | undefined)?.code;
-        if (res.status === 503 && code === "DATABASE_UNAVAILABLE" && res.retryAfter !== null) {
+        if (res.status === 503 && (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN") && res.retryAfter !== null) {
           this.figures.unavailable++;
         } else {
           this.figures.unexpected.push(`${res.status} ${JSON.stringify(res.body)} retry-after=${res.retryAfter}`);
