@@ -7,17 +7,19 @@
  * with -9: the data directory is left as after a power cut (pg_control still says "in
  * production"). The next `serve` on the same data directory runs crash recovery; every
  * acknowledged like is there, none of those in flight, counts equal facts after the drain, and
- * `audit` is clean.
+ * `audit` is clean. A second test kills serve alone: its PostgreSQL runs on as an orphan, and the
+ * next serve shuts that orphan down cleanly (no crash recovery) and adopts the data directory.
  */
-import { test } from "node:test";
+import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { signToken } from "../../src/api/auth.ts";
 import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
+import { processState } from "../../src/runtime/process-state.ts";
 import { withDeadline } from "../support/line-child.ts";
 import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
 import { CliChild, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
@@ -38,32 +40,44 @@ function pgControlState(pgData: string): number {
   return readFileSync(path.join(pgData, "global", "pg_control")).readUInt32LE(16);
 }
 
-/** The fields of /proc/<pid>/stat after the command name, or undefined once the process is gone (it may go while we read). */
-function statFields(pid: number | string): string[] | undefined {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return undefined;
-  }
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-}
-
-/** A process's state letter from /proc ('Z' for a zombie not yet reaped), or "gone". */
-function procState(pid: number): string {
-  return statFields(pid)?.[0] ?? "gone";
-}
-
-/** The direct children of a process, from /proc (the postmaster's server processes). */
+/** The direct children of a process (the postmaster's server processes), from the parent pid field of /proc/<pid>/stat. */
 function childrenOf(pid: number): number[] {
-  return readdirSync("/proc").filter((entry) => /^\d+$/.test(entry) && Number(statFields(entry)?.[1]) === pid).map(Number);
+  const parentOf = (entry: string): number | undefined => {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      return undefined; // it ended while we looked
+    }
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  };
+  return readdirSync("/proc").filter((entry) => /^\d+$/.test(entry) && parentOf(entry) === pid).map(Number);
+}
+
+/** The embedded server's log (serve appends it to postgresql.log in the data directory), from byte `from` on. */
+function serverLogSince(dataDir: string, from: number): string {
+  const file = path.join(dataDir, "postgresql.log");
+  return existsSync(file) ? readFileSync(file).subarray(from).toString("utf8") : "";
 }
 
 function embeddedPool(port: number): Pool {
   return createPool({ connectionString: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, max: 3, applicationName: "serve-kill-test" });
 }
 
-test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps every acknowledged like and none in flight", { timeout: 150_000 }, async (t) => {
+interface Lab {
+  dataDir: string;
+  pgData: string;
+  env: NodeJS.ProcessEnv;
+  /** Starts `serve` on the data directory and returns it with a client for its address. */
+  serve(name: string): Promise<{ server: CliChild; call: ReturnType<typeof httpClient> }>;
+  token(user: string): Promise<string>;
+  admin: string;
+  /** Pools to end when the test ends. */
+  pools: Pool[];
+}
+
+/** A data directory of the test's own, and everything it started stopped (and removed) when the test ends. */
+async function serveLab(t: TestContext): Promise<Lab> {
   const dataDir = await clusterTempDir("ledger-cli-kill9-");
   const pgData = path.join(dataDir, "pg");
   const secret = randomBytes(32).toString("hex");
@@ -85,12 +99,21 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   });
   const key = new TextEncoder().encode(secret);
   const tokens = new Map<string, string>();
-  const token = async (user: string) => tokens.get(user) ?? tokens.set(user, await signToken(key, user)).get(user)!;
-  const admin = await signToken(key, "root", { admin: true });
+  return {
+    dataDir, pgData, env, pools,
+    admin: await signToken(key, "root", { admin: true }),
+    token: async (user) => tokens.get(user) ?? tokens.set(user, await signToken(key, user)).get(user)!,
+    async serve(name) {
+      const server = new CliChild(name, ["serve"], env);
+      children.push(server);
+      return { server, call: httpClient(LISTENING.exec(await server.waitFor(LISTENING, 90_000))![1]!) };
+    },
+  };
+}
 
-  const server1 = new CliChild("serve#1", ["serve"], env);
-  children.push(server1);
-  const call = httpClient(LISTENING.exec(await server1.waitFor(LISTENING, 90_000))![1]!);
+test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps every acknowledged like and none in flight", { timeout: 150_000 }, async (t) => {
+  const { dataDir, pgData, env, pools, admin, token, serve } = await serveLab(t);
+  const { server: server1, call } = await serve("serve#1");
   for (const item of ITEMS) assert.equal((await call("PUT", `/v1/items/${item}`, admin)).status, 200);
   const port = Number((await readFile(path.join(dataDir, "pg-port"), "utf8")).trim());
   const observer = embeddedPool(port);
@@ -149,15 +172,15 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   const serverProcesses = childrenOf(postmaster);
   assert.deepEqual(await server1.stop("SIGKILL"), { code: null, signal: "SIGKILL" });
   process.kill(postmaster, "SIGKILL");
-  for (const pid of serverProcesses) if (procState(pid) !== "gone") process.kill(pid, "SIGKILL");
+  for (const pid of serverProcesses) if (processState(pid) === "running") process.kill(pid, "SIGKILL");
   holder.release(true);
   await withDeadline(lanes, 30_000, () => "lanes did not end after the kill");
   // The dead processes are reparented and reaped by init: until then a zombie still answers kill(pid, 0).
   const zombieSeen = new Set<number>();
   const killedAt = Date.now();
   const leftover = await pollUntil("the killed PostgreSQL processes are reaped", async () => {
-    const states = [postmaster, ...serverProcesses].map((pid) => [pid, procState(pid)] as const);
-    for (const [pid, state] of states) if (state === "Z") zombieSeen.add(pid);
+    const states = [postmaster, ...serverProcesses].map((pid) => [pid, processState(pid)] as const);
+    for (const [pid, state] of states) if (state === "zombie") zombieSeen.add(pid);
     return states.filter(([, state]) => state !== "gone");
   }, (rest) => rest.length === 0, 30_000);
   const reapedMs = Date.now() - killedAt;
@@ -170,11 +193,13 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   assert.equal(acked(), ackedAtKill, "no like was acknowledged after the lanes were seen waiting");
   assert.equal(unknown.length, LANES, "exactly the requests that waited on the held rows got no answer");
 
-  const server2 = new CliChild("serve#2", ["serve"], env);
-  children.push(server2);
-  const call2 = httpClient(LISTENING.exec(await server2.waitFor(LISTENING, 90_000))![1]!);
+  const logBefore = existsSync(path.join(dataDir, "postgresql.log")) ? statSync(path.join(dataDir, "postgresql.log")).size : 0;
+  const { server: server2, call: call2 } = await serve("serve#2");
   const adopted = postmasterPid(pgData)!;
   assert.notEqual(adopted, postmaster);
+  const recovery = serverLogSince(dataDir, logBefore).split("\n").filter((l) => /not properly shut down|redo (starts|done)/.test(l));
+  t.diagnostic(`note serve#2's PostgreSQL log: ${recovery.map((l) => l.replace(/^.*?(LOG|FATAL):\s*/, "")).join(" | ")}`);
+  assert.ok(recovery.some((l) => /automatic recovery in progress/.test(l)), "serve#2's PostgreSQL ran crash recovery");
   const reader = embeddedPool(port);
 
   // Every acknowledged like is a fact; nothing of the requests in flight (or rejected) is.
@@ -210,4 +235,31 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
   assert.equal(processAlive(adopted), false, "the adopted PostgreSQL stopped with serve#2");
   assert.equal(pgControlState(pgData), DB_SHUTDOWNED, "a clean stop leaves pg_control shut down");
+});
+
+test("serve killed with -9 alone leaves its PostgreSQL running: the next serve stops that orphan cleanly and adopts the data directory", { timeout: 150_000 }, async (t) => {
+  const { dataDir, pgData, env, admin, token, serve } = await serveLab(t);
+  const { server: server1, call } = await serve("serve#1");
+  assert.equal((await call("PUT", "/v1/items/hot", admin)).status, 200);
+  const likers = Array.from({ length: 10 }, (_, i) => `fan-${i}`);
+  for (const user of likers) assert.equal((await call("PUT", "/v1/items/hot/likes/me", await token(user))).status, 200);
+  const orphan = postmasterPid(pgData)!;
+  assert.deepEqual(await server1.stop("SIGKILL"), { code: null, signal: "SIGKILL" });
+  assert.ok(processAlive(orphan), "the killed server's PostgreSQL is orphaned, still running");
+
+  const logBefore = statSync(path.join(dataDir, "postgresql.log")).size;
+  const { server: server2, call: call2 } = await serve("serve#2");
+  assert.equal(processAlive(orphan), false, "the orphan was shut down");
+  const adopted = postmasterPid(pgData)!;
+  assert.notEqual(adopted, orphan);
+  const startLog = serverLogSince(dataDir, logBefore);
+  t.diagnostic(`note serve#2 stopped the orphan (pid ${orphan}) and runs PostgreSQL pid ${adopted}; crash recovery in its log: ${/not properly shut down/.test(startLog)}`);
+  assert.doesNotMatch(startLog, /not properly shut down/, "the orphan was shut down cleanly: no crash recovery");
+  for (const user of likers) {
+    const res = await call2<{ liked: boolean }>("GET", "/v1/items/hot/likes/me", await token(user));
+    assert.deepEqual([res.status, res.body.liked], [200, true], user);
+  }
+  assert.equal((await runCli(["audit"], env)).code, 0);
+  assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
+  assert.equal(processAlive(adopted), false, "the adopted PostgreSQL stopped with serve#2");
 });
