@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
@@ -101,7 +101,7 @@ export class LikeService {
       "INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES ($1, $2, $3, $4, $5, $6)",
       [part, seq, userId, itemId, want ? 1 : -1, version],
     );
-    await this.hooks.at("like.beforeCommit", { userId, itemId, seq, part });
+    await this.hooks.at("like.beforeCommit", { userId, itemId, seq, part, version, pid: backendPid(client) });
     return { outcome: "CHANGED", liked: want, version, seq, part, reason: want ? "liked" : "unliked" };
   }
 }

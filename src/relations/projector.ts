@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { advanceWatermark, drainPartitions, lockWatermark } from "../db/watermark.ts";
 import { InvalidInputError } from "../errors.ts";
@@ -104,7 +104,7 @@ export class RelationProjector {
         counts[v]++;
       }
       const watermark = await advanceWatermark(client, "relations", part);
-      await this.options.hooks?.at("projector.beforeCommit", { part });
+      await this.options.hooks?.at("projector.beforeCommit", { part, events, pid: backendPid(client) });
       return { ...counts, verdicts, watermark };
     });
   }

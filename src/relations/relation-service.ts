@@ -194,7 +194,7 @@ export class RelationService {
       "INSERT INTO relation_event (part, seq, follower, followee, state, version) VALUES ($1, $2, $3, $4, $5, $6)",
       [part, seq, follower, followee, target, version],
     );
-    await this.hooks.at("relation.afterEvent", { follower, followee, seq, part });
+    await this.hooks.at("relation.afterEvent", { follower, followee, seq, part, version, pid: backendPid(client) });
     return { outcome: "CHANGED", state: target, version, seq, reason: `${cur.state}->${target}` };
   }
 }

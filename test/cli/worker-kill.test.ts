@@ -2,9 +2,12 @@
  * Workers as separate processes, one of them killed -9 while requests flow: `serve --no-workers`
  * plus two `social-ledger worker` processes (one on every partition, one on 1 and 3) against
  * this file's database (DATABASE_URL, 4 partitions). Lanes of HTTP clients like/unlike and
- * follow/unfollow; the all-partition worker is killed -9 after it has logged a batch, traffic
- * goes on (partitions 0 and 2 now lag), a replacement starts, and after the drain every count
- * equals the facts, nothing was applied twice, and both GET /v1/admin/audit and `audit` are clean.
+ * follow/unfollow. The all-partition worker (worker-A, the only one on partition 0) is killed -9
+ * in the middle of a partition-0 like batch: the test holds, uncommitted, the dedup key of the next
+ * partition-0 event, so worker-A's batch waits inside its transaction (watermark and count rows
+ * locked) until the kill; the batch must then roll back. Traffic goes on (partitions 0 and 2 now
+ * lag), a replacement starts, and after the drain every count equals the facts, nothing was
+ * applied twice, and both GET /v1/admin/audit and `audit` are clean.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,6 +19,7 @@ import { signToken } from "../../src/api/auth.ts";
 import { freePort } from "../../src/db/embedded-cluster.ts";
 import { seededRandom } from "../support/concurrency.ts";
 import { createTestDatabase } from "../support/test-db.ts";
+import { backendPid } from "../../src/db/pool.ts";
 import { CliChild, childEnv, httpClient, pollUntil, processAlive, runCli } from "./cli-child.ts";
 
 const PARTITIONS = 4;
@@ -24,8 +28,8 @@ const ITEMS = ["i0", "i1", "i2", "i3", "i4", "i5"];
 const LANES = 4;
 /** Operations per phase: before the kill, across it, after the replacement started. */
 const PHASES = { before: 120, across: 180, after: 60 };
-/** Operations of the second phase sent before the kill -9. */
-const KILL_AFTER = 30;
+/** worker-A's connections carry this name (from its DATABASE_URL), so its backends can be told from worker-B's. */
+const WORKER_A_APP = "worker-A";
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const BATCH = /"msg":"batch"/;
 
@@ -35,7 +39,7 @@ interface WorkerLine {
   applied?: number;
 }
 
-test("worker processes: kill -9 one mid-stream, replace it, drain: audit clean, nothing applied twice", { timeout: 120_000 }, async (t) => {
+test("worker processes: kill -9 one in the middle of a batch, replace it, drain: audit clean, nothing applied twice", { timeout: 120_000 }, async (t) => {
   const db = await createTestDatabase({ partitions: PARTITIONS, poolSize: 4 });
   const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-cli-workers-"));
   const secret = randomBytes(32).toString("hex");
@@ -57,7 +61,10 @@ test("worker processes: kill -9 one mid-stream, replace it, drain: audit clean, 
   });
 
   const server = start("serve", ["serve", "--no-workers"]);
-  const workerA = start("worker-A", ["worker"]);
+  const urlA = new URL(db.url);
+  urlA.searchParams.set("application_name", WORKER_A_APP); // the connection string's parameters override the pool's name
+  const workerA = new CliChild("worker-A", ["worker"], { ...env, DATABASE_URL: urlA.toString() });
+  children.push(workerA);
   const workerB = start("worker-B", ["worker", "--partitions", "1,3"]);
   const address = LISTENING.exec(await server.waitFor(LISTENING))![1]!;
   assert.ok(server.lines.some((l) => /consumers: none in this process/.test(l)), "serve --no-workers runs no consumer");
@@ -75,7 +82,7 @@ test("worker processes: kill -9 one mid-stream, replace it, drain: audit clean, 
   const liked = new Map<string, boolean>();
   const following = new Map<string, boolean>();
   let sent = 0;
-  const sentWaiters: { n: number; resolve: () => void }[] = [];
+  let inFlight = 0;
   const random = Array.from({ length: LANES }, (_, lane) => seededRandom(4000 + lane));
 
   async function lane(index: number, ops: number): Promise<void> {
@@ -85,6 +92,7 @@ test("worker processes: kill -9 one mid-stream, replace it, drain: audit clean, 
       const u = mine[Math.floor(r() * mine.length)]!;
       const token = tokens.get(u)!;
       const on = r() < 0.6;
+      inFlight++;
       if (r() < 0.6) {
         const item = ITEMS[Math.floor(r() * ITEMS.length)]!;
         const res = await http<{ liked: boolean }>(on ? "PUT" : "DELETE", `/v1/items/${item}/likes/me`, token);
@@ -97,23 +105,67 @@ test("worker processes: kill -9 one mid-stream, replace it, drain: audit clean, 
         assert.equal(res.status, 200, JSON.stringify(res.body));
         following.set(`${u}|${v}`, res.body.state === "ACTIVE");
       }
+      inFlight--;
       sent++;
-      for (const w of sentWaiters.filter((w) => sent >= w.n)) {
-        sentWaiters.splice(sentWaiters.indexOf(w), 1);
-        w.resolve();
-      }
     }
   }
   const phase = (ops: number) => Promise.all(Array.from({ length: LANES }, (_, i) => lane(i, Math.ceil(ops / LANES))));
-  const sentAtLeast = (n: number) => new Promise<void>((resolve) => (sent >= n ? resolve() : sentWaiters.push({ n, resolve })));
 
   await phase(PHASES.before);
-  await workerA.waitFor(BATCH);
-  const across = phase(PHASES.across);
-  await sentAtLeast(sent + KILL_AFTER);
-  const killedAt = sent;
-  const killed = await workerA.stop("SIGKILL");
-  assert.deepEqual(killed, { code: null, signal: "SIGKILL" });
+  // worker-A alone serves partition 0: wait until it has committed all of that partition's events.
+  type Mark = { last: number; watermark: number };
+  const part0 = async () =>
+    (await db.pool.query<Mark>("SELECT s.last, w.applied_upto AS watermark FROM like_seq s JOIN counter_watermark w USING (part) WHERE part = 0")).rows[0]!;
+  const caughtUp = await pollUntil("worker-A caught up on partition 0", part0, (m) => m.watermark === m.last, 30_000);
+  assert.ok(caughtUp.watermark > 0, "worker-A had committed partition-0 batches before the kill");
+
+  // Hold the dedup key of the next partition-0 event in an open transaction: worker-A's next
+  // partition-0 batch (it starts with that event) locks its watermark and count rows, and its
+  // insert into processed_event then waits for this transaction to end (a unique key conflict
+  // with an insert in progress waits for its outcome). The batch is in progress until we let go.
+  type Backend = { pid: number; state: string; wait: string | null; xid: string | null };
+  const holder = await db.pool.connect();
+  let parked: Backend;
+  let across: Promise<unknown>;
+  let killedAt: number;
+  try {
+    await holder.query("BEGIN");
+    await holder.query("INSERT INTO processed_event (part, seq, how) VALUES (0, $1, 'APPLIED')", [caughtUp.last + 1]);
+    across = phase(PHASES.across);
+    parked = await pollUntil(
+      "worker-A's partition-0 batch waits for the held dedup key",
+      async () => (await db.pool.query<Backend>(
+        `SELECT pid, state, wait_event_type AS wait, backend_xid::text AS xid FROM pg_stat_activity
+          WHERE application_name = $1 AND $2 = ANY (pg_blocking_pids(pid))`,
+        [WORKER_A_APP, backendPid(holder)],
+      )).rows,
+      (rows) => rows.length === 1,
+      30_000,
+    ).then((rows) => rows[0]!);
+    assert.ok(parked.xid !== null, "worker-A's batch has written (it holds an xid)");
+    killedAt = sent;
+    const inFlightAtKill = inFlight;
+    const killed = await workerA.stop("SIGKILL");
+    assert.deepEqual(killed, { code: null, signal: "SIGKILL" });
+    t.diagnostic(`note in flight at the kill: worker-A backend pid=${parked.pid} state=${parked.state} wait=${parked.wait} xid=${parked.xid} ` +
+      `(partition-0 batch from seq ${caughtUp.last + 1}, committed watermark ${caughtUp.watermark}); HTTP requests in flight=${inFlightAtKill}`);
+
+    // Let go: the dead client's backend finishes the statement, finds no client and ends; its
+    // transaction was never committed.
+    await holder.query("ROLLBACK");
+  } finally {
+    holder.release(true); // closed, not pooled: it may still be inside its transaction if a step above failed
+  }
+  await pollUntil("worker-A's backend gone", async () => (await db.pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [parked.pid])).rowCount,
+    (n) => n === 0, 15_000);
+  const { rows: [after] } = await db.pool.query<{ status: string; watermark: number; processed: number }>(
+    `SELECT pg_xact_status($1::text::xid8) AS status,
+            (SELECT applied_upto FROM counter_watermark WHERE part = 0) AS watermark,
+            (SELECT count(*) FROM processed_event WHERE part = 0 AND seq > $2)::int AS processed`,
+    [parked.xid, caughtUp.last],
+  );
+  t.diagnostic(`note after the kill: worker-A's batch transaction ${parked.xid} ${after!.status}; partition 0 watermark=${after!.watermark} processed above ${caughtUp.last}=${after!.processed}`);
+  assert.deepEqual(after, { status: "aborted", watermark: caughtUp.watermark, processed: 0 }, "the batch in flight at the kill left nothing");
   await across;
   t.diagnostic(`note worker-A killed -9 after ${workerA.lines.filter((l) => BATCH.test(l)).length} logged batch(es), at request ${killedAt}; ${sent - killedAt} more sent`);
 

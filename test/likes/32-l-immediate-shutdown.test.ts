@@ -1,25 +1,49 @@
 /**
  * 32-L: immediate shutdown (pg_ctl stop -m immediate = SIGQUIT to the postmaster) while 6
- * writers and 1 consumer run. The crash is triggered from the writer path when the count of
- * acknowledged CHANGED results reaches the threshold; every loop must then end with a typed
- * connection error. After crash recovery every acknowledged change is in the outbox, the write
- * side is clean, the read-side identity holds, and a drain makes counts equal facts.
+ * writers and 1 consumer run. After the threshold of acknowledged CHANGED results, the next
+ * writer to reach like.beforeCommit and the next consumer batch to reach consumer.beforeCommit
+ * are parked there (every row written, COMMIT not sent), and the server is shut down with both
+ * open; every loop must then end with a typed connection error. After crash recovery the two
+ * parked transactions left no trace (their sequence number is free again, the watermark is where
+ * it was committed), every acknowledged change is in the outbox, the write side is gapless, the
+ * read-side identity holds, and a drain makes counts equal facts.
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { ConnectionLostError } from "../../src/db/errors.ts";
+import { Hooks } from "../../src/hooks.ts";
+import type { LikeEvent } from "../../src/likes/types.ts";
 import { crashLab } from "../support/crash-cluster.ts";
 import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
 import { formatReadSide, formatWriteSide, readSide, writeSide } from "../../src/likes/like-audit.ts";
 import { LikeConsumer } from "../../src/likes/like-consumer.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { seededRandom } from "../support/concurrency.ts";
+import { ParkFirst } from "../support/park-first.ts";
+import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
 import { LAB_ITEMS, user } from "./fixture.ts";
 
 const WRITERS = 6;
 const USERS = 60;
-/** Acknowledged CHANGED results after which the writer that reaches it shuts the server down. */
-const CRASH_AFTER_ACKED = 300;
+/** Acknowledged CHANGED results after which one writer and one consumer batch are parked before commit, and the server is shut down. */
+const PARK_AFTER_ACKED = 300;
+
+/** The hook context of the writer parked at like.beforeCommit. */
+interface ParkedWrite {
+  userId: string;
+  itemId: string;
+  part: number;
+  seq: number;
+  version: number;
+  pid: number;
+}
+
+/** The hook context of the consumer batch parked at consumer.beforeCommit. */
+interface ParkedBatch {
+  part: number;
+  events: LikeEvent[];
+  pid: number;
+}
 
 interface Acked {
   part: number;
@@ -32,15 +56,18 @@ interface Acked {
 async function run32L(t: TestContext, partitions: number, seed: number): Promise<void> {
   const lab = await crashLab(t, `ledger-32l-p${partitions}-`, { partitions, poolSize: WRITERS + 4 });
   let pool = lab.pool;
-  const likes = await LikeService.open(pool);
+  const hooks = new Hooks();
+  const parkedWriter = new ParkFirst("like.beforeCommit");
+  const parkedConsumer = new ParkFirst("consumer.beforeCommit");
+  hooks.on("like.beforeCommit", parkedWriter.handler);
+  hooks.on("consumer.beforeCommit", parkedConsumer.handler);
+  const likes = await LikeService.open(pool, { hooks });
   for (const item of LAB_ITEMS) await likes.createItem(item);
-  const consumer = new LikeConsumer(pool);
+  const consumer = new LikeConsumer(pool, { hooks });
   const parts = Array.from({ length: partitions }, (_, p) => p);
 
   const acked: Acked[] = [];
-  let crash: Promise<void> | undefined;
   let consumerPasses = 0;
-
 
   const writer = async (w: number): Promise<LoopEnd> => {
     const random = seededRandom(seed + w);
@@ -51,11 +78,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
         const result = random() < 0.6 ? await likes.like(u, item) : await likes.unlike(u, item);
         if (result.outcome !== "CHANGED") continue;
         acked.push({ part: result.part, seq: result.seq, user: u, item, version: result.version });
-        // The crash is triggered from the writer path, the moment the counter crosses the threshold.
-        if (acked.length === CRASH_AFTER_ACKED) {
-          crash = lab.cluster.crashImmediate();
-          crash.catch(() => undefined); // awaited (and rethrown) after the loops end
-        }
+        if (acked.length === PARK_AFTER_ACKED) parkedConsumer.arm();
       }
     } catch (err) {
       return loopEnd(`writer-${w}`, err);
@@ -73,22 +96,74 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
     }
   };
 
-  const ends = await Promise.all([...Array.from({ length: WRITERS }, (_, w) => writer(w)), consumerLoop()]);
-  assert.ok(crash, "the crash was triggered");
-  await crash;
+  const loops = Promise.all([...Array.from({ length: WRITERS }, (_, w) => writer(w)), consumerLoop()]);
+  // The consumer first: a parked writer may hold its partition's sequence row, and with P = 1
+  // no new event would then reach the consumer.
+  const batch = (await parkedConsumer.parked()) as unknown as ParkedBatch;
+  parkedWriter.arm();
+  const write = (await parkedWriter.parked()) as unknown as ParkedWrite;
+
+  // What the crash will cut short, read on a connection of its own: the two parked transactions
+  // are open with an xid, their rows are not committed, and the consumer had committed work before.
+  const open = await openTransactions(pool);
+  const { rows: [committed] } = await pool.query<{ seqLast: number; factVersion: number; batchWatermark: number; watermarks: number }>(
+    `SELECT (SELECT last FROM like_seq WHERE part = $1) AS "seqLast",
+            coalesce((SELECT version FROM like_fact WHERE user_id = $2 AND item_id = $3), 0) AS "factVersion",
+            (SELECT applied_upto FROM counter_watermark WHERE part = $4) AS "batchWatermark",
+            (SELECT sum(applied_upto) FROM counter_watermark)::bigint AS watermarks`,
+    [write.part, write.userId, write.itemId, batch.part],
+  );
+  const batchSeqs = batch.events.map((e) => e.seq);
   const ackedAtCrash = acked.length;
+  t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
+  t.diagnostic(`note   parked writer pid=${write.pid}: ${write.userId} ${write.itemId} part=${write.part} seq=${write.seq} version=${write.version}; committed like_seq.last=${committed!.seqLast} fact version=${committed!.factVersion}`);
+  t.diagnostic(`note   parked consumer pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
+  for (const [who, pid] of [["writer", write.pid], ["consumer", batch.pid]] as const) {
+    const tx = open.find((o) => o.pid === pid);
+    assert.ok(tx && tx.xid !== null && tx.state === "idle in transaction", `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+  }
+  assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
+  assert.equal(committed!.factVersion, write.version - 1, "the parked write's fact version is not committed");
+  assert.ok(committed!.watermarks > 0, "the consumer had committed batches before the crash");
+  assert.ok(Math.min(...batchSeqs) > committed!.batchWatermark, "the parked batch is above the committed watermark");
+
+  await lab.cluster.crashImmediate();
+  parkedWriter.release(); // their COMMITs now meet a dead server
+  parkedConsumer.release();
+  const ends = await loops;
 
   const writerStates = [...new Set(ends.filter((e) => e.who !== "consumer").map((e) => sqlStateOf(e.mapped)))].sort();
   const consumerEnd = ends.find((e) => e.who === "consumer")!;
   const states = [...writerStates, `consumer:${sqlStateOf(consumerEnd.mapped)}`];
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
-  t.diagnostic(`note acked CHANGED before crash=${ackedAtCrash}; threads ended by error=${endedByError} states=[${states.join(", ")}]`);
-  t.diagnostic(`note   consumer passes before crash=${consumerPasses}`);
+  t.diagnostic(`note threads ended by error=${endedByError} states=[${states.join(", ")}]; consumer passes before crash=${consumerPasses}`);
   assertAllLostConnection(t, ends, WRITERS + 1);
-  assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
   // Crash recovery on restart.
   pool = await lab.restartAfterCrash();
+
+  // The parked transactions left nothing: the writer's sequence number is free again (no gap
+  // follows from it), its fact is at the committed version, the batch's events are unprocessed
+  // and its partition's watermark is where it was committed.
+  const { rows: [gone] } = await pool.query<{ seqLast: number; outboxRow: number; factVersion: number; processed: number; batchWatermark: number }>(
+    `SELECT (SELECT last FROM like_seq WHERE part = $1) AS "seqLast",
+            (SELECT count(*) FROM like_outbox WHERE part = $1 AND seq = $2)::int AS "outboxRow",
+            coalesce((SELECT version FROM like_fact WHERE user_id = $3 AND item_id = $4), 0) AS "factVersion",
+            (SELECT count(*) FROM processed_event WHERE part = $5 AND seq = ANY ($6::bigint[]))::int AS processed,
+            (SELECT applied_upto FROM counter_watermark WHERE part = $5) AS "batchWatermark"`,
+    [write.part, write.seq, write.userId, write.itemId, batch.part, batchSeqs],
+  );
+  t.diagnostic(`note after recovery: writer's part like_seq.last=${gone!.seqLast} outbox rows at its seq=${gone!.outboxRow} fact version=${gone!.factVersion}; batch events processed=${gone!.processed}/${batchSeqs.length} watermark=${gone!.batchWatermark}`);
+  assert.deepEqual(
+    { seqLast: gone!.seqLast, outboxRow: gone!.outboxRow, factVersion: gone!.factVersion },
+    { seqLast: write.seq - 1, outboxRow: 0, factVersion: write.version - 1 },
+    "the parked write is gone",
+  );
+  assert.deepEqual(
+    { processed: gone!.processed, batchWatermark: gone!.batchWatermark },
+    { processed: 0, batchWatermark: committed!.batchWatermark },
+    "the parked consumer batch is gone",
+  );
 
   // Every acknowledged CHANGED is in the outbox with the same (part, seq, user, item, version).
   assert.equal(new Set(acked.map((a) => `${a.part}:${a.seq}`)).size, acked.length, "acked (part, seq) are unique");

@@ -1,22 +1,27 @@
 /**
  * 30-beyond-2: the chapter's stated gap ("本章没有对数据库做 immediate 停机实验"). An immediate
  * shutdown (pg_ctl stop -m immediate = SIGQUIT to the postmaster) hits 6 writers doing
- * follow / unfollow / decide / block / unblock and 1 projector loop. The crash is triggered from
- * the writer path when the acknowledged CHANGED results reach the threshold; every loop must then
- * end with a typed connection error. After crash recovery every acknowledged change is in
- * relation_event, invariants 1-4 and the sequences are clean, and a drain makes the projection
+ * follow / unfollow / decide / block / unblock and 1 projector loop. After the threshold of
+ * acknowledged CHANGED results, the next projector batch to reach projector.beforeCommit and then
+ * the next writer to reach relation.afterEvent (its event row written, COMMIT not sent) are parked,
+ * and the server is shut down with both open; every loop must then end with a typed connection
+ * error. After crash recovery the parked transactions left no trace, every acknowledged change is
+ * in relation_event, invariants 1-4 and the sequences are clean, and a drain makes the projection
  * equal to the truth.
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { ConnectionLostError } from "../../src/db/errors.ts";
+import { Hooks } from "../../src/hooks.ts";
 import { crashLab } from "../support/crash-cluster.ts";
 import { assertAllLostConnection, loopEnd, sqlStateOf, type LoopEnd } from "../support/loop-ends.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { auditRelations, formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
-import type { RelationResult, RelationState } from "../../src/relations/types.ts";
+import type { RelationEvent, RelationResult, RelationState } from "../../src/relations/types.ts";
 import { seededRandom } from "../support/concurrency.ts";
+import { ParkFirst } from "../support/park-first.ts";
+import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
 import { acct } from "./fixture.ts";
 
 const WRITERS = 6;
@@ -25,10 +30,27 @@ const ACCOUNTS = 60;
 const HOT = 12;
 /** Every fifth account is private: follows to it go PENDING and decide has work to do. */
 const PRIVATE = Array.from({ length: ACCOUNTS / 5 }, (_, i) => 5 * (i + 1));
-/** Acknowledged CHANGED results (that wrote events) after which the writer that reaches it shuts the server down. */
-const CRASH_AFTER_ACKED = 300;
+/** Acknowledged CHANGED results (that wrote events) after which one projector batch and one writer are parked before commit, and the server is shut down. */
+const PARK_AFTER_ACKED = 300;
 
 type Op = "follow" | "unfollow" | "decide" | "block" | "unblock";
+
+/** The hook context of the writer parked at relation.afterEvent (a block may park at the first of its two events). */
+interface ParkedWrite {
+  follower: string;
+  followee: string;
+  part: number;
+  seq: number;
+  version: number;
+  pid: number;
+}
+
+/** The hook context of the projector batch parked at projector.beforeCommit. */
+interface ParkedBatch {
+  part: number;
+  events: RelationEvent[];
+  pid: number;
+}
 
 /** An acknowledged CHANGED follow / unfollow / decide: exactly one event, in the followee's partition. */
 interface AckedPair {
@@ -63,8 +85,13 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
      SELECT 'user-' || lpad(i::text, 4, '0'), i = ANY ($2::int[]) FROM generate_series(1, $1::int) AS i`,
     [ACCOUNTS, PRIVATE],
   );
-  const rel = await RelationService.open(pool);
-  const projector = new RelationProjector(pool);
+  const hooks = new Hooks();
+  const parkedWriter = new ParkFirst("relation.afterEvent");
+  const parkedProjector = new ParkFirst("projector.beforeCommit");
+  hooks.on("relation.afterEvent", parkedWriter.handler);
+  hooks.on("projector.beforeCommit", parkedProjector.handler);
+  const rel = await RelationService.open(pool, { hooks });
+  const projector = new RelationProjector(pool, { hooks });
   const parts = Array.from({ length: partitions }, (_, p) => p);
 
   const ackedPairs: AckedPair[] = [];
@@ -73,11 +100,9 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     follow: { changed: 0, other: 0 }, unfollow: { changed: 0, other: 0 }, decide: { changed: 0, other: 0 },
     block: { changed: 0, other: 0 }, unblock: { changed: 0, other: 0 },
   };
-  let crash: Promise<void> | undefined;
   let projectorPasses = 0;
   let projectedBeforeCrash = 0;
   const ackedCount = () => ackedPairs.length + ackedBlocks.length;
-
 
   const record = (op: Op, a: string, b: string, r: RelationResult): void => {
     if (r.outcome !== "CHANGED") {
@@ -93,11 +118,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
       const [follower, followee] = op === "decide" ? [b, a] : [a, b];
       ackedPairs.push({ op, part: rel.partitionOf(followee), seq: r.seq, follower, followee, state: r.state, version: r.version });
     }
-    // The crash is triggered from the writer path, the moment the counter reaches the threshold.
-    if (ackedCount() === CRASH_AFTER_ACKED) {
-      crash = lab.cluster.crashImmediate();
-      crash.catch(() => undefined); // awaited (and rethrown) after the loops end
-    }
+    if (ackedCount() === PARK_AFTER_ACKED) parkedProjector.arm();
   };
 
   const writer = async (w: number): Promise<LoopEnd> => {
@@ -152,10 +173,41 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   };
 
   const started = Date.now();
-  const ends = await Promise.all([...Array.from({ length: WRITERS }, (_, w) => writer(w)), projectorLoop()]);
-  assert.ok(crash, "the crash was triggered");
-  await crash;
+  const loops = Promise.all([...Array.from({ length: WRITERS }, (_, w) => writer(w)), projectorLoop()]);
+  // The projector first: a parked writer may hold its partition's sequence row, and with P = 1
+  // no new event would then reach the projector.
+  const batch = (await parkedProjector.parked()) as unknown as ParkedBatch;
+  parkedWriter.arm();
+  const write = (await parkedWriter.parked()) as unknown as ParkedWrite;
+
+  // What the crash will cut short, read on a connection of its own: the two parked transactions
+  // are open with an xid, their rows are not committed, and the projector had committed work before.
+  const open = await openTransactions(pool);
+  const { rows: [committed] } = await pool.query<{ seqLast: number; pairVersion: number; batchWatermark: number; watermarks: number }>(
+    `SELECT (SELECT last FROM event_seq WHERE part = $1) AS "seqLast",
+            coalesce((SELECT version FROM relation WHERE follower = $2 AND followee = $3), 0) AS "pairVersion",
+            (SELECT applied_upto FROM proj_watermark WHERE part = $4) AS "batchWatermark",
+            (SELECT sum(applied_upto) FROM proj_watermark)::bigint AS watermarks`,
+    [write.part, write.follower, write.followee, batch.part],
+  );
+  const batchSeqs = batch.events.map((e) => e.seq);
   const ackedAtCrash = ackedCount();
+  t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
+  t.diagnostic(`note   parked writer pid=${write.pid}: ${write.follower}->${write.followee} part=${write.part} seq=${write.seq} version=${write.version}; committed event_seq.last=${committed!.seqLast} pair version=${committed!.pairVersion}`);
+  t.diagnostic(`note   parked projector pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
+  for (const [who, pid] of [["writer", write.pid], ["projector", batch.pid]] as const) {
+    const tx = open.find((o) => o.pid === pid);
+    assert.ok(tx && tx.xid !== null && tx.state === "idle in transaction", `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+  }
+  assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
+  assert.equal(committed!.pairVersion, write.version - 1, "the parked write's relation version is not committed");
+  assert.ok(committed!.watermarks > 0, "the projector had committed batches before the crash");
+  assert.ok(Math.min(...batchSeqs) > committed!.batchWatermark, "the parked batch is above the committed watermark");
+
+  await lab.cluster.crashImmediate();
+  parkedWriter.release(); // their COMMITs now meet a dead server
+  parkedProjector.release();
+  const ends = await loops;
 
   const codes = ends.map((e) => `${e.who}:${(e.mapped as { code?: string }).code ?? "?"}/${sqlStateOf(e.mapped)}`);
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
@@ -164,10 +216,32 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   t.diagnostic(`note loops ended by error=${endedByError}/${ends.length} codes=[${codes.join(", ")}]`);
   t.diagnostic(`note   projector passes before crash=${projectorPasses} events handled=${projectedBeforeCrash}`);
   assertAllLostConnection(t, ends, WRITERS + 1);
-  assert.ok(ackedAtCrash >= CRASH_AFTER_ACKED);
 
   // Crash recovery on restart.
   pool = await lab.restartAfterCrash();
+
+  // The parked transactions left nothing: the writer's sequence number is free again, its pair
+  // is at the committed version, the batch's events are unseen and its partition's watermark is
+  // where it was committed.
+  const { rows: [gone] } = await pool.query<{ seqLast: number; eventRow: number; pairVersion: number; seen: number; batchWatermark: number }>(
+    `SELECT (SELECT last FROM event_seq WHERE part = $1) AS "seqLast",
+            (SELECT count(*) FROM relation_event WHERE part = $1 AND seq = $2)::int AS "eventRow",
+            coalesce((SELECT version FROM relation WHERE follower = $3 AND followee = $4), 0) AS "pairVersion",
+            (SELECT count(*) FROM proj_seen WHERE part = $5 AND seq = ANY ($6::bigint[]))::int AS seen,
+            (SELECT applied_upto FROM proj_watermark WHERE part = $5) AS "batchWatermark"`,
+    [write.part, write.seq, write.follower, write.followee, batch.part, batchSeqs],
+  );
+  t.diagnostic(`note after recovery: writer's part event_seq.last=${gone!.seqLast} events at its seq=${gone!.eventRow} pair version=${gone!.pairVersion}; batch events seen=${gone!.seen}/${batchSeqs.length} watermark=${gone!.batchWatermark}`);
+  assert.deepEqual(
+    { seqLast: gone!.seqLast, eventRow: gone!.eventRow, pairVersion: gone!.pairVersion },
+    { seqLast: write.seq - 1, eventRow: 0, pairVersion: write.version - 1 },
+    "the parked write is gone",
+  );
+  assert.deepEqual(
+    { seen: gone!.seen, batchWatermark: gone!.batchWatermark },
+    { seen: 0, batchWatermark: committed!.batchWatermark },
+    "the parked projector batch is gone",
+  );
 
   // Every acknowledged follow/unfollow/decide is in relation_event with the same (part, seq, follower, followee, state, version).
   assert.equal(new Set(ackedPairs.map((a) => `${a.part}:${a.seq}`)).size, ackedPairs.length, "acked (part, seq) are unique");

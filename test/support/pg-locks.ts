@@ -44,3 +44,32 @@ export async function waitForAnyLockWait(pool: Pool, deadlineMs = 15_000): Promi
     await new Promise((resolve) => setImmediate(resolve));
   }
 }
+
+export interface OpenTransaction {
+  pid: number;
+  /** pg_stat_activity.state: 'idle in transaction' between statements, 'active' inside one. */
+  state: string;
+  /** The transaction id, assigned at its first write or row lock; null for a reader. */
+  xid: string | null;
+  /** Whether it waits for a lock now. */
+  waitingOnLock: boolean;
+}
+
+/** The transactions open right now in this database, other than the caller's: what a crash would cut short. */
+export async function openTransactions(pool: Pool): Promise<OpenTransaction[]> {
+  const { rows } = await pool.query<OpenTransaction>(
+    `SELECT pid, state, backend_xid::text AS xid, coalesce(wait_event_type = 'Lock', false) AS "waitingOnLock"
+       FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+      ORDER BY pid`,
+  );
+  return rows;
+}
+
+/** One line for a test's note: how many open transactions, how many of them writing, how many waiting on a lock. */
+export function formatOpenTransactions(open: readonly OpenTransaction[]): string {
+  const writing = open.filter((o) => o.xid !== null).length;
+  const waiting = open.filter((o) => o.waitingOnLock).length;
+  const idle = open.filter((o) => o.state === "idle in transaction").length;
+  return `open transactions=${open.length} (with an xid=${writing}, idle in transaction=${idle}, waiting on a lock=${waiting})`;
+}
