@@ -1,14 +1,8 @@
 /**
- * `npm start`: the service on its defaults. With DATABASE_URL it uses that PostgreSQL;
- * otherwise an embedded PostgreSQL 16 whose data lives in LEDGER_DATA_DIR (./data) and
- * survives restarts. HTTP on PORT (8080), consumers in the same process.
+ * `npm start`: the service on its defaults, exactly `social-ledger serve`. With DATABASE_URL it
+ * uses that PostgreSQL; otherwise an embedded PostgreSQL 16 whose data lives in LEDGER_DATA_DIR
+ * (./data) and survives restarts. HTTP on PORT (8080), consumers in the same process. A start
+ * that fails says why in one line on stderr and exits non-zero.
  */
-import { serviceBanner } from "./cli/banner.ts";
-import { loadConfig } from "./config.ts";
-import { startService } from "./runtime/service.ts";
-import { runUntilSignal } from "./runtime/signals.ts";
-
-const config = loadConfig();
-const service = await startService(config);
-process.stdout.write(serviceBanner(service));
-await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });
+process.argv.splice(2, process.argv.length, "serve", ...process.argv.slice(2));
+await import("./cli/index.ts");

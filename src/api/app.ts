@@ -9,7 +9,8 @@ import type { Ledger } from "../ledger.ts";
 import { MAX_ID_LENGTH } from "../ids.ts";
 import "./context.ts";
 import { authPlugin } from "./auth.ts";
-import { errorBody, handleError } from "./errors.ts";
+import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
+import { unstorableText } from "../text.ts";
 import { LedgerMetrics } from "./metrics.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
@@ -20,6 +21,20 @@ import { relationRoutes } from "./routes/relations.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
 const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"]];
+
+/** The first string (value or key) in a parsed request part that text cannot store, as "where: why". */
+function findUnstorableText(value: unknown, where: string): string | undefined {
+  if (typeof value === "string") {
+    const problem = unstorableText(value);
+    return problem && `${where} ${problem}`;
+  }
+  if (value === null || typeof value !== "object") return undefined;
+  for (const [key, inner] of Object.entries(value)) {
+    const problem = unstorableText(key) ? `${where}: a key ${unstorableText(key)}` : findUnstorableText(inner, `${where}.${key}`);
+    if (problem) return problem;
+  }
+  return undefined;
+}
 
 export interface AppOptions {
   ledger: Ledger;
@@ -45,6 +60,16 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   const strict = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false });
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === "body" ? strict : coercing).compile(schema));
   app.setErrorHandler(handleError);
+  // Only JSON bodies: a text/plain body is a 415, not a string that then fails "body must be object".
+  app.removeContentTypeParser("text/plain");
+  // Before any schema or handler: text that PostgreSQL cannot store exactly (NUL, unpaired
+  // surrogates) is bad input in every field of every route, not a 500 or a silent U+FFFD.
+  app.addHook("preValidation", async (request) => {
+    for (const [part, value] of [["body", request.body], ["querystring", request.query], ["params", request.params]] as const) {
+      const problem = findUnstorableText(value, part);
+      if (problem) throw new HttpError(400, "INVALID_INPUT", problem);
+    }
+  });
   app.setNotFoundHandler((request, reply) => {
     void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
   });
@@ -119,6 +144,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     return503OnClosing: false,
+    clientErrorHandler: handleClientError,
     bodyLimit: 64 * 1024,
     // Ids are valid up to MAX_ID_LENGTH (128) characters, 3x that when percent-encoded; the
     // default 100 sent longer (valid) ids to a 414 with fastify's own body.

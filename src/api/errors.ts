@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ConnectionLostError } from "../db/errors.ts";
 import { LedgerError } from "../errors.ts";
@@ -32,6 +33,33 @@ const STATUS_BY_CODE: Record<string, number> = {
   REBUILD_IN_PROGRESS: 409,
   PARTITION_CONFIG: 500,
 };
+
+/** Our codes for the 4xx answers of fastify and its plugins (e.g. @fastify/static's 403 for a path that leaves its root). */
+const CODE_BY_STATUS: Record<number, string> = {
+  400: "INVALID_INPUT", 401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
+  406: "NOT_ACCEPTABLE", 408: "REQUEST_TIMEOUT", 411: "LENGTH_REQUIRED", 413: "PAYLOAD_TOO_LARGE", 414: "URI_TOO_LONG",
+  415: "UNSUPPORTED_MEDIA_TYPE", 429: "RATE_LIMITED", 431: "HEADERS_TOO_LARGE",
+};
+
+/**
+ * Errors node's HTTP parser raises before fastify sees a request (headers too large, a request
+ * line it cannot parse, a client too slow), answered on the raw socket in our shape; fastify's
+ * default handler answers {"error","message","statusCode"}.
+ */
+export function handleClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === "ECONNRESET" || socket.destroyed) return;
+  const [status, code, message] =
+    err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? [408, "REQUEST_TIMEOUT", "the request was not received in time"]
+    : err.code === "HPE_HEADER_OVERFLOW" ? [431, "HEADERS_TOO_LARGE", "the request headers are too large"]
+    : [400, "INVALID_INPUT", "the request could not be parsed as HTTP"];
+  const body = JSON.stringify(errorBody(code, message));
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${status} ${STATUS_TEXT[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large" };
 
 export interface ErrorBody {
   error: { code: string; message: string };
@@ -95,7 +123,7 @@ export function handleError(err: FastifyError | Error, request: FastifyRequest, 
     return;
   }
   if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
-    void reply.status(fe.statusCode).send(errorBody(fe.code ?? "BAD_REQUEST", fe.message));
+    void reply.status(fe.statusCode).send(errorBody(CODE_BY_STATUS[fe.statusCode] ?? "BAD_REQUEST", fe.message));
     return;
   }
   request.log.error({ err }, "unhandled error");

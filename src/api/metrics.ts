@@ -28,24 +28,20 @@ export class LedgerMetrics {
   readonly consumerFailures = new client.Counter({
     name: "ledger_consumer_failures_total", help: "Consumer passes that failed and will be retried", labelNames: ["consumer"], registers: [this.registry],
   });
-  readonly rebuildDrift = new client.Counter({
-    name: "ledger_rebuild_drift_abs_total", help: "Sum of |drift| corrected by rebuilds in this process", registers: [this.registry],
-  });
-  readonly rebuildDriftedItems = new client.Counter({
-    name: "ledger_rebuild_drifted_items_total", help: "Items whose count a rebuild found drifted", registers: [this.registry],
-  });
-
   constructor(pool: Pool) {
-    // One database read per scrape, shared by the three gauges below. The registry collects
-    // all metrics concurrently (Promise.all), so each gauge must await the read itself: one
-    // gauge filling the others from its collect() left them a scrape behind (and empty, or
-    // up=0, on the first scrape).
-    let inFlight: Promise<WatermarkRow[] | null> | null = null;
-    const scrape = () => (inFlight ??= readWatermarks(pool).then((rows) => rows, () => null).finally(() => {
+    // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
+    for (const consumer of ["like_count", "follower_projection"]) this.consumerFailures.inc({ consumer }, 0);
+    // One database read per scrape, shared by the metrics below. The registry collects all
+    // metrics concurrently (Promise.all), so each must await the read itself: one metric
+    // filling the others from its collect() left them a scrape behind (and empty, or up=0, on
+    // the first scrape). What describes the database (lag, watermarks, rebuild drift) comes
+    // from the database, whichever process wrote it: a rebuild run by the CLI counts too.
+    let inFlight: Promise<DatabaseFigures | null> | null = null;
+    const scrape = () => (inFlight ??= readDatabaseFigures(pool).then((figures) => figures, () => null).finally(() => {
       inFlight = null;
     }));
     new client.Gauge({
-      name: "ledger_scrape_database_up", help: "1 when the last scrape could read the watermarks", registers: [this.registry],
+      name: "ledger_scrape_database_up", help: "1 when the last scrape could read the database", registers: [this.registry],
       async collect() {
         this.set((await scrape()) ? 1 : 0);
       },
@@ -53,25 +49,34 @@ export class LedgerMetrics {
     new client.Gauge({
       name: "ledger_watermark", help: "Contiguous watermark per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
       async collect() {
-        const rows = await scrape();
+        const figures = await scrape();
         this.reset();
-        for (const r of rows ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
       },
     });
     new client.Gauge({
       name: "ledger_lag_events", help: "Unprocessed events per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
       async collect() {
-        const rows = await scrape();
+        const figures = await scrape();
         this.reset();
-        for (const r of rows ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
+        for (const r of figures?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
       },
     });
-    new client.Gauge({
-      name: "ledger_transaction_retries_total", help: "Whole-transaction retries on 40001/40P01 in this process", registers: [this.registry],
-      collect() {
-        this.set(transactionStats.retries);
+    // Counters whose value is a total kept elsewhere (the database, this process's retry
+    // counter) are set at collect time; reset + inc is prom-client's way to set a counter.
+    const totalFrom = (name: string, help: string, read: () => Promise<number | undefined>) => new client.Counter({
+      name, help, registers: [this.registry],
+      async collect() {
+        const value = await read();
+        if (value === undefined) return;
+        this.reset();
+        this.inc(value);
       },
     });
+    totalFrom("ledger_rebuild_runs_total", "Rebuild runs recorded in like_rebuild_run (by any process)", async () => (await scrape())?.rebuild.runs);
+    totalFrom("ledger_rebuild_drift_abs_total", "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftAbs);
+    totalFrom("ledger_rebuild_drifted_items_total", "Items whose count a rebuild found drifted (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftedItems);
+    totalFrom("ledger_transaction_retries_total", "Whole-transaction retries on 40001/40P01 in this process", async () => transactionStats.retries);
   }
 }
 
@@ -91,4 +96,21 @@ export async function readWatermarks(pool: Pool): Promise<WatermarkRow[]> {
      ORDER BY 1, 2`,
   );
   return rows.map((r) => ({ view: r.view, part: r.part, last: r.last, appliedUpto: r.applied_upto }));
+}
+
+export interface DatabaseFigures {
+  watermarks: WatermarkRow[];
+  rebuild: { runs: number; driftAbs: number; driftedItems: number };
+}
+
+/** What /metrics shows of the database: watermarks and the rebuild totals, in two statements. */
+export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> {
+  const [watermarks, rebuild] = await Promise.all([
+    readWatermarks(pool),
+    pool.query<{ runs: number; drift_abs: number; drifted_items: number }>(
+      "SELECT count(*)::bigint AS runs, coalesce(sum(total_abs_drift), 0)::bigint AS drift_abs, coalesce(sum(items_drifted), 0)::bigint AS drifted_items FROM like_rebuild_run",
+    ),
+  ]);
+  const r = rebuild.rows[0]!;
+  return { watermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items } };
 }

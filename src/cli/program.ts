@@ -69,12 +69,14 @@ requests and the current consumer batches, and stops the embedded PostgreSQL it 
     .description("Run the consumers (like counter, follower projector) without HTTP until SIGINT/SIGTERM")
     .addOption(new Option("--partitions <list>", "comma-separated partitions to serve, e.g. 0,1 (default: all)").argParser(parsePartitions))
     .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--host <host>", "interface of --metrics-port", "127.0.0.1")
     .addHelpText("after", `
 Any number of workers may run at once, on the same or on different partitions: every event is
-applied exactly once. Logs one JSON line per batch on stdout ({"msg":"batch","consumer":...,
-"applied":n,...}). SIGINT/SIGTERM lets the current batch commit, then exits 0. Start \`serve\`
+applied exactly once. Logs like serve, one JSON line per batch on stdout ({"msg":"batch",
+"consumer":...,"applied":n,...}); with --metrics-port, /metrics has serve's consumer metrics. SIGINT/SIGTERM lets the current batch commit, then exits 0. Start \`serve\`
 first (or use DATABASE_URL): a worker that starts the embedded cluster itself stops it on exit.`)
-    .action(async (opts: { partitions?: number[]; batchSize: number }) => {
+    .action(async (opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host: string }) => {
       const { worker } = await import("./commands/worker.ts");
       setExitCode(await worker(opts));
     });

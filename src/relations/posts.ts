@@ -3,6 +3,7 @@ import { ForeignKeyViolationError } from "../db/errors.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
 import { InvalidInputError } from "../errors.ts";
+import { validateText } from "../text.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
@@ -47,9 +48,7 @@ export class PostService {
     if (!VISIBILITIES.includes(visibility)) {
       throw new InvalidInputError("visibility", `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`);
     }
-    if (typeof body !== "string" || body.length > MAX_BODY_LENGTH) {
-      throw new InvalidInputError("body", `must be a string of at most ${MAX_BODY_LENGTH} characters`);
-    }
+    validateText("body", body, MAX_BODY_LENGTH);
     const part = stablePartition(author, this.partitions);
     try {
       return await withTransaction(this.pool, async (client) => {

@@ -7,7 +7,7 @@ import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
-import type { RelationResult, RelationState, Relationship } from "./types.ts";
+import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
 interface PairRow {
   state: RelationState;
@@ -17,7 +17,10 @@ interface PairRow {
 /**
  * The write side of chapter 30. Every operation is one READ COMMITTED transaction with a
  * fixed lock order: relation rows (lexicographic by (follower, followee)) -> the event_seq
- * rows of the partitions written (ascending). The block check runs *after* the relation row
+ * rows of the partitions written (ascending). Two exceptions touch an account row: a follow
+ * of a private account share-locks it after its relation row, and an unlock (upsertAccount)
+ * locks it before the pending relation rows; the rare deadlock between a re-follow of a
+ * pending request and the unlock of that account is a 40P01 that withTransaction retries. The block check runs *after* the relation row
  * lock: a block transaction must take the same row lock first, so what the check reads cannot
  * change before this transaction commits (the chapter's argument, test 30-H/30-I).
  */
@@ -37,17 +40,40 @@ export class RelationService {
     return stablePartition(followee, this.partitions);
   }
 
-  /** Creates an account or updates its privacy flag. */
-  async upsertAccount(accountId: string, options: { private?: boolean } = {}): Promise<void> {
+  /**
+   * Creates an account, or changes only what `options` names: no option changes nothing (an
+   * empty update never turns a private account public). Making a private account public
+   * approves its pending follow requests in the same transaction, as Mastodon does.
+   * Lock order: the account row, then the relation rows (by follower), then event_seq.
+   */
+  async upsertAccount(accountId: string, options: { private?: boolean } = {}): Promise<AccountSettings> {
     validateId("accountId", accountId);
     if (options.private !== undefined && typeof options.private !== "boolean") {
       throw new InvalidInputError("private", "must be a boolean");
     }
-    await this.pool.query(
-      `INSERT INTO account (account_id, private) VALUES ($1, $2)
-       ON CONFLICT (account_id) DO UPDATE SET private = EXCLUDED.private`,
-      [accountId, options.private ?? false],
-    );
+    return withTransaction(this.pool, async (client) => {
+      const before = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1 FOR UPDATE", [accountId]);
+      const { rows } = await client.query<{ private: boolean }>(
+        `INSERT INTO account (account_id, private) VALUES ($1, coalesce($2, false))
+         ON CONFLICT (account_id) DO UPDATE SET private = coalesce($2, account.private)
+         RETURNING private`,
+        [accountId, options.private ?? null],
+      );
+      const created = before.rows.length === 0;
+      const isPrivate = rows[0]!.private;
+      let approved = 0;
+      if (!created && before.rows[0]!.private && !isPrivate) {
+        const pending = await client.query<{ follower: string; version: number }>(
+          "SELECT follower, version FROM relation WHERE followee = $1 AND state = 'PENDING' ORDER BY follower FOR UPDATE",
+          [accountId],
+        );
+        for (const row of pending.rows) {
+          await this.transition(client, row.follower, accountId, { state: "PENDING", version: row.version }, "ACTIVE");
+          approved++;
+        }
+      }
+      return { accountId, private: isPrivate, created, approvedRequests: approved };
+    });
   }
 
   follow(follower: string, followee: string): Promise<RelationResult> {
@@ -70,9 +96,16 @@ export class RelationService {
   }
 
   private async followLocked(client: PoolClient, follower: string, followee: string, cur: PairRow): Promise<RelationResult> {
-    if (cur.state !== "REMOVED") return noop(cur, `already ${cur.state}`);
-    const { rows } = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1", [followee]);
+    if (cur.state === "ACTIVE") return noop(cur, "already ACTIVE");
+    let { rows } = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1", [followee]);
+    if (rows[0]!.private) {
+      // A request is only PENDING while the account is private: the share lock waits for an
+      // unlock in progress (which approves the requests it can see) and re-reads the flag after it.
+      ({ rows } = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1 FOR SHARE", [followee]));
+    }
     const target: RelationState = rows[0]!.private ? "PENDING" : "ACTIVE";
+    // A request left PENDING towards an account that is public now is approved by asking again.
+    if (cur.state === target) return noop(cur, `already ${cur.state}`);
     return this.transition(client, follower, followee, cur, target);
   }
 

@@ -56,3 +56,11 @@ export interface Relationship {
   blocking: boolean;
   blockedBy: boolean;
 }
+
+/** An account after upsertAccount: whether it was created, and how many pending requests an unlock approved. */
+export interface AccountSettings {
+  accountId: string;
+  private: boolean;
+  created: boolean;
+  approvedRequests: number;
+}

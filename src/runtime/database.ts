@@ -8,6 +8,7 @@ import { initLedger } from "../db/ledger-config.ts";
 import { migrate } from "../db/migrate.ts";
 import { createPool, type Pool } from "../db/pool.ts";
 import type { DatabaseHealth } from "../api/routes/health.ts";
+import { checkDataDirectory } from "./data-dir.ts";
 import { EmbeddedSupervisor, type SupervisorOptions } from "./embedded-supervisor.ts";
 import { isRunning } from "./process-state.ts";
 
@@ -34,7 +35,7 @@ async function embeddedPort(dataDir: string): Promise<number> {
   const file = path.join(dataDir, "pg-port");
   if (existsSync(file)) return Number((await readFile(file, "utf8")).trim());
   const port = await freePort();
-  await mkdir(dataDir, { recursive: true });
+  await mkdir(dataDir, { recursive: true, mode: 0o755 });
   await writeFile(file, `${port}\n`);
   return port;
 }
@@ -145,6 +146,7 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   let cluster: EmbeddedCluster | undefined;
   if (!url) {
     const pgData = path.join(config.dataDir, "pg");
+    checkDataDirectory(config.dataDir);
     const port = await embeddedPort(config.dataDir);
     cluster = await acquireEmbedded(config.dataDir, pgData, port, log);
     url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;

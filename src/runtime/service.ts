@@ -2,9 +2,9 @@ import type { FastifyInstance } from "fastify";
 import { buildApp } from "../api/app.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
 import type { Config } from "../config.ts";
-import { ConnectionLostError } from "../db/errors.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
+import { observeConsumers } from "./consumer-observer.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
 
@@ -36,24 +36,7 @@ export async function startService(config: Config, options: { workers?: boolean;
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   });
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
-  const workers = options.workers === false ? [] : createWorkers(ledger, {
-    onError: (_err, worker) => {
-      metrics.consumerFailures.inc({ consumer: worker.startsWith("like") ? "like_count" : "follower_projection" });
-    },
-    // One line when a loop starts failing and one when it recovers; the failures in between
-    // are counted in ledger_consumer_failures_total, not logged. An unexpected error keeps its stack.
-    onFailing: (err, worker) => {
-      if (err instanceof ConnectionLostError) app.log.warn({ worker, reason: err.message }, "consumer paused: database unavailable; retrying with backoff");
-      else app.log.error({ err, worker }, "consumer pass failed; retrying with backoff");
-    },
-    onRecovered: (worker, outage) => app.log.info({ worker, ...outage }, "consumer resumed"),
-    onLikes: (s) => {
-      for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "like_count", verdict }, n);
-    },
-    onRelations: (v) => {
-      for (const [verdict, n] of Object.entries(v)) if (n > 0) metrics.consumerEvents.inc({ consumer: "follower_projection", verdict }, n);
-    },
-  });
+  const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
   for (const w of workers) w.start();
   let stopping: Promise<void> | undefined;

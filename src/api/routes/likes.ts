@@ -40,12 +40,17 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: W
 
   const setLike = (want: boolean) => async (request: IdRequest) => {
     const caller = requireCaller(request);
-    await requireVisibleItem(ledger, caller.id, request.params.id);
+    // Retracting one's own like is always allowed: a block (or a lost follow) hides the post
+    // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
+    // The library answers REJECTED for an item that does not exist, which is a 404 below.
+    if (want) await requireVisibleItem(ledger, caller.id, request.params.id);
     const result: LikeResult = want
       ? await ledger.likes.like(caller.id, request.params.id)
       : await ledger.likes.unlike(caller.id, request.params.id);
     metrics.outcomes.inc({ operation: want ? "like" : "unlike", outcome: result.outcome });
     if (result.outcome === "REJECTED") throw notFound("item");
+    // With no like to retract, an unlike must not tell a reader who may not see the item that it exists.
+    if (!want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller.id, request.params.id);
     return { outcome: result.outcome, liked: result.liked, version: result.version, seq: result.seq };
   };
   const likeSchema = (summary: string) => ({
@@ -53,7 +58,7 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: W
     response: { 200: likeOutcome, ...errors(400, 401, 404, 429) },
   });
   app.put("/v1/items/:id/likes/me", { schema: likeSchema("Like (set-target-state: repeating is a NOOP)"), onRequest: opts.writeRateLimit }, setLike(true));
-  app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike"), onRequest: opts.writeRateLimit }, setLike(false));
+  app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike: always allowed for one's own like, also after a block hid the item"), onRequest: opts.writeRateLimit }, setLike(false));
 
   app.get("/v1/items/:id/likes/me", {
     schema: {

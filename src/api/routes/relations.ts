@@ -30,17 +30,24 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
 
   app.put("/v1/accounts/:id", {
     schema: {
-      tags: ["relations"], summary: "Create or update an account (the user itself, or an admin)", security: bearer, params: idParams,
-      // The body is optional (no body: a public account), as the handler expects.
-      body: { type: "object", nullable: true, additionalProperties: false, properties: { private: { type: "boolean", default: false } } },
-      response: { 200: { type: "object", properties: { id: { type: "string" }, private: { type: "boolean" } } }, ...errors(400, 401, 403) },
+      tags: ["relations"],
+      summary: "Create an account, or change only the settings the body names (the user itself, or an admin); making a private account public approves its pending follow requests",
+      security: bearer, params: idParams,
+      // The body is optional: no body (or {}) creates a public account, and changes nothing of an existing one.
+      body: { type: "object", nullable: true, additionalProperties: false, properties: { private: { type: "boolean" } } },
+      response: {
+        200: {
+          type: "object",
+          properties: { id: { type: "string" }, private: { type: "boolean" }, created: { type: "boolean" }, approvedRequests: { type: "integer" } },
+        },
+        ...errors(400, 401, 403),
+      },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private: boolean } | undefined }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean } | undefined }>) => {
     if (request.params.id === "me") throw new HttpError(400, "INVALID_INPUT", "id: 'me' is reserved");
     requireSelfOrAdmin(request, request.params.id);
-    const isPrivate = request.body?.private ?? false;
-    await ledger.relations.upsertAccount(request.params.id, { private: isPrivate });
-    return { id: request.params.id, private: isPrivate };
+    const settings = await ledger.relations.upsertAccount(request.params.id, { private: request.body?.private });
+    return { id: settings.accountId, private: settings.private, created: settings.created, approvedRequests: settings.approvedRequests };
   });
 
   app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)"), write("follow", (me, id) => ledger.relations.follow(me, id)));

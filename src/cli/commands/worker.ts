@@ -1,21 +1,28 @@
+import { LedgerMetrics } from "../../api/metrics.ts";
 import { loadConfig } from "../../config.ts";
 import { createWorkers, openLedger } from "../../ledger.ts";
+import { observeConsumers } from "../../runtime/consumer-observer.ts";
 import { openDatabase } from "../../runtime/database.ts";
-import { describeDatabase } from "../banner.ts";
+import { startMetricsServer } from "../../runtime/metrics-server.ts";
 import { runUntilSignal } from "../../runtime/signals.ts";
+import { describeDatabase } from "../banner.ts";
 import { UsageError } from "../args.ts";
-import { errorFields, jsonLog } from "../log.ts";
+import { cliLogger } from "../log.ts";
 
 /**
- * `social-ledger worker`: the two consumer loops over the given partitions, no HTTP. The state
- * is in the database (watermarks, dedup keys), so any number of these may run, and a killed
- * one loses nothing. One JSON line per batch that handled events; SIGINT/SIGTERM lets the
- * current batches commit, closes the pool (and an embedded cluster this process started), exits 0.
+ * `social-ledger worker`: the two consumer loops over the given partitions, no HTTP API. The
+ * state is in the database (watermarks, dedup keys), so any number of these may run, and a
+ * killed one loses nothing. Logs like serve (pino JSON lines, one per batch that handled
+ * events); with --metrics-port it serves /metrics with serve's metric names. SIGINT/SIGTERM lets
+ * the current batches commit, closes the pool (and an embedded cluster this process started), exits 0.
  */
-export async function worker(opts: { partitions?: number[]; batchSize: number }): Promise<number> {
+export async function worker(opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string }): Promise<number> {
   const config = loadConfig();
-  const log = jsonLog({ pid: process.pid, component: "worker" });
-  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-worker", log });
+  const log = cliLogger({ component: "worker" });
+  const database = await openDatabase(config, {
+    poolSize: 4, applicationName: "social-ledger-worker",
+    log: (level, message, fields = {}) => log[level]({ database: fields }, message),
+  });
   let ledger;
   try {
     ledger = await openLedger(database.pool);
@@ -29,41 +36,46 @@ export async function worker(opts: { partitions?: number[]; batchSize: number })
     await database.close();
     throw err;
   }
+  const metrics = new LedgerMetrics(database.pool);
+  const observer = observeConsumers(metrics, log);
   const partitions = opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const totals = { like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 } };
   const workers = createWorkers(ledger, {
+    ...observer,
     partitions,
     batchSize: opts.batchSize,
-    // One line when a loop starts failing and one when it recovers, not one per attempt.
-    onFailing: (err, worker) => log("warn", "consumer pass failed; retrying with backoff", { worker, ...errorFields(err) }),
-    onRecovered: (worker, outage) => log("info", "consumer resumed", { worker, ...outage }),
     onLikes: (s) => {
+      observer.onLikes(s);
       if (s.applied + s.covered + s.dup === 0) return;
       totals.like_count.applied += s.applied;
       totals.like_count.covered += s.covered;
       totals.like_count.dup += s.dup;
-      log("info", "batch", { consumer: "like_count", applied: s.applied, covered: s.covered, dup: s.dup });
+      log.info({ consumer: "like_count", applied: s.applied, covered: s.covered, dup: s.dup }, "batch");
     },
     onRelations: (v) => {
+      observer.onRelations(v);
       if (v.applied + v.stale + v.dup === 0) return;
       totals.follower_projection.applied += v.applied;
       totals.follower_projection.stale += v.stale;
       totals.follower_projection.dup += v.dup;
-      log("info", "batch", { consumer: "follower_projection", applied: v.applied, stale: v.stale, dup: v.dup });
+      log.info({ consumer: "follower_projection", applied: v.applied, stale: v.stale, dup: v.dup }, "batch");
     },
   });
+  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });
   for (const w of workers) w.start();
-  log("info", "started", {
+  log.info({
     partitions, of: ledger.partitions, batchSize: opts.batchSize,
     database: describeDatabase(config, database),
-  });
+    ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
+  }, "started");
   await runUntilSignal(
     async () => {
       await Promise.all(workers.map((w) => w.stop()));
-      log("info", "totals", totals);
+      await metricsServer?.close();
+      log.info(totals, "totals");
       await database.close();
     },
-    (line, level = "info") => log(level, line),
+    (line, level = "info") => log[level](line),
     { fatal: database.fatal },
   );
   return 0; // not reached: runUntilSignal exits the process

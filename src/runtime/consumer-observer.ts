@@ -1,0 +1,30 @@
+import type { FastifyBaseLogger } from "fastify";
+import type { LedgerMetrics } from "../api/metrics.ts";
+import { ConnectionLostError } from "../db/errors.ts";
+import type { WorkerOptions } from "../ledger.ts";
+
+type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations">>;
+
+/**
+ * What `serve` and `worker` do with their consumer loops' events, so both expose the same
+ * metrics and log the same lines: every failed pass counts in ledger_consumer_failures_total;
+ * one line when a loop starts failing and one when it recovers (an unexpected error keeps its
+ * stack, an unavailable database does not); applied/covered/stale/dup events per consumer.
+ */
+export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger): ConsumerCallbacks {
+  const consumerOf = (worker: string) => (worker.startsWith("like") ? "like_count" : "follower_projection");
+  return {
+    onError: (_err, worker) => metrics.consumerFailures.inc({ consumer: consumerOf(worker) }),
+    onFailing: (err, worker) => {
+      if (err instanceof ConnectionLostError) log.warn({ worker, reason: err.message }, "consumer paused: database unavailable; retrying with backoff");
+      else log.error({ err, worker }, "consumer pass failed; retrying with backoff");
+    },
+    onRecovered: (worker, outage) => log.info({ worker, ...outage }, "consumer resumed"),
+    onLikes: (s) => {
+      for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "like_count", verdict }, n);
+    },
+    onRelations: (v) => {
+      for (const [verdict, n] of Object.entries(v)) if (n > 0) metrics.consumerEvents.inc({ consumer: "follower_projection", verdict }, n);
+    },
+  };
+}
