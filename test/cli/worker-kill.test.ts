@@ -48,8 +48,10 @@ test("worker processes: kill -9 one in the middle of a batch, replace it, drain:
     LOG_LEVEL: "warn", LEDGER_WRITES_PER_MINUTE: "1000000",
   });
   const children: CliChild[] = [];
+  // Workers log their batches at info (the lines this test reads); serve stays quiet at warn.
+  const workerEnv = { ...env, LOG_LEVEL: "info" };
   const start = (name: string, args: string[]) => {
-    const child = new CliChild(name, args, env);
+    const child = new CliChild(name, args, args[0] === "worker" ? workerEnv : env);
     children.push(child);
     return child;
   };
@@ -63,7 +65,7 @@ test("worker processes: kill -9 one in the middle of a batch, replace it, drain:
   const server = start("serve", ["serve", "--no-workers"]);
   const urlA = new URL(db.url);
   urlA.searchParams.set("application_name", WORKER_A_APP); // the connection string's parameters override the pool's name
-  const workerA = new CliChild("worker-A", ["worker"], { ...env, DATABASE_URL: urlA.toString() });
+  const workerA = new CliChild("worker-A", ["worker"], { ...workerEnv, DATABASE_URL: urlA.toString() });
   children.push(workerA);
   const workerB = start("worker-B", ["worker", "--partitions", "1,3"]);
   const address = LISTENING.exec(await server.waitFor(LISTENING))![1]!;

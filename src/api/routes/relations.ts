@@ -36,10 +36,7 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
       // The body is optional: no body (or {}) creates a public account, and changes nothing of an existing one.
       body: { type: "object", nullable: true, additionalProperties: false, properties: { private: { type: "boolean" } } },
       response: {
-        200: {
-          type: "object",
-          properties: { id: { type: "string" }, private: { type: "boolean" }, created: { type: "boolean" }, approvedRequests: { type: "integer" } },
-        },
+        200: { type: "object", properties: { id: { type: "string" }, private: { type: "boolean" } } },
         ...errors(400, 401, 403),
       },
     },
@@ -47,7 +44,7 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
     if (request.params.id === "me") throw new HttpError(400, "INVALID_INPUT", "id: 'me' is reserved");
     requireSelfOrAdmin(request, request.params.id);
     const settings = await ledger.relations.upsertAccount(request.params.id, { private: request.body?.private });
-    return { id: settings.accountId, private: settings.private, created: settings.created, approvedRequests: settings.approvedRequests };
+    return { id: settings.accountId, private: settings.private };
   });
 
   app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)"), write("follow", (me, id) => ledger.relations.follow(me, id)));
