@@ -126,16 +126,17 @@ export class LikeConsumer {
    * processed_event absorbs the overlap.
    */
   async fetchPending(part: number, limit: number): Promise<LikeEvent[]> {
-    const { rows } = await this.pool.query<OutboxRow>(
-      `SELECT o.part, o.seq, o.user_id, o.item_id, o.delta, o.version
-         FROM like_outbox o
-         JOIN counter_watermark w ON w.part = o.part
-        WHERE o.part = $1 AND o.seq > w.applied_upto
-          AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.part = o.part AND p.seq = o.seq)
-        ORDER BY o.seq
-        LIMIT $2`,
-      [part, limit],
-    );
+    const { rows } = await this.pool.query<OutboxRow>({
+      name: "like_fetch_pending",
+      text: `SELECT o.part, o.seq, o.user_id, o.item_id, o.delta, o.version
+               FROM like_outbox o
+               JOIN counter_watermark w ON w.part = o.part
+              WHERE o.part = $1 AND o.seq > w.applied_upto
+                AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.part = o.part AND p.seq = o.seq)
+              ORDER BY o.seq
+              LIMIT $2`,
+      values: [part, limit],
+    });
     return rows.map(toEvent);
   }
 

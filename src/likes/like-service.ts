@@ -49,10 +49,9 @@ export class LikeService {
   async hasLiked(userId: string, itemId: string): Promise<{ liked: boolean; version: number }> {
     validateId("userId", userId);
     validateId("itemId", itemId);
-    const { rows } = await this.pool.query<{ liked: boolean; version: number }>(
-      "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2",
-      [userId, itemId],
-    );
+    const { rows } = await this.pool.query<{ liked: boolean; version: number }>({
+      name: "like_has_liked", text: "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2", values: [userId, itemId],
+    });
     return rows[0] ?? { liked: false, version: 0 };
   }
 

@@ -110,14 +110,15 @@ export class RelationProjector {
   }
 
   async fetchPending(part: number, limit: number): Promise<RelationEvent[]> {
-    const { rows } = await this.pool.query<EventRow>(
-      `SELECT e.part, e.seq, e.follower, e.followee, e.state, e.version, e.created_at
-         FROM relation_event e JOIN proj_watermark w ON w.part = e.part
-        WHERE e.part = $1 AND e.seq > w.applied_upto
-          AND NOT EXISTS (SELECT 1 FROM proj_seen s WHERE s.part = e.part AND s.seq = e.seq)
-        ORDER BY e.seq LIMIT $2`,
-      [part, limit],
-    );
+    const { rows } = await this.pool.query<EventRow>({
+      name: "relation_fetch_pending",
+      text: `SELECT e.part, e.seq, e.follower, e.followee, e.state, e.version, e.created_at
+               FROM relation_event e JOIN proj_watermark w ON w.part = e.part
+              WHERE e.part = $1 AND e.seq > w.applied_upto
+                AND NOT EXISTS (SELECT 1 FROM proj_seen s WHERE s.part = e.part AND s.seq = e.seq)
+              ORDER BY e.seq LIMIT $2`,
+      values: [part, limit],
+    });
     return rows.map(toRelationEvent);
   }
 
