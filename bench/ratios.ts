@@ -17,6 +17,8 @@ export const OP = {
   readDrainedAlone: "count read, drained, 1 worker interleaved",
   pkDrainedAlone: "primary-key SELECT, drained, 1 worker interleaved",
   drain: "consumer drain (events)",
+  follow: "follow/unfollow",
+  projectorDrain: "follower projector drain (events)",
 } as const;
 
 export interface Ratio {
@@ -51,6 +53,7 @@ export function ratios(rows: readonly Row[]): Ratio[] {
     add("like-count read p50 ÷ primary-key SELECT p50, backlog pending, 1 worker", pair(find(OP.readBacklogAlone), find(OP.pkBacklogAlone), p50), "≤ 1.5", (v) => v <= 1.5);
     add("like-count read p50 ÷ primary-key SELECT p50, drained, 1 worker", pair(find(OP.readDrainedAlone), find(OP.pkDrainedAlone), p50), "≤ 1.5", (v) => v <= 1.5);
     add("consumer apply events/s ÷ library write CHANGED/s (mixed)", pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
+    add("follower projector events/s ÷ follow/unfollow CHANGED/s", pair(find(OP.projectorDrain), find(OP.follow), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
     add("likes on one hot item ÷ likes over 100 items (library)", pair(find(OP.hot), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.9", (v) => v >= 0.9);
     add("HTTP like/s ÷ library like/s (mixed)", pair(find(OP.mixed, "HTTP"), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.5", (v) => v >= 0.5);
   }

@@ -24,6 +24,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { transactionStats } from "../src/db/transaction.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
+import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -263,6 +264,10 @@ async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
+  await pool.query(
+    "INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n",
+    [USERS],
+  );
   for (let n = 0; n < httpTokens.length; n++) target.auth.push(`Bearer ${await signToken(secret, httpTokens[n]!)}`);
   return target;
 }
@@ -310,6 +315,45 @@ function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (
     const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
     return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
   }, abort.signal);
+}
+
+/**
+ * Follow/unfollow toggles (the same pattern as libraryWrites): pair j is account j following
+ * account (j * 7 + 1) mod USERS, so followees spread over every partition.
+ */
+function followWrites(t: Target, o: Opts): Promise<Figures> {
+  return runFixedCount(o.ops, o.workers, (k) => {
+    const { j, like: follow } = toggle(k, o.ops, USERS);
+    const follower = `acct${j % USERS}`;
+    const followee = `acct${(j * 7 + 1) % USERS}`;
+    return follow ? t.ledger.relations.follow(follower, followee) : t.ledger.relations.unfollow(follower, followee);
+  }, abort.signal);
+}
+
+async function relationEventsWritten(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>("SELECT coalesce(sum(last), 0)::bigint AS n FROM event_seq");
+  return rows[0]!.n;
+}
+
+async function followPhase(t: Target, o: Opts): Promise<Row> {
+  const before = await relationEventsWritten(t.pool);
+  const figures = await followWrites(t, o);
+  const changed = (await relationEventsWritten(t.pool)) - before;
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  return { op: OP.follow, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+}
+
+async function projectorDrainPhase(t: Target): Promise<Row> {
+  const t0 = performance.now();
+  const verdicts = await t.ledger.projector.drain();
+  const seconds = (performance.now() - t0) / 1000;
+  const events = verdicts.applied + verdicts.stale + verdicts.dup;
+  return {
+    op: OP.projectorDrain, path: "library", partitions: t.partitions,
+    figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+    note: `applied ${verdicts.applied}, stale ${verdicts.stale}, dup ${verdicts.dup}`,
+    extra: { ...verdicts },
+  };
 }
 
 function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
@@ -458,15 +502,22 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
 
+  await phase((t) => followPhase(t, o));
+  await phase((t) => projectorDrainPhase(t));
+
   // The figures of a run that broke an invariant mean nothing: check both sides.
   const audits: Record<string, unknown> = {};
   const auditLines: string[] = [];
   for (const t of targets) {
     const w = await writeSide(t.pool);
     const r = await readSide(t.pool);
-    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0;
-    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r };
-    auditLines.push(`audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} events, ${r.countMismatchItems} count mismatches after drain)`);
+    const projection = await projectionDiff(t.pool);
+    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 && formatDiff(projection) === "0,0,0";
+    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r, projection };
+    auditLines.push(
+      `audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} like events, ${r.countMismatchItems} count mismatches after drain; ` +
+        `follower projection diff ${formatDiff(projection)})`,
+    );
   }
   const seconds = (performance.now() - t0) / 1000;
 

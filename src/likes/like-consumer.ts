@@ -105,9 +105,12 @@ export class LikeConsumer {
     return withTransaction(this.pool, async (client) => {
       await lockWatermark(client, "likes", part);
       await requireOutboxMatch(client, part, events);
-      for (const itemId of items) {
-        await client.query("INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [itemId, part]);
-      }
+      await client.query(
+        `INSERT INTO like_count (item_id, part)
+         SELECT i.item_id, $2 FROM unnest($1::text[]) WITH ORDINALITY AS i(item_id, ord) ORDER BY i.ord
+         ON CONFLICT DO NOTHING`,
+        [items, part],
+      );
       await client.query(
         `SELECT 1 FROM like_count lc JOIN unnest($1::text[]) WITH ORDINALITY AS i(item_id, ord) USING (item_id)
           WHERE lc.part = $2 ORDER BY i.ord FOR UPDATE OF lc`,
