@@ -27,6 +27,7 @@ import { openLedger, type Ledger } from "../src/ledger.ts";
 import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
+import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
 
@@ -264,6 +265,7 @@ async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
+  await createRawInsertTable(pool);
   await pool.query(
     "INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n",
     [USERS],
@@ -315,6 +317,23 @@ function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (
     const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
     return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
   }, abort.signal);
+}
+
+/** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
+async function chapterPhase(t: Target, o: Opts): Promise<Row> {
+  let changed = 0;
+  const figures = await runFixedCount(o.ops, o.workers, async (k) => {
+    const { j, like } = toggle(k, o.ops, USERS);
+    if (await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like)) changed++;
+  }, abort.signal);
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  return { op: OP.chapter, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+}
+
+let rawInsertIds = 0;
+async function rawInsertPhase(t: Target, o: Opts): Promise<Row> {
+  const figures = await runFixedCount(o.ops, o.workers, (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)), abort.signal);
+  return { op: OP.rawInsert, path: "library", partitions: t.partitions, figures, note: ["distinct rows, autocommit", ...problems(figures)].join(", "), extra: { changed: figures.ops - figures.errors } };
 }
 
 /**
@@ -488,7 +507,10 @@ async function main(o: Opts): Promise<void> {
     }
     rows.push(...targets.flatMap((t) => done.filter((r) => r.partitions === t.partitions)));
   };
+  await phase((t) => rawInsertPhase(t, o));
   await phase((t) => writePhase(t, OP.mixed, "library", () => libraryWrites(t, o, false)));
+  // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
+  await phase(async (t) => (t.partitions === 1 ? [await chapterPhase(t, o)] : []));
   await phase((t) => writePhase(t, OP.hot, "library", () => libraryWrites(t, o, true)));
   await phase((t) => writePhase(t, OP.mixed, "HTTP", () => httpWrites(t, o, false)));
   await phase((t) => writePhase(t, OP.hot, "HTTP", () => httpWrites(t, o, true)));
