@@ -69,6 +69,49 @@ export async function runFixedCount(
   };
 }
 
+/**
+ * Like runFixedCount for several kinds of operation at once: operation k is of kind
+ * k mod kinds.length, so the kinds interleave on the same workers and meet the same load
+ * (other processes, checkpoints, autovacuum), and a ratio of their percentiles compares them
+ * and not two moments of a noisy machine. Returns the figures of each kind, in order.
+ */
+export async function runInterleaved(
+  count: number,
+  concurrency: number,
+  kinds: readonly ((k: number) => Promise<unknown>)[],
+  signal?: AbortSignal,
+): Promise<Figures[]> {
+  const latencies = kinds.map(() => [] as number[]);
+  const errors = kinds.map(() => 0);
+  const firstErrors: (string | undefined)[] = kinds.map(() => undefined);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let k = next++; k < count && !signal?.aborted; k = next++) {
+      const kind = k % kinds.length;
+      const t0 = performance.now();
+      try {
+        await kinds[kind]!(Math.floor(k / kinds.length));
+      } catch (err) {
+        errors[kind]!++;
+        firstErrors[kind] ??= err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+      }
+      latencies[kind]!.push(performance.now() - t0);
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const seconds = (performance.now() - started) / 1000;
+  return kinds.map((_, kind) => {
+    const sorted = Float64Array.from(latencies[kind]!).sort();
+    const firstError = firstErrors[kind];
+    return {
+      ops: sorted.length, seconds, opsPerSec: sorted.length / seconds,
+      p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
+      errors: errors[kind]!, ...(firstError === undefined ? {} : { firstError }),
+    };
+  });
+}
+
 export interface HttpRequestSpec {
   method: "GET" | "PUT" | "DELETE";
   path: string;

@@ -24,8 +24,11 @@ import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { transactionStats } from "../src/db/transaction.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
+import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
-import { runAutocannon, runFixedCount, type Figures, type HttpRequestSpec } from "./load.ts";
+import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
+import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
+import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
 
 const USAGE = `usage: node --import tsx bench/run.ts [options]
@@ -44,7 +47,8 @@ const USAGE = `usage: node --import tsx bench/run.ts [options]
 
 const SIZES = {
   default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800 },
-  quick: { ops: 1200, requests: 800, reads: 600, warmupOps: 500, warmupRequests: 200 },
+  // p99 of a read phase is its 1 % tail: 2000 reads leave 20 samples above it.
+  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200 },
 };
 
 /** Users per path (library users and HTTP users are distinct), items of the mixed variant. */
@@ -261,6 +265,11 @@ async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
+  await createRawInsertTable(pool);
+  await pool.query(
+    "INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n",
+    [USERS],
+  );
   for (let n = 0; n < httpTokens.length; n++) target.auth.push(`Bearer ${await signToken(secret, httpTokens[n]!)}`);
   return target;
 }
@@ -310,6 +319,62 @@ function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (
   }, abort.signal);
 }
 
+/** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
+async function chapterPhase(t: Target, o: Opts): Promise<Row> {
+  let changed = 0;
+  const figures = await runFixedCount(o.ops, o.workers, async (k) => {
+    const { j, like } = toggle(k, o.ops, USERS);
+    if (await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like)) changed++;
+  }, abort.signal);
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  return { op: OP.chapter, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+}
+
+let rawInsertIds = 0;
+async function rawInsertPhase(t: Target, o: Opts): Promise<Row> {
+  const figures = await runFixedCount(o.ops, o.workers, (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)), abort.signal);
+  return { op: OP.rawInsert, path: "library", partitions: t.partitions, figures, note: ["distinct rows, autocommit", ...problems(figures)].join(", "), extra: { changed: figures.ops - figures.errors } };
+}
+
+/**
+ * Follow/unfollow toggles (the same pattern as libraryWrites): pair j is account j following
+ * account (j * 7 + 1) mod USERS, so followees spread over every partition.
+ */
+function followWrites(t: Target, o: Opts): Promise<Figures> {
+  return runFixedCount(o.ops, o.workers, (k) => {
+    const { j, like: follow } = toggle(k, o.ops, USERS);
+    const follower = `acct${j % USERS}`;
+    const followee = `acct${(j * 7 + 1) % USERS}`;
+    return follow ? t.ledger.relations.follow(follower, followee) : t.ledger.relations.unfollow(follower, followee);
+  }, abort.signal);
+}
+
+async function relationEventsWritten(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>("SELECT coalesce(sum(last), 0)::bigint AS n FROM event_seq");
+  return rows[0]!.n;
+}
+
+async function followPhase(t: Target, o: Opts): Promise<Row> {
+  const before = await relationEventsWritten(t.pool);
+  const figures = await followWrites(t, o);
+  const changed = (await relationEventsWritten(t.pool)) - before;
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  return { op: OP.follow, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+}
+
+async function projectorDrainPhase(t: Target): Promise<Row> {
+  const t0 = performance.now();
+  const verdicts = await t.ledger.projector.drain();
+  const seconds = (performance.now() - t0) / 1000;
+  const events = verdicts.applied + verdicts.stale + verdicts.dup;
+  return {
+    op: OP.projectorDrain, path: "library", partitions: t.partitions,
+    figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+    note: `applied ${verdicts.applied}, stale ${verdicts.stale}, dup ${verdicts.dup}`,
+    extra: { ...verdicts },
+  };
+}
+
 function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
   const users = t.auth.length;
   return runAutocannon({
@@ -327,6 +392,25 @@ function libraryReads(t: Target, o: Opts): Promise<Figures> {
   return runFixedCount(o.reads, o.workers, (k) => readCount(t.pool, item(k % ITEMS), 16), abort.signal);
 }
 
+/** The read baseline: a primary-key SELECT of one row, an ordinary (unnamed) parameterised query. */
+function primaryKeyRead(t: Target, k: number): Promise<unknown> {
+  return t.pool.query("SELECT item_id, created_at FROM item WHERE item_id = $1", [item(k % ITEMS)]);
+}
+
+function primaryKeyReads(t: Target, o: Opts): Promise<Figures> {
+  return runFixedCount(o.reads, o.workers, (k) => primaryKeyRead(t, k), abort.signal);
+}
+
+/**
+ * Count reads and primary-key reads alternating on one worker: each call's latency is its own
+ * cost plus a round trip, never a queue behind the other workers' calls (with 16 workers on
+ * 2 cores every call waits for the CPU, whatever it costs itself), and the two kinds meet the
+ * same background load.
+ */
+function interleavedReads(t: Target, o: Opts): Promise<Figures[]> {
+  return runInterleaved(2 * o.reads, 1, [(k) => readCount(t.pool, item(k % ITEMS), 16), (k) => primaryKeyRead(t, k)], abort.signal);
+}
+
 function httpReads(t: Target, o: Opts): Promise<Figures> {
   return runAutocannon({
     url: t.baseUrl, amount: o.reads, connections: o.connections,
@@ -341,6 +425,15 @@ async function readPhase(t: Target, op: string, via: Row["path"], run: () => Pro
   return { op, path: via, partitions: t.partitions, figures, note: [`lag ${lag}`, ...problems(figures)].join(", "), extra: { lag } };
 }
 
+/** Two rows from one interleaved run: the count read and its primary-key baseline. */
+async function interleavedReadPhase(t: Target, o: Opts, countOp: string, baselineOp: string): Promise<Row[]> {
+  const [reads, baseline] = await interleavedReads(t, o);
+  const { lag } = await readCount(t.pool, item(0), 0);
+  const row = (op: string, figures: Figures): Row =>
+    ({ op, path: "library", partitions: t.partitions, figures, note: [`lag ${lag}`, ...problems(figures)].join(", "), extra: { lag } });
+  return [row(countOp, reads!), row(baselineOp, baseline!)];
+}
+
 async function drainPhase(t: Target): Promise<Row> {
   const backlog = (await readCount(t.pool, item(0), 0)).lag;
   const t0 = performance.now();
@@ -348,7 +441,7 @@ async function drainPhase(t: Target): Promise<Row> {
   const seconds = (performance.now() - t0) / 1000;
   const events = stats.applied + stats.covered + stats.dup;
   return {
-    op: "consumer drain (events)", path: "library", partitions: t.partitions,
+    op: OP.drain, path: "library", partitions: t.partitions,
     figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
     note: `backlog ${backlog}: applied ${stats.applied}, covered ${stats.covered}, dup ${stats.dup}`,
     extra: { backlog, ...stats },
@@ -401,26 +494,38 @@ async function main(o: Opts): Promise<void> {
   let phases = 0;
   // Every phase runs on each database in turn; the order alternates (ABBA) so that neither
   // database always goes first, and rows stay in the order of the databases.
-  const phase = async (make: (t: Target) => Promise<Row>) => {
+  const phase = async (make: (t: Target) => Promise<Row | Row[]>) => {
     const order = phases++ % 2 === 0 ? targets : [...targets].reverse();
     const done: Row[] = [];
     for (const t of order) {
-      const row = await make(t);
+      const made = await make(t);
       checkAbort();
-      done.push(row);
-      progress(row);
+      for (const row of Array.isArray(made) ? made : [made]) {
+        done.push(row);
+        progress(row);
+      }
     }
-    rows.push(...targets.map((t) => done.find((r) => r.partitions === t.partitions)!));
+    rows.push(...targets.flatMap((t) => done.filter((r) => r.partitions === t.partitions)));
   };
-  await phase((t) => writePhase(t, "like/unlike, mixed items", "library", () => libraryWrites(t, o, false)));
-  await phase((t) => writePhase(t, "like/unlike, one hot item", "library", () => libraryWrites(t, o, true)));
-  await phase((t) => writePhase(t, "like/unlike, mixed items", "HTTP", () => httpWrites(t, o, false)));
-  await phase((t) => writePhase(t, "like/unlike, one hot item", "HTTP", () => httpWrites(t, o, true)));
-  await phase((t) => readPhase(t, "count read, backlog pending", "library", () => libraryReads(t, o)));
-  await phase((t) => readPhase(t, "count read, backlog pending", "HTTP", () => httpReads(t, o)));
+  await phase((t) => rawInsertPhase(t, o));
+  await phase((t) => writePhase(t, OP.mixed, "library", () => libraryWrites(t, o, false)));
+  // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
+  await phase(async (t) => (t.partitions === 1 ? [await chapterPhase(t, o)] : []));
+  await phase((t) => writePhase(t, OP.hot, "library", () => libraryWrites(t, o, true)));
+  await phase((t) => writePhase(t, OP.mixed, "HTTP", () => httpWrites(t, o, false)));
+  await phase((t) => writePhase(t, OP.hot, "HTTP", () => httpWrites(t, o, true)));
+  await phase((t) => readPhase(t, OP.readBacklog, "library", () => libraryReads(t, o)));
+  await phase((t) => readPhase(t, OP.pkBacklog, "library", () => primaryKeyReads(t, o)));
+  await phase((t) => interleavedReadPhase(t, o, OP.readBacklogAlone, OP.pkBacklogAlone));
+  await phase((t) => readPhase(t, OP.readBacklog, "HTTP", () => httpReads(t, o)));
   await phase((t) => drainPhase(t));
-  await phase((t) => readPhase(t, "count read, drained", "library", () => libraryReads(t, o)));
-  await phase((t) => readPhase(t, "count read, drained", "HTTP", () => httpReads(t, o)));
+  await phase((t) => readPhase(t, OP.readDrained, "library", () => libraryReads(t, o)));
+  await phase((t) => readPhase(t, OP.pkDrained, "library", () => primaryKeyReads(t, o)));
+  await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
+  await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
+
+  await phase((t) => followPhase(t, o));
+  await phase((t) => projectorDrainPhase(t));
 
   // The figures of a run that broke an invariant mean nothing: check both sides.
   const audits: Record<string, unknown> = {};
@@ -428,13 +533,18 @@ async function main(o: Opts): Promise<void> {
   for (const t of targets) {
     const w = await writeSide(t.pool);
     const r = await readSide(t.pool);
-    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0;
-    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r };
-    auditLines.push(`audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} events, ${r.countMismatchItems} count mismatches after drain)`);
+    const projection = await projectionDiff(t.pool);
+    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 && formatDiff(projection) === "0,0,0";
+    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r, projection };
+    auditLines.push(
+      `audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} like events, ${r.countMismatchItems} count mismatches after drain; ` +
+        `follower projection diff ${formatDiff(projection)})`,
+    );
   }
   const seconds = (performance.now() - t0) / 1000;
 
-  process.stdout.write(`\n${formatTable(rows)}\n\n`);
+  const figures = ratios(rows);
+  process.stdout.write(`\n${formatTable(rows)}\n\nratios (issue 8 goals), each from rows of this run:\n${formatRatios(figures)}\n\n`);
   process.stdout.write(
     [
       ...auditLines,
@@ -453,6 +563,7 @@ async function main(o: Opts): Promise<void> {
     postgres: pg,
     options: o,
     rows: rows.map((r) => ({ op: r.op, path: r.path, partitions: r.partitions, ...r.figures, note: r.note, ...r.extra })),
+    ratios: figures,
     audits,
   });
   process.stdout.write(`results: ${path.relative(process.cwd(), file)} (run took ${seconds.toFixed(0)} s)\n`);

@@ -16,6 +16,11 @@ export class Hooks {
     };
   }
 
+  /** Whether a handler is registered at `name` (a caller may then take a path that can pause there). */
+  has(name: string): boolean {
+    return this.handlers.has(name);
+  }
+
   async at(name: string, context: HookContext = {}): Promise<void> {
     const handler = this.handlers.get(name);
     if (handler) await handler(context);

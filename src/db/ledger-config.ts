@@ -37,6 +37,9 @@ export async function initLedger(pool: Pool, options: { partitions?: number } = 
         [partitions],
       );
     }
+    // These tables keep exactly P rows for life; without statistics the planner assumes a
+    // couple of thousand, and plans the reads that join them (lag, pendingForItem) for that.
+    for (const table of PARTITIONED_ROW_TABLES) await client.query(`ANALYZE ${table}`);
     return partitions;
   });
 }

@@ -88,6 +88,29 @@ export async function withTransaction<T>(
   }
 }
 
+/**
+ * Runs `work`, one autocommit statement (its own implicit transaction), with errors mapped and
+ * the statement retried on serialization failure or deadlock, like withTransaction does.
+ */
+export async function withStatementRetry<T>(work: () => Promise<T>, options: { maxAttempts?: number } = {}): Promise<T> {
+  const maxAttempts = options.maxAttempts ?? 5;
+  for (let attempt = 1; ; attempt++) {
+    let failure: unknown;
+    try {
+      return await work();
+    } catch (raw) {
+      failure = mapPgError(raw);
+    }
+    if (!(failure instanceof TransactionConflictError)) throw failure;
+    if (attempt >= maxAttempts) {
+      transactionStats.conflictsGivenUp++;
+      throw failure;
+    }
+    transactionStats.retries++;
+    await new Promise((resolve) => setTimeout(resolve, backoffMs(attempt)));
+  }
+}
+
 /** Runs one statement outside an explicit transaction, with errors mapped. */
 export async function query<R extends Record<string, unknown> = Record<string, unknown>>(
   db: Pool | PoolClient,

@@ -105,9 +105,12 @@ export class LikeConsumer {
     return withTransaction(this.pool, async (client) => {
       await lockWatermark(client, "likes", part);
       await requireOutboxMatch(client, part, events);
-      for (const itemId of items) {
-        await client.query("INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [itemId, part]);
-      }
+      await client.query(
+        `INSERT INTO like_count (item_id, part)
+         SELECT i.item_id, $2 FROM unnest($1::text[]) WITH ORDINALITY AS i(item_id, ord) ORDER BY i.ord
+         ON CONFLICT DO NOTHING`,
+        [items, part],
+      );
       await client.query(
         `SELECT 1 FROM like_count lc JOIN unnest($1::text[]) WITH ORDINALITY AS i(item_id, ord) USING (item_id)
           WHERE lc.part = $2 ORDER BY i.ord FOR UPDATE OF lc`,
@@ -126,16 +129,17 @@ export class LikeConsumer {
    * processed_event absorbs the overlap.
    */
   async fetchPending(part: number, limit: number): Promise<LikeEvent[]> {
-    const { rows } = await this.pool.query<OutboxRow>(
-      `SELECT o.part, o.seq, o.user_id, o.item_id, o.delta, o.version
-         FROM like_outbox o
-         JOIN counter_watermark w ON w.part = o.part
-        WHERE o.part = $1 AND o.seq > w.applied_upto
-          AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.part = o.part AND p.seq = o.seq)
-        ORDER BY o.seq
-        LIMIT $2`,
-      [part, limit],
-    );
+    const { rows } = await this.pool.query<OutboxRow>({
+      name: "like_fetch_pending",
+      text: `SELECT o.part, o.seq, o.user_id, o.item_id, o.delta, o.version
+               FROM like_outbox o
+               JOIN counter_watermark w ON w.part = o.part
+              WHERE o.part = $1 AND o.seq > w.applied_upto
+                AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.part = o.part AND p.seq = o.seq)
+              ORDER BY o.seq
+              LIMIT $2`,
+      values: [part, limit],
+    });
     return rows.map(toEvent);
   }
 

@@ -1,6 +1,6 @@
-import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
-import { withTransaction } from "../db/transaction.ts";
+import { withStatementRetry, withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
@@ -9,12 +9,25 @@ import type { LikeResult } from "./types.ts";
 
 export const ITEM_NOT_FOUND = "ITEM_NOT_FOUND";
 
+/** What the server-side write function returns (migration 003, like_set). */
+interface LikeSetRow {
+  outcome: "CHANGED" | "NOOP";
+  liked: boolean;
+  version: number;
+  seq: number;
+}
+
+const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq FROM like_set($1, $2, $3, $4)" };
+
 /**
- * The write path of chapter 32. One transaction per request: placeholder row, lock the
- * fact, compare with the target state, and only on a change bump the version, take the next
- * number of the user's partition sequence and write the outbox event. Lock order is
- * fact row -> like_seq row of one partition, so writers of different partitions never
- * queue behind one another.
+ * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
+ * and only on a change bump the version, take the next number of the user's partition sequence
+ * and write the outbox event. All of it is the server-side function like_set (migration 003),
+ * called as one autocommit statement: one round trip per write. When a test has registered a
+ * handler at "like.beforeCommit", the same call runs inside an explicit transaction and the hook
+ * runs after it, before COMMIT, with every lock of the write still held (docs/write-path.md).
+ * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
+ * never queue behind one another.
  */
 export class LikeService {
   private constructor(
@@ -49,10 +62,9 @@ export class LikeService {
   async hasLiked(userId: string, itemId: string): Promise<{ liked: boolean; version: number }> {
     validateId("userId", userId);
     validateId("itemId", itemId);
-    const { rows } = await this.pool.query<{ liked: boolean; version: number }>(
-      "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2",
-      [userId, itemId],
-    );
+    const { rows } = await this.pool.query<{ liked: boolean; version: number }>({
+      name: "like_has_liked", text: "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2", values: [userId, itemId],
+    });
     return rows[0] ?? { liked: false, version: 0 };
   }
 
@@ -60,48 +72,27 @@ export class LikeService {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
+    const values = [userId, itemId, want, part];
+    let row: LikeSetRow;
     try {
-      return await withTransaction(this.pool, (client) => this.setLikedIn(client, userId, itemId, want, part));
+      row = this.hooks.has("like.beforeCommit")
+        ? await withTransaction(this.pool, async (client) => {
+          const { rows } = await client.query<LikeSetRow>({ ...LIKE_SET, values });
+          const result = rows[0]!;
+          if (result.outcome === "CHANGED") {
+            await this.hooks.at("like.beforeCommit", { userId, itemId, seq: result.seq, part, version: result.version, pid: backendPid(client) });
+          }
+          return result;
+        })
+        : await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...LIKE_SET, values })).rows[0]!);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
-        // The placeholder insert is the first statement, so the aborted transaction wrote nothing.
+        // The placeholder insert is the function's first statement, so nothing was written.
         return { outcome: "REJECTED", liked: false, version: 0, seq: 0, part, reason: "item does not exist", code: ITEM_NOT_FOUND };
       }
       throw err;
     }
-  }
-
-  private async setLikedIn(client: PoolClient, userId: string, itemId: string, want: boolean, part: number): Promise<LikeResult> {
-    await client.query(
-      "INSERT INTO like_fact (user_id, item_id, liked, version) VALUES ($1, $2, false, 0) ON CONFLICT DO NOTHING",
-      [userId, itemId],
-    );
-    const { rows } = await client.query<{ liked: boolean; version: number }>(
-      "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2 FOR UPDATE",
-      [userId, itemId],
-    );
-    const current = rows[0]!;
-    if (current.liked === want) {
-      return {
-        outcome: "NOOP", liked: current.liked, version: current.version, seq: 0, part,
-        reason: want ? "already liked" : "not liked",
-      };
-    }
-    const version = current.version + 1;
-    await client.query(
-      "UPDATE like_fact SET liked = $3, version = $4, changed_at = now() WHERE user_id = $1 AND item_id = $2",
-      [userId, itemId, want, version],
-    );
-    const seqRows = await client.query<{ last: number }>(
-      "UPDATE like_seq SET last = last + 1 WHERE part = $1 RETURNING last",
-      [part],
-    );
-    const seq = seqRows.rows[0]!.last;
-    await client.query(
-      "INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES ($1, $2, $3, $4, $5, $6)",
-      [part, seq, userId, itemId, want ? 1 : -1, version],
-    );
-    await this.hooks.at("like.beforeCommit", { userId, itemId, seq, part, version, pid: backendPid(client) });
-    return { outcome: "CHANGED", liked: want, version, seq, part, reason: want ? "liked" : "unliked" };
+    const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";
+    return { outcome: row.outcome, liked: row.liked, version: row.version, seq: row.seq, part, reason };
   }
 }
