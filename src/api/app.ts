@@ -66,7 +66,13 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       return documentObject.openapiObject;
     },
   });
-  await app.register(swaggerUi, { routePrefix: "/docs" });
+  // The docs UI's routes declare no config of their own: this context marks them open.
+  await app.register(async (docs) => {
+    docs.addHook("onRoute", (route) => {
+      route.config = { ...route.config, auth: "none" };
+    });
+    await docs.register(swaggerUi, { routePrefix: "/docs" });
+  });
   await app.register(rateLimit, { global: false });
   await app.register(authPlugin, { secret: opts.jwtSecret });
 
@@ -107,7 +113,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(relationRoutes, { writeRateLimit });
   await app.register(postRoutes, { writeRateLimit });
   await app.register(adminRoutes);
-  app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+  app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
 
 export interface BuildOptions extends AppOptions {

@@ -159,7 +159,7 @@ export class RelationService {
       [a, b],
     );
     const { known, ...relationship } = rows[0]!;
-    if (known < (a === b ? 1 : 2)) throw new AccountNotFoundError(`${a} or ${b}`);
+    if (known < (a === b ? 1 : 2)) throw await accountNotFound(this.pool, [a, b]);
     return relationship;
   }
 
@@ -174,7 +174,7 @@ export class RelationService {
       return await withTransaction(this.pool, work);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
-        throw new AccountNotFoundError(`${a} or ${b}`);
+        throw await accountNotFound(this.pool, [a, b]);
       }
       throw err;
     }
@@ -222,9 +222,20 @@ export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: 
 }
 
 async function requireAccounts(client: PoolClient, ids: string[]): Promise<void> {
-  const { rows } = await client.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
-  const missing = ids.filter((id) => !rows.some((r) => r.account_id === id));
+  const missing = await missingAccounts(client, ids);
   if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
+}
+
+/** The ids of `ids` that have no account: an error names only those, never the caller who exists. */
+export async function missingAccounts(db: PoolClient | Pool, ids: string[]): Promise<string[]> {
+  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
+  return [...new Set(ids)].filter((id) => !rows.some((r) => r.account_id === id));
+}
+
+/** After a failure that says an account is missing: the missing ones (all, if they exist by now). */
+async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<AccountNotFoundError> {
+  const missing = await missingAccounts(db, ids);
+  return new AccountNotFoundError((missing.length > 0 ? missing : ids).join(", "));
 }
 
 function noop(cur: PairRow, reason: string): RelationResult {

@@ -71,6 +71,7 @@ test("bad arguments: a message on stderr, exit code 2, nothing written", async (
     { args: ["token", "bad id"], stderr: /userId/ },
     { args: ["token", "x".repeat(129)], stderr: /userId/ },
     { args: ["token", "alice", "--ttl", "0"], stderr: /--ttl/ },
+    { args: ["token", "me"], stderr: /userId: 'me' is reserved/ },
     { args: ["worker", "--partitions", "x"], stderr: /--partitions/ },
     { args: ["worker", "--partitions", "0,,1"], stderr: /--partitions/ },
     { args: ["rebuild", "--items", "a,bad id"], stderr: /itemId/ },
