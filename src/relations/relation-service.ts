@@ -7,6 +7,7 @@ import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
+import { missingAccounts, relationships } from "./relation-reads.ts";
 import type { RelationResult, RelationState, Relationship } from "./types.ts";
 
 interface PairRow {
@@ -85,14 +86,17 @@ export class RelationService {
     });
   }
 
-  /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
+  /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED; already there: NOOP. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
     return this.run("followee", followee, "follower", follower, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING");
       const cur = await lockPair(client, follower, followee);
+      const target: RelationState = approve ? "ACTIVE" : "REMOVED";
+      // Set-target-state: a repeated approve (or a reject of nothing) is a NOOP, like every other write.
+      if (cur.state === target) return noop(cur, `already ${target}`);
       if (cur.state !== "PENDING") return rejected(cur.state, cur.version, `not PENDING (${cur.state})`, "NOT_PENDING");
-      return this.transition(client, follower, followee, cur, approve ? "ACTIVE" : "REMOVED");
+      return this.transition(client, follower, followee, cur, target);
     });
   }
 
@@ -145,22 +149,14 @@ export class RelationService {
     });
   }
 
-  /** The Mastodon-shaped relationship of a towards b, read from the truth in one statement. */
+  /** The Mastodon-shaped relationship of a towards b, from the truth (relationships() in relation-reads.ts). */
   async relationship(a: string, b: string): Promise<Relationship> {
     validateId("accountId", a);
     validateId("otherId", b);
-    const { rows } = await this.pool.query<Relationship & { known: number }>(
-      `SELECT coalesce((SELECT state = 'ACTIVE'  FROM relation WHERE follower = $1 AND followee = $2), false) AS following,
-              coalesce((SELECT state = 'PENDING' FROM relation WHERE follower = $1 AND followee = $2), false) AS requested,
-              coalesce((SELECT state = 'ACTIVE'  FROM relation WHERE follower = $2 AND followee = $1), false) AS "followedBy",
-              EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = $2) AS blocking,
-              EXISTS (SELECT 1 FROM block WHERE blocker = $2 AND blocked = $1) AS "blockedBy",
-              (SELECT count(*)::int FROM account WHERE account_id IN ($1, $2)) AS known`,
-      [a, b],
-    );
-    const { known, ...relationship } = rows[0]!;
-    if (known < (a === b ? 1 : 2)) throw await accountNotFound(this.pool, [a, b]);
-    return relationship;
+    const missing = await missingAccounts(this.pool, [a, b]);
+    if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
+    const [found] = (await relationships(this.pool, a, [b])) as [Relationship & { id: string }];
+    return { following: found.following, requested: found.requested, followedBy: found.followedBy, requestedBy: found.requestedBy, blocking: found.blocking, blockedBy: found.blockedBy };
   }
 
   /** Validates both ids, runs the operation in a retried transaction, maps an FK violation to AccountNotFoundError. */
@@ -224,12 +220,6 @@ export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: 
 async function requireAccounts(client: PoolClient, ids: string[]): Promise<void> {
   const missing = await missingAccounts(client, ids);
   if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
-}
-
-/** The ids of `ids` that have no account: an error names only those, never the caller who exists. */
-export async function missingAccounts(db: PoolClient | Pool, ids: string[]): Promise<string[]> {
-  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
-  return [...new Set(ids)].filter((id) => !rows.some((r) => r.account_id === id));
 }
 
 /** After a failure that says an account is missing: the missing ones (all, if they exist by now). */

@@ -34,7 +34,7 @@ test("api operability: x-request-id is echoed when valid and generated otherwise
     assert.equal(res.headers.get("x-request-id"), id, `${id}: ${res.status}`);
   }
 
-  assert.deepEqual(ok(await h.request("GET", "/readyz")), { status: "ready", migrations: 2 });
+  assert.deepEqual(ok(await h.request("GET", "/readyz")), { status: "ready", migrations: 5 });
   await h.db.pool.query("DELETE FROM ledger_migration WHERE id = (SELECT max(id) FROM ledger_migration)");
   assertError(await h.request("GET", "/readyz"), 503, "NOT_READY");
   assert.equal((await h.request("GET", "/healthz")).status, 200, "liveness does not depend on the database");
@@ -97,23 +97,30 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
 
   const table: [string, string, number, number[]][] = [
     ["put", "/v1/accounts/{id}", 200, [400, 401, 403, 503]],
+    ["get", "/v1/accounts/{id}", 200, [400, 401, 404, 429, 503]],
     ["put", "/v1/items/{id}", 200, [400, 401, 403, 503]],
     ["put", "/v1/items/{id}/likes/me", 200, [400, 401, 404, 429, 503]],
     ["delete", "/v1/items/{id}/likes/me", 200, [400, 401, 404, 429, 503]],
-    ["get", "/v1/items/{id}/likes/me", 200, [401, 404, 503]],
-    ["get", "/v1/items/{id}/like-count", 200, [400, 401, 404, 503]],
-    ["get", "/v1/items/{id}/likes", 200, [400, 401, 404, 503]],
+    ["get", "/v1/items/{id}/likes/me", 200, [401, 404, 429, 503]],
+    ["get", "/v1/items/{id}/like-count", 200, [400, 401, 404, 429, 503]],
+    ["get", "/v1/items/{id}/likes", 200, [400, 401, 404, 429, 503]],
+    ["get", "/v1/accounts/me/likes", 200, [400, 401, 429, 503]],
     ["put", "/v1/accounts/me/following/{id}", 200, [401, 404, 409, 429, 503]],
     ["delete", "/v1/accounts/me/following/{id}", 200, [401, 404, 429, 503]],
     ["post", "/v1/accounts/me/follow-requests/{id}/approve", 200, [401, 404, 409, 429, 503]],
     ["post", "/v1/accounts/me/follow-requests/{id}/reject", 200, [401, 404, 409, 429, 503]],
     ["put", "/v1/accounts/me/blocks/{id}", 200, [401, 404, 409, 429, 503]],
     ["delete", "/v1/accounts/me/blocks/{id}", 200, [401, 404, 429, 503]],
-    ["get", "/v1/accounts/{id}/followers", 200, [400, 401, 404, 503]],
-    ["get", "/v1/accounts/{id}/follower-count", 200, [400, 401, 404, 503]],
-    ["get", "/v1/accounts/me/relationships/{id}", 200, [401, 404, 503]],
+    ["get", "/v1/accounts/me/follow-requests", 200, [400, 401, 429, 503]],
+    ["get", "/v1/accounts/me/blocks", 200, [400, 401, 429, 503]],
+    ["get", "/v1/accounts/{id}/followers", 200, [400, 401, 403, 404, 429, 503]],
+    ["get", "/v1/accounts/{id}/following", 200, [400, 401, 403, 404, 429, 503]],
+    ["get", "/v1/accounts/{id}/follower-count", 200, [400, 401, 403, 404, 429, 503]],
+    ["get", "/v1/accounts/me/relationships/{id}", 200, [401, 404, 429, 503]],
+    ["get", "/v1/accounts/me/relationships", 200, [400, 401, 429, 503]],
     ["post", "/v1/posts", 201, [400, 401, 429, 503]],
-    ["get", "/v1/posts/{id}", 200, [400, 401, 404, 503]],
+    ["get", "/v1/posts/{id}", 200, [400, 401, 404, 429, 503]],
+    ["delete", "/v1/posts/{id}", 200, [400, 401, 403, 404, 429, 503]],
     ["get", "/v1/admin/status", 200, [401, 403, 503]],
     ["get", "/v1/admin/audit", 200, [401, 403, 503]],
     ["post", "/v1/admin/rebuild", 200, [400, 401, 403, 503]],
