@@ -86,17 +86,14 @@ export class RelationService {
     });
   }
 
-  /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED; already there: NOOP. */
+  /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
     return this.run("followee", followee, "follower", follower, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING");
       const cur = await lockPair(client, follower, followee);
-      const target: RelationState = approve ? "ACTIVE" : "REMOVED";
-      // Set-target-state: a repeated approve (or a reject of nothing) is a NOOP, like every other write.
-      if (cur.state === target) return noop(cur, `already ${target}`);
       if (cur.state !== "PENDING") return rejected(cur.state, cur.version, `not PENDING (${cur.state})`, "NOT_PENDING");
-      return this.transition(client, follower, followee, cur, target);
+      return this.transition(client, follower, followee, cur, approve ? "ACTIVE" : "REMOVED");
     });
   }
 

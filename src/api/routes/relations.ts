@@ -46,6 +46,21 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     if (!collectionsVisible(viewer, await visibleAccount(viewer, accountId))) throw collectionsHidden();
   };
 
+  /**
+   * The API's approve and reject set a target state: where the pair already is in it, a NOOP.
+   * The library's decide() is the chapter's (table 30-1: anything but PENDING is REJECTED
+   * NOT_PENDING); its rejection carries the state it read under the pair's row lock, so the
+   * NOOP is decided on what the transaction saw, not on a later read.
+   */
+  const decideToTarget = async (me: string, other: string, approve: boolean): Promise<RelationResult> => {
+    const result = await ledger.relations.decide(me, other, approve);
+    const target = approve ? "ACTIVE" : "REMOVED";
+    if (result.outcome === "REJECTED" && result.code === "NOT_PENDING" && result.state === target && me !== other) {
+      return { outcome: "NOOP", state: result.state, version: result.version, seq: 0, reason: `already ${target}` };
+    }
+    return result;
+  };
+
   /** CHANGED and NOOP are 200 with my relationship afterwards; a rule's REJECTED is a 409 carrying the rule's code and reason. */
   const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>) => async (request: IdRequest) => {
     const caller = requireCaller(request);
@@ -118,10 +133,10 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other)));
   app.post("/v1/accounts/me/follow-requests/:id/approve",
     writeSchema("Approve a request (set-target-state: approving an approved follower is a NOOP; 409 NOT_PENDING when there is no request)", [409]),
-    write("approve", (me, other) => ledger.relations.decide(me, other, true)));
+    write("approve", (me, other) => decideToTarget(me, other, true)));
   app.post("/v1/accounts/me/follow-requests/:id/reject",
     writeSchema("Reject a request (set-target-state: rejecting where there is no follow is a NOOP; 409 NOT_PENDING for an active follower)", [409]),
-    write("reject", (me, other) => ledger.relations.decide(me, other, false)));
+    write("reject", (me, other) => decideToTarget(me, other, false)));
   app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation", [409]), write("block", (me, other) => ledger.relations.block(me, other)));
   app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other)));
 
