@@ -18,7 +18,7 @@ import type { RelationResult } from "../../relations/types.ts";
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
 type ListRequest = FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>;
 
-export const collectionsHidden = () => new HttpError(403, "COLLECTIONS_HIDDEN", "this account hides its followers and following");
+const collectionsHidden = () => new HttpError(403, "COLLECTIONS_HIDDEN", "this account hides its followers and following");
 
 const account = {
   type: "object", required: ["id", "private", "hideCollections"],
