@@ -259,7 +259,7 @@ async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize
   await initLedger(pool, { partitions });
   const ledger = await openLedger(pool);
   const secret = randomBytes(32);
-  const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000 });
+  const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000 });
   started.apps.push(app);
   const target: Target = { partitions, database, pool, ledger, app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [] };
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));

@@ -13,6 +13,10 @@ export interface Config {
   jwtSecret: string | undefined;
   /** Writes per user per minute. */
   writesPerMinute: number;
+  /** Reads per user (per IP without a token) per minute (LEDGER_READS_PER_MINUTE). */
+  readsPerMinute: number;
+  /** Origins allowed to call the API from a browser (LEDGER_CORS_ORIGINS, comma-separated, or *); none by default. */
+  corsOrigins: string[];
   /** Restart attempts of a dead embedded PostgreSQL per 10 minutes (LEDGER_EMBEDDED_RESTARTS); 0: exit non-zero at once. */
   embeddedRestarts: number;
 }
@@ -26,6 +30,17 @@ function integer(name: string, raw: string | undefined, fallback: number, min: n
   return value;
 }
 
+/** `*`, or origins such as `https://app.example.com` (scheme, host and port, no path). */
+function corsOrigins(raw: string | undefined): string[] {
+  const origins = (raw ?? "").split(",").map((o) => o.trim()).filter((o) => o !== "");
+  for (const origin of origins) {
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) {
+      throw new InvalidInputError("LEDGER_CORS_ORIGINS", `expected * or origins such as https://app.example.com, got ${JSON.stringify(origin)}`);
+    }
+  }
+  return origins;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,
@@ -34,6 +49,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
+    readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, 6000, 1, 10_000_000),
+    corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),
     embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, 5, 0, 1000),
   };
 }

@@ -19,6 +19,16 @@ export function validateId(field: string, value: unknown): string {
   return value;
 }
 
+/** `me` means "the caller" in every route of the API, so no user may be called that. */
+export const RESERVED_USER_IDS: readonly string[] = ["me"];
+
+/** An id that may name an acting user (a token's subject): a valid id that is not reserved. */
+export function validateUserId(field: string, value: unknown): string {
+  const id = validateId(field, value);
+  if (RESERVED_USER_IDS.includes(id)) throw new InvalidInputError(field, `'${id}' is reserved: it means "the caller" in every route`);
+  return id;
+}
+
 export function validateNonNegativeInteger(field: string, value: unknown): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
     throw new InvalidInputError(field, `must be a non-negative integer, got ${String(value)}`);

@@ -49,3 +49,13 @@ export function validateLimit(limit: unknown, fallback = 50): number {
   }
   return limit;
 }
+
+/**
+ * One page out of a query that fetched `limit + 1` rows: the first `limit`, and a cursor after
+ * the last of them when there was one more row (absent on the last page).
+ */
+export function keysetPage<R>(rows: R[], limit: number, keyOf: (row: R) => Keyset): { page: R[]; nextCursor?: string } {
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  return rows.length > limit && last ? { page, nextCursor: encodeCursor(keyOf(last)) } : { page };
+}

@@ -1,6 +1,7 @@
-import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import fp from "fastify-plugin";
 import { Ajv } from "ajv";
+import cors from "@fastify/cors";
 import rateLimit from "@fastify/rate-limit";
 import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
@@ -42,6 +43,13 @@ export interface AppOptions {
   metrics?: LedgerMetrics;
   /** Writes per user per minute (likes, follows, blocks, posts). */
   writesPerMinute?: number;
+  /** Reads per user (per IP without a token) per minute. */
+  readsPerMinute?: number;
+  /**
+   * Origins a browser may call the API from (CORS): a list of origins, or ["*"] for any.
+   * Absent or empty: no CORS headers, so browsers allow same-origin calls only.
+   */
+  corsOrigins?: readonly string[];
   /** Supervision state of the database, for /healthz and /readyz (the service passes its own). */
   databaseHealth?: () => DatabaseHealth;
 }
@@ -55,8 +63,10 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
-  // typed already and are not: {"private": 1} is a 400, not `true`.
-  const coercing = new Ajv({ coerceTypes: "array", useDefaults: true, removeAdditional: false, allErrors: false });
+  // typed already and are not: {"private": 1} is a 400, not `true`. An unknown query
+  // parameter (a cache buster) is dropped, not refused: removeAdditional removes what an
+  // `additionalProperties: false` schema does not name.
+  const coercing = new Ajv({ coerceTypes: "array", useDefaults: true, removeAdditional: true, allErrors: false });
   const strict = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false });
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === "body" ? strict : coercing).compile(schema));
   app.setErrorHandler(handleError);
@@ -91,7 +101,26 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       return documentObject.openapiObject;
     },
   });
-  await app.register(swaggerUi, { routePrefix: "/docs" });
+  // The docs UI's routes declare no config of their own: this context marks them open.
+  await app.register(async (docs) => {
+    docs.addHook("onRoute", (route) => {
+      route.config = { ...route.config, auth: "none" };
+    });
+    await docs.register(swaggerUi, { routePrefix: "/docs" });
+  });
+  if (opts.corsOrigins && opts.corsOrigins.length > 0) {
+    // The preflight route @fastify/cors adds reads no token (a browser sends none with it).
+    app.addHook("onRoute", (route) => {
+      if (route.method === "OPTIONS" && route.url === "*") route.config = { ...route.config, auth: "none" };
+    });
+    await app.register(cors, {
+      origin: opts.corsOrigins.includes("*") ? "*" : [...opts.corsOrigins],
+      methods: ["GET", "PUT", "POST", "DELETE"],
+      allowedHeaders: ["authorization", "content-type", "x-request-id"],
+      exposedHeaders: ["link", "retry-after", "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"],
+      maxAge: 600,
+    });
+  }
   await app.register(rateLimit, { global: false });
   await app.register(authPlugin, { secret: opts.jwtSecret });
 
@@ -121,18 +150,19 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
 
   // One limiter, so one store, for every write route: the budget is per user over all writes.
   // A route-level `config: { rateLimit }` would give each route a store of its own (with 5 per
-  // minute a user could like 5, unlike 5, follow 5, post 5, ...).
-  const writeRateLimit = app.rateLimit({
-    max: opts.writesPerMinute ?? 600,
-    timeWindow: "1 minute",
-    keyGenerator: (request) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
-  });
+  // minute a user could like 5, unlike 5, follow 5, post 5, ...). Reads have a store of their
+  // own with a larger budget; a read without a token (public data) is counted per IP.
+  const perCaller = (request: FastifyRequest) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`);
+  const limits = {
+    writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller }),
+    readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller }),
+  };
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth });
-  await app.register(likeRoutes, { writeRateLimit });
-  await app.register(relationRoutes, { writeRateLimit });
-  await app.register(postRoutes, { writeRateLimit });
+  await app.register(likeRoutes, limits);
+  await app.register(relationRoutes, limits);
+  await app.register(postRoutes, limits);
   await app.register(adminRoutes);
-  app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+  app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
 
 export interface BuildOptions extends AppOptions {

@@ -9,6 +9,12 @@ declare module "fastify" {
   }
 }
 
-/** The one per-user write limiter, an onRequest hook every write route shares (see app.ts). */
+/** A rate limiter shared by a kind of route (every write, every read), an onRequest hook (see app.ts). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- fits the onRequest of routes of any generic
-export type WriteLimit = (request: FastifyRequest<any>, reply: FastifyReply<any>) => Promise<unknown>;
+export type RateLimit = (request: FastifyRequest<any>, reply: FastifyReply<any>) => Promise<unknown>;
+
+/** The two budgets: writes per user, reads per user (or per IP without a token), the larger. */
+export interface RateLimits {
+  writeRateLimit: RateLimit;
+  readRateLimit: RateLimit;
+}

@@ -31,17 +31,47 @@ export function errors(...statuses: number[]): Record<number, typeof errorRef> {
   return Object.fromEntries([...new Set([...statuses, 503])].map((s) => [s, errorRef]));
 }
 
+/**
+ * Query strings: unknown parameters (cache busters) are dropped, not refused
+ * (`additionalProperties: false` with the query validator's removeAdditional, app.ts).
+ */
 export const pageQuery = {
   type: "object", additionalProperties: false,
   properties: {
-    limit: { type: "integer", minimum: 1, maximum: MAX_PAGE_SIZE, default: 50 },
-    cursor: { type: "string", minLength: 1, maxLength: 512 },
+    limit: { type: "integer", minimum: 1, default: 50, description: `page size; above ${MAX_PAGE_SIZE} it is clamped to ${MAX_PAGE_SIZE}` },
+    cursor: { type: "string", minLength: 1, maxLength: 512, description: "nextCursor of the previous page (also in its Link rel=\"next\" header)" },
   },
 } as const;
+
+/** A page of `key` rows: the rows, and nextCursor unless it is the last page. */
+export function pageOf(key: string, row: { type: "object"; required: readonly string[]; properties: Record<string, unknown> }) {
+  return {
+    type: "object", required: [key],
+    properties: { [key]: { type: "array", items: row }, nextCursor: { type: "string" } },
+  } as const;
+}
+
+export const accountRow = (timeField: string) => ({
+  type: "object", required: ["accountId", timeField],
+  properties: { accountId: { type: "string" }, [timeField]: { type: "string", format: "date-time" } },
+} as const);
 
 export const lagQuery = {
   type: "object", additionalProperties: false,
   properties: { allowedLag: { type: "integer", minimum: 0, default: 16 } },
+} as const;
+
+export const relationshipProperties = {
+  following: { type: "boolean", description: "I follow them" },
+  requested: { type: "boolean", description: "I asked to follow them; they have not decided" },
+  followedBy: { type: "boolean", description: "they follow me" },
+  requestedBy: { type: "boolean", description: "they asked to follow me; approve or reject it" },
+  blocking: { type: "boolean", description: "I block them" },
+  blockedBy: { type: "boolean", description: "they block me" },
+} as const;
+
+export const relationship = {
+  type: "object", required: Object.keys(relationshipProperties), properties: relationshipProperties,
 } as const;
 
 export const likeOutcome = {
@@ -53,11 +83,12 @@ export const likeOutcome = {
 } as const;
 
 export const relationOutcome = {
-  type: "object", required: ["outcome", "state", "version", "seq"],
+  type: "object", required: ["outcome", "state", "version", "seq", "relationship"],
   properties: {
     outcome: { type: "string", enum: ["CHANGED", "NOOP"] },
     state: { type: "string", enum: ["ACTIVE", "PENDING", "REMOVED"] },
     version: { type: "integer" }, seq: { type: "integer" }, reason: { type: "string" },
+    relationship: { ...relationship, description: "my relationship to the account after the write, from the truth" },
   },
 } as const;
 
@@ -78,3 +109,5 @@ export const post = {
 } as const;
 
 export const bearer = [{ bearer: [] }];
+/** A route that also answers without a token (public data): the bearer scheme, or none. */
+export const optionalBearer: { [scheme: string]: string[] }[] = [{ bearer: [] }, {}];

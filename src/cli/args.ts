@@ -6,25 +6,25 @@
 import { InvalidArgumentError } from "commander";
 import { MAX_PARTITIONS } from "../db/ledger-config.ts";
 import { InvalidInputError } from "../errors.ts";
-import { validateId } from "../ids.ts";
+import { validateId, validateUserId } from "../ids.ts";
 
 /** A usage error found after parsing (e.g. a partition the database does not have): exit code 2. */
 export class UsageError extends Error {
   override readonly name = "UsageError";
 }
 
-function idOrThrow(field: string, raw: string): string {
+function idOrThrow(field: string, raw: string, validate = validateId): string {
   try {
-    return validateId(field, raw);
+    return validate(field, raw);
   } catch (err) {
     if (err instanceof InvalidInputError) throw new InvalidArgumentError(err.message);
     throw err;
   }
 }
 
-/** `<userId>`: the id rules of the library (letters, digits, . _ : @ -, at most 128 characters). */
+/** `<userId>`: the id rules of the library (letters, digits, . _ : @ -, at most 128 characters), and not `me`. */
 export function parseUserId(raw: string): string {
-  return idOrThrow("userId", raw);
+  return idOrThrow("userId", raw, validateUserId);
 }
 
 /** `--partitions 0,1,3`: distinct partition numbers, ascending. */

@@ -122,7 +122,7 @@ once the follower projection has caught up, the projection against the truth.`)
     .description("Mint a development token (HS256) for a user; prints only the token")
     .argument("<userId>", "the acting user (the token's sub)", parseUserId)
     .option("--admin", "add role=admin (admin routes, setup for other users)")
-    .addOption(new Option("--ttl <seconds>", "lifetime in seconds").argParser(positiveInteger("--ttl", 10 * 365 * 24 * 3600)).default(24 * 3600, "86400"))
+    .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", 10 * 365 * 24 * 3600)).default(30 * 24 * 3600, "2592000, 30 days"))
     .addHelpText("after", `
 Signs with LEDGER_JWT_SECRET, or with the secret kept in the data directory (created on first use),
 which is what serve verifies with. Example:

@@ -1,6 +1,6 @@
 import type { Pool } from "../db/pool.ts";
 import { validateId } from "../ids.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
+import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
 
 export interface LikerPage {
   likers: { userId: string; likedAt: Date }[];
@@ -32,4 +32,32 @@ export async function listLikers(pool: Pool, itemId: string, options: { limit?: 
     likers: page.map((r) => ({ userId: r.user_id, likedAt: r.changed_at })),
     ...(rows.length > limit && last ? { nextCursor: encodeCursor({ at: last.at, id: last.user_id }) } : {}),
   };
+}
+
+export interface LikedItemPage {
+  likes: { itemId: string; likedAt: Date }[];
+  /** Opaque; absent on the last page. */
+  nextCursor?: string;
+}
+
+/**
+ * The items a user likes, newest like first, from the facts, keyset-paginated on
+ * (changed_at DESC, item_id DESC) (index like_fact_liked_list). A deleted post's item is left
+ * out: its like facts stay in the ledger, but the item is gone for every reader (docs/api.md).
+ */
+export async function listLikedItems(pool: Pool, userId: string, options: { limit?: number; cursor?: string } = {}): Promise<LikedItemPage> {
+  validateId("userId", userId);
+  const limit = validateLimit(options.limit);
+  const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
+  const { rows } = await pool.query<{ item_id: string; changed_at: Date; at: string }>(
+    `SELECT f.item_id, f.changed_at, ${cursorTimeSql("f.changed_at")} AS at FROM like_fact f
+      WHERE f.user_id = $1 AND f.liked
+        AND ($2::timestamptz IS NULL OR (f.changed_at, f.item_id) < ($2::timestamptz, $3::text))
+        AND NOT EXISTS (SELECT 1 FROM post p WHERE p.post_id = f.item_id AND p.deleted_at IS NOT NULL)
+      ORDER BY f.changed_at DESC, f.item_id DESC
+      LIMIT $4`,
+    [userId, after?.at ?? null, after?.id ?? null, limit + 1],
+  );
+  const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.at, id: r.item_id }));
+  return { likes: page.map((r) => ({ itemId: r.item_id, likedAt: r.changed_at })), ...(nextCursor ? { nextCursor } : {}) };
 }

@@ -76,12 +76,30 @@ export class PostService {
   async getPost(postId: string): Promise<Post> {
     validateId("postId", postId);
     const { rows } = await this.pool.query<{ post_id: string; author: string; visibility: Visibility; body: string; part: number; acl_token: number; created_at: Date }>(
-      "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1",
+      "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1 AND deleted_at IS NULL",
       [postId],
     );
     const r = rows[0];
     if (!r) throw new PostNotFoundError(postId);
     return { postId: r.post_id, author: r.author, visibility: r.visibility, body: r.body, part: r.part, aclToken: r.acl_token, createdAt: r.created_at };
+  }
+
+  /**
+   * Deletes a post of `author`: a tombstone (body erased, deleted_at set) that every read
+   * treats as missing. Its item, like facts and counts stay: they are the ledger's history
+   * and its audits hold on them. NOOP when it was already deleted; PostNotFoundError when the
+   * post is not the author's.
+   */
+  async deletePost(author: string, postId: string): Promise<{ outcome: "CHANGED" | "NOOP" }> {
+    validateId("author", author);
+    validateId("postId", postId);
+    const { rows } = await this.pool.query<{ was_deleted: boolean }>(
+      `UPDATE post SET body = '', deleted_at = coalesce(deleted_at, now()) WHERE post_id = $1 AND author = $2
+       RETURNING (SELECT deleted_at IS NOT NULL FROM post WHERE post_id = $1) AS was_deleted`,
+      [postId, author],
+    );
+    if (rows.length === 0) throw new PostNotFoundError(postId);
+    return { outcome: rows[0]!.was_deleted ? "NOOP" : "CHANGED" };
   }
 
   /**

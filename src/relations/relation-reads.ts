@@ -1,8 +1,10 @@
-import type { Pool } from "../db/pool.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { InvalidInputError } from "../errors.ts";
+import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
 import { readPartitions } from "../db/ledger-config.ts";
+import type { Relationship } from "./types.ts";
 
 export interface FollowerPage {
   followers: { accountId: string; since: Date }[];
@@ -52,4 +54,123 @@ export async function followerCount(pool: Pool, accountId: string, allowedLag: n
   );
   const { n, lag } = rows[0]!;
   return { count: n, lag, stale: lag > allowedLag };
+}
+
+export interface AccountListPage {
+  accounts: { accountId: string; since: Date }[];
+  /** Opaque; absent on the last page. */
+  nextCursor?: string;
+}
+
+interface ListRow {
+  account_id: string;
+  since: Date;
+  at: string;
+}
+
+type PageOptions = { limit?: number; cursor?: string };
+
+/**
+ * Pages a list of accounts newest first on (time DESC, account DESC). `sql` selects
+ * account_id, since and at (the cursor's form of since), filters on $1 (the owner) and compares
+ * ($2 time, $3 account) as the keyset; $4 is the row limit.
+ */
+async function accountList(pool: Pool, sql: string, owner: string, options: PageOptions): Promise<AccountListPage> {
+  validateId("accountId", owner);
+  const limit = validateLimit(options.limit);
+  const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
+  const { rows } = await pool.query<ListRow>(sql, [owner, after?.at ?? null, after?.id ?? null, limit + 1]);
+  const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.at, id: r.account_id }));
+  return { accounts: page.map((r) => ({ accountId: r.account_id, since: r.since })), ...(nextCursor ? { nextCursor } : {}) };
+}
+
+/**
+ * The accounts `accountId` follows (ACTIVE), from the truth: exact at once, and the index
+ * relation_following_list makes it a range read. `since` is when the follow became ACTIVE.
+ */
+export function listFollowing(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
+  return accountList(pool,
+    `SELECT followee AS account_id, changed_at AS since, ${cursorTimeSql("changed_at")} AS at FROM relation
+      WHERE follower = $1 AND state = 'ACTIVE'
+        AND ($2::timestamptz IS NULL OR (changed_at, followee) < ($2::timestamptz, $3::text))
+      ORDER BY changed_at DESC, followee DESC
+      LIMIT $4`, accountId, options);
+}
+
+/** The follow requests `accountId` has received and not yet decided (PENDING), newest first, from the truth. */
+export function listFollowRequests(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
+  return accountList(pool,
+    `SELECT follower AS account_id, changed_at AS since, ${cursorTimeSql("changed_at")} AS at FROM relation
+      WHERE followee = $1 AND state = 'PENDING'
+        AND ($2::timestamptz IS NULL OR (changed_at, follower) < ($2::timestamptz, $3::text))
+      ORDER BY changed_at DESC, follower DESC
+      LIMIT $4`, accountId, options);
+}
+
+/** The accounts `accountId` blocks, newest block first. */
+export function listBlocks(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
+  return accountList(pool,
+    `SELECT blocked AS account_id, created_at AS since, ${cursorTimeSql("created_at")} AS at FROM block
+      WHERE blocker = $1
+        AND ($2::timestamptz IS NULL OR (created_at, blocked) < ($2::timestamptz, $3::text))
+      ORDER BY created_at DESC, blocked DESC
+      LIMIT $4`, accountId, options);
+}
+
+export interface Account {
+  id: string;
+  private: boolean;
+  hideCollections: boolean;
+}
+
+/** The account's settings, or null when there is no such account. */
+export async function readAccount(db: Pool | PoolClient, accountId: string): Promise<Account | null> {
+  validateId("accountId", accountId);
+  const { rows } = await db.query<{ private: boolean; hide_collections: boolean }>(
+    "SELECT private, hide_collections FROM account WHERE account_id = $1", [accountId]);
+  const row = rows[0];
+  return row ? { id: accountId, private: row.private, hideCollections: row.hide_collections } : null;
+}
+
+/** How many accounts `accountId` follows, from the truth (exact). */
+export async function followingCount(pool: Pool, accountId: string): Promise<number> {
+  validateId("accountId", accountId);
+  const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE follower = $1 AND state = 'ACTIVE'", [accountId]);
+  return rows[0]!.n;
+}
+
+/** The ids of `ids` that have no account: an error names only those, never the caller who exists. */
+export async function missingAccounts(db: Pool | PoolClient, ids: string[]): Promise<string[]> {
+  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
+  return [...new Set(ids)].filter((id) => !rows.some((r) => r.account_id === id));
+}
+
+export const MAX_RELATIONSHIPS = 40;
+
+/**
+ * The Mastodon-shaped relationships of `viewer` towards each of `others` that exists (in the
+ * order asked, once each), from the truth in one statement. Unknown ids are left out.
+ */
+export async function relationships(pool: Pool, viewer: string, others: readonly string[]): Promise<(Relationship & { id: string })[]> {
+  validateId("accountId", viewer);
+  if (!Array.isArray(others) || others.length > MAX_RELATIONSHIPS) {
+    throw new InvalidInputError("id", `must be a list of at most ${MAX_RELATIONSHIPS} account ids`);
+  }
+  others.forEach((id) => validateId("id", id));
+  const { rows } = await pool.query<Relationship & { id: string }>(
+    `SELECT o.id,
+            coalesce(mine.state = 'ACTIVE', false) AS following,
+            coalesce(mine.state = 'PENDING', false) AS requested,
+            coalesce(theirs.state = 'ACTIVE', false) AS "followedBy",
+            coalesce(theirs.state = 'PENDING', false) AS "requestedBy",
+            EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = o.id) AS blocking,
+            EXISTS (SELECT 1 FROM block WHERE blocker = o.id AND blocked = $1) AS "blockedBy"
+       FROM (SELECT id, min(n) AS n FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) GROUP BY id) AS o
+       JOIN account a ON a.account_id = o.id
+       LEFT JOIN relation mine ON mine.follower = $1 AND mine.followee = o.id
+       LEFT JOIN relation theirs ON theirs.follower = o.id AND theirs.followee = $1
+      ORDER BY o.n`,
+    [viewer, others],
+  );
+  return rows;
 }

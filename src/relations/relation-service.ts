@@ -7,6 +7,7 @@ import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
+import { missingAccounts, relationships } from "./relation-reads.ts";
 import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
 interface PairRow {
@@ -178,22 +179,14 @@ export class RelationService {
     });
   }
 
-  /** The Mastodon-shaped relationship of a towards b, read from the truth in one statement. */
+  /** The Mastodon-shaped relationship of a towards b, from the truth (relationships() in relation-reads.ts). */
   async relationship(a: string, b: string): Promise<Relationship> {
     validateId("accountId", a);
     validateId("otherId", b);
-    const { rows } = await this.pool.query<Relationship & { known: number }>(
-      `SELECT coalesce((SELECT state = 'ACTIVE'  FROM relation WHERE follower = $1 AND followee = $2), false) AS following,
-              coalesce((SELECT state = 'PENDING' FROM relation WHERE follower = $1 AND followee = $2), false) AS requested,
-              coalesce((SELECT state = 'ACTIVE'  FROM relation WHERE follower = $2 AND followee = $1), false) AS "followedBy",
-              EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = $2) AS blocking,
-              EXISTS (SELECT 1 FROM block WHERE blocker = $2 AND blocked = $1) AS "blockedBy",
-              (SELECT count(*)::int FROM account WHERE account_id IN ($1, $2)) AS known`,
-      [a, b],
-    );
-    const { known, ...relationship } = rows[0]!;
-    if (known < (a === b ? 1 : 2)) throw new AccountNotFoundError(`${a} or ${b}`);
-    return relationship;
+    const missing = await missingAccounts(this.pool, [a, b]);
+    if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
+    const [found] = (await relationships(this.pool, a, [b])) as [Relationship & { id: string }];
+    return { following: found.following, requested: found.requested, followedBy: found.followedBy, requestedBy: found.requestedBy, blocking: found.blocking, blockedBy: found.blockedBy };
   }
 
   /** Validates both ids, runs the operation in a retried transaction, maps an FK violation to AccountNotFoundError. */
@@ -207,7 +200,7 @@ export class RelationService {
       return await withTransaction(this.pool, work);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
-        throw new AccountNotFoundError(`${a} or ${b}`);
+        throw await accountNotFound(this.pool, [a, b]);
       }
       throw err;
     }
@@ -255,9 +248,14 @@ export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: 
 }
 
 async function requireAccounts(client: PoolClient, ids: string[]): Promise<void> {
-  const { rows } = await client.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
-  const missing = ids.filter((id) => !rows.some((r) => r.account_id === id));
+  const missing = await missingAccounts(client, ids);
   if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
+}
+
+/** After a failure that says an account is missing: the missing ones (all, if they exist by now). */
+async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<AccountNotFoundError> {
+  const missing = await missingAccounts(db, ids);
+  return new AccountNotFoundError((missing.length > 0 ? missing : ids).join(", "));
 }
 
 function noop(cur: PairRow, reason: string): RelationResult {

@@ -50,9 +50,14 @@ export function formatRelationResult(r: RelationResult): string {
 }
 
 export interface Relationship {
+  /** I follow them (ACTIVE). */
   following: boolean;
+  /** I asked to follow them and they have not decided (PENDING). */
   requested: boolean;
+  /** They follow me. */
   followedBy: boolean;
+  /** They asked to follow me and I have not decided: approve or reject it. */
+  requestedBy: boolean;
   blocking: boolean;
   blockedBy: boolean;
 }

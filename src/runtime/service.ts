@@ -32,6 +32,7 @@ export async function startService(config: Config, options: { workers?: boolean;
   const metrics = new LedgerMetrics(database.pool);
   const app = await buildApp({
     ledger, metrics, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
+    readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   });

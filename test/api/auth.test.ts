@@ -5,27 +5,37 @@ import { SignJWT } from "jose";
 import { signToken } from "../../src/api/auth.ts";
 import { assertError, createAccounts, ok, startApi } from "./harness.ts";
 
-/** Every route of the API table that needs a caller, with ids that exist. */
-function protectedRoutes(postId: string): [string, string, unknown?][] {
+/**
+ * Every route of the API table that reads the token, with ids that exist. `public` routes also
+ * answer without a token (public data), but a token that is sent must be valid.
+ */
+function protectedRoutes(postId: string): [string, string, unknown?, "public"?][] {
   return [
     ["PUT", "/v1/accounts/alice", { private: false }],
+    ["GET", "/v1/accounts/bob", undefined, "public"],
     ["PUT", "/v1/items/item-1"],
     ["PUT", "/v1/items/item-1/likes/me"],
     ["DELETE", "/v1/items/item-1/likes/me"],
     ["GET", "/v1/items/item-1/likes/me"],
-    ["GET", "/v1/items/item-1/like-count?allowedLag=16"],
-    ["GET", "/v1/items/item-1/likes?limit=5"],
+    ["GET", "/v1/items/item-1/like-count?allowedLag=16", undefined, "public"],
+    ["GET", "/v1/items/item-1/likes?limit=5", undefined, "public"],
+    ["GET", "/v1/accounts/me/likes"],
     ["PUT", "/v1/accounts/me/following/bob"],
     ["DELETE", "/v1/accounts/me/following/bob"],
+    ["GET", "/v1/accounts/me/follow-requests"],
     ["POST", "/v1/accounts/me/follow-requests/bob/approve"],
     ["POST", "/v1/accounts/me/follow-requests/bob/reject"],
     ["PUT", "/v1/accounts/me/blocks/bob"],
     ["DELETE", "/v1/accounts/me/blocks/bob"],
-    ["GET", "/v1/accounts/bob/followers"],
-    ["GET", "/v1/accounts/bob/follower-count"],
+    ["GET", "/v1/accounts/me/blocks"],
+    ["GET", "/v1/accounts/bob/followers", undefined, "public"],
+    ["GET", "/v1/accounts/bob/following", undefined, "public"],
+    ["GET", "/v1/accounts/bob/follower-count", undefined, "public"],
     ["GET", "/v1/accounts/me/relationships/bob"],
+    ["GET", "/v1/accounts/me/relationships?id=bob"],
     ["POST", "/v1/posts", { visibility: "PUBLIC", body: "hi" }],
-    ["GET", `/v1/posts/${postId}?consistency=truth`],
+    ["GET", `/v1/posts/${postId}?consistency=truth`, undefined, "public"],
+    ["DELETE", `/v1/posts/${postId}`],
     ["GET", "/v1/admin/status"],
     ["GET", "/v1/admin/audit"],
     ["POST", "/v1/admin/rebuild", {}],
@@ -80,8 +90,12 @@ test("api auth: no token, malformed header, wrong secret, expired, alg none, for
 
   const routes = protectedRoutes(post.id);
   for (const [name, headers] of bad) {
-    for (const [method, path, json] of routes) {
+    for (const [method, path, json, access] of routes) {
       const res = await h.request(method, path, { headers, ...(json === undefined ? {} : { json }) });
+      if (access === "public" && headers.authorization === undefined) {
+        assert.equal(res.status, 200, `${name}: ${method} ${path} is public data: ${res.text}`);
+        continue;
+      }
       assertError(res, 401, "UNAUTHENTICATED", `${name}: ${method} ${path}`);
     }
   }
@@ -125,12 +139,12 @@ test("api auth: a non-admin gets 403 FORBIDDEN on admin routes and PUT /v1/items
   assert.equal(priv.rows[0]!.private, false, "bob did not change alice's account");
 
   // The same requests succeed for the user itself and for an admin.
-  assert.deepEqual(ok(await alice.put("/v1/accounts/alice", { private: true })), { id: "alice", private: true });
-  assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), { id: "alice", private: false });
+  assert.deepEqual(ok(await alice.put("/v1/accounts/alice", { private: true })), { id: "alice", private: true, hideCollections: false });
+  assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), { id: "alice", private: false, hideCollections: false });
   assert.deepEqual(ok(await admin.put("/v1/items/item-x")), { id: "item-x" });
   assert.equal((await admin.get("/v1/admin/status")).status, 200);
   // "me" routes always act as the token's subject: there is no way to name another actor.
   assert.equal(ok(await bob.put<{ state: string }>("/v1/accounts/me/following/alice")).state, "ACTIVE");
   assert.deepEqual(ok(await alice.get("/v1/accounts/me/relationships/bob")),
-    { following: false, requested: false, followedBy: true, blocking: false, blockedBy: false });
+    { following: false, requested: false, followedBy: true, requestedBy: false, blocking: false, blockedBy: false });
 });

@@ -5,7 +5,7 @@ import {
   type FollowerPage, type Relationship, type RelationOutcome,
 } from "./harness.ts";
 
-const NOTHING: Relationship = { following: false, requested: false, followedBy: false, blocking: false, blockedBy: false };
+const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false, blockedBy: false };
 
 for (const partitions of [1, 4]) {
   test(`api P=${partitions} follow flow: accounts, ACTIVE and PENDING follows, approve/reject, relationships, rule rejections as 409, followers from the projection`, async (t) => {
@@ -18,11 +18,11 @@ for (const partitions of [1, 4]) {
     const dave = await h.as("dave");
 
     // Accounts: an admin for anyone, a user for itself only; "me" is reserved.
-    assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), { id: "alice", private: false });
-    assert.deepEqual(ok(await bob.put("/v1/accounts/bob", { private: true })), { id: "bob", private: true });
-    assert.deepEqual(ok(await carol.put("/v1/accounts/carol", {})), { id: "carol", private: false });
-    assert.deepEqual(ok(await dave.put("/v1/accounts/dave", { private: false })), { id: "dave", private: false });
-    assert.deepEqual(ok(await (await h.as("frank")).put("/v1/accounts/frank")), { id: "frank", private: false }, "no body: a public account");
+    assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), { id: "alice", private: false, hideCollections: false });
+    assert.deepEqual(ok(await bob.put("/v1/accounts/bob", { private: true })), { id: "bob", private: true, hideCollections: false });
+    assert.deepEqual(ok(await carol.put("/v1/accounts/carol", {})), { id: "carol", private: false, hideCollections: false });
+    assert.deepEqual(ok(await dave.put("/v1/accounts/dave", { private: false })), { id: "dave", private: false, hideCollections: false });
+    assert.deepEqual(ok(await (await h.as("frank")).put("/v1/accounts/frank")), { id: "frank", private: false, hideCollections: false }, "no body: a public account");
     assertError(await bob.put("/v1/accounts/alice", { private: true }), 403, "FORBIDDEN");
     assertError(await bob.put("/v1/accounts/ghost", { private: true }), 403, "FORBIDDEN", "nobody creates an account for someone else");
     assertError(await admin.put("/v1/accounts/me", {}), 400, "INVALID_INPUT");
@@ -39,14 +39,15 @@ for (const partitions of [1, 4]) {
     const f2 = ok(await alice.put<RelationOutcome>("/v1/accounts/me/following/bob"));
     assert.deepEqual({ outcome: f2.outcome, state: f2.state }, { outcome: "CHANGED", state: "PENDING" });
     const rel = ok(await alice.get<Relationship>("/v1/accounts/me/relationships/bob"));
-    assert.deepEqual(Object.keys(rel).sort(), ["blockedBy", "blocking", "followedBy", "following", "requested"]);
+    assert.deepEqual(Object.keys(rel).sort(), ["blockedBy", "blocking", "followedBy", "following", "requested", "requestedBy"]);
     assert.deepEqual(rel, { ...NOTHING, requested: true });
     const approved = ok(await bob.post<RelationOutcome>("/v1/accounts/me/follow-requests/alice/approve"));
     assert.deepEqual({ outcome: approved.outcome, state: approved.state, version: approved.version }, { outcome: "CHANGED", state: "ACTIVE", version: 2 });
     assert.deepEqual(ok(await alice.get("/v1/accounts/me/relationships/bob")), { ...NOTHING, following: true });
     assert.deepEqual(ok(await bob.get("/v1/accounts/me/relationships/alice")), { ...NOTHING, followedBy: true });
-    assertError(await bob.post("/v1/accounts/me/follow-requests/alice/approve"), 409, "NOT_PENDING", "approving twice");
-    assertError(await bob.post("/v1/accounts/me/follow-requests/dave/reject"), 409, "NOT_PENDING", "nothing was requested");
+    assert.equal(ok(await bob.post<RelationOutcome>("/v1/accounts/me/follow-requests/alice/approve")).outcome, "NOOP", "approving twice: set-target-state");
+    assert.equal(ok(await bob.post<RelationOutcome>("/v1/accounts/me/follow-requests/dave/reject")).outcome, "NOOP", "rejecting where nothing was requested");
+    assertError(await bob.post("/v1/accounts/me/follow-requests/alice/reject"), 409, "NOT_PENDING", "rejecting an approved follower");
 
     // Reject: the request goes away.
     assert.equal(ok(await carol.put<RelationOutcome>("/v1/accounts/me/following/bob")).state, "PENDING");

@@ -62,7 +62,7 @@ export interface ApiHarness {
   close(): Promise<void>;
 }
 
-export async function startApi(options: { partitions?: number; writesPerMinute?: number; poolSize?: number } = {}): Promise<ApiHarness> {
+export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number } = {}): Promise<ApiHarness> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 1, poolSize: options.poolSize ?? 10 });
   const secret = new Uint8Array(randomBytes(32));
   let app: FastifyInstance | undefined;
@@ -71,6 +71,8 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
     app = await buildApp({
       ledger, jwtSecret: secret, logger: false,
       ...(options.writesPerMinute !== undefined ? { writesPerMinute: options.writesPerMinute } : {}),
+      ...(options.readsPerMinute !== undefined ? { readsPerMinute: options.readsPerMinute } : {}),
+      ...(options.corsOrigins !== undefined ? { corsOrigins: options.corsOrigins } : {}),
     });
     await app.listen({ port: 0, host: "127.0.0.1" });
     const { port } = app.server.address() as AddressInfo;
@@ -195,6 +197,29 @@ export interface LikerPage {
 export interface FollowerPage {
   followers: { accountId: string; since: string }[];
   nextCursor?: string;
+}
+
+export interface FollowingPage {
+  following: { accountId: string; since: string }[];
+  nextCursor?: string;
+}
+
+export interface BlockPage {
+  blocks: { accountId: string; since: string }[];
+  nextCursor?: string;
+}
+
+export interface LikedItemPage {
+  likes: { itemId: string; likedAt: string }[];
+  nextCursor?: string;
+}
+
+/** GET /v1/accounts/{id}: counts are absent when the account hides them from the viewer. */
+export interface Profile {
+  id: string;
+  private: boolean;
+  hideCollections: boolean;
+  counts?: { followers: number; following: number; lag: number; stale: boolean };
 }
 
 /** Creates accounts through the API as an admin. */

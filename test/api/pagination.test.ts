@@ -166,3 +166,32 @@ test("api P=4 followers pagination: 40 followers paged by 7 while follows arrive
   }
   assertError(await enemy.get("/v1/accounts/star/follower-count"), 404, "ACCOUNT_NOT_FOUND");
 });
+
+test("api every list pages the same way: a limit above 200 is clamped (not a 400), unknown query parameters are ignored (and kept in Link), Link rel=next names the next page and is absent on the last", async (t) => {
+  const h = await startApi();
+  t.after(() => h.close());
+  const admin = await h.as("admin-1", { admin: true });
+  ok(await admin.put("/v1/items/item-1"));
+  for (let i = 1; i <= 205; i++) assert.equal((await h.ledger.likes.like(name("liker", i), "item-1")).outcome, "CHANGED");
+  const reader = await h.as("reader");
+
+  const clamped = await reader.get<LikerPage>("/v1/items/item-1/likes?limit=1000");
+  const page = ok(clamped);
+  assert.equal(page.likers.length, 200, "limit=1000 is clamped to the maximum, 200");
+  assert.equal(clamped.headers.get("link"), `</v1/items/item-1/likes?limit=200&cursor=${page.nextCursor}>; rel="next"`);
+  const rest = await reader.get<LikerPage>(`/v1/items/item-1/likes?limit=1000&cursor=${page.nextCursor}`);
+  assert.deepEqual(ok(rest).likers.length, 5);
+  assert.equal(ok(rest).nextCursor, undefined);
+  assert.equal(rest.headers.get("link"), null, "no Link on the last page");
+
+  // A cache buster is ignored, and the next page keeps it.
+  const busted = await reader.get<LikerPage>("/v1/items/item-1/likes?limit=3&_=1712345678");
+  const first = ok(busted);
+  assert.deepEqual(first.likers.map((l) => l.userId), ["liker-205", "liker-204", "liker-203"]);
+  const link = /^<([^>]+)>; rel="next"$/.exec(busted.headers.get("link") ?? "");
+  assert.ok(link, busted.headers.get("link") ?? "no Link");
+  assert.equal(link[1], `/v1/items/item-1/likes?limit=3&_=1712345678&cursor=${first.nextCursor}`);
+  assert.deepEqual(ok(await reader.get<LikerPage>(link[1]!)).likers.map((l) => l.userId), ["liker-202", "liker-201", "liker-200"], "following Link gives the next page");
+  ok(await reader.get("/v1/items/item-1/like-count?allowedLag=3&lag=3&foo=bar"), 200, "unknown parameters on any GET");
+  assertError(await reader.get("/v1/items/item-1/likes?limit=0"), 400, "INVALID_INPUT", "a limit below 1 is still wrong");
+});

@@ -71,6 +71,7 @@ test("bad arguments: a message on stderr, exit code 2, nothing written", async (
     { args: ["token", "bad id"], stderr: /userId/ },
     { args: ["token", "x".repeat(129)], stderr: /userId/ },
     { args: ["token", "alice", "--ttl", "0"], stderr: /--ttl/ },
+    { args: ["token", "me"], stderr: /userId: 'me' is reserved/ },
     { args: ["worker", "--partitions", "x"], stderr: /--partitions/ },
     { args: ["worker", "--partitions", "0,,1"], stderr: /--partitions/ },
     { args: ["rebuild", "--items", "a,bad id"], stderr: /itemId/ },
@@ -96,6 +97,8 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
   for (const minted of [admin, alice]) {
     assert.equal(minted.code, 0, minted.stderr);
     assert.match(minted.stdout, /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\n$/, "only the token on stdout");
+    const claims = JSON.parse(Buffer.from(minted.stdout.split(".")[1]!, "base64url").toString("utf8")) as { exp: number; iat: number };
+    assert.equal(claims.exp - claims.iat, 30 * 24 * 3600, "a minted token expires, by default after 30 days");
   }
   const adminToken = admin.stdout.trim();
   const aliceToken = alice.stdout.trim();

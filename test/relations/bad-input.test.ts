@@ -224,7 +224,7 @@ test("30-bad-input decide with approve not a boolean -> InvalidInputError (a rej
       { noStatements: true },
     );
   }
-  assert.deepEqual(await f.rel.relationship(acct(1), acct(PRIVATE)), { following: false, requested: true, followedBy: true, blocking: false, blockedBy: false });
+  assert.deepEqual(await f.rel.relationship(acct(1), acct(PRIVATE)), { following: false, requested: true, followedBy: true, requestedBy: false, blocking: false, blockedBy: false });
 });
 
 test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCount allowedLag -1/1.5 -> InvalidInputError", async (t) => {

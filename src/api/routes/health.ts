@@ -39,6 +39,7 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
   const health = opts.databaseHealth;
 
   app.get("/healthz", {
+    config: { auth: "none" },
     schema: {
       tags: ["health"], summary: "Liveness: the process serves requests and can recover by itself",
       response: {
@@ -55,6 +56,7 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
   });
 
   app.get("/readyz", {
+    config: { auth: "none" },
     schema: {
       tags: ["health"], summary: "Readiness: the database answers and its migrations are current",
       response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" } } }, 503: { $ref: "LedgerError#" } },
@@ -71,7 +73,7 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
     return { status: "ready", migrations: status.applied };
   });
 
-  app.get("/metrics", { schema: { tags: ["health"], summary: "Prometheus metrics", hide: false } }, async (_request, reply) => {
+  app.get("/metrics", { config: { auth: "none" }, schema: { tags: ["health"], summary: "Prometheus metrics", hide: false } }, async (_request, reply) => {
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();
   });

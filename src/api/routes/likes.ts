@@ -1,30 +1,37 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { WriteLimit } from "../context.ts";
-import { requireAdmin, requireCaller } from "../auth.ts";
+import type { RateLimits } from "../context.ts";
+import { requireAdmin, requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
-import { bearer, errors, idParams, lagQuery, likeOutcome, pageQuery } from "../schemas.ts";
+import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
+import { bearer, errors, idParams, lagQuery, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
 import { readCount } from "../../likes/like-audit.ts";
-import { listLikers } from "../../likes/like-reads.ts";
+import { listLikedItems, listLikers } from "../../likes/like-reads.ts";
 import type { LikeResult } from "../../likes/types.ts";
 import type { Ledger } from "../../ledger.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
 
 /**
- * An item is visible when it exists and, if it is a post, the caller may read it (decided on
- * the truth: writes and exact reads should not ride on projection lag). Invisible and missing
- * look the same, so a blocked user learns nothing about the post.
+ * An item is visible when it exists and, if it is a post, it is not deleted and the caller may
+ * read it (decided on the truth: writes and exact reads should not ride on projection lag);
+ * without a token only items that are no post and PUBLIC posts are. Invisible and missing look
+ * the same, so a blocked user learns nothing about the post.
  */
-export async function requireVisibleItem(ledger: Ledger, callerId: string, itemId: string): Promise<void> {
-  const { rows } = await ledger.pool.query<{ item: boolean; post: boolean }>(
-    "SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item, EXISTS (SELECT 1 FROM post WHERE post_id = $1) AS post",
+export async function requireVisibleItem(ledger: Ledger, caller: Caller | null, itemId: string): Promise<void> {
+  const { rows } = await ledger.pool.query<{ item: boolean; visibility: string | null; deleted: boolean | null }>(
+    `SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item,
+            (SELECT visibility FROM post WHERE post_id = $1) AS visibility,
+            (SELECT deleted_at IS NOT NULL FROM post WHERE post_id = $1) AS deleted`,
     [itemId],
   );
-  if (!rows[0]!.item) throw notFound("item");
-  if (rows[0]!.post && !(await ledger.posts.canRead(callerId, itemId, "TRUTH")).allowed) throw notFound("item");
+  const { item, visibility, deleted } = rows[0]!;
+  if (!item || deleted === true) throw notFound("item");
+  if (visibility === null) return;
+  const allowed = caller ? (await ledger.posts.canRead(caller.id, itemId, "TRUTH")).allowed : visibility === "PUBLIC";
+  if (!allowed) throw notFound("item");
 }
 
-export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
+export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
   app.put("/v1/items/:id", {
@@ -43,14 +50,14 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: W
     // Retracting one's own like is always allowed: a block (or a lost follow) hides the post
     // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
     // The library answers REJECTED for an item that does not exist, which is a 404 below.
-    if (want) await requireVisibleItem(ledger, caller.id, request.params.id);
+    if (want) await requireVisibleItem(ledger, caller, request.params.id);
     const result: LikeResult = want
       ? await ledger.likes.like(caller.id, request.params.id)
       : await ledger.likes.unlike(caller.id, request.params.id);
     metrics.outcomes.inc({ operation: want ? "like" : "unlike", outcome: result.outcome });
     if (result.outcome === "REJECTED") throw notFound("item");
     // With no like to retract, an unlike must not tell a reader who may not see the item that it exists.
-    if (!want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller.id, request.params.id);
+    if (!want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller, request.params.id);
     return { outcome: result.outcome, liked: result.liked, version: result.version, seq: result.seq };
   };
   const likeSchema = (summary: string) => ({
@@ -61,52 +68,63 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: W
   app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike: always allowed for one's own like, also after a block hid the item"), onRequest: opts.writeRateLimit }, setLike(false));
 
   app.get("/v1/items/:id/likes/me", {
+    onRequest: opts.readRateLimit,
     schema: {
       tags: ["likes"], summary: "Whether I like the item, from the facts (read-your-writes)", security: bearer, params: idParams,
-      response: { 200: { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } }, ...errors(400, 401, 404) },
+      response: { 200: { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } }, ...errors(400, 401, 404, 429) },
     },
   }, async (request: IdRequest) => {
     const caller = requireCaller(request);
-    await requireVisibleItem(ledger, caller.id, request.params.id);
+    await requireVisibleItem(ledger, caller, request.params.id);
     return ledger.likes.hasLiked(caller.id, request.params.id);
   });
 
   app.get("/v1/items/:id/like-count", {
+    config: { auth: "optional" },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem",
-      security: bearer, params: idParams, querystring: lagQuery,
+      tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: items that are no post, and PUBLIC posts)",
+      security: optionalBearer, params: idParams, querystring: lagQuery,
       response: {
         200: {
           type: "object",
           properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForItem: { type: "integer" }, stale: { type: "boolean" } },
         },
-        ...errors(400, 401, 404),
+        ...errors(400, 401, 404, 429),
       },
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
-    const caller = requireCaller(request);
-    await requireVisibleItem(ledger, caller.id, request.params.id);
+    await requireVisibleItem(ledger, request.caller, request.params.id);
     const r = await readCount(ledger.pool, request.params.id, request.query.allowedLag);
     return { count: r.n, lag: r.lag, pendingForItem: r.pendingForItem, stale: r.stale };
   });
 
   app.get("/v1/items/:id/likes", {
+    config: { auth: "optional" },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Who likes the item, newest first (opaque cursor)", security: bearer, params: idParams, querystring: pageQuery,
+      tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: items that are no post, and PUBLIC posts)",
+      security: optionalBearer, params: idParams, querystring: pageQuery,
       response: {
-        200: {
-          type: "object",
-          properties: {
-            likers: { type: "array", items: { type: "object", properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } } },
-            nextCursor: { type: "string" },
-          },
-        },
-        ...errors(400, 401, 404),
+        200: pageOf("likers", { type: "object", required: ["userId", "likedAt"], properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
+        ...errors(400, 401, 404, 429),
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { limit: number; cursor?: string } }>) => {
-    const caller = requireCaller(request);
-    await requireVisibleItem(ledger, caller.id, request.params.id);
-    return listLikers(ledger.pool, request.params.id, request.query);
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>, reply) => {
+    await requireVisibleItem(ledger, request.caller, request.params.id);
+    return sendPage(request, reply, await listLikers(ledger.pool, request.params.id, pageOptions(request.query)), request.query);
+  });
+
+  app.get("/v1/accounts/me/likes", {
+    onRequest: opts.readRateLimit,
+    schema: {
+      tags: ["likes"], summary: "Items I like, newest like first, from the facts (a deleted post's item is left out)", security: bearer, querystring: pageQuery,
+      response: {
+        200: pageOf("likes", { type: "object", required: ["itemId", "likedAt"], properties: { itemId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
+        ...errors(400, 401, 429),
+      },
+    },
+  }, async (request: FastifyRequest<{ Querystring: PageQuery }>, reply) => {
+    return sendPage(request, reply, await listLikedItems(ledger.pool, requireCaller(request).id, pageOptions(request.query)), request.query);
   });
 }

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { WriteLimit } from "../context.ts";
+import type { RateLimits } from "../context.ts";
 import { requireCaller } from "../auth.ts";
-import { notFound } from "../errors.ts";
-import { bearer, errors, idParams, post, postBody } from "../schemas.ts";
+import { forbidden, notFound } from "../errors.ts";
+import { bearer, errors, idParams, optionalBearer, post, postBody } from "../schemas.ts";
 import type { Post } from "../../relations/posts.ts";
 import type { ReadMode, Visibility } from "../../relations/types.ts";
 
@@ -16,7 +16,7 @@ function toJson(p: Post) {
   return { id: p.postId, author: p.author, visibility: p.visibility, body: p.body, aclToken: p.aclToken, createdAt: p.createdAt.toISOString() };
 }
 
-export async function postRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
+export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
   app.post("/v1/posts", {
@@ -30,24 +30,53 @@ export async function postRoutes(app: FastifyInstance, opts: { writeRateLimit: W
   });
 
   app.get("/v1/posts/:id", {
+    config: { auth: "optional" },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["posts"], summary: "Read a post; 404 when it is missing or the reader may not see it", security: bearer, params: idParams,
+      tags: ["posts"], summary: "Read a post; 404 when it is missing, deleted or the reader may not see it (no token: PUBLIC posts only)",
+      security: optionalBearer, params: idParams,
       querystring: {
         type: "object", additionalProperties: false,
         properties: { consistency: { type: "string", enum: Object.keys(CONSISTENCY), default: "content_token" } },
       },
       response: {
-        200: { type: "object", properties: { post, decidedBy: { type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check"] } } },
-        ...errors(400, 401, 404),
+        200: { type: "object", properties: { post, decidedBy: { type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"] } } },
+        ...errors(400, 401, 404, 429),
       },
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { consistency: string } }>) => {
-    const caller = requireCaller(request);
     const mode = CONSISTENCY[request.query.consistency]!;
-    const { rows } = await ledger.pool.query<{ exists: boolean }>("SELECT EXISTS (SELECT 1 FROM post WHERE post_id = $1) AS exists", [request.params.id]);
-    if (!rows[0]!.exists) throw notFound("post");
-    const decision = await ledger.posts.canRead(caller.id, request.params.id, mode);
+    const { rows } = await ledger.pool.query<{ visibility: Visibility }>("SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL", [request.params.id]);
+    if (!rows[0]) throw notFound("post");
+    if (!request.caller) {
+      // Without a token there is nobody to check blocks or follows for: PUBLIC posts only.
+      if (rows[0].visibility !== "PUBLIC") throw notFound("post");
+      return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: "public" };
+    }
+    const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
     if (!decision.allowed) throw notFound("post");
     return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
+  });
+
+  app.delete("/v1/posts/:id", {
+    schema: {
+      tags: ["posts"], summary: "Delete my post (an admin: anyone's). Its likes stay in the ledger but the post and its item are gone for every reader; repeating is a NOOP",
+      security: bearer, params: idParams,
+      response: { 200: { type: "object", required: ["id", "outcome"], properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } } }, ...errors(400, 401, 403, 404, 429) },
+    },
+    onRequest: opts.writeRateLimit,
+  }, async (request: FastifyRequest<{ Params: { id: string } }>) => {
+    const caller = requireCaller(request);
+    const { rows } = await ledger.pool.query<{ author: string; deleted: boolean }>(
+      "SELECT author, deleted_at IS NOT NULL AS deleted FROM post WHERE post_id = $1", [request.params.id]);
+    const found = rows[0];
+    // Someone else's post: 403 when they may read it, the same 404 as a missing post otherwise.
+    if (!found || (found.author !== caller.id && !caller.admin && (found.deleted || !(await ledger.posts.canRead(caller.id, request.params.id, "TRUTH")).allowed))) {
+      throw notFound("post");
+    }
+    if (found.author !== caller.id && !caller.admin) throw forbidden("only the author deletes a post");
+    const { outcome } = await ledger.posts.deletePost(found.author, request.params.id);
+    metrics.outcomes.inc({ operation: "delete-post", outcome });
+    return { id: request.params.id, outcome };
   });
 }

@@ -1,30 +1,79 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { WriteLimit } from "../context.ts";
-import { requireCaller, requireSelfOrAdmin } from "../auth.ts";
+import type { RateLimits } from "../context.ts";
+import { requireCaller, requireSelfOrAdmin, type Caller } from "../auth.ts";
 import { HttpError, notFound } from "../errors.ts";
-import { bearer, errors, idParams, lagQuery, pageQuery, relationOutcome } from "../schemas.ts";
-import { followerCount, listFollowers } from "../../relations/relation-reads.ts";
+import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
+import {
+  accountRow, bearer, errors, id, idParams, lagQuery, optionalBearer, pageOf, pageQuery, relationOutcome, relationship, relationshipProperties,
+} from "../schemas.ts";
+import { setHideCollections } from "../../relations/account-settings.ts";
+import { AccountNotFoundError } from "../../relations/errors.ts";
+import {
+  MAX_RELATIONSHIPS, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
+  type Account,
+} from "../../relations/relation-reads.ts";
 import { blockedEitherWay } from "../../relations/relation-service.ts";
 import type { RelationResult } from "../../relations/types.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
+type ListRequest = FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>;
 
-/** CHANGED and NOOP are 200; a rule's REJECTED is a 409 carrying the rule's code and reason. */
-function toResponse(result: RelationResult) {
-  if (result.outcome === "REJECTED") throw new HttpError(409, result.code ?? "REJECTED", result.reason);
-  return { outcome: result.outcome, state: result.state, version: result.version, seq: result.seq, reason: result.reason };
-}
+const collectionsHidden = () => new HttpError(403, "COLLECTIONS_HIDDEN", "this account hides its followers and following");
 
-export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimit: WriteLimit }): Promise<void> {
+const account = {
+  type: "object", required: ["id", "private", "hideCollections"],
+  properties: {
+    id: { type: "string" },
+    private: { type: "boolean", description: "follows of this account are requests it approves or rejects" },
+    hideCollections: { type: "boolean", description: "its follower and following lists and counts are hidden from everyone else" },
+  },
+} as const;
+
+export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
+
+  /** `me` in an account path is the caller (a token is then required). */
+  const accountParam = (request: IdRequest): string => (request.params.id === "me" ? requireCaller(request).id : request.params.id);
+
+  /** The account as the viewer may see it: missing, or in a block with the viewer either way, is 404. */
+  const visibleAccount = async (viewer: Caller | null, accountId: string): Promise<Account> => {
+    const found = await readAccount(ledger.pool, accountId);
+    if (!found || (viewer && viewer.id !== accountId && (await blockedEitherWay(ledger.pool, viewer.id, accountId)))) throw notFound("account");
+    return found;
+  };
+  const collectionsVisible = (viewer: Caller | null, shown: Account) => !shown.hideCollections || viewer?.id === shown.id || viewer?.admin === true;
+  const requireVisibleCollections = async (viewer: Caller | null, accountId: string): Promise<void> => {
+    if (!collectionsVisible(viewer, await visibleAccount(viewer, accountId))) throw collectionsHidden();
+  };
+
+  /**
+   * The API's approve and reject set a target state: where the pair already is in it, a NOOP.
+   * The library's decide() is the chapter's (table 30-1: anything but PENDING is REJECTED
+   * NOT_PENDING); its rejection carries the state it read under the pair's row lock, so the
+   * NOOP is decided on what the transaction saw, not on a later read.
+   */
+  const decideToTarget = async (me: string, other: string, approve: boolean): Promise<RelationResult> => {
+    const result = await ledger.relations.decide(me, other, approve);
+    const target = approve ? "ACTIVE" : "REMOVED";
+    if (result.outcome === "REJECTED" && result.code === "NOT_PENDING" && result.state === target && me !== other) {
+      return { outcome: "NOOP", state: result.state, version: result.version, seq: 0, reason: `already ${target}` };
+    }
+    return result;
+  };
+
+  /** CHANGED and NOOP are 200 with my relationship afterwards; a rule's REJECTED is a 409 carrying the rule's code and reason. */
   const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>) => async (request: IdRequest) => {
     const caller = requireCaller(request);
     const result = await run(caller.id, request.params.id);
     metrics.outcomes.inc({ operation, outcome: result.outcome });
-    return toResponse(result);
+    if (result.outcome === "REJECTED") throw new HttpError(409, result.code ?? "REJECTED", result.reason);
+    return {
+      outcome: result.outcome, state: result.state, version: result.version, seq: result.seq, reason: result.reason,
+      relationship: await ledger.relations.relationship(caller.id, request.params.id),
+    };
   };
-  const writeSchema = (summary: string) => ({
-    schema: { tags: ["relations"], summary, security: bearer, params: idParams, response: { 200: relationOutcome, ...errors(400, 401, 404, 409, 429) } },
+  const writeSchema = (summary: string, statuses: number[]) => ({
+    schema: { tags: ["relations"], summary, security: bearer, params: idParams, response: { 200: relationOutcome, ...errors(400, 401, 404, 429, ...statuses) } },
     onRequest: opts.writeRateLimit,
   });
 
@@ -34,71 +83,149 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
       summary: "Create an account, or change only the settings the body names (the user itself, or an admin); making a private account public approves its pending follow requests",
       security: bearer, params: idParams,
       // The body is optional: no body (or {}) creates a public account, and changes nothing of an existing one.
-      body: { type: "object", nullable: true, additionalProperties: false, properties: { private: { type: "boolean" } } },
-      response: {
-        200: { type: "object", properties: { id: { type: "string" }, private: { type: "boolean" } } },
-        ...errors(400, 401, 403),
+      body: {
+        type: "object", nullable: true, additionalProperties: false,
+        properties: {
+          private: { type: "boolean", description: "follow requests need approval; making the account public approves the pending ones" },
+          hideCollections: { type: "boolean", description: "hide my followers and following (lists and counts) from everyone else" },
+        },
       },
+      response: { 200: account, ...errors(400, 401, 403) },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean } | undefined }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean; hideCollections?: boolean } | undefined }>) => {
     if (request.params.id === "me") throw new HttpError(400, "INVALID_INPUT", "id: 'me' is reserved");
     requireSelfOrAdmin(request, request.params.id);
-    const settings = await ledger.relations.upsertAccount(request.params.id, { private: request.body?.private });
-    return { id: settings.accountId, private: settings.private };
+    await ledger.relations.upsertAccount(request.params.id, { private: request.body?.private });
+    if (request.body?.hideCollections !== undefined) await setHideCollections(ledger.pool, request.params.id, request.body.hideCollections);
+    return (await readAccount(ledger.pool, request.params.id))!;
   });
 
-  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)"), write("follow", (me, id) => ledger.relations.follow(me, id)));
-  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request"), write("unfollow", (me, id) => ledger.relations.unfollow(me, id)));
-  app.post("/v1/accounts/me/follow-requests/:id/approve", writeSchema("Approve a pending request"), write("approve", (me, id) => ledger.relations.decide(me, id, true)));
-  app.post("/v1/accounts/me/follow-requests/:id/reject", writeSchema("Reject a pending request"), write("reject", (me, id) => ledger.relations.decide(me, id, false)));
-  app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation"), write("block", (me, id) => ledger.relations.block(me, id)));
-  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing"), write("unblock", (me, id) => ledger.relations.unblock(me, id)));
-
-  app.get("/v1/accounts/me/relationships/:id", {
+  app.get("/v1/accounts/:id", {
+    config: { auth: "optional" },
     schema: {
-      tags: ["relations"], summary: "My relationship to an account, from the truth", security: bearer, params: idParams,
+      tags: ["relations"], summary: "An account's profile: its flags, and its counts unless it hides them from the viewer (no token: public data only)",
+      security: optionalBearer, params: idParams, querystring: lagQuery,
       response: {
         200: {
-          type: "object",
-          properties: { following: { type: "boolean" }, requested: { type: "boolean" }, followedBy: { type: "boolean" }, blocking: { type: "boolean" }, blockedBy: { type: "boolean" } },
-        },
-        ...errors(400, 401, 404),
-      },
-    },
-  }, async (request: IdRequest) => ledger.relations.relationship(requireCaller(request).id, request.params.id));
-
-  /** Someone in a block with the account sees it as missing. */
-  const requireVisibleAccount = async (callerId: string, accountId: string) => {
-    const { rows } = await ledger.pool.query<{ known: boolean }>("SELECT EXISTS (SELECT 1 FROM account WHERE account_id = $1) AS known", [accountId]);
-    if (!rows[0]!.known || (callerId !== accountId && (await blockedEitherWay(ledger.pool, callerId, accountId)))) throw notFound("account");
-  };
-
-  app.get("/v1/accounts/:id/followers", {
-    schema: {
-      tags: ["relations"], summary: "Followers from the projection, newest first (opaque cursor)", security: bearer, params: idParams, querystring: pageQuery,
-      response: {
-        200: {
-          type: "object",
+          ...account,
           properties: {
-            followers: { type: "array", items: { type: "object", properties: { accountId: { type: "string" }, since: { type: "string", format: "date-time" } } } },
-            nextCursor: { type: "string" },
+            ...account.properties,
+            counts: {
+              type: "object", description: "absent when the account hides its collections from the viewer",
+              required: ["followers", "following", "lag", "stale"],
+              properties: {
+                followers: { type: "integer", description: "from the projection: may lag by `lag` events" },
+                following: { type: "integer", description: "from the truth: exact" },
+                lag: { type: "integer" }, stale: { type: "boolean", description: "lag > allowedLag" },
+              },
+            },
           },
         },
-        ...errors(400, 401, 404),
+        ...errors(400, 401, 404, 429),
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { limit: number; cursor?: string } }>) => {
-    await requireVisibleAccount(requireCaller(request).id, request.params.id);
-    return listFollowers(ledger.pool, request.params.id, request.query);
+    onRequest: opts.readRateLimit,
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+    const accountId = accountParam(request);
+    const shown = await visibleAccount(request.caller, accountId);
+    if (!collectionsVisible(request.caller, shown)) return shown;
+    const followers = await followerCount(ledger.pool, accountId, request.query.allowedLag);
+    return { ...shown, counts: { followers: followers.count, following: await followingCount(ledger.pool, accountId), lag: followers.lag, stale: followers.stale } };
   });
 
-  app.get("/v1/accounts/:id/follower-count", {
+  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)", [409]), write("follow", (me, other) => ledger.relations.follow(me, other)));
+  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other)));
+  app.post("/v1/accounts/me/follow-requests/:id/approve",
+    writeSchema("Approve a request (set-target-state: approving an approved follower is a NOOP; 409 NOT_PENDING when there is no request)", [409]),
+    write("approve", (me, other) => decideToTarget(me, other, true)));
+  app.post("/v1/accounts/me/follow-requests/:id/reject",
+    writeSchema("Reject a request (set-target-state: rejecting where there is no follow is a NOOP; 409 NOT_PENDING for an active follower)", [409]),
+    write("reject", (me, other) => decideToTarget(me, other, false)));
+  app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation", [409]), write("block", (me, other) => ledger.relations.block(me, other)));
+  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other)));
+
+  app.get("/v1/accounts/me/relationships/:id", {
+    config: { auth: "required" },
     schema: {
-      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: bearer, params: idParams, querystring: lagQuery,
-      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: { type: "integer" }, stale: { type: "boolean" } } }, ...errors(400, 401, 404) },
+      tags: ["relations"], summary: "My relationship to an account, from the truth", security: bearer, params: idParams,
+      response: { 200: relationship, ...errors(400, 401, 404, 429) },
     },
+    onRequest: opts.readRateLimit,
+  }, async (request: IdRequest) => ledger.relations.relationship(requireCaller(request).id, request.params.id));
+
+  app.get("/v1/accounts/me/relationships", {
+    config: { auth: "required" },
+    schema: {
+      tags: ["relations"], summary: `My relationships to up to ${MAX_RELATIONSHIPS} accounts (?id=a&id=b), from the truth; unknown ids are left out`,
+      security: bearer,
+      querystring: {
+        type: "object", required: ["id"], additionalProperties: false,
+        properties: { id: { type: "array", items: id, minItems: 1, maxItems: MAX_RELATIONSHIPS } },
+      },
+      response: {
+        200: { type: "array", items: { type: "object", required: ["id", ...relationship.required], properties: { id: { type: "string" }, ...relationshipProperties } } },
+        ...errors(400, 401, 404, 429),
+      },
+    },
+    onRequest: opts.readRateLimit,
+  }, async (request: FastifyRequest<{ Querystring: { id: string[] } }>) => {
+    const caller = requireCaller(request);
+    if (!(await readAccount(ledger.pool, caller.id))) throw new AccountNotFoundError(caller.id);
+    return relationships(ledger.pool, caller.id, request.query.id);
+  });
+
+  /** A list of an account (`:id`, or `me`) or of the caller (no params): auth, schema, the read budget. */
+  const listSchema = (summary: string, key: string, timeField: string, auth: "optional" | "required", statuses: number[] = []) => ({
+    config: { auth },
+    schema: {
+      tags: ["relations"], summary, security: auth === "optional" ? optionalBearer : bearer, querystring: pageQuery,
+      ...(auth === "optional" ? { params: idParams } : {}),
+      response: { 200: pageOf(key, accountRow(timeField)), ...errors(400, 401, 429, ...statuses) },
+    },
+    onRequest: opts.readRateLimit,
+  });
+  const ownListSchema = (summary: string, key: string, timeField: string) => listSchema(summary, key, timeField, "required");
+
+  app.get("/v1/accounts/:id/followers",
+    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", "followers", "since", "optional", [403, 404]),
+    async (request: ListRequest, reply) => {
+      const accountId = accountParam(request);
+      await requireVisibleCollections(request.caller, accountId);
+      const page = await listFollowers(ledger.pool, accountId, pageOptions(request.query));
+      return sendPage(request, reply, page, request.query);
+    });
+
+  app.get("/v1/accounts/:id/following",
+    listSchema("Accounts this account follows, from the truth, newest first", "following", "since", "optional", [403, 404]),
+    async (request: ListRequest, reply) => {
+      const accountId = accountParam(request);
+      await requireVisibleCollections(request.caller, accountId);
+      const { accounts, nextCursor } = await listFollowing(ledger.pool, accountId, pageOptions(request.query));
+      return sendPage(request, reply, { following: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
+    });
+
+  app.get("/v1/accounts/me/follow-requests", ownListSchema("Follow requests I have received and not decided, newest first", "requests", "requestedAt"),
+    async (request: FastifyRequest<{ Querystring: PageQuery }>, reply) => {
+      const { accounts, nextCursor } = await listFollowRequests(ledger.pool, requireCaller(request).id, pageOptions(request.query));
+      return sendPage(request, reply, { requests: accounts.map((a) => ({ accountId: a.accountId, requestedAt: a.since })), ...(nextCursor ? { nextCursor } : {}) }, request.query);
+    });
+
+  app.get("/v1/accounts/me/blocks", ownListSchema("Accounts I block, newest block first", "blocks", "since"),
+    async (request: FastifyRequest<{ Querystring: PageQuery }>, reply) => {
+      const { accounts, nextCursor } = await listBlocks(ledger.pool, requireCaller(request).id, pageOptions(request.query));
+      return sendPage(request, reply, { blocks: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
+    });
+
+  app.get("/v1/accounts/:id/follower-count", {
+    config: { auth: "optional" },
+    schema: {
+      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: optionalBearer, params: idParams, querystring: lagQuery,
+      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: { type: "integer" }, stale: { type: "boolean" } } }, ...errors(400, 401, 403, 404, 429) },
+    },
+    onRequest: opts.readRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
-    await requireVisibleAccount(requireCaller(request).id, request.params.id);
-    return followerCount(ledger.pool, request.params.id, request.query.allowedLag);
+    const accountId = accountParam(request);
+    await requireVisibleCollections(request.caller, accountId);
+    return followerCount(ledger.pool, accountId, request.query.allowedLag);
   });
 }
