@@ -78,7 +78,9 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: { tags: ["admin"], summary: "Write-side and read-side invariant checks; clean=false on any violation", security: bearer, response: { 200: auditResponse, ...errors(401, 403) } },
   }, async (request) => {
     requireAdmin(request);
-    return fullAudit(ledger);
+    const report = await fullAudit(ledger);
+    app.dashboard.recordAudit(report, "api");
+    return report;
   });
 
   app.post("/v1/admin/rebuild", {
