@@ -100,7 +100,7 @@
       height: 220,
       series: [{}, ...spec.series],
       axes,
-      scales: { x: { time: true }, ...(spec.scales ?? {}) },
+      scales: { x: { time: true }, ...spec.scales },
       legend: { live: false },
       cursor: { drag: { x: false, y: false } },
     };
@@ -116,6 +116,19 @@
         line("like_count items drifted", 1, { points: point(1), dash: [6, 4] }),
       ],
       axes: [{ label: "|drift|" }],
+      // Runs are rare: show at least an hour around them. (uPlot alone widens one point to years.)
+      scales: {
+        x: {
+          time: true,
+          range: (u, min, max) => {
+            const xs = u.data[0];
+            if (xs.length === 0) return [min, max];
+            const first = xs[0];
+            const last = xs[xs.length - 1];
+            return last - first >= 3600 ? [first, last] : [(first + last) / 2 - 1800, (first + last) / 2 + 1800];
+          },
+        },
+      },
     };
   }
 
@@ -137,6 +150,7 @@
       });
       for (const p of plots) resize.observe(p.chart);
     }
+    $("panels").dataset.samples = String(samples.length);
     const xs = samples.map((s) => s.t / 1000);
     for (const plot of plots) {
       if (plot.id === "plot-drift") {
@@ -205,7 +219,16 @@
     $("status-text").textContent = "Sign in with an admin token";
   }
 
-  async function poll() {
+  /** Polls one after the other (the timer and the audit button both ask), so no sample arrives twice. */
+  let queue = Promise.resolve();
+  function poll() {
+    const next = queue.then(pollOnce);
+    queue = next.catch(() => undefined); // a failed poll (reported by its caller) does not stop the next
+    return next;
+  }
+
+  async function pollOnce() {
+    if (token === null) return;
     const since = samples.length > 0 ? samples[samples.length - 1].t : 0;
     let response;
     try {
@@ -218,6 +241,11 @@
     if (response.status === 401 || response.status === 403) {
       const body = await response.json();
       return signOut(`${response.status}: ${body.error.message}`);
+    }
+    if (!response.ok) {
+      $("status").dataset.state = "unknown";
+      $("status-text").textContent = `The service answered ${response.status}`;
+      return schedule(MIN_POLL_MS * 5);
     }
     latest = await response.json();
     samples.push(...latest.samples);
