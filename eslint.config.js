@@ -6,6 +6,14 @@ export default tseslint.config(
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
+    // The dashboard's page script runs in the browser as is (no build step).
+    files: ["src/api/dashboard/public/**/*.js"],
+    languageOptions: {
+      sourceType: "script",
+      globals: { document: "readonly", fetch: "readonly", setTimeout: "readonly", clearTimeout: "readonly", ResizeObserver: "readonly", uPlot: "readonly" },
+    },
+  },
+  {
     rules: {
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
     },

@@ -19,6 +19,15 @@ export interface Config {
   corsOrigins: string[];
   /** Restart attempts of a dead embedded PostgreSQL per 10 minutes (LEDGER_EMBEDDED_RESTARTS); 0: exit non-zero at once. */
   embeddedRestarts: number;
+  /** The dashboard's header (docs/dashboard.md): alarm thresholds and how often the service audits itself. */
+  dashboard: {
+    /** LEDGER_ALARM_LAG_SECONDS: a partition's lag stalled or growing for this long. */
+    lagAlarmSeconds: number;
+    /** LEDGER_ALARM_CONSUMER_FAILURES: a consumer loop failing this many passes in a row. */
+    consumerFailureAlarm: number;
+    /** LEDGER_AUDIT_EVERY_SECONDS: the full audit's period; 0: only audits asked for through the API. */
+    auditEverySeconds: number;
+  };
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -52,5 +61,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, 6000, 1, 10_000_000),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),
     embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, 5, 0, 1000),
+    dashboard: {
+      lagAlarmSeconds: integer("LEDGER_ALARM_LAG_SECONDS", env.LEDGER_ALARM_LAG_SECONDS, 60, 1, 86_400),
+      consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, 5, 1, 1_000_000),
+      auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, 300, 0, 86_400),
+    },
   };
 }

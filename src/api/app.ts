@@ -13,6 +13,9 @@ import { authPlugin } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { unstorableText } from "../text.ts";
 import { LedgerMetrics } from "./metrics.ts";
+import { DashboardSampler } from "./dashboard/sampler.ts";
+import { dashboardRoutes } from "./dashboard/routes.ts";
+import { routeGroup } from "./dashboard/request-recorder.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
@@ -52,6 +55,8 @@ export interface AppOptions {
   corsOrigins?: readonly string[];
   /** Supervision state of the database, for /healthz and /readyz (the service passes its own). */
   databaseHealth?: () => DatabaseHealth;
+  /** The dashboard's sampler (the service passes one that sees its consumers); started with the app, stopped on close. */
+  dashboard?: DashboardSampler;
 }
 
 /**
@@ -61,6 +66,9 @@ export interface AppOptions {
 export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("ledger", opts.ledger);
   app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
+  app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
+  app.addHook("onReady", async () => app.dashboard.start());
+  app.addHook("onClose", async () => app.dashboard.stop());
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
   // typed already and are not: {"private": 1} is a 400, not `true`. An unknown query
@@ -129,6 +137,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     const route = request.routeOptions.url ?? "unmatched";
     metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
     metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    app.dashboard.recordRequest(routeGroup(request.routeOptions.schema?.tags?.[0]), reply.elapsedTime);
   });
   // A request in flight when close() starts would keep its keep-alive connection open after
   // the response, and close() (a SIGTERM shutdown) would wait out keepAliveTimeout (72 s).
@@ -162,6 +171,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);
   await app.register(adminRoutes);
+  await app.register(dashboardRoutes);
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
 

@@ -1,11 +1,13 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Ledger } from "../ledger.ts";
+import type { DashboardSampler } from "./dashboard/sampler.ts";
 import type { LedgerMetrics } from "./metrics.ts";
 
 declare module "fastify" {
   interface FastifyInstance {
     ledger: Ledger;
     metrics: LedgerMetrics;
+    dashboard: DashboardSampler;
   }
 }
 

@@ -1,7 +1,10 @@
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "../api/app.ts";
+import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.ts";
+import { fullAudit } from "../api/routes/admin.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
 import type { Config } from "../config.ts";
+import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
 import { observeConsumers } from "./consumer-observer.ts";
@@ -19,8 +22,18 @@ export interface Service {
   stop(): Promise<void>;
 }
 
+export interface ServiceOptions {
+  workers?: boolean;
+  host?: string;
+  logger?: boolean;
+  /** Hook points of the ledger (tests park a consumer with them). */
+  hooks?: Hooks;
+  /** Overrides of the dashboard sampler's settings from the config (tests sample faster). */
+  dashboard?: SamplerOptions;
+}
+
 /** `npm start` / `social-ledger serve`: database, migrations, HTTP API and (unless disabled) the consumers. */
-export async function startService(config: Config, options: { workers?: boolean; host?: string; logger?: boolean } = {}): Promise<Service> {
+export async function startService(config: Config, options: ServiceOptions = {}): Promise<Service> {
   // Lines of the database's supervision before the app (and its logger) exist go nowhere:
   // nothing is supervised until openDatabase returns.
   let logDatabase: (level: "info" | "warn" | "error", message: string, fields?: Record<string, unknown>) => void = () => undefined;
@@ -28,16 +41,30 @@ export async function startService(config: Config, options: { workers?: boolean;
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool);
+  const ledger = await openLedger(database.pool, options.hooks ? { hooks: options.hooks } : {});
   const metrics = new LedgerMetrics(database.pool);
+  const consumerLoops: PartitionWorker[] = [];
+  let logDashboard: (err: unknown, what: string) => void = () => undefined;
+  const dashboard = new DashboardSampler({
+    pool: database.pool, metrics,
+    audit: () => fullAudit(ledger),
+    consumers: () => consumerLoops.map((w) => ({ name: w.name, kind: consumerKind(w.name), failedInARow: w.failedInARow })),
+    onError: (err, what) => logDashboard(err, what),
+  }, {
+    thresholds: { lagMs: config.dashboard.lagAlarmSeconds * 1000, consumerFailures: config.dashboard.consumerFailureAlarm },
+    auditEveryMs: config.dashboard.auditEverySeconds * 1000,
+    ...options.dashboard,
+  });
   const app = await buildApp({
-    ledger, metrics, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
+    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   });
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
+  logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
+  consumerLoops.push(...workers);
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
   for (const w of workers) w.start();
   let stopping: Promise<void> | undefined;
@@ -53,4 +80,9 @@ export async function startService(config: Config, options: { workers?: boolean;
       return stopping;
     },
   };
+}
+
+/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g and follower-projector#g). */
+function consumerKind(worker: string): "like_count" | "follower_projection" {
+  return worker.startsWith("like") ? "like_count" : "follower_projection";
 }

@@ -3,19 +3,38 @@ import { requireAdmin } from "../auth.ts";
 import { readWatermarks } from "../metrics.ts";
 import { bearer, errors, id } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
-import { auditRelations, projectionDiff, relationAuditClean } from "../../relations/relation-audit.ts";
-import { transactionStats } from "../../db/transaction.ts";
+import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDiff } from "../../relations/relation-audit.ts";
+import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import type { Ledger } from "../../ledger.ts";
+
+/**
+ * The follower projection against the truth, or null while the projection lags (the diff only
+ * means something once it has caught up). "Caught up" and the diff are read in one snapshot:
+ * read apart, a follow committed in between looked like a follower missing from the
+ * projection, and a healthy service under load failed its audit.
+ */
+async function projectionDiffWhenCaughtUp(ledger: Ledger): Promise<ProjectionDiff | null> {
+  return withTransaction(ledger.pool, async (client) => {
+    const { rows } = await client.query<{ caught_up: boolean }>(
+      "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
+    );
+    if (!rows[0]!.caught_up) return null;
+    await ledger.hooks.at("audit.beforeProjectionDiff");
+    const diff = {} as ProjectionDiff;
+    for (const key of Object.keys(PROJECTION_DIFF) as (keyof ProjectionDiff)[]) {
+      diff[key] = (await client.query<{ n: number }>(PROJECTION_DIFF[key])).rows[0]!.n;
+    }
+    return diff;
+  }, { isolation: "REPEATABLE READ", readOnly: true });
+}
 
 /** Every invariant check of both capabilities, as `social-ledger audit` and GET /v1/admin/audit report them. */
 export async function fullAudit(ledger: Ledger) {
   const likesWrite = await writeSide(ledger.pool);
   const likesRead = await readSide(ledger.pool);
   const relations = await auditRelations(ledger.pool);
-  const watermarks = await readWatermarks(ledger.pool);
-  const projectionCaughtUp = watermarks.filter((w) => w.view === "follower_projection").every((w) => w.appliedUpto === w.last);
-  // The diff against the truth only means something once the projection has caught up.
-  const diff = projectionCaughtUp ? await projectionDiff(ledger.pool) : null;
+  const diff = await projectionDiffWhenCaughtUp(ledger);
+  const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
     (diff === null || Object.values(diff).every((n) => n === 0));
   return { clean, likes: { writeSide: likesWrite, readSide: likesRead }, relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff } };
@@ -78,7 +97,9 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: { tags: ["admin"], summary: "Write-side and read-side invariant checks; clean=false on any violation", security: bearer, response: { 200: auditResponse, ...errors(401, 403) } },
   }, async (request) => {
     requireAdmin(request);
-    return fullAudit(ledger);
+    const report = await fullAudit(ledger);
+    app.dashboard.recordAudit(report, "api");
+    return report;
   });
 
   app.post("/v1/admin/rebuild", {

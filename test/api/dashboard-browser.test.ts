@@ -1,0 +1,255 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import type { Page } from "playwright-core";
+import { signToken } from "../../src/api/auth.ts";
+import { loadConfig } from "../../src/config.ts";
+import { Gate, Hooks } from "../../src/hooks.ts";
+import { startService } from "../../src/runtime/service.ts";
+import { loadJwtSecret } from "../../src/runtime/secret.ts";
+import { launchChromium } from "../support/browser.ts";
+import { createTestDatabase } from "../support/test-db.ts";
+
+/** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
+const ARTIFACTS = path.resolve("test-artifacts", "dashboard");
+const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift"];
+/** Every browser-side wait; each states what it waited for when it runs out. */
+const WAIT_MS = 20_000;
+const USERS = Array.from({ length: 24 }, (_, i) => `user-${i}`);
+const ITEMS = Array.from({ length: 8 }, (_, i) => `item-${i}`);
+
+interface Call {
+  (method: string, path: string, token: string, body?: unknown): Promise<{ status: number; json: unknown }>;
+}
+
+function client(baseUrl: string): Call {
+  return async (method, urlPath, token, body) => {
+    const res = await fetch(`${baseUrl}${urlPath}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      body: body === undefined ? null : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, json: text ? JSON.parse(text) : undefined };
+  };
+}
+
+/**
+ * HTTP load in `lanes` concurrent loops until stopped: likes and unlikes (CHANGED, and NOOP
+ * when repeated), follows (some REJECTED: user-0 blocks user-1), and like-count reads. Any
+ * status but 200 and the REJECTED follow's 409 is collected and fails the test.
+ */
+function startLoad(call: Call, tokens: Map<string, string>, lanes: number) {
+  let running = true;
+  const unexpected: string[] = [];
+  let requests = 0;
+  const pick = <T>(xs: readonly T[]) => xs[Math.floor(Math.random() * xs.length)]!;
+  const lane = async () => {
+    while (running) {
+      const user = pick(USERS);
+      const token = tokens.get(user)!;
+      const roll = Math.random();
+      let res;
+      if (roll < 0.6) res = await call(Math.random() < 0.75 ? "PUT" : "DELETE", `/v1/items/${pick(ITEMS)}/likes/me`, token);
+      else if (roll < 0.75) res = await call("PUT", `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user))}`, token);
+      else if (roll < 0.8) res = await call("PUT", "/v1/accounts/me/following/user-0", tokens.get("user-1")!);
+      else res = await call("GET", `/v1/items/${pick(ITEMS)}/like-count`, token);
+      requests++;
+      if (res.status !== 200 && res.status !== 409) unexpected.push(`${res.status} ${JSON.stringify(res.json)}`);
+    }
+  };
+  const done = Promise.all(Array.from({ length: lanes }, lane));
+  return {
+    get requests() {
+      return requests;
+    },
+    async stop() {
+      running = false;
+      await done;
+      return unexpected;
+    },
+  };
+}
+
+/** Runs a page.waitForFunction with WAIT_MS; on timeout, says what it waited for and what the header showed. */
+async function waitInPage(page: Page, what: string, wait: (options: { timeout: number; polling: number }) => Promise<unknown>): Promise<void> {
+  try {
+    await wait({ timeout: WAIT_MS, polling: 200 });
+  } catch (err) {
+    const header = await page.locator("header").innerText().catch(() => "(no header)");
+    throw new Error(`${what}: not within ${WAIT_MS} ms; the header shows: ${header}`, { cause: err });
+  }
+}
+
+/**
+ * Pixels of a series drawn on each plot's canvas. The dashboard draws axes and grid in grey on
+ * white and series in saturated colours only, so a saturated pixel is part of a line or point.
+ */
+function drawnPixels(page: Page): Promise<Record<string, number>> {
+  return page.evaluate((ids) => {
+    const counts: Record<string, number> = {};
+    for (const id of ids) {
+      const canvas = document.querySelector<HTMLCanvasElement>(`#${id} canvas`);
+      let n = 0;
+      if (canvas && canvas.width > 0 && canvas.height > 0) {
+        const { data } = canvas.getContext("2d")!.getImageData(0, 0, canvas.width, canvas.height);
+        for (let i = 0; i < data.length; i += 4) {
+          if (data[i + 3]! > 128 && Math.max(data[i]!, data[i + 1]!, data[i + 2]!) - Math.min(data[i]!, data[i + 1]!, data[i + 2]!) > 80) n++;
+        }
+      }
+      counts[id] = n;
+    }
+    return counts;
+  }, PLOTS);
+}
+
+test("dashboard in Chromium against a service under load: every plot draws points, the tables fill, a consumer parked at consumer.beforeCommit, a consumer failing 3 passes in a row and a failed audit each turn the header red, and it turns green again; 1280 px and phone width; no console errors", async (t) => {
+  // Undone last-first (node runs t.after hooks first-first): the gate before the service, the service before the database.
+  const cleanup: (() => unknown)[] = [];
+  t.after(async () => {
+    for (const undo of cleanup.reverse()) await undo();
+  });
+  await rm(ARTIFACTS, { recursive: true, force: true });
+  await mkdir(ARTIFACTS, { recursive: true });
+  const db = await createTestDatabase({ partitions: 4, poolSize: 2 });
+  cleanup.push(() => db.close());
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-dashboard-"));
+  cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
+  const config = {
+    ...loadConfig({
+      DATABASE_URL: db.url, LEDGER_DATA_DIR: dataDir, LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
+      LEDGER_WRITES_PER_MINUTE: "1000000", LEDGER_ALARM_LAG_SECONDS: "4", LEDGER_ALARM_CONSUMER_FAILURES: "3", LEDGER_AUDIT_EVERY_SECONDS: "0",
+    }),
+    port: 0,
+  };
+  const hooks = new Hooks();
+  const service = await startService(config, { logger: false, hooks, dashboard: { sampleMs: 500 } });
+  cleanup.push(() => service.stop());
+  const secret = await loadJwtSecret(config);
+  const call = client(service.address);
+  const adminToken = await signToken(secret, "root", { admin: true });
+  const tokens = new Map(await Promise.all(USERS.map(async (u) => [u, await signToken(secret, u)] as const)));
+
+  for (const u of USERS) assert.equal((await call("PUT", `/v1/accounts/${u}`, adminToken, { private: false })).status, 200);
+  for (const item of [...ITEMS, "quiet"]) assert.equal((await call("PUT", `/v1/items/${item}`, adminToken)).status, 200);
+  assert.equal((await call("PUT", "/v1/accounts/me/blocks/user-1", tokens.get("user-0")!)).status, 200);
+  const load = startLoad(call, tokens, 6);
+  cleanup.push(() => load.stop());
+
+  // Drift for the drift plot: a count corrupted behind the ledger's back, then repaired by a rebuild.
+  for (const u of USERS.slice(0, 3)) assert.equal((await call("PUT", "/v1/items/quiet/likes/me", tokens.get(u)!)).status, 200);
+  const quietCount = async () => ((await call("GET", "/v1/items/quiet/like-count", adminToken)).json as { count: number }).count;
+  for (const deadline = Date.now() + WAIT_MS; (await quietCount()) !== 3;) {
+    assert.ok(Date.now() < deadline, "the consumers did not count the 3 likes of 'quiet'");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const corruptQuiet = (by: number) => db.pool.query("UPDATE like_count SET n = n + $1 WHERE item_id = 'quiet' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'quiet')", [by]);
+  await corruptQuiet(5);
+  const rebuild = await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] });
+  assert.deepEqual((rebuild.json as { totalAbsDrift: number }).totalAbsDrift, 5, JSON.stringify(rebuild.json));
+  const audit = await call("GET", "/v1/admin/audit", adminToken);
+  assert.equal((audit.json as { clean: boolean }).clean, true, `audit under load: ${JSON.stringify(audit.json)}`);
+
+  const browser = await launchChromium({ width: 1280, height: 900 });
+  cleanup.push(() => browser.close());
+
+  // A token without the admin role is refused, and the page says why.
+  const refused = await browser.context.newPage();
+  await refused.goto(`${service.address}/dashboard`);
+  await refused.fill("#token", tokens.get("user-2")!);
+  await refused.click("button[type=submit]");
+  await waitInPage(refused, "the 403 message", (o) => refused.waitForFunction(() => (document.getElementById("login-error")?.textContent ?? "").includes("403"), null, o));
+  assert.equal(await refused.locator("#panels").isHidden(), true, "no dashboard without the admin role");
+  await refused.close();
+
+  const page = await browser.context.newPage();
+  const consoleErrors: string[] = [];
+  page.on("console", (message) => {
+    if (message.type() === "error") consoleErrors.push(message.text());
+  });
+  page.on("pageerror", (err) => consoleErrors.push(err.message));
+  await page.goto(`${service.address}/dashboard`);
+  assert.equal(await page.locator("header").getAttribute("data-state"), "signed-out");
+  await page.fill("#token", adminToken);
+  await page.click("button[type=submit]");
+
+  await waitInPage(page, "every plot drawing points and a green header", (o) => page.waitForFunction((ids) =>
+    document.querySelector("header")?.dataset.state === "ok" &&
+    ids.every((id) => Number(document.getElementById(id)?.dataset.points ?? 0) > 0), PLOTS, o));
+  // A few more samples, so that every series of every plot has several points under load.
+  const requestsBefore = load.requests;
+  const samples = Number(await page.locator("#panels").getAttribute("data-samples"));
+  await waitInPage(page, "four more samples", (o) => page.waitForFunction((n) => Number(document.getElementById("panels")?.dataset.samples) >= n, samples + 4, o));
+  const pixels = await drawnPixels(page);
+  t.diagnostic(`note drawn pixels per plot at 1280 px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`);
+  for (const id of PLOTS) assert.ok(pixels[id]! > 50, `${id} drew ${pixels[id]} series pixels`);
+  assert.ok(load.requests > requestsBefore, "the load is running");
+  assert.equal(await page.locator("#watermarks tbody tr").count(), 8, "4 partitions of 2 views");
+  assert.match(await page.locator("#audit").innerText(), /^clean at .* \(api\)$/);
+  assert.match(await page.locator("#rebuild").innerText(), /1 drifted, total \|drift\| 5$/);
+  assert.equal(await page.locator("#consumers tbody tr").count(), 8, "like-counter and follower-projector loops 0-3");
+  assert.equal(await page.locator("#cache").getAttribute("data-configured"), "false");
+  assert.match(await page.locator("#cache").innerText(), /Not configured/);
+  assert.equal(await page.locator("#login").isHidden(), true, "the token form is gone once signed in");
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-1280.png"), fullPage: true });
+
+  // A stuck consumer: every like-counter loop parks before its commit, the watermarks stand still under load.
+  const gate = new Gate("consumer.beforeCommit");
+  const off = hooks.on("consumer.beforeCommit", gate.handler);
+  // Released in any case: the service's stop waits for its parked consumers.
+  cleanup.push(() => {
+    off();
+    gate.release();
+  });
+  await gate.waitArrived();
+  // Red first with "lag grew" (the loops commit once more before each reaches the gate), then
+  // with "watermark stalled" once no watermark of the view has moved for the threshold.
+  await waitInPage(page, "a red header saying a like_count watermark stalled", (o) => page.waitForFunction(() =>
+    document.querySelector("header")?.dataset.state === "alarm" &&
+    [...document.querySelectorAll("#reasons li")].some((li) => /^like_count partition \d: watermark stalled at \d+ for \d+ s with lag [1-9]/.test(li.textContent ?? "")), null, o));
+  t.diagnostic(`note header while the consumer is parked: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`);
+  assert.equal(await page.locator("header").evaluate((h) => getComputedStyle(h).backgroundColor), "rgb(198, 40, 40)");
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-alarm.png") });
+  off();
+  gate.release();
+
+  // A failing consumer: every like-counter pass throws before its commit (and rolls back).
+  const offFailing = hooks.on("consumer.beforeCommit", () => {
+    throw new Error("injected by the dashboard test");
+  });
+  cleanup.push(offFailing);
+  await waitInPage(page, "a red header saying a consumer failed 3 passes in a row", (o) => page.waitForFunction(() =>
+    [...document.querySelectorAll("#reasons li")].some((li) => /^consumer like-counter#\d failed \d+ passes in a row$/.test(li.textContent ?? "")), null, o));
+  t.diagnostic(`note header while the consumer fails: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`);
+  offFailing();
+
+  // Recovered (and the load stopped, so the lag drains to zero), the header turns green again.
+  assert.deepEqual(await load.stop(), [], "unexpected statuses under load");
+  await waitInPage(page, "a green header once the consumer runs again", (o) => page.waitForFunction(() => document.querySelector("header")?.dataset.state === "ok", null, o));
+
+  // A failed audit turns it red; a rebuild and a clean audit turn it green.
+  await corruptQuiet(2);
+  await page.click("#run-audit");
+  await waitInPage(page, "a red header for the failed audit", (o) => page.waitForFunction(() => document.querySelector("header")?.dataset.state === "alarm", null, o));
+  assert.match(await page.locator("#reasons").innerText(), /^audit found violations at /);
+  assert.equal(await page.locator("#audit").getAttribute("data-clean"), "false");
+  assert.equal(((await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] })).json as { totalAbsDrift: number }).totalAbsDrift, 2);
+  await page.click("#run-audit");
+  await waitInPage(page, "a green header and the second rebuild run", (o) => page.waitForFunction(() =>
+    document.querySelector("header")?.dataset.state === "ok" && (document.getElementById("rebuild")?.textContent ?? "").endsWith("total |drift| 2") &&
+    document.getElementById("plot-drift")?.dataset.points === "4", null, o));
+
+  // Phone width: one column, nothing wider than the screen, the plots redrawn at the new width.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await waitInPage(page, "plots resized to the phone's width", (o) => page.waitForFunction(() =>
+    [...document.querySelectorAll("canvas")].every((c) => c.getBoundingClientRect().width <= 390) &&
+    document.documentElement.scrollWidth <= 390, null, o));
+  const phonePixels = await drawnPixels(page);
+  for (const id of PLOTS) assert.ok(phonePixels[id]! > 50, `${id} drew ${phonePixels[id]} series pixels at phone width`);
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-phone.png"), fullPage: true });
+
+  assert.deepEqual(consoleErrors, [], "console errors in the page");
+});
