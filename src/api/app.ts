@@ -16,6 +16,7 @@ import { LedgerMetrics } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
 import { routeGroup } from "./dashboard/request-recorder.ts";
+import { finishOpenApi } from "./openapi.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
@@ -106,6 +107,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
         const body = paths[path]?.[method]?.requestBody;
         if (body) body.required = false;
       }
+      finishOpenApi(paths);
       return documentObject.openapiObject;
     },
   });

@@ -58,7 +58,19 @@ export const accountRow = (timeField: string) => ({
 
 export const lagQuery = {
   type: "object", additionalProperties: false,
-  properties: { allowedLag: { type: "integer", minimum: 0, default: 16 } },
+  properties: {
+    allowedLag: {
+      type: "integer", minimum: 0, default: 16,
+      description: "how many unprocessed events (of the count's partitions) the caller accepts; a larger lag answers stale: true, never an error",
+    },
+  },
+} as const;
+
+/** What the fields of a derived count mean, for the OpenAPI document. */
+export const countFields = {
+  lag: { type: "integer", description: "events written but not yet applied by the consumer, over the partitions the count reads" },
+  stale: { type: "boolean", description: "lag > allowedLag: the count may be behind by more than the caller accepted" },
+  pendingForItem: { type: "integer", description: "unapplied events of this item: the exact error bound, |count - truth| <= pendingForItem" },
 } as const;
 
 export const relationshipProperties = {

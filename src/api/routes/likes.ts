@@ -3,7 +3,7 @@ import type { RateLimits } from "../context.ts";
 import { requireAdmin, requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
-import { bearer, errors, idParams, lagQuery, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
+import { bearer, countFields, errors, idParams, lagQuery, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
 import { readCount } from "../../likes/like-audit.ts";
 import { listLikedItems, listLikers } from "../../likes/like-reads.ts";
 import type { LikeResult } from "../../likes/types.ts";
@@ -88,7 +88,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
       response: {
         200: {
           type: "object",
-          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForItem: { type: "integer" }, stale: { type: "boolean" } },
+          properties: { count: { type: "integer", description: "the derived like count" }, ...countFields },
         },
         ...errors(400, 401, 404, 429),
       },

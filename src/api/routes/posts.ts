@@ -37,10 +37,28 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
       security: optionalBearer, params: idParams,
       querystring: {
         type: "object", additionalProperties: false,
-        properties: { consistency: { type: "string", enum: Object.keys(CONSISTENCY), default: "content_token" } },
+        properties: {
+          consistency: {
+            type: "string", enum: Object.keys(CONSISTENCY), default: "content_token",
+            description:
+              "how a FOLLOWERS post's follow is checked. content_token (default): the follower projection, if it has applied the post's acl_token, else the truth; " +
+              "a block or unfollow committed before the post was created is always seen (no new-enemy read), but an unfollowed reader can still read OLDER followers-only " +
+              "posts for up to the projector's lag (the revocation window). fresh_token: the projection only if it has caught up with every relation event so far, else the " +
+              "truth (closes the window at the cost of more truth reads). truth: always the relation table (exact, the most expensive).",
+          },
+        },
       },
       response: {
-        200: { type: "object", properties: { post, decidedBy: { type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"] } } },
+        200: {
+          type: "object",
+          properties: {
+            post,
+            decidedBy: {
+              type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"],
+              description: "what allowed the read: the author; the relation table (truth); the follower projection; the truth because the projection was behind (fallback-truth); a PUBLIC post's block check; a PUBLIC post read without a token",
+            },
+          },
+        },
         ...errors(400, 401, 404, 429),
       },
     },
