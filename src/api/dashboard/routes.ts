@@ -52,13 +52,20 @@ export async function dashboardRoutes(app: FastifyInstance): Promise<void> {
   const { dashboard, ledger } = app;
   const page = await readFile(path.join(PUBLIC_DIR, "index.html"), "utf8");
 
-  await app.register(fastifyStatic, { root: PUBLIC_DIR, prefix: "/dashboard/assets/", decorateReply: false, index: false });
-  await app.register(fastifyStatic, {
-    root: UPLOT_DIR, prefix: "/dashboard/vendor/uplot/", decorateReply: false, index: false,
-    allowedPath: (pathName) => UPLOT_FILES.has(pathName),
+  // The page and its files read no token (the page asks for one and sends it to the JSON
+  // endpoint, which requires an admin); the static plugin's routes declare no config of their own.
+  await app.register(async (files) => {
+    files.addHook("onRoute", (route) => {
+      route.config = { ...route.config, auth: "none" };
+    });
+    await files.register(fastifyStatic, { root: PUBLIC_DIR, prefix: "/dashboard/assets/", decorateReply: false, index: false });
+    await files.register(fastifyStatic, {
+      root: UPLOT_DIR, prefix: "/dashboard/vendor/uplot/", decorateReply: false, index: false,
+      allowedPath: (pathName) => UPLOT_FILES.has(pathName),
+    });
   });
 
-  app.get("/dashboard", { schema: { hide: true } }, async (_request, reply) => {
+  app.get("/dashboard", { schema: { hide: true }, config: { auth: "none" } }, async (_request, reply) => {
     void reply.type("text/html; charset=utf-8").header("content-security-policy", PAGE_POLICY).header("cache-control", "no-store");
     return page;
   });

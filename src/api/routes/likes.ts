@@ -18,6 +18,14 @@ type IdRequest = FastifyRequest<{ Params: { id: string } }>;
  * the same, so a blocked user learns nothing about the post.
  */
 export async function requireVisibleItem(ledger: Ledger, caller: Caller | null, itemId: string): Promise<void> {
+  const visibility = await requireLiveItem(ledger, itemId);
+  if (visibility === null) return;
+  const allowed = caller ? (await ledger.posts.canRead(caller.id, itemId, "TRUTH")).allowed : visibility === "PUBLIC";
+  if (!allowed) throw notFound("item");
+}
+
+/** The item exists and is not a deleted post (gone for everyone); answers the post's visibility, or null for an item that is no post. */
+async function requireLiveItem(ledger: Ledger, itemId: string): Promise<string | null> {
   const { rows } = await ledger.pool.query<{ item: boolean; visibility: string | null; deleted: boolean | null }>(
     `SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item,
             (SELECT visibility FROM post WHERE post_id = $1) AS visibility,
@@ -26,9 +34,7 @@ export async function requireVisibleItem(ledger: Ledger, caller: Caller | null, 
   );
   const { item, visibility, deleted } = rows[0]!;
   if (!item || deleted === true) throw notFound("item");
-  if (visibility === null) return;
-  const allowed = caller ? (await ledger.posts.canRead(caller.id, itemId, "TRUTH")).allowed : visibility === "PUBLIC";
-  if (!allowed) throw notFound("item");
+  return visibility;
 }
 
 export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
@@ -51,6 +57,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
     // The library answers REJECTED for an item that does not exist, which is a 404 below.
     if (want) await requireVisibleItem(ledger, caller, request.params.id);
+    else await requireLiveItem(ledger, request.params.id);
     const result: LikeResult = want
       ? await ledger.likes.like(caller.id, request.params.id)
       : await ledger.likes.unlike(caller.id, request.params.id);
