@@ -107,7 +107,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
         const body = paths[path]?.[method]?.requestBody;
         if (body) body.required = false;
       }
-      finishOpenApi(paths);
+      finishOpenApi(paths, (documentObject.openapiObject.components?.schemas ?? {}) as Record<string, unknown>);
       return documentObject.openapiObject;
     },
   });

@@ -55,7 +55,47 @@ export function operationIdOf(method: string, path: string): string {
   return method.toLowerCase() + (words.join("") || "Root");
 }
 
-export function finishOpenApi(paths: Paths): void {
+interface SchemaNode {
+  $ref?: string;
+  type?: string | string[];
+  enum?: unknown[];
+  format?: string;
+  default?: unknown;
+  minimum?: number;
+  properties?: Record<string, SchemaNode>;
+  items?: SchemaNode;
+  oneOf?: SchemaNode[];
+  anyOf?: SchemaNode[];
+}
+
+/** A value of the schema's shape (enum's first value, a default, a date for date-time), so a client sees what an answer looks like. */
+export function exampleOf(schema: unknown, schemas: Record<string, unknown>, depth = 0): unknown {
+  const node = schema as SchemaNode;
+  if (depth > 8) return null;
+  if (node.$ref) return exampleOf(schemas[node.$ref.split("/").at(-1)!], schemas, depth + 1);
+  if (node.enum) return node.enum[0];
+  if (node.default !== undefined) return node.default;
+  const variant = node.oneOf?.[0] ?? node.anyOf?.[0];
+  if (variant) return exampleOf(variant, schemas, depth + 1);
+  const type = Array.isArray(node.type) ? node.type.find((t) => t !== "null") : node.type;
+  switch (type) {
+    case "object":
+      return Object.fromEntries(Object.entries(node.properties ?? {}).map(([k, v]) => [k, exampleOf(v, schemas, depth + 1)]));
+    case "array":
+      return node.items ? [exampleOf(node.items, schemas, depth + 1)] : [];
+    case "integer":
+    case "number":
+      return node.minimum ?? 0;
+    case "boolean":
+      return false;
+    case "string":
+      return node.format === "date-time" ? "2026-01-01T00:00:00.000Z" : "string";
+    default:
+      return node.properties ? exampleOf({ ...node, type: "object" }, schemas, depth + 1) : null;
+  }
+}
+
+export function finishOpenApi(paths: Paths, schemas: Record<string, unknown> = {}): void {
   for (const [path, operations] of Object.entries(paths)) {
     for (const [method, op] of Object.entries(operations)) {
       op.operationId ??= operationIdOf(method, path);
@@ -67,8 +107,10 @@ export function finishOpenApi(paths: Paths): void {
           const [firstCode, firstMeaning] = Object.entries(codes)[0]!;
           const json = response.content?.["application/json"];
           if (json && json.example === undefined) json.example = { error: { code: firstCode, message: firstMeaning } };
-        } else if (!response.description || response.description === "Default Response") {
-          response.description = op.summary ?? "Success";
+        } else {
+          if (!response.description || response.description === "Default Response") response.description = op.summary ?? "Success";
+          const json = response.content?.["application/json"];
+          if (json && json.example === undefined && json.schema) json.example = exampleOf(json.schema, schemas);
         }
       }
     }

@@ -29,7 +29,7 @@ function pointer(...segments: string[]): string {
   return segments.map((s) => encodeURIComponent(s.replace(/~/g, "~0").replace(/\//g, "~1"))).join("/");
 }
 
-test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operation has a unique operationId, no 'Default Response', and error responses list their codes with an example", async (t) => {
+test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operation has a unique operationId, no 'Default Response', an example per JSON response, and error responses list their codes", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const doc = (await h.request<Document>("GET", "/openapi.json")).body;
@@ -47,9 +47,9 @@ test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operati
       else ids.set(op.operationId, where);
       for (const [status, response] of Object.entries(op.responses ?? {})) {
         if (!response.description || response.description === "Default Response") problems.push(`${where} ${status}: no description`);
+        if (response.content?.["application/json"] && (response.content["application/json"] as { example?: unknown }).example === undefined) problems.push(`${where} ${status}: no example`);
         if (Number(status) >= 400) {
           if (!/`[A-Z_]+`/.test(response.description ?? "")) problems.push(`${where} ${status}: no error codes listed`);
-          if (!(response.content?.["application/json"] as { example?: unknown } | undefined)?.example) problems.push(`${where} ${status}: no example`);
         }
       }
     }
