@@ -53,7 +53,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("serve")
     .description("Run the HTTP API (and, unless --no-workers, the consumers) until SIGINT/SIGTERM; same as `npm start`")
     .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
-    .option("--host <address>", "address to listen on", "127.0.0.1")
+    .option("--host <address>", "address to listen on (HOST)", process.env.HOST || "127.0.0.1")
     .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
     .addHelpText("after", `
 Opens the database (DATABASE_URL, or the embedded PostgreSQL 16 of LEDGER_DATA_DIR, started if

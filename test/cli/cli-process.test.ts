@@ -107,7 +107,8 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
   const server1 = serve("serve#1");
   const address = LISTENING.exec(await server1.waitFor(LISTENING, 90_000))![1]!;
   t.diagnostic(`note serve#1 listening on ${address} after ${Date.now() - started} ms (initdb + start + migrate)`);
-  assert.match(server1.lines.join("\n"), /database: {2}embedded PostgreSQL 16, data in /);
+  assert.match(server1.errorLines.join("\n"), /database: {2}embedded PostgreSQL 16, data in /, "the banner is on stderr");
+  assert.ok(server1.lines.every((l) => l.startsWith("{")), "stdout holds only JSON log lines");
   const pgPid = postmasterPid(pgData);
   assert.ok(pgPid !== undefined && processAlive(pgPid), "serve started the embedded PostgreSQL");
 

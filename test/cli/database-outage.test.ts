@@ -172,7 +172,7 @@ while True:
 
 test("a start right after a kill -9 of the whole process group succeeds at the first try while the dead server and postmaster are still zombies", { timeout: 240_000 }, async (t) => {
   const s = await setup(t);
-  const reaper = spawn("python3", ["-c", REAPER, process.execPath, BIN, "serve"], { cwd: REPO_ROOT, env: s.env, stdio: ["pipe", "pipe", "inherit"] });
+  const reaper = spawn("python3", ["-c", REAPER, process.execPath, BIN, "serve"], { cwd: REPO_ROOT, env: s.env, stdio: ["pipe", "pipe", "pipe"] });
   const reaperExit = new Promise((resolve) => reaper.on("exit", resolve));
   t.after(async () => {
     reaper.stdin.end("\n");
@@ -180,11 +180,14 @@ test("a start right after a kill -9 of the whole process group succeeds at the f
   });
   const lines: string[] = [];
   const listening = new Promise<string>((resolve) => {
-    createInterface({ input: reaper.stdout }).on("line", (line) => {
-      lines.push(line);
-      const m = LISTENING.exec(line);
-      if (m) resolve(m[1]!);
-    });
+    // serve's JSON logs on stdout, its banner on stderr; the reaper's own line on stdout.
+    for (const input of [reaper.stdout, reaper.stderr]) {
+      createInterface({ input }).on("line", (line) => {
+        lines.push(line);
+        const m = LISTENING.exec(line);
+        if (m) resolve(m[1]!);
+      });
+    }
   });
   const address = await withDeadline(listening, 90_000, () => `serve under the reaper did not start:\n${lines.join("\n")}`);
   const serverPid = Number(/^reaper child (\d+)$/.exec(lines.find((l) => l.startsWith("reaper child"))!)![1]);

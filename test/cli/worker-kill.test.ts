@@ -69,7 +69,7 @@ test("worker processes: kill -9 one in the middle of a batch, replace it, drain:
   children.push(workerA);
   const workerB = start("worker-B", ["worker", "--partitions", "1,3"]);
   const address = LISTENING.exec(await server.waitFor(LISTENING))![1]!;
-  assert.ok(server.lines.some((l) => /consumers: none in this process/.test(l)), "serve --no-workers runs no consumer");
+  assert.ok(server.errorLines.some((l) => /consumers: none in this process/.test(l)), "serve --no-workers runs no consumer");
   await Promise.all([workerA.waitFor(/"msg":"started"/), workerB.waitFor(/"msg":"started"/)]);
 
   const key = new TextEncoder().encode(secret);

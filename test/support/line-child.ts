@@ -24,7 +24,10 @@ export async function withDeadline<T>(promise: Promise<T>, ms: number, what: () 
 
 export class LineChild {
   readonly proc: ChildProcess;
+  /** stdout lines. */
   readonly lines: string[] = [];
+  /** stderr lines. */
+  readonly errorLines: string[] = [];
   readonly exited: Promise<Exit>;
   stderr = "";
   private exitInfo: Exit | undefined;
@@ -38,14 +41,20 @@ export class LineChild {
   ) {
     this.proc = spawn(process.execPath, [...argv], { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
     this.proc.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.stderr += chunk));
+    // stderr lines (serve's banner) can be awaited too; `lines` stays stdout (JSON logs) only.
+    const stderrClosed = new Promise<void>((resolve) => {
+      const rl = createInterface({ input: this.proc.stderr! });
+      rl.on("line", (line) => this.onLine(line, this.errorLines));
+      rl.on("close", resolve);
+    });
     const stdoutClosed = new Promise<void>((resolve) => {
       const rl = createInterface({ input: this.proc.stdout! });
-      rl.on("line", (line) => this.onLine(line));
+      rl.on("line", (line) => this.onLine(line, this.lines));
       rl.on("close", resolve);
     });
     const processExited = new Promise<Exit>((resolve) => this.proc.on("exit", (code, signal) => resolve({ code, signal })));
     // Reported after the last stdout line has been delivered.
-    this.exited = Promise.all([processExited, stdoutClosed]).then(([info]) => {
+    this.exited = Promise.all([processExited, stdoutClosed, stderrClosed]).then(([info]) => {
       this.exitInfo = info;
       for (const w of this.waiters.splice(0)) w.reject(this.failure(`exited without printing ${w.pattern}`));
       return info;
@@ -63,8 +72,8 @@ export class LineChild {
     );
   }
 
-  private onLine(line: string): void {
-    this.lines.push(line);
+  private onLine(line: string, into: string[]): void {
+    into.push(line);
     for (let i = this.waiters.length - 1; i >= 0; i--) {
       const w = this.waiters[i]!;
       if (w.pattern.test(line)) {
@@ -76,7 +85,7 @@ export class LineChild {
 
   /** The first stdout line matching `pattern`, already printed or still to come, within `ms`. */
   waitFor(pattern: RegExp, ms = 45_000): Promise<string> {
-    const seen = this.lines.find((l) => pattern.test(l));
+    const seen = this.lines.find((l) => pattern.test(l)) ?? this.errorLines.find((l) => pattern.test(l));
     if (seen !== undefined) return Promise.resolve(seen);
     if (this.exitInfo) return Promise.reject(this.failure(`exited without printing ${pattern}`));
     const line = new Promise<string>((resolve, reject) => this.waiters.push({ pattern, resolve, reject }));

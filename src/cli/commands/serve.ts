@@ -8,7 +8,8 @@ export async function serve(opts: { workers: boolean; host: string; port?: numbe
   const config = loadConfig();
   if (opts.port !== undefined) config.port = opts.port;
   const service = await startService(config, { workers: opts.workers, host: opts.host });
-  process.stdout.write(serviceBanner(service));
+  // The banner is for a person; stdout stays one JSON log object per line for machines.
+  process.stderr.write(serviceBanner(service));
   await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });
   return 0; // not reached: runUntilSignal exits the process
 }
