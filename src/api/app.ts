@@ -1,4 +1,4 @@
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import fp from "fastify-plugin";
 import { Ajv } from "ajv";
 import cors from "@fastify/cors";
@@ -188,7 +188,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     return503OnClosing: false,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     clientErrorHandler: handleClientError,
     bodyLimit: 64 * 1024,
     // Ids are valid up to MAX_ID_LENGTH (128) characters, 3x that when percent-encoded; the
