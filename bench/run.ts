@@ -448,6 +448,14 @@ async function drainPhase(t: Target): Promise<Row> {
   };
 }
 
+const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.chapter, OP.hot, OP.follow]);
+
+/** The cluster's current WAL insert position, in bytes. */
+async function walPosition(): Promise<number> {
+  const { rows } = await started.admin!.query<{ lsn: string }>("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
+  return Number(rows[0]!.lsn);
+}
+
 // ---- main ----
 
 async function main(o: Opts): Promise<void> {
@@ -498,8 +506,16 @@ async function main(o: Opts): Promise<void> {
     const order = phases++ % 2 === 0 ? targets : [...targets].reverse();
     const done: Row[] = [];
     for (const t of order) {
+      const walBefore = await walPosition();
       const made = await make(t);
       checkAbort();
+      // WAL per write does not depend on how busy the machine is (full-page images after a
+      // checkpoint add to it, so it is an upper bound of the steady state).
+      if (!Array.isArray(made) && WRITE_OPS.has(made.op) && made.figures.ops > 0) {
+        const bytesPerOp = ((await walPosition()) - walBefore) / made.figures.ops;
+        made.note = `${made.note}, WAL ${Math.round(bytesPerOp)} B/op`;
+        made.extra = { ...made.extra, walBytesPerOp: bytesPerOp };
+      }
       for (const row of Array.isArray(made) ? made : [made]) {
         done.push(row);
         progress(row);
