@@ -20,6 +20,7 @@ export const OP = {
   pkDrainedAlone: "primary-key SELECT, drained, 1 worker interleaved",
   drain: "consumer drain (events)",
   follow: "follow/unfollow",
+  lagUnderLoad: "like/unlike with consumers on (lag sampled)",
   projectorDrain: "follower projector drain (events)",
 } as const;
 

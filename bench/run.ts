@@ -23,7 +23,7 @@ import { initLedger, MAX_PARTITIONS } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { transactionStats } from "../src/db/transaction.ts";
-import { openLedger, type Ledger } from "../src/ledger.ts";
+import { createWorkers, openLedger, type Ledger } from "../src/ledger.ts";
 import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
@@ -448,6 +448,52 @@ async function drainPhase(t: Target): Promise<Row> {
   };
 }
 
+/**
+ * Library writes at full speed (mixed items) with the consumer workers running in the same
+ * process, as the service runs them; lag (one READ_COUNT_SQL statement) sampled every 100 ms.
+ * The lag must stay bounded: its maximum, its last sample while writing, and how long the
+ * workers take to catch up once the writers stop are the figures.
+ */
+async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
+  const workers = createWorkers(t.ledger, { idleMs: 20 });
+  for (const w of workers) w.start();
+  const samples: number[] = [];
+  let writing = true;
+  const sampler = (async () => {
+    while (writing) {
+      samples.push((await readCount(t.pool, item(0), 0)).lag);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  })();
+  const figures = await runFixedCount(2 * o.ops, o.workers, (k) => {
+    const { j, like } = toggle(k, 2 * o.ops, USERS);
+    return like ? t.ledger.likes.like(`lag${j % USERS}`, item(j % ITEMS)) : t.ledger.likes.unlike(`lag${j % USERS}`, item(j % ITEMS));
+  }, abort.signal);
+  writing = false;
+  await sampler;
+  const t0 = performance.now();
+  while ((await readCount(t.pool, item(0), 0)).lag > 0 && !abort.signal.aborted && performance.now() - t0 < 60_000) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const catchUpMs = performance.now() - t0;
+  for (const w of workers) await w.stop();
+  const maxLag = Math.max(0, ...samples);
+  const lastLag = samples[samples.length - 1] ?? 0;
+  return {
+    op: OP.lagUnderLoad, path: "library", partitions: t.partitions, figures,
+    note: [`lag max ${maxLag}, last ${lastLag} over ${samples.length} samples, caught up ${Math.round(catchUpMs)} ms after the writers stopped`, ...problems(figures)].join(", "),
+    extra: { lagSamples: samples, maxLag, lastLag, catchUpMs },
+  };
+}
+
+const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.chapter, OP.hot, OP.follow]);
+
+/** The cluster's current WAL insert position, in bytes. */
+async function walPosition(): Promise<number> {
+  const { rows } = await started.admin!.query<{ lsn: string }>("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
+  return Number(rows[0]!.lsn);
+}
+
 // ---- main ----
 
 async function main(o: Opts): Promise<void> {
@@ -498,8 +544,16 @@ async function main(o: Opts): Promise<void> {
     const order = phases++ % 2 === 0 ? targets : [...targets].reverse();
     const done: Row[] = [];
     for (const t of order) {
+      const walBefore = await walPosition();
       const made = await make(t);
       checkAbort();
+      // WAL per write does not depend on how busy the machine is (full-page images after a
+      // checkpoint add to it, so it is an upper bound of the steady state).
+      if (!Array.isArray(made) && WRITE_OPS.has(made.op) && made.figures.ops > 0) {
+        const bytesPerOp = ((await walPosition()) - walBefore) / made.figures.ops;
+        made.note = `${made.note}, WAL ${Math.round(bytesPerOp)} B/op`;
+        made.extra = { ...made.extra, walBytesPerOp: bytesPerOp };
+      }
       for (const row of Array.isArray(made) ? made : [made]) {
         done.push(row);
         progress(row);
@@ -524,6 +578,7 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
 
+  await phase((t) => lagUnderLoadPhase(t, o));
   await phase((t) => followPhase(t, o));
   await phase((t) => projectorDrainPhase(t));
 

@@ -106,6 +106,19 @@ then the drift report: items checked, each drifted item old -> new with its drif
     });
 
   program
+    .command("prune")
+    .description("Delete the dedup keys (processed_event, proj_seen) at or below the watermarks")
+    .option("--json", "print the report as JSON")
+    .addHelpText("after", `
+Safe under live traffic and running consumers: a delivered event at or below its partition's
+watermark is a duplicate without its key. Skipped (exit code 0) while a like rebuild runs. The
+outbox and relation_event are kept (the write-side audits count them).`)
+    .action(async (opts: { json?: boolean }) => {
+      const { prune } = await import("./commands/prune.ts");
+      setExitCode(await prune(opts));
+    });
+
+  program
     .command("audit")
     .description("Run the write-side and read-side invariant checks; exit code 1 on any violation")
     .option("--json", "print the report as JSON")

@@ -49,12 +49,16 @@ export type ApplyBatch = (client: PoolClient, part: number, events: readonly Lik
 /**
  * Set-based, one statement per batch: an event at or below its row's base_seq is COVERED
  * (already in the rebuild baseline), above it APPLIED; the insert into processed_event decides
- * which events are new, and only the new APPLIED ones add their delta.
+ * which events are new, and only the new APPLIED ones add their delta. An event at or below the
+ * partition's watermark is a duplicate without asking processed_event (the watermark is
+ * contiguous: every such event was processed), so dedup does not depend on keys below it
+ * staying in processed_event, which is what lets a retention rule prune them.
  */
 export const applyWithDedup: ApplyBatch = async (client, part, events) => {
   const distinct = [...new Map(events.map((e) => [e.seq, e])).values()];
   const { rows } = await client.query<{ applied: number; covered: number }>(
-    `WITH ev AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[]) AS e(seq, item_id, delta)),
+    `WITH ev AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[]) AS e(seq, item_id, delta)
+                  WHERE e.seq > (SELECT applied_upto FROM counter_watermark WHERE part = $1)),
      fresh AS (
        INSERT INTO processed_event (part, seq, how)
        SELECT $1, ev.seq, CASE WHEN ev.seq <= lc.base_seq THEN 'COVERED' ELSE 'APPLIED' END

@@ -19,7 +19,7 @@ export class RebuildInProgressError extends LedgerError {
 }
 
 /** Advisory lock key of the rebuild (an arbitrary constant: "likerbld" in ASCII). */
-const REBUILD_LOCK_KEY = 0x6c696b6572626c64n.toString();
+export const REBUILD_LOCK_KEY = 0x6c696b6572626c64n.toString();
 
 /** What one RR snapshot says: per partition the last committed seq, per (item, partition) the liked facts. */
 export interface RebuildSnapshot {

@@ -74,7 +74,9 @@ export const projectVersioned: ProjectStep = async (client, e) => {
  * The batch form of projectVersioned, one statement for the whole batch (what the projector
  * runs unless a test supplies its own step). It gives every event the verdict the event-by-event
  * loop gives it when it walks the batch in (followee, follower, arrival) order:
- *  - dup: the seq is already in proj_seen, or is a later copy of a seq earlier in the batch;
+ *  - dup: the seq is at or below the partition's watermark (contiguous, so already projected;
+ *    proj_seen keys below it are not needed and may be pruned), or already in proj_seen, or a
+ *    later copy of a seq earlier in the batch;
  *  - applied: its version is above both the stored version of its pair and every earlier fresh
  *    event of the pair in the batch; stale otherwise.
  * Each pair ends at its highest applied version (the last one the loop would write), and each
@@ -86,7 +88,8 @@ async function projectBatchVersioned(client: PoolClient, part: number, events: r
   const { rows } = await client.query<{ ord: number; applied: boolean }>(
     `WITH ev AS (
        SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
-                WITH ORDINALITY AS e(seq, follower, followee, state, version, created_at, ord)),
+                WITH ORDINALITY AS e(seq, follower, followee, state, version, created_at, ord)
+        WHERE e.seq > (SELECT applied_upto FROM proj_watermark WHERE part = $1)),
      fresh AS (
        INSERT INTO proj_seen (part, seq) SELECT DISTINCT $1::int, seq FROM ev ORDER BY 2
        ON CONFLICT DO NOTHING

@@ -1,9 +1,7 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
-import { InvalidInputError } from "../errors.ts";
+import { InvalidInputError, PartitionConfigError } from "../errors.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
-import { stablePartition } from "../partition.ts";
-import { readPartitions } from "../db/ledger-config.ts";
 import type { Relationship } from "./types.ts";
 
 export interface FollowerPage {
@@ -46,13 +44,18 @@ export async function listFollowers(pool: Pool, accountId: string, options: { li
 export async function followerCount(pool: Pool, accountId: string, allowedLag: number): Promise<FollowerCount> {
   validateId("accountId", accountId);
   validateNonNegativeInteger("allowedLag", allowedLag);
-  const part = stablePartition(accountId, await readPartitions(pool));
-  const { rows } = await pool.query<{ n: number; lag: number }>(
-    `SELECT coalesce((SELECT n FROM proj_count WHERE followee = $1), 0)::bigint AS n,
-            (SELECT s.last - w.applied_upto FROM event_seq s JOIN proj_watermark w USING (part) WHERE part = $2)::bigint AS lag`,
-    [accountId, part],
-  );
+  // One named statement: the account's partition is computed in SQL (ledger_partition, the same
+  // rule as stablePartition) instead of reading the partition count in a round trip of its own.
+  const { rows } = await pool.query<{ n: number; lag: number | null }>({
+    name: "relation_follower_count",
+    text: `SELECT coalesce((SELECT n FROM proj_count WHERE followee = $1), 0)::bigint AS n,
+                  (SELECT s.last - w.applied_upto FROM event_seq s JOIN proj_watermark w USING (part)
+                    WHERE part = (SELECT ledger_partition($1, partitions) FROM ledger_config))::bigint AS lag`,
+    values: [accountId],
+  });
   const { n, lag } = rows[0]!;
+  // No partition row: ledger_config has no row yet.
+  if (lag === null) throw new PartitionConfigError("the ledger is not initialised: run initLedger first");
   return { count: n, lag, stale: lag > allowedLag };
 }
 

@@ -1,6 +1,6 @@
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
-import { withTransaction } from "../db/transaction.ts";
+import { withStatementRetry, withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
@@ -15,6 +15,33 @@ interface PairRow {
   version: number;
 }
 
+/** A row returned by the write functions of migration 004. */
+interface WriteRow {
+  outcome: "CHANGED" | "NOOP" | "REJECTED" | "ACCOUNT_NOT_FOUND";
+  state: RelationState;
+  version: number;
+  seq: number;
+  reason: string;
+  code: string | null;
+}
+
+const RESULT_COLUMNS = "outcome, state, version, seq, reason, code";
+const WRITE_FUNCTIONS = {
+  follow: { name: "relation_follow", text: `SELECT ${RESULT_COLUMNS} FROM relation_follow($1, $2, $3)` },
+  unfollow: { name: "relation_unfollow", text: `SELECT ${RESULT_COLUMNS} FROM relation_unfollow($1, $2, $3)` },
+  decide: { name: "relation_decide", text: `SELECT ${RESULT_COLUMNS} FROM relation_decide($1, $2, $3, $4)` },
+  block: { name: "relation_block", text: `SELECT ${RESULT_COLUMNS} FROM relation_block($1, $2, $3)` },
+  unblock: { name: "relation_unblock", text: `SELECT ${RESULT_COLUMNS} FROM relation_unblock($1, $2)` },
+} as const;
+
+/** The hook points each operation's step-by-step path passes; a handler at any of them selects that path (unblock has none). */
+const STEP_HOOKS = {
+  follow: ["follow.afterLock", "follow.afterBlockCheck", "relation.afterEvent"],
+  unfollow: ["relation.afterEvent"],
+  decide: ["relation.afterEvent"],
+  block: ["block.afterLock", "block.beforeCommit", "relation.afterEvent"],
+} as const;
+
 /**
  * The write side of chapter 30. Every operation is one READ COMMITTED transaction with a
  * fixed lock order: relation rows (lexicographic by (follower, followee)) -> the event_seq
@@ -24,6 +51,12 @@ interface PairRow {
  * pending request and the unlock of that account is a 40P01 that withTransaction retries. The block check runs *after* the relation row
  * lock: a block transaction must take the same row lock first, so what the check reads cannot
  * change before this transaction commits (the chapter's argument, test 30-H/30-I).
+ *
+ * Each operation runs as one server-side function call (migration 004), one round trip. When a
+ * test has registered a handler at one of the operation's hook points, or for the 30-I negative
+ * control, it runs the same statements step by step from here instead, so the test can pause
+ * between them; test/relations/write-functions.test.ts checks that both paths give the same
+ * outcome and the same rows (docs/write-path.md).
  */
 export class RelationService {
   private constructor(
@@ -78,6 +111,9 @@ export class RelationService {
   }
 
   follow(follower: string, followee: string): Promise<RelationResult> {
+    if (!this.checkBlockBeforeLock && !this.stepwise("follow")) {
+      return this.callWrite("follower", follower, "followee", followee, rejected("REMOVED", 0, "cannot follow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.follow, [follower, followee, this.partitions]);
+    }
     return this.run("follower", follower, "followee", followee, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "cannot follow yourself", "SELF_FOLLOW");
       if (this.checkBlockBeforeLock) {
@@ -111,6 +147,9 @@ export class RelationService {
   }
 
   unfollow(follower: string, followee: string): Promise<RelationResult> {
+    if (!this.stepwise("unfollow")) {
+      return this.callWrite("follower", follower, "followee", followee, rejected("REMOVED", 0, "cannot unfollow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.unfollow, [follower, followee, this.partitions]);
+    }
     return this.run("follower", follower, "followee", followee, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "cannot unfollow yourself", "SELF_FOLLOW");
       const cur = await lockPair(client, follower, followee);
@@ -122,6 +161,9 @@ export class RelationService {
   /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
+    if (!this.stepwise("decide")) {
+      return this.callWrite("followee", followee, "follower", follower, rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING"), WRITE_FUNCTIONS.decide, [followee, follower, approve, this.partitions]);
+    }
     return this.run("followee", followee, "follower", follower, async (client) => {
       if (follower === followee) return rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING");
       const cur = await lockPair(client, follower, followee);
@@ -132,6 +174,9 @@ export class RelationService {
 
   /** blocker blocks blocked: writes the block row and removes both directions of the relation. */
   block(blocker: string, blocked: string): Promise<RelationResult> {
+    if (!this.stepwise("block")) {
+      return this.callWrite("blocker", blocker, "blocked", blocked, rejected("REMOVED", 0, "cannot block yourself", "SELF_BLOCK"), WRITE_FUNCTIONS.block, [blocker, blocked, this.partitions]);
+    }
     return this.run("blocker", blocker, "blocked", blocked, async (client) => {
       if (blocker === blocked) return rejected("REMOVED", 0, "cannot block yourself", "SELF_BLOCK");
       // Both rows in lexicographic order of (follower, followee): the same order for every transaction.
@@ -164,19 +209,12 @@ export class RelationService {
     });
   }
 
-  /** Deletes the block row only; the relation stays REMOVED (invariant 4). */
+  /**
+   * Deletes the block row only; the relation stays REMOVED (invariant 4). It passes no hook
+   * point, so it always runs as the one function call (relation_unblock).
+   */
   unblock(blocker: string, blocked: string): Promise<RelationResult> {
-    return this.run("blocker", blocker, "blocked", blocked, async (client) => {
-      await requireAccounts(client, [blocker, blocked]);
-      const deleted = await client.query("DELETE FROM block WHERE blocker = $1 AND blocked = $2", [blocker, blocked]);
-      const { rows } = await client.query<PairRow>(
-        "SELECT state, version FROM relation WHERE follower = $1 AND followee = $2",
-        [blocked, blocker],
-      );
-      const pair = rows[0] ?? { state: "REMOVED" as const, version: 0 };
-      if (deleted.rowCount === 0) return noop(pair, "not blocked");
-      return { outcome: "CHANGED", state: pair.state, version: pair.version, seq: 0, reason: "unblocked" };
-    });
+    return this.callWrite("blocker", blocker, "blocked", blocked, undefined, WRITE_FUNCTIONS.unblock, [blocker, blocked]);
   }
 
   /** The Mastodon-shaped relationship of a towards b, from the truth (relationships() in relation-reads.ts). */
@@ -187,6 +225,38 @@ export class RelationService {
     if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
     const [found] = (await relationships(this.pool, a, [b])) as [Relationship & { id: string }];
     return { following: found.following, requested: found.requested, followedBy: found.followedBy, requestedBy: found.requestedBy, blocking: found.blocking, blockedBy: found.blockedBy };
+  }
+
+  private stepwise(operation: keyof typeof STEP_HOOKS): boolean {
+    return STEP_HOOKS[operation].some((name) => this.hooks.has(name));
+  }
+
+  /**
+   * The one-round-trip path: validates both ids, answers a self-targeted call (`self`) without
+   * asking the database, runs the write function as one retried autocommit statement, and maps
+   * a missing account (FK violation, or the function's ACCOUNT_NOT_FOUND) to AccountNotFoundError.
+   */
+  private async callWrite(
+    nameA: string, a: string, nameB: string, b: string,
+    self: RelationResult | undefined,
+    statement: { name: string; text: string },
+    values: unknown[],
+  ): Promise<RelationResult> {
+    validateId(nameA, a);
+    validateId(nameB, b);
+    if (self && a === b) return self;
+    let row: WriteRow;
+    try {
+      row = await withStatementRetry(async () => (await this.pool.query<WriteRow>({ ...statement, values })).rows[0]!);
+    } catch (err) {
+      if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
+        throw await accountNotFound(this.pool, [a, b]);
+      }
+      throw err;
+    }
+    if (row.outcome === "ACCOUNT_NOT_FOUND") throw new AccountNotFoundError(row.reason);
+    const result: RelationResult = { outcome: row.outcome, state: row.state, version: row.version, seq: row.seq, reason: row.reason };
+    return row.code === null ? result : { ...result, code: row.code };
   }
 
   /** Validates both ids, runs the operation in a retried transaction, maps an FK violation to AccountNotFoundError. */
@@ -245,11 +315,6 @@ export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: 
     [a, b],
   );
   return rows[0]!.blocked;
-}
-
-async function requireAccounts(client: PoolClient, ids: string[]): Promise<void> {
-  const missing = await missingAccounts(client, ids);
-  if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
 }
 
 /** After a failure that says an account is missing: the missing ones (all, if they exist by now). */
