@@ -23,7 +23,7 @@ Environment:
   DATABASE_URL              use this PostgreSQL instead of the embedded one
   LEDGER_DATA_DIR           data directory of the embedded default (./data): cluster, port file, JWT secret
   PORT                      HTTP port of serve (8080)
-  LEDGER_PARTITIONS         partition count of a new database (1); an existing one keeps its own
+  LEDGER_PARTITIONS         partition count of a new database (4); an existing one keeps its own
   LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
   LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
   LOG_LEVEL                 log level of serve (info)

@@ -12,8 +12,12 @@ const PARTITIONED_ROW_TABLES = ["like_seq", "counter_watermark", "event_seq", "p
  * sequence and watermark rows. Calling it again with the same P is a no-op; with another P
  * it fails, because events already carry partition numbers computed from the old P.
  */
-export async function initLedger(pool: Pool, options: { partitions?: number } = {}): Promise<number> {
+export async function initLedger(pool: Pool, options: { partitions?: number; partitionsOfNew?: number } = {}): Promise<number> {
   const wanted = options.partitions;
+  const ofNew = wanted ?? options.partitionsOfNew ?? 1;
+  if (!Number.isInteger(ofNew) || ofNew < 1 || ofNew > MAX_PARTITIONS) {
+    throw new InvalidInputError("partitionsOfNew", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(ofNew)}`);
+  }
   if (wanted !== undefined && (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS)) {
     // A malformed argument is invalid input (raised before any statement), not a mismatch with the database.
     throw new InvalidInputError("partitions", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(wanted)}`);
@@ -21,7 +25,7 @@ export async function initLedger(pool: Pool, options: { partitions?: number } = 
   return withTransaction(pool, async (client) => {
     await client.query(
       "INSERT INTO ledger_config (partitions) VALUES ($1) ON CONFLICT (singleton) DO NOTHING",
-      [wanted ?? 1],
+      [ofNew],
     );
     const { rows } = await client.query<{ partitions: number }>("SELECT partitions FROM ledger_config");
     const partitions = rows[0]!.partitions;

@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { stablePartition } from "../../src/partition.ts";
+import { initLedger, readPartitions } from "../../src/db/ledger-config.ts";
 import { seededRandom } from "../support/concurrency.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 
@@ -125,4 +126,31 @@ test("negative control: a skewed partition function fails the same distribution 
   const byFirstChar = (key: string, p: number): number => (key.codePointAt(0) ?? 0) % p;
   assert.ok(maxDeviation(keys, 4, byLength).deviation > 0.2, "length bucketing is caught");
   assert.ok(maxDeviation(keys, 4, byFirstChar).deviation > 0.2, "first-character bucketing is caught");
+});
+
+test("partitioned by default: a database the service creates gets P = 4 (SERVICE_PARTITIONS_OF_NEW), the library's initLedger keeps the chapter's 1, and an existing database keeps its own P", async (t) => {
+  const { openDatabase, SERVICE_PARTITIONS_OF_NEW } = await import("../../src/runtime/database.ts");
+  const { loadConfig } = await import("../../src/config.ts");
+  const fresh = await createTestDatabase({ partitions: null, poolSize: 2 });
+  const library = await createTestDatabase({ partitions: null, poolSize: 2 });
+  t.after(async () => {
+    await fresh.close();
+    await library.close();
+  });
+  const config = loadConfig({ DATABASE_URL: fresh.url });
+  const database = await openDatabase(config, { poolSize: 2 });
+  try {
+    assert.equal(await readPartitions(database.pool), SERVICE_PARTITIONS_OF_NEW);
+  } finally {
+    await database.close();
+  }
+  assert.equal(SERVICE_PARTITIONS_OF_NEW, 4);
+  assert.equal(await initLedger(library.pool), 1, "the library's default is the chapter's P = 1");
+  assert.equal(await initLedger(library.pool, { partitionsOfNew: 8 }), 1, "an existing database keeps its P");
+  const again = await openDatabase(loadConfig({ DATABASE_URL: fresh.url }), { poolSize: 2 });
+  try {
+    assert.equal(await readPartitions(again.pool), 4, "reopened without LEDGER_PARTITIONS: still 4");
+  } finally {
+    await again.close();
+  }
 });

@@ -23,8 +23,8 @@ export function databaseUrl(base: string, database: string): string {
   return url.toString();
 }
 
-/** A fresh database cloned from the migrated template, initialised with P partitions. */
-export async function createTestDatabase(options: { partitions?: number; poolSize?: number } = {}): Promise<TestDatabase> {
+/** A fresh database cloned from the migrated template, initialised with P partitions (`partitions: null`: left uninitialised, P = 0). */
+export async function createTestDatabase(options: { partitions?: number | null; poolSize?: number } = {}): Promise<TestDatabase> {
   const name = `t_${randomBytes(6).toString("hex")}`;
   const admin = createPool({ connectionString: adminUrl(), max: 1 });
   try {
@@ -34,7 +34,7 @@ export async function createTestDatabase(options: { partitions?: number; poolSiz
   }
   const url = databaseUrl(adminUrl(), name);
   const pool = createPool({ connectionString: url, max: options.poolSize ?? 20 });
-  const partitions = await initLedger(pool, { partitions: options.partitions ?? 1 });
+  const partitions = options.partitions === null ? 0 : await initLedger(pool, { partitions: options.partitions ?? 1 });
   return {
     pool,
     url,
