@@ -14,6 +14,7 @@ import { unstorableText } from "../text.ts";
 import { LedgerMetrics } from "./metrics.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
+import { commentRoutes } from "./routes/comments.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
@@ -131,6 +132,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(likeRoutes, { writeRateLimit });
   await app.register(relationRoutes, { writeRateLimit });
   await app.register(postRoutes, { writeRateLimit });
+  await app.register(commentRoutes, { writeRateLimit });
   await app.register(adminRoutes);
   app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
 });
