@@ -154,10 +154,9 @@ export class CommentService {
     validateId("commentId", commentId);
     validateBody(body);
     return withTransaction(this.pool, async (client) => {
-      const { row, post } = await this.lockVisible(client, caller, commentId);
+      const { row } = await this.lockVisible(client, caller, commentId);
       if (row.author !== caller) throw new NotCommentAuthorError("edit");
       if (row.deleted_at !== null) throw new CommentDeletedError(commentId);
-      void post;
       const { rows } = await client.query<CommentRow>(
         `UPDATE comment c SET body = $2, edit_count = edit_count + 1, edited_at = now() WHERE comment_id = $1
          RETURNING ${COMMENT_COLUMNS}, (SELECT count(*) FROM counted_comment r WHERE r.parent_id = c.comment_id)::int AS reply_count`,

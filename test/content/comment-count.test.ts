@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { COMMENT_COUNTER } from "../../src/content/comment-spec.ts";
 import { auditCounter, counterAuditClean, formatCounterAudit } from "../../src/counters/counter-audit.ts";
 import { readCounter } from "../../src/counters/counter-reads.ts";
+import { CounterRebuild } from "../../src/counters/counter-rebuild.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { acct } from "../relations/fixture.ts";
 import { createTestDatabase } from "../support/test-db.ts";
@@ -101,4 +102,20 @@ test("comment count: the audit reports a corrupted (even negative) count, never 
   await ledger.commentConsumer.drain();
   assert.equal((await readCounter(db.pool, COMMENT_COUNTER, post.postId, 0)).n, 7);
   assert.ok(counterAuditClean(await auditCounter(db.pool, COMMENT_COUNTER)));
+});
+
+test("comment count, negative control for the one definition: a rebuild that counts deleted comments (Lemmy's bug) drifts, and the audit sees it", async (t) => {
+  const { db, ledger, post } = await fixture(1);
+  t.after(() => db.close());
+  const ids = [];
+  for (let i = 0; i < 5; i++) ids.push((await ledger.comments.create(acct(i + 2), post.postId, "x")).id);
+  for (const id of ids.slice(0, 2)) await ledger.comments.delete(acct(1), id);
+  await ledger.commentConsumer.drain();
+  assert.ok(counterAuditClean(await auditCounter(db.pool, COMMENT_COUNTER)));
+  const everyRow = { ...COMMENT_COUNTER, countedSql: "SELECT post_id AS key, part, count(*) AS n FROM comment GROUP BY post_id, part" };
+  const report = await new CounterRebuild(db.pool, everyRow).rebuild();
+  assert.deepEqual(report.drifted.map((d) => [d.oldN, d.newN]), [[3, 5]], "the second definition disagrees by the 2 tombstones");
+  const audit = await auditCounter(db.pool, COMMENT_COUNTER);
+  assert.equal(audit.countMismatchKeys, 1, formatCounterAudit("comments", audit));
+  assert.equal(counterAuditClean(audit), false);
 });

@@ -5,20 +5,26 @@ import { bearer, errors, id } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
 import { auditRelations, projectionDiff, relationAuditClean } from "../../relations/relation-audit.ts";
 import { transactionStats } from "../../db/transaction.ts";
+import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
+import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import type { Ledger } from "../../ledger.ts";
 
-/** Every invariant check of both capabilities, as `social-ledger audit` and GET /v1/admin/audit report them. */
+/** Every invariant check of every capability, as `social-ledger audit` and GET /v1/admin/audit report them. */
 export async function fullAudit(ledger: Ledger) {
   const likesWrite = await writeSide(ledger.pool);
   const likesRead = await readSide(ledger.pool);
   const relations = await auditRelations(ledger.pool);
+  const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
   const watermarks = await readWatermarks(ledger.pool);
   const projectionCaughtUp = watermarks.filter((w) => w.view === "follower_projection").every((w) => w.appliedUpto === w.last);
   // The diff against the truth only means something once the projection has caught up.
   const diff = projectionCaughtUp ? await projectionDiff(ledger.pool) : null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0));
-  return { clean, likes: { writeSide: likesWrite, readSide: likesRead }, relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff } };
+    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments);
+  return {
+    clean, likes: { writeSide: likesWrite, readSide: likesRead },
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments,
+  };
 }
 
 // 200 responses, so that the OpenAPI document lists them (they also serialize the replies:
@@ -32,7 +38,7 @@ const statusResponse = {
       type: "array",
       items: {
         type: "object", required: ["view", "part", "last", "appliedUpto", "lag"],
-        properties: { view: { type: "string", enum: ["like_count", "follower_projection"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
+        properties: { view: { type: "string", enum: ["like_count", "follower_projection", "comment_count"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
       },
     },
     transactionRetries: integer,
@@ -44,6 +50,7 @@ const auditResponse = {
     clean: { type: "boolean" },
     likes: { type: "object", description: "writeSide and readSide checks of the likes ledger", additionalProperties: true },
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
+    comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
   },
 } as const;
 const rebuildResponse = {
