@@ -26,6 +26,8 @@ import { transactionStats } from "../src/db/transaction.ts";
 import { createWorkers, openLedger, type Ledger } from "../src/ledger.ts";
 import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
+import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
+import { readCounter } from "../src/counters/counter-reads.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -434,6 +436,23 @@ async function interleavedReadPhase(t: Target, o: Opts, countOp: string, baselin
   return [row(countOp, reads!), row(baselineOp, baseline!)];
 }
 
+/** Comment creates on one post (each one writes a comment, an item and an outbox event), users spread over partitions. */
+async function commentCreatePhase(t: Target, o: Opts, postId: string): Promise<Row> {
+  const figures = await runFixedCount(o.ops, o.workers, (k) => t.ledger.comments.create(`acct${k % USERS}`, postId, `comment ${k}`), abort.signal);
+  return { op: "comment create", path: "library", partitions: t.partitions, figures, note: problems(figures).join(", ") };
+}
+
+/** comment-count reads of that post after its consumer drained: the like-count read's counterpart. */
+async function commentCountReadPhase(t: Target, o: Opts, postId: string): Promise<Row> {
+  const stats = await t.ledger.commentConsumer.drain();
+  const figures = await runFixedCount(o.reads, o.workers, () => readCounter(t.pool, COMMENT_COUNTER, postId, 16), abort.signal);
+  const { n, lag } = await readCounter(t.pool, COMMENT_COUNTER, postId, 0);
+  return {
+    op: "comment-count read (drained)", path: "library", partitions: t.partitions, figures,
+    note: [`count ${n}, lag ${lag}, drained ${stats.applied} events`, ...problems(figures)].join(", "), extra: { n, lag, ...stats },
+  };
+}
+
 async function drainPhase(t: Target): Promise<Row> {
   const backlog = (await readCount(t.pool, item(0), 0)).lag;
   const t0 = performance.now();
@@ -581,6 +600,11 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => lagUnderLoadPhase(t, o));
   await phase((t) => followPhase(t, o));
   await phase((t) => projectorDrainPhase(t));
+
+  const commentPosts = new Map<number, string>();
+  for (const t of targets) commentPosts.set(t.partitions, (await t.ledger.posts.createPost("acct0", "PUBLIC", "bench post")).postId);
+  await phase((t) => commentCreatePhase(t, o, commentPosts.get(t.partitions)!));
+  await phase((t) => commentCountReadPhase(t, o, commentPosts.get(t.partitions)!));
 
   // The figures of a run that broke an invariant mean nothing: check both sides.
   const audits: Record<string, unknown> = {};

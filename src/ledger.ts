@@ -1,6 +1,10 @@
 import type { Pool } from "./db/pool.ts";
 import { readPartitions } from "./db/ledger-config.ts";
 import { Hooks } from "./hooks.ts";
+import { COMMENT_COUNTER } from "./content/comment-spec.ts";
+import { CommentService } from "./content/comments.ts";
+import { CounterConsumer } from "./counters/counter-consumer.ts";
+import { CounterRebuild } from "./counters/counter-rebuild.ts";
 import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
 import { LikeService } from "./likes/like-service.ts";
@@ -20,6 +24,9 @@ export interface Ledger {
   relations: RelationService;
   projector: RelationProjector;
   posts: PostService;
+  comments: CommentService;
+  commentConsumer: CounterConsumer;
+  commentRebuild: CounterRebuild;
 }
 
 export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): Promise<Ledger> {
@@ -34,12 +41,16 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     relations: await RelationService.open(pool, { hooks }),
     projector: new RelationProjector(pool, { hooks }),
     posts: await PostService.open(pool, { hooks }),
+    comments: await CommentService.open(pool, { hooks }),
+    commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
+    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER),
   };
 }
 
 export interface WorkerEvents {
   onLikes?: (stats: { applied: number; covered: number; dup: number }) => void;
   onRelations?: (verdicts: { applied: number; stale: number; dup: number }) => void;
+  onComments?: (stats: { applied: number; covered: number; dup: number }) => void;
 }
 
 export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
@@ -53,7 +64,7 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
   loops?: number;
 }
 
-/** The consumer loops (like counter, follower projector) over the given partitions. */
+/** The consumer loops (like counter, follower projector, comment counter) over the given partitions. */
 export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? 200;
@@ -69,6 +80,11 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       const v = await ledger.projector.pollOnce(group, batchSize);
       options.onRelations?.(v);
       return v.applied + v.stale + v.dup;
+    }, options),
+    new PartitionWorker(`comment-counter#${g}`, async () => {
+      const s = await ledger.commentConsumer.pollOnce(group, batchSize);
+      options.onComments?.(s);
+      return s.applied + s.covered + s.dup;
     }, options),
   ]);
 }

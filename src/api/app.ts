@@ -19,6 +19,7 @@ import { routeGroup } from "./dashboard/request-recorder.ts";
 import { finishOpenApi } from "./openapi.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
+import { commentRoutes } from "./routes/comments.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
@@ -174,6 +175,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);
+  await app.register(commentRoutes, limits);
   await app.register(adminRoutes);
   await app.register(dashboardRoutes);
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());

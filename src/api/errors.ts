@@ -18,7 +18,7 @@ export const forbidden = (message: string) => new HttpError(403, "FORBIDDEN", me
  * Missing, or not visible to the caller: the two are indistinguishable on purpose. The codes
  * are the library's (ITEM_NOT_FOUND, ...), so a missing target reads the same on every route.
  */
-export const notFound = (what: "item" | "post" | "account") => new HttpError(404, `${what.toUpperCase()}_NOT_FOUND`, `${what} not found`);
+export const notFound = (what: "item" | "post" | "account" | "comment") => new HttpError(404, `${what.toUpperCase()}_NOT_FOUND`, `${what} not found`);
 
 /** Stable library codes -> HTTP status. Anything unlisted is a 500. */
 const STATUS_BY_CODE: Record<string, number> = {
@@ -26,6 +26,10 @@ const STATUS_BY_CODE: Record<string, number> = {
   ITEM_NOT_FOUND: 404,
   ACCOUNT_NOT_FOUND: 404,
   POST_NOT_FOUND: 404,
+  COMMENT_NOT_FOUND: 404,
+  NOT_COMMENT_AUTHOR: 403,
+  COMMENT_DELETED: 409,
+  IDEMPOTENCY_KEY_REUSED: 409,
   SELF_FOLLOW: 409,
   SELF_BLOCK: 409,
   BLOCKED: 409,

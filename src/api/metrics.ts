@@ -30,7 +30,7 @@ export class LedgerMetrics {
   });
   constructor(pool: Pool) {
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
-    for (const consumer of ["like_count", "follower_projection"]) this.consumerFailures.inc({ consumer }, 0);
+    for (const consumer of ["like_count", "follower_projection", "comment_count"]) this.consumerFailures.inc({ consumer }, 0);
     // One database read per scrape, shared by the metrics below. The registry collects all
     // metrics concurrently (Promise.all), so each must await the read itself: one metric
     // filling the others from its collect() left them a scrape behind (and empty, or up=0, on
@@ -76,12 +76,21 @@ export class LedgerMetrics {
     totalFrom("ledger_rebuild_runs_total", "Rebuild runs recorded in like_rebuild_run (by any process)", async () => (await scrape())?.rebuild.runs);
     totalFrom("ledger_rebuild_drift_abs_total", "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftAbs);
     totalFrom("ledger_rebuild_drifted_items_total", "Items whose count a rebuild found drifted (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftedItems);
+    // A negative count is an invariant violation: shown as it is (never clamped) and counted here.
+    new client.Gauge({
+      name: "ledger_negative_counts", help: "Derived count rows below zero (an invariant violation; the audit names them)", labelNames: ["view"], registers: [this.registry],
+      async collect() {
+        const figures = await scrape();
+        this.reset();
+        if (figures) this.set({ view: "comment_count" }, figures.negativeCommentCounts);
+      },
+    });
     totalFrom("ledger_transaction_retries_total", "Whole-transaction retries on 40001/40P01 in this process", async () => transactionStats.retries);
   }
 }
 
 export interface WatermarkRow {
-  view: "like_count" | "follower_projection";
+  view: "like_count" | "follower_projection" | "comment_count";
   part: number;
   last: number;
   appliedUpto: number;
@@ -93,6 +102,8 @@ export async function readWatermarks(pool: Pool): Promise<WatermarkRow[]> {
     `SELECT 'like_count' AS view, s.part, s.last, w.applied_upto FROM like_seq s JOIN counter_watermark w USING (part)
      UNION ALL
      SELECT 'follower_projection', s.part, s.last, w.applied_upto FROM event_seq s JOIN proj_watermark w USING (part)
+     UNION ALL
+     SELECT 'comment_count', s.part, s.last, w.applied_upto FROM comment_seq s JOIN comment_watermark w USING (part)
      ORDER BY 1, 2`,
   );
   return rows.map((r) => ({ view: r.view, part: r.part, last: r.last, appliedUpto: r.applied_upto }));
@@ -101,16 +112,18 @@ export async function readWatermarks(pool: Pool): Promise<WatermarkRow[]> {
 export interface DatabaseFigures {
   watermarks: WatermarkRow[];
   rebuild: { runs: number; driftAbs: number; driftedItems: number };
+  negativeCommentCounts: number;
 }
 
 /** What /metrics shows of the database: watermarks and the rebuild totals, in two statements. */
 export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> {
-  const [watermarks, rebuild] = await Promise.all([
+  const [watermarks, rebuild, negative] = await Promise.all([
     readWatermarks(pool),
     pool.query<{ runs: number; drift_abs: number; drifted_items: number }>(
       "SELECT count(*)::bigint AS runs, coalesce(sum(total_abs_drift), 0)::bigint AS drift_abs, coalesce(sum(items_drifted), 0)::bigint AS drifted_items FROM like_rebuild_run",
     ),
+    pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment_count WHERE n < 0"),
   ]);
   const r = rebuild.rows[0]!;
-  return { watermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items } };
+  return { watermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items }, negativeCommentCounts: negative.rows[0]!.n };
 }

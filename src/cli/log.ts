@@ -6,6 +6,7 @@ import { pino, type Logger } from "pino";
  * JSON object per line on stdout, and LOG_LEVEL applies to both.
  */
 export function cliLogger(bindings: Record<string, unknown>): Logger {
-  // Synchronous writes: the last lines ("stopped") come right before process.exit.
+  // Synchronous writes: the last lines ("totals", "stopped") come right before process.exit, and
+  // pino's default asynchronous stdout could lose a write still in flight at the exit.
   return pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination({ dest: 1, sync: true })).child(bindings);
 }

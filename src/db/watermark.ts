@@ -3,13 +3,14 @@ import { readPartitions } from "./ledger-config.ts";
 import { withTransaction } from "./transaction.ts";
 
 /**
- * Both derived views (like counts, follower projection) keep, per partition, a gapless
+ * Every derived view (like counts, follower projection, comment counts) keeps, per partition, a gapless
  * sequence, a set of processed sequence numbers and a contiguous watermark. The table names
  * are fixed here, never taken from input.
  */
 const TABLES = {
   likes: { sequence: "like_seq", seen: "processed_event", watermark: "counter_watermark" },
   relations: { sequence: "event_seq", seen: "proj_seen", watermark: "proj_watermark" },
+  comments: { sequence: "comment_seq", seen: "comment_processed", watermark: "comment_watermark" },
 } as const;
 
 export type WatermarkKind = keyof typeof TABLES;

@@ -3,7 +3,7 @@ import type { LedgerMetrics } from "../api/metrics.ts";
 import { ConnectionLostError } from "../db/errors.ts";
 import type { WorkerOptions } from "../ledger.ts";
 
-type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations">>;
+type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments">>;
 
 /**
  * What `serve` and `worker` do with their consumer loops' events, so both expose the same
@@ -12,7 +12,7 @@ type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | 
  * stack, an unavailable database does not); applied/covered/stale/dup events per consumer.
  */
 export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger): ConsumerCallbacks {
-  const consumerOf = (worker: string) => (worker.startsWith("like") ? "like_count" : "follower_projection");
+  const consumerOf = (worker: string) => (worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection");
   return {
     onError: (_err, worker) => metrics.consumerFailures.inc({ consumer: consumerOf(worker) }),
     onFailing: (err, worker) => {
@@ -25,6 +25,9 @@ export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger)
     },
     onRelations: (v) => {
       for (const [verdict, n] of Object.entries(v)) if (n > 0) metrics.consumerEvents.inc({ consumer: "follower_projection", verdict }, n);
+    },
+    onComments: (s) => {
+      for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "comment_count", verdict }, n);
     },
   };
 }

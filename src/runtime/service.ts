@@ -48,7 +48,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const dashboard = new DashboardSampler({
     pool: database.pool, metrics,
     audit: () => fullAudit(ledger),
-    consumers: () => consumerLoops.map((w) => ({ name: w.name, kind: consumerKind(w.name), failedInARow: w.failedInARow })),
+    consumers: () => consumerLoops.flatMap((w) => {
+      const kind = consumerKind(w.name);
+      // The dashboard shows the like and follower loops (comment counts are not on it yet).
+      return kind === "comment_count" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
+    }),
     onError: (err, what) => logDashboard(err, what),
   }, {
     thresholds: { lagMs: config.dashboard.lagAlarmSeconds * 1000, consumerFailures: config.dashboard.consumerFailureAlarm },
@@ -83,6 +87,6 @@ export async function startService(config: Config, options: ServiceOptions = {})
 }
 
 /** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g and follower-projector#g). */
-function consumerKind(worker: string): "like_count" | "follower_projection" {
-  return worker.startsWith("like") ? "like_count" : "follower_projection";
+function consumerKind(worker: string): "like_count" | "follower_projection" | "comment_count" {
+  return worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection";
 }

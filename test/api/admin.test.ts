@@ -4,7 +4,7 @@ import { assertError, createAccounts, ok, startApi, type LikeCount } from "./har
 
 interface Status {
   partitions: number;
-  views: { view: "like_count" | "follower_projection"; part: number; last: number; appliedUpto: number; lag: number }[];
+  views: { view: "like_count" | "follower_projection" | "comment_count"; part: number; last: number; appliedUpto: number; lag: number }[];
   transactionRetries: number;
 }
 interface Audit {
@@ -44,7 +44,8 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
   const before = ok(await admin.get<Status>("/v1/admin/status"));
   assert.equal(before.partitions, 4);
   assert.deepEqual(before.views.map((v) => `${v.view}/${v.part}`).sort(),
-    ["follower_projection/0", "follower_projection/1", "follower_projection/2", "follower_projection/3",
+    ["comment_count/0", "comment_count/1", "comment_count/2", "comment_count/3",
+      "follower_projection/0", "follower_projection/1", "follower_projection/2", "follower_projection/3",
       "like_count/0", "like_count/1", "like_count/2", "like_count/3"]);
   for (const v of before.views) {
     assert.deepEqual(Object.keys(v).sort(), ["appliedUpto", "lag", "last", "part", "view"]);

@@ -114,6 +114,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
       async drain() {
         await ledger.likeConsumer.drain();
         await ledger.projector.drain();
+        await ledger.commentConsumer.drain();
       },
       close() {
         closed ??= (async () => {

@@ -181,7 +181,7 @@ test("worker processes: kill -9 one in the middle of a batch, replace it, drain:
   await workerA2.waitFor(/"msg":"started"/);
   await phase(PHASES.after);
   const drained = await pollUntil("every view caught up", status, (s) => s.views.every((v) => v.lag === 0), 30_000);
-  assert.equal(drained.views.length, 2 * PARTITIONS);
+  assert.equal(drained.views.length, 3 * PARTITIONS);
 
   const audit = await http<{ clean: boolean }>("GET", "/v1/admin/audit", admin);
   assert.equal(audit.status, 200);

@@ -167,8 +167,10 @@ export class DashboardSampler {
       return null;
     }
     this.failing.sample = false;
-    const views: Record<ViewName, ViewSample> = { like_count: { lag: [], appliedUpto: [] }, follower_projection: { lag: [], appliedUpto: [] } };
+    const views = Object.fromEntries(VIEWS.map((v) => [v, { lag: [], appliedUpto: [] }])) as unknown as Record<ViewName, ViewSample>;
+    // The dashboard plots the views it knows (comment counts are not on it yet).
     for (const r of rows) {
+      if (!isView(r.view)) continue;
       views[r.view].lag[r.part] = r.last - r.appliedUpto;
       views[r.view].appliedUpto[r.part] = r.appliedUpto;
     }

@@ -5,6 +5,8 @@ import { bearer, errors, id } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
 import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDiff } from "../../relations/relation-audit.ts";
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
+import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
+import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import type { Ledger } from "../../ledger.ts";
 
 /**
@@ -28,16 +30,20 @@ async function projectionDiffWhenCaughtUp(ledger: Ledger): Promise<ProjectionDif
   }, { isolation: "REPEATABLE READ", readOnly: true });
 }
 
-/** Every invariant check of both capabilities, as `social-ledger audit` and GET /v1/admin/audit report them. */
+/** Every invariant check of every capability, as `social-ledger audit` and GET /v1/admin/audit report them. */
 export async function fullAudit(ledger: Ledger) {
   const likesWrite = await writeSide(ledger.pool);
   const likesRead = await readSide(ledger.pool);
   const relations = await auditRelations(ledger.pool);
+  const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
   const diff = await projectionDiffWhenCaughtUp(ledger);
   const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0));
-  return { clean, likes: { writeSide: likesWrite, readSide: likesRead }, relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff } };
+    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments);
+  return {
+    clean, likes: { writeSide: likesWrite, readSide: likesRead },
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments,
+  };
 }
 
 // 200 responses, so that the OpenAPI document lists them (they also serialize the replies:
@@ -51,7 +57,7 @@ const statusResponse = {
       type: "array",
       items: {
         type: "object", required: ["view", "part", "last", "appliedUpto", "lag"],
-        properties: { view: { type: "string", enum: ["like_count", "follower_projection"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
+        properties: { view: { type: "string", enum: ["like_count", "follower_projection", "comment_count"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
       },
     },
     transactionRetries: integer,
@@ -63,6 +69,7 @@ const auditResponse = {
     clean: { type: "boolean" },
     likes: { type: "object", description: "writeSide and readSide checks of the likes ledger", additionalProperties: true },
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
+    comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
   },
 } as const;
 const rebuildResponse = {

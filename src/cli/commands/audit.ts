@@ -3,6 +3,7 @@ import { loadConfig } from "../../config.ts";
 import { openLedger } from "../../ledger.ts";
 import { formatReadSide, formatWriteSide, readSideClean, writeSideClean } from "../../likes/like-audit.ts";
 import { relationAuditClean } from "../../relations/relation-audit.ts";
+import { counterAuditClean, formatCounterAudit } from "../../counters/counter-audit.ts";
 import { openDatabase } from "../../runtime/database.ts";
 
 type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
@@ -26,6 +27,7 @@ export function formatAudit(report: AuditReport): string {
     diff === null
       ? `follower projection  skipped   (not caught up yet: the diff against the truth is checked once it is)`
       : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
+    `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
     report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
   ].join("\n") + "\n";
 }

@@ -39,7 +39,9 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
   const metrics = new LedgerMetrics(database.pool);
   const observer = observeConsumers(metrics, log);
   const partitions = opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
-  const totals = { like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 } };
+  const totals = {
+    like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 }, comment_count: { applied: 0, covered: 0, dup: 0 },
+  };
   const workers = createWorkers(ledger, {
     ...observer,
     partitions,
@@ -59,6 +61,14 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
       totals.follower_projection.stale += v.stale;
       totals.follower_projection.dup += v.dup;
       log.info({ consumer: "follower_projection", applied: v.applied, stale: v.stale, dup: v.dup }, "batch");
+    },
+    onComments: (s) => {
+      observer.onComments(s);
+      if (s.applied + s.covered + s.dup === 0) return;
+      totals.comment_count.applied += s.applied;
+      totals.comment_count.covered += s.covered;
+      totals.comment_count.dup += s.dup;
+      log.info({ consumer: "comment_count", applied: s.applied, covered: s.covered, dup: s.dup }, "batch");
     },
   });
   const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });

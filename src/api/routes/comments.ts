@@ -1,0 +1,164 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { RateLimit } from "../context.ts";
+import { requireCaller } from "../auth.ts";
+import { notFound } from "../errors.ts";
+import { bearer, errors, idParams, lagQuery } from "../schemas.ts";
+import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
+import { MAX_COMMENT_LENGTH, MAX_IDEMPOTENCY_KEY_LENGTH, type Comment, type CommentOrder } from "../../content/comments.ts";
+import { readCounter } from "../../counters/counter-reads.ts";
+import type { Ledger } from "../../ledger.ts";
+import { MAX_PAGE_SIZE } from "../../pagination.ts";
+import type { ReadMode } from "../../relations/types.ts";
+
+/** As for posts: content_token by default; PROJECTION_ONLY is not offered (a blocked reader would pick it). */
+const CONSISTENCY: Record<string, ReadMode> = { content_token: "CONTENT_TOKEN", fresh_token: "FRESH_TOKEN", truth: "TRUTH" };
+
+const comment = {
+  type: "object", required: ["id", "postId", "parentId", "depth", "author", "body", "deleted", "editCount", "createdAt", "replyCount"],
+  properties: {
+    id: { type: "string" }, postId: { type: "string" }, parentId: { type: "string", nullable: true }, depth: { type: "integer" },
+    author: { type: "string", nullable: true }, body: { type: "string", nullable: true }, deleted: { type: "boolean" },
+    editCount: { type: "integer" }, createdAt: { type: "string", format: "date-time" },
+    editedAt: { type: "string", format: "date-time", nullable: true }, replyCount: { type: "integer" },
+  },
+} as const;
+
+const commentPage = {
+  type: "object", required: ["comments"],
+  properties: { comments: { type: "array", items: comment }, nextCursor: { type: "string" } },
+} as const;
+
+const consistency = { type: "string", enum: Object.keys(CONSISTENCY), default: "content_token" } as const;
+const limitAndCursor = {
+  limit: { type: "integer", minimum: 1, maximum: MAX_PAGE_SIZE, default: 50 },
+  cursor: { type: "string", minLength: 1, maxLength: 512 },
+} as const;
+
+const bodyOnly = {
+  type: "object", required: ["body"], additionalProperties: false,
+  properties: { body: { type: "string", minLength: 1, maxLength: MAX_COMMENT_LENGTH } },
+} as const;
+
+function toJson(c: Comment) {
+  return { ...c, createdAt: c.createdAt.toISOString(), editedAt: c.editedAt?.toISOString() ?? null };
+}
+
+/** Missing and not visible are the same 404, as on the post routes. */
+async function requireReadablePost(ledger: Ledger, reader: string, postId: string, mode: ReadMode): Promise<void> {
+  const { rows } = await ledger.pool.query<{ exists: boolean }>("SELECT EXISTS (SELECT 1 FROM post WHERE post_id = $1) AS exists", [postId]);
+  if (!rows[0]!.exists) throw notFound("post");
+  if (!(await ledger.posts.canRead(reader, postId, mode)).allowed) throw notFound("post");
+}
+
+export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit: RateLimit }): Promise<void> {
+  const { ledger, metrics } = app;
+
+  app.post("/v1/posts/:id/comments", {
+    schema: {
+      tags: ["comments"], summary: "Comment on a post, or reply to a comment (parentId); a retried idempotencyKey returns the first comment",
+      security: bearer, params: idParams,
+      body: {
+        type: "object", required: ["body"], additionalProperties: false,
+        properties: {
+          body: { type: "string", minLength: 1, maxLength: MAX_COMMENT_LENGTH },
+          parentId: { type: "string", minLength: 1 },
+          idempotencyKey: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY_LENGTH },
+        },
+      },
+      response: { 201: comment, ...errors(400, 401, 404, 409, 429) },
+    },
+    onRequest: opts.writeRateLimit,
+  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { body: string; parentId?: string; idempotencyKey?: string } }>, reply) => {
+    const caller = requireCaller(request);
+    const { body, parentId, idempotencyKey } = request.body;
+    const created = await ledger.comments.create(caller.id, request.params.id, body, {
+      ...(parentId !== undefined ? { parentId } : {}), ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+    });
+    metrics.outcomes.inc({ operation: "comment", outcome: created.created ? "CHANGED" : "NOOP" });
+    return reply.status(201).send(toJson(created));
+  });
+
+  app.get("/v1/posts/:id/comments", {
+    schema: {
+      tags: ["comments"], summary: "Top-level comments with their reply counts (keyset cursor); 404 when the post is missing or not visible",
+      security: bearer, params: idParams,
+      querystring: {
+        type: "object", additionalProperties: false,
+        properties: { order: { type: "string", enum: ["newest", "oldest"], default: "newest" }, ...limitAndCursor, consistency },
+      },
+      response: { 200: commentPage, ...errors(400, 401, 404) },
+    },
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { order: CommentOrder; limit: number; cursor?: string; consistency: string } }>) => {
+    const caller = requireCaller(request);
+    const mode = CONSISTENCY[request.query.consistency]!;
+    await requireReadablePost(ledger, caller.id, request.params.id, mode);
+    const page = await ledger.comments.listTopLevel(caller.id, request.params.id, {
+      order: request.query.order, limit: request.query.limit, mode, ...(request.query.cursor !== undefined ? { cursor: request.query.cursor } : {}),
+    });
+    return { ...page, comments: page.comments.map(toJson) };
+  });
+
+  app.get("/v1/comments/:id/replies", {
+    schema: {
+      tags: ["comments"], summary: "A comment's direct replies, oldest first (keyset cursor)", security: bearer, params: idParams,
+      querystring: { type: "object", additionalProperties: false, properties: { ...limitAndCursor, consistency } },
+      response: { 200: commentPage, ...errors(400, 401, 404) },
+    },
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { limit: number; cursor?: string; consistency: string } }>) => {
+    const caller = requireCaller(request);
+    const mode = CONSISTENCY[request.query.consistency]!;
+    const postId = await ledger.comments.postOfVisibleComment(caller.id, request.params.id);
+    if (!(await ledger.posts.canRead(caller.id, postId, mode)).allowed) throw notFound("comment");
+    const page = await ledger.comments.listReplies(caller.id, request.params.id, {
+      limit: request.query.limit, mode, ...(request.query.cursor !== undefined ? { cursor: request.query.cursor } : {}),
+    });
+    return { ...page, comments: page.comments.map(toJson) };
+  });
+
+  app.patch("/v1/comments/:id", {
+    schema: {
+      tags: ["comments"], summary: "Edit a comment's body (author only; counts edits)", security: bearer, params: idParams, body: bodyOnly,
+      response: { 200: comment, ...errors(400, 401, 403, 404, 409, 429) },
+    },
+    onRequest: opts.writeRateLimit,
+  }, async (request: FastifyRequest<{ Params: { id: string }; Body: { body: string } }>) => {
+    const caller = requireCaller(request);
+    return toJson(await ledger.comments.edit(caller.id, request.params.id, request.body.body));
+  });
+
+  app.delete("/v1/comments/:id", {
+    schema: {
+      tags: ["comments"], summary: "Delete a comment as a tombstone (its author or the post's author); repeating is a NOOP",
+      security: bearer, params: idParams,
+      response: {
+        200: { type: "object", required: ["outcome", "comment"], properties: { outcome: { type: "string", enum: ["CHANGED", "NOOP"] }, comment } },
+        ...errors(400, 401, 403, 404, 429),
+      },
+    },
+    onRequest: opts.writeRateLimit,
+  }, async (request: FastifyRequest<{ Params: { id: string } }>) => {
+    const caller = requireCaller(request);
+    const result = await ledger.comments.delete(caller.id, request.params.id);
+    metrics.outcomes.inc({ operation: "uncomment", outcome: result.outcome });
+    return { outcome: result.outcome, comment: toJson(result.comment) };
+  });
+
+  app.get("/v1/posts/:id/comment-count", {
+    schema: {
+      tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost",
+      security: bearer, params: idParams, querystring: lagQuery,
+      response: {
+        200: {
+          type: "object",
+          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" } },
+        },
+        ...errors(400, 401, 404),
+      },
+    },
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+    const caller = requireCaller(request);
+    await requireReadablePost(ledger, caller.id, request.params.id, "CONTENT_TOKEN");
+    const r = await readCounter(ledger.pool, COMMENT_COUNTER, request.params.id, request.query.allowedLag);
+    return { count: r.n, lag: r.lag, pendingForPost: r.pending, stale: r.stale };
+  });
+}

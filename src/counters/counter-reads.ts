@@ -1,0 +1,32 @@
+import type { Pool } from "../db/pool.ts";
+import { validateId, validateNonNegativeInteger } from "../ids.ts";
+import type { CounterSpec, CountReading } from "./counter-spec.ts";
+
+/**
+ * The count of one key with its lag and error bound, in one statement (one snapshot):
+ * n = sum of the key's count rows, lag = sum over partitions of (last - applied_upto), and
+ * pending = the key's events above each watermark not yet processed, so |n - truth| <= pending.
+ */
+export function readCountSql(s: CounterSpec): string {
+  return `
+  SELECT (SELECT coalesce(sum(n), 0) FROM ${s.count} WHERE ${s.keyColumn} = $1)::bigint AS n,
+         coalesce(sum(q.last - w.applied_upto), 0)::bigint AS lag,
+         coalesce(sum(p.pending), 0)::bigint AS pending
+    FROM ${s.sequence} q
+    JOIN ${s.watermark} w USING (part)
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS pending
+        FROM ${s.outbox} o
+       WHERE o.${s.keyColumn} = $1 AND o.part = w.part AND o.seq > w.applied_upto
+         AND NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq)) p`;
+}
+
+export async function readCounter(pool: Pool, spec: CounterSpec, key: string, allowedLag: number): Promise<CountReading> {
+  validateId(spec.keyColumn, key);
+  validateNonNegativeInteger("allowedLag", allowedLag);
+  const { rows } = await pool.query<{ n: number; lag: number; pending: number }>({
+    name: `${spec.kind}_read_count`, text: readCountSql(spec), values: [key],
+  });
+  const r = rows[0]!;
+  return { n: r.n, lag: r.lag, pending: r.pending, stale: r.lag > allowedLag };
+}

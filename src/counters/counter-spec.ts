@@ -1,0 +1,57 @@
+import type { WatermarkKind } from "../db/watermark.ts";
+
+/**
+ * What a counted fact tells the shared counter machinery (src/counters/): its table names and
+ * the SQL that counts its facts. Every name is a constant of our code, never input. A fact
+ * module (comments today) supplies one spec; the consumer, the read with its error bound, the
+ * rebuild and the audit are written once against it.
+ */
+export interface CounterSpec {
+  /** Watermark kind in src/db/watermark.ts, and the name in errors and metrics. */
+  kind: WatermarkKind;
+  /** Per partition: the gapless sequence (part, last). */
+  sequence: string;
+  /** (part, seq, <factColumn>, <keyColumn>, delta, version): one event per change of counted state. */
+  outbox: string;
+  /** Column of the outbox naming the fact (comment_id). */
+  factColumn: string;
+  /** Column naming what is counted, in the outbox and the count table (post_id). */
+  keyColumn: string;
+  /** (<keyColumn>, part, n, base_seq): the derived count, one row per (key, partition). */
+  count: string;
+  /** (part, seq, how): how each event took effect, APPLIED or COVERED by a rebuild baseline. */
+  processed: string;
+  /** (part, applied_upto): the contiguous watermark. */
+  watermark: string;
+  /** Every key that can be counted, as rows of `key`, for the rebuild. */
+  keysSql: string;
+  /**
+   * The counted facts per key and partition as rows (key, part, n): THE definition of what is
+   * counted, shared by the rebuild and the audit (the write path derives its deltas from the
+   * same SQL predicate).
+   */
+  countedSql: string;
+  /** (snapshot_seqs, keys_checked, keys_drifted, total_abs_drift) and (run_id, <keyColumn>, old_n, new_n, drift). */
+  rebuildRun: string;
+  rebuildDrift: string;
+  /** pg advisory lock key of this counter's rebuild. */
+  rebuildLockKey: string;
+}
+
+/** One outbox row as delivered to a consumer. */
+export interface CountEvent {
+  part: number;
+  seq: number;
+  factId: string;
+  key: string;
+  delta: 1 | -1;
+  version: number;
+}
+
+export interface CountReading {
+  n: number;
+  lag: number;
+  /** Unprocessed events of this key above the watermarks: |n - truth| <= pending. */
+  pending: number;
+  stale: boolean;
+}
