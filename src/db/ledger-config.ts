@@ -14,13 +14,14 @@ const PARTITIONED_ROW_TABLES = ["like_seq", "counter_watermark", "event_seq", "p
  */
 export async function initLedger(pool: Pool, options: { partitions?: number; partitionsOfNew?: number } = {}): Promise<number> {
   const wanted = options.partitions;
-  const ofNew = wanted ?? options.partitionsOfNew ?? 1;
-  if (!Number.isInteger(ofNew) || ofNew < 1 || ofNew > MAX_PARTITIONS) {
-    throw new InvalidInputError("partitionsOfNew", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(ofNew)}`);
-  }
+
   if (wanted !== undefined && (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS)) {
     // A malformed argument is invalid input (raised before any statement), not a mismatch with the database.
     throw new InvalidInputError("partitions", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(wanted)}`);
+  }
+  const ofNew = wanted ?? options.partitionsOfNew ?? 1;
+  if (!Number.isInteger(ofNew) || ofNew < 1 || ofNew > MAX_PARTITIONS) {
+    throw new InvalidInputError("partitionsOfNew", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(ofNew)}`);
   }
   return withTransaction(pool, async (client) => {
     await client.query(

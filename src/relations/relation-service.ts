@@ -249,6 +249,7 @@ export class RelationService {
     try {
       row = await withStatementRetry(async () => (await this.pool.query<WriteRow>({ ...statement, values })).rows[0]!);
     } catch (err) {
+      // An error path: one more read names exactly the missing accounts, never the caller who exists (issue 11).
       if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
         throw await accountNotFound(this.pool, [a, b]);
       }
