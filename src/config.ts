@@ -15,6 +15,14 @@ export interface Config {
   writesPerMinute: number;
   /** Restart attempts of a dead embedded PostgreSQL per 10 minutes (LEDGER_EMBEDDED_RESTARTS); 0: exit non-zero at once. */
   embeddedRestarts: number;
+  /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
+  redisUrl: string | undefined;
+  /** LEDGER_REDIS_ALLOW_EVICTION=1: start even when Redis's maxmemory-policy is allkeys-*. */
+  redisAllowEviction: boolean;
+  /** LEDGER_COUNT_BUCKETS: live-delta buckets per counter (hot keys). */
+  countBuckets: number;
+  /** LEDGER_RECONCILE_INTERVAL_MS: time between reconciliations of the Redis counters. */
+  reconcileIntervalMs: number;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -35,5 +43,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
     embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, 5, 0, 1000),
+    redisUrl: env.REDIS_URL || undefined,
+    redisAllowEviction: env.LEDGER_REDIS_ALLOW_EVICTION === "1",
+    countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),
+    reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, 60_000, 100, 86_400_000),
   };
 }

@@ -14,6 +14,8 @@ import { unstorableText } from "../text.ts";
 import { LedgerMetrics } from "./metrics.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
+import { CacheMetrics } from "../cache/cache-metrics.ts";
+import { CountReader } from "../cache/count-reader.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
@@ -44,6 +46,10 @@ export interface AppOptions {
   writesPerMinute?: number;
   /** Supervision state of the database, for /healthz and /readyz (the service passes its own). */
   databaseHealth?: () => DatabaseHealth;
+  /** The count reads (the Redis count layer when REDIS_URL is set); default: PostgreSQL only. */
+  counts?: CountReader;
+  /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
+  countsState?: () => "off" | "up" | "degraded";
 }
 
 /**
@@ -53,6 +59,7 @@ export interface AppOptions {
 export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("ledger", opts.ledger);
   app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
+  app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry) }));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
   // typed already and are not: {"private": 1} is a 400, not `true`.
@@ -127,7 +134,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     timeWindow: "1 minute",
     keyGenerator: (request) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`),
   });
-  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth });
+  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
   await app.register(likeRoutes, { writeRateLimit });
   await app.register(relationRoutes, { writeRateLimit });
   await app.register(postRoutes, { writeRateLimit });

@@ -1,3 +1,4 @@
+import type { CountReader } from "../cache/count-reader.ts";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Ledger } from "../ledger.ts";
 import type { LedgerMetrics } from "./metrics.ts";
@@ -6,6 +7,7 @@ declare module "fastify" {
   interface FastifyInstance {
     ledger: Ledger;
     metrics: LedgerMetrics;
+    counts: CountReader;
   }
 }
 

@@ -44,6 +44,18 @@ export const lagQuery = {
   properties: { allowedLag: { type: "integer", minimum: 0, default: 16 } },
 } as const;
 
+/** A count read: the lag it may have, and `exact` to insist on the database read with its error bound. */
+export const countQuery = {
+  type: "object", additionalProperties: false,
+  properties: { allowedLag: { type: "integer", minimum: 0, default: 16 }, exact: { type: "boolean", default: false } },
+} as const;
+
+/** Where a count came from (docs/cache.md): Redis with the age of its last reconciliation, or the database. */
+export const countSource = {
+  source: { type: "string", enum: ["cache", "database"] },
+  reconciledAgeMs: { type: "integer" },
+} as const;
+
 export const likeOutcome = {
   type: "object", required: ["outcome", "liked", "version", "seq"],
   properties: {

@@ -27,6 +27,15 @@ export class CountFeeder {
 
   /** One pass over every partition; returns the number of events handled. Throws when Redis is unreachable. */
   async pollOnce(): Promise<number> {
+    try {
+      return await this.pass();
+    } catch (err) {
+      this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
+      throw err;
+    }
+  }
+
+  private async pass(): Promise<number> {
     const redis = this.store.redis;
     const hooks = this.options.hooks ?? new Hooks();
     const stored = await redis.hGetAll(cursorKey(this.kind.name));
@@ -57,9 +66,6 @@ export class CountFeeder {
         }
         advanced.set(e.part, seq);
       }
-    } catch (err) {
-      this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
-      throw err;
     } finally {
       if (advanced.size > 0) {
         await redis.hSet(cursorKey(this.kind.name), Object.fromEntries([...advanced].map(([p, s]) => [String(p), String(s)])));

@@ -29,13 +29,19 @@ export interface CountLayer {
   workers: PartitionWorker[];
   /** "off" without Redis, "up", or "degraded" while Redis does not answer (reads come from PostgreSQL). */
   state(): "off" | "up" | "degraded";
+  /** One feeder pass over every kind (what the feeder loop does), for tests and the CLI. */
+  feed(): Promise<number>;
+  /** One reconciliation of every kind (what the reconciler loop does), for tests and `social-ledger reconcile`. */
+  reconcile(): Promise<ReconcileReport[]>;
   close(): Promise<void>;
 }
 
 export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}): Promise<CountLayer> {
   if (!options.redisUrl) {
     const metrics = options.registry ? new CacheMetrics(options.registry) : undefined;
-    return { reader: new CountReader(pool, undefined, { metrics }), reconciler: undefined, workers: [], state: () => "off", close: async () => {} };
+    return { reader: new CountReader(pool, undefined, { metrics }), reconciler: undefined, workers: [], state: () => "off",
+      feed: async () => 0, reconcile: async () => [], close: async () => {},
+    };
   }
   const redis: RedisClient = await connectRedis(options.redisUrl, { allowEviction: options.allowEviction });
   const metrics = options.registry
@@ -48,21 +54,27 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
   const feeders = COUNTER_KINDS.map((kind) => new CountFeeder(pool, store, kind, { hooks, metrics }));
   const interval = options.reconcileIntervalMs ?? 60_000;
   let nextReconcile = Date.now() + interval;
+  const feed = async () => {
+    let handled = 0;
+    for (const feeder of feeders) handled += await feeder.pollOnce();
+    return handled;
+  };
+  const reconcile = async () => {
+    const reports: ReconcileReport[] = [];
+    for (const kind of COUNTER_KINDS) reports.push(await reconciler.reconcile(kind));
+    return reports;
+  };
   const workers = [
-    new PartitionWorker("count-feeder", async () => {
-      let handled = 0;
-      for (const feeder of feeders) handled += await feeder.pollOnce();
-      return handled;
-    }),
+    new PartitionWorker("count-feeder", feed),
     new PartitionWorker("count-reconciler", async () => {
       if (Date.now() < nextReconcile) return 0;
       nextReconcile = Date.now() + interval;
-      for (const kind of COUNTER_KINDS) await reconciler.reconcile(kind);
+      await reconcile();
       return 0;
     }),
   ];
   return {
-    reader, reconciler, workers,
+    reader, reconciler, workers, feed, reconcile,
     state: () => (redis.isReady ? "up" : "degraded"),
     async close() {
       await Promise.all(workers.map((w) => w.stop()));

@@ -25,6 +25,8 @@ export interface CountReaderOptions {
  * a caller that wants the error bound (`exact`) always gets the database path.
  */
 export class CountReader {
+  /** The count layer's metrics, for other writers of the same figures (the rebuild's drift). */
+  readonly metrics: CacheMetrics | undefined;
   private readonly local: LRUCache<string, CachedCount> | undefined;
 
   constructor(
@@ -32,6 +34,7 @@ export class CountReader {
     private readonly store: CountStore | undefined,
     private readonly options: CountReaderOptions = {},
   ) {
+    this.metrics = options.metrics;
     const ttl = options.localTtlMs ?? 250;
     if (store && ttl > 0) {
       this.local = new LRUCache<string, CachedCount>({

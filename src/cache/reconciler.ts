@@ -83,6 +83,11 @@ export class Reconciler {
   }
 }
 
+/** The database rebuild's drift in the same figures (count_drift_history, the histogram), whichever process ran it. */
+export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[], metrics?: CacheMetrics): Promise<void> {
+  return recordDrift(pool, "likes", "rebuild", drifted.map((d) => ({ target: d.itemId, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })), metrics);
+}
+
 /** Records drifts in count_drift_history and the drift histogram; the rebuild feeds it too. */
 export async function recordDrift(pool: Pool, kind: string, origin: string, drifted: readonly DriftRecord[], metrics?: CacheMetrics): Promise<void> {
   if (drifted.length === 0) return;

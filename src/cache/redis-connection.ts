@@ -53,8 +53,12 @@ export async function connectRedis(url: string, options: RedisOptions = {}): Pro
 }
 
 export async function maxmemoryPolicy(client: RedisClient): Promise<string> {
-  const reply = await client.sendCommand<string[]>(["CONFIG", "GET", "maxmemory-policy"]);
-  return reply[1] ?? "noeviction";
+  // RESP2 answers [name, value], RESP3 a map; node-redis hands the map over as an object or a Map.
+  const reply = await client.sendCommand<unknown>(["CONFIG", "GET", "maxmemory-policy"]);
+  const value = Array.isArray(reply) ? reply[1]
+    : reply instanceof Map ? reply.get("maxmemory-policy")
+      : (reply as Record<string, unknown>)["maxmemory-policy"];
+  return String(value ?? "noeviction");
 }
 
 /** INFO stats' evicted_keys: keys Redis dropped under memory pressure since it started. */

@@ -4,6 +4,8 @@ import { LedgerMetrics } from "../api/metrics.ts";
 import type { Config } from "../config.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
+import { openCountLayer } from "../cache/count-layer.ts";
+import type { ReconcileReport } from "../cache/reconciler.ts";
 import { observeConsumers } from "./consumer-observer.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
@@ -30,15 +32,25 @@ export async function startService(config: Config, options: { workers?: boolean;
   });
   const ledger = await openLedger(database.pool);
   const metrics = new LedgerMetrics(database.pool);
+  let logAlert: (report: ReconcileReport) => void = () => undefined;
+  const counts = await openCountLayer(database.pool, {
+    redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
+    reconcileIntervalMs: config.reconcileIntervalMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+  }).catch(async (err: unknown) => {
+    await database.close();
+    throw err;
+  });
   const app = await buildApp({
+    counts: counts.reader, countsState: counts.state,
     ledger, metrics, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   });
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
+  logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
-  for (const w of workers) w.start();
+  for (const w of [...workers, ...counts.workers]) w.start();
   let stopping: Promise<void> | undefined;
   return {
     app, address, database, workers,
@@ -47,6 +59,7 @@ export async function startService(config: Config, options: { workers?: boolean;
       stopping ??= (async () => {
         await app.close();
         await Promise.all(workers.map((w) => w.stop()));
+        await counts.close();
         await database.close();
       })();
       return stopping;

@@ -5,6 +5,7 @@ import { bearer, errors, id } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
 import { auditRelations, projectionDiff, relationAuditClean } from "../../relations/relation-audit.ts";
 import { transactionStats } from "../../db/transaction.ts";
+import { recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
 
 /** Every invariant check of both capabilities, as `social-ledger audit` and GET /v1/admin/audit report them. */
@@ -91,6 +92,7 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     requireAdmin(request);
     const items = request.body?.items;
     const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
+    await recordRebuildDrift(ledger.pool, report.drifted, app.counts.metrics);
     return report;
   });
 }

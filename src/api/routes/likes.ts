@@ -2,8 +2,8 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { WriteLimit } from "../context.ts";
 import { requireAdmin, requireCaller } from "../auth.ts";
 import { notFound } from "../errors.ts";
-import { bearer, errors, idParams, lagQuery, likeOutcome, pageQuery } from "../schemas.ts";
-import { readCount } from "../../likes/like-audit.ts";
+import { bearer, countQuery, countSource, errors, idParams, likeOutcome, pageQuery } from "../schemas.ts";
+import { LIKE_COUNTS } from "../../cache/counter-kinds.ts";
 import { listLikers } from "../../likes/like-reads.ts";
 import type { LikeResult } from "../../likes/types.ts";
 import type { Ledger } from "../../ledger.ts";
@@ -74,20 +74,19 @@ export async function likeRoutes(app: FastifyInstance, opts: { writeRateLimit: W
   app.get("/v1/items/:id/like-count", {
     schema: {
       tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem",
-      security: bearer, params: idParams, querystring: lagQuery,
+      security: bearer, params: idParams, querystring: countQuery,
       response: {
         200: {
           type: "object",
-          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForItem: { type: "integer" }, stale: { type: "boolean" } },
+          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForItem: { type: "integer" }, stale: { type: "boolean" }, ...countSource },
         },
         ...errors(400, 401, 404),
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     const caller = requireCaller(request);
     await requireVisibleItem(ledger, caller.id, request.params.id);
-    const r = await readCount(ledger.pool, request.params.id, request.query.allowedLag);
-    return { count: r.n, lag: r.lag, pendingForItem: r.pendingForItem, stale: r.stale };
+    return app.counts.read(LIKE_COUNTS, request.params.id, request.query);
   });
 
   app.get("/v1/items/:id/likes", {

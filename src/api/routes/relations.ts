@@ -2,8 +2,9 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { WriteLimit } from "../context.ts";
 import { requireCaller, requireSelfOrAdmin } from "../auth.ts";
 import { HttpError, notFound } from "../errors.ts";
-import { bearer, errors, idParams, lagQuery, pageQuery, relationOutcome } from "../schemas.ts";
-import { followerCount, listFollowers } from "../../relations/relation-reads.ts";
+import { bearer, countQuery, countSource, errors, idParams, pageQuery, relationOutcome } from "../schemas.ts";
+import { FOLLOWER_COUNTS } from "../../cache/counter-kinds.ts";
+import { listFollowers } from "../../relations/relation-reads.ts";
 import { blockedEitherWay } from "../../relations/relation-service.ts";
 import type { RelationResult } from "../../relations/types.ts";
 
@@ -94,11 +95,11 @@ export async function relationRoutes(app: FastifyInstance, opts: { writeRateLimi
 
   app.get("/v1/accounts/:id/follower-count", {
     schema: {
-      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: bearer, params: idParams, querystring: lagQuery,
-      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: { type: "integer" }, stale: { type: "boolean" } } }, ...errors(400, 401, 404) },
+      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: bearer, params: idParams, querystring: countQuery,
+      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: { type: "integer" }, stale: { type: "boolean" }, ...countSource } }, ...errors(400, 401, 404) },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     await requireVisibleAccount(requireCaller(request).id, request.params.id);
-    return followerCount(ledger.pool, request.params.id, request.query.allowedLag);
+    return app.counts.read(FOLLOWER_COUNTS, request.params.id, request.query);
   });
 }
