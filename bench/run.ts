@@ -26,10 +26,15 @@ import { transactionStats } from "../src/db/transaction.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
 import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
+import { countLayerRows } from "./count-layer.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
+
+function redisServerAvailable(): boolean {
+  return ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].some((p) => existsSync(p));
+}
 
 const USAGE = `usage: node --import tsx bench/run.ts [options]
 
@@ -523,6 +528,12 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => readPhase(t, OP.pkDrained, "library", () => primaryKeyReads(t, o)));
   await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
+
+  // Issue 10: the Redis count layer next to the PostgreSQL read (skipped without redis-server).
+  if (redisServerAvailable()) {
+    await phase(async (t) => (await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal))
+      .map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") })));
+  }
 
   await phase((t) => followPhase(t, o));
   await phase((t) => projectorDrainPhase(t));

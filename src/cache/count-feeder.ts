@@ -4,7 +4,8 @@ import type { CacheMetrics } from "./cache-metrics.ts";
 import type { CountStore } from "./count-store.ts";
 import type { CountEvent, CounterKind } from "./counter-kinds.ts";
 
-const cursorKey = (kind: string) => `sl:feed:${kind}`;
+/** The feeder's cursor per partition: every event <= it has been through the hot path. */
+export const cursorKey = (kind: string) => `sl:feed:${kind}`;
 
 /**
  * The hot path of the count layer: after the database commit, each committed outbox event of a

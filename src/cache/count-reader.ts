@@ -73,7 +73,7 @@ export class CountReader {
     const kind = this.kinds.get(kindName)!;
     const cached = await store.read(kind.name, target);
     if (cached) return cached;
-    const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target]]);
+    const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
     const row = rows[0]!;
     await store.install(kind.name, target, row.n, row.bound.map(Number), false);
     return store.read(kind.name, target);

@@ -26,11 +26,13 @@ export interface DatabaseCount {
  *               the committed events above each cursor (part, seq, actor, target, delta), in order.
  *  changedSql   $1 int[] partitions, $2 bigint[] low (exclusive), $3 bigint[] high (inclusive):
  *               the distinct targets with an event in that range.
- *  truthSql     $1 text[] targets: each target's count from the facts (target, n) and, in the same
- *               snapshot, the sequence position of every partition (bound bigint[], by part).
+ *  truthSql     $1 text[] targets, $2 bigint[] boundary per partition or NULL (the present): each
+ *               target's count over the events <= the boundary (target, n), from the facts minus the
+ *               committed events above it, and the boundary used (bound bigint[], by part), all in
+ *               one snapshot.
  *  positionsSql every partition's last sequence number (part, last).
  * The outbox sequences are gapless and commit-ordered per partition, so "every event with seq <=
- * bound[part]" is exactly what the facts of that snapshot contain: the reconciler's boundary.
+ * bound[part]" is an exact set: the facts of the snapshot minus the events above the bound.
  * Adding a counted fact (comments) is one more entry of this shape.
  */
 export interface CounterKind {
@@ -57,8 +59,13 @@ export const LIKE_COUNTS: CounterKind = {
      ORDER BY o.part, o.seq`,
   changedSql: changedIn("like_outbox", "item_id"),
   truthSql: `
-    WITH b AS (SELECT array_agg(last ORDER BY part) AS bound FROM like_seq)
-    SELECT t.target, (SELECT count(*) FROM like_fact f WHERE f.item_id = t.target AND f.liked)::bigint AS n, b.bound
+    WITH x AS (SELECT part, least(last, ($2::bigint[])[part + 1]) AS bound FROM like_seq),
+         b AS (SELECT array_agg(bound ORDER BY part) AS bound FROM x)
+    SELECT t.target,
+           ((SELECT count(*) FROM like_fact f WHERE f.item_id = t.target AND f.liked)
+            - (SELECT coalesce(sum(o.delta), 0) FROM x JOIN like_outbox o ON o.part = x.part AND o.seq > x.bound
+                WHERE o.item_id = t.target))::bigint AS n,
+           b.bound
       FROM unnest($1::text[]) AS t(target), b`,
   positionsSql: "SELECT part, last::bigint AS last FROM like_seq ORDER BY part",
   async readDatabase(pool, target, allowedLag) {
@@ -67,23 +74,29 @@ export const LIKE_COUNTS: CounterKind = {
   },
 };
 
-/** A relation event's delta: whether it enters or leaves ACTIVE against the pair's previous event. */
+/** A relation event o's delta: whether it enters or leaves ACTIVE against the pair's previous event. */
+const FOLLOW_DELTA = `((o.state = 'ACTIVE')::int - coalesce((
+  SELECT (p.state = 'ACTIVE')::int FROM relation_event p
+   WHERE p.follower = o.follower AND p.followee = o.followee AND p.version < o.version
+   ORDER BY p.version DESC LIMIT 1), 0))`;
+
 export const FOLLOWER_COUNTS: CounterKind = {
   name: "followers",
   eventsSql: `
-    SELECT o.part, o.seq::bigint AS seq, o.follower AS actor, o.followee AS target,
-           ((o.state = 'ACTIVE')::int - coalesce((
-             SELECT (p.state = 'ACTIVE')::int FROM relation_event p
-              WHERE p.follower = o.follower AND p.followee = o.followee AND p.version < o.version
-              ORDER BY p.version DESC LIMIT 1), 0)) AS delta
+    SELECT o.part, o.seq::bigint AS seq, o.follower AS actor, o.followee AS target, ${FOLLOW_DELTA} AS delta
       FROM unnest($1::int[], $2::bigint[]) AS c(part, after)
       CROSS JOIN LATERAL (
         SELECT * FROM relation_event o WHERE o.part = c.part AND o.seq > c.after ORDER BY o.seq LIMIT $3) o
      ORDER BY o.part, o.seq`,
   changedSql: changedIn("relation_event", "followee"),
   truthSql: `
-    WITH b AS (SELECT array_agg(last ORDER BY part) AS bound FROM event_seq)
-    SELECT t.target, (SELECT count(*) FROM relation r WHERE r.followee = t.target AND r.state = 'ACTIVE')::bigint AS n, b.bound
+    WITH x AS (SELECT part, least(last, ($2::bigint[])[part + 1]) AS bound FROM event_seq),
+         b AS (SELECT array_agg(bound ORDER BY part) AS bound FROM x)
+    SELECT t.target,
+           ((SELECT count(*) FROM relation r WHERE r.followee = t.target AND r.state = 'ACTIVE')
+            - (SELECT coalesce(sum(${FOLLOW_DELTA}), 0) FROM x JOIN relation_event o ON o.part = x.part AND o.seq > x.bound
+                WHERE o.followee = t.target))::bigint AS n,
+           b.bound
       FROM unnest($1::text[]) AS t(target), b`,
   positionsSql: "SELECT part, last::bigint AS last FROM event_seq ORDER BY part",
   async readDatabase(pool, target, allowedLag) {

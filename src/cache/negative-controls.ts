@@ -9,7 +9,7 @@ import type { CounterKind } from "./counter-kinds.ts";
  * lost. Hook point "reconcile.beforeInstall" as in the Reconciler, so a test can interleave.
  */
 export async function naiveRecountAndOverwrite(pool: Pool, store: CountStore, kind: CounterKind, target: string, hooks = new Hooks()): Promise<void> {
-  const { rows } = await pool.query<{ n: number }>(kind.truthSql, [[target]]);
+  const { rows } = await pool.query<{ n: number }>(kind.truthSql, [[target], null]);
   await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets: [target] });
   const key = store.counterKey(kind.name, target);
   const buckets = Array.from({ length: store.buckets }, (_, i) => `b${i}`);

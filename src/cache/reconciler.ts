@@ -3,6 +3,7 @@ import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
 import type { CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
+import { cursorKey } from "./count-feeder.ts";
 
 const reconciledKey = (kind: string) => `sl:reconciled:${kind}`;
 
@@ -32,9 +33,10 @@ export interface ReconcilerOptions {
 /**
  * Seed 003's reconciliation with an exact boundary. The changed targets are those with an event
  * between the boundary of the last run and the present (both outbox positions, kept in Redis with
- * the counters they describe), so a run costs what changed, not how many targets exist. Per batch
- * one statement reads the truth from the facts together with every partition's position; that
- * position is the boundary: the facts contain exactly the events <= it. The install script puts
+ * the counters they describe), so a run costs what changed, not how many targets exist. The
+ * boundary per partition is the lower of the outbox position and the feeder's cursor: committed
+ * and past the hot path. Per batch one statement reads the truth over exactly the events <= it
+ * (the facts minus the committed events above it). The install script puts
  * the truth in base and keeps only the logged live increments above the boundary, atomically,
  * so increments racing with the run are never lost. Drift (truth minus what the counter showed
  * for the same events) is measured before the repair and recorded in count_drift_history.
@@ -53,15 +55,19 @@ export class Reconciler {
     const hooks = this.options.hooks ?? new Hooks();
     const { rows: positions } = await this.pool.query<{ part: number; last: number }>(kind.positionsSql);
     const previous = await redis.hGetAll(reconciledKey(kind.name));
+    const cursor = await redis.hGetAll(cursorKey(kind.name));
     const parts = positions.map((p) => p.part);
+    // Settled = committed and past the hot path: an event the feeder has not reached yet is not
+    // drift, so the boundary is the lower of the outbox position and the feeder's cursor.
+    const bound = positions.map((p) => Math.min(p.last, Number(cursor[String(p.part)] ?? p.last)));
     const { rows: changed } = await this.pool.query<{ target: string }>(kind.changedSql, [
-      parts, parts.map((p) => Number(previous[String(p)] ?? 0)), positions.map((p) => p.last),
+      parts, parts.map((p) => Number(previous[String(p)] ?? 0)), bound,
     ]);
     const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [] };
     const batchSize = this.options.batchSize ?? 500;
     for (let i = 0; i < changed.length; i += batchSize) {
       const targets = changed.slice(i, i + batchSize).map((r) => r.target);
-      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [targets]);
+      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [targets, bound]);
       await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
       for (const row of rows) {
         const outcome = await this.store.install(kind.name, row.target, row.n, row.bound.map(Number), true);
@@ -73,7 +79,7 @@ export class Reconciler {
       // Staggered: the next batch waits for the event loop, so reads are not starved by a large run.
       await new Promise((resolve) => setImmediate(resolve));
     }
-    await redis.hSet(reconciledKey(kind.name), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+    await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
     await recordDrift(this.pool, kind.name, "reconcile", report.drifted, this.options.metrics);
     this.options.metrics?.reconciledTargets.inc({ kind: kind.name }, report.installed);
     const alerting = report.drifted.length > (this.options.alertThreshold ?? 0);

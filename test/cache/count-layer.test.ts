@@ -174,3 +174,43 @@ test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then bac
   await l.reconciler.reconcile(LIKE_COUNTS);
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(l.db, "item-a"));
 });
+
+test("events committed but not yet through the feeder are not drift: the boundary is the lower of the outbox position and the feeder's cursor", async (t) => {
+  const { db, likes, feeder, reader, reconciler } = await lab(t);
+  await likes.createItem("item-a");
+  await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await likeMany(likes, "item-a", 0, 5);
+  await feeder.pollOnce();
+  await likeMany(likes, "item-a", 5, 9); // committed, not fed
+  const report = await reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual(report.drifted, [], "the unfed events are above the boundary, not drift");
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 5);
+  await feeder.pollOnce();
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(db, "item-a"));
+  const next = await reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run takes the fed events into the base, without drift");
+});
+
+test("follower counters: a lost increment is +1 drift repaired by the reconciliation; unfed follows and unfollows are not drift", async (t) => {
+  const { db, hooks, store, reader } = await lab(t);
+  const relations = await RelationService.open(db.pool);
+  for (const a of ["alice", "bob", "carol", "dave", "erin"]) await relations.upsertAccount(a);
+  const feeder = new CountFeeder(db.pool, store, FOLLOWER_COUNTS, { hooks });
+  const reconciler = new Reconciler(db.pool, store, { hooks });
+  await feeder.pollOnce();
+  await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 });
+  hooks.on("cache.beforeIncrement", (c) => {
+    if (c.actor === "carol") c.drop = true;
+  });
+  await relations.follow("bob", "alice");
+  await relations.follow("carol", "alice");
+  await feeder.pollOnce();
+  await relations.follow("dave", "alice"); // committed, not fed
+  await relations.unfollow("bob", "alice");
+  const report = await reconciler.reconcile(FOLLOWER_COUNTS);
+  assert.deepEqual(report.drifted.map((d) => [d.target, d.drift]), [["alice", 1]]);
+  await feeder.pollOnce();
+  const truth = (await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM relation WHERE followee = 'alice' AND state = 'ACTIVE'")).rows[0]!.n;
+  assert.equal((await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 })).count, truth);
+  assert.equal(truth, 2);
+});
