@@ -531,8 +531,12 @@ async function main(o: Opts): Promise<void> {
 
   // Issue 10: the Redis count layer next to the PostgreSQL read (skipped without redis-server).
   if (redisServerAvailable()) {
-    await phase(async (t) => (await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal))
-      .map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") })));
+    await phase(async (t) => {
+      const made = await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
+      // The reconciliation rows wrote likes: the audit at the end expects a drained count.
+      await t.ledger.likeConsumer.drain();
+      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+    });
   }
 
   await phase((t) => followPhase(t, o));
