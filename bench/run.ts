@@ -28,10 +28,15 @@ import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
 import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
 import { readCounter } from "../src/counters/counter-reads.ts";
+import { countLayerRows } from "./count-layer.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
+
+function redisServerAvailable(): boolean {
+  return ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].some((p) => existsSync(p));
+}
 
 const USAGE = `usage: node --import tsx bench/run.ts [options]
 
@@ -598,6 +603,16 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
 
   await phase((t) => lagUnderLoadPhase(t, o));
+  // Issue 10: the Redis count layer next to the PostgreSQL read (skipped without redis-server).
+  if (redisServerAvailable()) {
+    await phase(async (t) => {
+      const made = await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
+      // The reconciliation rows wrote likes: the audit at the end expects a drained count.
+      await t.ledger.likeConsumer.drain();
+      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+    });
+  }
+
   await phase((t) => followPhase(t, o));
   await phase((t) => projectorDrainPhase(t));
 

@@ -28,6 +28,14 @@ export interface Config {
     /** LEDGER_AUDIT_EVERY_SECONDS: the full audit's period; 0: only audits asked for through the API. */
     auditEverySeconds: number;
   };
+  /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
+  redisUrl: string | undefined;
+  /** LEDGER_REDIS_ALLOW_EVICTION=1: start even when Redis's maxmemory-policy is allkeys-*. */
+  redisAllowEviction: boolean;
+  /** LEDGER_COUNT_BUCKETS: live-delta buckets per counter (hot keys). */
+  countBuckets: number;
+  /** LEDGER_RECONCILE_INTERVAL_MS: time between reconciliations of the Redis counters. */
+  reconcileIntervalMs: number;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -66,5 +74,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, 5, 1, 1_000_000),
       auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, 300, 0, 86_400),
     },
+    redisUrl: env.REDIS_URL || undefined,
+    redisAllowEviction: env.LEDGER_REDIS_ALLOW_EVICTION === "1",
+    countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),
+    reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, 60_000, 100, 86_400_000),
   };
 }

@@ -20,6 +20,8 @@ import { finishOpenApi } from "./openapi.ts";
 import { errorSchema } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { commentRoutes } from "./routes/comments.ts";
+import { CacheMetrics } from "../cache/cache-metrics.ts";
+import { CountReader } from "../cache/count-reader.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
@@ -59,6 +61,10 @@ export interface AppOptions {
   databaseHealth?: () => DatabaseHealth;
   /** The dashboard's sampler (the service passes one that sees its consumers); started with the app, stopped on close. */
   dashboard?: DashboardSampler;
+  /** The count reads (the Redis count layer when REDIS_URL is set); default: PostgreSQL only. */
+  counts?: CountReader;
+  /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
+  countsState?: () => "off" | "up" | "degraded";
 }
 
 /**
@@ -71,6 +77,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
   app.addHook("onReady", async () => app.dashboard.start());
   app.addHook("onClose", async () => app.dashboard.stop());
+  app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry) }));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
   // typed already and are not: {"private": 1} is a 400, not `true`. An unknown query
@@ -171,7 +178,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller }),
     readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller }),
   };
-  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth });
+  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);

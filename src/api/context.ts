@@ -1,3 +1,4 @@
+import type { CountReader } from "../cache/count-reader.ts";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Ledger } from "../ledger.ts";
 import type { DashboardSampler } from "./dashboard/sampler.ts";
@@ -8,6 +9,7 @@ declare module "fastify" {
     ledger: Ledger;
     metrics: LedgerMetrics;
     dashboard: DashboardSampler;
+    counts: CountReader;
   }
 }
 

@@ -86,6 +86,21 @@ export const relationship = {
   type: "object", required: Object.keys(relationshipProperties), properties: relationshipProperties,
 } as const;
 
+/** A count read: the lag it may have, and `exact` to insist on the database read with its error bound. */
+export const countQuery = {
+  type: "object", additionalProperties: false,
+  properties: {
+    allowedLag: lagQuery.properties.allowedLag,
+    exact: { type: "boolean", default: false, description: "true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer" },
+  },
+} as const;
+
+/** Where a count came from (docs/cache.md): Redis with the age of its last reconciliation, or the database. */
+export const countSource = {
+  source: { type: "string", enum: ["cache", "database"], description: "cache: the Redis count layer (REDIS_URL), database: PostgreSQL with lag and stale" },
+  reconciledAgeMs: { type: "integer", description: "from the cache: milliseconds since this counter was last reconciled with the facts" },
+} as const;
+
 export const likeOutcome = {
   type: "object", required: ["outcome", "liked", "version", "seq"],
   properties: {

@@ -119,6 +119,18 @@ outbox and relation_event are kept (the write-side audits count them).`)
     });
 
   program
+    .command("reconcile")
+    .description("Reconcile the Redis counters (REDIS_URL) with the facts once and report the drift it repaired")
+    .option("--json", "print the reports as JSON")
+    .addHelpText("after", `
+Visits only the counters whose targets changed since the last run; safe under live traffic
+(increments racing with it are kept). Drift is recorded in count_drift_history.`)
+    .action(async (opts: { json?: boolean }) => {
+      const { reconcileCommand } = await import("./commands/reconcile.ts");
+      setExitCode(await reconcileCommand(opts));
+    });
+
+  program
     .command("audit")
     .description("Run the write-side and read-side invariant checks; exit code 1 on any violation")
     .option("--json", "print the report as JSON")

@@ -7,6 +7,8 @@ import type { Config } from "../config.ts";
 import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
+import { openCountLayer } from "../cache/count-layer.ts";
+import type { ReconcileReport } from "../cache/reconciler.ts";
 import { observeConsumers } from "./consumer-observer.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
@@ -43,6 +45,14 @@ export async function startService(config: Config, options: ServiceOptions = {})
   });
   const ledger = await openLedger(database.pool, options.hooks ? { hooks: options.hooks } : {});
   const metrics = new LedgerMetrics(database.pool);
+  let logAlert: (report: ReconcileReport) => void = () => undefined;
+  const counts = await openCountLayer(database.pool, {
+    redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
+    reconcileIntervalMs: config.reconcileIntervalMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+  }).catch(async (err: unknown) => {
+    await database.close();
+    throw err;
+  });
   const consumerLoops: PartitionWorker[] = [];
   let logDashboard: (err: unknown, what: string) => void = () => undefined;
   const dashboard = new DashboardSampler({
@@ -60,6 +70,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     ...options.dashboard,
   });
   const app = await buildApp({
+    counts: counts.reader, countsState: counts.state,
     ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,
@@ -67,10 +78,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
   });
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
   logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
+  logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
-  for (const w of workers) w.start();
+  for (const w of [...workers, ...counts.workers]) w.start();
   let stopping: Promise<void> | undefined;
   return {
     app, address, database, workers,
@@ -79,6 +91,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
       stopping ??= (async () => {
         await app.close();
         await Promise.all(workers.map((w) => w.stop()));
+        await counts.close();
         await database.close();
       })();
       return stopping;

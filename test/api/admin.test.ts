@@ -94,8 +94,8 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
     [{ itemId: "item-a", oldN: users.length + 5, newN: users.length, drift: -5, skippedPartitions: [] }]);
   assert.equal(report.totalAbsDrift, 5);
   assert.equal(ok(await admin.get<Audit>("/v1/admin/audit")).clean, true, "clean again after the rebuild");
-  assert.deepEqual(ok(await reader.get("/v1/items/item-a/like-count?allowedLag=0")), { count: users.length, lag: 0, pendingForItem: 0, stale: false });
-  assert.deepEqual(ok(await reader.get("/v1/items/item-b/like-count?allowedLag=0")), { count: users.length / 2 - 1, lag: 0, pendingForItem: 0, stale: false });
+  assert.deepEqual(ok(await reader.get("/v1/items/item-a/like-count?allowedLag=0")), { count: users.length, lag: 0, pendingForItem: 0, stale: false, source: "database" });
+  assert.deepEqual(ok(await reader.get("/v1/items/item-b/like-count?allowedLag=0")), { count: users.length / 2 - 1, lag: 0, pendingForItem: 0, stale: false, source: "database" });
   const metrics = (await h.request("GET", "/metrics")).text;
   assert.match(metrics, /^ledger_rebuild_drift_abs_total 5$/m);
   assert.match(metrics, /^ledger_rebuild_drifted_items_total 1$/m);

@@ -83,8 +83,8 @@ for (const partitions of [1, 4]) {
     assert.equal(staleCount.stale, true, JSON.stringify(staleCount));
     assert.ok(staleCount.lag >= 1);
     await h.ledger.projector.drain();
-    assert.deepEqual(ok(await alice.get("/v1/accounts/bob/follower-count?allowedLag=0")), { count: 1, lag: 0, stale: false });
-    assert.deepEqual(ok(await alice.get("/v1/accounts/carol/follower-count")), { count: 1, lag: 0, stale: false });
+    assert.deepEqual(ok(await alice.get("/v1/accounts/bob/follower-count?allowedLag=0")), { count: 1, lag: 0, stale: false, source: "database" });
+    assert.deepEqual(ok(await alice.get("/v1/accounts/carol/follower-count")), { count: 1, lag: 0, stale: false, source: "database" });
     const followers = ok(await carol.get<FollowerPage>("/v1/accounts/bob/followers"));
     assert.deepEqual(followers.followers.map((f) => f.accountId), ["alice"]);
     assert.equal(followers.nextCursor, undefined);
@@ -105,7 +105,7 @@ for (const partitions of [1, 4]) {
     assert.deepEqual({ outcome: unf.outcome, state: unf.state, version: unf.version }, { outcome: "CHANGED", state: "REMOVED", version: 2 });
     assert.equal(ok(await alice.delete<RelationOutcome>("/v1/accounts/me/following/carol")).outcome, "NOOP");
     await h.ledger.projector.drain();
-    assert.deepEqual(ok(await alice.get("/v1/accounts/carol/follower-count")), { count: 0, lag: 0, stale: false });
+    assert.deepEqual(ok(await alice.get("/v1/accounts/carol/follower-count")), { count: 0, lag: 0, stale: false, source: "database" });
     assert.deepEqual(ok(await alice.get("/v1/accounts/carol/followers")), { followers: [] });
 
     // A private account's request withdrawn with DELETE.

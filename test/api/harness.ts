@@ -4,6 +4,8 @@ import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "../../src/api/app.ts";
 import { signToken } from "../../src/api/auth.ts";
+import { LedgerMetrics } from "../../src/api/metrics.ts";
+import { openCountLayer, type CountLayer } from "../../src/cache/count-layer.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 
@@ -59,17 +61,23 @@ export interface ApiHarness {
   as(userId: string, options?: { admin?: boolean }): Promise<Client>;
   /** Drains both consumers (like counter, follower projector) to the current end of every partition. */
   drain(): Promise<void>;
+  /** The count layer (Redis when startApi got redisUrl; its workers are not started: tests drive them). */
+  counts: CountLayer;
   close(): Promise<void>;
 }
 
-export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number } = {}): Promise<ApiHarness> {
+export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string } = {}): Promise<ApiHarness> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 1, poolSize: options.poolSize ?? 10 });
   const secret = new Uint8Array(randomBytes(32));
   let app: FastifyInstance | undefined;
+  let counts: CountLayer | undefined;
   try {
     const ledger = await openLedger(db.pool);
+    const metrics = new LedgerMetrics(db.pool);
+    counts = await openCountLayer(db.pool, { redisUrl: options.redisUrl, registry: metrics.registry, localTtlMs: 0 });
+    const layer = counts;
     app = await buildApp({
-      ledger, jwtSecret: secret, logger: false,
+      ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state,
       ...(options.writesPerMinute !== undefined ? { writesPerMinute: options.writesPerMinute } : {}),
       ...(options.readsPerMinute !== undefined ? { readsPerMinute: options.readsPerMinute } : {}),
       ...(options.corsOrigins !== undefined ? { corsOrigins: options.corsOrigins } : {}),
@@ -98,7 +106,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
     const token = (userId: string, o: { admin?: boolean; ttlSeconds?: number } = {}) => signToken(secret, userId, o);
 
     return {
-      db, ledger, app: started, baseUrl, secret, token, request,
+      db, ledger, app: started, baseUrl, secret, token, request, counts: layer,
       async as(userId, o = {}) {
         const t = await token(userId, o);
         const withToken = (opts: RequestOptions = {}) => ({ token: t, ...opts });
@@ -119,6 +127,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
       close() {
         closed ??= (async () => {
           await started.close();
+          await layer.close();
           await db.close();
         })();
         return closed;
@@ -126,6 +135,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
     };
   } catch (err) {
     await app?.close();
+    await counts?.close();
     await db.close();
     throw err;
   }

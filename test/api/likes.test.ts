@@ -27,7 +27,7 @@ for (const partitions of [1, 4]) {
 
     const before = ok(await alice.get<LikeCount>("/v1/items/item-1/like-count?allowedLag=0"));
     t.diagnostic(`note before drain: ${JSON.stringify(before)}`);
-    assert.deepEqual(Object.keys(before).sort(), ["count", "lag", "pendingForItem", "stale"]);
+    assert.deepEqual(Object.keys(before).sort(), ["count", "lag", "pendingForItem", "source", "stale"]);
     assert.equal(before.stale, true, "lag 1 > allowedLag 0");
     assert.ok(before.lag >= 1);
     assert.ok(before.pendingForItem >= 1 && before.pendingForItem <= before.lag);
@@ -36,7 +36,7 @@ for (const partitions of [1, 4]) {
     assert.equal(byDefault.stale, false, "the default allowedLag is 16: a lag of 1 is not stale");
 
     await h.ledger.likeConsumer.drain();
-    assert.deepEqual(ok(await bob.get("/v1/items/item-1/like-count?allowedLag=0")), { count: 1, lag: 0, pendingForItem: 0, stale: false });
+    assert.deepEqual(ok(await bob.get("/v1/items/item-1/like-count?allowedLag=0")), { count: 1, lag: 0, pendingForItem: 0, stale: false, source: "database" });
 
     assert.deepEqual(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")), { outcome: "CHANGED", liked: false, version: 2, seq: liked.seq + 1 });
     assert.deepEqual(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")), { outcome: "NOOP", liked: false, version: 2, seq: 0 });
@@ -44,7 +44,7 @@ for (const partitions of [1, 4]) {
     const unliked = ok(await alice.get<LikeCount>("/v1/items/item-1/like-count?allowedLag=0"));
     assert.ok(unliked.stale && Math.abs(unliked.count - 0) <= unliked.pendingForItem, JSON.stringify(unliked));
     await h.ledger.likeConsumer.drain();
-    assert.deepEqual(ok(await alice.get("/v1/items/item-1/like-count?allowedLag=0")), { count: 0, lag: 0, pendingForItem: 0, stale: false });
+    assert.deepEqual(ok(await alice.get("/v1/items/item-1/like-count?allowedLag=0")), { count: 0, lag: 0, pendingForItem: 0, stale: false, source: "database" });
 
     // A missing item is 404 NOT_FOUND on every like route, with one body.
     const missing = [

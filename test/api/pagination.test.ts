@@ -117,7 +117,7 @@ test("api P=4 followers pagination: 40 followers paged by 7 while follows arrive
   const expected = all.followers.map((f) => f.accountId);
   assert.equal(expected.length, 40);
   assert.deepEqual(expected.slice(0, 2), ["fan-040", "fan-039"], "newest first");
-  assert.deepEqual(ok(await reader.get("/v1/accounts/star/follower-count")), { count: 40, lag: 0, stale: false });
+  assert.deepEqual(ok(await reader.get("/v1/accounts/star/follower-count")), { count: 40, lag: 0, stale: false, source: "database" });
 
   const arrivals = new Set<string>();
   let n = 0;
@@ -140,7 +140,7 @@ test("api P=4 followers pagination: 40 followers paged by 7 while follows arrive
   assertStable("followers", expected, ids, arrivals);
   const after = ok(await reader.get<FollowerPage>("/v1/accounts/star/followers?limit=200")).followers.map((f) => f.accountId);
   assert.equal(after.length, 40 + arrivals.size);
-  assert.deepEqual(ok(await reader.get("/v1/accounts/star/follower-count")), { count: 40 + arrivals.size, lag: 0, stale: false });
+  assert.deepEqual(ok(await reader.get("/v1/accounts/star/follower-count")), { count: 40 + arrivals.size, lag: 0, stale: false, source: "database" });
 
   // A blocked reader: the followers list and the likers of a FOLLOWERS post are 404, like missing ones.
   const star = await h.as("star");

@@ -7,6 +7,7 @@ import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDif
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
+import { recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
 
 /**
@@ -119,6 +120,7 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     requireAdmin(request);
     const items = request.body?.items;
     const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
+    await recordRebuildDrift(ledger.pool, report.drifted, app.counts.metrics);
     return report;
   });
 }

@@ -34,7 +34,7 @@ const databaseHealthSchema = {
  * - /readyz (readiness) asks the database: 503 DATABASE_UNAVAILABLE with Retry-After while it
  *   is down, restarting or recovering, 503 NOT_READY while migrations are behind.
  */
-export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?: () => DatabaseHealth }): Promise<void> {
+export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?: () => DatabaseHealth; countsState: () => "off" | "up" | "degraded" }): Promise<void> {
   const { ledger, metrics } = app;
   const health = opts.databaseHealth;
 
@@ -59,7 +59,7 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
     config: { auth: "none" },
     schema: {
       tags: ["health"], summary: "Readiness: the database answers and its migrations are current",
-      response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" } } }, 503: { $ref: "LedgerError#" } },
+      response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } } }, 503: { $ref: "LedgerError#" } },
     },
   }, async (_request, reply) => {
     if (health && health().state !== "up") return databaseUnavailable(reply);
@@ -70,7 +70,8 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
       return databaseUnavailable(reply);
     }
     if (status.applied < status.latest) return reply.status(503).send(errorBody("NOT_READY", `migrations ${status.applied}/${status.latest} applied`));
-    return { status: "ready", migrations: status.applied };
+    // Redis down does not make the service unready: counts come from PostgreSQL meanwhile.
+    return { status: "ready", migrations: status.applied, counts: opts.countsState() };
   });
 
   app.get("/metrics", { config: { auth: "none" }, schema: { tags: ["health"], summary: "Prometheus metrics", hide: false } }, async (_request, reply) => {

@@ -3,9 +3,9 @@ import type { RateLimits } from "../context.ts";
 import { requireAdmin, requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
-import { bearer, countFields, errors, idParams, lagQuery, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
-import { readCount } from "../../likes/like-audit.ts";
+import { bearer, countFields, countQuery, countSource, errors, idParams, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
 import { listLikedItems, listLikers } from "../../likes/like-reads.ts";
+import { LIKE_COUNTS } from "../../cache/counter-kinds.ts";
 import type { LikeResult } from "../../likes/types.ts";
 import type { Ledger } from "../../ledger.ts";
 
@@ -91,19 +91,18 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     onRequest: opts.readRateLimit,
     schema: {
       tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: items that are no post, and PUBLIC posts)",
-      security: optionalBearer, params: idParams, querystring: lagQuery,
+      security: optionalBearer, params: idParams, querystring: countQuery,
       response: {
         200: {
           type: "object",
-          properties: { count: { type: "integer", description: "the derived like count" }, ...countFields },
+          properties: { count: { type: "integer", description: "the derived like count" }, ...countFields, ...countSource },
         },
         ...errors(400, 401, 404, 429),
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     await requireVisibleItem(ledger, request.caller, request.params.id);
-    const r = await readCount(ledger.pool, request.params.id, request.query.allowedLag);
-    return { count: r.n, lag: r.lag, pendingForItem: r.pendingForItem, stale: r.stale };
+    return app.counts.read(LIKE_COUNTS, request.params.id, request.query);
   });
 
   app.get("/v1/items/:id/likes", {

@@ -4,7 +4,7 @@ import { requireCaller, requireSelfOrAdmin, type Caller } from "../auth.ts";
 import { HttpError, notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
 import {
-  accountRow, bearer, errors, id, idParams, lagQuery, optionalBearer, pageOf, pageQuery, relationOutcome, relationship, relationshipProperties,
+  accountRow, bearer, countFields, countQuery, countSource, errors, id, idParams, lagQuery, optionalBearer, pageOf, pageQuery, relationOutcome, relationship, relationshipProperties,
 } from "../schemas.ts";
 import { setHideCollections } from "../../relations/account-settings.ts";
 import { AccountNotFoundError } from "../../relations/errors.ts";
@@ -12,6 +12,7 @@ import {
   MAX_RELATIONSHIPS, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
   type Account,
 } from "../../relations/relation-reads.ts";
+import { FOLLOWER_COUNTS } from "../../cache/counter-kinds.ts";
 import { blockedEitherWay } from "../../relations/relation-service.ts";
 import type { RelationResult } from "../../relations/types.ts";
 
@@ -219,13 +220,13 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   app.get("/v1/accounts/:id/follower-count", {
     config: { auth: "optional" },
     schema: {
-      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: optionalBearer, params: idParams, querystring: lagQuery,
-      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: { type: "integer" }, stale: { type: "boolean" } } }, ...errors(400, 401, 403, 404, 429) },
+      tags: ["relations"], summary: "Follower count from the projection, with its lag", security: optionalBearer, params: idParams, querystring: countQuery,
+      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } }, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.readRateLimit,
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     const accountId = accountParam(request);
     await requireVisibleCollections(request.caller, accountId);
-    return followerCount(ledger.pool, accountId, request.query.allowedLag);
+    return app.counts.read(FOLLOWER_COUNTS, accountId, request.query);
   });
 }

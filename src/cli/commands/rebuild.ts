@@ -4,6 +4,7 @@ import { Hooks } from "../../hooks.ts";
 import { openLedger } from "../../ledger.ts";
 import type { RebuildReport } from "../../likes/like-rebuild.ts";
 import { openDatabase } from "../../runtime/database.ts";
+import { recordRebuildDrift } from "../../cache/reconciler.ts";
 
 /** Drifted items listed in the readable report; --json lists them all. */
 const MAX_LISTED = 50;
@@ -54,6 +55,7 @@ export async function rebuild(opts: { items?: string[]; json?: boolean }): Promi
       });
     }
     const report = await ledger.likeRebuild.rebuild(opts.items ? { items: opts.items } : {});
+    await recordRebuildDrift(database.pool, report.drifted);
     bar?.stop();
     bar = undefined;
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatRebuildReport(report));

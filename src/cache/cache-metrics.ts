@@ -1,0 +1,60 @@
+import client from "prom-client";
+
+/**
+ * The count layer's figures (seed 004's four numbers, with ledger_operation_outcomes_total for
+ * the unique insert rate): request volume by source, counter update failures, reconciliation
+ * drift by kind and sign, and the alert it raises. One instance per registry.
+ */
+export class CacheMetrics {
+  readonly countReads: client.Counter<"kind" | "source">;
+  readonly updates: client.Counter<"kind">;
+  readonly updateFailures: client.Counter<"kind">;
+  readonly drift: client.Histogram<"kind" | "sign" | "origin">;
+  readonly driftAlert: client.Gauge<"kind">;
+  readonly redisUp: client.Gauge;
+  readonly evictedKeys: client.Gauge;
+  readonly reconciledTargets: client.Counter<"kind">;
+
+  /** `redis` (when the layer has one) is read at scrape time for redis_up and evicted_keys. */
+  constructor(registry: client.Registry, redis?: { up(): boolean; evictedKeys(): Promise<number> }) {
+    const registers = [registry];
+    this.countReads = new client.Counter({
+      name: "ledger_count_reads_total", help: "Count reads by counter kind and where they were answered from (cache, database)",
+      labelNames: ["kind", "source"], registers,
+    });
+    this.updates = new client.Counter({
+      name: "ledger_count_cache_updates_total", help: "Events the count feeder applied to Redis, by counter kind", labelNames: ["kind"], registers,
+    });
+    this.updateFailures = new client.Counter({
+      name: "ledger_count_cache_update_failures_total", help: "Count increments that failed after the database commit, by counter kind",
+      labelNames: ["kind"], registers,
+    });
+    this.drift = new client.Histogram({
+      name: "ledger_count_drift", help: "|truth - displayed| found by a reconciliation or rebuild, by counter kind, sign (over: displayed too high) and origin",
+      labelNames: ["kind", "sign", "origin"], buckets: [1, 2, 5, 10, 100, 1000], registers,
+    });
+    this.driftAlert = new client.Gauge({
+      name: "ledger_count_drift_alert", help: "1 when the last reconciliation of the kind found more drifted counters than the threshold",
+      labelNames: ["kind"], registers,
+    });
+    this.redisUp = new client.Gauge({
+      name: "ledger_redis_up", help: "1 when the count layer's Redis answers, 0 degraded (reads from PostgreSQL)", registers,
+      collect() {
+        if (redis) this.set(redis.up() ? 1 : 0);
+      },
+    });
+    this.evictedKeys = new client.Gauge({
+      name: "ledger_redis_evicted_keys", help: "Redis INFO evicted_keys: keys dropped under memory pressure", registers,
+      async collect() {
+        if (redis?.up()) this.set(await redis.evictedKeys().catch(() => 0));
+      },
+    });
+    this.reconciledTargets = new client.Counter({
+      name: "ledger_count_reconciled_targets_total", help: "Counters visited by reconciliations, by kind", labelNames: ["kind"], registers,
+    });
+    for (const kind of ["likes", "followers"]) {
+      this.updateFailures.inc({ kind }, 0);
+      this.driftAlert.set({ kind }, 0);
+    }
+  }
+}

@@ -1,0 +1,77 @@
+import type { Pool } from "../db/pool.ts";
+import { Hooks } from "../hooks.ts";
+import type { CacheMetrics } from "./cache-metrics.ts";
+import type { CountStore } from "./count-store.ts";
+import type { CountEvent, CounterKind } from "./counter-kinds.ts";
+
+/** The feeder's cursor per partition: every event <= it has been through the hot path. */
+export const cursorKey = (kind: string) => `sl:feed:${kind}`;
+
+/**
+ * The hot path of the count layer: after the database commit, each committed outbox event of a
+ * kind becomes one idempotent increment in Redis. It tails the outbox (gapless, commit-ordered
+ * per partition) from a cursor kept in Redis, so the write path itself never waits on Redis and
+ * never fails because of it (docs/cache.md says why the increment is fed here and not from the
+ * request). An increment that fails is counted and the cursor stays: the next pass retries it,
+ * which is safe because the increment script applies an event at most once.
+ *
+ * Hook points: "cache.beforeIncrement" (context.drop = true loses the increment, as a process
+ * dying between the commit and the increment would) and "cache.afterIncrement".
+ */
+export class CountFeeder {
+  constructor(
+    private readonly pool: Pool,
+    private readonly store: CountStore,
+    private readonly kind: CounterKind,
+    private readonly options: { hooks?: Hooks; metrics?: CacheMetrics; batchSize?: number } = {},
+  ) {}
+
+  /** One pass over every partition; returns the number of events handled. Throws when Redis is unreachable. */
+  async pollOnce(): Promise<number> {
+    try {
+      return await this.pass();
+    } catch (err) {
+      this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
+      throw err;
+    }
+  }
+
+  private async pass(): Promise<number> {
+    const redis = this.store.redis;
+    const hooks = this.options.hooks ?? new Hooks();
+    const stored = await redis.hGetAll(cursorKey(this.kind.name));
+    const { rows: positions } = await this.pool.query<{ part: number; last: number }>(this.kind.positionsSql);
+    if (Object.keys(stored).length === 0) {
+      // No cursor: Redis is new or was flushed, so it holds no counters either; every counter
+      // will be backfilled from the facts on its first read. Start at the present.
+      await redis.hSet(cursorKey(this.kind.name), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+      return 0;
+    }
+    const parts = positions.map((p) => p.part);
+    const cursors = parts.map((p) => Number(stored[String(p)] ?? 0));
+    const { rows } = await this.pool.query<CountEvent>(this.kind.eventsSql, [parts, cursors, this.options.batchSize ?? 500]);
+    const advanced = new Map<number, number>();
+    try {
+      for (const e of rows) {
+        const seq = Number(e.seq);
+        if (e.delta !== 0) {
+          const context: Record<string, unknown> = { kind: this.kind.name, ...e, seq, drop: false };
+          await hooks.at("cache.beforeIncrement", context);
+          if (context.drop === true) {
+            this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
+          } else {
+            await this.store.increment(this.kind.name, e.target, e.part, seq, e.actor, e.delta);
+            this.options.metrics?.updates.inc({ kind: this.kind.name });
+            await hooks.at("cache.afterIncrement", context);
+          }
+        }
+        advanced.set(e.part, seq);
+      }
+    } finally {
+      if (advanced.size > 0) {
+        await redis.hSet(cursorKey(this.kind.name), Object.fromEntries([...advanced].map(([p, s]) => [String(p), String(s)])));
+      }
+    }
+    return rows.length;
+  }
+}

@@ -1,0 +1,81 @@
+import { LRUCache } from "lru-cache";
+import type { Pool } from "../db/pool.ts";
+import { validateId, validateNonNegativeInteger } from "../ids.ts";
+import type { CacheMetrics } from "./cache-metrics.ts";
+import type { CachedCount, CountStore } from "./count-store.ts";
+import type { CounterKind } from "./counter-kinds.ts";
+
+export type CountAnswer =
+  | { source: "cache"; count: number; reconciledAgeMs: number }
+  | { source: "database"; count: number; lag: number; stale: boolean; pendingForItem?: number };
+
+export interface CountReaderOptions {
+  metrics?: CacheMetrics;
+  /** How long a count stays in this process's memory (LEDGER_COUNT_LOCAL_TTL_MS); 0 turns the local cache off. */
+  localTtlMs?: number;
+  localMax?: number;
+}
+
+/**
+ * Cache-aside count reads. With a store: this process's short-TTL cache, then Redis (one HMGET
+ * sums base and every bucket), and on a missing counter a backfill from the facts installed by
+ * the same script as a reconciliation. lru-cache's fetch makes the miss single-flight: callers
+ * of one key while its fetch runs share it, so a hot key's miss is one Redis read (and at most
+ * one database query), not one per request. Any Redis failure answers from PostgreSQL instead;
+ * a caller that wants the error bound (`exact`) always gets the database path.
+ */
+export class CountReader {
+  /** The count layer's metrics, for other writers of the same figures (the rebuild's drift). */
+  readonly metrics: CacheMetrics | undefined;
+  private readonly local: LRUCache<string, CachedCount> | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly store: CountStore | undefined,
+    private readonly options: CountReaderOptions = {},
+  ) {
+    this.metrics = options.metrics;
+    const ttl = options.localTtlMs ?? 250;
+    if (store && ttl > 0) {
+      this.local = new LRUCache<string, CachedCount>({
+        max: options.localMax ?? 10_000,
+        ttl,
+        fetchMethod: (key) => this.readRedis(key),
+      });
+    }
+  }
+
+  async read(kind: CounterKind, target: string, options: { allowedLag: number; exact?: boolean }): Promise<CountAnswer> {
+    validateId("target", target);
+    validateNonNegativeInteger("allowedLag", options.allowedLag);
+    if (this.store && !options.exact) {
+      const cached = await this.readCached(kind, target).catch(() => undefined);
+      if (cached) {
+        this.options.metrics?.countReads.inc({ kind: kind.name, source: "cache" });
+        return { source: "cache", count: cached.count, reconciledAgeMs: Math.max(0, Date.now() - cached.reconciledAt) };
+      }
+    }
+    this.options.metrics?.countReads.inc({ kind: kind.name, source: "database" });
+    return { source: "database", ...(await kind.readDatabase(this.pool, target, options.allowedLag)) };
+  }
+
+  private readCached(kind: CounterKind, target: string): Promise<CachedCount | undefined> {
+    const key = `${kind.name}\u0000${target}`;
+    this.kinds.set(kind.name, kind);
+    return this.local ? this.local.fetch(key) : this.readRedis(key);
+  }
+
+  private readonly kinds = new Map<string, CounterKind>();
+
+  private async readRedis(key: string): Promise<CachedCount | undefined> {
+    const store = this.store!;
+    const [kindName, target] = key.split("\u0000") as [string, string];
+    const kind = this.kinds.get(kindName)!;
+    const cached = await store.read(kind.name, target);
+    if (cached) return cached;
+    const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
+    const row = rows[0]!;
+    await store.install(kind.name, target, row.n, row.bound.map(Number), false);
+    return store.read(kind.name, target);
+  }
+}

@@ -1,0 +1,107 @@
+import type { Pool } from "../db/pool.ts";
+import { readCount } from "../likes/like-audit.ts";
+import { followerCount } from "../relations/relation-reads.ts";
+
+/** One event of an outbox as the count layer sees it: where it sits, who caused it, what it changes. */
+export interface CountEvent {
+  part: number;
+  seq: number;
+  actor: string;
+  target: string;
+  delta: number;
+}
+
+/** The database read with its error bound, as the service answered before the cache existed. */
+export interface DatabaseCount {
+  count: number;
+  lag: number;
+  stale: boolean;
+  pendingForItem?: number;
+}
+
+/**
+ * What the Redis count layer needs to know about one counted fact. Each SQL text is one
+ * statement, so the figures it returns come from one snapshot:
+ *  eventsSql    $1 int[] partitions, $2 bigint[] cursor per partition, $3 limit per partition:
+ *               the committed events above each cursor (part, seq, actor, target, delta), in order.
+ *  changedSql   $1 int[] partitions, $2 bigint[] low (exclusive), $3 bigint[] high (inclusive):
+ *               the distinct targets with an event in that range.
+ *  truthSql     $1 text[] targets, $2 bigint[] boundary per partition or NULL (the present): each
+ *               target's count over the events <= the boundary (target, n), from the facts minus the
+ *               committed events above it, and the boundary used (bound bigint[], by part), all in
+ *               one snapshot.
+ *  positionsSql every partition's last sequence number (part, last).
+ * The outbox sequences are gapless and commit-ordered per partition, so "every event with seq <=
+ * bound[part]" is an exact set: the facts of the snapshot minus the events above the bound.
+ * Adding a counted fact (comments) is one more entry of this shape.
+ */
+export interface CounterKind {
+  name: string;
+  eventsSql: string;
+  changedSql: string;
+  truthSql: string;
+  positionsSql: string;
+  readDatabase(pool: Pool, target: string, allowedLag: number): Promise<DatabaseCount>;
+}
+
+const changedIn = (table: string, target: string) => `
+  SELECT DISTINCT o.${target} AS target
+    FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(part, lo, hi)
+    JOIN ${table} o ON o.part = r.part AND o.seq > r.lo AND o.seq <= r.hi`;
+
+export const LIKE_COUNTS: CounterKind = {
+  name: "likes",
+  eventsSql: `
+    SELECT o.part, o.seq::bigint AS seq, o.user_id AS actor, o.item_id AS target, o.delta::int AS delta
+      FROM unnest($1::int[], $2::bigint[]) AS c(part, after)
+      CROSS JOIN LATERAL (
+        SELECT * FROM like_outbox o WHERE o.part = c.part AND o.seq > c.after ORDER BY o.seq LIMIT $3) o
+     ORDER BY o.part, o.seq`,
+  changedSql: changedIn("like_outbox", "item_id"),
+  truthSql: `
+    WITH x AS (SELECT part, least(last, ($2::bigint[])[part + 1]) AS bound FROM like_seq),
+         b AS (SELECT array_agg(bound ORDER BY part) AS bound FROM x)
+    SELECT t.target,
+           ((SELECT count(*) FROM like_fact f WHERE f.item_id = t.target AND f.liked)
+            - (SELECT coalesce(sum(o.delta), 0) FROM x JOIN like_outbox o ON o.part = x.part AND o.seq > x.bound
+                WHERE o.item_id = t.target))::bigint AS n,
+           b.bound
+      FROM unnest($1::text[]) AS t(target), b`,
+  positionsSql: "SELECT part, last::bigint AS last FROM like_seq ORDER BY part",
+  async readDatabase(pool, target, allowedLag) {
+    const r = await readCount(pool, target, allowedLag);
+    return { count: r.n, lag: r.lag, stale: r.stale, pendingForItem: r.pendingForItem };
+  },
+};
+
+/** A relation event o's delta: whether it enters or leaves ACTIVE against the pair's previous event. */
+const FOLLOW_DELTA = `((o.state = 'ACTIVE')::int - coalesce((
+  SELECT (p.state = 'ACTIVE')::int FROM relation_event p
+   WHERE p.follower = o.follower AND p.followee = o.followee AND p.version < o.version
+   ORDER BY p.version DESC LIMIT 1), 0))`;
+
+export const FOLLOWER_COUNTS: CounterKind = {
+  name: "followers",
+  eventsSql: `
+    SELECT o.part, o.seq::bigint AS seq, o.follower AS actor, o.followee AS target, ${FOLLOW_DELTA} AS delta
+      FROM unnest($1::int[], $2::bigint[]) AS c(part, after)
+      CROSS JOIN LATERAL (
+        SELECT * FROM relation_event o WHERE o.part = c.part AND o.seq > c.after ORDER BY o.seq LIMIT $3) o
+     ORDER BY o.part, o.seq`,
+  changedSql: changedIn("relation_event", "followee"),
+  truthSql: `
+    WITH x AS (SELECT part, least(last, ($2::bigint[])[part + 1]) AS bound FROM event_seq),
+         b AS (SELECT array_agg(bound ORDER BY part) AS bound FROM x)
+    SELECT t.target,
+           ((SELECT count(*) FROM relation r WHERE r.followee = t.target AND r.state = 'ACTIVE')
+            - (SELECT coalesce(sum(${FOLLOW_DELTA}), 0) FROM x JOIN relation_event o ON o.part = x.part AND o.seq > x.bound
+                WHERE o.followee = t.target))::bigint AS n,
+           b.bound
+      FROM unnest($1::text[]) AS t(target), b`,
+  positionsSql: "SELECT part, last::bigint AS last FROM event_seq ORDER BY part",
+  async readDatabase(pool, target, allowedLag) {
+    return followerCount(pool, target, allowedLag);
+  },
+};
+
+export const COUNTER_KINDS: readonly CounterKind[] = [LIKE_COUNTS, FOLLOWER_COUNTS];

@@ -1,0 +1,106 @@
+import type { Pool } from "../db/pool.ts";
+import { Hooks } from "../hooks.ts";
+import type { CacheMetrics } from "./cache-metrics.ts";
+import type { CountStore } from "./count-store.ts";
+import type { CounterKind } from "./counter-kinds.ts";
+import { cursorKey } from "./count-feeder.ts";
+
+const reconciledKey = (kind: string) => `sl:reconciled:${kind}`;
+
+export interface DriftRecord {
+  target: string;
+  truth: number;
+  displayed: number;
+  drift: number;
+}
+
+export interface ReconcileReport {
+  kind: string;
+  visited: number;
+  installed: number;
+  drifted: DriftRecord[];
+}
+
+export interface ReconcilerOptions {
+  hooks?: Hooks;
+  metrics?: CacheMetrics;
+  batchSize?: number;
+  /** Drifted counters in one run above which the alert metric goes to 1 and a line is logged. */
+  alertThreshold?: number;
+  onAlert?: (report: ReconcileReport) => void;
+}
+
+/**
+ * Seed 003's reconciliation with an exact boundary. The changed targets are those with an event
+ * between the boundary of the last run and the present (both outbox positions, kept in Redis with
+ * the counters they describe), so a run costs what changed, not how many targets exist. The
+ * boundary per partition is the lower of the outbox position and the feeder's cursor: committed
+ * and past the hot path. Per batch one statement reads the truth over exactly the events <= it
+ * (the facts minus the committed events above it). The install script puts
+ * the truth in base and keeps only the logged live increments above the boundary, atomically,
+ * so increments racing with the run are never lost. Drift (truth minus what the counter showed
+ * for the same events) is measured before the repair and recorded in count_drift_history.
+ *
+ * Hook point: "reconcile.beforeInstall" (after the truth is read, before it is installed).
+ */
+export class Reconciler {
+  constructor(
+    private readonly pool: Pool,
+    private readonly store: CountStore,
+    private readonly options: ReconcilerOptions = {},
+  ) {}
+
+  async reconcile(kind: CounterKind): Promise<ReconcileReport> {
+    const redis = this.store.redis;
+    const hooks = this.options.hooks ?? new Hooks();
+    const { rows: positions } = await this.pool.query<{ part: number; last: number }>(kind.positionsSql);
+    const previous = await redis.hGetAll(reconciledKey(kind.name));
+    const cursor = await redis.hGetAll(cursorKey(kind.name));
+    const parts = positions.map((p) => p.part);
+    // Settled = committed and past the hot path: an event the feeder has not reached yet is not
+    // drift, so the boundary is the lower of the outbox position and the feeder's cursor.
+    const bound = positions.map((p) => Math.min(p.last, Number(cursor[String(p.part)] ?? p.last)));
+    const { rows: changed } = await this.pool.query<{ target: string }>(kind.changedSql, [
+      parts, parts.map((p) => Number(previous[String(p)] ?? 0)), bound,
+    ]);
+    const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [] };
+    const batchSize = this.options.batchSize ?? 500;
+    for (let i = 0; i < changed.length; i += batchSize) {
+      const targets = changed.slice(i, i + batchSize).map((r) => r.target);
+      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [targets, bound]);
+      await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
+      for (const row of rows) {
+        const outcome = await this.store.install(kind.name, row.target, row.n, row.bound.map(Number), true);
+        if (outcome.status !== "installed") continue;
+        report.installed++;
+        const drift = row.n - outcome.displayedSettled;
+        if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.displayedSettled, drift });
+      }
+      // Staggered: the next batch waits for the event loop, so reads are not starved by a large run.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
+    await recordDrift(this.pool, kind.name, "reconcile", report.drifted, this.options.metrics);
+    this.options.metrics?.reconciledTargets.inc({ kind: kind.name }, report.installed);
+    const alerting = report.drifted.length > (this.options.alertThreshold ?? 0);
+    this.options.metrics?.driftAlert.set({ kind: kind.name }, alerting ? 1 : 0);
+    if (alerting) this.options.onAlert?.(report);
+    return report;
+  }
+}
+
+/** The database rebuild's drift in the same figures (count_drift_history, the histogram), whichever process ran it. */
+export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[], metrics?: CacheMetrics): Promise<void> {
+  return recordDrift(pool, "likes", "rebuild", drifted.map((d) => ({ target: d.itemId, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })), metrics);
+}
+
+/** Records drifts in count_drift_history and the drift histogram; the rebuild feeds it too. */
+export async function recordDrift(pool: Pool, kind: string, origin: string, drifted: readonly DriftRecord[], metrics?: CacheMetrics): Promise<void> {
+  if (drifted.length === 0) return;
+  await pool.query(
+    `INSERT INTO count_drift_history (kind, origin, target, truth, displayed)
+     SELECT $1, $2, t.target, t.truth, t.displayed FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t(target, truth, displayed)`,
+    [kind, origin, drifted.map((d) => d.target), drifted.map((d) => d.truth), drifted.map((d) => d.displayed)],
+  );
+  for (const d of drifted) metrics?.drift.observe({ kind, origin, sign: d.drift > 0 ? "under" : "over" }, Math.abs(d.drift));
+}

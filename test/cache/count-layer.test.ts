@@ -1,0 +1,216 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Gate, Hooks } from "../../src/hooks.ts";
+import { LikeService } from "../../src/likes/like-service.ts";
+import { RelationService } from "../../src/relations/relation-service.ts";
+import { CountStore } from "../../src/cache/count-store.ts";
+import { CountFeeder } from "../../src/cache/count-feeder.ts";
+import { CountReader } from "../../src/cache/count-reader.ts";
+import { Reconciler } from "../../src/cache/reconciler.ts";
+import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
+import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
+import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
+import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
+import { TestRedis } from "../support/redis-server.ts";
+
+interface Lab {
+  db: TestDatabase;
+  redis: RedisClient;
+  server: TestRedis;
+  hooks: Hooks;
+  likes: LikeService;
+  store: CountStore;
+  feeder: CountFeeder;
+  reader: CountReader;
+  reconciler: Reconciler;
+}
+
+async function lab(t: { after: (fn: () => Promise<void>) => void }, partitions = 2): Promise<Lab> {
+  const db = await createTestDatabase({ partitions });
+  const server = await TestRedis.start();
+  const redis = await connectRedis(server.url);
+  t.after(async () => {
+    await redis.close().catch(() => {});
+    await server.kill();
+    await db.close();
+  });
+  const hooks = new Hooks();
+  const likes = await LikeService.open(db.pool, { hooks });
+  const store = new CountStore(redis, 8);
+  const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks });
+  await feeder.pollOnce(); // sets the cursor at the present
+  return {
+    db, redis, server, hooks, likes, store, feeder,
+    reader: new CountReader(db.pool, store, { localTtlMs: 0 }),
+    reconciler: new Reconciler(db.pool, store, { hooks }),
+  };
+}
+
+async function facts(db: TestDatabase, item: string): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  return rows[0]!.n;
+}
+
+async function likeMany(likes: LikeService, item: string, from: number, to: number): Promise<void> {
+  for (let u = from; u < to; u++) await likes.like(`user-${u}`, item);
+}
+
+test("like counts are served from Redis: a miss backfills from the facts, increments follow the commits", async (t) => {
+  const { db, likes, feeder, reader } = await lab(t);
+  await likes.createItem("item-a");
+  await likeMany(likes, "item-a", 0, 10);
+  const first = await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  assert.deepEqual([first.source, first.count], ["cache", 10]);
+  await likeMany(likes, "item-a", 10, 15);
+  await likes.unlike("user-0", "item-a");
+  await feeder.pollOnce();
+  const after = await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  assert.deepEqual([after.source, after.count], ["cache", await facts(db, "item-a")]);
+  assert.equal(after.count, 14);
+  const exact = await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0, exact: true });
+  assert.equal(exact.source, "database");
+});
+
+test("follower counts are served from Redis and follow follows and unfollows", async (t) => {
+  const { db, store, reader } = await lab(t);
+  const relations = await RelationService.open(db.pool);
+  for (const a of ["alice", "bob", "carol", "dave"]) await relations.upsertAccount(a);
+  const feeder = new CountFeeder(db.pool, store, FOLLOWER_COUNTS);
+  await feeder.pollOnce();
+  await relations.follow("bob", "alice");
+  assert.deepEqual(await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", 1]);
+  await relations.follow("carol", "alice");
+  await relations.follow("dave", "alice");
+  await relations.unfollow("bob", "alice");
+  await feeder.pollOnce();
+  assert.equal((await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 })).count, 2);
+});
+
+test("an increment lost after the commit is an undercount the reconciliation finds (+1) and repairs; a replayed one an overcount (-1)", async (t) => {
+  const { db, redis, hooks, likes, store, feeder, reader, reconciler } = await lab(t);
+  await likes.createItem("item-a");
+  await likes.createItem("item-b");
+  await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  await likeMany(likes, "item-a", 0, 5);
+  await likeMany(likes, "item-b", 0, 5);
+  hooks.on("cache.beforeIncrement", (c) => {
+    if (c.target === "item-a" && c.actor === "user-3") c.drop = true;
+  });
+  hooks.on("cache.afterIncrement", async (c) => {
+    // A blind replay of the same increment (what an offline queue would do after a reconnect).
+    if (c.target === "item-b" && c.actor === "user-2") await redis.sendCommand(["HINCRBY", store.counterKey("likes", "item-b"), `b${store.bucketOf("user-2")}`, "1"]);
+  });
+  await feeder.pollOnce();
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 4);
+  assert.equal((await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, 6);
+  const report = await reconciler.reconcile(LIKE_COUNTS);
+  const drift = Object.fromEntries(report.drifted.map((d) => [d.target, d.drift]));
+  assert.deepEqual(drift, { "item-a": 1, "item-b": -1 });
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(db, "item-a"));
+  assert.equal((await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(db, "item-b"));
+  const { rows } = await db.pool.query("SELECT target, drift::int AS drift FROM count_drift_history WHERE kind = 'likes' ORDER BY target");
+  assert.deepEqual(rows, [{ target: "item-a", drift: 1 }, { target: "item-b", drift: -1 }]);
+  const again = await reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual([again.visited, again.drifted.length], [0, 0], "a second run visits only what changed since");
+});
+
+/** Runs a repair, and while it is parked between its recount and its install, 20 more likes commit and are fed. */
+async function repairRacingWriters(l: Lab, repair: () => Promise<unknown>): Promise<{ shown: number; truth: number }> {
+  const gate = new Gate("reconcile.beforeInstall");
+  const off = l.hooks.on("reconcile.beforeInstall", gate.handler);
+  const running = repair();
+  await gate.waitArrived();
+  await likeMany(l.likes, "item-a", 100, 120);
+  await l.feeder.pollOnce();
+  gate.release();
+  await running;
+  off();
+  return { shown: (await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, truth: await facts(l.db, "item-a") };
+}
+
+test("negative control: the naive recount-and-overwrite loses the increments made during it; the split counter loses none", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-a");
+  await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await likeMany(l.likes, "item-a", 0, 10);
+  await l.feeder.pollOnce();
+  const naive = await repairRacingWriters(l, () => naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-a", l.hooks));
+  assert.equal(naive.truth - naive.shown, 20, `naive overwrite lost ${naive.truth - naive.shown} increments`);
+  t.diagnostic(`naive recount-and-overwrite lost ${naive.truth - naive.shown} of 20 concurrent increments`);
+  await l.reconciler.reconcile(LIKE_COUNTS); // repairs what the naive run lost
+  await likeMany(l.likes, "item-a", 200, 202); // a change, so the next run visits item-a
+  await l.feeder.pollOnce();
+  const split = await repairRacingWriters(l, () => l.reconciler.reconcile(LIKE_COUNTS));
+  assert.equal(split.shown, split.truth, "the split reconciliation lost nothing");
+});
+
+test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then backfill; after one reconciliation counts equal the facts", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-a");
+  await likeMany(l.likes, "item-a", 0, 5);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).source, "cache");
+  await l.redis.flushAll();
+  await likeMany(l.likes, "item-a", 5, 8);
+  await l.feeder.pollOnce(); // the cursor was flushed too: it restarts at the present
+  assert.deepEqual(await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", 8]);
+
+  await l.server.kill();
+  await likeMany(l.likes, "item-a", 8, 12); // writes are unaffected
+  const down = await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  assert.equal(down.source, "database");
+  await assert.rejects(l.feeder.pollOnce());
+  await l.server.restart();
+  const deadline = Date.now() + 15_000;
+  while (!l.redis.isReady) {
+    assert.ok(Date.now() < deadline, "the client reconnects within 15 s");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await l.feeder.pollOnce();
+  await likeMany(l.likes, "item-a", 12, 14);
+  await l.feeder.pollOnce();
+  const back = await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  assert.equal(back.source, "cache");
+  await l.reconciler.reconcile(LIKE_COUNTS);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(l.db, "item-a"));
+});
+
+test("events committed but not yet through the feeder are not drift: the boundary is the lower of the outbox position and the feeder's cursor", async (t) => {
+  const { db, likes, feeder, reader, reconciler } = await lab(t);
+  await likes.createItem("item-a");
+  await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await likeMany(likes, "item-a", 0, 5);
+  await feeder.pollOnce();
+  await likeMany(likes, "item-a", 5, 9); // committed, not fed
+  const report = await reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual(report.drifted, [], "the unfed events are above the boundary, not drift");
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 5);
+  await feeder.pollOnce();
+  assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(db, "item-a"));
+  const next = await reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run takes the fed events into the base, without drift");
+});
+
+test("follower counters: a lost increment is +1 drift repaired by the reconciliation; unfed follows and unfollows are not drift", async (t) => {
+  const { db, hooks, store, reader } = await lab(t);
+  const relations = await RelationService.open(db.pool);
+  for (const a of ["alice", "bob", "carol", "dave", "erin"]) await relations.upsertAccount(a);
+  const feeder = new CountFeeder(db.pool, store, FOLLOWER_COUNTS, { hooks });
+  const reconciler = new Reconciler(db.pool, store, { hooks });
+  await feeder.pollOnce();
+  await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 });
+  hooks.on("cache.beforeIncrement", (c) => {
+    if (c.actor === "carol") c.drop = true;
+  });
+  await relations.follow("bob", "alice");
+  await relations.follow("carol", "alice");
+  await feeder.pollOnce();
+  await relations.follow("dave", "alice"); // committed, not fed
+  await relations.unfollow("bob", "alice");
+  const report = await reconciler.reconcile(FOLLOWER_COUNTS);
+  assert.deepEqual(report.drifted.map((d) => [d.target, d.drift]), [["alice", 1]]);
+  await feeder.pollOnce();
+  const truth = (await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM relation WHERE followee = 'alice' AND state = 'ACTIVE'")).rows[0]!.n;
+  assert.equal((await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 })).count, truth);
+  assert.equal(truth, 2);
+});
