@@ -184,7 +184,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
   await app.register(adminRoutes);
-  await app.register(dashboardRoutes);
+  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off") });
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
 

@@ -56,7 +56,7 @@ interface Dashboard {
   audit: LastAudit | null;
   drift: { like_count: DriftRun[] };
   watermarks: { view: string; part: number; appliedUpto: number; lag: number; at: number }[];
-  cache: { configured: boolean };
+  cache: { configured: boolean; state: string };
 }
 
 test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outcome and request rates, the unique insert rate; drift runs come from the database; since= returns only newer samples", async (t) => {
@@ -85,7 +85,7 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
 
   const first = ok(await admin.get<Dashboard>("/v1/admin/dashboard"));
   assert.equal(first.partitions, 2);
-  assert.deepEqual(first.cache, { configured: false });
+  assert.deepEqual(first.cache, { configured: false, state: "off" });
   assert.equal(first.status.state, "ok", JSON.stringify(first.status));
   assert.ok(first.samples.length >= 3, `samples: ${first.samples.length}`);
   const newest = first.samples.at(-1)!;

@@ -25,7 +25,7 @@ test("api public reads without a token: counts, likers and PUBLIC posts, profile
   await h.drain();
   const anonymous = <T = unknown>(path: string) => h.request<T>("GET", path);
 
-  assert.deepEqual(ok(await anonymous("/v1/items/item-1/like-count")), { count: 1, lag: 0, pendingForItem: 0, stale: false });
+  assert.deepEqual(ok(await anonymous("/v1/items/item-1/like-count")), { count: 1, lag: 0, pendingForItem: 0, stale: false, source: "database" });
   assert.deepEqual(ok(await anonymous<LikerPage>("/v1/items/item-1/likes")).likers.map((l) => l.userId), ["bob"]);
   assert.equal(ok(await anonymous<LikeCount>(`/v1/items/${pub.id}/like-count`)).count, 1);
   assert.deepEqual(ok(await anonymous<LikerPage>(`/v1/items/${pub.id}/likes`)).likers.map((l) => l.userId), ["bob"]);

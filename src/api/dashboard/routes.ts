@@ -43,12 +43,12 @@ const dashboardResponse = {
       type: "array",
       items: { type: "object", properties: { view: { type: "string" }, part: integer, appliedUpto: integer, lag: integer, at: integer } },
     },
-    cache: { type: "object", description: "Cache and Redis health; configured=false: this service has no cache", additionalProperties: true },
+    cache: { type: "object", description: "The Redis count layer (REDIS_URL): configured, and state up or degraded (counts then come from PostgreSQL); configured=false: no cache", additionalProperties: true },
   },
 } as const;
 
 /** GET /dashboard (the page and its files) and GET /v1/admin/dashboard (its one JSON endpoint). */
-export async function dashboardRoutes(app: FastifyInstance): Promise<void> {
+export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded" }): Promise<void> {
   const { dashboard, ledger } = app;
   const page = await readFile(path.join(PUBLIC_DIR, "index.html"), "utf8");
 
@@ -94,7 +94,7 @@ export async function dashboardRoutes(app: FastifyInstance): Promise<void> {
       audit: dashboard.audit(),
       drift: dashboard.drift(),
       watermarks,
-      cache: { configured: false },
+      cache: { configured: opts.countsState() !== "off", state: opts.countsState() },
     };
   });
 }

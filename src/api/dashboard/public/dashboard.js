@@ -204,6 +204,7 @@
         `${last.itemsDrifted} drifted, total |drift| ${last.totalAbsDrift}`;
     }
     $("cache").dataset.configured = String(latest.cache.configured);
+    if (latest.cache.configured) $("cache-state").textContent = `Redis count layer: ${latest.cache.state}${latest.cache.state === "degraded" ? " (counts are read from PostgreSQL until Redis answers)" : ""}`;
   }
 
   async function api(path) {
