@@ -2,7 +2,9 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import fp from "fastify-plugin";
 import { Ajv } from "ajv";
 import cors from "@fastify/cors";
-import rateLimit from "@fastify/rate-limit";
+import rateLimit, { type RateLimitOptions } from "@fastify/rate-limit";
+import { redisRateLimitStore } from "../cache/rate-limit-store.ts";
+import type { RedisClient } from "../cache/redis-connection.ts";
 import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
 import { randomUUID } from "node:crypto";
@@ -63,6 +65,8 @@ export interface AppOptions {
   dashboard?: DashboardSampler;
   /** The count reads (the Redis count layer when REDIS_URL is set); default: PostgreSQL only. */
   counts?: CountReader;
+  /** The count layer's Redis client: the per-user rate limits are kept there (shared by API processes). */
+  rateLimitRedis?: RedisClient;
   /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
   countsState?: () => "off" | "up" | "degraded";
 }
@@ -139,7 +143,10 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       maxAge: 600,
     });
   }
-  await app.register(rateLimit, { global: false });
+  // With the Redis count layer the budgets live in its Redis, shared by every API process.
+  await app.register(rateLimit, opts.rateLimitRedis
+    ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis), skipOnError: true }
+    : { global: false });
   await app.register(authPlugin, { secret: opts.jwtSecret });
 
   const metrics = app.metrics;
@@ -175,8 +182,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   // own with a larger budget; a read without a token (public data) is counted per IP.
   const perCaller = (request: FastifyRequest) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`);
   const limits = {
-    writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller }),
-    readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller }),
+    writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "writes" } as RateLimitOptions),
+    readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "reads" } as RateLimitOptions),
   };
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
   await app.register(likeRoutes, limits);

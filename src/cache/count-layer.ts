@@ -25,6 +25,8 @@ export interface CountLayerOptions {
 /** The count layer as the service uses it: the reader for the routes, the feeder and reconciliation loops, close. */
 export interface CountLayer {
   reader: CountReader;
+  /** The layer's Redis client (undefined without REDIS_URL): the API keeps its rate limits there too. */
+  redis: RedisClient | undefined;
   reconciler: Reconciler | undefined;
   workers: PartitionWorker[];
   /** "off" without Redis, "up", or "degraded" while Redis does not answer (reads come from PostgreSQL). */
@@ -39,7 +41,7 @@ export interface CountLayer {
 export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}): Promise<CountLayer> {
   if (!options.redisUrl) {
     const metrics = options.registry ? new CacheMetrics(options.registry) : undefined;
-    return { reader: new CountReader(pool, undefined, { metrics }), reconciler: undefined, workers: [], state: () => "off",
+    return { reader: new CountReader(pool, undefined, { metrics }), redis: undefined, reconciler: undefined, workers: [], state: () => "off",
       feed: async () => 0, reconcile: async () => [], close: async () => {},
     };
   }
@@ -74,7 +76,7 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     }),
   ];
   return {
-    reader, reconciler, workers, feed, reconcile,
+    reader, redis, reconciler, workers, feed, reconcile,
     state: () => (redis.isReady ? "up" : "degraded"),
     async close() {
       await Promise.all(workers.map((w) => w.stop()));

@@ -70,7 +70,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     ...options.dashboard,
   });
   const app = await buildApp({
-    counts: counts.reader, countsState: counts.state,
+    counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
     ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,

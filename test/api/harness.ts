@@ -77,7 +77,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
     counts = await openCountLayer(db.pool, { redisUrl: options.redisUrl, registry: metrics.registry, localTtlMs: 0 });
     const layer = counts;
     app = await buildApp({
-      ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state,
+      ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
       ...(options.writesPerMinute !== undefined ? { writesPerMinute: options.writesPerMinute } : {}),
       ...(options.readsPerMinute !== undefined ? { readsPerMinute: options.readsPerMinute } : {}),
       ...(options.corsOrigins !== undefined ? { corsOrigins: options.corsOrigins } : {}),

@@ -1,0 +1,59 @@
+/**
+ * With REDIS_URL, the per-user write budget lives in the count layer's Redis, so two API
+ * processes share one budget (issue 10; seed 004: anti-abuse is its own mechanism). Without
+ * Redis each process counts alone (the negative control); while Redis is down writes are not
+ * refused (skipOnError), never a 5xx.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { TestRedis } from "../support/redis-server.ts";
+import { createAccounts, ok, startApi, type ApiHarness } from "./../api/harness.ts";
+
+async function twoApis(redisUrl: string | undefined): Promise<[ApiHarness, ApiHarness]> {
+  const options = { writesPerMinute: 3, ...(redisUrl ? { redisUrl } : {}) };
+  return [await startApi(options), await startApi(options)];
+}
+
+async function likeAs(h: ApiHarness, user: string, item: string): Promise<number> {
+  const admin = await h.as("admin-1", { admin: true });
+  await createAccounts(admin, [user]);
+  ok(await admin.put(`/v1/items/${item}`));
+  return (await (await h.as(user)).put(`/v1/items/${item}/likes/me`)).status;
+}
+
+test("two API processes with one Redis share a user's write budget (3/min): the 4th write, on either process, is 429; reads keep their own budget", async (t) => {
+  const redis = await TestRedis.start();
+  t.after(() => redis.kill());
+  const [a, b] = await twoApis(redis.url);
+  t.after(async () => {
+    await a.close();
+    await b.close();
+  });
+  const statuses = [await likeAs(a, "alice", "i1"), await likeAs(a, "alice", "i2"), await likeAs(b, "alice", "i3"), await likeAs(b, "alice", "i4")];
+  t.diagnostic(`note alice's writes over two processes: ${statuses.join(", ")}`);
+  assert.deepEqual(statuses, [200, 200, 200, 429]);
+  const read = await (await a.as("alice")).get("/v1/items/i1/like-count");
+  assert.equal(read.status, 200, `reads have a budget of their own: ${read.text}`);
+  assert.equal(await likeAs(b, "bob", "i5"), 200, "the budget is per user");
+});
+
+test("negative control: without Redis each API process counts alone, so the same four writes all pass", async (t) => {
+  const [a, b] = await twoApis(undefined);
+  t.after(async () => {
+    await a.close();
+    await b.close();
+  });
+  const statuses = [await likeAs(a, "alice", "i1"), await likeAs(a, "alice", "i2"), await likeAs(b, "alice", "i3"), await likeAs(b, "alice", "i4")];
+  assert.deepEqual(statuses, [200, 200, 200, 200]);
+});
+
+test("Redis down: writes are not refused by the limiter (skipOnError), no 5xx", async (t) => {
+  const redis = await TestRedis.start();
+  const [a] = [await startApi({ writesPerMinute: 3, redisUrl: redis.url })];
+  t.after(() => a.close());
+  await redis.kill();
+  const statuses: number[] = [];
+  for (let i = 0; i < 5; i++) statuses.push(await likeAs(a, "carol", `j${i}`));
+  t.diagnostic(`note writes while Redis is down: ${statuses.join(", ")}`);
+  assert.ok(statuses.every((s) => s === 200), statuses.join(","));
+});
