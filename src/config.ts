@@ -28,6 +28,8 @@ export interface Config {
     /** LEDGER_AUDIT_EVERY_SECONDS: the full audit's period; 0: only audits asked for through the API. */
     auditEverySeconds: number;
   };
+  /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
+  pruneEverySeconds: number;
   /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
   redisUrl: string | undefined;
   /** LEDGER_REDIS_ALLOW_EVICTION=1: start even when Redis's maxmemory-policy is allkeys-*. */
@@ -74,6 +76,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, 5, 1, 1_000_000),
       auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, 300, 0, 86_400),
     },
+    pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, 600, 0, 86_400),
     redisUrl: env.REDIS_URL || undefined,
     redisAllowEviction: env.LEDGER_REDIS_ALLOW_EVICTION === "1",
     countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),

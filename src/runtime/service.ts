@@ -10,6 +10,7 @@ import type { PartitionWorker } from "../workers/partition-worker.ts";
 import { openCountLayer } from "../cache/count-layer.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
 import { observeConsumers } from "./consumer-observer.ts";
+import { pruneJob } from "./prune-job.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
 
@@ -81,8 +82,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
   logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
+  const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log)];
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
-  for (const w of [...workers, ...counts.workers]) w.start();
+  for (const w of [...workers, ...counts.workers, ...maintenance]) w.start();
   let stopping: Promise<void> | undefined;
   return {
     app, address, database, workers,
@@ -90,7 +92,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     stop() {
       stopping ??= (async () => {
         await app.close();
-        await Promise.all(workers.map((w) => w.stop()));
+        await Promise.all([...workers, ...maintenance].map((w) => w.stop()));
         await counts.close();
         await database.close();
       })();

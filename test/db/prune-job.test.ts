@@ -1,0 +1,52 @@
+/**
+ * The service prunes dedup keys by itself (issue 8's periodic retention job): with
+ * LEDGER_PRUNE_EVERY_SECONDS=1 a running service leaves no processed_event row at or below the
+ * watermark once its consumers have applied the events; with 0 (the negative control) they stay.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { freePort } from "../../src/db/embedded-cluster.ts";
+import { loadConfig } from "../../src/config.ts";
+import { openLedger } from "../../src/ledger.ts";
+import { startService } from "../../src/runtime/service.ts";
+import { createTestDatabase } from "../support/test-db.ts";
+
+async function run(pruneEverySeconds: string): Promise<{ keys: number; applied: number }> {
+  const db = await createTestDatabase({ partitions: 2, poolSize: 2 });
+  const config = loadConfig({
+    DATABASE_URL: db.url, PORT: String(await freePort()), LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
+    LEDGER_PRUNE_EVERY_SECONDS: pruneEverySeconds,
+  });
+  const service = await startService(config, { logger: false });
+  try {
+    const ledger = await openLedger(db.pool);
+    await ledger.likes.createItem("item-1");
+    for (let u = 0; u < 20; u++) assert.equal((await ledger.likes.like(`user-${u}`, "item-1")).outcome, "CHANGED");
+    const read = async () => (await db.pool.query<{ keys: number; applied: number; lag: number }>(
+      `SELECT (SELECT count(*) FROM processed_event)::int AS keys,
+              (SELECT sum(applied_upto) FROM counter_watermark)::int AS applied,
+              (SELECT sum(s.last - w.applied_upto) FROM like_seq s JOIN counter_watermark w USING (part))::int AS lag`,
+    )).rows[0]!;
+    // Bounded polls of the database: the service's consumers and its pruner run on their own.
+    const deadline = Date.now() + 30_000;
+    let state = await read();
+    while ((state.lag > 0 || (pruneEverySeconds !== "0" && state.keys > 0)) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      state = await read();
+    }
+    assert.equal(state.lag, 0, "the service's consumers applied every event");
+    return { keys: state.keys, applied: state.applied };
+  } finally {
+    await service.stop();
+    await db.close();
+  }
+}
+
+test("the service prunes dedup keys below the watermarks every LEDGER_PRUNE_EVERY_SECONDS; with 0 (negative control) the keys stay", async (t) => {
+  const pruned = await run("1");
+  const kept = await run("0");
+  t.diagnostic(`note after 20 applied likes: keys left with the job=${pruned.keys}, without=${kept.keys}`);
+  assert.deepEqual(pruned, { keys: 0, applied: 20 });
+  assert.deepEqual(kept, { keys: 20, applied: 20 });
+});
