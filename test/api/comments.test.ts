@@ -170,3 +170,14 @@ test("comments API: bad input gets a typed error and writes nothing", async (t) 
   for (const [label, res, status, code] of cases) assertError(await res, status, code, label);
   assert.equal(await tableCounts(h), before, "nothing was written");
 });
+
+test("comments API: replying to a deleted comment is 409 COMMENT_DELETED and writes nothing; editing it too", async (t) => {
+  const { h, alice, bob, patch } = await setup(t);
+  const post = ok<PostJson>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
+  const comment = ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: "soon gone" }), 201);
+  ok(await bob.delete(`/v1/comments/${comment.id}`));
+  const before = await tableCounts(h);
+  assertError(await alice.post(`/v1/posts/${post.id}/comments`, { body: "a reply", parentId: comment.id }), 409, "COMMENT_DELETED");
+  assertError(await patch(bob, `/v1/comments/${comment.id}`, { body: "edited" }), 409, "COMMENT_DELETED");
+  assert.equal(await tableCounts(h), before, "nothing written (comments, outbox, items, sequences, edits, tombstones)");
+});
