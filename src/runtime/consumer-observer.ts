@@ -5,6 +5,11 @@ import type { WorkerOptions } from "../ledger.ts";
 
 type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments">>;
 
+/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g, follower-projector#g, comment-counter#g). */
+export function consumerKindOf(worker: string): "like_count" | "follower_projection" | "comment_count" {
+  return worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection";
+}
+
 /**
  * What `serve` and `worker` do with their consumer loops' events, so both expose the same
  * metrics and log the same lines: every failed pass counts in ledger_consumer_failures_total;
@@ -12,9 +17,8 @@ type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | 
  * stack, an unavailable database does not); applied/covered/stale/dup events per consumer.
  */
 export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger): ConsumerCallbacks {
-  const consumerOf = (worker: string) => (worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection");
   return {
-    onError: (_err, worker) => metrics.consumerFailures.inc({ consumer: consumerOf(worker) }),
+    onError: (_err, worker) => metrics.consumerFailures.inc({ consumer: consumerKindOf(worker) }),
     onFailing: (err, worker) => {
       if (err instanceof ConnectionLostError) log.warn({ worker, reason: err.message }, "consumer paused: database unavailable; retrying with backoff");
       else log.error({ err, worker }, "consumer pass failed; retrying with backoff");

@@ -9,7 +9,7 @@ import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
 import { openCountLayer } from "../cache/count-layer.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
-import { observeConsumers } from "./consumer-observer.ts";
+import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
@@ -60,7 +60,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     pool: database.pool, metrics,
     audit: () => fullAudit(ledger),
     consumers: () => consumerLoops.flatMap((w) => {
-      const kind = consumerKind(w.name);
+      const kind = consumerKindOf(w.name);
       // The dashboard shows the like and follower loops (comment counts are not on it yet).
       return kind === "comment_count" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
     }),
@@ -99,9 +99,4 @@ export async function startService(config: Config, options: ServiceOptions = {})
       return stopping;
     },
   };
-}
-
-/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g and follower-projector#g). */
-function consumerKind(worker: string): "like_count" | "follower_projection" | "comment_count" {
-  return worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection";
 }

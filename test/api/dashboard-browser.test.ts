@@ -11,6 +11,7 @@ import { Gate, Hooks } from "../../src/hooks.ts";
 import { startService } from "../../src/runtime/service.ts";
 import { loadJwtSecret } from "../../src/runtime/secret.ts";
 import { launchChromium } from "../support/browser.ts";
+import { pollUntil } from "../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
@@ -142,10 +143,7 @@ test("dashboard in Chromium against a service under load: every plot draws point
   // Drift for the drift plot: a count corrupted behind the ledger's back, then repaired by a rebuild.
   for (const u of USERS.slice(0, 3)) assert.equal((await call("PUT", "/v1/items/quiet/likes/me", tokens.get(u)!)).status, 200);
   const quietCount = async () => ((await call("GET", "/v1/items/quiet/like-count", adminToken)).json as { count: number }).count;
-  for (const deadline = Date.now() + WAIT_MS; (await quietCount()) !== 3;) {
-    assert.ok(Date.now() < deadline, "the consumers did not count the 3 likes of 'quiet'");
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+  await pollUntil("the consumers count the 3 likes of 'quiet'", quietCount, (n) => n === 3, WAIT_MS, 50);
   const corruptQuiet = (by: number) => db.pool.query("UPDATE like_count SET n = n + $1 WHERE item_id = 'quiet' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'quiet')", [by]);
   await corruptQuiet(5);
   const rebuild = await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] });

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ok, startApi, type ApiHarness, type Client } from "../api/harness.ts";
+import { pollUntil } from "../support/poll.ts";
 import { TestRedis } from "../support/redis-server.ts";
 
 interface CountBody { count: number; source: "cache" | "database"; reconciledAgeMs?: number; lag?: number }
@@ -11,11 +12,7 @@ async function facts(h: ApiHarness, item: string): Promise<number> {
 }
 
 async function waitReady(h: ApiHarness): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  while (h.counts.state() !== "up") {
-    assert.ok(Date.now() < deadline, "the Redis client reconnects within 15 s");
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  await pollUntil("the Redis client reconnects", async () => h.counts.state(), (state) => state === "up", 15_000, 20);
 }
 
 /** Likes by `users` over HTTP, each followed by a count read; every status is recorded. */

@@ -11,6 +11,7 @@ import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
+import { pollUntil } from "../support/poll.ts";
 import { TestRedis } from "../support/redis-server.ts";
 
 interface Lab {
@@ -161,11 +162,7 @@ test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then bac
   assert.equal(down.source, "database");
   await assert.rejects(l.feeder.pollOnce());
   await l.server.restart();
-  const deadline = Date.now() + 15_000;
-  while (!l.redis.isReady) {
-    assert.ok(Date.now() < deadline, "the client reconnects within 15 s");
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  await pollUntil("the client reconnects", async () => l.redis.isReady, (ready) => ready, 15_000, 20);
   await l.feeder.pollOnce();
   await likeMany(l.likes, "item-a", 12, 14);
   await l.feeder.pollOnce();

@@ -65,16 +65,7 @@ export function postmasterPid(pgData: string): number | undefined {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-/** Bounded poll of `read` until `done` (a short pause between attempts); throws with the last value at the deadline. */
-export async function pollUntil<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, ms = 30_000, intervalMs = 25): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not reached within ${ms} ms; last: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
-  }
-}
+export { pollUntil } from "../support/poll.ts";
 
 /** A small JSON-over-HTTP client for the service under test. */
 export function httpClient(base: string) {

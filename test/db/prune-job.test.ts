@@ -10,6 +10,7 @@ import { freePort } from "../../src/db/embedded-cluster.ts";
 import { loadConfig } from "../../src/config.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { startService } from "../../src/runtime/service.ts";
+import { pollUntil } from "../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 async function run(pruneEverySeconds: string): Promise<{ keys: number; applied: number }> {
@@ -29,13 +30,8 @@ async function run(pruneEverySeconds: string): Promise<{ keys: number; applied: 
               (SELECT sum(s.last - w.applied_upto) FROM like_seq s JOIN counter_watermark w USING (part))::int AS lag`,
     )).rows[0]!;
     // Bounded polls of the database: the service's consumers and its pruner run on their own.
-    const deadline = Date.now() + 30_000;
-    let state = await read();
-    while ((state.lag > 0 || (pruneEverySeconds !== "0" && state.keys > 0)) && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      state = await read();
-    }
-    assert.equal(state.lag, 0, "the service's consumers applied every event");
+    const state = await pollUntil("the service applied (and, with the job, pruned)", read,
+      (s) => s.lag === 0 && (pruneEverySeconds === "0" || s.keys === 0));
     return { keys: state.keys, applied: state.applied };
   } finally {
     await service.stop();

@@ -39,8 +39,14 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
   const metrics = new LedgerMetrics(database.pool);
   const observer = observeConsumers(metrics, log);
   const partitions = opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
-  const totals = {
+  // Events per consumer and verdict over this process's life, logged at the end; one line per batch that handled any.
+  const totals: Record<string, Record<string, number>> = {
     like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 }, comment_count: { applied: 0, covered: 0, dup: 0 },
+  };
+  const batch = (consumer: string, verdicts: Record<string, number>) => {
+    if (Object.values(verdicts).every((n) => n === 0)) return;
+    for (const [verdict, n] of Object.entries(verdicts)) totals[consumer]![verdict] = (totals[consumer]![verdict] ?? 0) + n;
+    log.info({ consumer, ...verdicts }, "batch");
   };
   const workers = createWorkers(ledger, {
     ...observer,
@@ -48,27 +54,15 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
     batchSize: opts.batchSize,
     onLikes: (s) => {
       observer.onLikes(s);
-      if (s.applied + s.covered + s.dup === 0) return;
-      totals.like_count.applied += s.applied;
-      totals.like_count.covered += s.covered;
-      totals.like_count.dup += s.dup;
-      log.info({ consumer: "like_count", applied: s.applied, covered: s.covered, dup: s.dup }, "batch");
+      batch("like_count", s);
     },
     onRelations: (v) => {
       observer.onRelations(v);
-      if (v.applied + v.stale + v.dup === 0) return;
-      totals.follower_projection.applied += v.applied;
-      totals.follower_projection.stale += v.stale;
-      totals.follower_projection.dup += v.dup;
-      log.info({ consumer: "follower_projection", applied: v.applied, stale: v.stale, dup: v.dup }, "batch");
+      batch("follower_projection", v);
     },
     onComments: (s) => {
       observer.onComments(s);
-      if (s.applied + s.covered + s.dup === 0) return;
-      totals.comment_count.applied += s.applied;
-      totals.comment_count.covered += s.covered;
-      totals.comment_count.dup += s.dup;
-      log.info({ consumer: "comment_count", applied: s.applied, covered: s.covered, dup: s.dup }, "batch");
+      batch("comment_count", s);
     },
   });
   const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });
