@@ -49,6 +49,15 @@ function integer(name: string, raw: string | undefined, fallback: number, min: n
   return value;
 }
 
+/** An on/off switch: 1/true/yes or 0/false/no (or unset); anything else is refused rather than read as "off". */
+function flag(name: string, raw: string | undefined): boolean {
+  if (raw === undefined || raw === "") return false;
+  const value = raw.trim().toLowerCase();
+  if (["1", "true", "yes"].includes(value)) return true;
+  if (["0", "false", "no"].includes(value)) return false;
+  throw new InvalidInputError(name, `expected 1 or 0, got ${JSON.stringify(raw)}`);
+}
+
 /** `*`, or origins such as `https://app.example.com` (scheme, host and port, no path). */
 function corsOrigins(raw: string | undefined): string[] {
   const origins = (raw ?? "").split(",").map((o) => o.trim()).filter((o) => o !== "");
@@ -78,7 +87,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, 600, 0, 86_400),
     redisUrl: env.REDIS_URL || undefined,
-    redisAllowEviction: env.LEDGER_REDIS_ALLOW_EVICTION === "1",
+    redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
     countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),
     reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, 60_000, 100, 86_400_000),
   };

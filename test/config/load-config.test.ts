@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { loadConfig } from "../../src/config.ts";
+import { InvalidInputError } from "../../src/errors.ts";
+
+/** The environment is the operator's input: a value we cannot read is refused by name, never guessed. */
+
+function refused(env: NodeJS.ProcessEnv, field: string): void {
+  assert.throws(() => loadConfig(env), (err: unknown) => {
+    assert.ok(err instanceof InvalidInputError, `expected InvalidInputError, got ${String(err)}`);
+    assert.equal(err.code, "INVALID_INPUT");
+    assert.equal(err.field, field);
+    assert.match(err.message, new RegExp(`^${field}: `));
+    return true;
+  });
+}
+
+test("config: the embedded defaults need no variable", () => {
+  const c = loadConfig({});
+  assert.equal(c.databaseUrl, undefined);
+  assert.equal(c.port, 8080);
+  assert.equal(c.partitions, undefined);
+  assert.deepEqual(c.corsOrigins, []);
+  assert.equal(c.redisUrl, undefined);
+  assert.equal(c.redisAllowEviction, false);
+});
+
+test("config: LEDGER_CORS_ORIGINS is a comma-separated list of origins (blanks and spaces ignored) or *", () => {
+  assert.deepEqual(loadConfig({ LEDGER_CORS_ORIGINS: "" }).corsOrigins, []);
+  assert.deepEqual(loadConfig({ LEDGER_CORS_ORIGINS: "*" }).corsOrigins, ["*"]);
+  assert.deepEqual(
+    loadConfig({ LEDGER_CORS_ORIGINS: " https://app.example.com , ,http://localhost:5173," }).corsOrigins,
+    ["https://app.example.com", "http://localhost:5173"],
+  );
+  for (const bad of ["app.example.com", "https://app.example.com/", "https://app.example.com/path", "ftp://x.example.com", "https://a b"]) {
+    refused({ LEDGER_CORS_ORIGINS: bad }, "LEDGER_CORS_ORIGINS");
+  }
+});
+
+test("config: integers outside their range or not integers are refused by name", () => {
+  assert.equal(loadConfig({ PORT: "9000" }).port, 9000);
+  assert.equal(loadConfig({ LEDGER_PARTITIONS: "4" }).partitions, 4);
+  for (const bad of ["0", "65536", "80.5", "eighty", "-1"]) refused({ PORT: bad }, "PORT");
+  for (const bad of ["0", "1025", "x"]) refused({ LEDGER_PARTITIONS: bad }, "LEDGER_PARTITIONS");
+  refused({ LEDGER_COUNT_BUCKETS: "0" }, "LEDGER_COUNT_BUCKETS");
+  refused({ LEDGER_RECONCILE_INTERVAL_MS: "99" }, "LEDGER_RECONCILE_INTERVAL_MS");
+});
+
+test("config: a switch is 1/true/yes or 0/false/no; anything else is refused instead of silently meaning off", () => {
+  for (const on of ["1", "true", "TRUE", "yes"]) assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: on }).redisAllowEviction, true, on);
+  for (const off of ["0", "false", "no", ""]) assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: off }).redisAllowEviction, false, off);
+  refused({ LEDGER_REDIS_ALLOW_EVICTION: "on please" }, "LEDGER_REDIS_ALLOW_EVICTION");
+});
