@@ -43,7 +43,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
-    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER),
+    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks }),
   };
 }
 

@@ -63,3 +63,72 @@ export function formatCounterAudit(kind: string, a: CounterAudit): string {
   return `${kind}: lag=${a.lag} seq_gap_partitions=${a.seqGapPartitions} delta_sum_mismatch_keys=${a.deltaSumMismatchKeys} ` +
     `bound_violations=${a.boundViolations} count_mismatch_keys=${a.countMismatchKeys} negative_counts=${a.negativeCounts}`;
 }
+
+/**
+ * The read side of a counter in detail, per (key, partition) row and summed per key:
+ *  exact_violations: n + sum(delta of unprocessed events with seq > base_seq) <> facts
+ *  bound_violations: |n - facts| > unprocessed events of the key
+ *  unprocessed_over_lag: more unprocessed events than lag says (must be false)
+ */
+export interface CounterReadSide {
+  lastSeq: number;
+  watermark: number;
+  lag: number;
+  unprocessed: number;
+  countMismatchKeys: number;
+  maxAbsErr: number;
+  exactViolations: number;
+  boundViolations: number;
+  unprocessedOverLag: boolean;
+}
+
+export function counterReadSideSql(s: CounterSpec): string {
+  return `
+  WITH wm AS (SELECT q.part, q.last, w.applied_upto FROM ${s.sequence} q JOIN ${s.watermark} w USING (part)),
+  unprocessed AS (
+    SELECT o.part, o.seq, o.${s.keyColumn} AS key, o.delta
+      FROM ${s.outbox} o JOIN wm ON wm.part = o.part AND o.seq > wm.applied_upto
+     WHERE NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq)),
+  facts AS (SELECT key, part, n AS c FROM (${s.countedSql}) t),
+  rows_ AS (
+    SELECT coalesce(c.${s.keyColumn}, f.key, u.key) AS key,
+           coalesce(c.part, f.part, u.part) AS part,
+           coalesce(c.n, 0) AS n, coalesce(c.base_seq, 0) AS base_seq, coalesce(f.c, 0) AS facts
+      FROM ${s.count} c
+      FULL JOIN facts f ON f.key = c.${s.keyColumn} AND f.part = c.part
+      FULL JOIN (SELECT DISTINCT key, part FROM unprocessed) u
+             ON u.key = coalesce(c.${s.keyColumn}, f.key) AND u.part = coalesce(c.part, f.part)),
+  per_row AS (
+    SELECT r.key, r.part, r.n, r.facts,
+           (SELECT count(*) FROM unprocessed u WHERE u.key = r.key AND u.part = r.part) AS pending,
+           (SELECT coalesce(sum(u.delta), 0) FROM unprocessed u
+             WHERE u.key = r.key AND u.part = r.part AND u.seq > r.base_seq) AS pending_delta
+      FROM rows_ r),
+  per_key AS (
+    SELECT key, sum(n) AS n, sum(facts) AS facts, sum(pending) AS pending,
+           bool_or(n + pending_delta <> facts) AS exact_broken
+      FROM per_row GROUP BY key)
+  SELECT (SELECT sum(last) FROM wm)::bigint AS last_seq,
+         (SELECT sum(applied_upto) FROM wm)::bigint AS watermark,
+         (SELECT sum(last - applied_upto) FROM wm)::bigint AS lag,
+         (SELECT count(*) FROM unprocessed)::bigint AS unprocessed,
+         (SELECT count(*) FROM per_key WHERE n <> facts)::bigint AS count_mismatch_keys,
+         (SELECT coalesce(max(abs(n - facts)), 0) FROM per_key)::bigint AS max_abs_err,
+         (SELECT count(*) FROM per_key WHERE exact_broken)::bigint AS exact_violations,
+         (SELECT count(*) FROM per_key WHERE abs(n - facts) > pending)::bigint AS bound_violations,
+         ((SELECT count(*) FROM unprocessed) > (SELECT sum(last - applied_upto) FROM wm)) AS unprocessed_over_lag`;
+}
+
+export async function readCounterSide(pool: Pool, spec: CounterSpec): Promise<CounterReadSide> {
+  const { rows } = await pool.query(counterReadSideSql(spec));
+  const r = rows[0] as Record<string, number> & { unprocessed_over_lag: boolean };
+  return {
+    lastSeq: r.last_seq!, watermark: r.watermark!, lag: r.lag!, unprocessed: r.unprocessed!,
+    countMismatchKeys: r.count_mismatch_keys!, maxAbsErr: r.max_abs_err!, exactViolations: r.exact_violations!,
+    boundViolations: r.bound_violations!, unprocessedOverLag: r.unprocessed_over_lag,
+  };
+}
+
+export function counterReadSideClean(a: CounterReadSide): boolean {
+  return a.exactViolations === 0 && a.boundViolations === 0 && !a.unprocessedOverLag;
+}

@@ -1,21 +1,28 @@
-import type { WatermarkKind } from "../db/watermark.ts";
+import type { WatermarkTables } from "./watermark.ts";
 
 /**
  * What a counted fact tells the shared counter machinery (src/counters/): its table names and
  * the SQL that counts its facts. Every name is a constant of our code, never input. A fact
- * module (comments today) supplies one spec; the consumer, the read with its error bound, the
+ * module (likes, comments) supplies one spec; the consumer, the read with its error bound, the
  * rebuild and the audit are written once against it.
  */
 export interface CounterSpec {
-  /** Watermark kind in src/db/watermark.ts, and the name in errors and metrics. */
-  kind: WatermarkKind;
+  /** The counter's name in errors, metrics, statement names and drain messages ("likes", "comments"). */
+  kind: string;
+  /** What the key is called in errors and reports ("itemId", "postId"). */
+  keyName: string;
+  /**
+   * Prefix of the hook points (`${hookPrefix}consumer.beforeCommit`, `${hookPrefix}rebuild.afterSnapshot`, ...).
+   * Likes use "" because their hook names predate the shared code and tests name them.
+   */
+  hookPrefix: string;
   /** Per partition: the gapless sequence (part, last). */
   sequence: string;
   /** (part, seq, <factColumn>, <keyColumn>, delta, version): one event per change of counted state. */
   outbox: string;
-  /** Column of the outbox naming the fact (comment_id). */
+  /** Column of the outbox naming the fact besides the key (comment_id; user_id for a like). */
   factColumn: string;
-  /** Column naming what is counted, in the outbox and the count table (post_id). */
+  /** Column naming what is counted, in the outbox and the count table (post_id, item_id). */
   keyColumn: string;
   /** (<keyColumn>, part, n, base_seq): the derived count, one row per (key, partition). */
   count: string;
@@ -31,11 +38,18 @@ export interface CounterSpec {
    * same SQL predicate).
    */
   countedSql: string;
-  /** (snapshot_seqs, keys_checked, keys_drifted, total_abs_drift) and (run_id, <keyColumn>, old_n, new_n, drift). */
+  /** (snapshot_seqs, <checked>, <drifted>, total_abs_drift) and (run_id, <keyColumn>, old_n, new_n, drift). */
   rebuildRun: string;
+  /** The run table's two count columns: keys checked, keys drifted. */
+  rebuildRunColumns: readonly [checked: string, drifted: string];
   rebuildDrift: string;
   /** pg advisory lock key of this counter's rebuild. */
   rebuildLockKey: string;
+}
+
+/** The watermark tables of a counter (src/counters/watermark.ts). */
+export function watermarkTablesOf(s: CounterSpec): WatermarkTables {
+  return { sequence: s.sequence, seen: s.processed, watermark: s.watermark };
 }
 
 /** One outbox row as delivered to a consumer. */

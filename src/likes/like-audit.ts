@@ -1,5 +1,7 @@
 import type { Pool } from "../db/pool.ts";
-import { validateId, validateNonNegativeInteger } from "../ids.ts";
+import { counterReadSideClean, counterReadSideSql, readCounterSide } from "../counters/counter-audit.ts";
+import { readCounter, readCountSql } from "../counters/counter-reads.ts";
+import { LIKE_COUNTER } from "./like-spec.ts";
 import type { LikeCountReading } from "./types.ts";
 
 /**
@@ -8,34 +10,16 @@ import type { LikeCountReading } from "./types.ts";
  */
 
 /**
- * lag = sum over partitions of (like_seq.last - applied_upto), and pendingForItem = the item's
- * events above each partition's watermark that are not yet processed. The pending count is an
- * aggregate in a LATERAL subquery, which the planner cannot pull up into a join: it stays one
- * range read on like_outbox_item_seq (item_id, part, seq > applied_upto) per partition, so its
- * cost follows the backlog, not the item's whole outbox history.
+ * The count with its lag and error bound: the shared read (src/counters/counter-reads.ts) on
+ * LIKE_COUNTER. lag = sum over partitions of (like_seq.last - applied_upto), and
+ * pendingForItem = the item's events above each partition's watermark that are not yet
+ * processed, read through like_outbox_item_seq (item_id, part, seq > applied_upto).
  */
-export const READ_COUNT_SQL = `
-  SELECT (SELECT coalesce(sum(n), 0) FROM like_count WHERE item_id = $1)::bigint AS n,
-         coalesce(sum(s.last - w.applied_upto), 0)::bigint AS lag,
-         coalesce(sum(p.pending), 0)::bigint AS pending_for_item
-    FROM like_seq s
-    JOIN counter_watermark w USING (part)
-    CROSS JOIN LATERAL (
-      SELECT count(*) AS pending
-        FROM like_outbox o
-       WHERE o.item_id = $1 AND o.part = w.part AND o.seq > w.applied_upto
-         AND NOT EXISTS (SELECT 1 FROM processed_event pe WHERE pe.part = o.part AND pe.seq = o.seq)) p`;
+export const READ_COUNT_SQL = readCountSql(LIKE_COUNTER);
 
 export async function readCount(pool: Pool, itemId: string, allowedLag: number): Promise<LikeCountReading> {
-  validateId("itemId", itemId);
-  validateNonNegativeInteger("allowedLag", allowedLag);
-  // A named statement is parsed and planned once per connection; planning was most of an
-  // unnamed call's server time.
-  const { rows } = await pool.query<{ n: number; lag: number; pending_for_item: number }>({
-    name: "like_read_count", text: READ_COUNT_SQL, values: [itemId],
-  });
-  const row = rows[0]!;
-  return { n: row.n, lag: row.lag, pendingForItem: row.pending_for_item, stale: row.lag > allowedLag };
+  const r = await readCounter(pool, LIKE_COUNTER, itemId, allowedLag);
+  return { n: r.n, lag: r.lag, pendingForItem: r.pending, stale: r.stale };
 }
 
 /**
@@ -92,48 +76,13 @@ export function writeSideClean(a: WriteSideAudit): boolean {
 }
 
 /**
- * Read side, per (item, partition) row and summed per item:
+ * Read side, per (item, partition) row and summed per item: the shared read-side audit
+ * (src/counters/counter-audit.ts) on LIKE_COUNTER.
  *  exact_violations: n + sum(delta of unprocessed events with seq > base_seq) <> facts
  *  bound_violations: |n - facts| > unprocessed events of the item
  *  unprocessed_over_lag: more unprocessed events than lag says (must be false)
  */
-export const READ_SIDE_SQL = `
-  WITH cfg AS (SELECT partitions FROM ledger_config),
-  wm AS (SELECT s.part, s.last, w.applied_upto FROM like_seq s JOIN counter_watermark w USING (part)),
-  unprocessed AS (
-    SELECT o.part, o.seq, o.item_id, o.delta
-      FROM like_outbox o JOIN wm ON wm.part = o.part AND o.seq > wm.applied_upto
-     WHERE NOT EXISTS (SELECT 1 FROM processed_event pe WHERE pe.part = o.part AND pe.seq = o.seq)),
-  facts AS (
-    SELECT f.item_id, ledger_partition(f.user_id, cfg.partitions) AS part, count(*) AS c
-      FROM like_fact f, cfg WHERE f.liked GROUP BY 1, 2),
-  rows_ AS (
-    SELECT coalesce(lc.item_id, f.item_id, u.item_id) AS item_id,
-           coalesce(lc.part, f.part, u.part) AS part,
-           coalesce(lc.n, 0) AS n, coalesce(lc.base_seq, 0) AS base_seq, coalesce(f.c, 0) AS facts
-      FROM like_count lc
-      FULL JOIN facts f ON f.item_id = lc.item_id AND f.part = lc.part
-      FULL JOIN (SELECT DISTINCT item_id, part FROM unprocessed) u
-             ON u.item_id = coalesce(lc.item_id, f.item_id) AND u.part = coalesce(lc.part, f.part)),
-  per_row AS (
-    SELECT r.item_id, r.part, r.n, r.facts,
-           (SELECT count(*) FROM unprocessed u WHERE u.item_id = r.item_id AND u.part = r.part) AS pending,
-           (SELECT coalesce(sum(u.delta), 0) FROM unprocessed u
-             WHERE u.item_id = r.item_id AND u.part = r.part AND u.seq > r.base_seq) AS pending_delta
-      FROM rows_ r),
-  per_item AS (
-    SELECT item_id, sum(n) AS n, sum(facts) AS facts, sum(pending) AS pending,
-           bool_or(n + pending_delta <> facts) AS exact_broken
-      FROM per_row GROUP BY item_id)
-  SELECT (SELECT sum(last) FROM wm)::bigint AS last_seq,
-         (SELECT sum(applied_upto) FROM wm)::bigint AS watermark,
-         (SELECT sum(last - applied_upto) FROM wm)::bigint AS lag,
-         (SELECT count(*) FROM unprocessed)::bigint AS unprocessed,
-         (SELECT count(*) FROM per_item WHERE n <> facts)::bigint AS count_mismatch_items,
-         (SELECT coalesce(max(abs(n - facts)), 0) FROM per_item)::bigint AS max_abs_err,
-         (SELECT count(*) FROM per_item WHERE exact_broken)::bigint AS exact_violations,
-         (SELECT count(*) FROM per_item WHERE abs(n - facts) > pending)::bigint AS bound_violations,
-         ((SELECT count(*) FROM unprocessed) > (SELECT sum(last - applied_upto) FROM wm)) AS unprocessed_over_lag`;
+export const READ_SIDE_SQL = counterReadSideSql(LIKE_COUNTER);
 
 export interface ReadSideAudit {
   lastSeq: number;
@@ -148,17 +97,12 @@ export interface ReadSideAudit {
 }
 
 export async function readSide(pool: Pool): Promise<ReadSideAudit> {
-  const { rows } = await pool.query(READ_SIDE_SQL);
-  const r = rows[0] as Record<string, number> & { unprocessed_over_lag: boolean };
-  return {
-    lastSeq: r.last_seq!, watermark: r.watermark!, lag: r.lag!, unprocessed: r.unprocessed!,
-    countMismatchItems: r.count_mismatch_items!, maxAbsErr: r.max_abs_err!, exactViolations: r.exact_violations!,
-    boundViolations: r.bound_violations!, unprocessedOverLag: r.unprocessed_over_lag,
-  };
+  const { countMismatchKeys, ...rest } = await readCounterSide(pool, LIKE_COUNTER);
+  return { ...rest, countMismatchItems: countMismatchKeys };
 }
 
 export function readSideClean(a: ReadSideAudit): boolean {
-  return a.exactViolations === 0 && a.boundViolations === 0 && !a.unprocessedOverLag;
+  return counterReadSideClean({ ...a, countMismatchKeys: a.countMismatchItems });
 }
 
 export function formatWriteSide(a: WriteSideAudit): string {

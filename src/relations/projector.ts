@@ -1,8 +1,8 @@
-import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
-import { withTransaction } from "../db/transaction.ts";
-import { advanceWatermark, drainPartitions, lockWatermark } from "../db/watermark.ts";
+import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "../counters/partition-batch.ts";
+import type { WatermarkTables } from "../counters/watermark.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
-import { Hooks } from "../hooks.ts";
+import type { Hooks } from "../hooks.ts";
 import type { RelationEvent, RelationState } from "./types.ts";
 
 export type Verdict = "applied" | "stale" | "dup";
@@ -13,11 +13,11 @@ export function emptyVerdicts(): VerdictCounts {
 }
 
 export function addVerdicts(into: VerdictCounts, from: VerdictCounts): VerdictCounts {
-  into.applied += from.applied;
-  into.stale += from.stale;
-  into.dup += from.dup;
-  return into;
+  return addTally(into, from);
 }
+
+/** The follower projection's sequence, dedup keys and watermark (src/counters/watermark.ts). */
+export const RELATION_WATERMARK: WatermarkTables = { sequence: "event_seq", seen: "proj_seen", watermark: "proj_watermark" };
 
 interface EventRow {
   part: number;
@@ -142,18 +142,16 @@ export class RelationProjector {
   ) {}
 
   async applyBatch(events: readonly RelationEvent[]): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number }> {
-    const part = events[0]?.part;
-    if (part === undefined) throw new InvalidInputError("events", "a batch needs at least one event");
-    if (events.some((e) => e.part !== part)) throw new InvalidInputError("events", "a batch must hold events of one partition");
+    const part = partitionOfBatch(events);
     const step = this.options.step;
     const order = events.map((e, i) => ({ e, i })).sort((x, y) =>
       x.e.followee < y.e.followee ? -1 : x.e.followee > y.e.followee ? 1 : x.e.follower < y.e.follower ? -1 : x.e.follower > y.e.follower ? 1 : x.i - y.i,
     );
-    return withTransaction(this.pool, async (client) => {
-      // Projectors of one partition take turns, as like consumers do. Locking the watermark
-      // last would let two of them take proj_seen keys, proj_follower rows and proj_count rows
-      // in different orders and deadlock (a review found and reproduced it).
-      await lockWatermark(client, "relations", part);
+    // Projectors of one partition take turns (inPartitionBatch locks the watermark first), as
+    // like consumers do. Locking the watermark last would let two of them take proj_seen keys,
+    // proj_follower rows and proj_count rows in different orders and deadlock (a review found
+    // and reproduced it).
+    return inPartitionBatch(this.pool, RELATION_WATERMARK, part, async (client) => {
       await requireEventMatch(client, part, events);
       let verdicts: Verdict[];
       if (step) {
@@ -165,10 +163,8 @@ export class RelationProjector {
       }
       const counts = emptyVerdicts();
       for (const v of verdicts) counts[v]++;
-      const watermark = await advanceWatermark(client, "relations", part);
-      await this.options.hooks?.at("projector.beforeCommit", { part, events, pid: backendPid(client) });
-      return { ...counts, verdicts, watermark };
-    });
+      return { ...counts, verdicts };
+    }, async (pid) => this.options.hooks?.at("projector.beforeCommit", { part, events, pid }));
   }
 
   async fetchPending(part: number, limit: number): Promise<RelationEvent[]> {
@@ -194,23 +190,12 @@ export class RelationProjector {
   }
 
   async pollOnce(parts: readonly number[], batchSize = 100): Promise<VerdictCounts> {
-    const total = emptyVerdicts();
-    for (const part of parts) {
-      const events = await this.fetchPending(part, batchSize);
-      if (events.length > 0) addVerdicts(total, await this.applyBatch(events));
-    }
-    return total;
+    return pollPartitions(this, emptyVerdicts, parts, batchSize);
   }
 
   /** Projects until every partition's watermark has reached its sequence. */
   async drain(batchSize = 200): Promise<VerdictCounts> {
-    const total = emptyVerdicts();
-    await drainPartitions(this.pool, "relations", async (parts) => {
-      const pass = await this.pollOnce(parts, batchSize);
-      addVerdicts(total, pass);
-      return pass.applied + pass.stale + pass.dup;
-    });
-    return total;
+    return drainBatches(this.pool, RELATION_WATERMARK, "relations", this, emptyVerdicts, batchSize);
   }
 }
 

@@ -1,19 +1,20 @@
-import type { Pool, PoolClient } from "./pool.ts";
-import { readPartitions } from "./ledger-config.ts";
-import { withTransaction } from "./transaction.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { withTransaction } from "../db/transaction.ts";
 
 /**
- * Every derived view (like counts, follower projection, comment counts) keeps, per partition, a gapless
- * sequence, a set of processed sequence numbers and a contiguous watermark. The table names
- * are fixed here, never taken from input.
+ * Every derived view (like counts, follower projection, comment counts) keeps, per partition, a
+ * gapless sequence, a set of processed sequence numbers and a contiguous watermark. The view
+ * names its three tables here; the names are constants of our code, never input.
  */
-const TABLES = {
-  likes: { sequence: "like_seq", seen: "processed_event", watermark: "counter_watermark" },
-  relations: { sequence: "event_seq", seen: "proj_seen", watermark: "proj_watermark" },
-  comments: { sequence: "comment_seq", seen: "comment_processed", watermark: "comment_watermark" },
-} as const;
-
-export type WatermarkKind = keyof typeof TABLES;
+export interface WatermarkTables {
+  /** Per partition the gapless sequence: (part, last). */
+  sequence: string;
+  /** The processed sequence numbers: (part, seq, ...). */
+  seen: string;
+  /** The contiguous watermark: (part, applied_upto). */
+  watermark: string;
+}
 
 /**
  * Moves the watermark to the end of the contiguous run of processed sequence numbers: rows
@@ -21,8 +22,7 @@ export type WatermarkKind = keyof typeof TABLES;
  * watermark row already locked by an earlier statement, so this statement's snapshot holds
  * every row committed by whoever held the lock before.
  */
-export async function advanceWatermark(client: PoolClient, kind: WatermarkKind, part: number): Promise<number> {
-  const t = TABLES[kind];
+export async function advanceWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
   const { rows } = await client.query<{ applied_upto: number }>(
     `UPDATE ${t.watermark} w
         SET applied_upto = coalesce((
@@ -37,9 +37,9 @@ export async function advanceWatermark(client: PoolClient, kind: WatermarkKind, 
   return rows[0]!.applied_upto;
 }
 
-export async function lockWatermark(client: PoolClient, kind: WatermarkKind, part: number): Promise<number> {
+export async function lockWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
   const { rows } = await client.query<{ applied_upto: number }>(
-    `SELECT applied_upto FROM ${TABLES[kind].watermark} WHERE part = $1 FOR UPDATE`,
+    `SELECT applied_upto FROM ${t.watermark} WHERE part = $1 FOR UPDATE`,
     [part],
   );
   return rows[0]!.applied_upto;
@@ -49,13 +49,14 @@ export async function lockWatermark(client: PoolClient, kind: WatermarkKind, par
  * Runs `pollOnce` over all partitions until every watermark has reached its sequence. When
  * nothing is left to process but a watermark still lags (its last batch was processed by a
  * worker that committed before the missing rows became visible to it), it advances it here.
+ * `name` only names the view in the stall error.
  */
 export async function drainPartitions(
   pool: Pool,
-  kind: WatermarkKind,
+  t: WatermarkTables,
+  name: string,
   pollOnce: (parts: number[]) => Promise<number>,
 ): Promise<void> {
-  const t = TABLES[kind];
   const parts = Array.from({ length: await readPartitions(pool) }, (_, p) => p);
   for (let idlePasses = 0; ; ) {
     if ((await pollOnce(parts)) > 0) {
@@ -68,10 +69,10 @@ export async function drainPartitions(
     if (rows.length === 0) return;
     for (const { part } of rows) {
       await withTransaction(pool, async (client) => {
-        await lockWatermark(client, kind, part);
-        await advanceWatermark(client, kind, part);
+        await lockWatermark(client, t, part);
+        await advanceWatermark(client, t, part);
       });
     }
-    if (++idlePasses > 3) throw new Error(`${kind} drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
+    if (++idlePasses > 3) throw new Error(`${name} drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
   }
 }
