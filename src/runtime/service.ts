@@ -59,11 +59,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const dashboard = new DashboardSampler({
     pool: database.pool, metrics,
     audit: () => fullAudit(ledger),
-    consumers: () => consumerLoops.flatMap((w) => {
-      const kind = consumerKindOf(w.name);
-      // The dashboard shows the like and follower loops (comment counts are not on it yet).
-      return kind === "comment_count" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
-    }),
+    consumers: () => consumerLoops.map((w) => ({ name: w.name, kind: consumerKindOf(w.name), failedInARow: w.failedInARow })),
     onError: (err, what) => logDashboard(err, what),
   }, {
     thresholds: { lagMs: config.dashboard.lagAlarmSeconds * 1000, consumerFailures: config.dashboard.consumerFailureAlarm },

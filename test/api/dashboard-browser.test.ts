@@ -40,10 +40,11 @@ function client(baseUrl: string): Call {
 
 /**
  * HTTP load in `lanes` concurrent loops until stopped: likes and unlikes (CHANGED, and NOOP
- * when repeated), follows (some REJECTED: user-0 blocks user-1), and like-count reads. Any
- * status but 200 and the REJECTED follow's 409 is collected and fails the test.
+ * when repeated), follows (some REJECTED: user-0 blocks user-1), comments on one public post,
+ * and like-count reads. Any status but 200, a comment's 201 and the REJECTED follow's 409 is
+ * collected and fails the test.
  */
-function startLoad(call: Call, tokens: Map<string, string>, lanes: number) {
+function startLoad(call: Call, tokens: Map<string, string>, lanes: number, postId: string) {
   let running = true;
   const unexpected: string[] = [];
   let requests = 0;
@@ -57,9 +58,10 @@ function startLoad(call: Call, tokens: Map<string, string>, lanes: number) {
       if (roll < 0.6) res = await call(Math.random() < 0.75 ? "PUT" : "DELETE", `/v1/items/${pick(ITEMS)}/likes/me`, token);
       else if (roll < 0.75) res = await call("PUT", `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user))}`, token);
       else if (roll < 0.8) res = await call("PUT", "/v1/accounts/me/following/user-0", tokens.get("user-1")!);
+      else if (roll < 0.85) res = await call("POST", `/v1/posts/${postId}/comments`, token, { body: `a comment by ${user}` });
       else res = await call("GET", `/v1/items/${pick(ITEMS)}/like-count`, token);
       requests++;
-      if (res.status !== 200 && res.status !== 409) unexpected.push(`${res.status} ${JSON.stringify(res.json)}`);
+      if (res.status !== 200 && res.status !== 201 && res.status !== 409) unexpected.push(`${res.status} ${JSON.stringify(res.json)}`);
     }
   };
   const done = Promise.all(Array.from({ length: lanes }, lane));
@@ -137,7 +139,9 @@ test("dashboard in Chromium against a service under load: every plot draws point
   for (const u of USERS) assert.equal((await call("PUT", `/v1/accounts/${u}`, adminToken, { private: false })).status, 200);
   for (const item of [...ITEMS, "quiet"]) assert.equal((await call("PUT", `/v1/items/${item}`, adminToken)).status, 200);
   assert.equal((await call("PUT", "/v1/accounts/me/blocks/user-1", tokens.get("user-0")!)).status, 200);
-  const load = startLoad(call, tokens, 6);
+  const post = await call("POST", "/v1/posts", tokens.get("user-2")!, { visibility: "PUBLIC", body: "comment on me" });
+  assert.equal(post.status, 201, JSON.stringify(post.json));
+  const load = startLoad(call, tokens, 6, (post.json as { id: string }).id);
   cleanup.push(() => load.stop());
 
   // Drift for the drift plot: a count corrupted behind the ledger's back, then repaired by a rebuild.
@@ -185,10 +189,13 @@ test("dashboard in Chromium against a service under load: every plot draws point
   t.diagnostic(`note drawn pixels per plot at 1280 px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`);
   for (const id of PLOTS) assert.ok(pixels[id]! > 50, `${id} drew ${pixels[id]} series pixels`);
   assert.ok(load.requests > requestsBefore, "the load is running");
-  assert.equal(await page.locator("#watermarks tbody tr").count(), 8, "4 partitions of 2 views");
+  assert.equal(await page.locator("#watermarks tbody tr").count(), 12, "4 partitions of 3 views");
+  const commentWatermarks = await page.locator("#watermarks tbody tr", { hasText: "comment_count" }).allInnerTexts();
+  assert.equal(commentWatermarks.length, 4, "comment_count's 4 partitions");
+  assert.ok(commentWatermarks.some((row) => Number(row.split("\t")[2]) > 0), `comments counted: ${JSON.stringify(commentWatermarks)}`);
   assert.match(await page.locator("#audit").innerText(), /^clean at .* \(api\)$/);
   assert.match(await page.locator("#rebuild").innerText(), /1 drifted, total \|drift\| 5$/);
-  assert.equal(await page.locator("#consumers tbody tr").count(), 8, "like-counter and follower-projector loops 0-3");
+  assert.equal(await page.locator("#consumers tbody tr").count(), 12, "like-counter, follower-projector and comment-counter loops 0-3");
   assert.equal(await page.locator("#cache").getAttribute("data-configured"), "false");
   assert.match(await page.locator("#cache").innerText(), /Not configured/);
   assert.equal(await page.locator("#login").isHidden(), true, "the token form is gone once signed in");

@@ -10,9 +10,12 @@ const thresholds: AlarmThresholds = { lagMs: 3_000, consumerFailures: 3 };
 function series(points: [lag: number, appliedUpto: number][], t0 = 0): Sample[] {
   return points.map(([lag, appliedUpto], i) => ({
     t: t0 + i * 1000,
-    views: { like_count: { lag: [lag, 0], appliedUpto: [appliedUpto, 50] }, follower_projection: { lag: [0], appliedUpto: [7] } },
+    views: {
+      like_count: { lag: [lag, 0], appliedUpto: [appliedUpto, 50] }, follower_projection: { lag: [0], appliedUpto: [7] },
+      comment_count: { lag: [0], appliedUpto: [3] },
+    },
     rates: null,
-    failedInARow: { like_count: 0, follower_projection: 0 },
+    failedInARow: { like_count: 0, follower_projection: 0, comment_count: 0 },
   }));
 }
 
@@ -54,7 +57,7 @@ interface Dashboard {
   samples: Sample[];
   consumers: unknown[];
   audit: LastAudit | null;
-  drift: { like_count: DriftRun[] };
+  drift: { like_count: DriftRun[]; comment_count: DriftRun[] };
   watermarks: { view: string; part: number; appliedUpto: number; lag: number; at: number }[];
   cache: { configured: boolean; state: string };
 }
@@ -76,6 +79,8 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   ok(await admin.put("/v1/items/item-1"));
   await createAccounts(admin, ["alice", "bob"]);
   ok(await bob.put("/v1/accounts/me/blocks/alice"));
+  const post = ok(await alice.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
+  ok(await alice.post(`/v1/posts/${post.id}/comments`, { body: "first" }), 201);
   await sampler.sampleOnce();
   ok(await alice.put("/v1/items/item-1/likes/me"));
   ok(await bob.put("/v1/items/item-1/likes/me"));
@@ -100,10 +105,12 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.equal(perInterval(rates.requests.relations.perSec), 1);
   assert.equal(typeof rates.requests.likes.p99Ms, "number");
   assert.equal(rates.requests.posts.p99Ms, null, "no post request in the interval");
+  const commentLag = newest.views!.comment_count.lag;
+  assert.equal(commentLag[0]! + commentLag[1]!, 1, "one comment, no consumer ran");
   assert.deepEqual(first.watermarks.map((w) => `${w.view}/${w.part}:${w.lag}`).sort(),
-    ["follower_projection/0:0", "follower_projection/1:0", `like_count/0:${lag[0]}`, `like_count/1:${lag[1]}`]);
+    [`comment_count/0:${commentLag[0]}`, `comment_count/1:${commentLag[1]}`, "follower_projection/0:0", "follower_projection/1:0", `like_count/0:${lag[0]}`, `like_count/1:${lag[1]}`]);
   assert.equal(first.audit, null, "no audit yet");
-  assert.deepEqual(first.drift, { like_count: [] });
+  assert.deepEqual(first.drift, { like_count: [], comment_count: [] });
 
   // The audit through the API and a rebuild with drift both show at the next sample.
   await h.drain();

@@ -2,7 +2,10 @@ import type { Pool } from "../../db/pool.ts";
 import { readWatermarks, type LedgerMetrics } from "../metrics.ts";
 import { evaluateStatus, type AlarmThresholds } from "./alarms.ts";
 import { RequestRecorder, ROUTE_GROUPS, type RouteGroup } from "./request-recorder.ts";
-import { VIEWS, type ConsumerLoopState, type DashboardStatus, type DriftRun, type LastAudit, type Rates, type Sample, type ViewName, type ViewSample } from "./types.ts";
+import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
+import type { CounterSpec } from "../../counters/counter-spec.ts";
+import { LIKE_COUNTER } from "../../likes/like-spec.ts";
+import { COUNTER_VIEWS, VIEWS, type ConsumerLoopState, type CounterView, type DashboardStatus, type DriftRun, type LastAudit, type Rates, type Sample, type ViewName, type ViewSample } from "./types.ts";
 
 export interface SamplerOptions {
   /** Time between samples (default 5 s). */
@@ -43,6 +46,14 @@ function isView(value: unknown): value is ViewName {
   return (VIEWS as readonly unknown[]).includes(value);
 }
 
+/** Zero for every view. */
+function perView(): Record<ViewName, number> {
+  return Object.fromEntries(VIEWS.map((v) => [v, 0])) as Record<ViewName, number>;
+}
+
+/** Where each counter records its rebuild runs. */
+const COUNTER_SPECS: Record<CounterView, CounterSpec> = { like_count: LIKE_COUNTER, comment_count: COMMENT_COUNTER };
+
 /**
  * The dashboard's time series: every `sampleMs` it reads the watermarks (one statement), the
  * new rebuild runs, and the deltas of this process's counters and request latencies, and
@@ -56,7 +67,7 @@ export class DashboardSampler {
   private readonly capacity: number;
   private readonly samples: Sample[] = [];
   private readonly requests = new RequestRecorder();
-  private readonly driftRuns: DriftRun[] = [];
+  private readonly driftRuns = Object.fromEntries(COUNTER_VIEWS.map((v) => [v, [] as DriftRun[]])) as Record<CounterView, DriftRun[]>;
   private lastAudit: LastAudit | null = null;
   private previous: Totals | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -117,8 +128,8 @@ export class DashboardSampler {
     return undefined;
   }
 
-  drift(): Record<"like_count", DriftRun[]> {
-    return { like_count: [...this.driftRuns] };
+  drift(): Record<CounterView, DriftRun[]> {
+    return Object.fromEntries(COUNTER_VIEWS.map((v) => [v, [...this.driftRuns[v]]])) as Record<CounterView, DriftRun[]>;
   }
 
   audit(): LastAudit | null {
@@ -142,7 +153,7 @@ export class DashboardSampler {
       t: totals.at,
       views,
       rates: this.previous ? rates(this.previous, totals, requests) : null,
-      failedInARow: { like_count: 0, follower_projection: 0 },
+      failedInARow: perView(),
     };
     for (const loop of this.consumers()) sample.failedInARow[loop.kind] = Math.max(sample.failedInARow[loop.kind], loop.failedInARow);
     this.previous = totals;
@@ -168,7 +179,6 @@ export class DashboardSampler {
     }
     this.failing.sample = false;
     const views = Object.fromEntries(VIEWS.map((v) => [v, { lag: [], appliedUpto: [] }])) as unknown as Record<ViewName, ViewSample>;
-    // The dashboard plots the views it knows (comment counts are not on it yet).
     for (const r of rows) {
       if (!isView(r.view)) continue;
       views[r.view].lag[r.part] = r.last - r.appliedUpto;
@@ -178,17 +188,21 @@ export class DashboardSampler {
   }
 
   private async readNewDriftRuns(): Promise<void> {
-    const after = this.driftRuns.at(-1)?.runId ?? 0;
-    const { rows } = await this.sources.pool.query<{ run_id: number; started_at: Date; items_checked: number; items_drifted: number; total_abs_drift: number }>(
-      `SELECT run_id, started_at, items_checked, items_drifted, total_abs_drift
-         FROM (SELECT * FROM like_rebuild_run WHERE run_id > $1 ORDER BY run_id DESC LIMIT $2) newest
-        ORDER BY run_id`,
-      [after, DRIFT_RUNS_KEPT],
-    );
-    for (const r of rows) {
-      this.driftRuns.push({ runId: r.run_id, at: r.started_at.getTime(), itemsChecked: r.items_checked, itemsDrifted: r.items_drifted, totalAbsDrift: r.total_abs_drift });
+    for (const view of COUNTER_VIEWS) {
+      const runs = this.driftRuns[view];
+      const after = runs.at(-1)?.runId ?? 0;
+      const { rebuildRun, rebuildRunColumns: [checked, drifted] } = COUNTER_SPECS[view];
+      const { rows } = await this.sources.pool.query<{ run_id: number; started_at: Date; checked: number; drifted: number; total_abs_drift: number }>(
+        `SELECT run_id, started_at, ${checked} AS checked, ${drifted} AS drifted, total_abs_drift
+           FROM (SELECT * FROM ${rebuildRun} WHERE run_id > $1 ORDER BY run_id DESC LIMIT $2) newest
+          ORDER BY run_id`,
+        [after, DRIFT_RUNS_KEPT],
+      );
+      for (const r of rows) {
+        runs.push({ runId: r.run_id, at: r.started_at.getTime(), itemsChecked: r.checked, itemsDrifted: r.drifted, totalAbsDrift: r.total_abs_drift });
+      }
+      if (runs.length > DRIFT_RUNS_KEPT) runs.splice(0, runs.length - DRIFT_RUNS_KEPT);
     }
-    if (this.driftRuns.length > DRIFT_RUNS_KEPT) this.driftRuns.splice(0, this.driftRuns.length - DRIFT_RUNS_KEPT);
   }
 
   private async auditWhenDue(now: number): Promise<void> {
@@ -210,9 +224,9 @@ export class DashboardSampler {
       outcomes: { CHANGED: 0, NOOP: 0, REJECTED: 0 },
       likeChanged: 0,
       likeRequests: 0,
-      applied: { like_count: 0, follower_projection: 0 },
-      absorbed: { like_count: 0, follower_projection: 0 },
-      failures: { like_count: 0, follower_projection: 0 },
+      applied: perView(),
+      absorbed: perView(),
+      failures: perView(),
     };
     for (const { labels, value } of (await metrics.outcomes.get()).values) {
       const outcome = labels.outcome;

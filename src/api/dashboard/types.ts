@@ -2,9 +2,13 @@ import type { RouteGroup } from "./request-recorder.ts";
 
 /** The JSON of GET /v1/admin/dashboard and what the sampler keeps; docs/dashboard.md explains each figure. */
 
-export const VIEWS = ["like_count", "follower_projection"] as const;
+export const VIEWS = ["like_count", "follower_projection", "comment_count"] as const;
 /** A derived view, which is also the kind of the consumer that maintains it. */
 export type ViewName = (typeof VIEWS)[number];
+
+/** The views that are counters: each has rebuild runs, whose drift the dashboard plots. */
+export const COUNTER_VIEWS = ["like_count", "comment_count"] as const;
+export type CounterView = (typeof COUNTER_VIEWS)[number];
 
 /** Lag and watermark of every partition of one view (index = partition). */
 export interface ViewSample {

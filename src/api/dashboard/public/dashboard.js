@@ -6,7 +6,9 @@
 (() => {
   const HISTORY_MS = 60 * 60 * 1000;
   const MIN_POLL_MS = 1000;
-  const VIEWS = ["like_count", "follower_projection"];
+  const VIEWS = ["like_count", "follower_projection", "comment_count"];
+  /** The views that are counters, with rebuild runs and their drift. */
+  const COUNTER_VIEWS = ["like_count", "comment_count"];
   const ROUTE_GROUPS = ["likes", "relations", "posts", "admin", "health", "other"];
   const OUTCOMES = ["CHANGED", "NOOP", "REJECTED"];
   /** Saturated colours only: grid, axes and background are grey or white, so a drawn series is the only colour on a canvas. */
@@ -56,7 +58,7 @@
       "plot-consumers": {
         series: [
           ...VIEWS.map((v, i) => line(`${v} applied/s`, i)),
-          ...VIEWS.map((v, i) => line(`${v} failed passes/s`, i + 2, { scale: "failures", dash: [6, 4] })),
+          ...VIEWS.map((v, i) => line(`${v} failed passes/s`, i + VIEWS.length, { scale: "failures", dash: [6, 4] })),
         ],
         values: [
           ...VIEWS.map((v) => rate((r) => r.consumers[v].appliedPerSec)),
@@ -111,10 +113,10 @@
   function driftSpec() {
     const point = (i) => ({ show: true, size: 9, fill: color(i) });
     return {
-      series: [
-        line("like_count total |drift|", 0, { points: point(0) }),
-        line("like_count items drifted", 1, { points: point(1), dash: [6, 4] }),
-      ],
+      series: COUNTER_VIEWS.flatMap((v, i) => [
+        line(`${v} total |drift|`, 2 * i, { points: point(2 * i) }),
+        line(`${v} ${v === "like_count" ? "items" : "posts"} drifted`, 2 * i + 1, { points: point(2 * i + 1), dash: [6, 4] }),
+      ]),
       axes: [{ label: "|drift|" }],
       // Runs are rare: show at least an hour around them. (uPlot alone widens one point to years.)
       scales: {
@@ -154,14 +156,23 @@
     const xs = samples.map((s) => s.t / 1000);
     for (const plot of plots) {
       if (plot.id === "plot-drift") {
-        const runs = latest.drift.like_count;
-        setPlotData(plot, [runs.map((r) => r.at / 1000), runs.map((r) => r.totalAbsDrift), runs.map((r) => r.itemsDrifted)]);
+        setPlotData(plot, driftData());
       } else {
         setPlotData(plot, [xs, ...plot.spec.values.map((value) => samples.map(value))]);
       }
     }
     renderStatus();
     renderTables();
+  }
+
+  /** One x per run time of any counter; each counter's two series are null where another counter ran. */
+  function driftData() {
+    const xs = [...new Set(COUNTER_VIEWS.flatMap((v) => latest.drift[v].map((r) => r.at / 1000)))].sort((a, b) => a - b);
+    const series = COUNTER_VIEWS.flatMap((v) => {
+      const byX = new Map(latest.drift[v].map((r) => [r.at / 1000, r]));
+      return [xs.map((x) => byX.get(x)?.totalAbsDrift ?? null), xs.map((x) => byX.get(x)?.itemsDrifted ?? null)];
+    });
+    return [xs, ...series];
   }
 
   function renderStatus() {
@@ -197,12 +208,15 @@
       audit.dataset.clean = String(latest.audit.clean);
       audit.textContent = `${latest.audit.clean ? "clean" : "VIOLATIONS"} at ${new Date(latest.audit.at).toLocaleString()} (${latest.audit.source})`;
     }
-    const runs = latest.drift.like_count;
-    const last = runs[runs.length - 1];
-    if (last) {
-      $("rebuild").textContent = `run ${last.runId} at ${new Date(last.at).toLocaleString()}: ${last.itemsChecked} items checked, ` +
-        `${last.itemsDrifted} drifted, total |drift| ${last.totalAbsDrift}`;
-    }
+    // Per counter with runs: like counts first (their line is what an operator looks for most).
+    const lastRuns = COUNTER_VIEWS.flatMap((v) => {
+      const last = latest.drift[v][latest.drift[v].length - 1];
+      if (!last) return [];
+      const what = v === "like_count" ? "items" : "posts";
+      return [`${v} run ${last.runId} at ${new Date(last.at).toLocaleString()}: ${last.itemsChecked} ${what} checked, ` +
+        `${last.itemsDrifted} drifted, total |drift| ${last.totalAbsDrift}`];
+    });
+    if (lastRuns.length > 0) $("rebuild").textContent = lastRuns.join("; ");
     $("cache").dataset.configured = String(latest.cache.configured);
     if (latest.cache.configured) $("cache-state").textContent = `Redis count layer: ${latest.cache.state}${latest.cache.state === "degraded" ? " (counts are read from PostgreSQL until Redis answers)" : ""}`;
   }
