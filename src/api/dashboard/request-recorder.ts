@@ -1,5 +1,5 @@
 /** The route groups of the dashboard: the first OpenAPI tag of a route, "other" for untagged routes (docs, static files, 404s). */
-export const ROUTE_GROUPS = ["likes", "relations", "posts", "admin", "health", "other"] as const;
+export const ROUTE_GROUPS = ["likes", "relations", "posts", "comments", "admin", "health", "other"] as const;
 export type RouteGroup = (typeof ROUTE_GROUPS)[number];
 
 export function routeGroup(tag: unknown): RouteGroup {

@@ -9,7 +9,7 @@
   const VIEWS = ["like_count", "follower_projection", "comment_count"];
   /** The views that are counters, with rebuild runs and their drift. */
   const COUNTER_VIEWS = ["like_count", "comment_count"];
-  const ROUTE_GROUPS = ["likes", "relations", "posts", "admin", "health", "other"];
+  const ROUTE_GROUPS = ["likes", "relations", "posts", "comments", "admin", "health", "other"];
   const OUTCOMES = ["CHANGED", "NOOP", "REJECTED"];
   /** Saturated colours only: grid, axes and background are grey or white, so a drawn series is the only colour on a canvas. */
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#e377c2", "#17becf", "#8c564b", "#bcbd22", "#0b3d91"];
