@@ -38,6 +38,26 @@ export interface Config {
   countBuckets: number;
   /** LEDGER_RECONCILE_INTERVAL_MS: time between reconciliations of the Redis counters. */
   reconcileIntervalMs: number;
+  /** Streaming replicas for reads that may lag (docs/read-replicas.md). */
+  replicas: {
+    /** DATABASE_REPLICA_URLS, comma-separated; empty: every read on the primary. */
+    urls: string[];
+    /** LEDGER_REPLICA_MAX_LAG_MS: a replica lagging more is skipped by reads without a token. */
+    maxLagMs: number;
+    /** LEDGER_REPLICA_TOKEN_WAIT_MS: how long a read with a freshness token waits for a replica before reading the primary. */
+    tokenWaitMs: number;
+    /** LEDGER_REPLICA_CHECK_MS: how often each replica's lag is checked. */
+    checkEveryMs: number;
+  };
+}
+
+/** postgres:// URLs, comma-separated. */
+function replicaUrls(raw: string | undefined): string[] {
+  const urls = (raw ?? "").split(",").map((u) => u.trim()).filter((u) => u !== "");
+  for (const url of urls) {
+    if (!/^postgres(ql)?:\/\/\S+$/.test(url)) throw new InvalidInputError("DATABASE_REPLICA_URLS", "expected comma-separated postgres:// URLs");
+  }
+  return urls;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -90,5 +110,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
     countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),
     reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, 60_000, 100, 86_400_000),
+    replicas: {
+      urls: replicaUrls(env.DATABASE_REPLICA_URLS),
+      maxLagMs: integer("LEDGER_REPLICA_MAX_LAG_MS", env.LEDGER_REPLICA_MAX_LAG_MS, 5_000, 0, 86_400_000),
+      tokenWaitMs: integer("LEDGER_REPLICA_TOKEN_WAIT_MS", env.LEDGER_REPLICA_TOKEN_WAIT_MS, 100, 0, 60_000),
+      checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, 1_000, 50, 600_000),
+    },
   };
 }

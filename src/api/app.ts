@@ -28,6 +28,8 @@ import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
+import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
+import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
 const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"]];
@@ -69,6 +71,8 @@ export interface AppOptions {
   rateLimitRedis?: RedisClient;
   /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
   countsState?: () => "off" | "up" | "degraded";
+  /** Streaming replicas for reads that may lag, with freshness tokens (DATABASE_REPLICA_URLS; docs/read-replicas.md). */
+  replicas?: ReplicaRouter;
 }
 
 /**
@@ -138,8 +142,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     await app.register(cors, {
       origin: opts.corsOrigins.includes("*") ? "*" : [...opts.corsOrigins],
       methods: ["GET", "PUT", "POST", "DELETE"],
-      allowedHeaders: ["authorization", "content-type", "x-request-id"],
-      exposedHeaders: ["link", "retry-after", "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"],
+      allowedHeaders: ["authorization", "content-type", "x-request-id", FRESHNESS_HEADER],
+      exposedHeaders: ["link", "retry-after", "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", FRESHNESS_HEADER, READ_FROM_HEADER],
       maxAge: 600,
     });
   }
@@ -185,6 +189,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "writes" } as RateLimitOptions),
     readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "reads" } as RateLimitOptions),
   };
+  await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);

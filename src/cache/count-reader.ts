@@ -45,7 +45,8 @@ export class CountReader {
     }
   }
 
-  async read(kind: CounterKind, target: string, options: { allowedLag: number; exact?: boolean }): Promise<CountAnswer> {
+  /** `database` is where the database path reads (a replica the API's read routing chose); the primary by default. */
+  async read(kind: CounterKind, target: string, options: { allowedLag: number; exact?: boolean }, database: Pool = this.pool): Promise<CountAnswer> {
     validateId("target", target);
     validateNonNegativeInteger("allowedLag", options.allowedLag);
     if (this.store && !options.exact) {
@@ -56,7 +57,7 @@ export class CountReader {
       }
     }
     this.options.metrics?.countReads.inc({ kind: kind.name, source: "database" });
-    return { source: "database", ...(await kind.readDatabase(this.pool, target, options.allowedLag)) };
+    return { source: "database", ...(await kind.readDatabase(database, target, options.allowedLag)) };
   }
 
   private readCached(kind: CounterKind, target: string): Promise<CachedCount | undefined> {

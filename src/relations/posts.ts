@@ -74,14 +74,9 @@ export class PostService {
   }
 
   async getPost(postId: string): Promise<Post> {
-    validateId("postId", postId);
-    const { rows } = await this.pool.query<{ post_id: string; author: string; visibility: Visibility; body: string; part: number; acl_token: number; created_at: Date }>(
-      "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1 AND deleted_at IS NULL",
-      [postId],
-    );
-    const r = rows[0];
-    if (!r) throw new PostNotFoundError(postId);
-    return { postId: r.post_id, author: r.author, visibility: r.visibility, body: r.body, part: r.part, aclToken: r.acl_token, createdAt: r.created_at };
+    const post = await readLivePost(this.pool, postId);
+    if (!post) throw new PostNotFoundError(postId);
+    return post;
   }
 
   /**
@@ -134,6 +129,20 @@ export class PostService {
       }
     }
   }
+}
+
+/**
+ * A post that is not deleted, or undefined, read on `db`: the primary, or for an anonymous
+ * reader of a PUBLIC post a replica (docs/read-replicas.md). No permission check.
+ */
+export async function readLivePost(db: Pool | PoolClient, postId: string): Promise<Post | undefined> {
+  validateId("postId", postId);
+  const { rows } = await db.query<{ post_id: string; author: string; visibility: Visibility; body: string; part: number; acl_token: number; created_at: Date }>(
+    "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1 AND deleted_at IS NULL",
+    [postId],
+  );
+  const r = rows[0];
+  return r && { postId: r.post_id, author: r.author, visibility: r.visibility, body: r.body, part: r.part, aclToken: r.acl_token, createdAt: r.created_at };
 }
 
 /** ACTIVE in the relation table; a block always leaves the relation REMOVED (invariant 3). */

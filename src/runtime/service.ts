@@ -1,5 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "../api/app.ts";
+import { ReplicaMetrics } from "../replicas/replica-metrics.ts";
+import { ReplicaRouter } from "../replicas/replica-router.ts";
 import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.ts";
 import { fullAudit } from "../api/routes/admin.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
@@ -66,7 +68,15 @@ export async function startService(config: Config, options: ServiceOptions = {})
     auditEveryMs: config.dashboard.auditEverySeconds * 1000,
     ...options.dashboard,
   });
+  const replicaMetrics = config.replicas.urls.length === 0 ? undefined : new ReplicaMetrics(metrics.registry);
+  const replicas = replicaMetrics && ReplicaRouter.fromUrls(database.pool, config.replicas.urls, {
+    maxLagMs: config.replicas.maxLagMs, tokenWaitMs: config.replicas.tokenWaitMs, checkEveryMs: config.replicas.checkEveryMs,
+    onState: replicaMetrics.onState, onRoute: replicaMetrics.onRoute,
+  });
+  // A replica that is down at start is no error: reads go to the primary until a check finds it up.
+  await replicas?.start();
   const app = await buildApp({
+    ...(replicas ? { replicas } : {}),
     counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
     ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
@@ -88,6 +98,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     stop() {
       stopping ??= (async () => {
         await app.close();
+        await replicas?.stop();
         await Promise.all([...workers, ...maintenance].map((w) => w.stop()));
         await counts.close();
         await database.close();

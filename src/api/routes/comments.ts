@@ -144,6 +144,7 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
   });
 
   app.get("/v1/posts/:id/comment-count", {
+    config: { replicaRead: true },
     schema: {
       tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost",
       security: bearer, params: idParams, querystring: lagQuery,
@@ -158,7 +159,7 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
     const caller = requireCaller(request);
     await requireReadablePost(ledger, caller.id, request.params.id, "CONTENT_TOKEN");
-    const r = await readCounter(ledger.pool, COMMENT_COUNTER, request.params.id, request.query.allowedLag);
+    const r = await app.readFrom(request, (pool) => readCounter(pool, COMMENT_COUNTER, request.params.id, request.query.allowedLag));
     return { count: r.n, lag: r.lag, pendingForPost: r.pending, stale: r.stale };
   });
 }

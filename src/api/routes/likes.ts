@@ -87,7 +87,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
   });
 
   app.get("/v1/items/:id/like-count", {
-    config: { auth: "optional" },
+    config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
       tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: items that are no post, and PUBLIC posts)",
@@ -102,11 +102,11 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     await requireVisibleItem(ledger, request.caller, request.params.id);
-    return app.counts.read(LIKE_COUNTS, request.params.id, request.query);
+    return app.readFrom(request, (pool) => app.counts.read(LIKE_COUNTS, request.params.id, request.query, pool));
   });
 
   app.get("/v1/items/:id/likes", {
-    config: { auth: "optional" },
+    config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
       tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: items that are no post, and PUBLIC posts)",
@@ -118,7 +118,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>, reply) => {
     await requireVisibleItem(ledger, request.caller, request.params.id);
-    return sendPage(request, reply, await listLikers(ledger.pool, request.params.id, pageOptions(request.query)), request.query);
+    return sendPage(request, reply, await app.readFrom(request, (pool) => listLikers(pool, request.params.id, pageOptions(request.query))), request.query);
   });
 
   app.get("/v1/accounts/me/likes", {

@@ -3,7 +3,7 @@ import type { RateLimits } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { forbidden, notFound } from "../errors.ts";
 import { bearer, errors, idParams, optionalBearer, post, postBody } from "../schemas.ts";
-import type { Post } from "../../relations/posts.ts";
+import { readLivePost, type Post } from "../../relations/posts.ts";
 import type { ReadMode, Visibility } from "../../relations/types.ts";
 
 /**
@@ -30,7 +30,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
   });
 
   app.get("/v1/posts/:id", {
-    config: { auth: "optional" },
+    config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
       tags: ["posts"], summary: "Read a post; 404 when it is missing, deleted or the reader may not see it (no token: PUBLIC posts only)",
@@ -64,13 +64,15 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { consistency: string } }>) => {
     const mode = CONSISTENCY[request.query.consistency]!;
+    if (!request.caller) {
+      // Without a token there is nobody to check blocks or follows for: PUBLIC posts only, the
+      // one post read that may come from a replica (it decides nothing about anyone).
+      const found = await app.readFrom(request, (pool) => readLivePost(pool, request.params.id));
+      if (found?.visibility !== "PUBLIC") throw notFound("post");
+      return { post: toJson(found), decidedBy: "public" };
+    }
     const { rows } = await ledger.pool.query<{ visibility: Visibility }>("SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL", [request.params.id]);
     if (!rows[0]) throw notFound("post");
-    if (!request.caller) {
-      // Without a token there is nobody to check blocks or follows for: PUBLIC posts only.
-      if (rows[0].visibility !== "PUBLIC") throw notFound("post");
-      return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: "public" };
-    }
     const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
     if (!decision.allowed) throw notFound("post");
     return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };

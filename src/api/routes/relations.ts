@@ -176,8 +176,8 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   });
 
   /** A list of an account (`:id`, or `me`) or of the caller (no params): auth, schema, the read budget. */
-  const listSchema = (summary: string, key: string, timeField: string, auth: "optional" | "required", statuses: number[] = []) => ({
-    config: { auth },
+  const listSchema = (summary: string, key: string, timeField: string, auth: "optional" | "required", statuses: number[] = [], replicaRead = false) => ({
+    config: { auth, replicaRead },
     schema: {
       tags: ["relations"], summary, security: auth === "optional" ? optionalBearer : bearer, querystring: pageQuery,
       ...(auth === "optional" ? { params: idParams } : {}),
@@ -188,20 +188,20 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   const ownListSchema = (summary: string, key: string, timeField: string) => listSchema(summary, key, timeField, "required");
 
   app.get("/v1/accounts/:id/followers",
-    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", "followers", "since", "optional", [403, 404]),
+    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", "followers", "since", "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const page = await listFollowers(ledger.pool, accountId, pageOptions(request.query));
+      const page = await app.readFrom(request, (pool) => listFollowers(pool, accountId, pageOptions(request.query)));
       return sendPage(request, reply, page, request.query);
     });
 
   app.get("/v1/accounts/:id/following",
-    listSchema("Accounts this account follows, from the truth, newest first", "following", "since", "optional", [403, 404]),
+    listSchema("Accounts this account follows, from the truth, newest first", "following", "since", "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const { accounts, nextCursor } = await listFollowing(ledger.pool, accountId, pageOptions(request.query));
+      const { accounts, nextCursor } = await app.readFrom(request, (pool) => listFollowing(pool, accountId, pageOptions(request.query)));
       return sendPage(request, reply, { following: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
     });
 
@@ -218,7 +218,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     });
 
   app.get("/v1/accounts/:id/follower-count", {
-    config: { auth: "optional" },
+    config: { auth: "optional", replicaRead: true },
     schema: {
       tags: ["relations"], summary: "Follower count from the projection, with its lag", security: optionalBearer, params: idParams, querystring: countQuery,
       response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } }, ...errors(400, 401, 403, 404, 429) },
@@ -227,6 +227,6 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     const accountId = accountParam(request);
     await requireVisibleCollections(request.caller, accountId);
-    return app.counts.read(FOLLOWER_COUNTS, accountId, request.query);
+    return app.readFrom(request, (pool) => app.counts.read(FOLLOWER_COUNTS, accountId, request.query, pool));
   });
 }
