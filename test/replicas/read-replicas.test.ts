@@ -123,6 +123,10 @@ test("a read with the write's freshness token never sees state older than the wr
   assert.equal(like.body.freshness, like.freshness, "and in the body");
   await ledger.likeConsumer.drain();
   const token = like.freshness;
+  // The contract names both: the write's `freshness` field and the routed read's `freshness` parameter.
+  const doc = (await api.call<{ paths: Record<string, Record<string, { parameters?: { name: string; in: string }[]; responses: Record<string, { content: Record<string, { schema: { properties: Record<string, unknown> } }> }> }>> }>("GET", "/openapi.json")).body;
+  assert.ok(doc.paths["/v1/items/{id}/likes/me"]!.put!.responses["200"]!.content["application/json"]!.schema.properties.freshness);
+  assert.ok(doc.paths["/v1/items/{id}/like-count"]!.get!.parameters!.some((p) => p.name === "freshness" && p.in === "query"));
   assert.ok(parseLsn(await standby.replayLsn()) < parseLsn(token), "the replica has not replayed the like");
 
   // No token: the replica as it is (it has not replayed the like), with the bound of its own snapshot.
@@ -160,4 +164,130 @@ test("a read with the write's freshness token never sees state older than the wr
   assert.equal(replayed.readFrom, "replica-0");
   assert.equal(replayed.body.count, 1);
   t.diagnostic(`note token ${token}: held back -> primary count 1; ignoring the token -> replica count 0; replayed -> replica count 1`);
+});
+
+test("a blocked reader never reads a post created after the block through a lagging replica: permission reads stay on the primary in every mode; permission reads on the replica (negative control) leak it", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  for (const id of ["bob", "mallory"]) ok(await api.call("PUT", `/v1/accounts/${id}`, { as: "root", admin: true, json: { private: false } }));
+  ok(await api.call("PUT", "/v1/accounts/me/following/bob", { as: "mallory" }));
+  await ledger.projector.drain();
+  await caughtUpThenHeldBack();
+
+  const block = ok(await api.call<{ relationship: { blocking: boolean } }>("PUT", "/v1/accounts/me/blocks/mallory", { as: "bob" }));
+  assert.equal(block.body.relationship.blocking, true);
+  const followersOnly = ok(await api.call<{ id: string }>("POST", "/v1/posts", { as: "bob", json: { visibility: "FOLLOWERS", body: "after the block" } }), 201);
+  const publicPost = ok(await api.call<{ id: string }>("POST", "/v1/posts", { as: "bob", json: { visibility: "PUBLIC", body: "public, after the block" } }), 201);
+  assert.ok(followersOnly.freshness && publicPost.freshness);
+  const { rows: onReplica } = await replicaPool.query<{ blocks: number; state: string }>(
+    "SELECT (SELECT count(*)::int FROM block WHERE blocker = 'bob' AND blocked = 'mallory') AS blocks, (SELECT state FROM relation WHERE follower = 'mallory' AND followee = 'bob') AS state");
+  assert.deepEqual(onReplica[0], { blocks: 0, state: "ACTIVE" }, "the replica has not replayed the block: there mallory still follows bob");
+
+  // Every way mallory can ask, with and without a token (even bob's), answers 404.
+  const token = publicPost.freshness!;
+  let denied = 0;
+  for (const post of [followersOnly.body.id, publicPost.body.id]) {
+    for (const consistency of ["content_token", "fresh_token", "truth"]) {
+      for (const headers of [{}, { "x-ledger-freshness": token }] as Record<string, string>[]) {
+        const read = await api.call("GET", `/v1/posts/${post}?consistency=${consistency}`, { as: "mallory", headers });
+        assert.equal(read.status, 404, `post ${post} ${consistency} ${JSON.stringify(headers)}`);
+        denied++;
+      }
+    }
+    for (const suffix of ["like-count", "likes"]) {
+      assert.equal((await api.call("GET", `/v1/items/${post}/${suffix}`, { as: "mallory" })).status, 404);
+      denied++;
+    }
+  }
+  // A reader in no block reads the PUBLIC post (the 404s above are the block, not a broken route).
+  ok(await api.call("GET", `/v1/posts/${publicPost.body.id}`, { as: "carol" }));
+  // An anonymous reader of the PUBLIC post is routed: without a token the lagging replica has no such post yet (lag, not a leak)...
+  const anonymous = await api.call("GET", `/v1/posts/${publicPost.body.id}`);
+  assert.deepEqual([anonymous.status, anonymous.readFrom], [404, "replica-0"]);
+  // ...and with the token it is the primary that answers.
+  const anonymousFresh = ok(await api.call("GET", `/v1/posts/${publicPost.body.id}`, { headers: { "x-ledger-freshness": token } }));
+  assert.equal(anonymousFresh.readFrom, "primary");
+
+  // Negative control: canRead with its permission reads on the lagging replica lets mallory read the post created after the block.
+  for (const mode of ["CONTENT_TOKEN", "FRESH_TOKEN", "TRUTH"] as const) {
+    const leak = await canReadWithPermissionsOnReplica(primaryPool, replicaPool, "mallory", followersOnly.body.id, mode);
+    assert.equal(leak.allowed, true, `negative control ${mode}: ${JSON.stringify(leak)}`);
+  }
+  // A replica is a prefix of the primary's commit order: while it lacks the block it lacks the post too.
+  assert.equal(await readLivePost(replicaPool, followersOnly.body.id), undefined);
+  await standby.setApplyDelay(0);
+  await standby.catchUp();
+  // Replayed, the replica has both, and every permission read there now denies.
+  for (const mode of ["CONTENT_TOKEN", "FRESH_TOKEN", "TRUTH"] as const) {
+    assert.equal((await canReadWithPermissionsOnReplica(primaryPool, replicaPool, "mallory", followersOnly.body.id, mode)).allowed, false, mode);
+  }
+  t.diagnostic(`note block + FOLLOWERS/PUBLIC posts held back on the replica: ${denied} reads by mallory all 404; permission reads on the replica allowed her in 3/3 modes`);
+});
+
+test("a replica that is down sends every routed read to the primary with no 5xx, and is used again once it is back", async (t) => {
+  const api = await startApi({ maxLagMs: 60_000 });
+  t.after(() => api.close());
+  ok(await api.call("PUT", "/v1/items/down-item", { as: "root", admin: true }));
+  ok(await api.call("PUT", "/v1/accounts/dora", { as: "root", admin: true, json: { private: false } }));
+  const publicPost = ok(await api.call<{ id: string }>("POST", "/v1/posts", { as: "dora", json: { visibility: "PUBLIC", body: "hello" } }), 201);
+  const like = ok(await api.call("PUT", "/v1/items/down-item/likes/me", { as: "erin" }));
+  await standby.setApplyDelay(0);
+  await standby.catchUp();
+  await api.router.checkNow();
+  const reads = [
+    "/v1/items/down-item/like-count", "/v1/items/down-item/likes", "/v1/accounts/dora/followers", "/v1/accounts/dora/following",
+    "/v1/accounts/dora/follower-count", `/v1/posts/${publicPost.body.id}`,
+  ];
+  for (const url of reads) assert.equal(ok(await api.call("GET", url)).readFrom, "replica-0", url);
+
+  await standby.stop();
+  // The router has not checked since: the first read finds the replica gone, and is answered by the primary.
+  const statuses: number[] = [];
+  const servers = new Set<string | null>();
+  for (const url of reads) {
+    for (const headers of [{}, { "x-ledger-freshness": like.freshness! }] as Record<string, string>[]) {
+      const read = await api.call("GET", url, { headers });
+      statuses.push(read.status);
+      servers.add(read.readFrom);
+    }
+  }
+  assert.deepEqual([...new Set(statuses)], [200]);
+  assert.deepEqual([...servers], ["primary"]);
+  await api.router.checkNow();
+  const metrics = await (await fetch(`http://127.0.0.1:${(api.app.server.address() as AddressInfo).port}/metrics`)).text();
+  assert.match(metrics, /ledger_replica_up\{replica="replica-0"\} 0/);
+  assert.match(metrics, /ledger_replica_reads_total\{server="primary",reason="replica-failed"\} 1/);
+
+  await standby.start();
+  await standby.catchUp();
+  await api.router.checkNow();
+  assert.equal(ok(await api.call("GET", reads[0]!)).readFrom, "replica-0");
+  t.diagnostic(`note replica stopped: ${statuses.length} reads, all 200 from the primary; back: served by the replica again`);
+});
+
+test("a replica lagging more than LEDGER_REPLICA_MAX_LAG_MS is skipped by reads without a token, and its lag is a metric", async (t) => {
+  await standby.setApplyDelay(0);
+  await standby.catchUp();
+  const api = await startApi({ maxLagMs: 0 });
+  t.after(() => api.close());
+  assert.equal(api.router.state("replica-0")!.lagMs, 0, "caught up: no lag");
+  ok(await api.call("PUT", "/v1/items/lag-item", { as: "root", admin: true }));
+  assert.equal(ok(await api.call("GET", "/v1/items/lag-item/like-count")).readFrom, "replica-0", "within the threshold while it has replayed everything");
+
+  await standby.setApplyDelay(HOLD_BACK_MS);
+  ok(await api.call("PUT", "/v1/items/lag-item/likes/me", { as: "frank" }));
+  await api.router.checkNow();
+  const state = api.router.state("replica-0")!;
+  assert.ok(state.up && state.lagBytes! > 0 && state.lagMs! > 0, JSON.stringify(state, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v)));
+  const skipped = ok(await api.call<{ count: number }>("GET", "/v1/items/lag-item/like-count"));
+  assert.equal(skipped.readFrom, "primary");
+  assert.equal(skipped.body.count, 0, "the like is not counted yet (no consumer ran): the primary's own lag, not the replica's");
+  const metrics = await (await fetch(`http://127.0.0.1:${(api.app.server.address() as AddressInfo).port}/metrics`)).text();
+  const lagBytes = Number(/ledger_replica_lag_bytes\{replica="replica-0"\} (\d+)/.exec(metrics)?.[1]);
+  const lagSeconds = Number(/ledger_replica_lag_seconds\{replica="replica-0"\} ([\d.e-]+)/.exec(metrics)?.[1]);
+  assert.ok(lagBytes > 0 && lagSeconds > 0, metrics.split("\n").filter((l) => l.startsWith("ledger_replica")).join("\n"));
+  assert.match(metrics, /ledger_replica_reads_total\{server="primary",reason="replicas-lagging"\} 1/);
+  await standby.setApplyDelay(0);
+  await standby.catchUp();
+  t.diagnostic(`note held back: lag ${lagBytes} bytes, ${lagSeconds} s; skipped (primary); caught up: lag 0`);
 });
