@@ -5,7 +5,7 @@
  * prints a table and writes bench/results/<timestamp>.json.
  *
  *   node --import tsx bench/run.ts [--quick] [--partitions P] [--compare-partitions]
- *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n]
+ *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n] [--skip-replica]
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -29,6 +29,7 @@ import { readCount, readSide, readSideClean, writeSide, writeSideClean } from ".
 import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
 import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
+import { ReplicaBench } from "./replica-reads.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -49,6 +50,7 @@ const USAGE = `usage: node --import tsx bench/run.ts [options]
   --ops n                 library like/unlike operations per variant
   --requests n            HTTP like/unlike requests per variant
   --reads n               count reads per path and phase
+  --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
   -h, --help              this text
 `;
 
@@ -89,6 +91,7 @@ function parseOptions() {
         ops: { type: "string" },
         requests: { type: "string" },
         reads: { type: "string" },
+        "skip-replica": { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
       allowPositionals: false,
@@ -111,6 +114,7 @@ function parseOptions() {
     ops: positiveInt("ops", parsed.ops, size.ops),
     requests: positiveInt("requests", parsed.requests, size.requests),
     reads: positiveInt("reads", parsed.reads, size.reads),
+    skipReplica: parsed["skip-replica"],
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
   };
@@ -138,6 +142,7 @@ interface Target {
   baseUrl: string;
   /** Bearer header of httpUser(n). */
   auth: string[];
+  jwtSecret: Uint8Array;
 }
 
 // ---- lifecycle: everything started here is stopped on the way out, Ctrl-C included ----
@@ -268,7 +273,7 @@ async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize
   const secret = randomBytes(32);
   const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000 });
   started.apps.push(app);
-  const target: Target = { partitions, database, pool, ledger, app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [] };
+  const target: Target = { partitions, database, pool, ledger, app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [], jwtSecret: secret };
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
@@ -611,6 +616,17 @@ async function main(o: Opts): Promise<void> {
       await t.ledger.likeConsumer.drain();
       return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
     });
+  }
+
+  // Issue 14: reads on a hot standby of this cluster next to the same reads on the primary.
+  if (!o.skipReplica) {
+    const replicas = new ReplicaBench(cluster, started.root, { max_connections: "200" });
+    try {
+      await phase(async (t) => (await replicas.rows(t, { ...o, items: Array.from({ length: ITEMS }, (_, k) => item(k)), authorization: t.auth[0]! }, abort.signal))
+        .map((r): Row => ({ op: r.op, path: r.path, partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") })));
+    } finally {
+      await replicas.stop();
+    }
   }
 
   await phase((t) => followPhase(t, o));

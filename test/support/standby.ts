@@ -43,7 +43,11 @@ export class TestStandby {
 
   private constructor(readonly dataDir: string, readonly port: number, private readonly primaryUrl: string, readonly slot: string) {}
 
-  static async fromPrimary(primary: EmbeddedCluster, options: { dataDir: string; name?: string }): Promise<TestStandby> {
+  /**
+   * `settings` go to the standby's postgresql.auto.conf: a hot standby needs max_connections (and
+   * a few others) at least the primary's, and the primary's command-line settings are not in the copy.
+   */
+  static async fromPrimary(primary: EmbeddedCluster, options: { dataDir: string; name?: string; settings?: Record<string, string> }): Promise<TestStandby> {
     const name = options.name ?? "standby1";
     const primaryUrl = primary.connectionString("postgres");
     const held = new pg.Client({ connectionString: primaryUrl });
@@ -75,6 +79,7 @@ export class TestStandby {
       `primary_conninfo = 'host=127.0.0.1 port=${primaryPort} user=postgres password=postgres application_name=${name}'`,
       `primary_slot_name = '${name}'`,
       "hot_standby = on",
+      ...Object.entries(options.settings ?? {}).map(([key, value]) => `${key} = '${value}'`),
       "",
     ].join("\n"));
     await chmod(options.dataDir, 0o700);
