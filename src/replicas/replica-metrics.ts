@@ -11,6 +11,7 @@ export class ReplicaMetrics {
   private readonly lagBytes: client.Gauge<"replica">;
   private readonly up: client.Gauge<"replica">;
   private readonly reads: client.Counter<"server" | "reason">;
+  private readonly tokenWaits: client.Counter;
 
   constructor(registry: client.Registry) {
     const registers = [registry];
@@ -27,12 +28,19 @@ export class ReplicaMetrics {
       name: "ledger_replica_reads_total", help: "Reads that may lag, by the server that answered (primary or a replica) and why it was chosen",
       labelNames: ["server", "reason"], registers,
     });
+    this.tokenWaits = new client.Counter({
+      name: "ledger_replica_token_waits_total", help: "Reads with a freshness token that no replica had replayed yet, so they waited (up to LEDGER_REPLICA_TOKEN_WAIT_MS)", registers,
+    });
   }
 
   readonly onState = (state: ReplicaState): void => {
     this.up.set({ replica: state.name }, state.up ? 1 : 0);
     this.lagSeconds.set({ replica: state.name }, state.lagMs === null ? -1 : state.lagMs / 1000);
     this.lagBytes.set({ replica: state.name }, state.lagBytes === null ? -1 : state.lagBytes);
+  };
+
+  readonly onTokenWait = (): void => {
+    this.tokenWaits.inc();
   };
 
   readonly onRoute = (route: { server: string; reason: RouteReason }): void => {

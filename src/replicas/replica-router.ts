@@ -51,6 +51,8 @@ export interface ReplicaRouterOptions {
   tokenPollMs?: number;
   /** Each check of a replica (metrics). */
   onState?: (state: ReplicaState) => void;
+  /** A read with a token found no replica that had replayed it and starts waiting (metrics; tests). */
+  onTokenWait?: () => void;
   /** Each routed read (metrics). */
   onRoute?: (route: { server: string; reason: RouteReason }) => void;
   /**
@@ -177,7 +179,7 @@ export class ReplicaRouter {
     const candidates = order.filter((r) => this.states.get(r.name)!.up);
     if (candidates.length === 0) return primary("replicas-down");
     const deadline = Date.now() + this.options.tokenWaitMs;
-    for (;;) {
+    for (let round = 0; ; round++) {
       for (const replica of candidates) {
         const state = this.states.get(replica.name)!;
         if (state.replayed >= token) return { pool: replica.pool, server: replica.name, reason: "token-replayed" };
@@ -187,6 +189,7 @@ export class ReplicaRouter {
       const ready = candidates.find((_, i) => answers[i] !== undefined && answers[i]! >= token);
       if (ready) return { pool: ready.pool, server: ready.name, reason: "token-replayed" };
       if (Date.now() >= deadline || candidates.every((r) => !this.states.get(r.name)!.up)) return primary("token-not-replayed");
+      if (round === 0) this.options.onTokenWait?.();
       await new Promise((resolve) => setTimeout(resolve, this.options.tokenPollMs ?? 5));
     }
   }

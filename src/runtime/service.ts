@@ -71,7 +71,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const replicaMetrics = config.replicas.urls.length === 0 ? undefined : new ReplicaMetrics(metrics.registry);
   const replicas = replicaMetrics && ReplicaRouter.fromUrls(database.pool, config.replicas.urls, {
     maxLagMs: config.replicas.maxLagMs, tokenWaitMs: config.replicas.tokenWaitMs, checkEveryMs: config.replicas.checkEveryMs,
-    onState: replicaMetrics.onState, onRoute: replicaMetrics.onRoute,
+    onState: replicaMetrics.onState, onRoute: replicaMetrics.onRoute, onTokenWait: replicaMetrics.onTokenWait,
   });
   // A replica that is down at start is no error: reads go to the primary until a check finds it up.
   await replicas?.start();

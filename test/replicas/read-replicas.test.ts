@@ -166,6 +166,22 @@ test("a read with the write's freshness token never sees state older than the wr
   t.diagnostic(`note token ${token}: held back -> primary count 1; ignoring the token -> replica count 0; replayed -> replica count 1`);
 });
 
+test("a read whose token the replica has not replayed waits for it (bounded) and is served by the replica once it replays within the wait", async (t) => {
+  let waiting!: () => void;
+  const started = new Promise<void>((resolve) => (waiting = resolve));
+  const api = await startApi({ tokenWaitMs: 30_000, onTokenWait: () => waiting() });
+  t.after(() => api.close());
+  ok(await api.call("PUT", "/v1/items/wait-item", { as: "root", admin: true }));
+  await caughtUpThenHeldBack();
+  const like = ok(await api.call("PUT", "/v1/items/wait-item/likes/me", { as: "gina" }));
+  await ledger.likeConsumer.drain();
+  const read = api.call<{ count: number }>("GET", "/v1/items/wait-item/like-count", { headers: { "x-ledger-freshness": like.freshness! } });
+  await started; // the read found the replica behind its token and is polling it
+  await standby.setApplyDelay(0);
+  const served = ok(await read);
+  assert.deepEqual([served.readFrom, served.body.count], ["replica-0", 1]);
+});
+
 test("a blocked reader never reads a post created after the block through a lagging replica: permission reads stay on the primary in every mode; permission reads on the replica (negative control) leak it", async (t) => {
   const api = await startApi();
   t.after(() => api.close());
