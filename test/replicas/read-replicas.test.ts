@@ -194,7 +194,8 @@ test("a blocked reader never reads a post created after the block through a lagg
   assert.equal(block.body.relationship.blocking, true);
   const followersOnly = ok(await api.call<{ id: string }>("POST", "/v1/posts", { as: "bob", json: { visibility: "FOLLOWERS", body: "after the block" } }), 201);
   const publicPost = ok(await api.call<{ id: string }>("POST", "/v1/posts", { as: "bob", json: { visibility: "PUBLIC", body: "public, after the block" } }), 201);
-  assert.ok(followersOnly.freshness && publicPost.freshness);
+  for (const write of [block, followersOnly, publicPost]) assert.equal((write.body as { freshness?: string }).freshness, write.freshness, "the token in the header and the body");
+  assert.ok(parseLsn(followersOnly.freshness!) > parseLsn(block.freshness!), "the post committed after the block");
   const { rows: onReplica } = await replicaPool.query<{ blocks: number; state: string }>(
     "SELECT (SELECT count(*)::int FROM block WHERE blocker = 'bob' AND blocked = 'mallory') AS blocks, (SELECT state FROM relation WHERE follower = 'mallory' AND followee = 'bob') AS state");
   assert.deepEqual(onReplica[0], { blocks: 0, state: "ACTIVE" }, "the replica has not replayed the block: there mallory still follows bob");
