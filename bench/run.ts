@@ -29,6 +29,7 @@ import { readCount, readSide, readSideClean, writeSide, writeSideClean } from ".
 import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
 import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
+import { clusterCountRows } from "./count-layer-cluster.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -609,6 +610,14 @@ async function main(o: Opts): Promise<void> {
       const made = await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
       // The reconciliation rows wrote likes: the audit at the end expects a drained count.
       await t.ledger.likeConsumer.drain();
+      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+    });
+  }
+
+  // Issue 14: count reads from one Redis node against a local Redis Cluster (skipped without redis-cli).
+  if (redisServerAvailable() && ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"].some((p) => existsSync(p))) {
+    await phase(async (t) => {
+      const made = await clusterCountRows(t.pool, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
       return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
     });
   }
