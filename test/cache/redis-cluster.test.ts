@@ -7,7 +7,7 @@ import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
-import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
+import { connectRedis, parseClusterUrl, RedisUrlError, routingKey, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { TestRedisCluster } from "../support/redis-cluster.ts";
@@ -162,4 +162,15 @@ test("negative control on a cluster: the naive recount-and-overwrite loses incre
   const split = await repairRacingWriters(l, "cache.afterFreeze", () => l.reconciler.reconcile(LIKE_COUNTS));
   assert.equal(split.shownInGap, split.inGap, "between the freezes and the base install a read is exact");
   assert.equal(split.shown, split.truth, "the split reconciliation lost nothing");
+});
+
+test("REDIS_URL for a cluster: seed nodes, credentials and TLS are read; a URL without nodes or with a bad port is a typed error; EVAL routes by its first key", () => {
+  assert.equal(parseClusterUrl("redis://127.0.0.1:6390"), undefined, "a plain URL is one node");
+  assert.deepEqual(parseClusterUrl("rediss+cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2"), {
+    tls: true, username: "app", password: "s@cret", nodes: [{ host: "10.0.0.1", port: 7000 }, { host: "10.0.0.2", port: 6379 }],
+  });
+  assert.throws(() => parseClusterUrl("redis+cluster://"), (err: unknown) => err instanceof RedisUrlError && /at least one host:port/.test(err.message));
+  assert.throws(() => parseClusterUrl("redis+cluster://h:70000"), (err: unknown) => err instanceof RedisUrlError && err.code === "REDIS_URL_INVALID");
+  assert.equal(routingKey(["EVAL", "return 1", "2", "k1", "k2", "a"]), "k1");
+  assert.equal(routingKey(["HGET", "k", "f"]), "k");
 });
