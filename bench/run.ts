@@ -30,6 +30,7 @@ import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
 import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
+import { clusterCountRows } from "./count-layer-cluster.ts";
 import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -627,6 +628,14 @@ async function main(o: Opts): Promise<void> {
     } finally {
       await replicas.stop();
     }
+  }
+
+  // Issue 14: count reads from one Redis node against a local Redis Cluster (skipped without redis-cli).
+  if (redisServerAvailable() && ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"].some((p) => existsSync(p))) {
+    await phase(async (t) => {
+      const made = await clusterCountRows(t.pool, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
+      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+    });
   }
 
   await phase((t) => followPhase(t, o));

@@ -11,7 +11,7 @@ import { Reconciler, type ReconcileReport } from "./reconciler.ts";
 import { connectRedis, evictedKeys, type RedisClient } from "./redis-connection.ts";
 
 export interface CountLayerOptions {
-  /** REDIS_URL; undefined: every read goes to PostgreSQL and nothing else here runs. */
+  /** REDIS_URL (`redis+cluster://host:port,...` for a Redis Cluster); undefined: every read goes to PostgreSQL and nothing else here runs. */
   redisUrl?: string;
   allowEviction?: boolean;
   buckets?: number;
@@ -50,7 +50,7 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     ? new CacheMetrics(options.registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) })
     : undefined;
   const hooks = options.hooks ?? new Hooks();
-  const store = new CountStore(redis, options.buckets ?? 16);
+  const store = new CountStore(redis, options.buckets ?? 16, { hooks });
   const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs });
   const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert });
   const feeders = COUNTER_KINDS.map((kind) => new CountFeeder(pool, store, kind, { hooks, metrics }));

@@ -1,14 +1,27 @@
 import { createHash } from "node:crypto";
+import { Hooks } from "../hooks.ts";
 import type { RedisClient } from "./redis-connection.ts";
 
 /**
- * The Redis side of the counts. One hash per counter, `sl:cnt:<kind>:<target>`:
+ * The Redis side of the counts, in one of two layouts (docs/cache.md):
+ *
+ * One node: one hash per counter, `sl:cnt:<kind>:<target>`:
  *   base      the reconciler-owned count of every event with seq <= w<part>
  *   w<part>   that boundary, per partition of the kind's outbox
  *   b<i>      hot-path-owned live delta, bucket i = hash(actor) % N (hot keys: N fields, one node)
  *   at        when base was last installed (ms since epoch), for the age a read reports
  * and a log hash `…:log` with one field `<part>:<seq>` per increment applied since the last
  * install, so an install knows exactly which live increments its new base absorbs.
+ *
+ * Redis Cluster: the buckets are separate keys with hash tags of their own, so one hot target's
+ * buckets spread over the masters, and a script only ever touches one bucket's keys (one slot):
+ *   sl:cnt:{<kind>:<target>}          base, w<part>, at
+ *   sl:cnt:{<kind>:<target>#<i>}      d (bucket i's live delta, cumulative), w<part>
+ *   sl:cnt:{<kind>:<target>#<i>}:log  as above, for the increments of bucket i
+ * An install first freezes every bucket at the boundary (one script per bucket: increments at
+ * or below it are refused from then on, and what the bucket holds for them, `settled`, is fixed),
+ * then sets base = truth - sum(settled). Nothing is subtracted from a bucket, so a read between
+ * the two steps shows what it showed before, and no increment can be lost between them.
  */
 const INCREMENT_LUA = `
 local part, seq, bucket, delta, event = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
@@ -65,6 +78,67 @@ for p = 5, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 5), ARGV[p]) end
 if exists then return {0, displayed} end
 return {1, 0}`;
 
+/*
+ * Cluster layout, one bucket: KEYS bucket, its log; ARGV: onlyExisting, bound of partition 0, 1, ...
+ * Returns {status, settled}: status 0 frozen, 1 created, 2 skipped (absent and onlyExisting),
+ * 3 skipped (a newer boundary froze it first). settled = what the bucket holds for the events
+ * <= bound: d minus the logged increments above the bound. A bucket created here takes the
+ * logged increments above the bound (applied while it was absent) as its d, and settles 0.
+ */
+const FREEZE_BUCKET_LUA = `
+local onlyExisting = ARGV[1] == '1'
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if not exists and onlyExisting then return {2, 0} end
+if exists then
+  for p = 2, #ARGV do
+    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - 2)) or '0')
+    if w > tonumber(ARGV[p]) then return {3, 0} end
+  end
+end
+local above = 0
+local log = redis.call('HGETALL', KEYS[2])
+for i = 1, #log, 2 do
+  local field = log[i]
+  local sep = string.find(field, ':', 1, true)
+  local bound = tonumber(ARGV[2 + tonumber(string.sub(field, 1, sep - 1))])
+  if bound ~= nil and tonumber(string.sub(field, sep + 1)) <= bound then
+    redis.call('HDEL', KEYS[2], field)
+  else
+    above = above + tonumber(log[i + 1])
+  end
+end
+redis.call('PERSIST', KEYS[2])
+local settled = 0
+if exists then
+  settled = tonumber(redis.call('HGET', KEYS[1], 'd') or '0') - above
+else
+  redis.call('HSET', KEYS[1], 'd', above)
+end
+for p = 2, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 2), ARGV[p]) end
+if exists then return {0, settled} end
+return {1, 0}`;
+
+/*
+ * Cluster layout, the base: KEYS base; ARGV: truth, sum of the buckets' settled, now,
+ * onlyExisting, bound of partition 0, 1, ... Returns {status, displayedSettled} as INSTALL_LUA.
+ */
+const INSTALL_BASE_LUA = `
+local truth, settled, now, onlyExisting = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if not exists and onlyExisting then return {2, 0} end
+local displayed = 0
+if exists then
+  for p = 5, #ARGV do
+    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - 5)) or '0')
+    if w > tonumber(ARGV[p]) then return {3, 0} end
+  end
+  displayed = tonumber(redis.call('HGET', KEYS[1], 'base') or '0') + settled
+end
+redis.call('HSET', KEYS[1], 'base', truth - settled, 'at', now)
+for p = 5, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 5), ARGV[p]) end
+if exists then return {0, displayed} end
+return {1, 0}`;
+
 export interface CachedCount {
   count: number;
   /** When the counter's base was last installed (a reconciliation or a backfill), ms since epoch. */
@@ -75,19 +149,57 @@ export type InstallOutcome =
   | { status: "installed"; displayedSettled: number }
   | { status: "created" | "absent" | "superseded" };
 
-export class CountStore {
-  constructor(readonly redis: RedisClient, readonly buckets: number) {}
+const OUTCOMES = ["installed", "created", "absent", "superseded"] as const;
 
+/**
+ * Hook point "cache.afterFreeze" (cluster layout only): every bucket of a counter is frozen at
+ * the boundary and its base is not installed yet.
+ */
+export class CountStore {
+  private readonly hooks: Hooks;
+
+  constructor(readonly redis: RedisClient, readonly buckets: number, options: { hooks?: Hooks } = {}) {
+    this.hooks = options.hooks ?? new Hooks();
+  }
+
+  /** The counter's hash on one node; on a cluster the key of its base. */
   counterKey(kind: string, target: string): string {
-    return `sl:cnt:${kind}:${target}`;
+    return this.redis.topology === "cluster" ? `sl:cnt:{${kind}:${target}}` : `sl:cnt:${kind}:${target}`;
+  }
+
+  /** Cluster layout: bucket i's own key, with a hash tag of its own (no tag shared with the other buckets). */
+  bucketKey(kind: string, target: string, bucket: number): string {
+    return `sl:cnt:{${kind}:${target}#${bucket}}`;
   }
 
   bucketOf(actor: string): number {
     return createHash("md5").update(actor, "utf8").digest().readUInt32BE(0) % this.buckets;
   }
 
-  /** base and every bucket in one HMGET: one round trip; undefined when the counter is absent. */
-  async read(kind: string, target: string): Promise<CachedCount | undefined> {
+  /** undefined when the counter is absent (on a cluster: its base or any bucket is). */
+  read(kind: string, target: string): Promise<CachedCount | undefined> {
+    return this.redis.topology === "cluster" ? this.readSplit(kind, target) : this.readHash(kind, target);
+  }
+
+  /** Applies one event's delta once (idempotent per part:seq); false when skipped. */
+  async increment(kind: string, target: string, part: number, seq: number, actor: string, delta: number): Promise<boolean> {
+    const bucket = this.bucketOf(actor);
+    const [key, field] = this.redis.topology === "cluster"
+      ? [this.bucketKey(kind, target, bucket), "d"] : [this.counterKey(kind, target), `b${bucket}`];
+    const applied = await this.redis.sendCommand<number>([
+      "EVAL", INCREMENT_LUA, "2", key, `${key}:log`, String(part), String(seq), field, String(delta), `${part}:${seq}`,
+    ]);
+    return applied === 1;
+  }
+
+  /** Installs truth as base for the events <= bound, keeping the live increments above it. */
+  install(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
+    return this.redis.topology === "cluster"
+      ? this.installSplit(kind, target, truth, bound, onlyExisting) : this.installHash(kind, target, truth, bound, onlyExisting);
+  }
+
+  /** base and every bucket in one HMGET: one round trip. */
+  private async readHash(kind: string, target: string): Promise<CachedCount | undefined> {
     const fields = ["base", "at", ...Array.from({ length: this.buckets }, (_, i) => `b${i}`)];
     const values = await this.redis.sendCommand<(string | null)[]>(["HMGET", this.counterKey(kind, target), ...fields]);
     if (values[0] === null || values[0] === undefined) return undefined;
@@ -96,23 +208,45 @@ export class CountStore {
     return { count, reconciledAt: Number(values[1] ?? 0) };
   }
 
-  /** Applies one event's delta once (idempotent per part:seq); false when skipped. */
-  async increment(kind: string, target: string, part: number, seq: number, actor: string, delta: number): Promise<boolean> {
-    const key = this.counterKey(kind, target);
-    const applied = await this.redis.sendCommand<number>([
-      "EVAL", INCREMENT_LUA, "2", key, `${key}:log`, String(part), String(seq), `b${this.bucketOf(actor)}`, String(delta), `${part}:${seq}`,
+  /** The base and the N buckets, issued together: one pipelined round trip per node that holds any of them. */
+  private async readSplit(kind: string, target: string): Promise<CachedCount | undefined> {
+    const [base, ...deltas] = await Promise.all([
+      this.redis.sendCommand<(string | null)[]>(["HMGET", this.counterKey(kind, target), "base", "at"]),
+      ...Array.from({ length: this.buckets }, (_, i) => this.redis.sendCommand<string | null>(["HGET", this.bucketKey(kind, target, i), "d"])),
     ]);
-    return applied === 1;
+    // A bucket missing next to a base (its node lost it) would hide its whole delta: absent, so backfilled.
+    if (base![0] === null || base![0] === undefined || deltas.some((d) => d === null || d === undefined)) return undefined;
+    const count = deltas.reduce((sum, d) => sum + Number(d), Number(base![0]));
+    return { count, reconciledAt: Number(base![1] ?? 0) };
   }
 
-  /** Installs truth as base for the events <= bound, keeping the live increments above it. */
-  async install(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
+  private async installHash(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
     const key = this.counterKey(kind, target);
     const [status, displayed] = await this.redis.sendCommand<[number, number]>([
       "EVAL", INSTALL_LUA, "2", key, `${key}:log`, String(truth), String(Date.now()), String(this.buckets), onlyExisting ? "1" : "0",
       ...bound.map(String),
     ]);
-    if (status === 0) return { status: "installed", displayedSettled: displayed };
-    return { status: status === 1 ? "created" : status === 2 ? "absent" : "superseded" };
+    return status === 0 ? { status: "installed", displayedSettled: displayed } : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };
+  }
+
+  /*
+   * Freeze every bucket, then install the base. Correct without atomicity across slots because a
+   * frozen bucket refuses the increments <= bound and its settled part never changes afterwards;
+   * a concurrent install with a newer boundary makes this one superseded at whichever step it
+   * meets it (w never decreases), and an older one is refused the same way.
+   */
+  private async installSplit(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
+    const frozen = await Promise.all(Array.from({ length: this.buckets }, (_, i) => {
+      const key = this.bucketKey(kind, target, i);
+      return this.redis.sendCommand<[number, number]>(["EVAL", FREEZE_BUCKET_LUA, "2", key, `${key}:log`, onlyExisting ? "1" : "0", ...bound.map(String)]);
+    }));
+    if (frozen.some(([status]) => status === 3)) return { status: "superseded" };
+    await this.hooks.at("cache.afterFreeze", { kind, target });
+    const settled = frozen.reduce((sum, [, s]) => sum + Number(s), 0);
+    const [status, displayed] = await this.redis.sendCommand<[number, number]>([
+      "EVAL", INSTALL_BASE_LUA, "1", this.counterKey(kind, target), String(truth), String(settled), String(Date.now()), onlyExisting ? "1" : "0",
+      ...bound.map(String),
+    ]);
+    return status === 0 ? { status: "installed", displayedSettled: displayed } : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };
   }
 }

@@ -12,7 +12,10 @@ export async function naiveRecountAndOverwrite(pool: Pool, store: CountStore, ki
   const { rows } = await pool.query<{ n: number }>(kind.truthSql, [[target], null]);
   await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets: [target] });
   const key = store.counterKey(kind.name, target);
-  const buckets = Array.from({ length: store.buckets }, (_, i) => `b${i}`);
-  await store.redis.sendCommand(["HDEL", key, ...buckets]);
+  if (store.redis.topology === "cluster") {
+    for (let i = 0; i < store.buckets; i++) await store.redis.sendCommand(["HSET", store.bucketKey(kind.name, target, i), "d", "0"]);
+  } else {
+    await store.redis.sendCommand(["HDEL", key, ...Array.from({ length: store.buckets }, (_, i) => `b${i}`)]);
+  }
   await store.redis.sendCommand(["HSET", key, "base", String(rows[0]!.n)]);
 }

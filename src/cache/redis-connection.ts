@@ -1,6 +1,4 @@
-import { createClient } from "redis";
-
-export type RedisClient = ReturnType<typeof createCountClient>;
+import { createClient, createCluster } from "redis";
 
 /** Raised at start when Redis could evict count keys: a count must never silently shrink. */
 export class EvictingRedisError extends Error {
@@ -8,6 +6,15 @@ export class EvictingRedisError extends Error {
     super(`Redis maxmemory-policy is ${policy}: it may evict count keys and counts would silently shrink. ` +
       "Set maxmemory-policy to noeviction or a volatile-* policy, or start with LEDGER_REDIS_ALLOW_EVICTION=1 to accept it.");
     this.name = "EvictingRedisError";
+  }
+}
+
+/** Raised at start when REDIS_URL cannot be read (a cluster URL without nodes, an unknown scheme). */
+export class RedisUrlError extends Error {
+  readonly code = "REDIS_URL_INVALID";
+  constructor(message: string) {
+    super(message);
+    this.name = "RedisUrlError";
   }
 }
 
@@ -20,50 +27,170 @@ export interface RedisOptions {
 }
 
 /**
- * The Redis client of the count layer. The offline queue is disabled: a command issued while
- * the connection is down fails at once instead of being replayed after reconnection, because a
- * replayed increment is a double count (the count scripts are idempotent per event, but a blind
- * replay must not be the mechanism). Reconnection retries in the background with a short capped
- * backoff; while it is down every read falls back to PostgreSQL.
+ * The count layer's view of Redis: one node or a Redis Cluster, chosen by REDIS_URL's scheme
+ * (`redis://host:port` or `redis+cluster://host:port,host:port`). Every command names its key
+ * first (args[1], or the first key of an EVAL), which is how a cluster routes it; on one node
+ * that changes nothing. Commands issued in the same tick share one write per node connection,
+ * so a fan-out over many keys costs one round trip per node.
  */
-function createCountClient(url: string, options: RedisOptions) {
-  return createClient({
+export interface RedisClient {
+  readonly topology: "node" | "cluster";
+  /** Every node (every master of a cluster) answers: "degraded" otherwise. */
+  readonly isReady: boolean;
+  sendCommand<T>(args: readonly string[]): Promise<T>;
+  hGetAll(key: string): Promise<Record<string, string>>;
+  hSet(key: string, fields: Record<string, string>): Promise<unknown>;
+  /** args on every node (every master), answers in the same order as `nodes()`. */
+  onEveryNode<T>(args: readonly string[]): Promise<T[]>;
+  /** host:port of every node (every master). */
+  nodes(): string[];
+  flushAll(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * The offline queue is disabled: a command issued while a connection is down fails at once
+ * instead of being replayed after reconnection, because a replayed increment is a double count
+ * (the count scripts are idempotent per event, but a blind replay must not be the mechanism).
+ * Reconnection retries in the background with a short capped backoff; while a node is down the
+ * reads of its keys fall back to PostgreSQL.
+ */
+const reconnectStrategy = (retries: number) => Math.min(50 * 2 ** Math.min(retries, 5), 1000);
+
+/** The first key of a command, which decides its slot on a cluster: EVAL's KEYS[1], else args[1]. */
+export function routingKey(args: readonly string[]): string | undefined {
+  const name = args[0]?.toUpperCase();
+  if (name === "EVAL" || name === "EVALSHA") return Number(args[2]) > 0 ? args[3] : undefined;
+  return args[1];
+}
+
+/** `redis+cluster://[user:password@]host:port,host:port` (or `rediss+cluster://` for TLS): the seed nodes of a cluster. */
+export function parseClusterUrl(url: string): { tls: boolean; username?: string; password?: string; nodes: { host: string; port: number }[] } | undefined {
+  const match = /^(rediss?)\+cluster:\/\/(?:([^@]*)@)?([^/?#]*)/.exec(url);
+  if (!match) return undefined;
+  const [, scheme, auth, hosts] = match;
+  const nodes = hosts!.split(",").filter((h) => h.length > 0).map((h) => {
+    const at = h.lastIndexOf(":");
+    const port = at < 0 ? 6379 : Number(h.slice(at + 1));
+    if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new RedisUrlError(`REDIS_URL: bad port in cluster node "${h}"`);
+    return { host: at < 0 ? h : h.slice(0, at), port };
+  });
+  if (nodes.length === 0) throw new RedisUrlError("REDIS_URL: a redis+cluster:// URL needs at least one host:port");
+  let username: string | undefined;
+  let password: string | undefined;
+  if (auth !== undefined) {
+    const colon = auth.indexOf(":");
+    username = decodeURIComponent(colon < 0 ? auth : auth.slice(0, colon)) || undefined;
+    password = colon < 0 ? undefined : decodeURIComponent(auth.slice(colon + 1));
+  }
+  return { tls: scheme === "rediss", username, password, nodes };
+}
+
+function toRecord(reply: unknown): Record<string, string> {
+  if (Array.isArray(reply)) {
+    const out: Record<string, string> = {};
+    for (let i = 0; i + 1 < reply.length; i += 2) out[String(reply[i])] = String(reply[i + 1]);
+    return out;
+  }
+  if (reply instanceof Map) return Object.fromEntries([...reply].map(([k, v]) => [String(k), String(v)]));
+  return Object.fromEntries(Object.entries((reply ?? {}) as Record<string, unknown>).map(([k, v]) => [k, String(v)]));
+}
+
+const hSetArgs = (key: string, fields: Record<string, string>) => ["HSET", key, ...Object.entries(fields).flat()];
+
+function singleNode(url: string, options: RedisOptions): { redis: RedisClient; connect(): Promise<void> } {
+  const client = createClient({
     url,
     disableOfflineQueue: true,
     commandOptions: { timeout: options.commandTimeoutMs ?? 200 },
-    socket: {
-      connectTimeout: options.connectTimeoutMs ?? 1000,
-      reconnectStrategy: (retries: number) => Math.min(50 * 2 ** Math.min(retries, 5), 1000),
-    },
+    socket: { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy },
   });
+  // Without a listener node-redis rethrows connection errors as unhandled; the state is
+  // visible through isReady and the metrics.
+  client.on("error", () => {});
+  const send = <T>(args: readonly string[]) => client.sendCommand(args as string[]) as Promise<T>;
+  const parsed = new URL(url);
+  const address = `${parsed.hostname || "127.0.0.1"}:${parsed.port || "6379"}`;
+  const redis: RedisClient = {
+    topology: "node",
+    get isReady() {
+      return client.isReady;
+    },
+    sendCommand: send,
+    hGetAll: async (key) => toRecord(await send(["HGETALL", key])),
+    hSet: (key, fields) => send(hSetArgs(key, fields)),
+    onEveryNode: async <T>(args: readonly string[]) => [await send<T>(args)],
+    nodes: () => [address],
+    flushAll: async () => {
+      await send(["FLUSHALL"]);
+    },
+    close: () => client.close(),
+  };
+  return { redis, connect: async () => void (await client.connect()) };
+}
+
+function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options: RedisOptions): { redis: RedisClient; connect(): Promise<void> } {
+  const socket = { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy, ...(seed.tls ? { tls: true as const } : {}) };
+  const client = createCluster({
+    rootNodes: seed.nodes.map((n) => ({ socket: { ...socket, host: n.host, port: n.port } })),
+    defaults: { disableOfflineQueue: true, username: seed.username, password: seed.password, socket },
+    commandOptions: { timeout: options.commandTimeoutMs ?? 200 },
+    // A master that stops answering makes its node client reconnect; after this long the client
+    // asks the cluster for its topology again, so a promoted replica is found without waiting
+    // for a MOVED (there is none while the old master is unreachable).
+    topologyRefreshOnReconnectionAttemptStrategy: 300,
+  });
+  client.on("error", () => {});
+  client.on("node-error", () => {});
+  const send = <T>(args: readonly string[]) => client.sendCommand(routingKey(args), false, args as string[]) as Promise<T>;
+  const masters = () => client.isReady ? client.masters : [];
+  const onEveryNode = <T>(args: readonly string[]) =>
+    Promise.all(masters().map(async (m) => (await client.nodeClient(m)).sendCommand(args as string[]) as Promise<T>));
+  const redis: RedisClient = {
+    topology: "cluster",
+    get isReady() {
+      const all = masters();
+      return all.length > 0 && all.every((m) => m.client?.isReady === true);
+    },
+    sendCommand: send,
+    hGetAll: async (key) => toRecord(await send(["HGETALL", key])),
+    hSet: (key, fields) => send(hSetArgs(key, fields)),
+    onEveryNode,
+    nodes: () => masters().map((m) => m.address),
+    flushAll: async () => {
+      await onEveryNode(["FLUSHALL"]);
+    },
+    close: () => client.close(),
+  };
+  return { redis, connect: async () => void (await client.connect()) };
 }
 
 export async function connectRedis(url: string, options: RedisOptions = {}): Promise<RedisClient> {
-  const client = createCountClient(url, options);
-  // Without a listener node-redis rethrows connection errors as unhandled; the state is
-  // visible through client.isReady and the metrics.
-  client.on("error", () => {});
-  await client.connect();
-  const policy = await maxmemoryPolicy(client);
-  if (policy.startsWith("allkeys-") && !options.allowEviction) {
-    await client.close().catch(() => {});
-    throw new EvictingRedisError(policy);
+  const seed = parseClusterUrl(url);
+  const { redis, connect } = seed ? cluster(seed, options) : singleNode(url, options);
+  await connect();
+  // Every master must keep count keys: one evicting node would shrink the counts whose buckets it holds.
+  const policies = await maxmemoryPolicies(redis);
+  const evicting = policies.find((p) => p.startsWith("allkeys-"));
+  if (evicting && !options.allowEviction) {
+    await redis.close().catch(() => {});
+    throw new EvictingRedisError(evicting);
   }
-  return client;
+  return redis;
 }
 
-export async function maxmemoryPolicy(client: RedisClient): Promise<string> {
+async function maxmemoryPolicies(redis: RedisClient): Promise<string[]> {
   // RESP2 answers [name, value], RESP3 a map; node-redis hands the map over as an object or a Map.
-  const reply = await client.sendCommand<unknown>(["CONFIG", "GET", "maxmemory-policy"]);
-  const value = Array.isArray(reply) ? reply[1]
-    : reply instanceof Map ? reply.get("maxmemory-policy")
-      : (reply as Record<string, unknown>)["maxmemory-policy"];
-  return String(value ?? "noeviction");
+  const replies = await redis.onEveryNode<unknown>(["CONFIG", "GET", "maxmemory-policy"]);
+  return replies.map((reply) => toRecord(reply)["maxmemory-policy"] ?? "noeviction");
 }
 
-/** INFO stats' evicted_keys: keys Redis dropped under memory pressure since it started. */
-export async function evictedKeys(client: RedisClient): Promise<number> {
-  const info = await client.sendCommand<string>(["INFO", "stats"]);
-  const match = /evicted_keys:(\d+)/.exec(info);
-  return match ? Number(match[1]) : 0;
+export async function maxmemoryPolicy(redis: RedisClient): Promise<string> {
+  return (await maxmemoryPolicies(redis))[0] ?? "noeviction";
+}
+
+/** INFO stats' evicted_keys: keys Redis dropped under memory pressure since it started, summed over the nodes. */
+export async function evictedKeys(redis: RedisClient): Promise<number> {
+  const infos = await redis.onEveryNode<string>(["INFO", "stats"]);
+  return infos.reduce((sum, info) => sum + Number(/evicted_keys:(\d+)/.exec(info)?.[1] ?? 0), 0);
 }
