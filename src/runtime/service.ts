@@ -73,6 +73,14 @@ export async function startService(config: Config, options: ServiceOptions = {})
     maxLagMs: config.replicas.maxLagMs, tokenWaitMs: config.replicas.tokenWaitMs, checkEveryMs: config.replicas.checkEveryMs,
     onState: replicaMetrics.onState, onRoute: replicaMetrics.onRoute, onTokenWait: replicaMetrics.onTokenWait,
   });
+  // Whatever started before a later step fails (a port in use, a bad secret) is stopped again:
+  // a failed start must not leave replica checks, Redis clients or an embedded PostgreSQL behind.
+  const undoStart = async (err: unknown): Promise<never> => {
+    await replicas?.stop().catch(() => undefined);
+    await counts.close().catch(() => undefined);
+    await database.close().catch(() => undefined);
+    throw err;
+  };
   // A replica that is down at start is no error: reads go to the primary until a check finds it up.
   await replicas?.start();
   const app = await buildApp({
@@ -82,14 +90,18 @@ export async function startService(config: Config, options: ServiceOptions = {})
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
-  });
+  }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
   logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
   logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
   const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log)];
-  const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" });
+  const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
+    .catch(async (err: unknown) => {
+      await app.close().catch(() => undefined);
+      return undoStart(err);
+    });
   for (const w of [...workers, ...counts.workers, ...maintenance]) w.start();
   let stopping: Promise<void> | undefined;
   return {

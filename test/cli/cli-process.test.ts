@@ -9,6 +9,7 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { readFile, readdir, rm } from "node:fs/promises";
+import { createServer } from "node:net";
 import path from "node:path";
 import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool } from "../../src/db/pool.ts";
@@ -184,4 +185,18 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
   const pgPid2 = postmasterPid(pgData)!;
   assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
   assert.equal(processAlive(pgPid2), false);
+});
+
+test("serve whose port is taken exits non-zero with the reason and leaves no PostgreSQL running on its data dir", { timeout: 120_000 }, async (t) => {
+  const { dataDir, env } = await lab(t, "ledger-cli-port-taken-");
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(Number(env.PORT), "127.0.0.1", resolve));
+  t.after(() => new Promise<void>((resolve) => holder.close(() => resolve())));
+
+  const failed = await runCli(["serve"], env, 90_000);
+  assert.notEqual(failed.code, 0, "a serve that cannot listen fails");
+  assert.match(failed.stderr + failed.stdout, /EADDRINUSE/, "and says why");
+  // The failed start had initialised and started the embedded cluster: it must have stopped it.
+  const pgPid = postmasterPid(path.join(dataDir, "pg"));
+  assert.ok(pgPid === undefined || !processAlive(pgPid), `the embedded postmaster (pid ${pgPid}) was left running`);
 });
