@@ -1,10 +1,11 @@
 /**
  * The two load generators of the benchmark: a fixed number of library calls spread over N
- * concurrent workers (latency recorded per call), and autocannon against a listening server
- * for a fixed amount of requests (latency from autocannon's own histogram).
+ * concurrent workers (latency recorded per call), and autocannon (in a worker thread) against a
+ * listening server for a fixed amount of requests (latency from autocannon's own histogram).
  */
-import autocannon from "autocannon";
 import { performance } from "node:perf_hooks";
+import { Worker } from "node:worker_threads";
+import type { HttpClientJob, HttpClientReport } from "./http-client.ts";
 
 export interface Figures {
   /** Operations completed (successful or not). */
@@ -118,45 +119,43 @@ export interface HttpRequestSpec {
   authorization: string;
 }
 
+/** What stops a running HTTP load (the worker thread that runs it). */
+export interface HttpLoad {
+  stop(): void;
+}
+
 /**
- * autocannon with `amount` requests over `connections` connections. `build(k)` is called
- * once per request, k counting up across all connections (autocannon's setupRequest), so the
- * requests rotate over users and items with a per-request Authorization header.
+ * autocannon with `amount` requests over `connections` connections, run in a worker thread of
+ * its own (bench/http-client.ts) so that it does not share the server's event loop. `build(k)`
+ * gives request k (computed here, before the run), so the requests rotate over users and items
+ * with a per-request Authorization header.
  */
 export async function runAutocannon(options: {
   url: string;
   amount: number;
   connections: number;
+  pipelining?: number;
   build: (k: number) => HttpRequestSpec;
-  onInstance?: (instance: autocannon.Instance | undefined) => void;
+  onInstance?: (load: HttpLoad | undefined) => void;
 }): Promise<Figures> {
-  let k = 0;
-  // autocannon notices the end of an `amount` run only at its next sampling tick (each
-  // second), so its duration is rounded up to whole seconds: the clock stops at the last response.
-  const responseMs: number[] = [];
-  let lastResponse = 0;
-  const started = performance.now();
-  const result = await new Promise<autocannon.Result>((resolve, reject) => {
-    const instance = autocannon({
-      url: options.url,
-      connections: options.connections,
-      amount: options.amount,
-      timeout: 30,
-      requests: [{
-        setupRequest: (request) => {
-          const spec = options.build(k++);
-          return { ...request, method: spec.method, path: spec.path, headers: { ...request.headers, authorization: spec.authorization } };
-        },
-      }],
-    }, (err: unknown, res: autocannon.Result) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(res)));
-    instance.on("response", (_client, _status, _bytes, ms) => {
-      responseMs.push(ms);
-      lastResponse = performance.now();
+  // A few more than `amount`: autocannon may set up a request per connection beyond the last one it counts.
+  const specs = Array.from({ length: options.amount + options.connections }, (_, k) => options.build(k));
+  const job: HttpClientJob = { url: options.url, amount: options.amount, connections: options.connections, pipelining: options.pipelining ?? 1, specs };
+  const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), { workerData: { entry: new URL("./http-client.ts", import.meta.url).href, job } });
+  options.onInstance?.({ stop: () => void worker.terminate() });
+  let report: HttpClientReport;
+  try {
+    report = await new Promise<HttpClientReport>((resolve, reject) => {
+      worker.on("message", (message: { report?: HttpClientReport }) => message.report && resolve(message.report));
+      worker.once("error", reject);
+      worker.once("exit", (code) => reject(new Error(`HTTP client worker exited with code ${code}`)));
     });
-    options.onInstance?.(instance);
-  });
-  options.onInstance?.(undefined);
-  const seconds = ((lastResponse || performance.now()) - started) / 1000;
+  } finally {
+    options.onInstance?.(undefined);
+    void worker.terminate();
+  }
+  const { result, responseMs } = report;
+  const seconds = report.elapsedMs / 1000;
   const ops = result["2xx"] + result.non2xx;
   const statusCodes: Record<string, number> = {};
   for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) {

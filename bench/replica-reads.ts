@@ -14,7 +14,7 @@ import { listLikers } from "../src/likes/like-reads.ts";
 import { ReplicaRouter } from "../src/replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../src/replicas/wal-position.ts";
 import { TestStandby } from "../test/support/standby.ts";
-import { runAutocannon, runFixedCount, type Figures } from "./load.ts";
+import { runHttp, runFixedCount, type Figures } from "./load.ts";
 
 export interface ReplicaReadRow {
   op: string;
@@ -59,7 +59,7 @@ export class ReplicaBench {
       const count = (pool: Pool) => (k: number) => LIKE_COUNTS.readDatabase(pool, item(k), 16);
       const library = (op: string, run: (k: number) => Promise<unknown>, note: string) =>
         runFixedCount(o.reads, o.workers, run, signal).then((figures): ReplicaReadRow => ({ op, path: "library", figures, note }));
-      const http = (op: string, base: string, note: string) => runAutocannon({
+      const http = (op: string, base: string, note: string) => runHttp({
         url: base, amount: o.requests, connections: o.connections,
         build: (k) => ({ method: "GET", path: `/v1/items/${item(k)}/like-count`, authorization: o.authorization }),
       }).then((figures): ReplicaReadRow => ({ op, path: "HTTP", figures, note }));

@@ -14,7 +14,6 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import type autocannon from "autocannon";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "../src/api/app.ts";
 import { signToken } from "../src/api/auth.ts";
@@ -31,7 +30,7 @@ import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
-import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpRequestSpec } from "./load.ts";
+import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
@@ -157,7 +156,7 @@ const started: {
   admin?: Pool;
   pools: Pool[];
   apps: FastifyInstance[];
-  cannon?: autocannon.Instance;
+  cannon?: HttpLoad;
 } = { pools: [], apps: [] };
 
 class Aborted extends Error {}
