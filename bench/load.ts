@@ -1,11 +1,16 @@
 /**
  * The two load generators of the benchmark: a fixed number of library calls spread over N
- * concurrent workers (latency recorded per call), and autocannon (in a worker thread) against a
- * listening server for a fixed amount of requests (latency from autocannon's own histogram).
+ * concurrent workers (latency recorded per call), and a lean keep-alive HTTP client (in a worker
+ * thread) against a listening server for a fixed amount of requests (latency per response).
  */
 import { performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
 import type { HttpClientJob, HttpClientReport } from "./http-client.ts";
+import { threadCpuMs } from "./thread-cpu.ts";
+
+function cpuUsPerOp(before: number | undefined, after: number | undefined, ops: number): { mainCpuUsPerOp?: number } {
+  return before === undefined || after === undefined || ops === 0 ? {} : { mainCpuUsPerOp: (1000 * (after - before)) / ops };
+}
 
 export interface Figures {
   /** Operations completed (successful or not). */
@@ -16,12 +21,12 @@ export interface Figures {
   p99Ms: number;
   /** Operations that threw (library) or connection errors / timeouts (HTTP). */
   errors: number;
-  /** HTTP only: percentiles of autocannon's per-response timings (sub-millisecond). */
-  exactP50Ms?: number;
-  exactP99Ms?: number;
   /** HTTP only: responses outside 2xx, by status. */
   statusCodes?: Record<string, number>;
   firstError?: string;
+  /** CPU µs per operation of the main thread (library calls, or the HTTP server) and, for HTTP, of the client's thread. */
+  mainCpuUsPerOp?: number;
+  clientCpuUsPerOp?: number;
 }
 
 /** Nearest-rank percentile of an ascending array. */
@@ -60,13 +65,14 @@ export async function runFixedCount(
     }
   };
   const started = performance.now();
+  const cpu0 = threadCpuMs();
   await Promise.all(Array.from({ length: concurrency }, worker));
   const seconds = (performance.now() - started) / 1000;
   const sorted = latencies.subarray(0, done).sort();
   return {
     ops: done, seconds, opsPerSec: done / seconds,
     p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
-    errors, ...(firstError === undefined ? {} : { firstError }),
+    errors, ...(firstError === undefined ? {} : { firstError }), ...cpuUsPerOp(cpu0, threadCpuMs(), done),
   };
 }
 
@@ -125,24 +131,23 @@ export interface HttpLoad {
 }
 
 /**
- * autocannon with `amount` requests over `connections` connections, run in a worker thread of
- * its own (bench/http-client.ts) so that it does not share the server's event loop. `build(k)`
- * gives request k (computed here, before the run), so the requests rotate over users and items
+ * `amount` requests over `connections` keep-alive connections (bench/http-client.ts), run in a
+ * worker thread of its own so that it does not share the server's event loop. `build(k)` gives
+ * request k (all computed here, before the run), so the requests rotate over users and items
  * with a per-request Authorization header.
  */
-export async function runAutocannon(options: {
+export async function runHttp(options: {
   url: string;
   amount: number;
   connections: number;
-  pipelining?: number;
   build: (k: number) => HttpRequestSpec;
   onInstance?: (load: HttpLoad | undefined) => void;
 }): Promise<Figures> {
-  // A few more than `amount`: autocannon may set up a request per connection beyond the last one it counts.
-  const specs = Array.from({ length: options.amount + options.connections }, (_, k) => options.build(k));
-  const job: HttpClientJob = { url: options.url, amount: options.amount, connections: options.connections, pipelining: options.pipelining ?? 1, specs };
+  const specs = Array.from({ length: options.amount }, (_, k) => options.build(k));
+  const job: HttpClientJob = { url: options.url, amount: options.amount, connections: options.connections, specs };
   const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), { workerData: { entry: new URL("./http-client.ts", import.meta.url).href, job } });
   options.onInstance?.({ stop: () => void worker.terminate() });
+  const cpu0 = threadCpuMs();
   let report: HttpClientReport;
   try {
     report = await new Promise<HttpClientReport>((resolve, reject) => {
@@ -154,20 +159,19 @@ export async function runAutocannon(options: {
     options.onInstance?.(undefined);
     void worker.terminate();
   }
-  const { result, responseMs } = report;
-  const seconds = report.elapsedMs / 1000;
-  const ops = result["2xx"] + result.non2xx;
+  const cpu1 = threadCpuMs();
   const statusCodes: Record<string, number> = {};
-  for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) {
-    if (!code.startsWith("2")) statusCodes[code] = stat.count ?? 0;
+  for (const status of report.statuses) {
+    if (status < 200 || status > 299) statusCodes[status] = (statusCodes[status] ?? 0) + 1;
   }
-  const sorted = Float64Array.from(responseMs).sort();
+  const sorted = Float64Array.from(report.latencyMs).sort();
+  const ops = report.statuses.length;
+  const seconds = report.elapsedMs / 1000;
   return {
     ops, seconds, opsPerSec: ops / seconds,
-    // autocannon keeps 2xx latencies in a histogram of whole milliseconds.
-    p50Ms: result.latency.p50, p99Ms: result.latency.p99,
-    // The same from every response's own timing (all statuses), for the JSON.
-    exactP50Ms: percentile(sorted, 50), exactP99Ms: percentile(sorted, 99),
-    errors: result.errors, statusCodes,
+    p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
+    errors: report.errors, statusCodes, ...(report.firstError === undefined ? {} : { firstError: report.firstError }),
+    ...cpuUsPerOp(cpu0, cpu1, ops),
+    ...(report.clientCpuMs === undefined || ops === 0 ? {} : { clientCpuUsPerOp: (1000 * report.clientCpuMs) / ops }),
   };
 }

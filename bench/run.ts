@@ -30,7 +30,7 @@ import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
-import { runAutocannon, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
+import { runHttp, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
@@ -45,7 +45,7 @@ const USAGE = `usage: node --import tsx bench/run.ts [options]
   --compare-partitions    also run P=4 (or P=1 when --partitions is 4) side by side, each on
                           its own database of the same cluster, phase by phase
   --workers N             concurrent library workers (default 16)
-  --connections C         autocannon connections (default 16)
+  --connections C         HTTP client connections (default 16)
   --quick                 a ~20 s run with smaller counts
   --ops n                 library like/unlike operations per variant
   --requests n            HTTP like/unlike requests per variant
@@ -310,6 +310,13 @@ function problems(f: Figures): string[] {
   return out;
 }
 
+/** The node threads' CPU per operation: the library caller or HTTP server thread, and the HTTP client's thread. */
+function cpuNote(f: Figures): string[] {
+  if (f.mainCpuUsPerOp === undefined) return [];
+  const client = f.clientCpuUsPerOp === undefined ? "" : `, client thread ${Math.round(f.clientCpuUsPerOp)}`;
+  return [`node CPU/op: main ${Math.round(f.mainCpuUsPerOp)} µs${client}`];
+}
+
 /** A write phase: figures plus the share of operations that wrote an event (CHANGED). */
 async function writePhase(t: Target, op: string, via: Row["path"], run: () => Promise<Figures>): Promise<Row> {
   const before = await eventsWritten(t.pool);
@@ -317,7 +324,7 @@ async function writePhase(t: Target, op: string, via: Row["path"], run: () => Pr
   const figures = await run();
   const changed = (await eventsWritten(t.pool)) - before;
   const retries = transactionStats.retries - retriesBefore;
-  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...cpuNote(figures), ...problems(figures)];
   if (retries > 0) note.push(`${retries} tx retries`);
   return { op, path: via, partitions: t.partitions, figures, note: note.join(", "), extra: { changed, txRetries: retries } };
 }
@@ -389,7 +396,7 @@ async function projectorDrainPhase(t: Target): Promise<Row> {
 
 function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
   const users = t.auth.length;
-  return runAutocannon({
+  return runHttp({
     url: t.baseUrl, amount, connections: o.connections,
     onInstance: (i) => (started.cannon = i),
     build: (k): HttpRequestSpec => {
@@ -424,7 +431,7 @@ function interleavedReads(t: Target, o: Opts): Promise<Figures[]> {
 }
 
 function httpReads(t: Target, o: Opts): Promise<Figures> {
-  return runAutocannon({
+  return runHttp({
     url: t.baseUrl, amount: o.reads, connections: o.connections,
     onInstance: (i) => (started.cannon = i),
     build: (k) => ({ method: "GET", path: `/v1/items/${item(k % ITEMS)}/like-count?allowedLag=16`, authorization: t.auth[k % t.auth.length]! }),
@@ -667,8 +674,11 @@ async function main(o: Opts): Promise<void> {
     [
       ...auditLines,
       `${o.workers} library workers / ${o.connections} HTTP connections; writes toggle like/unlike so nearly every operation writes an event.`,
-      "Library percentiles are from per-call latencies; HTTP percentiles are autocannon's (whole milliseconds, 2xx only),",
-      "and autocannon runs in the same process as the server, sharing its event loop and the CPUs with PostgreSQL.",
+      "Library percentiles are from per-call latencies; HTTP percentiles from every response's own latency.",
+      "What shares the CPUs: library rows run node's main thread (the callers and the pg driver) and the PostgreSQL backends;",
+      "HTTP rows run the server on node's main thread, the HTTP client (bench/http-client.ts, 16 keep-alive connections, no",
+      "pipelining) on a worker thread of the same process, and the backends. The client's CPU is taken from the same cores",
+      "(its share is printed as 'client thread'); 'main' is the CPU per operation of the caller (library) or the server (HTTP).",
       `Note: absolute numbers on a shared ${os.cpus().length}-core machine are noisy (1-min load average ${loadAtStart[0]!.toFixed(1)} at the start,` +
         ` ${os.loadavg()[0]!.toFixed(1)} at the end); only side-by-side comparisons within one run mean something.`,
     ].join("\n") + "\n",

@@ -26,12 +26,14 @@ export async function requireVisibleItem(ledger: Ledger, caller: Caller | null, 
 
 /** The item exists and is not a deleted post (gone for everyone); answers the post's visibility, or null for an item that is no post. */
 async function requireLiveItem(ledger: Ledger, itemId: string): Promise<string | null> {
-  const { rows } = await ledger.pool.query<{ item: boolean; visibility: string | null; deleted: boolean | null }>(
-    `SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item,
-            (SELECT visibility FROM post WHERE post_id = $1) AS visibility,
-            (SELECT deleted_at IS NOT NULL FROM post WHERE post_id = $1) AS deleted`,
-    [itemId],
-  );
+  // Named: on every like request, so parsed and planned once per connection.
+  const { rows } = await ledger.pool.query<{ item: boolean; visibility: string | null; deleted: boolean | null }>({
+    name: "like_live_item",
+    text: `SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item,
+                  (SELECT visibility FROM post WHERE post_id = $1) AS visibility,
+                  (SELECT deleted_at IS NOT NULL FROM post WHERE post_id = $1) AS deleted`,
+    values: [itemId],
+  });
   const { item, visibility, deleted } = rows[0]!;
   if (!item || deleted === true) throw notFound("item");
   return visibility;
