@@ -34,6 +34,7 @@ import { runHttp, runFixedCount, runInterleaved, type Figures, type HttpLoad, ty
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
+import { formatWaits, sampleWaits } from "./wait-events.ts";
 
 function redisServerAvailable(): boolean {
   return ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].some((p) => existsSync(p));
@@ -41,7 +42,8 @@ function redisServerAvailable(): boolean {
 
 const USAGE = `usage: node --import tsx bench/run.ts [options]
 
-  --partitions P          partition count of the benchmark database (default 1)
+  --partitions P[,P...]   partition count of the benchmark database (default 1); a list
+                          runs each setting on its own database of the same cluster
   --compare-partitions    also run P=4 (or P=1 when --partitions is 4) side by side, each on
                           its own database of the same cluster, phase by phase
   --workers N             concurrent library workers (default 16)
@@ -64,6 +66,7 @@ const SIZES = {
 const USERS = 1000;
 const ITEMS = 101;
 const HOT_ITEM = "hot-item";
+const BENCH_APPLICATION = "social-ledger-bench";
 const libUser = (n: number) => `lu${n}`;
 const httpUser = (n: number) => `hu${n}`;
 const item = (n: number) => `item-${n}`;
@@ -105,9 +108,11 @@ function parseOptions() {
     process.exit(0);
   }
   const size = parsed.quick ? SIZES.quick : SIZES.default;
-  const partitions = positiveInt("partitions", parsed.partitions, 1, MAX_PARTITIONS);
+  // A list ("1,4,16") runs each setting on its own database of the one cluster, side by side.
+  const list = [...new Set((parsed.partitions ?? "1").split(",").map((p) => positiveInt("partitions", p, 1, MAX_PARTITIONS)))];
+  const partitions = list.length === 1 && parsed["compare-partitions"] ? [list[0]!, list[0] === 4 ? 1 : 4] : list;
   return {
-    partitions: parsed["compare-partitions"] ? [partitions, partitions === 4 ? 1 : 4] : [partitions],
+    partitions,
     workers: positiveInt("workers", parsed.workers, 16, 256),
     connections: positiveInt("connections", parsed.connections, 16, 256),
     quick: parsed.quick,
@@ -154,6 +159,8 @@ const started: {
   starting?: Promise<EmbeddedCluster>;
   cluster?: EmbeddedCluster;
   admin?: Pool;
+  /** pg_stat_activity sampling during write phases, on a connection of its own. */
+  sampler?: Pool;
   pools: Pool[];
   apps: FastifyInstance[];
   cannon?: HttpLoad;
@@ -207,6 +214,7 @@ function cleanup(): Promise<void> {
     for (const app of started.apps) await within(5_000, app.close());
     for (const pool of started.pools) await within(5_000, pool.end());
     if (started.admin) await within(5_000, started.admin.end());
+    if (started.sampler) await within(5_000, started.sampler.end());
     try {
       // Interrupted during initdb or startup: let it finish, then stop it like any other.
       const cluster = started.cluster ?? (started.starting &&
@@ -265,7 +273,7 @@ process.on("exit", () => {
 async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize: number, httpTokens: string[]): Promise<Target> {
   const database = `bench_p${partitions}`;
   await started.admin!.query(`CREATE DATABASE ${database}`);
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: poolSize, applicationName: "social-ledger-bench" });
+  const pool = createPool({ connectionString: cluster.connectionString(database), max: poolSize, applicationName: BENCH_APPLICATION });
   started.pools.push(pool);
   await migrate(pool);
   await initLedger(pool, { partitions });
@@ -407,27 +415,19 @@ function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemO
   });
 }
 
-function libraryReads(t: Target, o: Opts): Promise<Figures> {
-  return runFixedCount(o.reads, o.workers, (k) => readCount(t.pool, item(k % ITEMS), 16), abort.signal);
-}
-
 /** The read baseline: a primary-key SELECT of one row, an ordinary (unnamed) parameterised query. */
 function primaryKeyRead(t: Target, k: number): Promise<unknown> {
   return t.pool.query("SELECT item_id, created_at FROM item WHERE item_id = $1", [item(k % ITEMS)]);
 }
 
-function primaryKeyReads(t: Target, o: Opts): Promise<Figures> {
-  return runFixedCount(o.reads, o.workers, (k) => primaryKeyRead(t, k), abort.signal);
-}
-
 /**
- * Count reads and primary-key reads alternating on one worker: each call's latency is its own
- * cost plus a round trip, never a queue behind the other workers' calls (with 16 workers on
- * 2 cores every call waits for the CPU, whatever it costs itself), and the two kinds meet the
- * same background load.
+ * Count reads and primary-key reads alternating on the same workers, so the two kinds meet the
+ * same background load. With one worker each call's latency is its own cost plus a round trip,
+ * never a queue behind the other workers' calls (with 16 workers on 2 cores every call waits for
+ * the CPU, whatever it costs itself).
  */
-function interleavedReads(t: Target, o: Opts): Promise<Figures[]> {
-  return runInterleaved(2 * o.reads, 1, [(k) => readCount(t.pool, item(k % ITEMS), 16), (k) => primaryKeyRead(t, k)], abort.signal);
+function interleavedReads(t: Target, o: Opts, workers: number): Promise<Figures[]> {
+  return runInterleaved(2 * o.reads, workers, [(k) => readCount(t.pool, item(k % ITEMS), 16), (k) => primaryKeyRead(t, k)], abort.signal);
 }
 
 function httpReads(t: Target, o: Opts): Promise<Figures> {
@@ -445,8 +445,8 @@ async function readPhase(t: Target, op: string, via: Row["path"], run: () => Pro
 }
 
 /** Two rows from one interleaved run: the count read and its primary-key baseline. */
-async function interleavedReadPhase(t: Target, o: Opts, countOp: string, baselineOp: string): Promise<Row[]> {
-  const [reads, baseline] = await interleavedReads(t, o);
+async function interleavedReadPhase(t: Target, o: Opts, countOp: string, baselineOp: string, workers = 1): Promise<Row[]> {
+  const [reads, baseline] = await interleavedReads(t, o, workers);
   const { lag } = await readCount(t.pool, item(0), 0);
   const row = (op: string, figures: Figures): Row =>
     ({ op, path: "library", partitions: t.partitions, figures, note: [`lag ${lag}`, ...problems(figures)].join(", "), extra: { lag } });
@@ -548,6 +548,7 @@ async function main(o: Opts): Promise<void> {
   checkAbort();
   const cluster = started.cluster;
   started.admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  started.sampler = createPool({ connectionString: cluster.connectionString("postgres"), max: 1, applicationName: "social-ledger-bench-sampler" });
   const pg: Record<string, string> = {};
   for (const setting of ["server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections"]) {
     const { rows } = await started.admin.query<Record<string, string>>(`SHOW ${setting}`);
@@ -581,14 +582,16 @@ async function main(o: Opts): Promise<void> {
     const done: Row[] = [];
     for (const t of order) {
       const walBefore = await walPosition();
+      const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
       const made = await make(t);
+      const waited = await waits.stop();
       checkAbort();
       // WAL per write does not depend on how busy the machine is (full-page images after a
       // checkpoint add to it, so it is an upper bound of the steady state).
       if (!Array.isArray(made) && WRITE_OPS.has(made.op) && made.figures.ops > 0) {
         const bytesPerOp = ((await walPosition()) - walBefore) / made.figures.ops;
-        made.note = `${made.note}, WAL ${Math.round(bytesPerOp)} B/op`;
-        made.extra = { ...made.extra, walBytesPerOp: bytesPerOp };
+        made.note = `${made.note}, WAL ${Math.round(bytesPerOp)} B/op, ${formatWaits(waited)}`;
+        made.extra = { ...made.extra, walBytesPerOp: bytesPerOp, waitSamples: Object.fromEntries(waited) };
       }
       for (const row of Array.isArray(made) ? made : [made]) {
         done.push(row);
@@ -604,13 +607,13 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => writePhase(t, OP.hot, "library", () => libraryWrites(t, o, true)));
   await phase((t) => writePhase(t, OP.mixed, "HTTP", () => httpWrites(t, o, false)));
   await phase((t) => writePhase(t, OP.hot, "HTTP", () => httpWrites(t, o, true)));
-  await phase((t) => readPhase(t, OP.readBacklog, "library", () => libraryReads(t, o)));
-  await phase((t) => readPhase(t, OP.pkBacklog, "library", () => primaryKeyReads(t, o)));
+  // 16 workers: count reads and primary-key reads interleaved on the same workers, so both
+  // p99s meet the same moments of a shared machine (two phases a second apart did not).
+  await phase((t) => interleavedReadPhase(t, o, OP.readBacklog, OP.pkBacklog, o.workers));
   await phase((t) => interleavedReadPhase(t, o, OP.readBacklogAlone, OP.pkBacklogAlone));
   await phase((t) => readPhase(t, OP.readBacklog, "HTTP", () => httpReads(t, o)));
   await phase((t) => drainPhase(t));
-  await phase((t) => readPhase(t, OP.readDrained, "library", () => libraryReads(t, o)));
-  await phase((t) => readPhase(t, OP.pkDrained, "library", () => primaryKeyReads(t, o)));
+  await phase((t) => interleavedReadPhase(t, o, OP.readDrained, OP.pkDrained, o.workers));
   await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
 
