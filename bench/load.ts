@@ -27,6 +27,30 @@ export interface Figures {
   /** CPU µs per operation of the main thread (library calls, or the HTTP server) and, for HTTP, of the client's thread. */
   mainCpuUsPerOp?: number;
   clientCpuUsPerOp?: number;
+  /** Every operation's latency, ascending (for merging runs; not written to the results file). */
+  latencyMs?: Float64Array;
+}
+
+/**
+ * Several runs of one kind as one: operations and seconds add up, percentiles from all
+ * latencies, CPU per operation weighted by operations.
+ */
+export function mergeFigures(runs: readonly Figures[]): Figures {
+  const ops = runs.reduce((a, f) => a + f.ops, 0);
+  const seconds = runs.reduce((a, f) => a + f.seconds, 0);
+  const all = Float64Array.from(runs.flatMap((f) => [...(f.latencyMs ?? [])])).sort();
+  const weighted = (key: "mainCpuUsPerOp" | "clientCpuUsPerOp") =>
+    runs.every((f) => f[key] !== undefined) && ops > 0 ? { [key]: runs.reduce((a, f) => a + f[key]! * f.ops, 0) / ops } : {};
+  const statusCodes: Record<string, number> = {};
+  for (const f of runs) for (const [code, n] of Object.entries(f.statusCodes ?? {})) statusCodes[code] = (statusCodes[code] ?? 0) + n;
+  const firstError = runs.find((f) => f.firstError !== undefined)?.firstError;
+  return {
+    ops, seconds, opsPerSec: ops / seconds, p50Ms: percentile(all, 50), p99Ms: percentile(all, 99),
+    errors: runs.reduce((a, f) => a + f.errors, 0),
+    ...(runs.some((f) => f.statusCodes) ? { statusCodes } : {}),
+    ...(firstError === undefined ? {} : { firstError }),
+    ...weighted("mainCpuUsPerOp"), ...weighted("clientCpuUsPerOp"),
+  };
 }
 
 /** Nearest-rank percentile of an ascending array. */
@@ -72,7 +96,7 @@ export async function runFixedCount(
   return {
     ops: done, seconds, opsPerSec: done / seconds,
     p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
-    errors, ...(firstError === undefined ? {} : { firstError }), ...cpuUsPerOp(cpu0, threadCpuMs(), done),
+    errors, ...(firstError === undefined ? {} : { firstError }), ...cpuUsPerOp(cpu0, threadCpuMs(), done), latencyMs: sorted,
   };
 }
 
@@ -173,5 +197,6 @@ export async function runHttp(options: {
     errors: report.errors, statusCodes, ...(report.firstError === undefined ? {} : { firstError: report.firstError }),
     ...cpuUsPerOp(cpu0, cpu1, ops),
     ...(report.clientCpuMs === undefined || ops === 0 ? {} : { clientCpuUsPerOp: (1000 * report.clientCpuMs) / ops }),
+    latencyMs: sorted,
   };
 }

@@ -30,7 +30,7 @@ import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
-import { runHttp, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
+import { mergeFigures, runHttp, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
@@ -67,6 +67,8 @@ const USERS = 1000;
 const ITEMS = 101;
 const HOT_ITEM = "hot-item";
 const BENCH_APPLICATION = "social-ledger-bench";
+/** Chunks per kind of the alternating write phase. */
+const WRITE_CHUNKS = 4;
 const libUser = (n: number) => `lu${n}`;
 const httpUser = (n: number) => `hu${n}`;
 const item = (n: number) => `item-${n}`;
@@ -325,20 +327,15 @@ function cpuNote(f: Figures): string[] {
   return [`node CPU/op: main ${Math.round(f.mainCpuUsPerOp)} µs${client}`];
 }
 
-/** A write phase: figures plus the share of operations that wrote an event (CHANGED). */
-async function writePhase(t: Target, op: string, via: Row["path"], run: () => Promise<Figures>): Promise<Row> {
-  const before = await eventsWritten(t.pool);
-  const retriesBefore = transactionStats.retries;
-  const figures = await run();
-  const changed = (await eventsWritten(t.pool)) - before;
-  const retries = transactionStats.retries - retriesBefore;
-  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...cpuNote(figures), ...problems(figures)];
-  if (retries > 0) note.push(`${retries} tx retries`);
-  return { op, path: via, partitions: t.partitions, figures, note: note.join(", "), extra: { changed, txRetries: retries } };
+/** Operations from .. to-1 of a run of `ops` (a chunk of it: see alternatingWrites). */
+interface Span {
+  from: number;
+  to: number;
 }
 
-function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string): Promise<Figures> {
-  return runFixedCount(ops, o.workers, (k) => {
+function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string, span: Span = { from: 0, to: ops }): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, (i) => {
+    const k = span.from + i;
     const { j, like } = toggle(k, ops, USERS);
     const user = libUser(j % USERS);
     const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
@@ -347,20 +344,70 @@ function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (
 }
 
 /** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
-async function chapterPhase(t: Target, o: Opts): Promise<Row> {
-  let changed = 0;
-  const figures = await runFixedCount(o.ops, o.workers, async (k) => {
-    const { j, like } = toggle(k, o.ops, USERS);
-    if (await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like)) changed++;
+function chapterWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, async (i) => {
+    const { j, like } = toggle(span.from + i, o.ops, USERS);
+    await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like);
   }, abort.signal);
-  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
-  return { op: OP.chapter, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
 }
 
 let rawInsertIds = 0;
-async function rawInsertPhase(t: Target, o: Opts): Promise<Row> {
-  const figures = await runFixedCount(o.ops, o.workers, (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)), abort.signal);
-  return { op: OP.rawInsert, path: "library", partitions: t.partitions, figures, note: ["distinct rows, autocommit", ...problems(figures)].join(", "), extra: { changed: figures.ops - figures.errors } };
+function rawInserts(t: Target, o: Opts, span: Span): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, (i) => rawInsert(t.pool, ++rawInsertIds, libUser((span.from + i) % USERS), item((span.from + i) % ITEMS)), abort.signal);
+}
+
+/** One kind of write of the alternating write phase. */
+interface WriteKind {
+  op: string;
+  path: Row["path"];
+  /** Operations of the whole run; chunk c runs operations [c*total/chunks, (c+1)*total/chunks). */
+  total: number;
+  run: (span: Span) => Promise<Figures>;
+  /** Rows that write no like event (the raw INSERT) count every successful operation as a change. */
+  rawInsert?: boolean;
+}
+
+/**
+ * The write rows whose ratios issue 8 sets goals for, measured in alternating chunks: each kind's
+ * run is cut into `chunks` pieces and the kinds take turns (the order rotating each round), so a
+ * ratio of two kinds compares the same minutes of a shared machine rather than two moments a few
+ * seconds apart (other processes' load came and went between phases and moved the ratios by 2x).
+ * Per kind: events written, WAL, wait events and CPU summed over its chunks.
+ */
+async function alternatingWrites(t: Target, kinds: readonly WriteKind[], chunks: number): Promise<Row[]> {
+  const acc = kinds.map(() => ({ runs: [] as Figures[], changed: 0, wal: 0, retries: 0, waits: new Map<string, number>() }));
+  for (let c = 0; c < chunks; c++) {
+    for (let n = 0; n < kinds.length; n++) {
+      const index = (n + c) % kinds.length;
+      const kind = kinds[index]!;
+      const a = acc[index]!;
+      const span = { from: Math.floor((c * kind.total) / chunks), to: Math.floor(((c + 1) * kind.total) / chunks) };
+      const events0 = await eventsWritten(t.pool);
+      const wal0 = await walPosition();
+      const retries0 = transactionStats.retries;
+      const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
+      const figures = await kind.run(span);
+      for (const [what, count] of await waits.stop()) a.waits.set(what, (a.waits.get(what) ?? 0) + count);
+      a.wal += (await walPosition()) - wal0;
+      a.changed += kind.rawInsert ? figures.ops - figures.errors : (await eventsWritten(t.pool)) - events0;
+      a.retries += transactionStats.retries - retries0;
+      a.runs.push(figures);
+      checkAbort();
+    }
+  }
+  return kinds.map((kind, index) => {
+    const a = acc[index]!;
+    const figures = mergeFigures(a.runs);
+    const note = [
+      ...(kind.rawInsert ? ["distinct rows, autocommit"] : [`CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`]),
+      ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, formatWaits(a.waits), ...problems(figures),
+    ];
+    if (a.retries > 0) note.push(`${a.retries} tx retries`);
+    return {
+      op: kind.op, path: kind.path, partitions: t.partitions, figures, note: note.join(", "),
+      extra: { changed: a.changed, txRetries: a.retries, walBytesPerOp: a.wal / Math.max(1, figures.ops), waitSamples: Object.fromEntries(a.waits), chunks },
+    };
+  });
 }
 
 /**
@@ -402,13 +449,13 @@ async function projectorDrainPhase(t: Target): Promise<Row> {
   };
 }
 
-function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
+function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string, span: Span = { from: 0, to: amount }): Promise<Figures> {
   const users = t.auth.length;
   return runHttp({
-    url: t.baseUrl, amount, connections: o.connections,
+    url: t.baseUrl, amount: span.to - span.from, connections: o.connections,
     onInstance: (i) => (started.cannon = i),
-    build: (k): HttpRequestSpec => {
-      const { j, like } = toggle(k, amount, users);
+    build: (i): HttpRequestSpec => {
+      const { j, like } = toggle(span.from + i, amount, users);
       const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
       return { method: like ? "PUT" : "DELETE", path: `/v1/items/${itemId}/likes/me`, authorization: t.auth[j % users]! };
     },
@@ -600,13 +647,15 @@ async function main(o: Opts): Promise<void> {
     }
     rows.push(...targets.flatMap((t) => done.filter((r) => r.partitions === t.partitions)));
   };
-  await phase((t) => rawInsertPhase(t, o));
-  await phase((t) => writePhase(t, OP.mixed, "library", () => libraryWrites(t, o, false)));
-  // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
-  await phase(async (t) => (t.partitions === 1 ? [await chapterPhase(t, o)] : []));
-  await phase((t) => writePhase(t, OP.hot, "library", () => libraryWrites(t, o, true)));
-  await phase((t) => writePhase(t, OP.mixed, "HTTP", () => httpWrites(t, o, false)));
-  await phase((t) => writePhase(t, OP.hot, "HTTP", () => httpWrites(t, o, true)));
+  await phase((t) => alternatingWrites(t, [
+    { op: OP.rawInsert, path: "library", total: o.ops, run: (span) => rawInserts(t, o, span), rawInsert: true },
+    { op: OP.mixed, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, false, o.ops, undefined, span) },
+    // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
+    ...(t.partitions === 1 ? [{ op: OP.chapter, path: "library" as const, total: o.ops, run: (span: Span) => chapterWrites(t, o, span) }] : []),
+    { op: OP.hot, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, true, o.ops, undefined, span) },
+    { op: OP.mixed, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, false, o.requests, undefined, span) },
+    { op: OP.hot, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, true, o.requests, undefined, span) },
+  ], WRITE_CHUNKS));
   // 16 workers: count reads and primary-key reads interleaved on the same workers, so both
   // p99s meet the same moments of a shared machine (two phases a second apart did not).
   await phase((t) => interleavedReadPhase(t, o, OP.readBacklog, OP.pkBacklog, o.workers));
@@ -693,7 +742,11 @@ async function main(o: Opts): Promise<void> {
     machine: { ...machineInfo(), loadAvgAtStart: loadAtStart, partitions: o.partitions },
     postgres: pg,
     options: o,
-    rows: rows.map((r) => ({ op: r.op, path: r.path, partitions: r.partitions, ...r.figures, note: r.note, ...r.extra })),
+    rows: rows.map((r) => {
+      const figures = { ...r.figures };
+      delete figures.latencyMs;
+      return { op: r.op, path: r.path, partitions: r.partitions, ...figures, note: r.note, ...r.extra };
+    }),
     ratios: figures,
     audits,
   });

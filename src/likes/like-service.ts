@@ -11,13 +11,15 @@ export const ITEM_NOT_FOUND = "ITEM_NOT_FOUND";
 
 /** What the server-side write function returns (migration 003, like_set). */
 interface LikeSetRow {
-  outcome: "CHANGED" | "NOOP";
+  outcome: "CHANGED" | "NOOP" | "POST";
   liked: boolean;
   version: number;
   seq: number;
 }
 
 const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq FROM like_set($1, $2, $3, $4)" };
+/** like_set unless the item is a post (migration 011): then 'POST' and nothing written. */
+const LIKE_SET_PLAIN_ITEM = { name: "like_set_plain_item", text: "SELECT outcome, liked, version, seq FROM like_set_plain_item($1, $2, $3, $4)" };
 
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
@@ -68,7 +70,22 @@ export class LikeService {
     return rows[0] ?? { liked: false, version: 0 };
   }
 
-  private async setLiked(userId: string, itemId: string, want: boolean): Promise<LikeResult> {
+  /**
+   * The API's like and unlike, in one statement for an item that is no post (whose visibility is
+   * "everybody", so its only check is that it exists, which the write answers itself): the result
+   * of like/unlike, or undefined with nothing written when the item is a post (the caller must
+   * check the reader may see it, then call like/unlike) or when a test's hook is registered at
+   * "like.beforeCommit" (the hooked path is like/unlike's).
+   */
+  async setLikedUnlessPost(userId: string, itemId: string, want: boolean): Promise<LikeResult | undefined> {
+    if (this.hooks.has("like.beforeCommit")) return undefined;
+    const result = await this.setLiked(userId, itemId, want, LIKE_SET_PLAIN_ITEM);
+    return result === "POST" ? undefined : result;
+  }
+
+  private async setLiked(userId: string, itemId: string, want: boolean): Promise<LikeResult>;
+  private async setLiked(userId: string, itemId: string, want: boolean, statement: typeof LIKE_SET_PLAIN_ITEM): Promise<LikeResult | "POST">;
+  private async setLiked(userId: string, itemId: string, want: boolean, statement: { name: string; text: string } = LIKE_SET): Promise<LikeResult | "POST"> {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
@@ -77,14 +94,14 @@ export class LikeService {
     try {
       row = this.hooks.has("like.beforeCommit")
         ? await withTransaction(this.pool, async (client) => {
-          const { rows } = await client.query<LikeSetRow>({ ...LIKE_SET, values });
+          const { rows } = await client.query<LikeSetRow>({ ...statement, values });
           const result = rows[0]!;
           if (result.outcome === "CHANGED") {
             await this.hooks.at("like.beforeCommit", { userId, itemId, seq: result.seq, part, version: result.version, pid: backendPid(client) });
           }
           return result;
         })
-        : await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...LIKE_SET, values })).rows[0]!);
+        : await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
         // The placeholder insert is the function's first statement, so nothing was written.
@@ -92,6 +109,7 @@ export class LikeService {
       }
       throw err;
     }
+    if (row.outcome === "POST") return "POST";
     const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";
     return { outcome: row.outcome, liked: row.liked, version: row.version, seq: row.seq, part, reason };
   }

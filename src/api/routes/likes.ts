@@ -55,18 +55,24 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
 
   const setLike = (want: boolean) => async (request: IdRequest) => {
     const caller = requireCaller(request);
-    // Retracting one's own like is always allowed: a block (or a lost follow) hides the post
-    // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
-    // The library answers REJECTED for an item that does not exist, which is a 404 below.
-    if (want) await requireVisibleItem(ledger, caller, request.params.id);
-    else await requireLiveItem(ledger, request.params.id);
-    const result: LikeResult = want
-      ? await ledger.likes.like(caller.id, request.params.id)
-      : await ledger.likes.unlike(caller.id, request.params.id);
+    // An item that is no post is everybody's to see: checked and written in one statement
+    // (docs/write-path.md). A post takes the checked path below.
+    let result: LikeResult | undefined = await ledger.likes.setLikedUnlessPost(caller.id, request.params.id, want);
+    const post = result === undefined;
+    if (result === undefined) {
+      // Retracting one's own like is always allowed: a block (or a lost follow) hides the post
+      // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
+      if (want) await requireVisibleItem(ledger, caller, request.params.id);
+      else await requireLiveItem(ledger, request.params.id);
+      result = want
+        ? await ledger.likes.like(caller.id, request.params.id)
+        : await ledger.likes.unlike(caller.id, request.params.id);
+    }
     metrics.outcomes.inc({ operation: want ? "like" : "unlike", outcome: result.outcome });
+    // The library answers REJECTED for an item that does not exist.
     if (result.outcome === "REJECTED") throw notFound("item");
-    // With no like to retract, an unlike must not tell a reader who may not see the item that it exists.
-    if (!want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller, request.params.id);
+    // With no like to retract, an unlike must not tell a reader who may not see the post that it exists.
+    if (post && !want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller, request.params.id);
     return { outcome: result.outcome, liked: result.liked, version: result.version, seq: result.seq };
   };
   const likeSchema = (summary: string) => ({
