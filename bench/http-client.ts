@@ -1,5 +1,6 @@
 /**
- * The benchmark's HTTP client, run in a worker thread of its own (bench/load.ts): `connections`
+ * The benchmark's HTTP client, run in a worker thread of its own (bench/load.ts) that takes one
+ * job per message and answers with its report: `connections`
  * keep-alive HTTP/1.1 connections, one request in flight on each (no pipelining), requests
  * written from a list prepared before the run, each response's status and latency recorded.
  *
@@ -9,7 +10,7 @@
  * the status line and Content-Length, so it stays a small share of the CPU it measures.
  */
 import net from "node:net";
-import { parentPort, workerData } from "node:worker_threads";
+import { parentPort } from "node:worker_threads";
 import type { HttpRequestSpec } from "./load.ts";
 import { threadCpuMs } from "./thread-cpu.ts";
 
@@ -88,15 +89,24 @@ function connection(url: URL, take: () => number | undefined, job: HttpClientJob
   });
 }
 
-const job = (workerData as { job: HttpClientJob }).job;
-const url = new URL(job.url);
-let issued = 0;
-const take = () => (issued < job.amount ? issued++ : undefined);
-const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
-const t0 = performance.now();
-const cpu0 = threadCpuMs();
-await Promise.all(Array.from({ length: job.connections }, () => connection(url, take, job, report)));
-report.elapsedMs = performance.now() - t0;
-const cpu1 = threadCpuMs();
-if (cpu0 !== undefined && cpu1 !== undefined) report.clientCpuMs = cpu1 - cpu0;
-parentPort!.postMessage({ report });
+/** Runs one job: connections until `amount` responses, then the report. */
+async function run(job: HttpClientJob): Promise<HttpClientReport> {
+  const url = new URL(job.url);
+  let issued = 0;
+  const take = () => (issued < job.amount ? issued++ : undefined);
+  const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
+  const t0 = performance.now();
+  const cpu0 = threadCpuMs();
+  await Promise.all(Array.from({ length: job.connections }, () => connection(url, take, job, report)));
+  report.elapsedMs = performance.now() - t0;
+  const cpu1 = threadCpuMs();
+  if (cpu0 !== undefined && cpu1 !== undefined) report.clientCpuMs = cpu1 - cpu0;
+  return report;
+}
+
+// The thread stays for the whole benchmark and takes one job per message, so its code is compiled
+// and optimised once, not again for every (short) chunk of an alternating phase.
+parentPort!.on("message", (message: { job?: HttpClientJob }) => {
+  if (message.job) void run(message.job).then((report) => parentPort!.postMessage({ report }));
+});
+parentPort!.postMessage({ ready: true });

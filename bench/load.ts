@@ -149,6 +149,26 @@ export interface HttpRequestSpec {
   authorization: string;
 }
 
+let clientThread: Promise<Worker> | undefined;
+
+/** The HTTP client's worker thread (bench/http-client.ts), started once and kept for later runs. */
+function httpClientThread(): Promise<Worker> {
+  clientThread ??= new Promise<Worker>((resolve, reject) => {
+    const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), { workerData: { entry: new URL("./http-client.ts", import.meta.url).href } });
+    worker.unref();
+    worker.once("error", reject);
+    worker.on("message", (message: { ready?: boolean }) => message.ready && resolve(worker));
+  });
+  return clientThread;
+}
+
+/** Ends the HTTP client's thread (a run in flight fails); the next run starts a new one. */
+export async function stopHttpClient(): Promise<void> {
+  const thread = clientThread;
+  clientThread = undefined;
+  if (thread) await (await thread.catch(() => undefined))?.terminate();
+}
+
 /** What stops a running HTTP load (the worker thread that runs it). */
 export interface HttpLoad {
   stop(): void;
@@ -169,19 +189,25 @@ export async function runHttp(options: {
 }): Promise<Figures> {
   const specs = Array.from({ length: options.amount }, (_, k) => options.build(k));
   const job: HttpClientJob = { url: options.url, amount: options.amount, connections: options.connections, specs };
-  const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), { workerData: { entry: new URL("./http-client.ts", import.meta.url).href, job } });
-  options.onInstance?.({ stop: () => void worker.terminate() });
+  const worker = await httpClientThread();
+  options.onInstance?.({ stop: () => void stopHttpClient() });
   const cpu0 = threadCpuMs();
   let report: HttpClientReport;
   try {
     report = await new Promise<HttpClientReport>((resolve, reject) => {
-      worker.on("message", (message: { report?: HttpClientReport }) => message.report && resolve(message.report));
-      worker.once("error", reject);
-      worker.once("exit", (code) => reject(new Error(`HTTP client worker exited with code ${code}`)));
+      const onMessage = (message: { report?: HttpClientReport }) => {
+        if (!message.report) return;
+        worker.off("message", onMessage);
+        worker.off("exit", onExit);
+        resolve(message.report);
+      };
+      const onExit = (code: number) => reject(new Error(`HTTP client worker exited with code ${code}`));
+      worker.on("message", onMessage);
+      worker.once("exit", onExit);
+      worker.postMessage({ job });
     });
   } finally {
     options.onInstance?.(undefined);
-    void worker.terminate();
   }
   const cpu1 = threadCpuMs();
   const statusCodes: Record<string, number> = {};

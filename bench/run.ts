@@ -30,7 +30,7 @@ import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
-import { mergeFigures, runHttp, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
+import { mergeFigures, runHttp, stopHttpClient, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
@@ -213,6 +213,7 @@ let cleaning: Promise<void> | undefined;
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     started.cannon?.stop();
+    await stopHttpClient();
     for (const app of started.apps) await within(5_000, app.close());
     for (const pool of started.pools) await within(5_000, pool.end());
     if (started.admin) await within(5_000, started.admin.end());
