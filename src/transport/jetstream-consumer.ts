@@ -1,5 +1,5 @@
 import { headers } from "@nats-io/transport-node";
-import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import type { Pool } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -30,11 +30,11 @@ export type DeliveryStrategy = (consumer: JetStreamPartitionConsumer, msgs: JsMs
 
 export interface JetStreamConsumerOptions extends JetStreamConsumerEvents {
   batchSize: number;
-  /** How long one pull waits for messages before the pass returns empty. */
+  /** How long a pass waits for a first message before it returns empty (and runs the gap check). */
   fetchExpiresMs?: number;
   /** Off only in the negative controls that show what the gap filler is for. */
   gapFill?: boolean;
-  /** Hook points: `transport.afterApply` ({kind, part, seqs}): the batch committed, nothing acked yet. */
+  /** Hook points ({kind, part, seqs}): `transport.beforeApply`; `transport.afterApply`: the batch committed, nothing acked yet. */
   hooks?: Hooks;
   deliver?: DeliveryStrategy;
 }
@@ -55,7 +55,13 @@ function add(into: Record<string, number>, from: Record<string, number>): Record
  * outbox's last position for LEDGER_GAP_CHECK_MS).
  */
 export class JetStreamPartitionConsumer {
-  private consumer: Consumer | undefined;
+  private messages: ConsumerMessages | undefined;
+  /**
+   * Delivered, not yet handled. Nothing here is lost by a crash: an unacknowledged message is
+   * redelivered after ack_wait. Bounded by the pull's max_messages (twice the batch size).
+   */
+  private readonly delivered: JsMsg[] = [];
+  private wake: (() => void) | undefined;
   private readonly hooks: Hooks;
   private lastWatermark = -1;
   private lastCheckAt = Date.now();
@@ -77,12 +83,21 @@ export class JetStreamPartitionConsumer {
     return durableName(this.config, this.kind.kind, this.part);
   }
 
-  /** One pull (up to batchSize messages, waiting up to fetchExpiresMs), then the gap check. Returns the events handled. */
+  /**
+   * One batch: whatever has been delivered (up to batchSize), waiting up to fetchExpiresMs for the
+   * first message, then the gap check. Returns the events handled. A pull that waits for a full batch
+   * (fetch) would hold a lone message for its whole expiry; consume() hands each over as it arrives.
+   */
   async pass(): Promise<number> {
-    this.consumer ??= await this.js.consumers.get(this.config.stream, this.name);
-    const fetched = await this.consumer.fetch({ max_messages: this.options.batchSize, expires: this.options.fetchExpiresMs ?? 1_000 });
-    const msgs: JsMsg[] = [];
-    for await (const m of fetched) msgs.push(m);
+    await this.startPulling();
+    if (this.delivered.length === 0) {
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        setTimeout(resolve, this.options.fetchExpiresMs ?? 1_000).unref();
+      });
+      this.wake = undefined;
+    }
+    const msgs = this.delivered.splice(0, this.options.batchSize);
     let handled = 0;
     if (msgs.length > 0) {
       const verdicts = await (this.options.deliver ?? deliverVerified)(this, msgs);
@@ -91,6 +106,31 @@ export class JetStreamPartitionConsumer {
     }
     if (this.options.gapFill !== false) handled += await this.fillGapIfStalled();
     return handled;
+  }
+
+  private async startPulling(): Promise<void> {
+    if (this.messages) return;
+    const consumer = await this.js.consumers.get(this.config.stream, this.name);
+    const messages = await consumer.consume({
+      max_messages: this.options.batchSize * 2,
+      callback: (m) => {
+        this.delivered.push(m);
+        this.wake?.();
+      },
+    });
+    this.messages = messages;
+    void messages.closed().then(() => {
+      if (this.messages === messages) this.messages = undefined;
+    });
+  }
+
+  /** Stops pulling; what was delivered and not handled is nak'd so another worker gets it at once. */
+  async stop(): Promise<void> {
+    const messages = this.messages;
+    this.messages = undefined;
+    await messages?.close().catch(() => undefined);
+    for (const m of this.delivered.splice(0)) m.nak();
+    this.wake?.();
   }
 
   /** The event a message carries, checked against its subject's partition; MalformedEventError otherwise. */
@@ -108,8 +148,9 @@ export class JetStreamPartitionConsumer {
     return this.kind.revive(e);
   }
 
-  /** Applies through the kind's consumer, then runs the afterApply hook point. */
+  /** Applies through the kind's consumer, between the beforeApply and afterApply hook points. */
   async apply(events: OutboxEvent[]): Promise<Record<string, number>> {
+    await this.hooks.at("transport.beforeApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
     const r = await this.kind.applyBatch(events);
     await this.hooks.at("transport.afterApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
     return r.verdicts;
@@ -191,25 +232,23 @@ export const deliverVerified: DeliveryStrategy = async (c, msgs) => {
     add(verdicts, await c.apply(fresh.map((d) => d.e)));
     for (const { m } of fresh) m.ack();
     return verdicts;
-  } catch (err) {
-    if (!(err instanceof InvalidInputError)) {
-      for (const { m } of fresh) await c.retryLater(m, err);
-      throw err;
-    }
+  } catch {
+    // One event at a time, so that only the events that fail are retried or dead-lettered.
   }
-  for (let i = 0; i < fresh.length; i++) {
-    const { m, e } = fresh[i]!;
+  let failure: unknown;
+  for (const { m, e } of fresh) {
     try {
       add(verdicts, await c.apply([e]));
       m.ack();
     } catch (err) {
       if (err instanceof InvalidInputError) {
         await c.deadLetter(m, "verification", err);
-        continue;
+      } else {
+        failure ??= err;
+        await c.retryLater(m, err);
       }
-      for (const rest of fresh.slice(i)) await c.retryLater(rest.m, err);
-      throw err;
     }
   }
+  if (failure !== undefined) throw failure;
   return verdicts;
 };

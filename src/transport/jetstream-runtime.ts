@@ -4,7 +4,7 @@ import type { Ledger } from "../ledger.ts";
 import type { WatermarkKind } from "../db/watermark.ts";
 import { Hooks } from "../hooks.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "../workers/partition-worker.ts";
-import { connectNats, ensureConsumer, ensureStreams, jetstreamManager } from "./jetstream-setup.ts";
+import { closeNats, connectNats, ensureConsumer, ensureStreams, jetstreamManager } from "./jetstream-setup.ts";
 import { JetStreamPartitionConsumer, type DeliveryStrategy, type JetStreamConsumerEvents } from "./jetstream-consumer.ts";
 import { OutboxRelay, type RelayOptions } from "./outbox-relay.ts";
 import type { TransportConfig } from "./transport-config.ts";
@@ -58,13 +58,14 @@ export async function openJetStreamWorkers(ledger: Ledger, config: TransportConf
         }));
       }
     }
-    // A pull already waits up to fetchExpiresMs for messages, so an empty pass needs no idle wait of its own.
+    // A pass already waits up to fetchExpiresMs for a message, so an empty pass needs no idle wait of its own.
     const loops = consumers.map((c) => new PartitionWorker(`nats:${c.name}`, () => c.pass(), { idleMs: 10, maxBackoffMs: 5_000, ...options }));
     return {
       nc, consumers, loops,
       async close() {
         await Promise.all(loops.map((l) => l.stop()));
-        await nc.drain().catch(() => nc.close());
+        await Promise.all(consumers.map((c) => c.stop()));
+        await closeNats(nc);
       },
     };
   } catch (err) {
@@ -106,7 +107,7 @@ export async function openRelay(
       async close() {
         await loop.stop();
         relay.close();
-        await nc.drain().catch(() => nc.close());
+        await closeNats(nc);
       },
     };
   } catch (err) {

@@ -37,6 +37,16 @@ export async function connectNats(config: TransportConfig, name: string): Promis
   });
 }
 
+/** Drains the connection (in-flight acks and publishes go out), or closes it when the broker does not answer within 2 s. */
+export async function closeNats(nc: NatsConnection): Promise<void> {
+  if (nc.isClosed()) return;
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, 2_000)));
+  await Promise.race([nc.drain().catch(() => undefined), gaveUp]);
+  clearTimeout(timer);
+  if (!nc.isClosed()) await nc.close();
+}
+
 function isApiError(err: unknown, code: number): boolean {
   return err instanceof JetStreamApiError && err.code === code;
 }
