@@ -111,8 +111,9 @@ export class JetStreamPartitionConsumer {
   private async startPulling(): Promise<void> {
     if (this.messages) return;
     const consumer = await this.js.consumers.get(this.config.stream, this.name);
+    // A pull request lasts 5 s; its idle heartbeats (half of that) tell the client of a lost broker, and it pulls again once back.
     const messages = await consumer.consume({
-      max_messages: this.options.batchSize * 2,
+      max_messages: this.options.batchSize * 2, expires: 5_000,
       callback: (m) => {
         this.delivered.push(m);
         this.wake?.();
