@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { once } from "node:events";
 import os from "node:os";
@@ -7,7 +8,7 @@ import { connect } from "@nats-io/transport-node";
 import { freePort } from "../../src/db/embedded-cluster.ts";
 
 /** Debian's binary (`apt-get install nats-server`, which .ci/run does when it is missing). */
-export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? "/usr/sbin/nats-server";
+export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
 
 /**
  * A throwaway `nats-server -js` on a free port (never the machine's 4222) with its JetStream store in

@@ -171,7 +171,7 @@ test("relay and workers as processes: kill -9 of the relay mid-publish and of a 
   await nats.stop("SIGKILL");
   await writeSome(ledger, w, PHASE, seed++);
   await nats.restart();
-  await writeSome(ledger, w, PHASE / 2, seed++);
+  await writeSome(ledger, w, PHASE / 2, seed);
   await drained("after the broker restart");
 
   sampling = false;
