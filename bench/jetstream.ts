@@ -1,7 +1,7 @@
 /**
  * Issue 14: consumer throughput over NATS JetStream next to direct polling of the outbox, on one
  * benchmark database and a nats-server -js of its own (system binary, free port, temporary store).
- * Each side starts from a backlog of the same number of like events (toggles over the bench's items,
+ * Each side starts from a backlog of the same number of like events (first likes over the bench's items,
  * spread over every partition) and runs one loop per partition: polling reads the outbox
  * (fetchPending + applyBatch), JetStream pulls the relay's copies from one durable consumer per
  * partition and applies them through the same applyBatch. The relay's publish rate is a row too.
@@ -31,20 +31,15 @@ async function likeLag(ledger: Ledger): Promise<number> {
   return (await transportLag(ledger.pool)).filter((r) => r.kind === "likes").reduce((a, r) => a + r.last - r.applied, 0);
 }
 
-/** `events` like toggles by `users` users over `items`, written with 8 concurrent writers. */
-async function writeBacklog(ledger: Ledger, events: number, users: (n: number) => string, items: readonly string[], round: number): Promise<void> {
+/** Exactly `events` like events: first likes of users of their own (`js<round>-<k>`) over `items`, 8 concurrent writers. */
+async function writeBacklog(ledger: Ledger, events: number, items: readonly string[], round: number): Promise<void> {
   let next = 0;
   await Promise.all(Array.from({ length: 8 }, async () => {
-    for (let k = next++; k < events; k = next++) {
-      const u = users(k % 500);
-      const item = items[(k * 7 + round) % items.length]!;
-      if ((Math.floor(k / 500) + round) % 2 === 0) await ledger.likes.like(u, item);
-      else await ledger.likes.unlike(u, item);
-    }
+    for (let k = next++; k < events; k = next++) await ledger.likes.like(`js${round}-${k}`, items[k % items.length]!);
   }));
 }
 
-export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSize: number; users: (n: number) => string; items: readonly string[] }): Promise<JetStreamRow[]> {
+export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSize: number; items: readonly string[] }): Promise<JetStreamRow[]> {
   const nats = await TestNats.start();
   const rows: JetStreamRow[] = [];
   try {
@@ -52,7 +47,7 @@ export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSi
     // Both sides start with nothing pending.
     await ledger.likeConsumer.drain();
 
-    await writeBacklog(ledger, o.events, o.users, o.items, 0);
+    await writeBacklog(ledger, o.events, o.items, 0);
     const backlogPolling = await likeLag(ledger);
     let t0 = performance.now();
     await Promise.all(parts.map(async (part) => {
@@ -71,7 +66,7 @@ export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSi
       await ensureStreams(await jetstreamManager(nc), config);
       const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, { kinds: ["likes"], batchSize: 1000 });
       await relay.init(); // starts at the consumer's watermark: nothing before this backlog is published
-      await writeBacklog(ledger, o.events, o.users, o.items, 1);
+      await writeBacklog(ledger, o.events, o.items, 1);
       const backlog = await likeLag(ledger);
       t0 = performance.now();
       while ((await relay.passOnce()) > 0);
@@ -79,10 +74,10 @@ export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSi
       relay.close();
       rows.push({ op: "relay publish to JetStream", figures: throughput(backlog, relaySeconds), note: `${backlog} events, batches of 1000, acked by the stream` });
 
-      t0 = performance.now();
       const workers = await openJetStreamWorkers(ledger, config, { partitions: parts, batchSize: o.batchSize, kinds: ["likes"], gapFill: false });
+      t0 = performance.now();
       for (const l of workers.loops) l.start();
-      while ((await likeLag(ledger)) > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      while ((await likeLag(ledger)) > 0) await new Promise((resolve) => setTimeout(resolve, 20));
       const seconds = (performance.now() - t0) / 1000;
       await workers.close();
       rows.push({ op: "consumer drain, JetStream pull", figures: throughput(backlog, seconds), note: `backlog ${backlog}, ${parts.length} durable consumer(s), batch ${o.batchSize}, same applyBatch` });

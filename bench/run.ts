@@ -641,7 +641,7 @@ async function main(o: Opts): Promise<void> {
 
   // Issue 14: consumers over JetStream next to direct polling (skipped without nats-server).
   if (existsSync("/usr/sbin/nats-server")) {
-    await phase(async (t) => (await jetstreamRows(t.ledger, { events: o.ops, batchSize: 200, users: libUser, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }))
+    await phase(async (t) => (await jetstreamRows(t.ledger, { events: 2 * o.ops, batchSize: 200, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }))
       .map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: r.note })));
   }
 
