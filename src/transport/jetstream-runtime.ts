@@ -1,14 +1,13 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import type { Ledger } from "../ledger.ts";
-import type { WatermarkKind } from "../db/watermark.ts";
 import { Hooks } from "../hooks.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "../workers/partition-worker.ts";
 import { closeNats, connectNats, ensureConsumer, ensureStreams, jetstreamManager } from "./jetstream-setup.ts";
 import { JetStreamPartitionConsumer, type DeliveryStrategy, type JetStreamConsumerEvents } from "./jetstream-consumer.ts";
 import { OutboxRelay, type RelayOptions } from "./outbox-relay.ts";
 import type { TransportConfig } from "./transport-config.ts";
-import { TRANSPORT_KINDS, transportKinds } from "./transport-kinds.ts";
+import { TRANSPORT_KINDS, transportKinds, type TransportKindName } from "./transport-kinds.ts";
 import type { TransportMetrics } from "./transport-metrics.ts";
 
 export interface JetStreamWorkers {
@@ -23,7 +22,7 @@ export interface JetStreamWorkers {
 export interface JetStreamWorkerOptions extends JetStreamConsumerEvents, PartitionWorkerOptions {
   partitions: readonly number[];
   batchSize: number;
-  kinds?: readonly WatermarkKind[];
+  kinds?: readonly TransportKindName[];
   metrics?: TransportMetrics;
   hooks?: Hooks;
   fetchExpiresMs?: number;
@@ -85,7 +84,7 @@ export interface RelayRuntime {
 export async function openRelay(
   ledger: Ledger, config: TransportConfig,
   options: PartitionWorkerOptions & Pick<RelayOptions, "onPublished" | "onLeadership"> & {
-    batchSize: number; kinds?: readonly WatermarkKind[]; metrics?: TransportMetrics; hooks?: Hooks;
+    batchSize: number; kinds?: readonly TransportKindName[]; metrics?: TransportMetrics; hooks?: Hooks;
   },
 ): Promise<RelayRuntime> {
   const nc = await connectNats(config, "social-ledger-relay");

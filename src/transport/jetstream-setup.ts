@@ -3,16 +3,15 @@ import {
   AckPolicy, DeliverPolicy, DiscardPolicy, JetStreamApiCodes, JetStreamApiError, RetentionPolicy, StorageType,
   jetstreamManager, type ConsumerConfig, type JetStreamManager,
 } from "@nats-io/jetstream";
-import type { WatermarkKind } from "../db/watermark.ts";
 import type { TransportConfig } from "./transport-config.ts";
-import { TRANSPORT_KINDS } from "./transport-kinds.ts";
+import { TRANSPORT_KINDS, type TransportKindName } from "./transport-kinds.ts";
 
 /** Subject of one kind and partition: one subject per partition, so one durable consumer reads one partition in order. */
-export function eventSubject(config: Pick<TransportConfig, "stream">, kind: WatermarkKind, part: number): string {
+export function eventSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
   return `${config.stream.toLowerCase()}.${kind}.${part}`;
 }
 
-export function deadLetterSubject(config: Pick<TransportConfig, "stream">, kind: WatermarkKind, part: number): string {
+export function deadLetterSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
   return `${config.stream.toLowerCase()}.dlq.${kind}.${part}`;
 }
 
@@ -21,12 +20,12 @@ export function deadLetterStream(config: Pick<TransportConfig, "stream">): strin
 }
 
 /** The durable consumer every worker process shares for one kind and partition. */
-export function durableName(config: Pick<TransportConfig, "stream">, kind: WatermarkKind, part: number): string {
+export function durableName(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
   return `${config.stream}_${kind}_${part}`;
 }
 
 /** The broker's duplicate window drops a re-published id; our own dedup is by (part, seq) in the database. */
-export function messageId(kind: WatermarkKind, part: number, seq: number): string {
+export function messageId(kind: TransportKindName, part: number, seq: number): string {
   return `${kind}:${part}:${seq}`;
 }
 
@@ -88,7 +87,7 @@ export async function ensureStreams(jsm: JetStreamManager, config: TransportConf
  * (ack_wait, then doubling); `max_deliver` bounds them, and the worker dead-letters a message on its
  * last delivery. Only features of nats-server 2.9 (one filter subject, no pause).
  */
-export function consumerConfig(config: TransportConfig, kind: WatermarkKind, part: number): Partial<ConsumerConfig> {
+export function consumerConfig(config: TransportConfig, kind: TransportKindName, part: number): Partial<ConsumerConfig> {
   const backoff = Array.from({ length: Math.min(4, config.maxDeliver - 1) }, (_, i) => nanos(config.ackWaitMs * 2 ** i));
   return {
     durable_name: durableName(config, kind, part),
@@ -102,7 +101,7 @@ export function consumerConfig(config: TransportConfig, kind: WatermarkKind, par
   };
 }
 
-export async function ensureConsumer(jsm: JetStreamManager, config: TransportConfig, kind: WatermarkKind, part: number): Promise<void> {
+export async function ensureConsumer(jsm: JetStreamManager, config: TransportConfig, kind: TransportKindName, part: number): Promise<void> {
   const cfg = consumerConfig(config, kind, part);
   const name = cfg.durable_name!;
   try {

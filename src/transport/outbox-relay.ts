@@ -1,6 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { Pool, PoolClient } from "../db/pool.ts";
-import type { WatermarkKind } from "../db/watermark.ts";
+import type { TransportKindName } from "./transport-kinds.ts";
 import { Hooks } from "../hooks.ts";
 import { eventSubject, messageId } from "./jetstream-setup.ts";
 import type { TransportConfig } from "./transport-config.ts";
@@ -11,13 +11,13 @@ import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, transportLa
 export const RELAY_LEADER_LOCK_KEY = 0x72656c61796c64n.toString();
 
 export interface RelayOptions {
-  kinds: readonly WatermarkKind[];
+  kinds: readonly TransportKindName[];
   /** Events per kind and partition per pass. */
   batchSize?: number;
   /** Hook point `relay.afterPublish` ({kind, part, upto}): every event of the batch acknowledged by JetStream, progress not yet recorded. */
   hooks?: Hooks;
   /** Called after each recorded batch: how many were stored, how many the duplicate window dropped. */
-  onPublished?: (kind: WatermarkKind, part: number, stored: number, duplicates: number) => void;
+  onPublished?: (kind: TransportKindName, part: number, stored: number, duplicates: number) => void;
   /** Called when this relay takes or loses the leader lock. */
   onLeadership?: (leading: boolean) => void;
 }
@@ -42,7 +42,7 @@ export class OutboxRelay {
 
   constructor(
     private readonly pool: Pool,
-    private readonly kinds: Record<WatermarkKind, TransportKind>,
+    private readonly kinds: Record<TransportKindName, TransportKind>,
     private readonly js: JetStreamClient,
     private readonly config: TransportConfig,
     private readonly options: RelayOptions,
@@ -68,7 +68,7 @@ export class OutboxRelay {
   }
 
   /** Publishes the next batch of one partition; returns the number of events it covered. */
-  async publishPartition(kind: WatermarkKind, part: number): Promise<number> {
+  async publishPartition(kind: TransportKindName, part: number): Promise<number> {
     const from = await readRelayWatermark(this.pool, kind, part);
     const rows = await this.kinds[kind].fetchRange(part, from + 1, from + (this.options.batchSize ?? 500));
     const batch: OutboxEvent[] = [];

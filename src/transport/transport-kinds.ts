@@ -1,6 +1,8 @@
 import type { Ledger } from "../ledger.ts";
-import type { WatermarkKind } from "../db/watermark.ts";
 import { MalformedEventError } from "./transport-errors.ts";
+
+/** The outboxes the transport carries (their consumers: LikeConsumer, RelationProjector, the comment CounterConsumer). */
+export type TransportKindName = "likes" | "relations" | "comments";
 
 /** The event every outbox row shares; each kind adds its own fields (LikeEvent, RelationEvent, CountEvent). */
 export interface OutboxEvent {
@@ -15,7 +17,7 @@ export interface OutboxEvent {
  * apply through the same verification (the outbox is the truth) and the same dedup.
  */
 export interface TransportKind {
-  kind: WatermarkKind;
+  kind: TransportKindName;
   /** Outbox rows with seq in [from, to], in seq order, processed or not. */
   fetchRange(part: number, from: number, to: number): Promise<OutboxEvent[]>;
   /** Unprocessed outbox rows above the watermark (the gaps first): what the gap filler applies. */
@@ -26,13 +28,13 @@ export interface TransportKind {
   revive(json: Record<string, unknown>): OutboxEvent;
 }
 
-export const TRANSPORT_KINDS: readonly WatermarkKind[] = ["likes", "relations", "comments"];
+export const TRANSPORT_KINDS: readonly TransportKindName[] = ["likes", "relations", "comments"];
 
 function verdictsOf(result: object, names: readonly string[]): Record<string, number> {
   return Object.fromEntries(names.map((n) => [n, Number((result as Record<string, unknown>)[n] ?? 0)]));
 }
 
-export function transportKinds(ledger: Ledger): Record<WatermarkKind, TransportKind> {
+export function transportKinds(ledger: Ledger): Record<TransportKindName, TransportKind> {
   const plain = (json: Record<string, unknown>) => json as unknown as OutboxEvent;
   return {
     likes: {
