@@ -30,6 +30,7 @@ import { readCounter } from "../src/counters/counter-reads.ts";
 import { countLayerRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
+import { jetstreamRows } from "./jetstream.ts";
 import { mergeFigures, runHttp, stopHttpClient, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -695,6 +696,12 @@ async function main(o: Opts): Promise<void> {
       const made = await clusterCountRows(t.pool, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
       return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
     });
+  }
+
+  // Issue 14: consumers over JetStream next to direct polling (skipped without nats-server).
+  if (existsSync("/usr/sbin/nats-server")) {
+    await phase(async (t) => (await jetstreamRows(t.ledger, { events: 2 * o.ops, batchSize: 200, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }))
+      .map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: r.note })));
   }
 
   await phase((t) => followPhase(t, o));

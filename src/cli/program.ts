@@ -16,7 +16,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "PARTITION_CONFIG"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
 
 const ENVIRONMENT_HELP = `
 Environment:
@@ -27,6 +27,7 @@ Environment:
   LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
   LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
   LOG_LEVEL                 log level of serve (info)
+  NATS_URL                  NATS servers of worker/relay --transport nats (LEDGER_NATS_* tune it; see README)
 
 Exit codes: 0 success, 1 failure (audit: a violation), 2 bad arguments or configuration.`;
 
@@ -71,14 +72,32 @@ requests and the current consumer batches, and stops the embedded PostgreSQL it 
     .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
     .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
     .option("--host <host>", "interface of --metrics-port", "127.0.0.1")
+    .addOption(new Option("--transport <name>", "polling: read the outbox; nats: pull from JetStream (NATS_URL; run `relay` too)").choices(["polling", "nats"]).default("polling"))
     .addHelpText("after", `
 Any number of workers may run at once, on the same or on different partitions: every event is
 applied exactly once. Logs like serve, one JSON line per batch on stdout ({"msg":"batch",
 "consumer":...,"applied":n,...}); with --metrics-port, /metrics has serve's consumer metrics. SIGINT/SIGTERM lets the current batch commit, then exits 0. Start \`serve\`
 first (or use DATABASE_URL): a worker that starts the embedded cluster itself stops it on exit.`)
-    .action(async (opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host: string }) => {
+    .action(async (opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host: string; transport: string }) => {
       const { worker } = await import("./commands/worker.ts");
       setExitCode(await worker(opts));
+    });
+
+  program
+    .command("relay")
+    .description("Publish the outboxes (likes, relations, comments) to NATS JetStream until SIGINT/SIGTERM")
+    .addOption(new Option("--transport <name>", "the broker").choices(["nats"]).makeOptionMandatory())
+    .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(500))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--host <host>", "interface of --metrics-port", "127.0.0.1")
+    .addHelpText("after", `
+Publishes each partition's outbox in sequence order to <stream>.<kind>.<part> with Nats-Msg-Id
+kind:part:seq, and records its progress in relay_watermark after JetStream acknowledged the batch:
+a crash re-publishes (JetStream's duplicate window drops the copies), never skips. Any number may run;
+one leads, the others stand by. Consume with \`worker --transport nats\`. docs/transport-jetstream.md.`)
+    .action(async (opts: { transport: string; batchSize: number; metricsPort?: number; host: string }) => {
+      const { relay } = await import("./commands/relay.ts");
+      setExitCode(await relay(opts));
     });
 
   program

@@ -16,8 +16,12 @@ import { cliLogger } from "../log.ts";
  * events); with --metrics-port it serves /metrics with serve's metric names. SIGINT/SIGTERM lets
  * the current batches commit, closes the pool (and an embedded cluster this process started), exits 0.
  */
-export async function worker(opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string }): Promise<number> {
+export async function worker(opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string; transport?: string }): Promise<number> {
   const config = loadConfig();
+  if (opts.transport === "nats") {
+    const { natsWorker } = await import("./nats-worker.ts");
+    return natsWorker(config, opts);
+  }
   const log = cliLogger({ component: "worker" });
   const database = await openDatabase(config, {
     poolSize: 4, applicationName: "social-ledger-worker",

@@ -1,0 +1,255 @@
+import { headers } from "@nats-io/transport-node";
+import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import type { Pool } from "../db/pool.ts";
+import { InvalidInputError } from "../errors.ts";
+import { Hooks } from "../hooks.ts";
+import { deadLetterSubject, durableName } from "./jetstream-setup.ts";
+import type { TransportConfig } from "./transport-config.ts";
+import { MalformedEventError } from "./transport-errors.ts";
+import type { OutboxEvent, TransportKind } from "./transport-kinds.ts";
+import { consumerWatermark, outboxLast } from "./relay-watermark.ts";
+
+export type DeadLetterReason = "malformed" | "verification" | "attempts";
+
+export interface JetStreamConsumerEvents {
+  /** A batch took effect: from the broker, or from the outbox by the gap filler. */
+  onBatch?: (kind: string, part: number, source: "broker" | "outbox", verdicts: Record<string, number>) => void;
+  onDeadLetter?: (kind: string, part: number, reason: DeadLetterReason, error: unknown) => void;
+}
+
+/** What the consumer hands a delivery strategy: the verified default, or a negative control. */
+export interface DeliveryContext {
+  pool: Pool;
+  kind: TransportKind;
+  part: number;
+  decode(m: JsMsg): OutboxEvent;
+}
+
+/** How a fetched batch takes effect; returns the verdicts. Acks, naks and dead letters are its business. */
+export type DeliveryStrategy = (consumer: JetStreamPartitionConsumer, msgs: JsMsg[]) => Promise<Record<string, number>>;
+
+export interface JetStreamConsumerOptions extends JetStreamConsumerEvents {
+  batchSize: number;
+  /** How long a pass waits for a first message before it returns empty (and runs the gap check). */
+  fetchExpiresMs?: number;
+  /** Off only in the negative controls that show what the gap filler is for. */
+  gapFill?: boolean;
+  /** Hook points ({kind, part, seqs}): `transport.beforeApply`; `transport.afterApply`: the batch committed, nothing acked yet. */
+  hooks?: Hooks;
+  deliver?: DeliveryStrategy;
+}
+
+function add(into: Record<string, number>, from: Record<string, number>): Record<string, number> {
+  for (const [k, v] of Object.entries(from)) into[k] = (into[k] ?? 0) + v;
+  return into;
+}
+
+/**
+ * Consumes one kind and partition from its durable JetStream pull consumer and applies each batch
+ * through the kind's existing consumer (`applyBatch`: watermark lock, verification against the outbox,
+ * dedup by processed key): the broker carries copies, the database decides. A message is acked only
+ * after its batch committed; a failed apply is nak'd with a growing delay, and on its last delivery
+ * (max_deliver), or at once when it cannot be an outbox event or differs from its outbox row, it goes
+ * to the dead-letter stream and is terminated. None of that can lose an event: the gap filler applies
+ * from the outbox whatever the broker never got through (a watermark standing still below the
+ * outbox's last position for LEDGER_GAP_CHECK_MS).
+ */
+export class JetStreamPartitionConsumer {
+  private messages: ConsumerMessages | undefined;
+  /**
+   * Delivered, not yet handled. Nothing here is lost by a crash: an unacknowledged message is
+   * redelivered after ack_wait. Bounded by the pull's max_messages (twice the batch size).
+   */
+  private readonly delivered: JsMsg[] = [];
+  private wake: (() => void) | undefined;
+  private readonly hooks: Hooks;
+  private lastWatermark = -1;
+  private lastCheckAt = Date.now();
+  /** Events this consumer took from the outbox because the broker had not delivered them. */
+  gapFilled = 0;
+
+  constructor(
+    readonly pool: Pool,
+    readonly kind: TransportKind,
+    private readonly js: JetStreamClient,
+    readonly config: TransportConfig,
+    readonly part: number,
+    readonly options: JetStreamConsumerOptions,
+  ) {
+    this.hooks = options.hooks ?? new Hooks();
+  }
+
+  get name(): string {
+    return durableName(this.config, this.kind.kind, this.part);
+  }
+
+  /**
+   * One batch: whatever has been delivered (up to batchSize), waiting up to fetchExpiresMs for the
+   * first message, then the gap check. Returns the events handled. A pull that waits for a full batch
+   * (fetch) would hold a lone message for its whole expiry; consume() hands each over as it arrives.
+   */
+  async pass(): Promise<number> {
+    await this.startPulling();
+    if (this.delivered.length === 0) {
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        setTimeout(resolve, this.options.fetchExpiresMs ?? 1_000).unref();
+      });
+      this.wake = undefined;
+    }
+    const msgs = this.delivered.splice(0, this.options.batchSize);
+    let handled = 0;
+    if (msgs.length > 0) {
+      const verdicts = await (this.options.deliver ?? deliverVerified)(this, msgs);
+      this.options.onBatch?.(this.kind.kind, this.part, "broker", verdicts);
+      handled += msgs.length;
+    }
+    if (this.options.gapFill !== false) handled += await this.fillGapIfStalled();
+    return handled;
+  }
+
+  private async startPulling(): Promise<void> {
+    if (this.messages) return;
+    const consumer = await this.js.consumers.get(this.config.stream, this.name);
+    // A pull request lasts 5 s; its idle heartbeats (half of that) tell the client of a lost broker, and it pulls again once back.
+    const messages = await consumer.consume({
+      max_messages: this.options.batchSize * 2, expires: 5_000,
+      callback: (m) => {
+        this.delivered.push(m);
+        this.wake?.();
+      },
+    });
+    this.messages = messages;
+    void messages.closed().then(() => {
+      if (this.messages === messages) this.messages = undefined;
+    });
+  }
+
+  /** Stops pulling; what was delivered and not handled is nak'd so another worker gets it at once. */
+  async stop(): Promise<void> {
+    const messages = this.messages;
+    this.messages = undefined;
+    await messages?.close().catch(() => undefined);
+    for (const m of this.delivered.splice(0)) m.nak();
+    this.wake?.();
+  }
+
+  /** The event a message carries, checked against its subject's partition; MalformedEventError otherwise. */
+  decode(m: JsMsg): OutboxEvent {
+    let json: unknown;
+    try {
+      json = JSON.parse(m.string());
+    } catch {
+      throw new MalformedEventError(m.subject, "not JSON");
+    }
+    if (typeof json !== "object" || json === null) throw new MalformedEventError(m.subject, "not an object");
+    const e = json as Record<string, unknown>;
+    if (e.part !== this.part) throw new MalformedEventError(m.subject, `partition ${String(e.part)} on the subject of partition ${this.part}`);
+    if (!Number.isSafeInteger(e.seq) || (e.seq as number) < 1) throw new MalformedEventError(m.subject, "seq is not a positive integer");
+    return this.kind.revive(e);
+  }
+
+  /** Applies through the kind's consumer, between the beforeApply and afterApply hook points. */
+  async apply(events: OutboxEvent[]): Promise<Record<string, number>> {
+    await this.hooks.at("transport.beforeApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
+    const r = await this.kind.applyBatch(events);
+    await this.hooks.at("transport.afterApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
+    return r.verdicts;
+  }
+
+  /** Publishes the message to the dead-letter stream with why, then terminates it (no more redeliveries). */
+  async deadLetter(m: JsMsg, reason: DeadLetterReason, error: unknown): Promise<void> {
+    const h = headers();
+    h.set("Ledger-Dead-Reason", reason);
+    h.set("Ledger-Original-Subject", m.subject);
+    h.set("Ledger-Stream-Seq", String(m.seq));
+    h.set("Ledger-Delivery-Count", String(m.info.deliveryCount));
+    h.set("Ledger-Error", (error instanceof Error ? error.message : String(error)).slice(0, 500).replace(/[\r\n]/g, " "));
+    await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
+      headers: h, msgID: `${m.subject}:${m.seq}`,
+    });
+    m.term();
+    this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
+  }
+
+  /** Nak with a delay that doubles per delivery (capped at a minute); on the last delivery, dead-letter instead. */
+  async retryLater(m: JsMsg, error: unknown): Promise<void> {
+    if (m.info.deliveryCount >= this.config.maxDeliver) {
+      await this.deadLetter(m, "attempts", error);
+      return;
+    }
+    m.nak(Math.min(60_000, this.config.ackWaitMs * 2 ** (m.info.deliveryCount - 1)));
+  }
+
+  /**
+   * The watermark is contiguous, so an event the broker never delivers (dead-lettered, past
+   * max_deliver, aged out of the stream, lost with a broker's store) holds its partition. When the
+   * watermark stood still for a whole check interval while the outbox has events above it, apply the
+   * unprocessed events above it from the outbox (the gaps first), through the same applyBatch.
+   */
+  private async fillGapIfStalled(): Promise<number> {
+    if (Date.now() - this.lastCheckAt < this.config.gapCheckMs) return 0;
+    this.lastCheckAt = Date.now();
+    const w = await consumerWatermark(this.pool, this.kind.kind, this.part);
+    const stalled = w === this.lastWatermark && (await outboxLast(this.pool, this.kind.kind, this.part)) > w;
+    this.lastWatermark = w;
+    if (!stalled) return 0;
+    const events = await this.kind.fetchPending(this.part, this.options.batchSize);
+    if (events.length === 0) return 0;
+    const r = await this.kind.applyBatch(events);
+    this.lastWatermark = r.watermark;
+    this.gapFilled += events.length;
+    this.options.onBatch?.(this.kind.kind, this.part, "outbox", r.verdicts);
+    return events.length;
+  }
+}
+
+/**
+ * The default delivery: decode (a malformed message is dead-lettered), ack at once what is at or below
+ * the watermark (processed, since the watermark is contiguous; this needs neither the outbox row nor
+ * the dedup key, so retention may have pruned both), apply the rest in one batch, ack after the commit.
+ * A batch refused by verification is applied one event at a time so that only the copies that differ
+ * from the outbox are dead-lettered.
+ */
+export const deliverVerified: DeliveryStrategy = async (c, msgs) => {
+  const verdicts: Record<string, number> = { dup: 0 };
+  const decoded: { m: JsMsg; e: OutboxEvent }[] = [];
+  for (const m of msgs) {
+    try {
+      decoded.push({ m, e: c.decode(m) });
+    } catch (err) {
+      await c.deadLetter(m, "malformed", err);
+    }
+  }
+  const w = await consumerWatermark(c.pool, c.kind.kind, c.part);
+  const fresh = decoded.filter(({ m, e }) => {
+    if (e.seq > w) return true;
+    m.ack();
+    verdicts.dup!++;
+    return false;
+  });
+  if (fresh.length === 0) return verdicts;
+  try {
+    add(verdicts, await c.apply(fresh.map((d) => d.e)));
+    for (const { m } of fresh) m.ack();
+    return verdicts;
+  } catch {
+    // One event at a time, so that only the events that fail are retried or dead-lettered.
+  }
+  let failure: unknown;
+  for (const { m, e } of fresh) {
+    try {
+      add(verdicts, await c.apply([e]));
+      m.ack();
+    } catch (err) {
+      if (err instanceof InvalidInputError) {
+        await c.deadLetter(m, "verification", err);
+      } else {
+        failure ??= err;
+        await c.retryLater(m, err);
+      }
+    }
+  }
+  if (failure !== undefined) throw failure;
+  return verdicts;
+};

@@ -1,0 +1,121 @@
+import { connect, nanos, type NatsConnection } from "@nats-io/transport-node";
+import {
+  AckPolicy, DeliverPolicy, DiscardPolicy, JetStreamApiCodes, JetStreamApiError, RetentionPolicy, StorageType,
+  jetstreamManager, type ConsumerConfig, type JetStreamManager,
+} from "@nats-io/jetstream";
+import type { TransportConfig } from "./transport-config.ts";
+import { TRANSPORT_KINDS, type TransportKindName } from "./transport-kinds.ts";
+
+/** Subject of one kind and partition: one subject per partition, so one durable consumer reads one partition in order. */
+export function eventSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
+  return `${config.stream.toLowerCase()}.${kind}.${part}`;
+}
+
+export function deadLetterSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
+  return `${config.stream.toLowerCase()}.dlq.${kind}.${part}`;
+}
+
+export function deadLetterStream(config: Pick<TransportConfig, "stream">): string {
+  return `${config.stream}_DLQ`;
+}
+
+/** The durable consumer every worker process shares for one kind and partition. */
+export function durableName(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
+  return `${config.stream}_${kind}_${part}`;
+}
+
+/** The broker's duplicate window drops a re-published id; our own dedup is by (part, seq) in the database. */
+export function messageId(kind: TransportKindName, part: number, seq: number): string {
+  return `${kind}:${part}:${seq}`;
+}
+
+/** Connects, retrying forever (a broker restart is an outage to ride out, not a reason to exit). */
+export async function connectNats(config: TransportConfig, name: string): Promise<NatsConnection> {
+  return connect({
+    servers: config.servers, name, maxReconnectAttempts: -1, reconnectTimeWait: 250, waitOnFirstConnect: true,
+  });
+}
+
+/** Drains the connection (in-flight acks and publishes go out), or closes it when the broker does not answer within 2 s. */
+export async function closeNats(nc: NatsConnection): Promise<void> {
+  if (nc.isClosed()) return;
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, 2_000)));
+  await Promise.race([nc.drain().catch(() => undefined), gaveUp]);
+  clearTimeout(timer);
+  if (!nc.isClosed()) await nc.close();
+}
+
+function isApiError(err: unknown, code: number): boolean {
+  return err instanceof JetStreamApiError && err.code === code;
+}
+
+/**
+ * Creates (or brings up to date) the events stream and the dead-letter stream. Both are file-backed
+ * limits streams: a new consumer group could replay them, and the outbox, not the stream, is what
+ * retention must keep for gap filling (docs/transport-jetstream.md).
+ */
+export async function ensureStreams(jsm: JetStreamManager, config: TransportConfig): Promise<void> {
+  const prefix = config.stream.toLowerCase();
+  const streams = [
+    {
+      name: config.stream, subjects: TRANSPORT_KINDS.map((k) => `${prefix}.${k}.*`),
+      duplicate_window: nanos(config.duplicateWindowSeconds * 1000), max_age: nanos(config.maxAgeSeconds * 1000),
+    },
+    { name: deadLetterStream(config), subjects: [`${prefix}.dlq.>`], duplicate_window: nanos(120_000), max_age: nanos(config.maxAgeSeconds * 1000) },
+  ];
+  for (const s of streams) {
+    const cfg = { ...s, storage: StorageType.File, retention: RetentionPolicy.Limits, discard: DiscardPolicy.Old, num_replicas: 1 };
+    try {
+      await jsm.streams.info(s.name);
+      await jsm.streams.update(s.name, cfg);
+    } catch (err) {
+      if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
+      try {
+        await jsm.streams.add(cfg);
+      } catch (raced) {
+        // Another process created it first: fine, it has our configuration.
+        if (!(raced instanceof JetStreamApiError)) throw raced;
+        await jsm.streams.info(s.name);
+      }
+    }
+  }
+}
+
+/**
+ * The durable pull consumer of one kind and partition. Redeliveries after an ack timeout back off
+ * (ack_wait, then doubling); `max_deliver` bounds them, and the worker dead-letters a message on its
+ * last delivery. Only features of nats-server 2.9 (one filter subject, no pause).
+ */
+export function consumerConfig(config: TransportConfig, kind: TransportKindName, part: number): Partial<ConsumerConfig> {
+  const backoff = Array.from({ length: Math.min(4, config.maxDeliver - 1) }, (_, i) => nanos(config.ackWaitMs * 2 ** i));
+  return {
+    durable_name: durableName(config, kind, part),
+    filter_subject: eventSubject(config, kind, part),
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: nanos(config.ackWaitMs),
+    backoff,
+    max_deliver: config.maxDeliver,
+    max_ack_pending: 2_000,
+  };
+}
+
+export async function ensureConsumer(jsm: JetStreamManager, config: TransportConfig, kind: TransportKindName, part: number): Promise<void> {
+  const cfg = consumerConfig(config, kind, part);
+  const name = cfg.durable_name!;
+  try {
+    await jsm.consumers.info(config.stream, name);
+    await jsm.consumers.update(config.stream, name, { ack_wait: cfg.ack_wait, backoff: cfg.backoff, max_deliver: cfg.max_deliver, max_ack_pending: cfg.max_ack_pending });
+  } catch (err) {
+    if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    try {
+      await jsm.consumers.add(config.stream, cfg);
+    } catch (raced) {
+      if (!(raced instanceof JetStreamApiError)) throw raced;
+      await jsm.consumers.info(config.stream, name);
+    }
+  }
+}
+
+export { jetstreamManager };

@@ -1,0 +1,44 @@
+import { TransportConfigError } from "./transport-errors.ts";
+
+/** What the relay and the JetStream workers need to know about the broker (environment, see README). */
+export interface TransportConfig {
+  /** NATS_URL: comma-separated servers, e.g. nats://127.0.0.1:4222. */
+  servers: string[];
+  /** LEDGER_NATS_STREAM: the events stream's name; subjects are `<lowercased name>.<kind>.<part>`, dead letters in `<name>_DLQ`. */
+  stream: string;
+  /** LEDGER_NATS_ACK_WAIT_MS: how long a delivery may stay unacknowledged before JetStream redelivers it. */
+  ackWaitMs: number;
+  /** LEDGER_NATS_MAX_DELIVER: deliveries of one message before it goes to the dead-letter stream. */
+  maxDeliver: number;
+  /** LEDGER_NATS_DUPLICATE_WINDOW_SECONDS: JetStream drops a re-published Nats-Msg-Id within this window. */
+  duplicateWindowSeconds: number;
+  /** LEDGER_NATS_MAX_AGE_SECONDS: how long the stream keeps a message (the outbox stays the truth). */
+  maxAgeSeconds: number;
+  /** LEDGER_GAP_CHECK_MS: a worker whose watermark stood still this long below the outbox fills the gap from the outbox. */
+  gapCheckMs: number;
+}
+
+function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new TransportConfigError(`${name} must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
+
+export function loadTransportConfig(env: NodeJS.ProcessEnv = process.env): TransportConfig {
+  const servers = (env.NATS_URL ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
+  if (servers.length === 0) throw new TransportConfigError("--transport nats needs NATS_URL (e.g. nats://127.0.0.1:4222)");
+  const stream = env.LEDGER_NATS_STREAM || "LEDGER";
+  if (!/^[A-Za-z0-9_-]{1,32}$/.test(stream)) throw new TransportConfigError(`LEDGER_NATS_STREAM must be 1-32 of A-Z a-z 0-9 _ -, got ${JSON.stringify(stream)}`);
+  return {
+    servers,
+    stream,
+    ackWaitMs: integer("LEDGER_NATS_ACK_WAIT_MS", env.LEDGER_NATS_ACK_WAIT_MS, 30_000, 100, 3_600_000),
+    maxDeliver: integer("LEDGER_NATS_MAX_DELIVER", env.LEDGER_NATS_MAX_DELIVER, 10, 2, 1000),
+    duplicateWindowSeconds: integer("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS, 120, 1, 86_400),
+    maxAgeSeconds: integer("LEDGER_NATS_MAX_AGE_SECONDS", env.LEDGER_NATS_MAX_AGE_SECONDS, 7 * 86_400, 60, 365 * 86_400),
+    gapCheckMs: integer("LEDGER_GAP_CHECK_MS", env.LEDGER_GAP_CHECK_MS, 5_000, 50, 3_600_000),
+  };
+}

@@ -1,0 +1,38 @@
+import client from "prom-client";
+import type { Pool } from "../db/pool.ts";
+import { transportLag } from "./relay-watermark.ts";
+
+/** The transport's metrics, in the process's registry (serve's and worker's /metrics). */
+export class TransportMetrics {
+  readonly published: client.Counter<"kind" | "result">;
+  readonly deadLetters: client.Counter<"kind" | "reason">;
+  readonly gapFilled: client.Counter<"kind">;
+
+  constructor(registry: client.Registry, pool: Pool) {
+    this.published = new client.Counter({
+      name: "ledger_transport_published_total", help: "Outbox events the relay published, stored or dropped as duplicates by JetStream",
+      labelNames: ["kind", "result"], registers: [registry],
+    });
+    this.deadLetters = new client.Counter({
+      name: "ledger_transport_dead_letters_total", help: "Messages moved to the dead-letter stream, by reason (malformed, verification, attempts)",
+      labelNames: ["kind", "reason"], registers: [registry],
+    });
+    this.gapFilled = new client.Counter({
+      name: "ledger_transport_gap_filled_events_total", help: "Events applied from the outbox because the broker had not delivered them",
+      labelNames: ["kind"], registers: [registry],
+    });
+    for (const kind of ["likes", "relations", "comments"]) {
+      this.gapFilled.inc({ kind }, 0);
+      for (const reason of ["malformed", "verification", "attempts"]) this.deadLetters.inc({ kind, reason }, 0);
+    }
+    new client.Gauge({
+      name: "ledger_transport_relay_lag_events", help: "Outbox events not yet published to JetStream, per kind and partition",
+      labelNames: ["kind", "partition"], registers: [registry],
+      async collect() {
+        this.reset();
+        const rows = await transportLag(pool).catch(() => []);
+        for (const r of rows) if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
+      },
+    });
+  }
+}

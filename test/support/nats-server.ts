@@ -1,0 +1,69 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { once } from "node:events";
+import os from "node:os";
+import path from "node:path";
+import { connect } from "@nats-io/transport-node";
+import { freePort } from "../../src/db/embedded-cluster.ts";
+
+/** Debian's binary (`apt-get install nats-server`, which .ci/run does when it is missing). */
+export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
+
+/**
+ * A throwaway `nats-server -js` on a free port (never the machine's 4222) with its JetStream store in
+ * a temporary directory. restart() keeps the store (what a broker restart does); the directory is
+ * removed by close(). Start waits until a client can connect.
+ */
+export class TestNats {
+  private child: ChildProcess | undefined;
+
+  private constructor(readonly port: number, readonly storeDir: string) {}
+
+  get url(): string {
+    return `nats://127.0.0.1:${this.port}`;
+  }
+
+  static async start(): Promise<TestNats> {
+    const nats = new TestNats(await freePort(), await mkdtemp(path.join(os.tmpdir(), "ledger-nats-")));
+    await nats.restart();
+    return nats;
+  }
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  async restart(): Promise<void> {
+    this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: "ignore" });
+    const spawned = this.child;
+    const failed = new Promise<never>((_, reject) => spawned.once("error", (err) => reject(new Error(`cannot start ${NATS_SERVER_BIN} (apt-get install nats-server): ${err.message}`))));
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      try {
+        const nc = await Promise.race([connect({ servers: this.url, reconnect: false, timeout: 500 }), failed]);
+        await nc.close();
+        return;
+      } catch (err) {
+        if (spawned.exitCode !== null || Date.now() > deadline || (err instanceof Error && err.message.startsWith("cannot start"))) {
+          throw new Error(`nats-server on port ${this.port} did not accept a connection within 15 s`, { cause: err });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+  }
+
+  /** Stops the server with a signal (SIGKILL: a crash; SIGTERM: a clean shutdown) and waits for the exit. */
+  async stop(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, "exit");
+    child.kill(signal);
+    await exited;
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    await rm(this.storeDir, { recursive: true, force: true });
+  }
+}
