@@ -40,14 +40,14 @@ export interface CountLayer {
 
 export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}): Promise<CountLayer> {
   if (!options.redisUrl) {
-    const metrics = options.registry ? new CacheMetrics(options.registry) : undefined;
+    const metrics = options.registry ? new CacheMetrics(options.registry, undefined, pool) : undefined;
     return { reader: new CountReader(pool, undefined, { metrics }), redis: undefined, reconciler: undefined, workers: [], state: () => "off",
       feed: async () => 0, reconcile: async () => [], close: async () => {},
     };
   }
   const redis: RedisClient = await connectRedis(options.redisUrl, { allowEviction: options.allowEviction });
   const metrics = options.registry
-    ? new CacheMetrics(options.registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) })
+    ? new CacheMetrics(options.registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) }, pool)
     : undefined;
   const hooks = options.hooks ?? new Hooks();
   const store = new CountStore(redis, options.buckets ?? 16, { hooks });
