@@ -51,7 +51,7 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     : undefined;
   const hooks = options.hooks ?? new Hooks();
   const store = new CountStore(redis, options.buckets ?? 16, { hooks });
-  const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs });
+  const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs, hooks });
   const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert });
   const feeders = COUNTER_KINDS.map((kind) => new CountFeeder(pool, store, kind, { hooks, metrics }));
   const interval = options.reconcileIntervalMs ?? 60_000;

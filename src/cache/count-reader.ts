@@ -1,9 +1,12 @@
 import { LRUCache } from "lru-cache";
 import type { Pool } from "../db/pool.ts";
+import { Hooks } from "../hooks.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
 import type { CachedCount, CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
+
+const NO_HOOKS = new Hooks();
 
 export type CountAnswer =
   | { source: "cache"; count: number; reconciledAgeMs: number }
@@ -14,6 +17,8 @@ export interface CountReaderOptions {
   /** How long a count stays in this process's memory (LEDGER_COUNT_LOCAL_TTL_MS); 0 turns the local cache off. */
   localTtlMs?: number;
   localMax?: number;
+  /** Hook point "cache.beforeBackfill": a backfill's truth is read, not yet installed. */
+  hooks?: Hooks;
 }
 
 /**
@@ -76,6 +81,7 @@ export class CountReader {
     if (cached) return cached;
     const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
     const row = rows[0]!;
+    await (this.options.hooks ?? NO_HOOKS).at("cache.beforeBackfill", { kind: kind.name, target, truth: row.n });
     await store.install(kind.name, target, row.n, row.bound.map(Number), false);
     return store.read(kind.name, target);
   }
