@@ -7,6 +7,9 @@ import type { Pool } from "../db/pool.ts";
  * transaction wrote a row and in which order they committed (an id cursor would skip a row
  * whose insert commits after a higher id was read), and drift rows are few.
  */
+/** The cache's hit, miss and fallback counter; the dashboard's sampler reads it by this name. */
+export const CACHE_LOOKUPS_METRIC = "ledger_count_cache_lookups_total";
+
 const DRIFT_HISTORY_SQL = `
   SELECT kind, origin, CASE WHEN drift > 0 THEN 'under' ELSE 'over' END AS sign, abs(drift)::bigint AS size, count(*)::bigint AS n
     FROM count_drift_history
@@ -26,6 +29,7 @@ const DRIFT_HISTORY_SQL = `
  */
 export class CacheMetrics {
   readonly countReads: client.Counter<"kind" | "source">;
+  readonly cacheLookups: client.Counter<"kind" | "result">;
   readonly updates: client.Counter<"kind">;
   readonly updateFailures: client.Counter<"kind">;
   readonly drift: client.Histogram<"kind" | "sign" | "origin">;
@@ -43,6 +47,11 @@ export class CacheMetrics {
     this.countReads = new client.Counter({
       name: "ledger_count_reads_total", help: "Count reads by counter kind and where they were answered from (cache, database)",
       labelNames: ["kind", "source"], registers,
+    });
+    this.cacheLookups = new client.Counter({
+      name: CACHE_LOOKUPS_METRIC,
+      help: "Count reads that asked the cache (all but exact ones), by counter kind and result: hit (this process's memory or Redis), miss (absent from Redis, backfilled from the facts), fallback (Redis failed, PostgreSQL answered)",
+      labelNames: ["kind", "result"], registers,
     });
     this.updates = new client.Counter({
       name: "ledger_count_cache_updates_total", help: "Events the count feeder applied to Redis, by counter kind", labelNames: ["kind"], registers,

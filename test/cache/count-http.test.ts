@@ -47,13 +47,17 @@ test("HTTP with Redis killed and restarted empty mid-load: no 5xx, reads fall ba
 
   await redis.kill();
   const downSources = new Set<string>();
-  await load(users.slice(20, 40), "item-1", statuses, downSources);
+  const downStatuses: number[] = [];
+  await load(users.slice(20, 40), "item-1", downStatuses, downSources);
   assert.deepEqual([...downSources], ["database"], "while Redis is down every count comes from PostgreSQL");
+  assert.deepEqual(downStatuses.filter((s) => s !== 200), [], "while Redis is down every write and read answers 200");
+  assert.equal(downStatuses.length, 40);
   await assert.rejects(h.counts.feed());
   assert.equal(ok(await h.request<{ counts: string }>("GET", "/readyz")).counts, "degraded");
   const metricsDown = (await h.request("GET", "/metrics")).text;
   assert.match(metricsDown, /^ledger_redis_up 0$/m);
   assert.match(metricsDown, /^ledger_count_cache_update_failures_total\{kind="likes"\} [1-9]/m);
+  assert.match(metricsDown, /^ledger_count_cache_lookups_total\{kind="likes",result="fallback"\} [1-9]/m, "reads while Redis is down are fallbacks");
 
   await redis.restart();
   await waitReady(h);
@@ -74,6 +78,8 @@ test("HTTP with Redis killed and restarted empty mid-load: no 5xx, reads fall ba
     assert.match(metrics, new RegExp(`^# TYPE ${name} `, "m"), `${name} on /metrics`);
   }
   assert.match(metrics, /^ledger_count_reads_total\{kind="likes",source="database"\} [1-9]/m);
+  // The dashboard's hit rate: the first read of the counter and the first after the restart backfill (misses), the rest hit.
+  for (const result of ["hit", "miss", "fallback"]) assert.match(metrics, new RegExp(`^ledger_count_cache_lookups_total\\{kind="likes",result="${result}"\\} [1-9]`, "m"));
 });
 
 test("the service refuses a Redis whose maxmemory-policy could evict counts, with a message naming the override", async (t) => {
