@@ -106,10 +106,10 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
     try {
     await likeMany(l.likes, "item-a", 5, 8);
     await l.feeder.pollOnce();
-    assert.equal(await l.redis.hLen(logKey), 8, "the 5 earlier likes and these 3: the counter was never read before");
+    assert.equal(await l.redis.sendCommand<number>(["HLEN", logKey]), 8, "the 5 earlier likes and these 3: the counter was never read before");
     assert.ok(await l.redis.sendCommand<number>(["TTL", logKey]) > 0, "the log of an absent counter carries a TTL");
     await l.redis.sendCommand(["CONFIG", "SET", "maxmemory", String((await usedMemory(l.redis)) + 1_000_000)]);
-    for (let written = 0; await l.redis.exists(logKey); written += 50) {
+    for (let written = 0; await l.redis.sendCommand<number>(["EXISTS", logKey]); written += 50) {
       assert.ok(written < 20_000, "Redis did not evict the log after 20000 volatile writes");
       await writeVolatileFiller(l.redis, written, 50);
     }
@@ -125,7 +125,7 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
   assert.ok(evictions > 0, "Redis evicted keys (INFO evicted_keys)");
   assert.ok(await exported(l.registry, EVICTED_LINE) >= evictions, "ledger_redis_evicted_keys moved");
   t.diagnostic(`note volatile-lru: ${evictions} keys evicted before the log went`);
-  assert.equal(await l.redis.exists(l.store.counterKey("likes", "item-b")), 1, "the counter without TTL survived the pressure");
+  assert.equal(await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-b")]), 1, "the counter without TTL survived the pressure");
 
   const reports = await l.reconciler.reconcile(LIKE_COUNTS);
   assert.deepEqual(reports.drifted.map((d) => [d.target, d.drift]), [["item-a", 3]], "an undercount: the sign says increments were lost");
@@ -151,7 +151,7 @@ test("volatile-random with memory exhausted: volatile keys are evicted, then Red
   const evictions = await evictedKeys(l.redis);
   assert.ok(evictions > 0, "Redis evicted the volatile keys");
   assert.ok(await exported(l.registry, EVICTED_LINE) > 0, "ledger_redis_evicted_keys moved");
-  assert.equal(await l.redis.exists(l.store.counterKey("likes", "item-a")), 1, "the counter without TTL was not evicted");
+  assert.equal(await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-a")]), 1, "the counter without TTL was not evicted");
 
   await likeMany(l.likes, "item-a", 4, 7); // writes are the database's: unaffected
   await likeMany(l.likes, "item-c", 0, 2); // item-c has neither a counter nor a log in Redis

@@ -87,3 +87,43 @@ test("the service refuses a Redis whose maxmemory-policy could evict counts, wit
   t.after(() => redis.kill());
   await assert.rejects(startApi({ redisUrl: redis.url }), /maxmemory-policy is allkeys-lru.*LEDGER_REDIS_ALLOW_EVICTION=1/s);
 });
+
+test("HTTP with Redis hung (SIGSTOP: the connection stays open, nothing answers): every write and count read answers 200 from PostgreSQL, readiness and redis_up say degraded; once it answers again the counts come from Redis and equal the facts", { timeout: 60_000 }, async (t) => {
+  const redis = await TestRedis.start();
+  t.after(async () => {
+    redis.resume();
+    await redis.kill();
+  });
+  const h = await startApi({ partitions: 2, redisUrl: redis.url });
+  t.after(() => h.close());
+  const admin = await h.as("admin-1", { admin: true });
+  ok(await admin.put("/v1/items/item-1"));
+  await h.counts.feed();
+  const users = await Promise.all(Array.from({ length: 40 }, (_, i) => h.as(`user-${i}`)));
+  const warmStatuses: number[] = [];
+  await load(users.slice(0, 10), "item-1", warmStatuses, new Set());
+  await h.counts.feed();
+  assert.equal(ok(await admin.get<CountBody>("/v1/items/item-1/like-count")).source, "cache");
+
+  redis.pause();
+  // node-redis drops a command's timeout once it is written: without our deadline these requests never answer.
+  const hungStatuses: number[] = [];
+  const hungSources = new Set<string>();
+  await load(users.slice(10, 30), "item-1", hungStatuses, hungSources);
+  assert.deepEqual(hungStatuses.filter((s) => s !== 200), [], "every write and read answers 200 while Redis hangs");
+  assert.deepEqual([...hungSources], ["database"]);
+  assert.equal(ok(await h.request<{ counts: string }>("GET", "/readyz")).counts, "degraded");
+  assert.match((await h.request("GET", "/metrics")).text, /^ledger_redis_up 0$/m);
+  await assert.rejects(h.counts.feed());
+
+  redis.resume();
+  await pollUntil("count reads come from Redis again", async () => (await admin.get<CountBody>("/v1/items/item-1/like-count")).body.source, (s) => s === "cache", 15_000, 20);
+  assert.equal(ok(await h.request<{ counts: string }>("GET", "/readyz")).counts, "up");
+  await h.counts.feed();
+  await load(users.slice(30, 40), "item-1", warmStatuses, new Set());
+  await h.counts.feed();
+  await h.counts.reconcile();
+  const after = ok(await admin.get<CountBody>("/v1/items/item-1/like-count"));
+  assert.deepEqual([after.source, after.count], ["cache", await facts(h, "item-1")]);
+  assert.equal(after.count, 40);
+});
