@@ -94,7 +94,7 @@ export class CacheMetrics {
     this.reconciledTargets = new client.Counter({
       name: "ledger_count_reconciled_targets_total", help: "Counters visited by reconciliations, by kind", labelNames: ["kind"], registers,
     });
-    for (const kind of ["likes", "followers"]) {
+    for (const kind of ["likes", "followers", "comments"]) {
       this.updateFailures.inc({ kind }, 0);
       this.driftAlert.set({ kind }, 0);
     }

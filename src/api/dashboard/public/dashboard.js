@@ -12,7 +12,7 @@
   const ROUTE_GROUPS = ["likes", "relations", "posts", "comments", "admin", "health", "other"];
   const OUTCOMES = ["CHANGED", "NOOP", "REJECTED"];
   /** Counter kinds of the Redis count layer (rates.countCache is keyed by them). */
-  const COUNT_KINDS = ["likes", "followers"];
+  const COUNT_KINDS = ["likes", "followers", "comments"];
   /** Saturated colours only: grid, axes and background are grey or white, so a drawn series is the only colour on a canvas. */
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#e377c2", "#17becf", "#8c564b", "#bcbd22", "#0b3d91"];
   /** Per-partition lines up to this many partitions; beyond it the lag plot shows each view's total and its worst partition. */
