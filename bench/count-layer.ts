@@ -99,10 +99,11 @@ export async function redisOutageWriteRows(
   try {
     const url = await app.listen({ port: 0, host: "127.0.0.1" });
     const users = 200;
+    const amount = Math.max(200, Math.round(o.requests / 2));
     const writes = async (phase: string): Promise<Figures> => {
       const auth = await Promise.all(Array.from({ length: users }, (_, n) => signToken(secret, `rw-${phase}-${n}`).then((t) => `Bearer ${t}`)));
       return runAutocannon({
-        url, amount: o.requests, connections: o.connections, onInstance,
+        url, amount, connections: o.connections, onInstance,
         build: (k) => {
           const user = k % users;
           const like = Math.floor(k / users) % 2 === 0;
@@ -110,24 +111,29 @@ export async function redisOutageWriteRows(
         },
       });
     };
-    const rows: CountLayerRow[] = [];
-    const row = (op: string, figures: Figures, state: string) => {
-      const up = rows[0]?.figures.opsPerSec;
-      const ratio = up ? `, ${(figures.opsPerSec / up).toFixed(2)}x of Redis up` : "";
-      rows.push({ op, figures, note: `count layer ${state} during the run${ratio}` });
-    };
-    await writes("warmup"); // the first HTTP run of a fresh app is slower: not the figure compared
-    row("HTTP writes, Redis up", await writes("up"), counts.state());
+    // Each outage run sits between two runs with Redis up and is compared with their mean, so a
+    // change of the machine's load during the sequence does not pass for the outage's effect.
+    await writes("warmup"); // the first HTTP run of a fresh app is slower: not a figure compared
+    const up1 = await writes("up1");
     await server.kill();
     const killed = await writes("killed");
-    row("HTTP writes, Redis killed", killed, counts.state());
+    const killedState = counts.state();
     await server.restart();
     for (let i = 0; i < 400 && !counts.redis!.isReady; i++) await new Promise((resolve) => setTimeout(resolve, 25)); // reconnected
+    const up2 = await writes("up2");
     server.pause();
     const hung = await writes("hung");
-    row("HTTP writes, Redis hung (SIGSTOP)", hung, counts.state());
+    const hungState = counts.state();
     server.resume();
-    row("HTTP writes, Redis up again", await writes("again"), counts.state());
+    const up3 = await writes("up3");
+    const vs = (f: Figures, a: Figures, b: Figures) => `${(f.opsPerSec / ((a.opsPerSec + b.opsPerSec) / 2)).toFixed(2)}x the mean of the runs with Redis up around it`;
+    const rows: CountLayerRow[] = [
+      { op: "HTTP writes, Redis up (1)", figures: up1, note: "count layer up" },
+      { op: "HTTP writes, Redis killed", figures: killed, note: `count layer ${killedState}, ${vs(killed, up1, up2)}` },
+      { op: "HTTP writes, Redis up (2)", figures: up2, note: "restarted empty" },
+      { op: "HTTP writes, Redis hung (SIGSTOP)", figures: hung, note: `count layer ${hungState}, ${vs(hung, up2, up3)}` },
+      { op: "HTTP writes, Redis up (3)", figures: up3, note: "resumed" },
+    ];
     return rows;
   } finally {
     server.resume();
