@@ -2,8 +2,16 @@
  * The Redis count layer's figures for `npm run bench` (issue 10), on one benchmark database and a
  * redis-server of its own (system binary, free port, no persistence): count reads from PostgreSQL
  * vs from Redis side by side, a hot key with and without the in-process cache, and reconciliation
- * time against the number of changed targets.
+ * time against the number of changed targets; and HTTP write throughput with that Redis up, killed
+ * and hung (SIGSTOP), side by side in one run.
  */
+import { randomBytes } from "node:crypto";
+import type autocannon from "autocannon";
+import { buildApp } from "../src/api/app.ts";
+import { signToken } from "../src/api/auth.ts";
+import { LedgerMetrics } from "../src/api/metrics.ts";
+import { openCountLayer } from "../src/cache/count-layer.ts";
+import type { Ledger } from "../src/ledger.ts";
 import type { Pool } from "../src/db/pool.ts";
 import { CountFeeder } from "../src/cache/count-feeder.ts";
 import { CountReader } from "../src/cache/count-reader.ts";
@@ -13,7 +21,7 @@ import { Reconciler } from "../src/cache/reconciler.ts";
 import { connectRedis } from "../src/cache/redis-connection.ts";
 import type { LikeService } from "../src/likes/like-service.ts";
 import { TestRedis } from "../test/support/redis-server.ts";
-import { runFixedCount, type Figures } from "./load.ts";
+import { runAutocannon, runFixedCount, type Figures } from "./load.ts";
 
 export interface CountLayerRow {
   op: string;
@@ -65,6 +73,72 @@ export async function countLayerRows(
     return rows;
   } finally {
     await redis.close().catch(() => {});
+    await server.kill();
+  }
+}
+
+/**
+ * HTTP like/unlike requests against an API with the count layer as `serve` has it (feeder and
+ * reconciler loops running, the per-user budgets in Redis): Redis up, then killed (connection
+ * refused), then restarted and hung with SIGSTOP (connection open, no answer), then up again.
+ * The write path never waits on Redis for the count; the rate limit asks it once per request
+ * and skips it on error, and a hung Redis costs one command deadline, then a breaker.
+ */
+export async function redisOutageWriteRows(
+  ledger: Ledger, o: { requests: number; connections: number; items: readonly string[] }, onInstance?: (i: autocannon.Instance | undefined) => void,
+): Promise<CountLayerRow[]> {
+  const server = await TestRedis.start();
+  const metrics = new LedgerMetrics(ledger.pool);
+  const counts = await openCountLayer(ledger.pool, { redisUrl: server.url, registry: metrics.registry });
+  for (const w of counts.workers) w.start();
+  const secret = new Uint8Array(randomBytes(32));
+  const app = await buildApp({
+    ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
+    writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000,
+  });
+  try {
+    const url = await app.listen({ port: 0, host: "127.0.0.1" });
+    const users = 200;
+    const amount = Math.max(200, Math.round(o.requests / 2));
+    const writes = async (phase: string): Promise<Figures> => {
+      const auth = await Promise.all(Array.from({ length: users }, (_, n) => signToken(secret, `rw-${phase}-${n}`).then((t) => `Bearer ${t}`)));
+      return runAutocannon({
+        url, amount, connections: o.connections, onInstance,
+        build: (k) => {
+          const user = k % users;
+          const like = Math.floor(k / users) % 2 === 0;
+          return { method: like ? "PUT" : "DELETE", path: `/v1/items/${o.items[user % o.items.length]!}/likes/me`, authorization: auth[user]! };
+        },
+      });
+    };
+    // Each outage run sits between two runs with Redis up and is compared with their mean, so a
+    // change of the machine's load during the sequence does not pass for the outage's effect.
+    await writes("warmup"); // the first HTTP run of a fresh app is slower: not a figure compared
+    const up1 = await writes("up1");
+    await server.kill();
+    const killed = await writes("killed");
+    const killedState = counts.state();
+    await server.restart();
+    for (let i = 0; i < 400 && !counts.redis!.isReady; i++) await new Promise((resolve) => setTimeout(resolve, 25)); // reconnected
+    const up2 = await writes("up2");
+    server.pause();
+    const hung = await writes("hung");
+    const hungState = counts.state();
+    server.resume();
+    const up3 = await writes("up3");
+    const vs = (f: Figures, a: Figures, b: Figures) => `${(f.opsPerSec / ((a.opsPerSec + b.opsPerSec) / 2)).toFixed(2)}x the mean of the runs with Redis up around it`;
+    const rows: CountLayerRow[] = [
+      { op: "HTTP writes, Redis up (1)", figures: up1, note: "count layer up" },
+      { op: "HTTP writes, Redis killed", figures: killed, note: `count layer ${killedState}, ${vs(killed, up1, up2)}` },
+      { op: "HTTP writes, Redis up (2)", figures: up2, note: "restarted empty" },
+      { op: "HTTP writes, Redis hung (SIGSTOP)", figures: hung, note: `count layer ${hungState}, ${vs(hung, up2, up3)}` },
+      { op: "HTTP writes, Redis up (3)", figures: up3, note: "resumed" },
+    ];
+    return rows;
+  } finally {
+    server.resume();
+    await app.close();
+    await counts.close();
     await server.kill();
   }
 }

@@ -27,7 +27,7 @@ import { formatDiff, projectionDiff } from "../src/relations/relation-audit.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
 import { COMMENT_COUNTER } from "../src/content/comment-spec.ts";
 import { readCounter } from "../src/counters/counter-reads.ts";
-import { countLayerRows } from "./count-layer.ts";
+import { countLayerRows, redisOutageWriteRows } from "./count-layer.ts";
 import { ReplicaBench } from "./replica-reads.ts";
 import { clusterCountRows } from "./count-layer-cluster.ts";
 import { jetstreamRows } from "./jetstream.ts";
@@ -676,6 +676,12 @@ async function main(o: Opts): Promise<void> {
       // The reconciliation rows wrote likes: the audit at the end expects a drained count.
       await t.ledger.likeConsumer.drain();
       return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+    });
+    // Issue 10: "Redis unreachable for a while: writes keep their throughput", measured.
+    await phase(async (t) => {
+      const made = await redisOutageWriteRows(t.ledger, { requests: o.requests, connections: o.connections, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }, (i) => (started.cannon = i));
+      await t.ledger.likeConsumer.drain();
+      return made.map((r): Row => ({ op: r.op, path: "HTTP", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
     });
   }
 

@@ -38,6 +38,8 @@ export interface Config {
   countBuckets: number;
   /** LEDGER_RECONCILE_INTERVAL_MS: time between reconciliations of the Redis counters. */
   reconcileIntervalMs: number;
+  /** LEDGER_COUNT_LOCAL_TTL_MS: how long a count read from Redis stays in the process's memory; 0: not at all. */
+  countLocalTtlMs: number;
   /** Streaming replicas for reads that may lag (docs/read-replicas.md). */
   replicas: {
     /** DATABASE_REPLICA_URLS, comma-separated; empty: every read on the primary. */
@@ -116,5 +118,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tokenWaitMs: integer("LEDGER_REPLICA_TOKEN_WAIT_MS", env.LEDGER_REPLICA_TOKEN_WAIT_MS, 100, 0, 60_000),
       checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, 1_000, 50, 600_000),
     },
+    countLocalTtlMs: integer("LEDGER_COUNT_LOCAL_TTL_MS", env.LEDGER_COUNT_LOCAL_TTL_MS, 250, 0, 60_000),
   };
 }

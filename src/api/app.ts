@@ -85,7 +85,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
   app.addHook("onReady", async () => app.dashboard.start());
   app.addHook("onClose", async () => app.dashboard.stop());
-  app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry) }));
+  app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool) }));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
   // typed already and are not: {"private": 1} is a 400, not `true`. An unknown query

@@ -29,6 +29,8 @@ export interface CountLayer {
   redis: RedisClient | undefined;
   reconciler: Reconciler | undefined;
   workers: PartitionWorker[];
+  /** The hook points of the layer's reader, feeder and reconciler (tests inject faults there). */
+  hooks: Hooks;
   /** "off" without Redis, "up", or "degraded" while Redis does not answer (reads come from PostgreSQL). */
   state(): "off" | "up" | "degraded";
   /** One feeder pass over every kind (what the feeder loop does), for tests and the CLI. */
@@ -40,18 +42,18 @@ export interface CountLayer {
 
 export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}): Promise<CountLayer> {
   if (!options.redisUrl) {
-    const metrics = options.registry ? new CacheMetrics(options.registry) : undefined;
-    return { reader: new CountReader(pool, undefined, { metrics }), redis: undefined, reconciler: undefined, workers: [], state: () => "off",
+    const metrics = options.registry ? new CacheMetrics(options.registry, undefined, pool) : undefined;
+    return { reader: new CountReader(pool, undefined, { metrics }), redis: undefined, reconciler: undefined, workers: [], hooks: options.hooks ?? new Hooks(), state: () => "off",
       feed: async () => 0, reconcile: async () => [], close: async () => {},
     };
   }
   const redis: RedisClient = await connectRedis(options.redisUrl, { allowEviction: options.allowEviction });
   const metrics = options.registry
-    ? new CacheMetrics(options.registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) })
+    ? new CacheMetrics(options.registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) }, pool)
     : undefined;
   const hooks = options.hooks ?? new Hooks();
   const store = new CountStore(redis, options.buckets ?? 16, { hooks });
-  const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs });
+  const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs, hooks });
   const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert });
   const feeders = COUNTER_KINDS.map((kind) => new CountFeeder(pool, store, kind, { hooks, metrics }));
   const interval = options.reconcileIntervalMs ?? 60_000;
@@ -76,7 +78,7 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     }),
   ];
   return {
-    reader, redis, reconciler, workers, feed, reconcile,
+    reader, redis, reconciler, workers, hooks, feed, reconcile,
     state: () => (redis.isReady ? "up" : "degraded"),
     async close() {
       await Promise.all(workers.map((w) => w.stop()));

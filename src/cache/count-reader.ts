@@ -1,9 +1,17 @@
 import { LRUCache } from "lru-cache";
 import type { Pool } from "../db/pool.ts";
+import { Hooks } from "../hooks.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
 import type { CachedCount, CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
+
+const NO_HOOKS = new Hooks();
+
+/** A count from Redis, and whether this read had to backfill it from the facts (a miss). */
+interface LookedUp extends CachedCount {
+  backfilled: boolean;
+}
 
 export type CountAnswer =
   | { source: "cache"; count: number; reconciledAgeMs: number }
@@ -14,6 +22,8 @@ export interface CountReaderOptions {
   /** How long a count stays in this process's memory (LEDGER_COUNT_LOCAL_TTL_MS); 0 turns the local cache off. */
   localTtlMs?: number;
   localMax?: number;
+  /** Hook point "cache.beforeBackfill": a backfill's truth is read, not yet installed. */
+  hooks?: Hooks;
 }
 
 /**
@@ -27,7 +37,7 @@ export interface CountReaderOptions {
 export class CountReader {
   /** The count layer's metrics, for other writers of the same figures (the rebuild's drift). */
   readonly metrics: CacheMetrics | undefined;
-  private readonly local: LRUCache<string, CachedCount> | undefined;
+  private readonly local: LRUCache<string, LookedUp> | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -37,7 +47,7 @@ export class CountReader {
     this.metrics = options.metrics;
     const ttl = options.localTtlMs ?? 250;
     if (store && ttl > 0) {
-      this.local = new LRUCache<string, CachedCount>({
+      this.local = new LRUCache<string, LookedUp>({
         max: options.localMax ?? 10_000,
         ttl,
         fetchMethod: (key) => this.readRedis(key),
@@ -51,6 +61,7 @@ export class CountReader {
     validateNonNegativeInteger("allowedLag", options.allowedLag);
     if (this.store && !options.exact) {
       const cached = await this.readCached(kind, target).catch(() => undefined);
+      this.options.metrics?.cacheLookups.inc({ kind: kind.name, result: cached ? (cached.backfilled ? "miss" : "hit") : "fallback" });
       if (cached) {
         this.options.metrics?.countReads.inc({ kind: kind.name, source: "cache" });
         return { source: "cache", count: cached.count, reconciledAgeMs: Math.max(0, Date.now() - cached.reconciledAt) };
@@ -60,23 +71,29 @@ export class CountReader {
     return { source: "database", ...(await kind.readDatabase(database, target, options.allowedLag)) };
   }
 
-  private readCached(kind: CounterKind, target: string): Promise<CachedCount | undefined> {
+  private async readCached(kind: CounterKind, target: string): Promise<LookedUp | undefined> {
     const key = `${kind.name}\u0000${target}`;
     this.kinds.set(kind.name, kind);
-    return this.local ? this.local.fetch(key) : this.readRedis(key);
+    if (!this.local) return this.readRedis(key);
+    const status: LRUCache.Status<string, LookedUp> = {};
+    const found = await this.local.fetch(key, { status });
+    // Served from this process's memory: a hit, even if the entry was a backfill when fetched.
+    return found && status.fetch === "hit" ? { ...found, backfilled: false } : found;
   }
 
   private readonly kinds = new Map<string, CounterKind>();
 
-  private async readRedis(key: string): Promise<CachedCount | undefined> {
+  private async readRedis(key: string): Promise<LookedUp | undefined> {
     const store = this.store!;
     const [kindName, target] = key.split("\u0000") as [string, string];
     const kind = this.kinds.get(kindName)!;
     const cached = await store.read(kind.name, target);
-    if (cached) return cached;
+    if (cached) return { ...cached, backfilled: false };
     const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
     const row = rows[0]!;
+    await (this.options.hooks ?? NO_HOOKS).at("cache.beforeBackfill", { kind: kind.name, target, truth: row.n });
     await store.install(kind.name, target, row.n, row.bound.map(Number), false);
-    return store.read(kind.name, target);
+    const installed = await store.read(kind.name, target);
+    return installed && { ...installed, backfilled: true };
   }
 }

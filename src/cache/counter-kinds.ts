@@ -1,4 +1,6 @@
 import type { Pool } from "../db/pool.ts";
+import { COMMENT_COUNTER } from "../content/comment-spec.ts";
+import { readCounter } from "../counters/counter-reads.ts";
 import { readCount } from "../likes/like-audit.ts";
 import { followerCount } from "../relations/relation-reads.ts";
 
@@ -17,6 +19,7 @@ export interface DatabaseCount {
   lag: number;
   stale: boolean;
   pendingForItem?: number;
+  pendingForPost?: number;
 }
 
 /**
@@ -33,7 +36,7 @@ export interface DatabaseCount {
  *  positionsSql every partition's last sequence number (part, last).
  * The outbox sequences are gapless and commit-ordered per partition, so "every event with seq <=
  * bound[part]" is an exact set: the facts of the snapshot minus the events above the bound.
- * Adding a counted fact (comments) is one more entry of this shape.
+ * Adding a counted fact is one more entry of this shape (comments were).
  */
 export interface CounterKind {
   name: string;
@@ -104,4 +107,34 @@ export const FOLLOWER_COUNTS: CounterKind = {
   },
 };
 
-export const COUNTER_KINDS: readonly CounterKind[] = [LIKE_COUNTS, FOLLOWER_COUNTS];
+/**
+ * Comment counts per post. The outbox names the comment, not its author, so the bucket of an
+ * increment is chosen by the comment id: it only spreads one post's increments over fields.
+ * The truth reads counted_comment, the one definition of a counted comment (docs/comments.md).
+ */
+export const COMMENT_COUNTS: CounterKind = {
+  name: "comments",
+  eventsSql: `
+    SELECT o.part, o.seq::bigint AS seq, o.comment_id AS actor, o.post_id AS target, o.delta::int AS delta
+      FROM unnest($1::int[], $2::bigint[]) AS c(part, after)
+      CROSS JOIN LATERAL (
+        SELECT * FROM comment_outbox o WHERE o.part = c.part AND o.seq > c.after ORDER BY o.seq LIMIT $3) o
+     ORDER BY o.part, o.seq`,
+  changedSql: changedIn("comment_outbox", "post_id"),
+  truthSql: `
+    WITH x AS (SELECT part, least(last, ($2::bigint[])[part + 1]) AS bound FROM comment_seq),
+         b AS (SELECT array_agg(bound ORDER BY part) AS bound FROM x)
+    SELECT t.target,
+           ((SELECT count(*) FROM counted_comment c WHERE c.post_id = t.target)
+            - (SELECT coalesce(sum(o.delta), 0) FROM x JOIN comment_outbox o ON o.part = x.part AND o.seq > x.bound
+                WHERE o.post_id = t.target))::bigint AS n,
+           b.bound
+      FROM unnest($1::text[]) AS t(target), b`,
+  positionsSql: "SELECT part, last::bigint AS last FROM comment_seq ORDER BY part",
+  async readDatabase(pool, target, allowedLag) {
+    const r = await readCounter(pool, COMMENT_COUNTER, target, allowedLag);
+    return { count: r.n, lag: r.lag, stale: r.stale, pendingForPost: r.pending };
+  },
+};
+
+export const COUNTER_KINDS: readonly CounterKind[] = [LIKE_COUNTS, FOLLOWER_COUNTS, COMMENT_COUNTS];

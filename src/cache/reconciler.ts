@@ -80,7 +80,7 @@ export class Reconciler {
       await new Promise((resolve) => setImmediate(resolve));
     }
     await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
-    await recordDrift(this.pool, kind.name, "reconcile", report.drifted, this.options.metrics);
+    await recordDrift(this.pool, kind.name, "reconcile", report.drifted);
     this.options.metrics?.reconciledTargets.inc({ kind: kind.name }, report.installed);
     const alerting = report.drifted.length > (this.options.alertThreshold ?? 0);
     this.options.metrics?.driftAlert.set({ kind: kind.name }, alerting ? 1 : 0);
@@ -89,18 +89,21 @@ export class Reconciler {
   }
 }
 
-/** The database rebuild's drift in the same figures (count_drift_history, the histogram), whichever process ran it. */
-export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[], metrics?: CacheMetrics): Promise<void> {
-  return recordDrift(pool, "likes", "rebuild", drifted.map((d) => ({ target: d.itemId, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })), metrics);
+/** The database rebuild's drift in the same figures (count_drift_history, hence the histogram), whichever process ran it. */
+export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[]): Promise<void> {
+  return recordDrift(pool, "likes", "rebuild", drifted.map((d) => ({ target: d.itemId, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
 }
 
-/** Records drifts in count_drift_history and the drift histogram; the rebuild feeds it too. */
-export async function recordDrift(pool: Pool, kind: string, origin: string, drifted: readonly DriftRecord[], metrics?: CacheMetrics): Promise<void> {
+/**
+ * Records drifts in count_drift_history, the shared record: the ledger_count_drift histogram of
+ * every serving process is rebuilt from it at scrape (cache-metrics.ts), so a drift found by a
+ * CLI process reaches the service's /metrics too.
+ */
+export async function recordDrift(pool: Pool, kind: string, origin: string, drifted: readonly DriftRecord[]): Promise<void> {
   if (drifted.length === 0) return;
   await pool.query(
     `INSERT INTO count_drift_history (kind, origin, target, truth, displayed)
      SELECT $1, $2, t.target, t.truth, t.displayed FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t(target, truth, displayed)`,
     [kind, origin, drifted.map((d) => d.target), drifted.map((d) => d.truth), drifted.map((d) => d.displayed)],
   );
-  for (const d of drifted) metrics?.drift.observe({ kind, origin, sign: d.drift > 0 ? "under" : "over" }, Math.abs(d.drift));
 }

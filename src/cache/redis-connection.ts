@@ -18,6 +18,24 @@ export class RedisUrlError extends Error {
   }
 }
 
+/** A command Redis did not answer within the deadline: it hangs (stopped, partitioned) or is overloaded. */
+export class RedisTimeoutError extends Error {
+  readonly code = "REDIS_TIMEOUT";
+  constructor(readonly ms: number) {
+    super(`Redis did not answer within ${ms} ms`);
+    this.name = "RedisTimeoutError";
+  }
+}
+
+/** Refused without asking Redis: it missed a deadline recently and has not answered a probe since. */
+export class RedisUnavailableError extends Error {
+  readonly code = "REDIS_UNAVAILABLE";
+  constructor() {
+    super("Redis missed a command deadline and has not answered since: not waiting for it");
+    this.name = "RedisUnavailableError";
+  }
+}
+
 export interface RedisOptions {
   /** Per-command timeout; a read that takes longer falls back to PostgreSQL. */
   commandTimeoutMs?: number;
@@ -35,7 +53,7 @@ export interface RedisOptions {
  */
 export interface RedisClient {
   readonly topology: "node" | "cluster";
-  /** Every node (every master of a cluster) answers: "degraded" otherwise. */
+  /** Every node (every master of a cluster) is connected and no command missed its deadline since the last answer: "degraded" otherwise. */
   readonly isReady: boolean;
   sendCommand<T>(args: readonly string[]): Promise<T>;
   hGetAll(key: string): Promise<Record<string, string>>;
@@ -124,9 +142,20 @@ function singleNode(url: string, options: RedisOptions): { redis: RedisClient; c
     flushAll: async () => {
       await send(["FLUSHALL"]);
     },
-    close: () => client.close(),
+    close: () => closeWithin(client),
   };
   return { redis, connect: async () => void (await client.connect()) };
+}
+
+/** close() waits for every command in flight, which a hung Redis never answers: after 1 s the connections are destroyed. */
+async function closeWithin(client: { close(): Promise<unknown>; destroy(): unknown }): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([
+    client.close().then(() => true, () => true),
+    new Promise<false>((resolve) => (timer = setTimeout(resolve, 1000, false))),
+  ]);
+  clearTimeout(timer);
+  if (!closed) client.destroy();
 }
 
 function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options: RedisOptions): { redis: RedisClient; connect(): Promise<void> } {
@@ -160,15 +189,16 @@ function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options:
     flushAll: async () => {
       await onEveryNode(["FLUSHALL"]);
     },
-    close: () => client.close(),
+    close: () => closeWithin(client),
   };
   return { redis, connect: async () => void (await client.connect()) };
 }
 
 export async function connectRedis(url: string, options: RedisOptions = {}): Promise<RedisClient> {
   const seed = parseClusterUrl(url);
-  const { redis, connect } = seed ? cluster(seed, options) : singleNode(url, options);
+  const { redis: unguarded, connect } = seed ? cluster(seed, options) : singleNode(url, options);
   await connect();
+  const redis = withDeadline(unguarded, options.commandTimeoutMs ?? 200);
   // Every master must keep count keys: one evicting node would shrink the counts whose buckets it holds.
   const policies = await maxmemoryPolicies(redis);
   const evicting = policies.find((p) => p.startsWith("allkeys-"));
@@ -193,4 +223,63 @@ export async function maxmemoryPolicy(redis: RedisClient): Promise<string> {
 export async function evictedKeys(redis: RedisClient): Promise<number> {
   const infos = await redis.onEveryNode<string>(["INFO", "stats"]);
   return infos.reduce((sum, info) => sum + Number(/evicted_keys:(\d+)/.exec(info)?.[1] ?? 0), 0);
+}
+
+/**
+ * A deadline on every command, and a breaker behind it. node-redis's command timeout only
+ * covers the wait to be written: once a command is on the socket its timer is removed
+ * (commands-queue.js drops the listener at write), so a Redis that stops answering without
+ * closing the connection (SIGSTOP, a partition without a reset, a long fork) would hold every
+ * count read and every rate-limited request until TCP gives up. So each command races our own
+ * timer; after a miss, commands are refused at once (RedisUnavailableError: reads fall back to
+ * PostgreSQL, the rate limit skips, the feeder retries later), isReady is false, and one probe
+ * at a time is let through, 50 ms to 1 s apart, until one is answered. A command that timed out
+ * here may still run later: increments are idempotent per event and an install with an older
+ * boundary is refused, so that does no harm.
+ */
+function withDeadline(inner: RedisClient, timeoutMs: number): RedisClient {
+  const guard = { answering: true, probing: false, retryAt: 0, backoffMs: 50 };
+  const bounded = <T>(command: () => Promise<T>): Promise<T> => {
+    let probe = false;
+    if (!guard.answering) {
+      if (guard.probing || Date.now() < guard.retryAt) return Promise.reject(new RedisUnavailableError());
+      guard.probing = probe = true;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      // Rejected from the check phase, after this loop iteration's I/O: when the event loop was
+      // blocked past the deadline (GC, a busy machine), a reply already on the socket wins.
+      timer = setTimeout(() => setImmediate(() => reject(new RedisTimeoutError(timeoutMs))), timeoutMs);
+    });
+    return Promise.race([command(), deadline]).then(
+      (reply) => {
+        clearTimeout(timer);
+        if (probe || !guard.answering) Object.assign(guard, { answering: true, probing: false, backoffMs: 50 });
+        return reply;
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        if (probe) guard.probing = false;
+        if (err instanceof RedisTimeoutError) {
+          guard.answering = false;
+          guard.retryAt = Date.now() + guard.backoffMs;
+          guard.backoffMs = Math.min(guard.backoffMs * 2, 1000);
+        }
+        throw err;
+      },
+    );
+  };
+  return {
+    topology: inner.topology,
+    get isReady() {
+      return inner.isReady && guard.answering;
+    },
+    sendCommand: <T>(args: readonly string[]) => bounded(() => inner.sendCommand<T>(args)),
+    hGetAll: (key) => bounded(() => inner.hGetAll(key)),
+    hSet: (key, fields) => bounded(() => inner.hSet(key, fields)),
+    onEveryNode: <T>(args: readonly string[]) => bounded(() => inner.onEveryNode<T>(args)),
+    nodes: () => inner.nodes(),
+    flushAll: () => bounded(() => inner.flushAll()),
+    close: () => inner.close(),
+  };
 }

@@ -51,7 +51,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   const counts = await openCountLayer(database.pool, {
     redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
-    reconcileIntervalMs: config.reconcileIntervalMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+    reconcileIntervalMs: config.reconcileIntervalMs, localTtlMs: config.countLocalTtlMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
   }).catch(async (err: unknown) => {
     await database.close();
     throw err;

@@ -87,7 +87,7 @@ test("comments API: thread, reply counts, keyset pages, edit counter, tombstones
   const before = ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`));
   assert.ok(Math.abs(before.count - 5) <= before.pendingForPost, JSON.stringify(before));
   await h.drain();
-  assert.deepEqual(ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)), { count: 5, lag: 0, pendingForPost: 0, stale: false });
+  assert.deepEqual(ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)), { count: 5, lag: 0, pendingForPost: 0, stale: false, source: "database" });
   assert.equal((await h.ledger.likes.hasLiked("alice", reply.id)).liked, true);
 });
 

@@ -13,10 +13,11 @@ import { loadJwtSecret } from "../../src/runtime/secret.ts";
 import { launchChromium } from "../support/browser.ts";
 import { pollUntil } from "../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
+import { TestRedis } from "../support/redis-server.ts";
 
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
 const ARTIFACTS = path.resolve("test-artifacts", "dashboard");
-const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift"];
+const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift", "plot-cache"];
 /** Every browser-side wait; each states what it waited for when it runs out. */
 const WAIT_MS = 20_000;
 const USERS = Array.from({ length: 24 }, (_, i) => `user-${i}`);
@@ -121,9 +122,12 @@ test("dashboard in Chromium against a service under load: every plot draws point
   cleanup.push(() => db.close());
   const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-dashboard-"));
   cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
+  // With the Redis count layer, so that its panel plots the cache's hit rate under the load's count reads.
+  const redis = await TestRedis.start();
+  cleanup.push(() => redis.kill());
   const config = {
     ...loadConfig({
-      DATABASE_URL: db.url, LEDGER_DATA_DIR: dataDir, LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
+      DATABASE_URL: db.url, REDIS_URL: redis.url, LEDGER_DATA_DIR: dataDir, LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
       LEDGER_WRITES_PER_MINUTE: "1000000", LEDGER_ALARM_LAG_SECONDS: "4", LEDGER_ALARM_CONSUMER_FAILURES: "3", LEDGER_AUDIT_EVERY_SECONDS: "0",
     }),
     port: 0,
@@ -196,8 +200,8 @@ test("dashboard in Chromium against a service under load: every plot draws point
   assert.match(await page.locator("#audit").innerText(), /^clean at .* \(api\)$/);
   assert.match(await page.locator("#rebuild").innerText(), /1 drifted, total \|drift\| 5$/);
   assert.equal(await page.locator("#consumers tbody tr").count(), 12, "like-counter, follower-projector and comment-counter loops 0-3");
-  assert.equal(await page.locator("#cache").getAttribute("data-configured"), "false");
-  assert.match(await page.locator("#cache").innerText(), /Not configured/);
+  assert.equal(await page.locator("#cache").getAttribute("data-configured"), "true");
+  assert.match(await page.locator("#cache-state").innerText(), /^Redis count layer: up$/);
   assert.equal(await page.locator("#login").isHidden(), true, "the token form is gone once signed in");
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-1280.png"), fullPage: true });
 

@@ -54,6 +54,16 @@ export class TestRedis {
     }
   }
 
+  /** SIGSTOP: the server keeps its connections open and answers nothing (a hung Redis, a long GC pause of its host). */
+  pause(): void {
+    this.child?.kill("SIGSTOP");
+  }
+
+  /** SIGCONT after pause(). */
+  resume(): void {
+    this.child?.kill("SIGCONT");
+  }
+
   /** SIGKILL and wait for the exit. */
   async kill(): Promise<void> {
     const child = this.child;

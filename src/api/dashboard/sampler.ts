@@ -1,6 +1,7 @@
 import type { Pool } from "../../db/pool.ts";
 import { readWatermarks, type LedgerMetrics } from "../metrics.ts";
 import { evaluateStatus, type AlarmThresholds } from "./alarms.ts";
+import { cacheRates, readCacheLookups, type CacheLookupTotals } from "./cache-rates.ts";
 import { RequestRecorder, ROUTE_GROUPS, type RouteGroup } from "./request-recorder.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import type { CounterSpec } from "../../counters/counter-spec.ts";
@@ -40,6 +41,7 @@ interface Totals {
   applied: Record<ViewName, number>;
   absorbed: Record<ViewName, number>;
   failures: Record<ViewName, number>;
+  cacheLookups: CacheLookupTotals;
 }
 
 function isView(value: unknown): value is ViewName {
@@ -227,6 +229,7 @@ export class DashboardSampler {
       applied: perView(),
       absorbed: perView(),
       failures: perView(),
+      cacheLookups: await readCacheLookups(metrics.registry),
     };
     for (const { labels, value } of (await metrics.outcomes.get()).values) {
       const outcome = labels.outcome;
@@ -267,6 +270,7 @@ function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecord
       REJECTED: perSec(before.outcomes.REJECTED, after.outcomes.REJECTED),
     },
     uniqueInsertRatio: likeRequests > 0 ? round((after.likeChanged - before.likeChanged) / likeRequests) : null,
+    countCache: cacheRates(before.cacheLookups, after.cacheLookups, seconds),
     requests: Object.fromEntries(ROUTE_GROUPS.map((g) => [g, { perSec: round(requests[g].requests / seconds), p99Ms: requests[g].p99Ms === null ? null : round(requests[g].p99Ms) }])) as Rates["requests"],
   };
 }

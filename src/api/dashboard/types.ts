@@ -1,3 +1,4 @@
+import type { CacheRates } from "./cache-rates.ts";
 import type { RouteGroup } from "./request-recorder.ts";
 
 /** The JSON of GET /v1/admin/dashboard and what the sampler keeps; docs/dashboard.md explains each figure. */
@@ -25,6 +26,8 @@ export interface Rates {
   outcomes: { CHANGED: number; NOOP: number; REJECTED: number };
   /** Seed 004's unique insert rate: CHANGED likes / all like requests; null without like requests. */
   uniqueInsertRatio: number | null;
+  /** The Redis count layer's lookups of this process per counter kind (empty without REDIS_URL). */
+  countCache: CacheRates;
   requests: Record<RouteGroup, { perSec: number; p99Ms: number | null }>;
 }
 

@@ -120,7 +120,7 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     requireAdmin(request);
     const items = request.body?.items;
     const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
-    await recordRebuildDrift(ledger.pool, report.drifted, app.counts.metrics);
+    await recordRebuildDrift(ledger.pool, report.drifted);
     return report;
   });
 }

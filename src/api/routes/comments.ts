@@ -2,10 +2,9 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { RateLimit } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { notFound } from "../errors.ts";
-import { bearer, errors, idParams, lagQuery } from "../schemas.ts";
-import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
+import { bearer, countQuery, countSource, errors, idParams } from "../schemas.ts";
+import { COMMENT_COUNTS } from "../../cache/counter-kinds.ts";
 import { MAX_COMMENT_LENGTH, MAX_IDEMPOTENCY_KEY_LENGTH, type Comment, type CommentOrder } from "../../content/comments.ts";
-import { readCounter } from "../../counters/counter-reads.ts";
 import type { Ledger } from "../../ledger.ts";
 import { MAX_PAGE_SIZE } from "../../pagination.ts";
 import type { ReadMode } from "../../relations/types.ts";
@@ -146,20 +145,21 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
   app.get("/v1/posts/:id/comment-count", {
     config: { replicaRead: true },
     schema: {
-      tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost",
-      security: bearer, params: idParams, querystring: lagQuery,
+      tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost (from the Redis count layer when REDIS_URL is set)",
+      security: bearer, params: idParams, querystring: countQuery,
       response: {
         200: {
           type: "object",
-          properties: { count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" } },
+          properties: {
+            count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" }, ...countSource,
+          },
         },
         ...errors(400, 401, 404),
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
     const caller = requireCaller(request);
     await requireReadablePost(ledger, caller.id, request.params.id, "CONTENT_TOKEN");
-    const r = await app.readFrom(request, (pool) => readCounter(pool, COMMENT_COUNTER, request.params.id, request.query.allowedLag));
-    return { count: r.n, lag: r.lag, pendingForPost: r.pending, stale: r.stale };
+    return app.readFrom(request, (pool) => app.counts.read(COMMENT_COUNTS, request.params.id, request.query, pool));
   });
 }

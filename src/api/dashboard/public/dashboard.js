@@ -11,6 +11,8 @@
   const COUNTER_VIEWS = ["like_count", "comment_count"];
   const ROUTE_GROUPS = ["likes", "relations", "posts", "comments", "admin", "health", "other"];
   const OUTCOMES = ["CHANGED", "NOOP", "REJECTED"];
+  /** Counter kinds of the Redis count layer (rates.countCache is keyed by them). */
+  const COUNT_KINDS = ["likes", "followers", "comments"];
   /** Saturated colours only: grid, axes and background are grey or white, so a drawn series is the only colour on a canvas. */
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#e377c2", "#17becf", "#8c564b", "#bcbd22", "#0b3d91"];
   /** Per-partition lines up to this many partitions; beyond it the lag plot shows each view's total and its worst partition. */
@@ -83,12 +85,35 @@
         values: ROUTE_GROUPS.map((g) => rate((r) => r.requests[g].perSec)),
         axes: [{ label: "requests/s" }],
       },
+      "plot-cache": {
+        series: [
+          ...COUNT_KINDS.map((k, i) => line(`${k} hit %`, i, { scale: "percent" })),
+          line("lookups/s", COUNT_KINDS.length, { scale: "rate", dash: [6, 4] }),
+          line("fallbacks/s", COUNT_KINDS.length + 1, { scale: "rate", dash: [2, 3] }),
+        ],
+        values: [
+          ...COUNT_KINDS.map((k) => rate((r) => {
+            const c = r.countCache ? r.countCache[k] : undefined;
+            return c && c.hitRatio !== null ? Math.round(c.hitRatio * 1000) / 10 : null;
+          })),
+          rate((r) => cacheSum(r, "lookupsPerSec")),
+          rate((r) => cacheSum(r, "fallbacksPerSec")),
+        ],
+        axes: [{ label: "hit %", scale: "percent" }, { label: "per second", scale: "rate" }],
+        scales: { percent: { range: [0, 100] } },
+      },
       "plot-latency": {
         series: ROUTE_GROUPS.map((g, i) => line(g, i, { points: { show: true, size: 4 } })),
         values: ROUTE_GROUPS.map((g) => rate((r) => r.requests[g].p99Ms)),
         axes: [{ label: "ms" }],
       },
     };
+  }
+
+  /** A figure of the count cache summed over the kinds; null when this process has no cache lookups at all. */
+  function cacheSum(rates, field) {
+    const kinds = Object.values(rates.countCache || {});
+    return kinds.length === 0 ? null : kinds.reduce((sum, k) => sum + k[field], 0);
   }
 
   function makePlot(id, spec) {
