@@ -6,7 +6,6 @@
  * and hung (SIGSTOP), side by side in one run.
  */
 import { randomBytes } from "node:crypto";
-import type autocannon from "autocannon";
 import { buildApp } from "../src/api/app.ts";
 import { signToken } from "../src/api/auth.ts";
 import { LedgerMetrics } from "../src/api/metrics.ts";
@@ -21,7 +20,7 @@ import { Reconciler } from "../src/cache/reconciler.ts";
 import { connectRedis } from "../src/cache/redis-connection.ts";
 import type { LikeService } from "../src/likes/like-service.ts";
 import { TestRedis } from "../test/support/redis-server.ts";
-import { runAutocannon, runFixedCount, type Figures } from "./load.ts";
+import { runHttp, runFixedCount, type Figures, type HttpLoad } from "./load.ts";
 
 export interface CountLayerRow {
   op: string;
@@ -85,7 +84,7 @@ export async function countLayerRows(
  * and skips it on error, and a hung Redis costs one command deadline, then a breaker.
  */
 export async function redisOutageWriteRows(
-  ledger: Ledger, o: { requests: number; connections: number; items: readonly string[] }, onInstance?: (i: autocannon.Instance | undefined) => void,
+  ledger: Ledger, o: { requests: number; connections: number; items: readonly string[] }, onInstance?: (i: HttpLoad | undefined) => void,
 ): Promise<CountLayerRow[]> {
   const server = await TestRedis.start();
   const metrics = new LedgerMetrics(ledger.pool);
@@ -102,7 +101,7 @@ export async function redisOutageWriteRows(
     const amount = Math.max(200, Math.round(o.requests / 2));
     const writes = async (phase: string): Promise<Figures> => {
       const auth = await Promise.all(Array.from({ length: users }, (_, n) => signToken(secret, `rw-${phase}-${n}`).then((t) => `Bearer ${t}`)));
-      return runAutocannon({
+      return runHttp({
         url, amount, connections: o.connections, onInstance,
         build: (k) => {
           const user = k % users;
