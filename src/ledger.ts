@@ -4,7 +4,7 @@ import { Hooks } from "./hooks.ts";
 import { COMMENT_COUNTER } from "./content/comment-spec.ts";
 import { CommentService } from "./content/comments.ts";
 import { CounterConsumer } from "./counters/counter-consumer.ts";
-import { CounterRebuild } from "./counters/counter-rebuild.ts";
+import { CounterRebuild, UnknownCounterKeysError } from "./counters/counter-rebuild.ts";
 import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
 import { LikeService } from "./likes/like-service.ts";
@@ -43,7 +43,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
-    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks }),
+    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
   };
 }
 

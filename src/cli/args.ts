@@ -55,3 +55,7 @@ export function positiveInteger(name: string, max: number): (raw: string) => num
     return value;
   };
 }
+
+/** The counted facts a database-side rebuild repairs (the follower projection has none: it is versioned). */
+export const REBUILD_KINDS = ["likes", "comments"] as const;
+export type RebuildKind = (typeof REBUILD_KINDS)[number];

@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
 import { LedgerError } from "../errors.ts";
-import { UsageError, parseItems, parsePartitions, parseUserId, positiveInteger } from "./args.ts";
+import { REBUILD_KINDS, UsageError, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
 
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
@@ -113,13 +113,14 @@ Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,a
 
   program
     .command("rebuild")
-    .description("Rebuild like counts from a snapshot of the facts and report the drift it corrected")
-    .addOption(new Option("--items <list>", "comma-separated item ids (default: every item)").argParser(parseItems))
+    .description("Rebuild like (or comment) counts from a snapshot of the facts and report the drift it corrected")
+    .addOption(new Option("--kind <kind>", "which counts: likes (per item) or comments (per post)").choices(REBUILD_KINDS).default("likes"))
+    .addOption(new Option("--items <list>", "comma-separated item ids, or post ids with --kind comments (default: all)").argParser(parseItems))
     .option("--json", "print the report as JSON")
     .addHelpText("after", `
 Safe under live traffic and running consumers. Shows a progress bar when stdout is a terminal,
 then the drift report: items checked, each drifted item old -> new with its drift, total |drift|.`)
-    .action(async (opts: { items?: string[]; json?: boolean }) => {
+    .action(async (opts: { kind: RebuildKind; items?: string[]; json?: boolean }) => {
       const { rebuild } = await import("./commands/rebuild.ts");
       setExitCode(await rebuild(opts));
     });

@@ -103,3 +103,49 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
   assertError(await admin.post("/v1/admin/rebuild", { items: ["item-a", "no-such-item"] }), 404, "ITEM_NOT_FOUND");
   assertError(await admin.post("/v1/admin/rebuild", { items: "item-a", extra: 1 }), 400, "INVALID_INPUT");
 });
+
+interface CommentRebuild {
+  runId: number;
+  snapshotSeqs: number[];
+  postsChecked: number;
+  drifted: { postId: string; oldN: number; newN: number; drift: number; skippedPartitions: number[] }[];
+  totalAbsDrift: number;
+}
+
+test("api admin: the comment counts' rebuild reports and repairs a corrupted count with its sign, feeds the shared drift figures, and is admin-only", async (t) => {
+  const h = await startApi({ partitions: 4 });
+  t.after(() => h.close());
+  const admin = await h.as("admin-1", { admin: true });
+  await createAccounts(admin, ["alice", "bob", "carol"]);
+  const alice = await h.as("alice");
+  const bob = await h.as("bob");
+  const post = ok<{ id: string }>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
+  const other = ok<{ id: string }>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "other" }), 201);
+  for (let i = 0; i < 4; i++) ok(await bob.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201);
+  ok(await bob.post(`/v1/posts/${other.id}/comments`, { body: "x" }), 201);
+  await h.drain();
+
+  const healthy = ok<CommentRebuild>(await admin.post("/v1/admin/comment-counts/rebuild"));
+  assert.deepEqual({ drifted: healthy.drifted, totalAbsDrift: healthy.totalAbsDrift, parts: healthy.snapshotSeqs.length }, { drifted: [], totalAbsDrift: 0, parts: 4 });
+  assert.ok(healthy.postsChecked >= 2, `posts checked: ${healthy.postsChecked}`);
+
+  // An undercount (a lost increment): the count shows 2 of 4 comments.
+  await h.db.pool.query("UPDATE comment_count SET n = n - 2 WHERE post_id = $1 AND part = (SELECT min(part) FROM comment_count WHERE post_id = $1)", [post.id]);
+  assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 2);
+  assert.equal(ok<{ clean: boolean }>(await admin.get("/v1/admin/audit")).clean, false, "the audit sees the corruption");
+
+  assertError(await bob.post("/v1/admin/comment-counts/rebuild"), 403, "FORBIDDEN");
+  assertError(await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, "no-such-post"] }), 404, "POST_NOT_FOUND");
+  assertError(await admin.post("/v1/admin/comment-counts/rebuild", { items: [post.id] }), 400, "INVALID_INPUT");
+  assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 2, "refused requests repaired nothing");
+
+  const report = ok<CommentRebuild>(await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, other.id] }));
+  assert.equal(report.runId, healthy.runId + 1);
+  assert.equal(report.postsChecked, 2);
+  assert.deepEqual(report.drifted, [{ postId: post.id, oldN: 2, newN: 4, drift: 2, skippedPartitions: [] }]);
+  assert.equal(report.totalAbsDrift, 2);
+  assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 4);
+  assert.equal(ok<{ clean: boolean }>(await admin.get("/v1/admin/audit")).clean, true, "clean again after the rebuild");
+  const metrics = (await h.request("GET", "/metrics")).text;
+  assert.match(metrics, /^ledger_count_drift_count\{kind="comments",sign="under",origin="rebuild"\} 1$/m, "the drift is in the shared figures with its kind and sign");
+});

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { ok, startApi, type ApiHarness } from "../api/harness.ts";
+import { createAccounts, ok, startApi, type ApiHarness } from "../api/harness.ts";
 import { childEnv, runCli } from "../cli/cli-child.ts";
 
 /** Moves one partition's row of an item's like count behind the ledger's back. */
@@ -64,4 +64,34 @@ test("a rebuild run by the CLI in another process shows on the service's /metric
   assert.deepEqual(await driftFigures(h, over), { count: 2, sum: 8 }, "the route's rebuild adds to the same histogram, counted once");
   const { rows } = await h.db.pool.query<{ target: string; drift: number }>("SELECT target, drift::int AS drift FROM count_drift_history WHERE origin = 'rebuild' ORDER BY target");
   assert.deepEqual(rows, [{ target: "item-over", drift: -5 }, { target: "item-route", drift: -3 }, { target: "item-under", drift: 2 }]);
+});
+
+test("social-ledger rebuild --kind comments repairs comment counts in another process and its drift shows on the service's /metrics as kind comments", { timeout: 120_000 }, async (t) => {
+  const h = await startApi({ partitions: 2 });
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-drift-comments-"));
+  t.after(async () => {
+    await h.close();
+    await rm(dataDir, { recursive: true, force: true });
+  });
+  const admin = await h.as("admin-1", { admin: true });
+  await createAccounts(admin, ["alice", "bob"]);
+  const alice = await h.as("alice");
+  const bob = await h.as("bob");
+  const post = ok<{ id: string }>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "p" }), 201);
+  for (let i = 0; i < 3; i++) ok(await bob.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201);
+  await h.drain();
+  await h.db.pool.query("UPDATE comment_count SET n = n + 4 WHERE post_id = $1 AND part = (SELECT min(part) FROM comment_count WHERE post_id = $1)", [post.id]);
+
+  const over = 'kind="comments",sign="over",origin="rebuild"';
+  assert.deepEqual(await driftFigures(h, over), { count: 0, sum: 0 }, "nothing before the CLI ran");
+  const env = childEnv({ DATABASE_URL: h.db.url, LEDGER_DATA_DIR: dataDir });
+  const refused = await runCli(["rebuild", "--kind", "bookmarks"], env);
+  assert.equal(refused.code, 2, "an unknown kind is a usage error");
+  const cli = await runCli(["rebuild", "--kind", "comments", "--items", post.id], env);
+  assert.equal(cli.code, 0, cli.stderr);
+  t.diagnostic(`note rebuild --kind comments: ${cli.stdout.trim().split("\n").join(" | ")}`);
+  assert.match(cli.stdout, /1 post\(s\) checked, 1 drifted, total \|drift\| 4/);
+  assert.match(cli.stdout, new RegExp(`${post.id}: 7 -> 3 \\(drift -4\\)`));
+  assert.deepEqual(await driftFigures(h, over), { count: 1, sum: 4 });
+  assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 3);
 });

@@ -84,7 +84,7 @@ test("comment rebuild: comments.rebuild.* hook points, only the posts asked for,
   const runs = () => one(db, "SELECT count(*) AS n FROM comment_rebuild_run");
 
   await assert.rejects(ledger.commentRebuild.rebuild({ keys: [postId, "no-such-post"] }),
-    (err) => err instanceof UnknownCounterKeysError && err.code === "KEY_NOT_FOUND" && err.keys.join() === "no-such-post");
+    (err) => err instanceof UnknownCounterKeysError && err.code === "POST_NOT_FOUND" && err.keys.join() === "no-such-post");
   assert.equal(await runs(), 0);
 
   const snapshotTaken = new Gate("comments.rebuild.afterSnapshot");

@@ -7,7 +7,7 @@ import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDif
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
-import { recordRebuildDrift } from "../../cache/reconciler.ts";
+import { recordDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
 
 /**
@@ -90,6 +90,23 @@ const rebuildResponse = {
   },
 } as const;
 
+const commentRebuildResponse = {
+  type: "object", required: ["runId", "snapshotSeqs", "postsChecked", "drifted", "totalAbsDrift"],
+  properties: {
+    runId: integer,
+    snapshotSeqs: { type: "array", items: integer },
+    postsChecked: integer,
+    drifted: {
+      type: "array",
+      items: {
+        type: "object", required: ["postId", "oldN", "newN", "drift", "skippedPartitions"],
+        properties: { postId: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
+      },
+    },
+    totalAbsDrift: integer,
+  },
+} as const;
+
 export async function adminRoutes(app: FastifyInstance): Promise<void> {
   const { ledger } = app;
 
@@ -122,5 +139,22 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
     await recordRebuildDrift(ledger.pool, report.drifted);
     return report;
+  });
+
+  app.post("/v1/admin/comment-counts/rebuild", {
+    schema: {
+      tags: ["admin"], summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected", security: bearer,
+      body: { type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } } },
+      response: { 200: commentRebuildResponse, ...errors(400, 401, 403, 404) },
+    },
+  }, async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {
+    requireAdmin(request);
+    const posts = request.body?.posts;
+    const report = await ledger.commentRebuild.rebuild(posts ? { keys: posts } : {});
+    await recordDrift(ledger.pool, "comments", "rebuild", report.drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+    return {
+      runId: report.runId, snapshotSeqs: report.snapshotSeqs, postsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
+      drifted: report.drifted.map((d) => ({ postId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
+    };
   });
 }

@@ -4,7 +4,9 @@ import { Hooks } from "../../hooks.ts";
 import { openLedger } from "../../ledger.ts";
 import type { RebuildReport } from "../../likes/like-rebuild.ts";
 import { openDatabase } from "../../runtime/database.ts";
-import { recordRebuildDrift } from "../../cache/reconciler.ts";
+import { recordDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
+import type { CounterRebuildReport } from "../../counters/counter-rebuild.ts";
+import type { RebuildKind } from "../args.ts";
 
 /** Drifted items listed in the readable report; --json lists them all. */
 const MAX_LISTED = 50;
@@ -26,11 +28,35 @@ export function formatRebuildReport(report: RebuildReport): string {
   return `${lines.join("\n")}\n`;
 }
 
+/** The comment counts' report in the readable form of the like report (keys are post ids). */
+export function formatCommentRebuildReport(report: CounterRebuildReport): string {
+  return formatRebuildReport({
+    runId: report.runId, snapshotSeqs: report.snapshotSeqs, itemsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
+    drifted: report.drifted.map((d) => ({ itemId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
+  }).replace(/ item\(s\) checked/, " post(s) checked");
+}
+
+/** `social-ledger rebuild --kind comments`: the comment counts from a snapshot of the counted comments. */
+async function rebuildComments(opts: { items?: string[]; json?: boolean }): Promise<number> {
+  const config = loadConfig();
+  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });
+  try {
+    const ledger = await openLedger(database.pool);
+    const report = await ledger.commentRebuild.rebuild(opts.items ? { keys: opts.items } : {});
+    await recordDrift(database.pool, "comments", "rebuild", report.drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+    process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatCommentRebuildReport(report));
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
 /**
  * `social-ledger rebuild`: LikeRebuild.rebuild with a progress bar driven by its
  * "rebuild.beforeCommit" hook point (one call per installed item), then the drift report.
  */
-export async function rebuild(opts: { items?: string[]; json?: boolean }): Promise<number> {
+export async function rebuild(opts: { kind?: RebuildKind; items?: string[]; json?: boolean }): Promise<number> {
+  if (opts.kind === "comments") return rebuildComments(opts);
   const config = loadConfig();
   const hooks = new Hooks();
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });
