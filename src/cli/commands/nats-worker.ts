@@ -1,16 +1,14 @@
 import { LedgerMetrics } from "../../api/metrics.ts";
 import type { Config } from "../../config.ts";
-import { openLedger } from "../../ledger.ts";
 import { observeConsumers } from "../../runtime/consumer-observer.ts";
-import { openDatabase } from "../../runtime/database.ts";
 import { startMetricsServer } from "../../runtime/metrics-server.ts";
 import { runUntilSignal } from "../../runtime/signals.ts";
 import { openJetStreamWorkers } from "../../transport/jetstream-runtime.ts";
 import { loadTransportConfig } from "../../transport/transport-config.ts";
 import { TransportMetrics } from "../../transport/transport-metrics.ts";
 import { describeDatabase } from "../banner.ts";
-import { UsageError } from "../args.ts";
 import { cliLogger } from "../log.ts";
+import { openWorkerLedger } from "./worker-ledger.ts";
 
 const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "comment_count"> = {
   likes: "like_count", relations: "follower_projection", comments: "comment_count",
@@ -25,25 +23,10 @@ const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "c
 export async function natsWorker(config: Config, opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string }): Promise<number> {
   const transport = loadTransportConfig();
   const log = cliLogger({ component: "worker" });
-  const database = await openDatabase(config, {
-    poolSize: 6, applicationName: "social-ledger-worker",
-    log: (level, message, fields = {}) => log[level]({ database: fields }, message),
-  });
-  let ledger;
-  try {
-    ledger = await openLedger(database.pool);
-    const outside = opts.partitions?.filter((p) => p >= ledger!.partitions) ?? [];
-    if (outside.length > 0) {
-      throw new UsageError(`--partitions: ${outside.join(",")} not in this database, which has ${ledger.partitions} partition(s) (0..${ledger.partitions - 1})`);
-    }
-  } catch (err) {
-    await database.close();
-    throw err;
-  }
+  const { database, ledger, partitions } = await openWorkerLedger(config, { partitions: opts.partitions, poolSize: 6 }, log);
   const metrics = new LedgerMetrics(database.pool);
   const transportMetrics = new TransportMetrics(metrics.registry, database.pool);
   const observer = observeConsumers(metrics, log);
-  const partitions = opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   let workers;
   try {
     workers = await openJetStreamWorkers(ledger, transport, {

@@ -1,13 +1,12 @@
 import { LedgerMetrics } from "../../api/metrics.ts";
 import { loadConfig } from "../../config.ts";
-import { createWorkers, openLedger } from "../../ledger.ts";
+import { createWorkers } from "../../ledger.ts";
 import { observeConsumers } from "../../runtime/consumer-observer.ts";
-import { openDatabase } from "../../runtime/database.ts";
 import { startMetricsServer } from "../../runtime/metrics-server.ts";
 import { runUntilSignal } from "../../runtime/signals.ts";
 import { describeDatabase } from "../banner.ts";
-import { UsageError } from "../args.ts";
 import { cliLogger } from "../log.ts";
+import { openWorkerLedger } from "./worker-ledger.ts";
 
 /**
  * `social-ledger worker`: the two consumer loops over the given partitions, no HTTP API. The
@@ -23,26 +22,9 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
     return natsWorker(config, opts);
   }
   const log = cliLogger({ component: "worker" });
-  const database = await openDatabase(config, {
-    poolSize: 4, applicationName: "social-ledger-worker",
-    log: (level, message, fields = {}) => log[level]({ database: fields }, message),
-  });
-  let ledger;
-  try {
-    ledger = await openLedger(database.pool);
-    const outside = opts.partitions?.filter((p) => p >= ledger!.partitions) ?? [];
-    if (outside.length > 0) {
-      throw new UsageError(
-        `--partitions: ${outside.join(",")} not in this database, which has ${ledger.partitions} partition(s) (0..${ledger.partitions - 1})`,
-      );
-    }
-  } catch (err) {
-    await database.close();
-    throw err;
-  }
+  const { database, ledger, partitions } = await openWorkerLedger(config, { partitions: opts.partitions, poolSize: 4 }, log);
   const metrics = new LedgerMetrics(database.pool);
   const observer = observeConsumers(metrics, log);
-  const partitions = opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   // Events per consumer and verdict over this process's life, logged at the end; one line per batch that handled any.
   const totals: Record<string, Record<string, number>> = {
     like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 }, comment_count: { applied: 0, covered: 0, dup: 0 },
