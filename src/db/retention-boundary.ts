@@ -123,3 +123,36 @@ export async function assertSnapshotNotPruned(pool: Pool, kind: string, snapshot
     if (r.upto > (snapshotSeqs[r.part] ?? 0)) throw new RebuildSnapshotPrunedError(kind, r.part);
   }
 }
+
+export class RetentionHoldBelowFloorError extends LedgerError {
+  constructor(kind: string, part: number, upto: number, floor: number) {
+    super("RETENTION_HOLD_BELOW_FLOOR", `cannot hold ${kind} partition ${part} at ${upto}: events up to ${floor} are already pruned`);
+  }
+}
+
+/**
+ * How a transport that reads an outbox from a position kept in the database (e.g. a relay)
+ * caps retention: its position per (kind, part) in retention_hold, in the caller's transaction.
+ * It reads the floor FOR SHARE, which a prune holds FOR UPDATE while it deletes: either the
+ * prune sees this hold, or this sees the prune's floor and refuses a position below it.
+ */
+export async function holdRetention(client: PoolClient, holder: string, kind: WatermarkKind, part: number, upto: number): Promise<void> {
+  await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
+  const { rows } = await client.query<{ pruned_upto: number }>(
+    "SELECT pruned_upto FROM retention_floor WHERE kind = $1 AND part = $2 FOR SHARE",
+    [kind, part],
+  );
+  const floor = rows[0]!.pruned_upto;
+  if (upto < floor) throw new RetentionHoldBelowFloorError(kind, part, upto, floor);
+  await client.query(
+    `INSERT INTO retention_hold (holder, kind, part, upto) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (holder, kind, part) DO UPDATE SET upto = EXCLUDED.upto, updated_at = now()`,
+    [holder, kind, part, upto],
+  );
+}
+
+/** A retired transport's holds go, or retention stays capped at its last position for good. */
+export async function releaseRetention(client: PoolClient | Pool, holder: string): Promise<number> {
+  const { rowCount } = await client.query("DELETE FROM retention_hold WHERE holder = $1", [holder]);
+  return rowCount ?? 0;
+}

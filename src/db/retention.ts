@@ -162,14 +162,25 @@ async function pruneOutboxChunk(
   const boundary = (await computeBoundaries(client, kind, margin, caps)).find((b) => b.part === part)!;
   const upto = Math.min(boundary.boundary, boundary.floor + chunk);
   if (upto <= boundary.floor) return { rows: 0, upto: boundary.floor, boundary };
-  const { rows } = await client.query<{ n: number }>(PRUNE_SQL[kind], [part, upto]);
+  const rows = await deleteOutboxPrefix(client, kind, part, upto);
   await hooks.at("prune.beforeCommit", { kind, part, upto });
-  return { rows: rows[0]?.n ?? 0, upto, boundary };
+  return { rows, upto, boundary };
+}
+
+/**
+ * Deletes the partition's outbox events at or below `upto`, adds them to the pruned-prefix
+ * baseline and moves the floor, in one statement. It checks no boundary: pruneRetained calls it
+ * with a proven one, and the negative controls with an unsafe one.
+ */
+export async function deleteOutboxPrefix(client: PoolClient, kind: WatermarkKind, part: number, upto: number): Promise<number> {
+  await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
+  const { rows } = await client.query<{ n: number }>(PRUNE_SQL[kind], [part, upto]);
+  return rows[0]?.n ?? 0;
 }
 
 const RECORD_FLOOR = (kind: RetentionKind, extra: string) => `
   UPDATE retention_floor f
-     SET pruned_upto = $2, pruned_events = f.pruned_events + g.n, pruned_max_seq = greatest(f.pruned_max_seq, g.max_seq),
+     SET pruned_upto = greatest(f.pruned_upto, $2), pruned_events = f.pruned_events + g.n, pruned_max_seq = greatest(f.pruned_max_seq, g.max_seq),
          misplaced_events = f.misplaced_events + g.misplaced${extra}, pruned_at = now()
     FROM g WHERE f.kind = '${kind}' AND f.part = $1
   RETURNING g.n::int AS n`;
