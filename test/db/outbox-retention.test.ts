@@ -298,3 +298,20 @@ test("P=4 concurrent writers, consumers, redeliveries of pruned events and a pru
   assert.ok(Object.values(await auditRelations(db.pool)).every((n) => n === 0));
   assert.equal(await scalar(db.pool, OUTBOX_ROWS), 0);
 });
+
+test("a rebuild whose snapshot is below a retention floor stops before installing (REBUILD_SNAPSHOT_PRUNED)", async (t) => {
+  const fx = await setup(2);
+  const { db, ledger } = fx;
+  t.after(() => db.close());
+  await writeMix(fx, 0);
+  await drainAll(ledger);
+  await pruneRetained(db.pool, NOW);
+  // The window the check closes (a whole prune committing between the rebuild's snapshot and its
+  // lock) cannot be paused at from outside; a floor above every S_p is what it leaves behind.
+  await db.pool.query("UPDATE retention_floor f SET keys_pruned_upto = s.last + 1 FROM like_seq s WHERE f.kind = 'likes' AND f.part = s.part AND s.part = 1");
+  await db.pool.query("UPDATE retention_floor f SET pruned_upto = s.last + 1 FROM comment_seq s WHERE f.kind = 'comments' AND f.part = s.part AND s.part = 0");
+  const before = await scalar(db.pool, "SELECT sum(n) + sum(base_seq) AS n FROM like_count");
+  await assert.rejects(ledger.likeRebuild.rebuild(), (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED");
+  await assert.rejects(ledger.commentRebuild.rebuild(), (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED");
+  assert.equal(await scalar(db.pool, "SELECT sum(n) + sum(base_seq) AS n FROM like_count"), before, "nothing was installed");
+});
