@@ -56,27 +56,32 @@ export interface PartitionBoundary {
 }
 
 /**
- * One statement per kind reads, per partition, the watermark, the floor, the lowest hold and the
- * margin's bounds; the caps are applied on top. The age bound walks the primary key from the
- * floor up to the first young event, so its cost is the events about to be pruned.
+ * One statement per kind reads, per partition (or only `part`), the watermark, the floor, the
+ * lowest hold and, with a margin, the margin's bounds; the caps are applied on top. The age bound
+ * walks the primary key from the floor up to the first young event, so its cost is the events
+ * about to be pruned: pruneRetained computes it once per run, and each chunk re-reads only the
+ * safety bounds (margin null).
  */
 export async function computeBoundaries(
   client: PoolClient | Pool,
   kind: RetentionKind,
-  margin: RetentionMargin,
+  margin: RetentionMargin | null,
   caps: ReadonlyMap<number, number> | undefined,
+  part?: number,
 ): Promise<PartitionBoundary[]> {
   const t = RETENTION_TABLES[kind];
   const { rows } = await client.query<{ part: number; last: number; watermark: number; floor: number; held: number | null; young: number | null }>(
     `SELECT s.part, s.last, w.applied_upto AS watermark, coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
-            (SELECT o.seq FROM ${t.outbox} o
-              WHERE o.part = s.part AND o.seq > coalesce(f.pruned_upto, 0) AND o.created_at >= now() - make_interval(secs => $2)
-              ORDER BY o.seq LIMIT 1) AS young
+            CASE WHEN $2::float8 IS NOT NULL THEN
+              (SELECT o.seq FROM ${t.outbox} o
+                WHERE o.part = s.part AND o.seq > coalesce(f.pruned_upto, 0) AND o.created_at >= now() - make_interval(secs => $2::float8)
+                ORDER BY o.seq LIMIT 1) END AS young
        FROM ${t.sequence} s JOIN ${t.watermark} w USING (part)
        LEFT JOIN retention_floor f ON f.kind = $1 AND f.part = s.part
+      WHERE $3::int IS NULL OR s.part = $3
       ORDER BY s.part`,
-    [kind, margin.keepSeconds],
+    [kind, margin && margin.keepSeconds > 0 ? margin.keepSeconds : null, part ?? null],
   );
   return rows.map((r) => {
     const capped = caps?.get(r.part) ?? null;
@@ -84,7 +89,7 @@ export async function computeBoundaries(
       r.watermark,
       r.held ?? Infinity,
       capped ?? Infinity,
-      r.last - margin.keepLast,
+      margin ? r.last - margin.keepLast : Infinity,
       r.young === null ? Infinity : r.young - 1,
     );
     return { kind, part: r.part, last: r.last, watermark: r.watermark, floor: r.floor, held: r.held, capped, boundary: Math.max(r.floor, bound) };
@@ -136,7 +141,7 @@ export class RetentionHoldBelowFloorError extends LedgerError {
  * It reads the floor FOR SHARE, which a prune holds FOR UPDATE while it deletes: either the
  * prune sees this hold, or this sees the prune's floor and refuses a position below it.
  */
-export async function holdRetention(client: PoolClient, holder: string, kind: WatermarkKind, part: number, upto: number): Promise<void> {
+export async function holdRetention(client: PoolClient, holder: string, kind: RetentionKind, part: number, upto: number): Promise<void> {
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
   const { rows } = await client.query<{ pruned_upto: number }>(
     "SELECT pruned_upto FROM retention_floor WHERE kind = $1 AND part = $2 FOR SHARE",

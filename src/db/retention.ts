@@ -115,10 +115,11 @@ export async function pruneRetained(pool: Pool, options: RetentionOptions = {}):
       report.skipped = "CAP_UNAVAILABLE";
       continue;
     }
-    const parts = (await computeBoundaries(pool, kind, margin, caps)).map((b) => b.part);
-    for (const part of parts) {
+    // The margin (its age bound walks the outbox) once per run; each chunk re-reads the safety bounds.
+    const planned = await computeBoundaries(pool, kind, margin, caps);
+    for (const { part, boundary: marginBound } of planned) {
       for (;;) {
-        const step = await withTransaction(pool, (client) => pruneOutboxChunk(client, kind, part, margin, caps, chunk, hooks));
+        const step = await withTransaction(pool, (client) => pruneOutboxChunk(client, kind, part, marginBound, caps, chunk, hooks));
         if (step === "BUSY") {
           report.skipped = "REBUILD_RUNNING";
           break;
@@ -149,17 +150,19 @@ async function lowestCaps(kind: RetentionKind, caps: readonly RetentionCap[]): P
 /**
  * One transaction: the rebuild lock (try), the partition's floor row locked (a holder registering
  * takes it FOR SHARE, so it either sees this prune's floor or this prune sees its hold), the
- * boundary, and one statement that deletes floor+1..min(boundary, floor+chunk) and adds the
- * deleted rows to the baseline.
+ * safety boundary re-read under that lock and capped by the run's margin bound, and one
+ * statement that deletes floor+1..min(boundary, floor+chunk) and adds the deleted rows to the
+ * baseline.
  */
 async function pruneOutboxChunk(
-  client: PoolClient, kind: RetentionKind, part: number, margin: RetentionMargin,
+  client: PoolClient, kind: RetentionKind, part: number, marginBound: number,
   caps: ReadonlyMap<number, number> | undefined, chunk: number, hooks: Hooks,
 ): Promise<"BUSY" | { rows: number; upto: number; boundary: PartitionBoundary }> {
   if (!(await tryRebuildLock(client, kind))) return "BUSY";
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
   await client.query("SELECT 1 FROM retention_floor WHERE kind = $1 AND part = $2 FOR UPDATE", [kind, part]);
-  const boundary = (await computeBoundaries(client, kind, margin, caps)).find((b) => b.part === part)!;
+  const safe = (await computeBoundaries(client, kind, null, caps, part))[0]!;
+  const boundary = { ...safe, boundary: Math.max(safe.floor, Math.min(safe.boundary, marginBound)) };
   const upto = Math.min(boundary.boundary, boundary.floor + chunk);
   if (upto <= boundary.floor) return { rows: 0, upto: boundary.floor, boundary };
   const rows = await deleteOutboxPrefix(client, kind, part, upto);
@@ -172,7 +175,7 @@ async function pruneOutboxChunk(
  * baseline and moves the floor, in one statement. It checks no boundary: pruneRetained calls it
  * with a proven one, and the negative controls with an unsafe one.
  */
-export async function deleteOutboxPrefix(client: PoolClient, kind: WatermarkKind, part: number, upto: number): Promise<number> {
+export async function deleteOutboxPrefix(client: PoolClient, kind: RetentionKind, part: number, upto: number): Promise<number> {
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
   const { rows } = await client.query<{ n: number }>(PRUNE_SQL[kind], [part, upto]);
   return rows[0]?.n ?? 0;
