@@ -1,7 +1,8 @@
 /**
  * Issue 8's retention figure: after H like events of history, the same write and read phases on
  * two databases of one cluster that differ only in retention: one keeps every outbox row and
- * dedup key ("kept"), the other has run pruneRetained to the watermarks ("pruned"). Printed: the
+ * dedup key ("kept"), the other has run pruneRetained to the watermarks with the default margin of
+ * 10,000 events ("pruned"). Printed: the
  * write rate, the count read p50/p99 next to a primary-key read, each table's rows and size, and
  * how long generating, consuming and pruning the history took.
  *
@@ -13,7 +14,7 @@ import { performance } from "node:perf_hooks";
 import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
-import { pruneRetained } from "../src/db/retention.ts";
+import { DEFAULT_MARGIN, pruneRetained } from "../src/db/retention.ts";
 import type { EmbeddedCluster } from "../src/db/embedded-cluster.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";
@@ -152,7 +153,11 @@ export async function retentionFigures(
   }
   const [kept, pruned] = variants as [Variant, Variant];
   const t0 = performance.now();
-  const report = await pruneRetained(pruned.pool, { keepLast: 0, keepSeconds: 0, chunk: CHUNK });
+  // The default margin's newest events stay (as in service): a prune to 0 rows followed by ANALYZE
+  // leaves statistics of empty tables, and the prepared count read then plans sequential scans of
+  // like_outbox and processed_event, which grow with the next backlog until autovacuum re-analyzes
+  // (seen in this bench: count read p50 1.26x the kept history's).
+  const report = await pruneRetained(pruned.pool, { keepLast: DEFAULT_MARGIN.keepLast, keepSeconds: 0, chunk: CHUNK });
   pruned.pruneSeconds = (performance.now() - t0) / 1000;
   pruned.prunedRows = report.kinds.reduce((n, k) => n + k.outboxRows + k.keyRows, 0);
   progress(`history pruned: ${pruned.prunedRows} outbox rows and dedup keys in ${pruned.pruneSeconds.toFixed(1)} s`);
@@ -210,7 +215,7 @@ export async function retentionFigures(
     audits[`history ${v.name}`] = { clean: writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 };
   }
 
-  const lines = [`retention (issue 8): after ${o.history} like events of history, P=${o.partitions}, the same phases with the history kept and pruned`];
+  const lines = [`retention (issue 8): after ${o.history} like events of history, P=${o.partitions}, the same phases with the history kept and pruned (newest ${DEFAULT_MARGIN.keepLast} kept)`];
   const sizeCols = TABLES.map((t) => t);
   lines.push(["variant", "write CHANGED/s", "count p50 ms", "count p99 ms", "PK p99 ms", ...sizeCols].join(" | "));
   for (const v of variants) {
