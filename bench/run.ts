@@ -5,7 +5,7 @@
  * prints a table and writes bench/results/<timestamp>.json.
  *
  *   node --import tsx bench/run.ts [--quick] [--partitions P] [--compare-partitions]
- *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n] [--skip-replica]
+ *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n] [--skip-replica] [--history n]
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -33,6 +33,7 @@ import { clusterCountRows } from "./count-layer-cluster.ts";
 import { jetstreamRows } from "./jetstream.ts";
 import { mergeFigures, runHttp, stopHttpClient, runFixedCount, runInterleaved, type Figures, type HttpLoad, type HttpRequestSpec } from "./load.ts";
 import { chapterSetLiked, createRawInsertTable, rawInsert } from "./baselines.ts";
+import { retentionFigures, type RetentionFigures } from "./retention.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
 import { formatTable, machineInfo, writeResults, type Row } from "./report.ts";
 import { formatWaits, sampleWaits } from "./wait-events.ts";
@@ -54,6 +55,9 @@ const USAGE = `usage: node --import tsx bench/run.ts [options]
   --requests n            HTTP like/unlike requests per variant
   --reads n               count reads per path and phase
   --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
+  --history n             also the retention figure (bench/retention.ts): after n like events,
+                          write rate, count read p99 and table sizes with the history kept and
+                          pruned (issue 8 asks for 1000000); default 0 (skipped), 20000 with --quick
   -h, --help              this text
 `;
 
@@ -98,6 +102,7 @@ function parseOptions() {
         requests: { type: "string" },
         reads: { type: "string" },
         "skip-replica": { type: "boolean", default: false },
+        history: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       allowPositionals: false,
@@ -123,6 +128,8 @@ function parseOptions() {
     requests: positiveInt("requests", parsed.requests, size.requests),
     reads: positiveInt("reads", parsed.reads, size.reads),
     skipReplica: parsed["skip-replica"],
+    // The retention figure: skipped unless asked for, a small history in the quick run.
+    history: parsed.history === "0" ? 0 : parsed.history !== undefined ? positiveInt("history", parsed.history, 0, 100_000_000) : parsed.quick ? 20_000 : 0,
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
   };
@@ -718,8 +725,17 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => commentCreatePhase(t, o, commentPosts.get(t.partitions)!));
   await phase((t) => commentCountReadPhase(t, o, commentPosts.get(t.partitions)!));
 
+  let retention: RetentionFigures | undefined;
+  if (o.history > 0) {
+    retention = await retentionFigures(cluster, started.admin, {
+      history: o.history, partitions: o.partitions[0]!, workers: o.workers, ops: o.ops, reads: o.reads,
+    }, (pool) => started.pools.push(pool), (line) => process.stderr.write(`  ${line}\n`));
+    checkAbort();
+    rows.push(...retention.rows);
+  }
+
   // The figures of a run that broke an invariant mean nothing: check both sides.
-  const audits: Record<string, unknown> = {};
+  const audits: Record<string, unknown> = { ...retention?.audits };
   const auditLines: string[] = [];
   for (const t of targets) {
     const w = await writeSide(t.pool);
@@ -732,10 +748,12 @@ async function main(o: Opts): Promise<void> {
         `follower projection diff ${formatDiff(projection)})`,
     );
   }
+  for (const [name, audit] of Object.entries(retention?.audits ?? {})) auditLines.push(`audit ${name}: ${audit.clean ? "clean" : "VIOLATIONS"}`);
   const seconds = (performance.now() - t0) / 1000;
 
   const figures = ratios(rows);
   process.stdout.write(`\n${formatTable(rows)}\n\nratios (issue 8 goals), each from rows of this run:\n${formatRatios(figures)}\n\n`);
+  if (retention) process.stdout.write(`${retention.summary}\n\n`);
   process.stdout.write(
     [
       ...auditLines,
@@ -762,6 +780,7 @@ async function main(o: Opts): Promise<void> {
       return { op: r.op, path: r.path, partitions: r.partitions, ...figures, note: r.note, ...r.extra };
     }),
     ratios: figures,
+    ...(retention ? { retention: { summary: retention.summary, sizes: retention.sizes } } : {}),
     audits,
   });
   process.stdout.write(`results: ${path.relative(process.cwd(), file)} (run took ${seconds.toFixed(0)} s)\n`);

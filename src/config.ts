@@ -30,6 +30,8 @@ export interface Config {
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
+  /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
+  retention: { keepLast: number; keepSeconds: number };
   /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
   redisUrl: string | undefined;
   /** LEDGER_REDIS_ALLOW_EVICTION=1: start even when Redis's maxmemory-policy is allkeys-*. */
@@ -108,6 +110,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, 300, 0, 86_400),
     },
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, 600, 0, 86_400),
+    retention: {
+      keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, 10_000, 0, 1_000_000_000),
+      keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, 86_400, 0, 31_536_000),
+    },
     redisUrl: env.REDIS_URL || undefined,
     redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
     countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),

@@ -77,11 +77,16 @@ export const LIKE_COUNTS: CounterKind = {
   },
 };
 
-/** A relation event o's delta: whether it enters or leaves ACTIVE against the pair's previous event. */
+/**
+ * A relation event o's delta: whether it enters or leaves ACTIVE against the pair's previous
+ * event, or, when retention pruned that one, the pruned prefix's newest state.
+ */
 const FOLLOW_DELTA = `((o.state = 'ACTIVE')::int - coalesce((
   SELECT (p.state = 'ACTIVE')::int FROM relation_event p
    WHERE p.follower = o.follower AND p.followee = o.followee AND p.version < o.version
-   ORDER BY p.version DESC LIMIT 1), 0))`;
+   ORDER BY p.version DESC LIMIT 1), (
+  SELECT (b.last_state = 'ACTIVE')::int FROM relation_event_pruned b
+   WHERE b.follower = o.follower AND b.followee = o.followee AND b.max_version < o.version), 0))`;
 
 export const FOLLOWER_COUNTS: CounterKind = {
   name: "followers",

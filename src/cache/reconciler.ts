@@ -5,7 +5,7 @@ import type { CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
 import { cursorKey } from "./count-feeder.ts";
 
-const reconciledKey = (kind: string) => `sl:reconciled:${kind}`;
+export const reconciledKey = (kind: string) => `sl:reconciled:${kind}`;
 
 export interface DriftRecord {
   target: string;

@@ -59,3 +59,13 @@ export function positiveInteger(name: string, max: number): (raw: string) => num
 /** The counted facts a database-side rebuild repairs (the follower projection has none: it is versioned). */
 export const REBUILD_KINDS = ["likes", "comments"] as const;
 export type RebuildKind = (typeof REBUILD_KINDS)[number];
+
+/** A non-negative integer option (`--keep-last 0` is meaningful) within bounds. */
+export function nonNegativeInteger(name: string, max: number): (raw: string) => number {
+  return (raw) => {
+    if (!/^\d+$/.test(raw.trim())) throw new InvalidArgumentError(`${name} must be a non-negative integer`);
+    const value = Number(raw);
+    if (!Number.isSafeInteger(value) || value > max) throw new InvalidArgumentError(`${name} must be an integer in 0..${max}`);
+    return value;
+  };
+}

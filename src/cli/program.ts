@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
 import { LedgerError } from "../errors.ts";
-import { REBUILD_KINDS, UsageError, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
+import { REBUILD_KINDS, UsageError, nonNegativeInteger, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
 
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
@@ -127,13 +127,18 @@ then the drift report: items checked, each drifted item old -> new with its drif
 
   program
     .command("prune")
-    .description("Delete the dedup keys (processed_event, proj_seen) at or below the watermarks")
+    .description("Delete the dedup keys at or below the watermarks and the outbox events below the retention boundary")
+    .addOption(new Option("--keep-last <n>", "keep the newest n events of every partition (default: LEDGER_RETENTION_KEEP_EVENTS or 10000)").argParser(nonNegativeInteger("--keep-last", 1_000_000_000)))
+    .addOption(new Option("--keep-seconds <s>", "keep events younger than s seconds (default: LEDGER_RETENTION_KEEP_SECONDS or 86400)").argParser(nonNegativeInteger("--keep-seconds", 31_536_000)))
     .option("--json", "print the report as JSON")
     .addHelpText("after", `
-Safe under live traffic and running consumers: a delivered event at or below its partition's
-watermark is a duplicate without its key. Skipped (exit code 0) while a like rebuild runs. The
-outbox and relation_event are kept (the write-side audits count them).`)
-    .action(async (opts: { json?: boolean }) => {
+Safe under live traffic and running consumers (docs/retention.md): the dedup keys
+(processed_event, proj_seen, comment_processed) go at or below each watermark; the outbox events
+(like_outbox, relation_event, comment_outbox) at or below min(watermark, retention_hold rows,
+the Redis count layer's cursor and last reconciliation when REDIS_URL is set, the margin), and
+the audits keep counting them through a pruned-prefix baseline. A kind whose rebuild is running,
+or whose Redis cannot be read, keeps its outbox this time (exit code 0).`)
+    .action(async (opts: { json?: boolean; keepLast?: number; keepSeconds?: number }) => {
       const { prune } = await import("./commands/prune.ts");
       setExitCode(await prune(opts));
     });

@@ -18,6 +18,7 @@ export const COMMENT_COUNTER: CounterSpec = {
   watermark: "comment_watermark",
   keysSql: "SELECT post_id AS key FROM post",
   countedSql: "SELECT post_id AS key, part, count(*) AS n FROM counted_comment GROUP BY post_id, part",
+  prunedDeltasSql: "SELECT post_id AS key, delta_sum AS n FROM comment_outbox_pruned",
   rebuildRun: "comment_rebuild_run",
   rebuildRunColumns: ["keys_checked", "keys_drifted"],
   rebuildDrift: "comment_rebuild_drift",

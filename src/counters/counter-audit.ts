@@ -3,7 +3,8 @@ import type { CounterSpec } from "./counter-spec.ts";
 
 /**
  * The invariants of a counted fact, one SQL statement each so an operator can paste it into
- * psql. Both compare with spec.countedSql, the one definition of what is counted.
+ * psql. Both compare with spec.countedSql, the one definition of what is counted. Outbox events
+ * pruned by retention count through their baseline (retention_floor, spec.prunedDeltasSql).
  */
 export interface CounterAudit {
   lag: number;
@@ -23,11 +24,14 @@ export function counterAuditSql(s: CounterSpec): string {
   return `
   WITH truth AS (SELECT key, sum(n)::bigint AS n FROM (${s.countedSql}) t GROUP BY key),
   derived AS (SELECT ${s.keyColumn} AS key, sum(n)::bigint AS n FROM ${s.count} GROUP BY 1),
-  deltas AS (SELECT ${s.keyColumn} AS key, sum(delta)::bigint AS n FROM ${s.outbox} GROUP BY 1),
+  deltas AS (
+    SELECT key, sum(n)::bigint AS n
+      FROM (SELECT ${s.keyColumn} AS key, delta AS n FROM ${s.outbox}${s.prunedDeltasSql ? ` UNION ALL ${s.prunedDeltasSql}` : ""}) d
+     GROUP BY 1),
   pending AS (
     SELECT o.${s.keyColumn} AS key, count(*)::bigint AS n
       FROM ${s.outbox} o JOIN ${s.watermark} w ON w.part = o.part
-     WHERE NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq)
+     WHERE o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq)
      GROUP BY 1),
   keys AS (SELECT key FROM truth UNION SELECT key FROM derived UNION SELECT key FROM deltas),
   per_key AS (
@@ -35,7 +39,10 @@ export function counterAuditSql(s: CounterSpec): string {
       FROM keys k LEFT JOIN truth t USING (key) LEFT JOIN derived d USING (key) LEFT JOIN deltas x USING (key) LEFT JOIN pending p USING (key)),
   gaps AS (
     SELECT q.part FROM ${s.sequence} q LEFT JOIN ${s.outbox} o ON o.part = q.part
-     GROUP BY q.part, q.last HAVING count(o.seq) <> q.last OR coalesce(max(o.seq), 0) <> q.last)
+      LEFT JOIN retention_floor f ON f.kind = '${s.kind}' AND f.part = q.part
+     GROUP BY q.part, q.last
+    HAVING count(o.seq) + coalesce(min(f.pruned_events), 0) <> q.last
+        OR greatest(coalesce(max(o.seq), 0), min(f.pruned_max_seq)) <> q.last)
   SELECT (SELECT coalesce(sum(q.last - w.applied_upto), 0) FROM ${s.sequence} q JOIN ${s.watermark} w USING (part))::bigint AS lag,
          (SELECT count(*) FROM gaps)::int AS seq_gap_partitions,
          (SELECT count(*) FROM per_key WHERE deltas <> truth)::int AS delta_sum_mismatch_keys,

@@ -111,7 +111,10 @@ export class CounterConsumer {
                         AND NOT EXISTS (SELECT 1 FROM ${s.processed} p WHERE p.part = o.part AND p.seq = o.seq)
                       ORDER BY o.seq LIMIT $2`,
       fetchRange: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq BETWEEN $2 AND $3 ORDER BY o.seq`,
-      fetchSeqs: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])`,
+      // The retention floor (docs/retention.md) with the rows, in one statement.
+      fetchSeqs: `SELECT f.floor, ${columns}
+                    FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = $3 AND part = $1), 0) AS floor) f
+                    LEFT JOIN ${s.outbox} o ON o.part = $1 AND o.seq = ANY ($2::bigint[])`,
       createRows: `INSERT INTO ${s.count} (${s.keyColumn}, part)
                    SELECT k.key, $2 FROM unnest($1::text[]) WITH ORDINALITY AS k(key, ord) ORDER BY k.ord
                    ON CONFLICT DO NOTHING`,
@@ -120,17 +123,24 @@ export class CounterConsumer {
     };
   }
 
-  /** Applies a batch of events that all belong to one partition. */
-  async applyBatch(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number }> {
+  /**
+   * Applies a batch of events that all belong to one partition. A redelivered event at or below
+   * the retention floor is `expired`: its outbox row is pruned, so it cannot be checked, and it
+   * is at or below the watermark, so it is a duplicate; it counts as dup and touches nothing
+   * (docs/retention.md).
+   */
+  async applyBatch(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
-    // Count rows are created and locked in key order, the same for every consumer, and a
-    // rebuild install locks only the rows of one key: no lock cycle can form.
-    const keys = [...new Set(events.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     return inPartitionBatch(this.pool, watermarkTablesOf(this.spec), part, async (client) => {
-      await this.requireOutboxMatch(client, part, events);
+      const checked = await this.requireOutboxMatch(client, part, events);
+      const expired = events.length - checked.length;
+      // Count rows are created and locked in key order, the same for every consumer, and a
+      // rebuild install locks only the rows of one key: no lock cycle can form.
+      const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
       await client.query(this.sql.createRows, [keys, part]);
       await client.query(this.sql.lockRows, [keys, part]);
-      return this.apply(client, part, events);
+      const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
+      return { ...stats, dup: stats.dup + expired, expired };
     }, (pid) => this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { part, events, pid }));
   }
 
@@ -162,16 +172,21 @@ export class CounterConsumer {
 
   /**
    * A transport carries copies; the outbox is the truth. A delivered event that is not in the
-   * outbox, or differs from its row, is refused before it can touch a count.
+   * outbox, or differs from its row, is refused before it can touch a count. Returns the events
+   * above the retention floor (read in the same statement as the rows, so a prune committing
+   * meanwhile is seen whole or not at all); the ones at or below it are pruned duplicates.
    */
-  private async requireOutboxMatch(client: PoolClient, part: number, events: readonly CountEvent[]): Promise<void> {
-    const { rows } = await client.query<OutboxRow>(this.sql.fetchSeqs, [part, events.map((e) => e.seq)]);
-    const stored = new Map(rows.map((r) => [r.seq, toEvent(r)]));
-    for (const e of events) {
+  private async requireOutboxMatch(client: PoolClient, part: number, events: readonly CountEvent[]): Promise<CountEvent[]> {
+    const { rows } = await client.query<OutboxRow & { floor: number }>(this.sql.fetchSeqs, [part, events.map((e) => e.seq), this.spec.kind]);
+    const floor = rows[0]!.floor;
+    const stored = new Map(rows.filter((r) => r.seq !== null).map((r) => [r.seq, toEvent(r)]));
+    const kept = events.filter((e) => e.seq > floor);
+    for (const e of kept) {
       const s = stored.get(e.seq);
       if (!s || s.factId !== e.factId || s.key !== e.key || s.delta !== e.delta || s.version !== e.version) {
         throw new InvalidInputError("events", `event ${part}:${e.seq} ${s ? "does not match" : "is not in"} the outbox`);
       }
     }
+    return kept;
   }
 }

@@ -3,6 +3,7 @@ import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
+import { assertSnapshotNotPruned } from "../db/retention-boundary.ts";
 import type { CounterSpec } from "./counter-spec.ts";
 
 export class CounterRebuildInProgressError extends LedgerError {
@@ -132,6 +133,7 @@ export class CounterRebuild {
       const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [s.rebuildLockKey]);
       if (!lock[0]!.ok) throw new CounterRebuildInProgressError(s.kind);
       const header = await readCounterSnapshot(snap, s);
+      await assertSnapshotNotPruned(this.pool, s.kind, header.snapshotSeqs);
       if (keys) {
         const { rows } = await snap.query<{ key: string }>(
           `SELECT x AS key FROM unnest($1::text[]) AS x WHERE NOT EXISTS (SELECT 1 FROM (${s.keysSql}) k WHERE k.key = x)`,

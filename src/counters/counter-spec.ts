@@ -43,6 +43,11 @@ export interface CounterSpec {
   /** The run table's two count columns: keys checked, keys drifted. */
   rebuildRunColumns: readonly [checked: string, drifted: string];
   rebuildDrift: string;
+  /**
+   * The outbox events pruned by retention, summed per key as rows (key, n): the write-side
+   * audit adds them to the kept events' deltas (docs/retention.md). Omitted: never pruned.
+   */
+  prunedDeltasSql?: string;
   /** pg advisory lock key of this counter's rebuild. */
   rebuildLockKey: string;
 }

@@ -26,30 +26,41 @@ export async function readCount(pool: Pool, itemId: string, allowedLag: number):
  * Write side: the facts and the outbox move together. Per partition the sequence is
  * gapless (last = row count = max seq); every pair's version equals its number of events
  * and its liked flag equals its delta sum; every event sits in its user's partition.
+ * Events pruned by retention count through their baseline (retention_floor per partition,
+ * like_outbox_pruned per pair; docs/retention.md), so a prune changes none of the figures:
+ * outbox_rows is the number of events ever written, pruned ones included.
  */
 export const WRITE_SIDE_SQL = `
   WITH cfg AS (SELECT partitions FROM ledger_config),
+  floor_ AS (SELECT part, pruned_events, pruned_max_seq, misplaced_events FROM retention_floor WHERE kind = 'likes'),
   per_part AS (
-    SELECT s.part, s.last, count(o.seq) AS rows, coalesce(max(o.seq), 0) AS max_seq
-      FROM like_seq s LEFT JOIN like_outbox o ON o.part = s.part
+    SELECT s.part, s.last, count(o.seq) + coalesce(min(f.pruned_events), 0) AS rows,
+           greatest(coalesce(max(o.seq), 0), min(f.pruned_max_seq)) AS max_seq
+      FROM like_seq s LEFT JOIN like_outbox o ON o.part = s.part LEFT JOIN floor_ f ON f.part = s.part
      GROUP BY s.part, s.last),
-  pair_events AS (
-    SELECT user_id, item_id, count(*) AS events, sum(delta) AS delta_sum
+  kept_pairs AS (
+    SELECT user_id, item_id, count(*) AS events, sum(delta) AS delta_sum, min(version) AS min_version
       FROM like_outbox GROUP BY user_id, item_id),
+  pair_events AS (
+    SELECT user_id, item_id, coalesce(k.events, 0) + coalesce(p.events, 0) AS events,
+           coalesce(k.delta_sum, 0) + coalesce(p.delta_sum, 0) AS delta_sum,
+           k.min_version <= p.max_version AS overlaps_pruned
+      FROM kept_pairs k FULL JOIN like_outbox_pruned p USING (user_id, item_id)),
   item_facts AS (
     SELECT item_id, count(*) FILTER (WHERE liked) AS liked FROM like_fact GROUP BY item_id),
   item_deltas AS (
-    SELECT item_id, sum(delta) AS delta_sum FROM like_outbox GROUP BY item_id)
+    SELECT item_id, sum(delta_sum) AS delta_sum FROM pair_events GROUP BY item_id)
   SELECT (SELECT coalesce(sum(last), 0) FROM per_part)::bigint AS last_seq,
-         (SELECT count(*) FROM like_outbox)::bigint AS outbox_rows,
+         ((SELECT count(*) FROM like_outbox) + (SELECT coalesce(sum(pruned_events), 0) FROM floor_))::bigint AS outbox_rows,
          (SELECT count(*) FROM per_part WHERE rows <> last OR max_seq <> last)::bigint AS seq_gap_partitions,
          (SELECT count(*) FROM like_fact f LEFT JOIN pair_events e USING (user_id, item_id)
            WHERE f.version <> coalesce(e.events, 0)
-              OR f.liked::int <> coalesce(e.delta_sum, 0))::bigint AS version_mismatch_pairs,
+              OR f.liked::int <> coalesce(e.delta_sum, 0) OR e.overlaps_pruned)::bigint AS version_mismatch_pairs,
          (SELECT count(*) FROM item_facts f FULL JOIN item_deltas d USING (item_id)
            WHERE coalesce(f.liked, 0) <> coalesce(d.delta_sum, 0))::bigint AS delta_sum_mismatch_items,
-         (SELECT count(*) FROM like_outbox o, cfg
-           WHERE o.part <> ledger_partition(o.user_id, cfg.partitions))::bigint AS misplaced_events`;
+         ((SELECT count(*) FROM like_outbox o, cfg
+            WHERE o.part <> ledger_partition(o.user_id, cfg.partitions))
+          + (SELECT coalesce(sum(misplaced_events), 0) FROM floor_))::bigint AS misplaced_events`;
 
 export interface WriteSideAudit {
   lastSeq: number;

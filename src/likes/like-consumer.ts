@@ -50,8 +50,8 @@ export class LikeConsumer {
     });
   }
 
-  /** Applies a batch of events that all belong to one partition. */
-  async applyBatch(events: readonly LikeEvent[]): Promise<ConsumeStats & { watermark: number }> {
+  /** Applies a batch of events that all belong to one partition (`expired`: pruned redeliveries, docs/retention.md). */
+  async applyBatch(events: readonly LikeEvent[]): Promise<ConsumeStats & { watermark: number; expired: number }> {
     return this.counter.applyBatch(events.map(toCountEvent));
   }
 

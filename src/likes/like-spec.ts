@@ -24,6 +24,7 @@ export const LIKE_COUNTER: CounterSpec = {
   rebuildRun: "like_rebuild_run",
   rebuildRunColumns: ["items_checked", "items_drifted"],
   rebuildDrift: "like_rebuild_drift",
+  prunedDeltasSql: "SELECT item_id AS key, sum(delta_sum) AS n FROM like_outbox_pruned GROUP BY 1",
   // "likerbld" in ASCII: an arbitrary constant.
   rebuildLockKey: 0x6c696b6572626c64n.toString(),
 };

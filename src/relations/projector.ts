@@ -141,7 +141,11 @@ export class RelationProjector {
     private readonly options: { hooks?: Hooks; step?: ProjectStep } = {},
   ) {}
 
-  async applyBatch(events: readonly RelationEvent[]): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number }> {
+  /**
+   * A redelivered event at or below the retention floor is `expired` (its row is pruned; it is
+   * below the watermark, so a duplicate): verdict dup, touching nothing (docs/retention.md).
+   */
+  async applyBatch(events: readonly RelationEvent[]): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const step = this.options.step;
     const order = events.map((e, i) => ({ e, i })).sort((x, y) =>
@@ -152,18 +156,19 @@ export class RelationProjector {
     // proj_follower rows and proj_count rows in different orders and deadlock (a review found
     // and reproduced it).
     return inPartitionBatch(this.pool, RELATION_WATERMARK, part, async (client) => {
-      await requireEventMatch(client, part, events);
-      let verdicts: Verdict[];
+      const floor = await requireEventMatch(client, part, events);
+      const kept = events.map((e, i) => ({ e, i })).filter(({ e }) => e.seq > floor);
+      const verdicts: Verdict[] = events.map(() => "dup");
       if (step) {
         // A supplied step (a test's, or a negative control) runs event by event.
-        verdicts = new Array<Verdict>(events.length);
-        for (const { e, i } of order) verdicts[i] = await step(client, e);
-      } else {
-        verdicts = await projectBatchVersioned(client, part, events);
+        for (const { e, i } of order) if (e.seq > floor) verdicts[i] = await step(client, e);
+      } else if (kept.length > 0) {
+        const projected = await projectBatchVersioned(client, part, kept.map(({ e }) => e));
+        kept.forEach(({ i }, k) => { verdicts[i] = projected[k]!; });
       }
       const counts = emptyVerdicts();
       for (const v of verdicts) counts[v]++;
-      return { ...counts, verdicts };
+      return { ...counts, verdicts, expired: events.length - kept.length };
     }, async (pid) => this.options.hooks?.at("projector.beforeCommit", { part, events, pid }));
   }
 
@@ -199,17 +204,26 @@ export class RelationProjector {
   }
 }
 
-/** A transport carries copies; relation_event is the truth. Unknown or altered events are refused. */
-async function requireEventMatch(client: PoolClient, part: number, events: readonly RelationEvent[]): Promise<void> {
-  const { rows } = await client.query<EventRow>(
-    "SELECT part, seq, follower, followee, state, version, created_at FROM relation_event WHERE part = $1 AND seq = ANY ($2::bigint[])",
+/**
+ * A transport carries copies; relation_event is the truth. Unknown or altered events are
+ * refused. Returns the retention floor, read in the rows' statement: events at or below it are
+ * pruned and not checked.
+ */
+async function requireEventMatch(client: PoolClient, part: number, events: readonly RelationEvent[]): Promise<number> {
+  const { rows } = await client.query<EventRow & { floor: number }>(
+    `SELECT f.floor, e.part, e.seq, e.follower, e.followee, e.state, e.version, e.created_at
+       FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = 'relations' AND part = $1), 0) AS floor) f
+       LEFT JOIN relation_event e ON e.part = $1 AND e.seq = ANY ($2::bigint[])`,
     [part, events.map((e) => e.seq)],
   );
-  const stored = new Map(rows.map((r) => [r.seq, r]));
+  const floor = rows[0]!.floor;
+  const stored = new Map(rows.filter((r) => r.seq !== null).map((r) => [r.seq, r]));
   for (const e of events) {
+    if (e.seq <= floor) continue;
     const s = stored.get(e.seq);
     if (!s || s.follower !== e.follower || s.followee !== e.followee || s.state !== e.state || s.version !== e.version) {
       throw new InvalidInputError("events", `relation event ${part}:${e.seq} ${s ? "does not match" : "is not in"} relation_event`);
     }
   }
+  return floor;
 }

@@ -1,6 +1,19 @@
 import type { Pool } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 
+/** The relation state machine's legal (previous, next) pairs, as the audit checks them. */
+export const LEGAL_TRANSITIONS =
+  "(('REMOVED', 'ACTIVE'), ('REMOVED', 'PENDING'), ('PENDING', 'ACTIVE'), ('PENDING', 'REMOVED'), ('ACTIVE', 'REMOVED'))";
+
+/**
+ * The state a relation event e moves from: the pair's event one version below (alias p), else
+ * the pruned prefix's newest state when that prefix ends right below e (alias b), else REMOVED
+ * (the v0 placeholder).
+ */
+export function previousRelationStateSql(e: string, p: string, b: string): string {
+  return `coalesce(${p}.state, CASE WHEN ${b}.max_version = ${e}.version - 1 THEN ${b}.last_state END, 'REMOVED')`;
+}
+
 /**
  * The chapter's invariants, one SQL statement each, so an operator can paste them into psql.
  * Every query returns the number of violating rows; 0 everywhere means healthy.
@@ -8,30 +21,46 @@ import { withTransaction } from "../db/transaction.ts";
 export const RELATION_INVARIANTS = {
   /** 1. one row per ordered pair (the primary key), a known state, no self-follow. */
   invalidRows: `SELECT count(*)::int AS n FROM relation WHERE follower = followee OR state NOT IN ('ACTIVE', 'PENDING', 'REMOVED')`,
-  /** 2. version = number of events of the pair, and the newest event carries the row's state. */
+  /**
+   * 2. version = number of events of the pair, and the newest event carries the row's state.
+   * Events pruned by retention count through relation_event_pruned (docs/retention.md).
+   */
   versionMismatchPairs: `
     SELECT count(*)::int AS n FROM relation r
+      LEFT JOIN relation_event_pruned b ON b.follower = r.follower AND b.followee = r.followee
       LEFT JOIN LATERAL (SELECT count(*) AS events, max(version) AS max_version FROM relation_event e
                           WHERE e.follower = r.follower AND e.followee = r.followee) c ON true
       LEFT JOIN relation_event last ON last.follower = r.follower AND last.followee = r.followee AND last.version = r.version
-     WHERE r.version <> c.events OR (r.version > 0 AND (last.state IS DISTINCT FROM r.state OR c.max_version <> r.version))`,
+     WHERE r.version <> c.events + coalesce(b.events, 0)
+        OR (r.version > 0 AND (coalesce(last.state, CASE WHEN b.max_version = r.version THEN b.last_state END) IS DISTINCT FROM r.state
+                               OR greatest(c.max_version, b.max_version) <> r.version))`,
   /** 3. a block in either direction leaves both relation rows REMOVED. */
   blockedButNotRemoved: `
     SELECT count(*)::int AS n FROM block b
       JOIN relation r ON (r.follower = b.blocker AND r.followee = b.blocked) OR (r.follower = b.blocked AND r.followee = b.blocker)
      WHERE r.state <> 'REMOVED'`,
-  /** 4 (and the state machine): consecutive versions of a pair only make legal transitions. */
+  /**
+   * 4 (and the state machine): consecutive versions of a pair only make legal transitions. The
+   * previous state of a pair's oldest kept event is the pruned prefix's newest, and the pruned
+   * events' own illegal transitions were counted when they were pruned (retention_floor).
+   */
   illegalTransitions: `
-    SELECT count(*)::int AS n FROM relation_event e
-      LEFT JOIN relation_event p ON p.follower = e.follower AND p.followee = e.followee AND p.version = e.version - 1
-     WHERE (coalesce(p.state, 'REMOVED'), e.state) NOT IN
-           (('REMOVED', 'ACTIVE'), ('REMOVED', 'PENDING'), ('PENDING', 'ACTIVE'), ('PENDING', 'REMOVED'), ('ACTIVE', 'REMOVED'))`,
-  /** Sequences: per partition gapless (last = rows = max seq), each event in its followee's partition. */
+    SELECT ((SELECT count(*) FROM relation_event e
+               LEFT JOIN relation_event p ON p.follower = e.follower AND p.followee = e.followee AND p.version = e.version - 1
+               LEFT JOIN relation_event_pruned b ON b.follower = e.follower AND b.followee = e.followee
+              WHERE (${previousRelationStateSql("e", "p", "b")}, e.state) NOT IN ${LEGAL_TRANSITIONS})
+          + (SELECT coalesce(sum(illegal_transitions), 0) FROM retention_floor WHERE kind = 'relations'))::int AS n`,
+  /**
+   * Sequences: per partition gapless (last = rows = max seq), each event in its followee's
+   * partition; pruned rows count through retention_floor.
+   */
   sequenceViolations: `
     SELECT ((SELECT count(*) FROM event_seq s
-              WHERE s.last <> (SELECT count(*) FROM relation_event e WHERE e.part = s.part)
-                 OR s.last <> (SELECT coalesce(max(seq), 0) FROM relation_event e WHERE e.part = s.part))
-          + (SELECT count(*) FROM relation_event e, ledger_config c WHERE e.part <> ledger_partition(e.followee, c.partitions)))::int AS n`,
+               LEFT JOIN retention_floor f ON f.kind = 'relations' AND f.part = s.part
+              WHERE s.last <> (SELECT count(*) FROM relation_event e WHERE e.part = s.part) + coalesce(f.pruned_events, 0)
+                 OR s.last <> greatest((SELECT coalesce(max(seq), 0) FROM relation_event e WHERE e.part = s.part), f.pruned_max_seq))
+          + (SELECT count(*) FROM relation_event e, ledger_config c WHERE e.part <> ledger_partition(e.followee, c.partitions))
+          + (SELECT coalesce(sum(misplaced_events), 0) FROM retention_floor WHERE kind = 'relations'))::int AS n`,
 } as const;
 
 /** 5. after draining: the projection against the truth (the chapter's Projector.diff). */

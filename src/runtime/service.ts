@@ -13,6 +13,7 @@ import { openCountLayer } from "../cache/count-layer.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
 import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
+import { countLayerRetentionCap } from "../cache/retention-cap.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadJwtSecret } from "./secret.ts";
 
@@ -96,7 +97,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
   logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
-  const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log)];
+  const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
+    ...config.retention, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
+  })];
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
     .catch(async (err: unknown) => {
       await app.close().catch(() => undefined);

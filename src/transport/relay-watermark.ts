@@ -1,5 +1,10 @@
-import type { Pool } from "../db/pool.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { holdRetention } from "../db/retention-boundary.ts";
+import { withTransaction } from "../db/transaction.ts";
 import type { TransportKindName } from "./transport-kinds.ts";
+
+/** The relay's name in retention_hold: retention never prunes an outbox row the relay has not published. */
+export const RELAY_RETENTION_HOLDER = "nats-relay";
 
 /**
  * The relay's progress rows (migration 013) and what retention may take from them. Table names are
@@ -14,7 +19,8 @@ const KIND_TABLES: Record<TransportKindName, { sequence: string; watermark: stri
 /**
  * A relay's first run for a kind starts at the consumer's watermark: every event at or below it has
  * been processed, so no consumer needs it from the broker (and the outbox below it may already be
- * pruned). Later runs keep the row they find.
+ * pruned). Later runs keep the row they find. Every run then holds retention at its rows
+ * (holdRelayPosition), so the outbox above them stays until published.
  */
 export async function ensureRelayRows(pool: Pool, kind: TransportKindName): Promise<void> {
   await pool.query(
@@ -23,6 +29,27 @@ export async function ensureRelayRows(pool: Pool, kind: TransportKindName): Prom
      ON CONFLICT DO NOTHING`,
     [kind],
   );
+  const { rows } = await pool.query<{ part: number }>("SELECT part FROM relay_watermark WHERE kind = $1 ORDER BY part", [kind]);
+  for (const { part } of rows) await withTransaction(pool, (client) => holdRelayPosition(client, kind, part));
+}
+
+/**
+ * Holds retention at the relay's position of one partition, under the floor row's share lock (the
+ * prune takes it FOR UPDATE, so the two are ordered). A position below the floor (a relay row left
+ * from before retention knew of it, and pruned past since) moves up to the floor first: those
+ * events are at or below the consumer's watermark (retention never passes it), so no consumer needs
+ * them from the broker, and a relay waiting for rows that are gone would stop for good.
+ */
+async function holdRelayPosition(client: PoolClient, kind: TransportKindName, part: number): Promise<void> {
+  await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
+  const { rows } = await client.query<{ published_upto: string }>(
+    `UPDATE relay_watermark r SET published_upto = greatest(r.published_upto, f.pruned_upto)
+       FROM (SELECT pruned_upto FROM retention_floor WHERE kind = $1 AND part = $2 FOR SHARE) f
+      WHERE r.kind = $1 AND r.part = $2
+      RETURNING r.published_upto`,
+    [kind, part],
+  );
+  if (rows[0]) await holdRetention(client, RELAY_RETENTION_HOLDER, kind, part, Number(rows[0].published_upto));
 }
 
 export async function readRelayWatermark(pool: Pool, kind: TransportKindName, part: number): Promise<number> {
@@ -33,28 +60,19 @@ export async function readRelayWatermark(pool: Pool, kind: TransportKindName, pa
 }
 
 /**
- * Records that 1..upto are published. Monotone (never lowers it): two relays that raced over the same
- * range both published a contiguous prefix, and the larger of the two is still a published prefix.
+ * Records that 1..upto are published and moves the relay's retention hold with it, in one
+ * transaction. Monotone (never lowers it): two relays that raced over the same range both published
+ * a contiguous prefix, and the larger of the two is still a published prefix.
  */
 export async function advanceRelayWatermark(pool: Pool, kind: TransportKindName, part: number, upto: number): Promise<void> {
-  await pool.query(
-    `UPDATE relay_watermark SET published_upto = $3, updated_at = now()
-      WHERE kind = $1 AND part = $2 AND published_upto < $3`,
-    [kind, part, upto],
-  );
-}
-
-/**
- * The transport's constraint on outbox retention, for the prune boundary to take (docs/transport-jetstream.md,
- * "Retention"): rows (part, ceiling) meaning "the outbox of this kind and partition may be pruned at or
- * below `ceiling` as far as the relay is concerned". The prune boundary is the least of this and the
- * consumer's watermark. No row for a partition: no relay has ever run for it, no constraint.
- */
-export const RELAY_PRUNE_CEILING_SQL = "SELECT part, published_upto AS ceiling FROM relay_watermark WHERE kind = $1 ORDER BY part";
-
-export async function relayPruneCeiling(pool: Pool, kind: TransportKindName): Promise<Map<number, number>> {
-  const { rows } = await pool.query<{ part: number; ceiling: number }>(RELAY_PRUNE_CEILING_SQL, [kind]);
-  return new Map(rows.map((r) => [r.part, Number(r.ceiling)]));
+  await withTransaction(pool, async (client) => {
+    await client.query(
+      `UPDATE relay_watermark SET published_upto = $3, updated_at = now()
+        WHERE kind = $1 AND part = $2 AND published_upto < $3`,
+      [kind, part, upto],
+    );
+    await holdRelayPosition(client, kind, part);
+  });
 }
 
 /** The consumer's contiguous watermark of one partition (read without a lock: it only grows). */

@@ -14,7 +14,7 @@ export const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 export const BIN = path.join(REPO_ROOT, "bin", "social-ledger.mjs");
 
 /** Variables of the parent that would point a child somewhere else than the test says. */
-const SCRUBBED = ["DATABASE_URL", "LEDGER_DATA_DIR", "LEDGER_JWT_SECRET", "LEDGER_PARTITIONS", "LEDGER_WRITES_PER_MINUTE", "LEDGER_READS_PER_MINUTE", "LEDGER_CORS_ORIGINS", "REDIS_URL", "DATABASE_REPLICA_URLS", "NATS_URL", "LEDGER_NATS_STREAM", "LEDGER_PRUNE_EVERY_SECONDS", "PORT", "HOST", "LOG_LEVEL", "NODE_OPTIONS"];
+const SCRUBBED = ["DATABASE_URL", "LEDGER_DATA_DIR", "LEDGER_JWT_SECRET", "LEDGER_PARTITIONS", "LEDGER_WRITES_PER_MINUTE", "LEDGER_READS_PER_MINUTE", "LEDGER_CORS_ORIGINS", "REDIS_URL", "DATABASE_REPLICA_URLS", "NATS_URL", "LEDGER_NATS_STREAM", "LEDGER_PRUNE_EVERY_SECONDS", "LEDGER_RETENTION_KEEP_EVENTS", "LEDGER_RETENTION_KEEP_SECONDS", "PORT", "HOST", "LOG_LEVEL", "NODE_OPTIONS"];
 
 export function childEnv(vars: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
