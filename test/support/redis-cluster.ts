@@ -126,10 +126,20 @@ export class TestRedisCluster {
     return (await this.topology()).filter((n) => n.role === "master" && !n.failed).map((n) => n.port).sort((a, b) => a - b);
   }
 
-  async replicaOf(masterPort: number): Promise<number> {
-    const replica = (await this.topology()).find((n) => n.role === "replica" && n.masterPort === masterPort && !n.failed);
-    if (!replica) throw new Error(`no replica of ${masterPort}`);
-    return replica.port;
+  /**
+   * A live replica of the master at `masterPort`. Polled (bounded): on a loaded machine a node can
+   * be flagged `fail?` for a moment (no pong within the short node timeout), and right after a
+   * failover the node asked may not yet know the old master's new role.
+   */
+  async replicaOf(masterPort: number, timeoutMs = 15_000): Promise<number> {
+    const replica = await pollUntil(
+      `a live replica of ${masterPort}`,
+      async () => (await this.topology().catch(() => [])).find((n) => n.role === "replica" && n.masterPort === masterPort && !n.failed),
+      (found) => found !== undefined,
+      timeoutMs,
+      100,
+    );
+    return replica!.port;
   }
 
   /** Keys matching `pattern` stored on the node at `port` (SCAN is node-local: no redirection). */
