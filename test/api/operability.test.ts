@@ -131,6 +131,7 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
     ["get", "/v1/admin/status", 200, [401, 403, 503]],
     ["get", "/v1/admin/audit", 200, [401, 403, 503]],
     ["post", "/v1/admin/rebuild", 200, [400, 401, 403, 503]],
+    ["post", "/v1/admin/comment-counts/rebuild", 200, [400, 401, 403, 503]],
     ["get", "/v1/admin/dashboard", 200, [400, 401, 403, 503]],
     ["get", "/healthz", 200, []],
     ["get", "/readyz", 200, [503]],
