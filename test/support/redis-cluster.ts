@@ -122,24 +122,32 @@ export class TestRedisCluster {
     });
   }
 
+  /**
+   * The live nodes that are masters by their own word (ROLE), not by one node's CLUSTER NODES view,
+   * which can still list a master demoted by a failover a moment ago.
+   */
   async masterPorts(): Promise<number[]> {
-    return (await this.topology()).filter((n) => n.role === "master" && !n.failed).map((n) => n.port).sort((a, b) => a - b);
+    const out: number[] = [];
+    for (const port of this.ports.filter((p) => this.alive(p))) {
+      if ((await this.cli(port, "ROLE").catch(() => "")).startsWith("master")) out.push(port);
+    }
+    return out.sort((a, b) => a - b);
   }
 
   /**
-   * A live replica of the master at `masterPort`. Polled (bounded): on a loaded machine a node can
-   * be flagged `fail?` for a moment (no pong within the short node timeout), and right after a
-   * failover the node asked may not yet know the old master's new role.
+   * A live replica of the master at `masterPort`, by the replica's own word (ROLE: slave, its
+   * master's address, link state "connected"). Polled (bounded): right after a failover the demoted
+   * master may still be reconnecting to its new master.
    */
   async replicaOf(masterPort: number, timeoutMs = 15_000): Promise<number> {
-    const replica = await pollUntil(
-      `a live replica of ${masterPort}`,
-      async () => (await this.topology().catch(() => [])).find((n) => n.role === "replica" && n.masterPort === masterPort && !n.failed),
-      (found) => found !== undefined,
-      timeoutMs,
-      100,
-    );
-    return replica!.port;
+    const find = async (): Promise<number | undefined> => {
+      for (const port of this.ports.filter((p) => this.alive(p) && p !== masterPort)) {
+        const [role, , master, state] = (await this.cli(port, "ROLE").catch(() => "")).split("\n").map((l) => l.trim());
+        if (role === "slave" && Number(master) === masterPort && state === "connected") return port;
+      }
+      return undefined;
+    };
+    return (await pollUntil(`a live replica of ${masterPort}`, find, (found) => found !== undefined, timeoutMs, 100))!;
   }
 
   /** Keys matching `pattern` stored on the node at `port` (SCAN is node-local: no redirection). */
