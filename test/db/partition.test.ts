@@ -128,7 +128,7 @@ test("negative control: a skewed partition function fails the same distribution 
   assert.ok(maxDeviation(keys, 4, byFirstChar).deviation > 0.2, "first-character bucketing is caught");
 });
 
-test("partitioned by default: a database the service creates gets P = 4 (SERVICE_PARTITIONS_OF_NEW), the library's initLedger keeps the chapter's 1, and an existing database keeps its own P", async (t) => {
+test("partitioned by default: a database the service creates gets P = 16 (SERVICE_PARTITIONS_OF_NEW), the library's initLedger keeps the chapter's 1, and an existing database keeps its own P", async (t) => {
   const { openDatabase, SERVICE_PARTITIONS_OF_NEW } = await import("../../src/runtime/database.ts");
   const { loadConfig } = await import("../../src/config.ts");
   const fresh = await createTestDatabase({ partitions: null, poolSize: 2 });
@@ -144,12 +144,12 @@ test("partitioned by default: a database the service creates gets P = 4 (SERVICE
   } finally {
     await database.close();
   }
-  assert.equal(SERVICE_PARTITIONS_OF_NEW, 4);
+  assert.equal(SERVICE_PARTITIONS_OF_NEW, 16);
   assert.equal(await initLedger(library.pool), 1, "the library's default is the chapter's P = 1");
   assert.equal(await initLedger(library.pool, { partitionsOfNew: 8 }), 1, "an existing database keeps its P");
   const again = await openDatabase(loadConfig({ DATABASE_URL: fresh.url }), { poolSize: 2 });
   try {
-    assert.equal(await readPartitions(again.pool), 4, "reopened without LEDGER_PARTITIONS: still 4");
+    assert.equal(await readPartitions(again.pool), SERVICE_PARTITIONS_OF_NEW, "reopened without LEDGER_PARTITIONS: still the P it was created with");
   } finally {
     await again.close();
   }
