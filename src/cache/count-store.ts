@@ -37,6 +37,35 @@ redis.call('HINCRBY', KEYS[1], bucket, delta)
 return 1`;
 
 /*
+ * Shared by the one-node install and the cluster's bucket freeze (KEYS[1] the counter or bucket,
+ * KEYS[2] its log; the bounds of partition 0, 1, ... from ARGV[boundsAt] on): skip with status 3
+ * when a newer boundary was installed already, else drop the logged increments at or below the
+ * bounds (the new base absorbs them) and sum the ones above into `above`.
+ */
+function settleLogLua(boundsAt: number): string {
+  return `if exists then
+  for p = ${boundsAt}, #ARGV do
+    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - ${boundsAt})) or '0')
+    if w > tonumber(ARGV[p]) then return {3, 0} end
+  end
+end
+local above = 0
+local log = redis.call('HGETALL', KEYS[2])
+for i = 1, #log, 2 do
+  local field = log[i]
+  local sep = string.find(field, ':', 1, true)
+  local bound = tonumber(ARGV[${boundsAt} + tonumber(string.sub(field, 1, sep - 1))])
+  if bound ~= nil and tonumber(string.sub(field, sep + 1)) <= bound then
+    redis.call('HDEL', KEYS[2], field)
+  else
+    above = above + tonumber(log[i + 1])
+  end
+end
+redis.call('PERSIST', KEYS[2])
+`;
+}
+
+/*
  * ARGV: truth, now, buckets, onlyExisting, bound of partition 0, 1, ...
  * Returns {status, displayedSettled}: status 0 installed over an existing counter, 1 created,
  * 2 skipped (counter absent and onlyExisting), 3 skipped (an install with a newer boundary won).
@@ -47,26 +76,7 @@ const INSTALL_LUA = `
 local truth, now, n, onlyExisting = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
-if exists then
-  for p = 5, #ARGV do
-    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - 5)) or '0')
-    if w > tonumber(ARGV[p]) then return {3, 0} end
-  end
-end
-local above = 0
-local log = redis.call('HGETALL', KEYS[2])
-for i = 1, #log, 2 do
-  local field = log[i]
-  local sep = string.find(field, ':', 1, true)
-  local bound = tonumber(ARGV[5 + tonumber(string.sub(field, 1, sep - 1))])
-  if bound ~= nil and tonumber(string.sub(field, sep + 1)) <= bound then
-    redis.call('HDEL', KEYS[2], field)
-  else
-    above = above + tonumber(log[i + 1])
-  end
-end
-redis.call('PERSIST', KEYS[2])
-local displayed = 0
+${settleLogLua(5)}local displayed = 0
 if exists then
   displayed = tonumber(redis.call('HGET', KEYS[1], 'base') or '0')
   for i = 0, n - 1 do displayed = displayed + tonumber(redis.call('HGET', KEYS[1], 'b' .. i) or '0') end
@@ -89,26 +99,7 @@ const FREEZE_BUCKET_LUA = `
 local onlyExisting = ARGV[1] == '1'
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
-if exists then
-  for p = 2, #ARGV do
-    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - 2)) or '0')
-    if w > tonumber(ARGV[p]) then return {3, 0} end
-  end
-end
-local above = 0
-local log = redis.call('HGETALL', KEYS[2])
-for i = 1, #log, 2 do
-  local field = log[i]
-  local sep = string.find(field, ':', 1, true)
-  local bound = tonumber(ARGV[2 + tonumber(string.sub(field, 1, sep - 1))])
-  if bound ~= nil and tonumber(string.sub(field, sep + 1)) <= bound then
-    redis.call('HDEL', KEYS[2], field)
-  else
-    above = above + tonumber(log[i + 1])
-  end
-end
-redis.call('PERSIST', KEYS[2])
-local settled = 0
+${settleLogLua(2)}local settled = 0
 if exists then
   settled = tonumber(redis.call('HGET', KEYS[1], 'd') or '0') - above
 else

@@ -91,7 +91,12 @@ export class Reconciler {
 
 /** The database rebuild's drift in the same figures (count_drift_history, hence the histogram), whichever process ran it. */
 export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[]): Promise<void> {
-  return recordDrift(pool, "likes", "rebuild", drifted.map((d) => ({ target: d.itemId, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+  return recordCounterRebuildDrift(pool, "likes", drifted.map((d) => ({ key: d.itemId, oldN: d.oldN, newN: d.newN })));
+}
+
+/** The same for any counter's rebuild (CounterRebuild reports its drifted keys). */
+export function recordCounterRebuildDrift(pool: Pool, kind: string, drifted: readonly { key: string; oldN: number; newN: number }[]): Promise<void> {
+  return recordDrift(pool, kind, "rebuild", drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
 }
 
 /**

@@ -7,7 +7,7 @@ import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDif
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
-import { recordDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
+import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
 
 /**
@@ -73,39 +73,25 @@ const auditResponse = {
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
   },
 } as const;
-const rebuildResponse = {
-  type: "object", required: ["runId", "snapshotSeqs", "itemsChecked", "drifted", "totalAbsDrift"],
-  properties: {
-    runId: integer,
-    snapshotSeqs: { type: "array", items: integer },
-    itemsChecked: integer,
-    drifted: {
-      type: "array",
-      items: {
-        type: "object", required: ["itemId", "oldN", "newN", "drift", "skippedPartitions"],
-        properties: { itemId: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
+/** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */
+function rebuildResponse(key: string, checked: string) {
+  return {
+    type: "object", required: ["runId", "snapshotSeqs", checked, "drifted", "totalAbsDrift"],
+    properties: {
+      runId: integer,
+      snapshotSeqs: { type: "array", items: integer },
+      [checked]: integer,
+      drifted: {
+        type: "array",
+        items: {
+          type: "object", required: [key, "oldN", "newN", "drift", "skippedPartitions"],
+          properties: { [key]: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
+        },
       },
+      totalAbsDrift: integer,
     },
-    totalAbsDrift: integer,
-  },
-} as const;
-
-const commentRebuildResponse = {
-  type: "object", required: ["runId", "snapshotSeqs", "postsChecked", "drifted", "totalAbsDrift"],
-  properties: {
-    runId: integer,
-    snapshotSeqs: { type: "array", items: integer },
-    postsChecked: integer,
-    drifted: {
-      type: "array",
-      items: {
-        type: "object", required: ["postId", "oldN", "newN", "drift", "skippedPartitions"],
-        properties: { postId: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
-      },
-    },
-    totalAbsDrift: integer,
-  },
-} as const;
+  };
+}
 
 export async function adminRoutes(app: FastifyInstance): Promise<void> {
   const { ledger } = app;
@@ -131,7 +117,7 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: {
       tags: ["admin"], summary: "Rebuild like counts from a snapshot baseline; reports the drift it corrected", security: bearer,
       body: { type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: rebuildResponse, ...errors(400, 401, 403, 404) },
+      response: { 200: rebuildResponse("itemId", "itemsChecked"), ...errors(400, 401, 403, 404) },
     },
   }, async (request: FastifyRequest<{ Body: { items?: string[] } | null }>) => {
     requireAdmin(request);
@@ -145,13 +131,13 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: {
       tags: ["admin"], summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected", security: bearer,
       body: { type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: commentRebuildResponse, ...errors(400, 401, 403, 404) },
+      response: { 200: rebuildResponse("postId", "postsChecked"), ...errors(400, 401, 403, 404) },
     },
   }, async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {
     requireAdmin(request);
     const posts = request.body?.posts;
     const report = await ledger.commentRebuild.rebuild(posts ? { keys: posts } : {});
-    await recordDrift(ledger.pool, "comments", "rebuild", report.drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+    await recordCounterRebuildDrift(ledger.pool, "comments", report.drifted);
     return {
       runId: report.runId, snapshotSeqs: report.snapshotSeqs, postsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
       drifted: report.drifted.map((d) => ({ postId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),

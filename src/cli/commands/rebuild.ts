@@ -4,7 +4,7 @@ import { Hooks } from "../../hooks.ts";
 import { openLedger } from "../../ledger.ts";
 import type { RebuildReport } from "../../likes/like-rebuild.ts";
 import { openDatabase } from "../../runtime/database.ts";
-import { recordDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
+import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { CounterRebuildReport } from "../../counters/counter-rebuild.ts";
 import type { RebuildKind } from "../args.ts";
 
@@ -15,9 +15,9 @@ function signed(n: number): string {
   return n > 0 ? `+${n}` : String(n);
 }
 
-export function formatRebuildReport(report: RebuildReport): string {
+export function formatRebuildReport(report: RebuildReport, checked = "item(s)"): string {
   const lines = [
-    `rebuild run ${report.runId}: ${report.itemsChecked} item(s) checked, ${report.drifted.length} drifted, total |drift| ${report.totalAbsDrift}`,
+    `rebuild run ${report.runId}: ${report.itemsChecked} ${checked} checked, ${report.drifted.length} drifted, total |drift| ${report.totalAbsDrift}`,
     `  snapshot seqs per partition: [${report.snapshotSeqs.join(", ")}]`,
   ];
   for (const d of report.drifted.slice(0, MAX_LISTED)) {
@@ -33,7 +33,7 @@ export function formatCommentRebuildReport(report: CounterRebuildReport): string
   return formatRebuildReport({
     runId: report.runId, snapshotSeqs: report.snapshotSeqs, itemsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
     drifted: report.drifted.map((d) => ({ itemId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
-  }).replace(/ item\(s\) checked/, " post(s) checked");
+  }, "post(s)");
 }
 
 /** `social-ledger rebuild --kind comments`: the comment counts from a snapshot of the counted comments. */
@@ -43,7 +43,7 @@ async function rebuildComments(opts: { items?: string[]; json?: boolean }): Prom
   try {
     const ledger = await openLedger(database.pool);
     const report = await ledger.commentRebuild.rebuild(opts.items ? { keys: opts.items } : {});
-    await recordDrift(database.pool, "comments", "rebuild", report.drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+    await recordCounterRebuildDrift(database.pool, "comments", report.drifted);
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatCommentRebuildReport(report));
     return 0;
   } finally {
