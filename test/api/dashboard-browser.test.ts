@@ -126,14 +126,21 @@ function plotGeometry(page: Page) {
       axes: { _values?: (string | null)[] }[];
       series: { label?: string; spanGaps?: boolean; width?: number; points: { show: unknown } }[];
     }> }).dashboardPlots;
+
     if (!plots) return null;
     const x = Object.fromEntries(Object.entries(plots).map(([id, u]) => [id, {
       min: u.scales.x!.min, max: u.scales.x!.max, timeLabels: (u.axes[0]!._values ?? []).filter((v) => v !== null && v !== ""),
     }]));
-    const p99 = plots["plot-latency"]!.series.slice(1).map((s) => ({
-      label: s.label, spanGaps: s.spanGaps, width: s.width, points: typeof s.points.show === "function" ? "auto" : s.points.show,
+    // uPlot keeps points.show as a function of (plot, series index): its default shows points where the data are sparse.
+    // (No named functions in here: tsx would wrap them in a helper the page does not have.)
+    const latency = plots["plot-latency"]!;
+    const p99 = latency.series.slice(1).map((s, i) => ({
+      label: s.label, spanGaps: s.spanGaps, width: s.width,
+      points: typeof s.points.show === "function" ? Boolean((s.points.show as (u: unknown, i: number) => unknown)(latency, i + 1)) : s.points.show,
     }));
-    return { now: Date.now() / 1000, x, p99 };
+    // Failed passes per second, all zero while every consumer runs: uPlot alone would draw 0-100.
+    const failures = plots["plot-consumers"]!.scales.failures!;
+    return { now: Date.now() / 1000, x, p99, failures: [failures.min, failures.max] };
   });
 }
 
@@ -245,6 +252,7 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
     assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels: ${JSON.stringify(range.timeLabels)}`);
   }
   assert.ok(geometry.now - geometry.x[first]!.max < 10, `the window ends now, not ${geometry.now - geometry.x[first]!.max} s ago`);
+  assert.deepEqual(geometry.failures, [0, 1], "an all-zero series gets a small range");
   for (const series of geometry.p99) {
     assert.deepEqual([series.spanGaps, series.points], [true, false], `p99 of ${series.label} is a line through the intervals it has, not dots`);
     assert.ok(series.width! > 0, `p99 of ${series.label} draws a line`);
@@ -359,6 +367,10 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
     document.documentElement.scrollWidth <= 390, null, o));
   const phonePixels = await drawnPixels(page);
   for (const id of PLOTS) assert.ok(phonePixels[id]! > 50, `${id} drew ${phonePixels[id]} series pixels at phone width`);
+  const phoneGeometry = await plotGeometry(page);
+  for (const [id, range] of Object.entries(phoneGeometry!.x)) {
+    assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels at phone width: ${JSON.stringify(range.timeLabels)}`);
+  }
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-phone.png"), fullPage: true });
 
   assert.deepEqual(consoleErrors, [], "console errors in the page");

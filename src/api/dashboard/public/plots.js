@@ -17,9 +17,9 @@ const PALETTE = ["#1f77b4", "#9467bd", "#2ca02c", "#ff7f0e", "#17becf", "#e377c2
 /** A view has the same colour in every plot. */
 const VIEW_COLOR = { like_count: PALETTE[0], follower_projection: PALETTE[1], comment_count: PALETTE[2] };
 
-export const CHART_HEIGHT = 150;
+export const CHART_HEIGHT = 165;
 /** The shortest window: a page opened just after the start still has a readable time axis. */
-const MIN_WINDOW_S = 60;
+const MIN_WINDOW_S = 30;
 /** Tick steps of the time axis, in seconds. */
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
 /** Room for one "13:52:30" label. */
