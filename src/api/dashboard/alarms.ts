@@ -16,8 +16,9 @@ export interface AlarmThresholds {
  * newest sample at least `lagMs` old, so a younger history raises nothing), a partition whose
  * lag stayed above zero is "stalled" when its watermark never moved (a stuck or dead
  * consumer, wherever it runs) and "growing" when its lag rose at every step (a consumer
- * slower than the writers). `partitions` names those partitions: the page colours them, and
- * not every partition with lag (a lag of 1 under load is normal).
+ * slower than the writers). One reason per view and rule (a stuck consumer stalls all its
+ * partitions at once); `partitions` names each one, so the page colours those and not every
+ * partition with lag (a lag of 1 under load is normal).
  */
 export function evaluateStatus(input: {
   now: number;
