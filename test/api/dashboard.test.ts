@@ -154,7 +154,7 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.ok(second.watermarks.every((w) => w.lag === 0), JSON.stringify(second.watermarks));
 });
 
-test("GET /dashboard serves the page with a content security policy; its script and the vendored uPlot are static files; nothing else of uPlot's package is served", async (t) => {
+test("GET /dashboard serves the page with a content security policy; its modules and the vendored uPlot are static files; nothing else of uPlot's package is served", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const page = await h.request("GET", "/dashboard");
@@ -162,7 +162,9 @@ test("GET /dashboard serves the page with a content security policy; its script 
   assert.match(page.headers.get("content-type") ?? "", /^text\/html/);
   assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'self'/);
   assert.match(page.text, /<script src="\/dashboard\/vendor\/uplot\/uPlot\.iife\.min\.js"/);
-  for (const [file, type] of [["/dashboard/assets/dashboard.js", /javascript/], ["/dashboard/assets/dashboard.css", /text\/css/],
+  assert.match(page.text, /<script src="\/dashboard\/assets\/dashboard\.js" type="module">/);
+  for (const [file, type] of [["/dashboard/assets/dashboard.js", /javascript/], ["/dashboard/assets/plots.js", /javascript/], ["/dashboard/assets/state.js", /javascript/],
+    ["/dashboard/assets/dashboard.css", /text\/css/],
     ["/dashboard/vendor/uplot/uPlot.iife.min.js", /javascript/], ["/dashboard/vendor/uplot/uPlot.min.css", /text\/css/]] as const) {
     const res = await h.request("GET", file);
     assert.equal(res.status, 200, file);
