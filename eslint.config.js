@@ -6,11 +6,11 @@ export default tseslint.config(
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    // The dashboard's page script runs in the browser as is (no build step).
+    // The dashboard's page scripts run in the browser as is (ES modules, no build step).
     files: ["src/api/dashboard/public/**/*.js"],
     languageOptions: {
-      sourceType: "script",
-      globals: { document: "readonly", fetch: "readonly", setTimeout: "readonly", clearTimeout: "readonly", ResizeObserver: "readonly", uPlot: "readonly" },
+      sourceType: "module",
+      globals: { window: "readonly", document: "readonly", fetch: "readonly", setTimeout: "readonly", clearTimeout: "readonly", ResizeObserver: "readonly", uPlot: "readonly" },
     },
   },
   {

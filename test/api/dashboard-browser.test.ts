@@ -18,6 +18,11 @@ import { TestRedis } from "../support/redis-server.ts";
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
 const ARTIFACTS = path.resolve("test-artifacts", "dashboard");
 const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift", "plot-cache"];
+/** The service's default partition count (a new database gets 16): the size the page must stay readable at. */
+const PARTITIONS = 16;
+/** A desktop screen: the whole state must be readable at it without scrolling. */
+const DESKTOP = { width: 1400, height: 900 };
+const ALARM_RED = "rgb(198, 40, 40)";
 /** Every browser-side wait; each states what it waited for when it runs out. */
 const WAIT_MS = 20_000;
 const USERS = Array.from({ length: 24 }, (_, i) => `user-${i}`);
@@ -110,7 +115,43 @@ function drawnPixels(page: Page): Promise<Record<string, number>> {
   }, PLOTS);
 }
 
-test("dashboard in Chromium against a service under load: every plot draws points, the tables fill, a consumer parked at consumer.beforeCommit, a consumer failing 3 passes in a row and a failed audit each turn the header red, and it turns green again; 1280 px and phone width; no console errors", async (t) => {
+/**
+ * What uPlot drew, read back from the plots the page exposes (window.dashboardPlots): each plot's
+ * x range, its time labels (uPlot's computed axis values) and the p99 plot's series options.
+ */
+function plotGeometry(page: Page) {
+  return page.evaluate(() => {
+    const plots = (window as unknown as { dashboardPlots?: Record<string, {
+      scales: Record<string, { min: number; max: number }>;
+      axes: { _values?: (string | null)[] }[];
+      series: { label?: string; spanGaps?: boolean; width?: number; points: { show: unknown } }[];
+    }> }).dashboardPlots;
+
+    if (!plots) return null;
+    const x = Object.fromEntries(Object.entries(plots).map(([id, u]) => [id, {
+      min: u.scales.x!.min, max: u.scales.x!.max, timeLabels: (u.axes[0]!._values ?? []).filter((v) => v !== null && v !== ""),
+    }]));
+    // uPlot keeps points.show as a function of (plot, series index): its default shows points where the data are sparse.
+    // (No named functions in here: tsx would wrap them in a helper the page does not have.)
+    const latency = plots["plot-latency"]!;
+    const p99 = latency.series.slice(1).map((s, i) => ({
+      label: s.label, spanGaps: s.spanGaps, width: s.width,
+      points: typeof s.points.show === "function" ? Boolean((s.points.show as (u: unknown, i: number) => unknown)(latency, i + 1)) : s.points.show,
+    }));
+    // Failed passes per second, all zero while every consumer runs: uPlot alone would draw 0-100.
+    const failures = plots["plot-consumers"]!.scales.failures!;
+    return { now: Date.now() / 1000, x, p99, failures: [failures.min, failures.max] };
+  });
+}
+
+/** The page's size against the viewport: readable without scrolling means no scrollbar either way. */
+function pageSize(page: Page) {
+  return page.evaluate(() => ({
+    height: document.documentElement.scrollHeight, width: document.documentElement.scrollWidth, viewportHeight: window.innerHeight, viewportWidth: window.innerWidth,
+  }));
+}
+
+test("dashboard in Chromium against a service with 16 partitions under load: the whole state fits 1400x900 without scrolling; one summary row per view, details on demand; a lag of 1 is not red, a stalled partition is; every plot draws points over one time window ending now with at least 2 time labels, p99 as lines; a consumer parked at consumer.beforeCommit, a consumer failing 3 passes in a row and a failed audit each turn the header red, and it turns green again; phone width; no console errors", async (t) => {
   // Undone last-first (node runs t.after hooks first-first): the gate before the service, the service before the database.
   const cleanup: (() => unknown)[] = [];
   t.after(async () => {
@@ -118,7 +159,7 @@ test("dashboard in Chromium against a service under load: every plot draws point
   });
   await rm(ARTIFACTS, { recursive: true, force: true });
   await mkdir(ARTIFACTS, { recursive: true });
-  const db = await createTestDatabase({ partitions: 4, poolSize: 2 });
+  const db = await createTestDatabase({ partitions: PARTITIONS, poolSize: 2 });
   cleanup.push(() => db.close());
   const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-dashboard-"));
   cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
@@ -160,7 +201,7 @@ test("dashboard in Chromium against a service under load: every plot draws point
   const audit = await call("GET", "/v1/admin/audit", adminToken);
   assert.equal((audit.json as { clean: boolean }).clean, true, `audit under load: ${JSON.stringify(audit.json)}`);
 
-  const browser = await launchChromium({ width: 1280, height: 900 });
+  const browser = await launchChromium(DESKTOP);
   cleanup.push(() => browser.close());
 
   // A token without the admin role is refused, and the page says why.
@@ -191,20 +232,75 @@ test("dashboard in Chromium against a service under load: every plot draws point
   const samples = Number(await page.locator("#panels").getAttribute("data-samples"));
   await waitInPage(page, "four more samples", (o) => page.waitForFunction((n) => Number(document.getElementById("panels")?.dataset.samples) >= n, samples + 4, o));
   const pixels = await drawnPixels(page);
-  t.diagnostic(`note drawn pixels per plot at 1280 px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`);
+  t.diagnostic(`note drawn pixels per plot at ${DESKTOP.width} px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`);
   for (const id of PLOTS) assert.ok(pixels[id]! > 50, `${id} drew ${pixels[id]} series pixels`);
   assert.ok(load.requests > requestsBefore, "the load is running");
-  assert.equal(await page.locator("#watermarks tbody tr").count(), 12, "4 partitions of 3 views");
-  const commentWatermarks = await page.locator("#watermarks tbody tr", { hasText: "comment_count" }).allInnerTexts();
-  assert.equal(commentWatermarks.length, 4, "comment_count's 4 partitions");
-  assert.ok(commentWatermarks.some((row) => Number(row.split("\t")[2]) > 0), `comments counted: ${JSON.stringify(commentWatermarks)}`);
+
+  // Every measure first (the note shows them all when one fails), then the checks.
+  const size = await pageSize(page);
+  const geometry = await plotGeometry(page);
+  t.diagnostic(`note page ${JSON.stringify(size)}; plots ${JSON.stringify(geometry)}`);
+  assert.ok(size.height <= size.viewportHeight && size.width <= size.viewportWidth,
+    `the whole state is readable without scrolling at ${DESKTOP.width}x${DESKTOP.height} with ${PARTITIONS} partitions: the page is ${size.width}x${size.height}`);
+  assert.ok(geometry, "the page exposes its plots as window.dashboardPlots");
+  const ranges = Object.entries(geometry.x);
+  assert.deepEqual(ranges.map(([id]) => id).sort(), [...PLOTS].sort());
+  const [first] = ranges[0]!;
+  for (const [id, range] of ranges) {
+    assert.deepEqual([range.min, range.max], [geometry.x[first]!.min, geometry.x[first]!.max], `${id} shares ${first}'s time window`);
+    assert.ok(range.max <= geometry.now, `${id}'s time axis ends at ${range.max}, after now (${geometry.now})`);
+    assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels: ${JSON.stringify(range.timeLabels)}`);
+  }
+  assert.ok(geometry.now - geometry.x[first]!.max < 10, `the window ends now, not ${geometry.now - geometry.x[first]!.max} s ago`);
+  assert.deepEqual(geometry.failures, [0, 1], "an all-zero series gets a small range");
+  for (const series of geometry.p99) {
+    assert.deepEqual([series.spanGaps, series.points], [true, false], `p99 of ${series.label} is a line through the intervals it has, not dots`);
+    assert.ok(series.width! > 0, `p99 of ${series.label} draws a line`);
+  }
+
+  // One summary row per view; its partitions and loops are details, closed until asked for.
+  const summary = await page.locator("#views tbody tr").evaluateAll((rows) => rows.map((r) => ({
+    view: (r as HTMLElement).dataset.view, cells: [...r.querySelectorAll("td")].map((td) => td.textContent ?? ""),
+  })));
+  t.diagnostic(`note view summary: ${JSON.stringify(summary)}`);
+  assert.deepEqual(summary.map((r) => r.view), ["like_count", "follower_projection", "comment_count"]);
+  for (const { view, cells: [name, lag, worst, applied, loops, state] } of summary) {
+    assert.equal(name, view);
+    assert.match(lag!, /^\d+$/, `${view}'s total lag`);
+    assert.match(worst!, /^(p\d+: lag [1-9]\d*|none lagging)$/, `${view}'s worst partition`);
+    assert.ok(Number(applied) > 0, `${view} applied events: ${applied}`);
+    assert.equal(loops, "4", `${view}'s consumer loops`);
+    assert.match(state!, /^(catching up|caught up)$/, `${view} without an alarm`);
+  }
+  assert.equal(await page.locator("#partition-details").evaluate((d) => (d as HTMLDetailsElement).open), false, "partition details closed");
+  assert.equal(await page.locator("#watermarks").isVisible(), false, "the per-partition table is hidden until asked for");
+  assert.equal(await page.locator("#watermarks tbody tr").count(), PARTITIONS, "one row per partition, a watermark and a lag per view");
+  assert.equal(await page.locator("#watermarks tbody tr").first().locator("td").count(), 7);
+  assert.equal(await page.locator("#consumers tbody tr").count(), 4, "loops #0-3 of like-counter, follower-projector and comment-counter");
+  assert.equal(await page.locator("#consumers tbody tr").first().locator("td").count(), 4);
+  assert.match(await page.locator("#loop-count").innerText(), /^12 loops, /);
   assert.match(await page.locator("#audit").innerText(), /^clean at .* \(api\)$/);
   assert.match(await page.locator("#rebuild").innerText(), /1 drifted, total \|drift\| 5$/);
-  assert.equal(await page.locator("#consumers tbody tr").count(), 12, "like-counter, follower-projector and comment-counter loops 0-3");
   assert.equal(await page.locator("#cache").getAttribute("data-configured"), "true");
   assert.match(await page.locator("#cache-state").innerText(), /^Redis count layer: up$/);
   assert.equal(await page.locator("#login").isHidden(), true, "the token form is gone once signed in");
-  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-1280.png"), fullPage: true });
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-1400.png"), fullPage: true });
+
+  // A lag of 1 under load is a burst being worked off, not an alarm: wait for a partition with lag
+  // under a green header, and read every lagging cell's colour in that same moment.
+  await page.click("#partition-details summary");
+  const lagging = await page.waitForFunction(() => {
+    if (document.querySelector("header")?.dataset.state !== "ok") return false;
+    const cells = [...document.querySelectorAll<HTMLElement>("#watermarks td[data-view]")].filter((td) => Number(td.textContent) > 0);
+    const worst = [...document.querySelectorAll<HTMLElement>("#views tbody tr td:nth-child(3)")].filter((td) => /lag [1-9]/.test(td.textContent ?? ""));
+    if (cells.length === 0) return false;
+    return [...cells, ...worst].map((td) => ({ text: td.textContent, color: getComputedStyle(td).color, className: td.className }));
+  }, null, { timeout: WAIT_MS, polling: 200 }).then((h) => h.jsonValue());
+  t.diagnostic(`note lagging cells under a green header: ${JSON.stringify(lagging)}`);
+  assert.ok(Array.isArray(lagging) && lagging.length > 0);
+  for (const c of lagging) assert.ok(c.color !== ALARM_RED && c.className !== "alarm", `lag ${c.text} without an alarm is painted ${c.color} (${c.className})`);
+  assert.equal(await page.locator("#watermarks").isVisible(), true, "the per-partition table opens on demand");
+  await page.click("#partition-details summary");
 
   // A stuck consumer: every like-counter loop parks before its commit, the watermarks stand still under load.
   const gate = new Gate("consumer.beforeCommit");
@@ -217,11 +313,23 @@ test("dashboard in Chromium against a service under load: every plot draws point
   await gate.waitArrived();
   // Red first with "lag grew" (the loops commit once more before each reaches the gate), then
   // with "watermark stalled" once no watermark of the view has moved for the threshold.
-  await waitInPage(page, "a red header saying a like_count watermark stalled", (o) => page.waitForFunction(() =>
+  await waitInPage(page, "a red header saying like_count watermarks stalled", (o) => page.waitForFunction(() =>
     document.querySelector("header")?.dataset.state === "alarm" &&
-    [...document.querySelectorAll("#reasons li")].some((li) => /^like_count partition \d: watermark stalled at \d+ for \d+ s with lag [1-9]/.test(li.textContent ?? "")), null, o));
+    [...document.querySelectorAll("#reasons li")].some((li) => /^like_count partitions? [\d, -]+: watermarks? stalled (at \d+ )?for \d+ s with lag [1-9]/.test(li.textContent ?? "")), null, o));
   t.diagnostic(`note header while the consumer is parked: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`);
-  assert.equal(await page.locator("header").evaluate((h) => getComputedStyle(h).backgroundColor), "rgb(198, 40, 40)");
+  assert.equal(await page.locator("header").evaluate((h) => getComputedStyle(h).backgroundColor), ALARM_RED);
+  // The control of the lag-1 check: the partitions the rule names are red, in the summary and in the details.
+  await waitInPage(page, "like_count's summary row red with its stalled partitions", (o) => page.waitForFunction(() =>
+    (document.querySelector("#views tr[data-view=like_count] td:last-child")?.textContent ?? "").startsWith("watermark stalled: p"), null, o));
+  const stalledRow = await page.locator("#views tr[data-view=like_count] td").evaluateAll((tds) => tds.map((td) => ({ text: td.textContent, color: getComputedStyle(td).color })));
+  t.diagnostic(`note like_count's summary while parked: ${JSON.stringify(stalledRow)}`);
+  assert.match(stalledRow[5]!.text!, /^watermark stalled: p\d+/);
+  assert.equal(stalledRow[5]!.color, ALARM_RED);
+  assert.equal(stalledRow[2]!.color, ALARM_RED, "the worst partition is a stalled one");
+  const redLags = await page.locator("#watermarks td.alarm[data-view=like_count]").evaluateAll((tds) => tds.map((td) => getComputedStyle(td).color));
+  assert.ok(redLags.length > 0 && redLags.every((c) => c === ALARM_RED), `stalled partitions red in the details: ${JSON.stringify(redLags)}`);
+  const alarmSize = await pageSize(page);
+  assert.ok(alarmSize.height <= alarmSize.viewportHeight, `the alarm fits the screen too: the page is ${alarmSize.height} px tall`);
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-alarm.png") });
   off();
   gate.release();
@@ -259,6 +367,10 @@ test("dashboard in Chromium against a service under load: every plot draws point
     document.documentElement.scrollWidth <= 390, null, o));
   const phonePixels = await drawnPixels(page);
   for (const id of PLOTS) assert.ok(phonePixels[id]! > 50, `${id} drew ${phonePixels[id]} series pixels at phone width`);
+  const phoneGeometry = await plotGeometry(page);
+  for (const [id, range] of Object.entries(phoneGeometry!.x)) {
+    assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels at phone width: ${JSON.stringify(range.timeLabels)}`);
+  }
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-phone.png"), fullPage: true });
 
   assert.deepEqual(consoleErrors, [], "console errors in the page");

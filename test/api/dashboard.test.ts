@@ -26,14 +26,40 @@ function status(samples: Sample[], extra: { consumers?: { name: string; kind: "l
 test("dashboard alarms: a partition whose watermark stands still (or whose lag grows at every sample) for the threshold turns the header red; lag that moves, a younger history and failures below N do not", () => {
   assert.deepEqual(status(series([[5, 10], [9, 10], [12, 10], [20, 10]])), {
     state: "alarm", reasons: ["like_count partition 0: watermark stalled at 10 for 3 s with lag 20"],
+    partitions: [{ view: "like_count", part: 0, rule: "stalled" }],
   });
-  assert.deepEqual(status(series([[5, 10], [9, 11], [12, 13], [20, 14]])).reasons, ["like_count partition 0: lag grew from 5 to 20 over 3 s"]);
-  // Negative controls: the same figures minus the condition.
-  assert.equal(status(series([[5, 10], [9, 10], [12, 10]])).state, "ok", "a stall shorter than the threshold");
-  assert.equal(status(series([[5, 10], [9, 11], [8, 13], [20, 14]])).state, "ok", "lag that came down once is being worked off");
-  assert.equal(status(series([[5, 10], [0, 15], [12, 15], [20, 15]])).state, "ok", "lag that reached zero inside the window");
-  assert.equal(status(series([[0, 10], [0, 10], [0, 10], [0, 10]])).state, "ok", "an idle partition");
+  const growing = status(series([[5, 10], [9, 11], [12, 13], [20, 14]]));
+  assert.deepEqual(growing.reasons, ["like_count partition 0: lag grew from 5 to 20 over 3 s"]);
+  assert.deepEqual(growing.partitions, [{ view: "like_count", part: 0, rule: "growing" }]);
+  // Negative controls: the same figures minus the condition. None names a partition, so the page paints none red.
+  for (const [what, points] of [
+    ["a stall shorter than the threshold", [[5, 10], [9, 10], [12, 10]]],
+    ["lag that came down once is being worked off", [[5, 10], [9, 11], [8, 13], [20, 14]]],
+    ["lag that reached zero inside the window", [[5, 10], [0, 15], [12, 15], [20, 15]]],
+    ["an idle partition", [[0, 10], [0, 10], [0, 10], [0, 10]]],
+    ["a lag of 1 that moves (a busy partition)", [[1, 10], [1, 11], [1, 12], [1, 13]]],
+  ] as [string, [number, number][]][]) {
+    assert.deepEqual(status(series(points)), { state: "ok", reasons: [], partitions: [] }, what);
+  }
   assert.equal(status([]).state, "ok", "no samples yet");
+
+  // A stuck consumer stalls every partition it serves: one sentence per view and rule, every partition named.
+  const wide: Sample[] = [0, 1, 2, 3].map((i) => ({
+    ...series([[0, 0]], i * 1000)[0]!,
+    views: {
+      like_count: { lag: [3, 4 + i, 1, 2 + i, 0, 1], appliedUpto: [10, 20, 30, 40 + i, 50, 60 + i] },
+      follower_projection: { lag: [0], appliedUpto: [7] }, comment_count: { lag: [2 + i, 5 + 2 * i], appliedUpto: [3 + i, 8 + i] },
+    },
+  }));
+  const wideStatus = status(wide);
+  assert.deepEqual(wideStatus.reasons, [
+    "like_count partitions 0-2: watermarks stalled for 3 s with lag 1 to 7",
+    "like_count partition 3: lag grew from 2 to 5 over 3 s",
+    "comment_count partitions 0-1: lag grew at every sample over 3 s, now 5 to 11",
+  ]);
+  assert.deepEqual(wideStatus.partitions.map((p) => `${p.view}/${p.part}:${p.rule}`),
+    ["like_count/0:stalled", "like_count/1:stalled", "like_count/2:stalled", "like_count/3:growing", "comment_count/0:growing", "comment_count/1:growing"],
+    "partition 5 has lag 1 and moves: not named");
 
   const loop = (failedInARow: number) => ({ name: "like-counter#0", kind: "like_count" as const, failedInARow });
   assert.deepEqual(status(series([[0, 1]]), { consumers: [loop(3)] }).reasons, ["consumer like-counter#0 failed 3 passes in a row"]);
@@ -53,7 +79,7 @@ interface Dashboard {
   sampleMs: number;
   partitions: number;
   thresholds: AlarmThresholds;
-  status: { state: string; reasons: string[] };
+  status: { state: string; reasons: string[]; partitions: unknown[] };
   samples: Sample[];
   consumers: unknown[];
   audit: LastAudit | null;
@@ -91,7 +117,7 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   const first = ok(await admin.get<Dashboard>("/v1/admin/dashboard"));
   assert.equal(first.partitions, 2);
   assert.deepEqual(first.cache, { configured: false, state: "off" });
-  assert.equal(first.status.state, "ok", JSON.stringify(first.status));
+  assert.deepEqual(first.status, { state: "ok", reasons: [], partitions: [] }, "lag without a stall names no partition (and the field is in the response schema)");
   assert.ok(first.samples.length >= 3, `samples: ${first.samples.length}`);
   const newest = first.samples.at(-1)!;
   const lag = newest.views!.like_count.lag;
@@ -128,7 +154,7 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.ok(second.watermarks.every((w) => w.lag === 0), JSON.stringify(second.watermarks));
 });
 
-test("GET /dashboard serves the page with a content security policy; its script and the vendored uPlot are static files; nothing else of uPlot's package is served", async (t) => {
+test("GET /dashboard serves the page with a content security policy; its modules and the vendored uPlot are static files; nothing else of uPlot's package is served", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const page = await h.request("GET", "/dashboard");
@@ -136,7 +162,9 @@ test("GET /dashboard serves the page with a content security policy; its script 
   assert.match(page.headers.get("content-type") ?? "", /^text\/html/);
   assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'self'/);
   assert.match(page.text, /<script src="\/dashboard\/vendor\/uplot\/uPlot\.iife\.min\.js"/);
-  for (const [file, type] of [["/dashboard/assets/dashboard.js", /javascript/], ["/dashboard/assets/dashboard.css", /text\/css/],
+  assert.match(page.text, /<script src="\/dashboard\/assets\/dashboard\.js" type="module">/);
+  for (const [file, type] of [["/dashboard/assets/dashboard.js", /javascript/], ["/dashboard/assets/plots.js", /javascript/], ["/dashboard/assets/state.js", /javascript/],
+    ["/dashboard/assets/dashboard.css", /text\/css/],
     ["/dashboard/vendor/uplot/uPlot.iife.min.js", /javascript/], ["/dashboard/vendor/uplot/uPlot.min.css", /text\/css/]] as const) {
     const res = await h.request("GET", file);
     assert.equal(res.status, 200, file);

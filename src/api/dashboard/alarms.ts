@@ -1,4 +1,4 @@
-import { VIEWS, type ConsumerLoopState, type DashboardStatus, type LastAudit, type Sample } from "./types.ts";
+import { VIEWS, type ConsumerLoopState, type DashboardStatus, type LastAudit, type PartitionAlarm, type Sample } from "./types.ts";
 
 export interface AlarmThresholds {
   /** A partition whose lag stays above zero while its watermark stands still, or grows at every sample, for this long. */
@@ -16,7 +16,9 @@ export interface AlarmThresholds {
  * newest sample at least `lagMs` old, so a younger history raises nothing), a partition whose
  * lag stayed above zero is "stalled" when its watermark never moved (a stuck or dead
  * consumer, wherever it runs) and "growing" when its lag rose at every step (a consumer
- * slower than the writers).
+ * slower than the writers). One reason per view and rule (a stuck consumer stalls all its
+ * partitions at once); `partitions` names each one, so the page colours those and not every
+ * partition with lag (a lag of 1 under load is normal).
  */
 export function evaluateStatus(input: {
   now: number;
@@ -27,6 +29,7 @@ export function evaluateStatus(input: {
 }): DashboardStatus {
   const { samples, thresholds } = input;
   const reasons: string[] = [];
+  const partitions: PartitionAlarm[] = [];
   if (input.audit && !input.audit.clean) {
     reasons.push(`audit found violations at ${new Date(input.audit.at).toISOString()}`);
   }
@@ -44,18 +47,31 @@ export function evaluateStatus(input: {
   if (window.length >= 2 && window.every((s) => s.views !== null)) {
     const seconds = Math.round((window.at(-1)!.t - window[0]!.t) / 1000);
     for (const view of VIEWS) {
-      const partitions = window[0]!.views![view].lag.length;
-      for (let part = 0; part < partitions; part++) {
+      const stalled: { part: number; at: number; lag: number }[] = [];
+      const growing: { part: number; from: number; lag: number }[] = [];
+      const count = window[0]!.views![view].lag.length;
+      for (let part = 0; part < count; part++) {
         const lag = window.map((s) => s.views![view].lag[part] ?? 0);
         const applied = window.map((s) => s.views![view].appliedUpto[part] ?? 0);
         if (!lag.every((n) => n > 0)) continue;
-        const last = lag.at(-1)!;
-        if (applied.every((w) => w === applied[0])) {
-          reasons.push(`${view} partition ${part}: watermark stalled at ${applied[0]} for ${seconds} s with lag ${last}`);
-        } else if (lag.every((n, i) => i === 0 || n > lag[i - 1]!)) {
-          reasons.push(`${view} partition ${part}: lag grew from ${lag[0]} to ${last} over ${seconds} s`);
-        }
+        if (applied.every((w) => w === applied[0])) stalled.push({ part, at: applied[0]!, lag: lag.at(-1)! });
+        else if (lag.every((n, i) => i === 0 || n > lag[i - 1]!)) growing.push({ part, from: lag[0]!, lag: lag.at(-1)! });
       }
+      // One sentence per view and rule: a stuck consumer of a view usually stalls all its partitions at once.
+      if (stalled.length === 1) {
+        const [{ part, at, lag }] = stalled as [(typeof stalled)[number]];
+        reasons.push(`${view} partition ${part}: watermark stalled at ${at} for ${seconds} s with lag ${lag}`);
+      } else if (stalled.length > 1) {
+        reasons.push(`${view} partitions ${partList(stalled)}: watermarks stalled for ${seconds} s with lag ${spread(stalled.map((p) => p.lag))}`);
+      }
+      if (growing.length === 1) {
+        const [{ part, from, lag }] = growing as [(typeof growing)[number]];
+        reasons.push(`${view} partition ${part}: lag grew from ${from} to ${lag} over ${seconds} s`);
+      } else if (growing.length > 1) {
+        reasons.push(`${view} partitions ${partList(growing)}: lag grew at every sample over ${seconds} s, now ${spread(growing.map((p) => p.lag))}`);
+      }
+      partitions.push(...stalled.map(({ part }) => ({ view, part, rule: "stalled" as const })));
+      partitions.push(...growing.map(({ part }) => ({ view, part, rule: "growing" as const })));
     }
   }
 
@@ -64,5 +80,29 @@ export function evaluateStatus(input: {
       reasons.push(`consumer ${loop.name} failed ${loop.failedInARow} passes in a row`);
     }
   }
-  return { state: reasons.length > 0 ? "alarm" : "ok", reasons };
+  return { state: reasons.length > 0 ? "alarm" : "ok", reasons, partitions };
+}
+
+/** Partition numbers (ascending) with runs written as ranges: "0-3, 7, 9-15". */
+function partList(partitions: readonly { part: number }[]): string {
+  const runs: string[] = [];
+  let first = partitions[0]!.part;
+  let last = first;
+  for (const { part } of [...partitions.slice(1), { part: Number.NaN }]) {
+    if (part === last + 1) {
+      last = part;
+      continue;
+    }
+    runs.push(first === last ? String(first) : `${first}-${last}`);
+    first = part;
+    last = part;
+  }
+  return runs.join(", ");
+}
+
+/** "3" or "2 to 9". */
+function spread(values: readonly number[]): string {
+  const min = Math.min(...values);
+  const max = Math.max(...values);
+  return min === max ? String(min) : `${min} to ${max}`;
 }

@@ -30,7 +30,14 @@ const dashboardResponse = {
     thresholds: { type: "object", properties: { lagMs: integer, consumerFailures: integer } },
     status: {
       type: "object",
-      properties: { state: { type: "string", enum: ["ok", "alarm"] }, reasons: { type: "array", items: { type: "string" } } },
+      properties: {
+        state: { type: "string", enum: ["ok", "alarm"] },
+        reasons: { type: "array", items: { type: "string" } },
+        partitions: {
+          type: "array", description: "The partitions behind the lag alarms: watermark stalled, or lag growing at every sample",
+          items: { type: "object", properties: { view: { type: "string" }, part: integer, rule: { type: "string", enum: ["stalled", "growing"] } } },
+        },
+      },
     },
     samples: { type: "array", description: "Oldest first; docs/dashboard.md describes a sample", items: { type: "object", additionalProperties: true } },
     consumers: {

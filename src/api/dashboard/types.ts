@@ -65,8 +65,17 @@ export interface DriftRun {
   totalAbsDrift: number;
 }
 
+/** A partition that the lag rule raises an alarm for: its watermark stood still, or its lag grew at every sample. */
+export interface PartitionAlarm {
+  view: ViewName;
+  part: number;
+  rule: "stalled" | "growing";
+}
+
 export interface DashboardStatus {
   state: "ok" | "alarm";
   /** One sentence per alarm, empty when ok. */
   reasons: string[];
+  /** The partitions behind the lag alarms among `reasons`, so the page colours those and no others. */
+  partitions: PartitionAlarm[];
 }
