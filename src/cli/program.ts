@@ -8,6 +8,7 @@
  */
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
+import { MAX_TOKEN_TTL_S } from "../config.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_KINDS, UsageError, nonNegativeInteger, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
 
@@ -172,7 +173,7 @@ once the follower projection has caught up, the projection against the truth.`)
     .description("Mint a development token (HS256) for a user; prints only the token")
     .argument("<userId>", "the acting user (the token's sub)", parseUserId)
     .option("--admin", "add role=admin (admin routes, setup for other users)")
-    .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", 10 * 365 * 24 * 3600)).default(30 * 24 * 3600, "2592000, 30 days"))
+    .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", MAX_TOKEN_TTL_S)).default(30 * 24 * 3600, "2592000, 30 days"))
     .addHelpText("after", `
 Signs with LEDGER_JWT_SECRET, or with the secret kept in the data directory (created on first use),
 which is what serve verifies with. Example:

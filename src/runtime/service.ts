@@ -87,7 +87,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const app = await buildApp({
     ...(replicas ? { replicas } : {}),
     counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
-    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
+    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
