@@ -188,8 +188,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
-  await app.register(adminRoutes);
-  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off") });
+  await app.register(adminRoutes, limits);
+  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit });
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
 
