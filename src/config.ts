@@ -16,6 +16,10 @@ export interface Config {
   jwtSecret: string | undefined;
   /** LEDGER_JWT_MAX_TTL_SECONDS: a token whose lifetime (exp - iat, or exp - now) is longer is refused. */
   jwtMaxTtlSeconds: number;
+  /** LEDGER_METRICS_TOKEN: /metrics requires it as a bearer token (at least 16 characters); unset: /metrics is open. */
+  metricsToken: string | undefined;
+  /** LEDGER_METRICS_REFRESH_SECONDS: how often the figures /metrics shows from the database are read. */
+  metricsRefreshSeconds: number;
   /** Writes per user per minute. */
   writesPerMinute: number;
   /** Reads per user (per IP without a token) per minute (LEDGER_READS_PER_MINUTE). */
@@ -98,6 +102,13 @@ function corsOrigins(raw: string | undefined): string[] {
   return origins;
 }
 
+/** A bearer token for /metrics: printable, no spaces, long enough not to be guessed. */
+function metricsToken(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  if (!/^[\x21-\x7e]{16,}$/.test(raw)) throw new InvalidInputError("LEDGER_METRICS_TOKEN", "must be at least 16 printable characters without spaces");
+  return raw;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,
@@ -106,6 +117,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
     jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, MAX_TOKEN_TTL_S, 1, 100 * MAX_TOKEN_TTL_S),
+    metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
+    metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, 10, 1, 3600),
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
     readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, 6000, 1, 10_000_000),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),

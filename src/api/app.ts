@@ -14,7 +14,7 @@ import "./context.ts";
 import { authPlugin } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
-import { LedgerMetrics } from "./metrics.ts";
+import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
 import { routeGroup } from "./dashboard/request-recorder.ts";
@@ -25,6 +25,7 @@ import { commentRoutes } from "./routes/comments.ts";
 import { CacheMetrics } from "../cache/cache-metrics.ts";
 import { CountReader } from "../cache/count-reader.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
+import { metricsRoutes } from "./routes/metrics.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
@@ -59,6 +60,12 @@ export interface AppOptions {
   rateLimitRedis?: RedisClient;
   /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
   countsState?: () => "off" | "up" | "degraded";
+  /** LEDGER_METRICS_TOKEN: /metrics then requires it as a bearer token. */
+  metricsToken?: string | undefined;
+  /** false: no /metrics on the API's port (serve --metrics-port serves it on another). */
+  metricsOnApi?: boolean;
+  /** How often the figures /metrics shows from the database are read (default METRICS_REFRESH_MS). */
+  metricsRefreshMs?: number;
   /** Streaming replicas for reads that may lag, with freshness tokens (DATABASE_REPLICA_URLS; docs/read-replicas.md). */
   replicas?: ReplicaRouter;
 }
@@ -73,6 +80,9 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
   app.addHook("onReady", async () => app.dashboard.start());
   app.addHook("onClose", async () => app.dashboard.stop());
+  // A scrape reads memory only: the figures from the database are read on this timer.
+  app.addHook("onReady", async () => app.metrics.startRefreshing(opts.metricsRefreshMs ?? METRICS_REFRESH_MS));
+  app.addHook("onClose", async () => app.metrics.stopRefreshing());
   app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool) }));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
@@ -184,6 +194,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   };
   await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
+  if (opts.metricsOnApi !== false) await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);

@@ -57,11 +57,13 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
     .option("--host <address>", "address to listen on (HOST)", process.env.HOST || "127.0.0.1")
     .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics on this port instead of the API's (which then has none)").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--metrics-host <address>", "interface of --metrics-port", "127.0.0.1")
     .addHelpText("after", `
 Opens the database (DATABASE_URL, or the embedded PostgreSQL 16 of LEDGER_DATA_DIR, started if
 not running), applies migrations, listens, and on SIGINT/SIGTERM stops accepting, finishes in-flight
 requests and the current consumer batches, and stops the embedded PostgreSQL it started.`)
-    .action(async (opts: { workers: boolean; host: string; port?: number }) => {
+    .action(async (opts: { workers: boolean; host: string; port?: number; metricsPort?: number; metricsHost: string }) => {
       const { serve } = await import("./commands/serve.ts");
       setExitCode(await serve(opts));
     });
