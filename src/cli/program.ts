@@ -27,6 +27,8 @@ Environment:
   LEDGER_PARTITIONS         partition count of a new database (4); an existing one keeps its own
   LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
   LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
+  LEDGER_JWT_MAX_TTL_SECONDS  tokens valid for longer are refused (315360000, the longest --ttl)
+  LEDGER_METRICS_TOKEN      /metrics requires this bearer token (unset: open; or serve --metrics-port)
   LOG_LEVEL                 log level of serve (info)
   NATS_URL                  NATS servers of worker/relay --transport nats (LEDGER_NATS_* tune it; see README)
 
