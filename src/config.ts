@@ -1,6 +1,9 @@
 import path from "node:path";
 import { InvalidInputError } from "./errors.ts";
 
+/** The longest lifetime of a token `social-ledger token --ttl` mints, and the default of LEDGER_JWT_MAX_TTL_SECONDS: ten years. */
+export const MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600;
+
 /** Runtime configuration, from the environment, with the embedded defaults. */
 export interface Config {
   /** When set, use this PostgreSQL and start no embedded one. */
@@ -11,6 +14,12 @@ export interface Config {
   partitions: number | undefined;
   /** HS256 secret (LEDGER_JWT_SECRET); the embedded default keeps a generated one in the data directory. */
   jwtSecret: string | undefined;
+  /** LEDGER_JWT_MAX_TTL_SECONDS: a token whose lifetime (exp - iat, or exp - now) is longer is refused. */
+  jwtMaxTtlSeconds: number;
+  /** LEDGER_METRICS_TOKEN: /metrics requires it as a bearer token (at least 16 characters); unset: /metrics is open. */
+  metricsToken: string | undefined;
+  /** LEDGER_METRICS_REFRESH_SECONDS: how often the figures /metrics shows from the database are read. */
+  metricsRefreshSeconds: number;
   /** Writes per user per minute. */
   writesPerMinute: number;
   /** Reads per user (per IP without a token) per minute (LEDGER_READS_PER_MINUTE). */
@@ -93,6 +102,13 @@ function corsOrigins(raw: string | undefined): string[] {
   return origins;
 }
 
+/** A bearer token for /metrics: printable, no spaces, long enough not to be guessed. */
+function metricsToken(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  if (!/^[\x21-\x7e]{16,}$/.test(raw)) throw new InvalidInputError("LEDGER_METRICS_TOKEN", "must be at least 16 printable characters without spaces");
+  return raw;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,
@@ -100,6 +116,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port: integer("PORT", env.PORT, 8080, 1, 65535),
     partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
+    jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, MAX_TOKEN_TTL_S, 1, 100 * MAX_TOKEN_TTL_S),
+    metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
+    metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, 10, 1, 3600),
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
     readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, 6000, 1, 10_000_000),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),

@@ -13,8 +13,8 @@ import { MAX_ID_LENGTH } from "../ids.ts";
 import "./context.ts";
 import { authPlugin } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
-import { unstorableText } from "../text.ts";
-import { LedgerMetrics } from "./metrics.ts";
+import { findInputProblem } from "./request-text.ts";
+import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
 import { routeGroup } from "./dashboard/request-recorder.ts";
@@ -25,6 +25,7 @@ import { commentRoutes } from "./routes/comments.ts";
 import { CacheMetrics } from "../cache/cache-metrics.ts";
 import { CountReader } from "../cache/count-reader.ts";
 import { healthRoutes, type DatabaseHealth } from "./routes/health.ts";
+import { metricsRoutes } from "./routes/metrics.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
@@ -34,23 +35,11 @@ import type { ReplicaRouter } from "../replicas/replica-router.ts";
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
 const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"]];
 
-/** The first string (value or key) in a parsed request part that text cannot store, as "where: why". */
-function findUnstorableText(value: unknown, where: string): string | undefined {
-  if (typeof value === "string") {
-    const problem = unstorableText(value);
-    return problem && `${where} ${problem}`;
-  }
-  if (value === null || typeof value !== "object") return undefined;
-  for (const [key, inner] of Object.entries(value)) {
-    const problem = unstorableText(key) ? `${where}: a key ${unstorableText(key)}` : findUnstorableText(inner, `${where}.${key}`);
-    if (problem) return problem;
-  }
-  return undefined;
-}
-
 export interface AppOptions {
   ledger: Ledger;
   jwtSecret: Uint8Array;
+  /** Tokens valid for longer than this are refused (LEDGER_JWT_MAX_TTL_SECONDS; default: what `token --ttl` allows). */
+  jwtMaxTtlSeconds?: number;
   metrics?: LedgerMetrics;
   /** Writes per user per minute (likes, follows, blocks, posts). */
   writesPerMinute?: number;
@@ -71,6 +60,12 @@ export interface AppOptions {
   rateLimitRedis?: RedisClient;
   /** The count layer's Redis state for /readyz: off, up, or degraded (counts from PostgreSQL). */
   countsState?: () => "off" | "up" | "degraded";
+  /** LEDGER_METRICS_TOKEN: /metrics then requires it as a bearer token. */
+  metricsToken?: string | undefined;
+  /** false: no /metrics on the API's port (serve --metrics-port serves it on another). */
+  metricsOnApi?: boolean;
+  /** How often the figures /metrics shows from the database are read (default METRICS_REFRESH_MS). */
+  metricsRefreshMs?: number;
   /** Streaming replicas for reads that may lag, with freshness tokens (DATABASE_REPLICA_URLS; docs/read-replicas.md). */
   replicas?: ReplicaRouter;
 }
@@ -85,6 +80,9 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
   app.addHook("onReady", async () => app.dashboard.start());
   app.addHook("onClose", async () => app.dashboard.stop());
+  // A scrape reads memory only: the figures from the database are read on this timer.
+  app.addHook("onReady", async () => app.metrics.startRefreshing(opts.metricsRefreshMs ?? METRICS_REFRESH_MS));
+  app.addHook("onClose", async () => app.metrics.stopRefreshing());
   app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool) }));
   app.addSchema({ $id: "LedgerError", ...errorSchema });
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
@@ -98,10 +96,11 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   // Only JSON bodies: a text/plain body is a 415, not a string that then fails "body must be object".
   app.removeContentTypeParser("text/plain");
   // Before any schema or handler: text that PostgreSQL cannot store exactly (NUL, unpaired
-  // surrogates) is bad input in every field of every route, not a 500 or a silent U+FFFD.
+  // surrogates) is bad input in every field of every route, not a 500 or a silent U+FFFD; so
+  // is nesting no route takes (8,000 levels overflowed the recursive walk this replaced: a 500).
   app.addHook("preValidation", async (request) => {
     for (const [part, value] of [["body", request.body], ["querystring", request.query], ["params", request.params]] as const) {
-      const problem = findUnstorableText(value, part);
+      const problem = findInputProblem(value, part);
       if (problem) throw new HttpError(400, "INVALID_INPUT", problem);
     }
   });
@@ -141,7 +140,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     });
     await app.register(cors, {
       origin: opts.corsOrigins.includes("*") ? "*" : [...opts.corsOrigins],
-      methods: ["GET", "PUT", "POST", "DELETE"],
+      methods: ["GET", "PUT", "POST", "PATCH", "DELETE"],
       allowedHeaders: ["authorization", "content-type", "x-request-id", FRESHNESS_HEADER],
       exposedHeaders: ["link", "retry-after", "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", FRESHNESS_HEADER, READ_FROM_HEADER],
       maxAge: 600,
@@ -151,7 +150,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(rateLimit, opts.rateLimitRedis
     ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis), skipOnError: true }
     : { global: false });
-  await app.register(authPlugin, { secret: opts.jwtSecret });
+  await app.register(authPlugin, { secret: opts.jwtSecret, ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }) });
 
   const metrics = app.metrics;
   app.addHook("onResponse", async (request, reply) => {
@@ -177,7 +176,11 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   });
   app.addHook("onSend", async (request, reply) => {
     void reply.header("x-request-id", request.id);
-    if (closing) void reply.header("connection", "close");
+    // An early error (401 before the body, 413 on its Content-Length) leaves the body unread:
+    // node would go on reading it to reuse the connection, at whatever pace the client sends,
+    // so the connection is closed instead.
+    const bodyUnread = reply.statusCode >= 400 && !request.raw.complete;
+    if (closing || bodyUnread) void reply.header("connection", "close");
   });
 
   // One limiter, so one store, for every write route: the budget is per user over all writes.
@@ -191,23 +194,49 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   };
   await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
+  if (opts.metricsOnApi !== false) await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
-  await app.register(adminRoutes);
-  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off") });
+  await app.register(adminRoutes, limits);
+  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit });
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });
+
+/** How long a client may take (ms): node's defaults let a request trickle in for ever. */
+export interface HttpTimeouts {
+  /** The request line and headers. */
+  headersMs: number;
+  /** The whole request, body included, from its first byte (408, then the connection closes). */
+  requestMs: number;
+  /** A socket with no traffic either way, also while a request is served (an audit of a large database). */
+  idleMs: number;
+  /** An idle keep-alive connection between requests (above the 60 s of common load balancers, as fastify's default). */
+  keepAliveMs: number;
+  /** How often node checks the headers and request deadlines (its default, 30 s, let a request run 30 s over). */
+  checkEveryMs: number;
+}
+
+export const HTTP_TIMEOUTS: HttpTimeouts = { headersMs: 10_000, requestMs: 30_000, idleMs: 120_000, keepAliveMs: 72_000, checkEveryMs: 1_000 };
 
 export interface BuildOptions extends AppOptions {
   /** pino options, or false for no logs (tests). */
   logger?: boolean | { level: string };
+  /** Overrides of HTTP_TIMEOUTS (tests use short ones). */
+  httpTimeouts?: Partial<HttpTimeouts>;
 }
 
 export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
+  const timeouts = { ...HTTP_TIMEOUTS, ...options.httpTimeouts };
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
+    // A slow client (one byte every few seconds, no token needed) holds a socket for at most
+    // requestMs; fastify's requestTimeout default is 0 (none) and it overrides node's.
+    requestTimeout: timeouts.requestMs,
+    connectionTimeout: timeouts.idleMs,
+    keepAliveTimeout: timeouts.keepAliveMs,
+    http: { headersTimeout: timeouts.headersMs, requestTimeout: timeouts.requestMs, connectionsCheckingInterval: timeouts.checkEveryMs },
     return503OnClosing: false,
     logController: new LogController({ disableRequestLogging: true }),
     clientErrorHandler: handleClientError,

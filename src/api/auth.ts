@@ -3,8 +3,9 @@ import { LRUCache } from "lru-cache";
 import { createSecretKey, type KeyObject } from "node:crypto";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import fp from "fastify-plugin";
+import { MAX_TOKEN_TTL_S } from "../config.ts";
 import { validateUserId } from "../ids.ts";
-import { forbidden, unauthenticated } from "./errors.ts";
+import { HttpError, forbidden, unauthenticated } from "./errors.ts";
 
 export interface Caller {
   id: string;
@@ -77,7 +78,7 @@ export class TokenVerifier {
   private readonly key: KeyObject;
   private readonly verified = new LRUCache<string, VerifiedToken>({ max: VERIFIED_TOKENS });
 
-  constructor(secret: Uint8Array, private readonly now: () => number = Date.now) {
+  constructor(secret: Uint8Array, private readonly now: () => number = Date.now, private readonly maxTtlSeconds: number = MAX_TOKEN_TTL_S) {
     this.key = createSecretKey(secret);
   }
 
@@ -97,12 +98,27 @@ export class TokenVerifier {
       if (typeof payload.sub !== "string") throw unauthenticated("token has no subject");
       // A subject that is no valid user id ("me" included) is a bad credential (401), not bad input (400).
       if (!isValidUserId(payload.sub)) throw unauthenticated("token subject is not a valid user id");
+      this.requireBoundedLifetime(payload.exp!, payload.iat, nowMs);
       const caller: Caller = { id: payload.sub, admin: payload.role === "admin" };
       this.verified.set(token, { caller, exp: payload.exp!, nbf: payload.nbf });
       return caller;
     } catch (err) {
       if (err instanceof joseErrors.JOSEError) throw unauthenticated(`invalid token: ${err.code}`);
       throw err;
+    }
+  }
+
+  /**
+   * A token's lifetime is exp - iat, or exp - now when it has no iat or claims one in the future
+   * (iat is the minter's word; what counts is how long the token stays valid from now). exp
+   * must be bounded: a leaked token with exp = 1e300 would be valid forever. A cached token
+   * passed this check when it was first verified, and its exp - now only shrinks.
+   */
+  private requireBoundedLifetime(exp: number, iat: number | undefined, nowMs: number): void {
+    const now = Math.floor(nowMs / 1000);
+    const lifetime = exp - Math.min(iat ?? now, now);
+    if (!(lifetime <= this.maxTtlSeconds)) {
+      throw new HttpError(401, "TOKEN_LIFETIME_TOO_LONG", `the token is valid for longer than ${this.maxTtlSeconds} s (LEDGER_JWT_MAX_TTL_SECONDS); mint one with a shorter lifetime`);
     }
   }
 
@@ -118,8 +134,8 @@ export class TokenVerifier {
  * requires a caller answers 401 before its params, query or body are validated. An unmatched
  * request (404) reads no header.
  */
-export const authPlugin = fp(async (app: FastifyInstance, options: { secret: Uint8Array }) => {
-  const tokens = new TokenVerifier(options.secret);
+export const authPlugin = fp(async (app: FastifyInstance, options: { secret: Uint8Array; maxTtlSeconds?: number }) => {
+  const tokens = new TokenVerifier(options.secret, Date.now, options.maxTtlSeconds);
   app.decorateRequest("caller", null);
   app.addHook("onRequest", async (request) => {
     if (request.is404) return;

@@ -1,14 +1,22 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { transactionStats } from "../db/transaction.ts";
+import { refresherOf } from "../metrics-refresh.ts";
+
+/** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_SECONDS). */
+export const METRICS_REFRESH_MS = 10_000;
 
 /**
  * Prometheus metrics of one process. Counters are incremented where things happen; lag and
- * watermarks are read from the database on each scrape (a few rows per partition), so they
- * are right even when the consumers run in other processes.
+ * watermarks are read from the database on a timer (a few rows per partition, every
+ * LEDGER_METRICS_REFRESH_SECONDS), so they are right even when the consumers run in other
+ * processes, and a scrape itself runs no query (src/metrics-refresh.ts).
  */
 export class LedgerMetrics {
   readonly registry = new client.Registry();
+  private readonly refresher = refresherOf(this.registry);
+  /** The last refresh's figures; null before the first or when it could not read the database. */
+  private figures: DatabaseFigures | null = null;
   readonly httpRequests = new client.Counter({
     name: "http_requests_total", help: "HTTP requests by route and status", labelNames: ["method", "route", "status"], registers: [this.registry],
   });
@@ -31,61 +39,70 @@ export class LedgerMetrics {
   constructor(pool: Pool) {
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
     for (const consumer of ["like_count", "follower_projection", "comment_count"]) this.consumerFailures.inc({ consumer }, 0);
-    // One database read per scrape, shared by the metrics below. The registry collects all
-    // metrics concurrently (Promise.all), so each must await the read itself: one metric
-    // filling the others from its collect() left them a scrape behind (and empty, or up=0, on
-    // the first scrape). What describes the database (lag, watermarks, rebuild drift) comes
-    // from the database, whichever process wrote it: a rebuild run by the CLI counts too.
-    let inFlight: Promise<DatabaseFigures | null> | null = null;
-    const scrape = () => (inFlight ??= readDatabaseFigures(pool).then((figures) => figures, () => null).finally(() => {
-      inFlight = null;
-    }));
+    // What describes the database (lag, watermarks, rebuild drift) comes from the database,
+    // whichever process wrote it: a rebuild run by the CLI counts too.
+    this.refresher.add(async () => {
+      this.figures = await readDatabaseFigures(pool).catch(() => null);
+    });
+    const figures = () => this.figures;
     new client.Gauge({
-      name: "ledger_scrape_database_up", help: "1 when the last scrape could read the database", registers: [this.registry],
-      async collect() {
-        this.set((await scrape()) ? 1 : 0);
+      name: "ledger_scrape_database_up", help: "1 when the last refresh of the database figures could read the database", registers: [this.registry],
+      collect() {
+        this.set(figures() ? 1 : 0);
       },
     });
     new client.Gauge({
       name: "ledger_watermark", help: "Contiguous watermark per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
-      async collect() {
-        const figures = await scrape();
+      collect() {
         this.reset();
-        for (const r of figures?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
       },
     });
     new client.Gauge({
       name: "ledger_lag_events", help: "Unprocessed events per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
-      async collect() {
-        const figures = await scrape();
+      collect() {
         this.reset();
-        for (const r of figures?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
+        for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
       },
     });
     // Counters whose value is a total kept elsewhere (the database, this process's retry
     // counter) are set at collect time; reset + inc is prom-client's way to set a counter.
-    const totalFrom = (name: string, help: string, read: () => Promise<number | undefined>) => new client.Counter({
+    const totalFrom = (name: string, help: string, read: () => number | undefined) => new client.Counter({
       name, help, registers: [this.registry],
-      async collect() {
-        const value = await read();
+      collect() {
+        const value = read();
         if (value === undefined) return;
         this.reset();
         this.inc(value);
       },
     });
-    totalFrom("ledger_rebuild_runs_total", "Rebuild runs recorded in like_rebuild_run (by any process)", async () => (await scrape())?.rebuild.runs);
-    totalFrom("ledger_rebuild_drift_abs_total", "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftAbs);
-    totalFrom("ledger_rebuild_drifted_items_total", "Items whose count a rebuild found drifted (like_rebuild_run, by any process)", async () => (await scrape())?.rebuild.driftedItems);
+    totalFrom("ledger_rebuild_runs_total", "Rebuild runs recorded in like_rebuild_run (by any process)", () => figures()?.rebuild.runs);
+    totalFrom("ledger_rebuild_drift_abs_total", "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)", () => figures()?.rebuild.driftAbs);
+    totalFrom("ledger_rebuild_drifted_items_total", "Items whose count a rebuild found drifted (like_rebuild_run, by any process)", () => figures()?.rebuild.driftedItems);
     // A negative count is an invariant violation: shown as it is (never clamped) and counted here.
     new client.Gauge({
       name: "ledger_negative_counts", help: "Derived count rows below zero (an invariant violation; the audit names them)", labelNames: ["view"], registers: [this.registry],
-      async collect() {
-        const figures = await scrape();
+      collect() {
+        const current = figures();
         this.reset();
-        if (figures) this.set({ view: "comment_count" }, figures.negativeCommentCounts);
+        if (current) this.set({ view: "comment_count" }, current.negativeCommentCounts);
       },
     });
-    totalFrom("ledger_transaction_retries_total", "Whole-transaction retries on 40001/40P01 in this process", async () => transactionStats.retries);
+    totalFrom("ledger_transaction_retries_total", "Whole-transaction retries on 40001/40P01 in this process", () => transactionStats.retries);
+  }
+
+  /** Reads every figure of this registry that comes from the database or Redis now (tests; the timer does it otherwise). */
+  refresh(): Promise<void> {
+    return this.refresher.refresh();
+  }
+
+  /** Reads them now and then every `everyMs`, until stopRefreshing. */
+  startRefreshing(everyMs: number = METRICS_REFRESH_MS): Promise<void> {
+    return this.refresher.start(everyMs);
+  }
+
+  stopRefreshing(): Promise<void> {
+    return this.refresher.stop();
   }
 }
 

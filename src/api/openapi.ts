@@ -17,7 +17,10 @@ type Paths = Record<string, Record<string, Operation>>;
 /** The error codes an error status can carry, with what they mean: the `code` of `{error: {code, message}}`. */
 export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
   400: { INVALID_INPUT: "a parameter, query or body field is malformed (the message names it); nothing was written" },
-  401: { UNAUTHENTICATED: "no, an expired or an invalid bearer token" },
+  401: {
+    UNAUTHENTICATED: "no, an expired or an invalid bearer token",
+    TOKEN_LIFETIME_TOO_LONG: "the token is valid for longer than LEDGER_JWT_MAX_TTL_SECONDS allows",
+  },
   403: {
     FORBIDDEN: "the token may not do this (admin only, or acting for someone else)",
     COLLECTIONS_HIDDEN: "the account hides its followers and following",

@@ -1,9 +1,10 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
+import { refresherOf } from "../metrics-refresh.ts";
 
 /**
  * count_drift_history aggregated by what the histogram's labels and buckets need: one row per
- * kind, origin, sign and |drift|. The whole table at every scrape: exact whatever process or
+ * kind, origin, sign and |drift|. The whole table at every refresh: exact whatever process or
  * transaction wrote a row and in which order they committed (an id cursor would skip a row
  * whose insert commits after a higher id was read), and drift rows are few.
  */
@@ -21,7 +22,8 @@ const DRIFT_HISTORY_SQL = `
  * the unique insert rate): request volume by source, counter update failures, reconciliation
  * drift by kind and sign, and the alert it raises. One instance per registry.
  *
- * The drift histogram is the database's, not this process's: it is rebuilt at every scrape from
+ * The drift histogram is the database's, not this process's: it is rebuilt at every refresh of
+ * the registry's figures (src/metrics-refresh.ts: on a timer, never by a scrape) from
  * count_drift_history, which every writer of drift (the reconciler in the service, `social-ledger
  * reconcile`, the rebuild from the CLI or the HTTP route) records to. A short-lived CLI process
  * has no /metrics of its own, so its drift reaches the service's /metrics through the table; and
@@ -39,11 +41,26 @@ export class CacheMetrics {
   readonly reconciledTargets: client.Counter<"kind">;
 
   /**
-   * `redis` (when the layer has one) is read at scrape time for redis_up and evicted_keys;
+   * `redis` (when the layer has one) is asked for redis_up at scrape time (no command) and for
+   * evicted_keys at each refresh;
    * `driftHistory`, the database whose count_drift_history the drift histogram is rebuilt from.
    */
   constructor(registry: client.Registry, redis?: { up(): boolean; evictedKeys(): Promise<number> }, driftHistory?: Pool) {
     const registers = [registry];
+    const refresher = refresherOf(registry);
+    // While the database does not answer, the previous refresh's figures stay.
+    let driftRows: { kind: string; origin: string; sign: string; size: number; n: number }[] | undefined;
+    if (driftHistory) {
+      refresher.add(async () => {
+        driftRows = await driftHistory.query<{ kind: string; origin: string; sign: string; size: number; n: number }>(DRIFT_HISTORY_SQL).then((r) => r.rows, () => driftRows);
+      });
+    }
+    let evicted: number | undefined;
+    if (redis) {
+      refresher.add(async () => {
+        if (redis.up()) evicted = await redis.evictedKeys().catch(() => 0);
+      });
+    }
     this.countReads = new client.Counter({
       name: "ledger_count_reads_total", help: "Count reads by counter kind and where they were answered from (cache, database)",
       labelNames: ["kind", "source"], registers,
@@ -63,11 +80,8 @@ export class CacheMetrics {
     this.drift = new client.Histogram({
       name: "ledger_count_drift", help: "|truth - displayed| found by a reconciliation or rebuild, by counter kind, sign (over: displayed too high) and origin",
       labelNames: ["kind", "sign", "origin"], buckets: [1, 2, 5, 10, 100, 1000], registers,
-      async collect() {
-        if (!driftHistory) return;
-        // While the database does not answer, the previous scrape's figures stay.
-        const rows = await driftHistory.query<{ kind: string; origin: string; sign: string; size: number; n: number }>(DRIFT_HISTORY_SQL)
-          .then((r) => r.rows, () => undefined);
+      collect() {
+        const rows = driftRows;
         if (!rows) return;
         this.reset();
         for (const r of rows) {
@@ -87,8 +101,8 @@ export class CacheMetrics {
     });
     this.evictedKeys = new client.Gauge({
       name: "ledger_redis_evicted_keys", help: "Redis INFO evicted_keys: keys dropped under memory pressure", registers,
-      async collect() {
-        if (redis?.up()) this.set(await redis.evictedKeys().catch(() => 0));
+      collect() {
+        if (evicted !== undefined) this.set(evicted);
       },
     });
     this.reconciledTargets = new client.Counter({

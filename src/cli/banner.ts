@@ -4,7 +4,7 @@ import type { Database } from "../runtime/database.ts";
 import type { Service } from "../runtime/service.ts";
 
 /** What `npm start` and `social-ledger serve` print once the API listens. */
-export function serviceBanner(service: Pick<Service, "address" | "database" | "workers">): string {
+export function serviceBanner(service: Pick<Service, "address" | "database" | "workers" | "metricsAddress">): string {
   const { address, database } = service;
   return (
     `social-ledger listening on ${address}\n` +
@@ -12,6 +12,7 @@ export function serviceBanner(service: Pick<Service, "address" | "database" | "w
     `  dashboard: ${address}/dashboard   (asks for an admin token: npx social-ledger token root --admin)\n` +
     `  database:  ${database.cluster ? `embedded PostgreSQL 16, data in ${database.cluster.dataDir}` : "DATABASE_URL"}\n` +
     `  consumers: ${service.workers.length > 0 ? "like counter and follower projector in this process" : "none in this process (run `social-ledger worker`)"}\n` +
+    (service.metricsAddress ? `  metrics:   ${service.metricsAddress}\n` : "") +
     `  a token:   npx social-ledger token <userId> [--admin]   (then: curl -H "Authorization: Bearer <token>" ...)\n`
   );
 }

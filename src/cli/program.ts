@@ -8,6 +8,7 @@
  */
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
+import { MAX_TOKEN_TTL_S } from "../config.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_KINDS, UsageError, nonNegativeInteger, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
 
@@ -26,6 +27,8 @@ Environment:
   LEDGER_PARTITIONS         partition count of a new database (4); an existing one keeps its own
   LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
   LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
+  LEDGER_JWT_MAX_TTL_SECONDS  tokens valid for longer are refused (315360000, the longest --ttl)
+  LEDGER_METRICS_TOKEN      /metrics requires this bearer token (unset: open; or serve --metrics-port)
   LOG_LEVEL                 log level of serve (info)
   NATS_URL                  NATS servers of worker/relay --transport nats (LEDGER_NATS_* tune it; see README)
 
@@ -56,11 +59,13 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
     .option("--host <address>", "address to listen on (HOST)", process.env.HOST || "127.0.0.1")
     .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics on this port instead of the API's (which then has none)").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--metrics-host <address>", "interface of --metrics-port", "127.0.0.1")
     .addHelpText("after", `
 Opens the database (DATABASE_URL, or the embedded PostgreSQL 16 of LEDGER_DATA_DIR, started if
 not running), applies migrations, listens, and on SIGINT/SIGTERM stops accepting, finishes in-flight
 requests and the current consumer batches, and stops the embedded PostgreSQL it started.`)
-    .action(async (opts: { workers: boolean; host: string; port?: number }) => {
+    .action(async (opts: { workers: boolean; host: string; port?: number; metricsPort?: number; metricsHost: string }) => {
       const { serve } = await import("./commands/serve.ts");
       setExitCode(await serve(opts));
     });
@@ -172,7 +177,7 @@ once the follower projection has caught up, the projection against the truth.`)
     .description("Mint a development token (HS256) for a user; prints only the token")
     .argument("<userId>", "the acting user (the token's sub)", parseUserId)
     .option("--admin", "add role=admin (admin routes, setup for other users)")
-    .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", 10 * 365 * 24 * 3600)).default(30 * 24 * 3600, "2592000, 30 days"))
+    .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", MAX_TOKEN_TTL_S)).default(30 * 24 * 3600, "2592000, 30 days"))
     .addHelpText("after", `
 Signs with LEDGER_JWT_SECRET, or with the secret kept in the data directory (created on first use),
 which is what serve verifies with. Example:

@@ -72,7 +72,8 @@ function toComment(r: CommentRow): Comment {
 }
 
 /**
- * Whether `$2` (the reader) may see comment `c` of post `p` in the same snapshot as the rows:
+ * Whether `$2` (the reader; NULL: a client without a token, who sees comments of PUBLIC posts
+ * only, with no block to apply) may see comment `c` of post `p` in the same snapshot as the rows:
  * the post's read decision with the comment's own acl_token (so a comment created after a block
  * is judged by a token that includes the block), and no block either way between the reader
  * and the comment's author. $3 is the read mode.
@@ -192,9 +193,9 @@ export class CommentService {
     });
   }
 
-  /** The post of a comment that `reader` may see in the truth, or CommentNotFoundError. */
-  async postOfVisibleComment(reader: string, commentId: string): Promise<string> {
-    validateId("reader", reader);
+  /** The post of a comment that `reader` (null: no token) may see in the truth, or CommentNotFoundError. */
+  async postOfVisibleComment(reader: string | null, commentId: string): Promise<string> {
+    if (reader !== null) validateId("reader", reader);
     validateId("commentId", commentId);
     const { rows } = await this.pool.query<{ post_id: string }>(
       `SELECT c.post_id FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 AND ${VISIBLE_SQL}`,
@@ -205,7 +206,7 @@ export class CommentService {
   }
 
   /** Top-level comments of a post as `reader` may see them, each with its reply count (keyset on created_at, id). */
-  async listTopLevel(reader: string, postId: string, options: { order?: CommentOrder; limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
+  async listTopLevel(reader: string | null, postId: string, options: { order?: CommentOrder; limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
     validateId("postId", postId);
     const order = options.order ?? "newest";
     if (order !== "newest" && order !== "oldest") throw new InvalidInputError("order", `must be newest or oldest, got ${JSON.stringify(order)}`);
@@ -213,13 +214,13 @@ export class CommentService {
   }
 
   /** Direct replies of a comment, oldest first. */
-  async listReplies(reader: string, commentId: string, options: { limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
+  async listReplies(reader: string | null, commentId: string, options: { limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
     validateId("commentId", commentId);
     return this.list(reader, "c.parent_id = $1", commentId, "oldest", options);
   }
 
-  private async list(reader: string, where: string, anchor: string, order: CommentOrder, options: { limit?: number; cursor?: string; mode?: ReadMode }): Promise<CommentPage> {
-    validateId("reader", reader);
+  private async list(reader: string | null, where: string, anchor: string, order: CommentOrder, options: { limit?: number; cursor?: string; mode?: ReadMode }): Promise<CommentPage> {
+    if (reader !== null) validateId("reader", reader);
     const mode = options.mode ?? "TRUTH";
     if (!READ_MODES.includes(mode)) throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
     const limit = validateLimit(options.limit);

@@ -15,11 +15,14 @@ import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
 import { countLayerRetentionCap } from "../cache/retention-cap.ts";
 import { openDatabase, type Database } from "./database.ts";
+import { startMetricsServer } from "./metrics-server.ts";
 import { loadJwtSecret } from "./secret.ts";
 
 export interface Service {
   app: FastifyInstance;
   address: string;
+  /** The /metrics address when it has a port of its own (serve --metrics-port). */
+  metricsAddress: string | undefined;
   database: Database;
   workers: PartitionWorker[];
   /** Resolves when the service cannot recover by itself (its embedded PostgreSQL cannot be restarted). */
@@ -34,6 +37,10 @@ export interface ServiceOptions {
   logger?: boolean;
   /** Hook points of the ledger (tests park a consumer with them). */
   hooks?: Hooks;
+  /** Serve /metrics on this port (of metricsHost) instead of the API's: the API's port then has none. */
+  metricsPort?: number;
+  /** The interface of metricsPort (default 127.0.0.1). */
+  metricsHost?: string;
   /** Overrides of the dashboard sampler's settings from the config (tests sample faster). */
   dashboard?: SamplerOptions;
 }
@@ -87,8 +94,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const app = await buildApp({
     ...(replicas ? { replicas } : {}),
     counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
-    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), writesPerMinute: config.writesPerMinute,
+    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
+    metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
     databaseHealth: database.health,
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   }).catch(undoStart);
@@ -105,14 +113,22 @@ export async function startService(config: Config, options: ServiceOptions = {})
       await app.close().catch(() => undefined);
       return undoStart(err);
     });
+  const metricsServer = options.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
+    port: options.metricsPort, host: options.metricsHost ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
+  }).catch(async (err: unknown) => {
+    await app.close().catch(() => undefined);
+    return undoStart(err);
+  });
   for (const w of [...workers, ...counts.workers, ...maintenance]) w.start();
   let stopping: Promise<void> | undefined;
   return {
     app, address, database, workers,
+    metricsAddress: metricsServer && `http://${options.metricsHost ?? "127.0.0.1"}:${options.metricsPort}/metrics`,
     fatal: database.fatal,
     stop() {
       stopping ??= (async () => {
         await app.close();
+        await metricsServer?.close();
         await replicas?.stop();
         await Promise.all([...workers, ...maintenance].map((w) => w.stop()));
         await counts.close();

@@ -1,5 +1,6 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
+import { refresherOf } from "../metrics-refresh.ts";
 import { transportLag } from "./relay-watermark.ts";
 
 /** The transport's metrics, in the process's registry (serve's and worker's /metrics). */
@@ -25,12 +26,17 @@ export class TransportMetrics {
       this.gapFilled.inc({ kind }, 0);
       for (const reason of ["malformed", "verification", "attempts"]) this.deadLetters.inc({ kind, reason }, 0);
     }
+    // Read on the registry's refresh timer, never by a scrape (src/metrics-refresh.ts).
+    let lagRows: Awaited<ReturnType<typeof transportLag>> = [];
+    refresherOf(registry).add(async () => {
+      lagRows = await transportLag(pool).catch(() => []);
+    });
     new client.Gauge({
       name: "ledger_transport_relay_lag_events", help: "Outbox events not yet published to JetStream, per kind and partition",
       labelNames: ["kind", "partition"], registers: [registry],
-      async collect() {
+      collect() {
         this.reset();
-        const rows = await transportLag(pool).catch(() => []);
+        const rows = lagRows;
         for (const r of rows) if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
       },
     });

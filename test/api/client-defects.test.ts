@@ -164,7 +164,11 @@ test("defect 7: every error has our {error: {code, message}} shape: a path leavi
 test("defects 5 and 6: drift of a rebuild run outside the HTTP API reaches /metrics; consumer failures have a 0 series from the start; transaction retries are a counter", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
-  const metrics = async () => (await h.request("GET", "/metrics")).text;
+  // The figures from the database are read on a timer, not by the scrape: refreshed before each.
+  const metrics = async () => {
+    await h.app.metrics.refresh();
+    return (await h.request("GET", "/metrics")).text;
+  };
   const first = await metrics();
   assert.match(first, /^ledger_consumer_failures_total\{consumer="like_count"\} 0$/m);
   assert.match(first, /^ledger_consumer_failures_total\{consumer="follower_projection"\} 0$/m);

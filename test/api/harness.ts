@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
-import { buildApp } from "../../src/api/app.ts";
+import { buildApp, type BuildOptions } from "../../src/api/app.ts";
 import { signToken } from "../../src/api/auth.ts";
 import { LedgerMetrics } from "../../src/api/metrics.ts";
 import { openCountLayer, type CountLayer } from "../../src/cache/count-layer.ts";
@@ -66,7 +66,8 @@ export interface ApiHarness {
   close(): Promise<void>;
 }
 
-export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string } = {}): Promise<ApiHarness> {
+/** `app`: further options of buildApp (timeouts, token lifetime, the metrics token). */
+export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string; app?: Partial<BuildOptions> } = {}): Promise<ApiHarness> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 1, poolSize: options.poolSize ?? 10 });
   const secret = new Uint8Array(randomBytes(32));
   let app: FastifyInstance | undefined;
@@ -81,6 +82,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
       ...(options.writesPerMinute !== undefined ? { writesPerMinute: options.writesPerMinute } : {}),
       ...(options.readsPerMinute !== undefined ? { readsPerMinute: options.readsPerMinute } : {}),
       ...(options.corsOrigins !== undefined ? { corsOrigins: options.corsOrigins } : {}),
+      ...options.app,
     });
     await app.listen({ port: 0, host: "127.0.0.1" });
     const { port } = app.server.address() as AddressInfo;

@@ -12,6 +12,7 @@ import client from "prom-client";
 import { Hooks } from "../../src/hooks.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { CacheMetrics } from "../../src/cache/cache-metrics.ts";
+import { refresherOf } from "../../src/metrics-refresh.ts";
 import { CountStore } from "../../src/cache/count-store.ts";
 import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import { CountReader } from "../../src/cache/count-reader.ts";
@@ -65,8 +66,9 @@ async function likeMany(likes: LikeService, item: string, from: number, to: numb
   for (let u = from; u < to; u++) await likes.like(`user-${u}`, item);
 }
 
-/** A metric's value on the registry's exposition (as /metrics shows it). */
+/** A metric's value on the registry's exposition (as /metrics shows it, after a refresh of the figures read on a timer). */
 async function exported(registry: client.Registry, line: RegExp): Promise<number> {
+  await refresherOf(registry).refresh();
   const match = line.exec(await registry.metrics());
   return match ? Number(match[1]) : 0;
 }

@@ -18,6 +18,7 @@ async function corrupt(h: ApiHarness, item: string, by: number): Promise<void> {
 
 /** The drift histogram's _count and _sum of one label set on the service's /metrics (0, 0 when absent). */
 async function driftFigures(h: ApiHarness, labels: string): Promise<{ count: number; sum: number }> {
+  await h.app.metrics.refresh(); // the histogram is rebuilt from the database on a timer, not by the scrape
   const text = (await h.request("GET", "/metrics")).text;
   const pick = (suffix: string) => {
     const match = new RegExp(`^ledger_count_drift_${suffix}\\{${labels}\\} (\\S+)$`, "m").exec(text);

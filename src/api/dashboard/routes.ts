@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import fastifyStatic from "@fastify/static";
 import { requireAdmin } from "../auth.ts";
+import type { RateLimit } from "../context.ts";
 import { bearer, errors } from "../schemas.ts";
 
 const PUBLIC_DIR = fileURLToPath(new URL("./public/", import.meta.url));
@@ -55,7 +56,7 @@ const dashboardResponse = {
 } as const;
 
 /** GET /dashboard (the page and its files) and GET /v1/admin/dashboard (its one JSON endpoint). */
-export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded" }): Promise<void> {
+export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded"; readRateLimit: RateLimit }): Promise<void> {
   const { dashboard, ledger } = app;
   const page = await readFile(path.join(PUBLIC_DIR, "index.html"), "utf8");
 
@@ -81,8 +82,9 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { countsState:
     schema: {
       tags: ["admin"], summary: "The operator dashboard's time series, alarms and tables (GET /dashboard shows them)", security: bearer,
       querystring: { type: "object", additionalProperties: false, properties: { since: { type: "integer", minimum: 0, description: "Only samples after this time (epoch ms)" } } },
-      response: { 200: dashboardResponse, ...errors(400, 401, 403) },
+      response: { 200: dashboardResponse, ...errors(400, 401, 403, 429) },
     },
+    onRequest: opts.readRateLimit,
   }, async (request: FastifyRequest<{ Querystring: { since?: number } }>) => {
     requireAdmin(request);
     const now = Date.now();

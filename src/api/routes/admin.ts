@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireAdmin } from "../auth.ts";
+import type { RateLimits } from "../context.ts";
 import { readWatermarks } from "../metrics.ts";
 import { bearer, errors, id } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
@@ -93,11 +94,12 @@ function rebuildResponse(key: string, checked: string) {
   };
 }
 
-export async function adminRoutes(app: FastifyInstance): Promise<void> {
+export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger } = app;
 
   app.get("/v1/admin/status", {
-    schema: { tags: ["admin"], summary: "Sequences, watermarks and lag per view and partition", security: bearer, response: { 200: statusResponse, ...errors(401, 403) } },
+    schema: { tags: ["admin"], summary: "Sequences, watermarks and lag per view and partition", security: bearer, response: { 200: statusResponse, ...errors(401, 403, 429) } },
+    onRequest: opts.readRateLimit,
   }, async (request) => {
     requireAdmin(request);
     const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
@@ -105,7 +107,8 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
   });
 
   app.get("/v1/admin/audit", {
-    schema: { tags: ["admin"], summary: "Write-side and read-side invariant checks; clean=false on any violation", security: bearer, response: { 200: auditResponse, ...errors(401, 403) } },
+    schema: { tags: ["admin"], summary: "Write-side and read-side invariant checks; clean=false on any violation", security: bearer, response: { 200: auditResponse, ...errors(401, 403, 429) } },
+    onRequest: opts.readRateLimit,
   }, async (request) => {
     requireAdmin(request);
     const report = await fullAudit(ledger);
@@ -117,8 +120,9 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: {
       tags: ["admin"], summary: "Rebuild like counts from a snapshot baseline; reports the drift it corrected", security: bearer,
       body: { type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: rebuildResponse("itemId", "itemsChecked"), ...errors(400, 401, 403, 404) },
+      response: { 200: rebuildResponse("itemId", "itemsChecked"), ...errors(400, 401, 403, 404, 429) },
     },
+    onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { items?: string[] } | null }>) => {
     requireAdmin(request);
     const items = request.body?.items;
@@ -131,8 +135,9 @@ export async function adminRoutes(app: FastifyInstance): Promise<void> {
     schema: {
       tags: ["admin"], summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected", security: bearer,
       body: { type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: rebuildResponse("postId", "postsChecked"), ...errors(400, 401, 403, 404) },
+      response: { 200: rebuildResponse("postId", "postsChecked"), ...errors(400, 401, 403, 404, 429) },
     },
+    onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {
     requireAdmin(request);
     const posts = request.body?.posts;

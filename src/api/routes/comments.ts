@@ -1,12 +1,13 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { RateLimit } from "../context.ts";
-import { requireCaller } from "../auth.ts";
+import type { RateLimits } from "../context.ts";
+import { requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
-import { bearer, countQuery, countSource, errors, idParams } from "../schemas.ts";
+import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
+import { bearer, countQuery, countSource, errors, idParams, optionalBearer, pageQuery } from "../schemas.ts";
+import { readPublicPost } from "./posts.ts";
 import { COMMENT_COUNTS } from "../../cache/counter-kinds.ts";
 import { MAX_COMMENT_LENGTH, MAX_IDEMPOTENCY_KEY_LENGTH, type Comment, type CommentOrder } from "../../content/comments.ts";
 import type { Ledger } from "../../ledger.ts";
-import { MAX_PAGE_SIZE } from "../../pagination.ts";
 import type { ReadMode } from "../../relations/types.ts";
 
 /** As for posts: content_token by default; PROJECTION_ONLY is not offered (a blocked reader would pick it). */
@@ -28,10 +29,8 @@ const commentPage = {
 } as const;
 
 const consistency = { type: "string", enum: Object.keys(CONSISTENCY), default: "content_token" } as const;
-const limitAndCursor = {
-  limit: { type: "integer", minimum: 1, maximum: MAX_PAGE_SIZE, default: 50 },
-  cursor: { type: "string", minLength: 1, maxLength: 512 },
-} as const;
+/** As on every list: a limit above 200 is clamped, and the next page is in the body and in Link. */
+const limitAndCursor = pageQuery.properties;
 
 const bodyOnly = {
   type: "object", required: ["body"], additionalProperties: false,
@@ -42,14 +41,18 @@ function toJson(c: Comment) {
   return { ...c, createdAt: c.createdAt.toISOString(), editedAt: c.editedAt?.toISOString() ?? null };
 }
 
-/** Missing and not visible are the same 404, as on the post routes. */
-async function requireReadablePost(ledger: Ledger, reader: string, postId: string, mode: ReadMode): Promise<void> {
+/** Missing and not visible are the same 404, as on the post routes; without a token, PUBLIC posts only (as GET /v1/posts/{id}). */
+async function requireReadablePost(ledger: Ledger, reader: Caller | null, postId: string, mode: ReadMode): Promise<void> {
+  if (!reader) {
+    if (!(await readPublicPost(ledger.pool, postId))) throw notFound("post");
+    return;
+  }
   const { rows } = await ledger.pool.query<{ exists: boolean }>("SELECT EXISTS (SELECT 1 FROM post WHERE post_id = $1) AS exists", [postId]);
   if (!rows[0]!.exists) throw notFound("post");
-  if (!(await ledger.posts.canRead(reader, postId, mode)).allowed) throw notFound("post");
+  if (!(await ledger.posts.canRead(reader.id, postId, mode)).allowed) throw notFound("post");
 }
 
-export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit: RateLimit }): Promise<void> {
+export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
   app.post("/v1/posts/:id/comments", {
@@ -78,40 +81,42 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
   });
 
   app.get("/v1/posts/:id/comments", {
+    config: { auth: "optional" },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["comments"], summary: "Top-level comments with their reply counts (keyset cursor); 404 when the post is missing or not visible",
-      security: bearer, params: idParams,
+      tags: ["comments"], summary: "Top-level comments with their reply counts (cursor in the body and in Link rel=next); 404 when the post is missing or not visible (no token: PUBLIC posts)",
+      security: optionalBearer, params: idParams,
       querystring: {
         type: "object", additionalProperties: false,
         properties: { order: { type: "string", enum: ["newest", "oldest"], default: "newest" }, ...limitAndCursor, consistency },
       },
-      response: { 200: commentPage, ...errors(400, 401, 404) },
+      response: { 200: commentPage, ...errors(400, 401, 404, 429) },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { order: CommentOrder; limit: number; cursor?: string; consistency: string } }>) => {
-    const caller = requireCaller(request);
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery & { order: CommentOrder; consistency: string } }>, reply) => {
+    const reader = request.caller;
     const mode = CONSISTENCY[request.query.consistency]!;
-    await requireReadablePost(ledger, caller.id, request.params.id, mode);
-    const page = await ledger.comments.listTopLevel(caller.id, request.params.id, {
-      order: request.query.order, limit: request.query.limit, mode, ...(request.query.cursor !== undefined ? { cursor: request.query.cursor } : {}),
-    });
-    return { ...page, comments: page.comments.map(toJson) };
+    await requireReadablePost(ledger, reader, request.params.id, mode);
+    const page = await ledger.comments.listTopLevel(reader?.id ?? null, request.params.id, { order: request.query.order, mode, ...pageOptions(request.query) });
+    return sendPage(request, reply, { ...page, comments: page.comments.map(toJson) }, request.query);
   });
 
   app.get("/v1/comments/:id/replies", {
+    config: { auth: "optional" },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["comments"], summary: "A comment's direct replies, oldest first (keyset cursor)", security: bearer, params: idParams,
+      tags: ["comments"], summary: "A comment's direct replies, oldest first (cursor in the body and in Link rel=next; no token: comments of PUBLIC posts)",
+      security: optionalBearer, params: idParams,
       querystring: { type: "object", additionalProperties: false, properties: { ...limitAndCursor, consistency } },
-      response: { 200: commentPage, ...errors(400, 401, 404) },
+      response: { 200: commentPage, ...errors(400, 401, 404, 429) },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { limit: number; cursor?: string; consistency: string } }>) => {
-    const caller = requireCaller(request);
+  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery & { consistency: string } }>, reply) => {
+    const reader = request.caller;
     const mode = CONSISTENCY[request.query.consistency]!;
-    const postId = await ledger.comments.postOfVisibleComment(caller.id, request.params.id);
-    if (!(await ledger.posts.canRead(caller.id, postId, mode)).allowed) throw notFound("comment");
-    const page = await ledger.comments.listReplies(caller.id, request.params.id, {
-      limit: request.query.limit, mode, ...(request.query.cursor !== undefined ? { cursor: request.query.cursor } : {}),
-    });
-    return { ...page, comments: page.comments.map(toJson) };
+    const postId = await ledger.comments.postOfVisibleComment(reader?.id ?? null, request.params.id);
+    const readable = reader ? (await ledger.posts.canRead(reader.id, postId, mode)).allowed : (await readPublicPost(ledger.pool, postId)) !== undefined;
+    if (!readable) throw notFound("comment");
+    const page = await ledger.comments.listReplies(reader?.id ?? null, request.params.id, { mode, ...pageOptions(request.query) });
+    return sendPage(request, reply, { ...page, comments: page.comments.map(toJson) }, request.query);
   });
 
   app.patch("/v1/comments/:id", {
@@ -143,10 +148,11 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
   });
 
   app.get("/v1/posts/:id/comment-count", {
-    config: { replicaRead: true },
+    config: { auth: "optional", replicaRead: true },
+    onRequest: opts.readRateLimit,
     schema: {
-      tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost (from the Redis count layer when REDIS_URL is set)",
-      security: bearer, params: idParams, querystring: countQuery,
+      tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost (from the Redis count layer when REDIS_URL is set; no token: PUBLIC posts)",
+      security: optionalBearer, params: idParams, querystring: countQuery,
       response: {
         200: {
           type: "object",
@@ -154,12 +160,11 @@ export async function commentRoutes(app: FastifyInstance, opts: { writeRateLimit
             count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" }, ...countSource,
           },
         },
-        ...errors(400, 401, 404),
+        ...errors(400, 401, 404, 429),
       },
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
-    const caller = requireCaller(request);
-    await requireReadablePost(ledger, caller.id, request.params.id, "CONTENT_TOKEN");
+    await requireReadablePost(ledger, request.caller, request.params.id, "CONTENT_TOKEN");
     return app.readFrom(request, (pool) => app.counts.read(COMMENT_COUNTS, request.params.id, request.query, pool));
   });
 }

@@ -35,7 +35,7 @@ const databaseHealthSchema = {
  *   is down, restarting or recovering, 503 NOT_READY while migrations are behind.
  */
 export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?: () => DatabaseHealth; countsState: () => "off" | "up" | "degraded" }): Promise<void> {
-  const { ledger, metrics } = app;
+  const { ledger } = app;
   const health = opts.databaseHealth;
 
   app.get("/healthz", {
@@ -72,10 +72,5 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
     if (status.applied < status.latest) return reply.status(503).send(errorBody("NOT_READY", `migrations ${status.applied}/${status.latest} applied`));
     // Redis down does not make the service unready: counts come from PostgreSQL meanwhile.
     return { status: "ready", migrations: status.applied, counts: opts.countsState() };
-  });
-
-  app.get("/metrics", { config: { auth: "none" }, schema: { tags: ["health"], summary: "Prometheus metrics", hide: false } }, async (_request, reply) => {
-    void reply.header("content-type", metrics.registry.contentType);
-    return metrics.registry.metrics();
   });
 }

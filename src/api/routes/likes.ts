@@ -45,8 +45,9 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
   app.put("/v1/items/:id", {
     schema: {
       tags: ["likes"], summary: "Make an item likeable (admin)", security: bearer, params: idParams,
-      response: { 200: { type: "object", properties: { id: { type: "string" } } }, ...errors(400, 401, 403) },
+      response: { 200: { type: "object", properties: { id: { type: "string" } } }, ...errors(400, 401, 403, 429) },
     },
+    onRequest: opts.writeRateLimit,
   }, async (request: IdRequest) => {
     requireAdmin(request);
     await ledger.likes.createItem(request.params.id);

@@ -5,12 +5,22 @@ import { forbidden, notFound } from "../errors.ts";
 import { bearer, errors, idParams, optionalBearer, post, postBody } from "../schemas.ts";
 import { readLivePost, type Post } from "../../relations/posts.ts";
 import type { ReadMode, Visibility } from "../../relations/types.ts";
+import type { Pool } from "../../db/pool.ts";
 
 /**
  * The modes a reader may ask for. content_token is the default and the weakest offered;
  * PROJECTION_ONLY is deliberately absent: a blocked reader would simply pick it.
  */
 const CONSISTENCY: Record<string, ReadMode> = { content_token: "CONTENT_TOKEN", fresh_token: "FRESH_TOKEN", truth: "TRUTH" };
+
+/**
+ * What a client without a token may read of a post: a live PUBLIC one (there is nobody to check
+ * blocks or follows for), else undefined. Comments of a post are read by the same rule.
+ */
+export async function readPublicPost(db: Pool, postId: string): Promise<Post | undefined> {
+  const found = await readLivePost(db, postId);
+  return found?.visibility === "PUBLIC" ? found : undefined;
+}
 
 function toJson(p: Post) {
   return { id: p.postId, author: p.author, visibility: p.visibility, body: p.body, aclToken: p.aclToken, createdAt: p.createdAt.toISOString() };
@@ -67,8 +77,8 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
     if (!request.caller) {
       // Without a token there is nobody to check blocks or follows for: PUBLIC posts only, the
       // one post read that may come from a replica (it decides nothing about anyone).
-      const found = await app.readFrom(request, (pool) => readLivePost(pool, request.params.id));
-      if (found?.visibility !== "PUBLIC") throw notFound("post");
+      const found = await app.readFrom(request, (pool) => readPublicPost(pool, request.params.id));
+      if (!found) throw notFound("post");
       return { post: toJson(found), decidedBy: "public" };
     }
     const { rows } = await ledger.pool.query<{ visibility: Visibility }>("SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL", [request.params.id]);

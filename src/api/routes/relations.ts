@@ -91,8 +91,9 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
           hideCollections: { type: "boolean", description: "hide my followers and following (lists and counts) from everyone else" },
         },
       },
-      response: { 200: account, ...errors(400, 401, 403) },
+      response: { 200: account, ...errors(400, 401, 403, 429) },
     },
+    onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean; hideCollections?: boolean } | undefined }>) => {
     if (request.params.id === "me") throw new HttpError(400, "INVALID_INPUT", "id: 'me' is reserved");
     requireSelfOrAdmin(request, request.params.id);

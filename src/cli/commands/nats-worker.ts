@@ -45,7 +45,9 @@ export async function natsWorker(config: Config, opts: { partitions?: number[]; 
     await database.close();
     throw err;
   }
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });
+  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
+    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
+  });
   for (const w of workers.loops) w.start();
   log.info({
     transport: "nats", stream: transport.stream, servers: transport.servers, partitions, of: ledger.partitions, batchSize: opts.batchSize,

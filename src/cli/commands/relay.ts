@@ -41,7 +41,9 @@ export async function relay(opts: { transport: string; batchSize: number; metric
     await database.close();
     throw err;
   }
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });
+  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
+    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
+  });
   runtime.loop.start();
   log.info({ transport: "nats", stream: transport.stream, servers: transport.servers, batchSize: opts.batchSize, database: describeDatabase(config, database) }, "started");
   await runUntilSignal(

@@ -51,7 +51,9 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
       batch("comment_count", s);
     },
   });
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, { port: opts.metricsPort, host: opts.host ?? "127.0.0.1" });
+  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
+    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
+  });
   for (const w of workers) w.start();
   log.info({
     partitions, of: ledger.partitions, batchSize: opts.batchSize,
