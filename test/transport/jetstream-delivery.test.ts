@@ -7,6 +7,7 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import client from "prom-client";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { connectNats, durableName, eventSubject, messageId } from "../../src/transport/jetstream-setup.ts";
@@ -14,6 +15,7 @@ import { openJetStreamWorkers, openRelay, type JetStreamWorkerOptions } from "..
 import { ackBeforeApply, trustBrokerWithoutDedup } from "../../src/transport/negative-controls.ts";
 import { loadTransportConfig, type TransportConfig } from "../../src/transport/transport-config.ts";
 import { TRANSPORT_KINDS, transportKinds } from "../../src/transport/transport-kinds.ts";
+import { TransportMetrics } from "../../src/transport/transport-metrics.ts";
 import { transportLag } from "../../src/transport/relay-watermark.ts";
 import { TestNats } from "../support/nats-server.ts";
 import { pollUntil } from "../support/poll.ts";
@@ -40,8 +42,8 @@ async function rig(t: TestContext, options: { partitions: number; env?: Record<s
   return { defer: (c) => cleanups.push(c), db, ledger: await openLedger(db.pool), nats, config };
 }
 
-async function startRelay(r: Rig) {
-  const relay = await openRelay(r.ledger, r.config, { batchSize: 100 });
+async function startRelay(r: Rig, options: { hooks?: Hooks } = {}) {
+  const relay = await openRelay(r.ledger, r.config, { batchSize: 100, ...options });
   relay.loop.start();
   r.defer(() => relay.close());
   return relay;
@@ -166,6 +168,54 @@ test("a redelivery after the ack timeout (apply committed, ack not yet sent) is 
   assert.ok(info.num_redelivered >= 0);
   await assertConverged(r.ledger);
   t.diagnostic(`note A applied=${a.verdicts.applied} B dup=${b.verdicts.dup}`);
+});
+
+test("after a quiet period a new event comes from the broker, never from the gap filler: nothing is filled while the relay has not published it, and ledger_transport_gap_filled_events_total stays 0", { timeout: 120_000 }, async (t) => {
+  // A gap check every 50 ms and a pass every 100 ms at most, so checks run many times while the relay is held.
+  const r = await rig(t, { partitions: 1, env: { LEDGER_GAP_CHECK_MS: "50" } });
+  await setUp(r.ledger);
+  await r.ledger.likes.like(USERS[0]!, ITEMS[0]!);
+  const registry = new client.Registry();
+  const metrics = new TransportMetrics(registry, r.db.pool);
+  const workerHooks = new Hooks();
+  let checks = 0;
+  workerHooks.on("transport.afterGapCheck", () => {
+    checks++;
+  });
+  const relayHooks = new Hooks();
+  await startRelay(r, { hooks: relayHooks });
+  const c = await startWorkers(r, { kinds: ["likes"], hooks: workerHooks, metrics, fetchExpiresMs: 100 });
+  await pollUntil("seq 1 applied from the broker", () => totalLag(r.db.pool), (lag) => lag === 0);
+  // The quiet period: gap checks with the watermark standing still at 1 and nothing new in the outbox.
+  const quiet = checks;
+  await pollUntil("two gap checks in the quiet period", async () => checks, (n) => n >= quiet + 2);
+
+  // The next event commits; the relay has read it and parks before publishing it.
+  const beforePublish = new Gate("relay.beforePublish");
+  relayHooks.on("relay.beforePublish", beforePublish.handler);
+  r.defer(() => beforePublish.release());
+  await r.ledger.likes.like(USERS[1]!, ITEMS[0]!);
+  assert.deepEqual(await beforePublish.waitArrived().then((ctx) => [ctx.from, ctx.upto]), [2, 2], "the relay holds seq 2 unpublished");
+  // Every check that started after the commit saw seq 2 in the outbox above a watermark that had not moved.
+  const committed = checks;
+  await pollUntil("three gap checks with seq 2 committed and unpublished", async () => checks, (n) => n >= committed + 3);
+  assert.equal(c.sources.outbox, 0, "the gap filler did not take seq 2 from the outbox: the relay had not published it");
+  assert.equal(await totalLag(r.db.pool), 1, "seq 2 is waiting for the broker");
+
+  // The relay publishes; JetStream has seq 2 while the relay's progress row still says 1.
+  const afterPublish = new Gate("relay.afterPublish");
+  relayHooks.on("relay.afterPublish", afterPublish.handler);
+  r.defer(() => afterPublish.release());
+  beforePublish.release();
+  await afterPublish.waitArrived();
+  await pollUntil("seq 2 applied from the broker", () => totalLag(r.db.pool), (lag) => lag === 0);
+  afterPublish.release();
+  await pollUntil("the relay recorded seq 2", async () => (await transportLag(r.db.pool)).find((row) => row.kind === "likes")!.published, (p) => p === 2);
+  const seen = checks;
+  await pollUntil("two more gap checks", async () => checks, (n) => n >= seen + 2);
+  assert.deepEqual(c.sources, { broker: 2, outbox: 0 }, "both events came from the broker, once each");
+  assert.match(await registry.getSingleMetricAsString("ledger_transport_gap_filled_events_total"), /^ledger_transport_gap_filled_events_total\{kind="likes"\} 0$/m);
+  await assertConverged(r.ledger);
 });
 
 test("an apply that fails is retried by redelivery (acked only after commit); a consumer that acks first loses the events until the gap filler takes them from the outbox", { timeout: 120_000 }, async (t) => {
