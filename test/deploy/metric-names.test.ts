@@ -20,7 +20,7 @@ import { TestNats } from "../support/nats-server.ts";
 import { pollUntil } from "../support/poll.ts";
 import { TestRedis } from "../support/redis-server.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { dashboardPanels, loadRules, missing, parseScrape, promtool, selectors, type Scrape } from "./promql-names.ts";
+import { dashboardPanels, loadRules, missing, parseScrape, promtool, selectors, type Scrape, type Selector } from "./promql-names.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 
@@ -69,12 +69,22 @@ async function scrapeRealProcesses(t: test.TestContext): Promise<Scrape[]> {
 test("every metric and label value that deploy/prometheus/rules.yml and deploy/grafana/social-ledger.json read is on a real /metrics of serve or worker --transport nats", { timeout: 180_000 }, async (t) => {
   const scrapes = await scrapeRealProcesses(t);
   const rules = await loadRules();
-  const recorded = new Set(rules.flatMap((r) => (r.record ? [r.record] : [])));
+  const rulesByName = new Map(rules.flatMap((r) => (r.record ? [[r.record, r] as const] : [])));
+  /** The exported metrics a selector reads: itself, or (for a recording rule) those its expression reads, with the selector's matchers. */
+  const sources = (s: Selector): Selector[] => {
+    const rule = rulesByName.get(s.name);
+    if (!rule) return [s];
+    return selectors(rule.expr).flatMap((inner) => sources({ name: inner.name, equals: { ...inner.equals, ...s.equals } }));
+  };
   const check = (where: string, expr: string) => {
     const found = selectors(expr);
     assert.ok(found.length > 0, `${where}: a query that reads no metric: ${expr}`);
-    return found.filter((s) => !recorded.has(s.name)).flatMap((s) => {
-      const why = missing(s, scrapes);
+    return found.flatMap((s) => {
+      // A label value asked of a recording rule must be carried by a metric the rule reads.
+      const why = rulesByName.has(s.name)
+        ? Object.keys(s.equals).length > 0 && sources(s).every((inner) => missing(inner, scrapes) !== undefined)
+          ? `no metric that ${s.name} reads has ${JSON.stringify(s.equals)}` : undefined
+        : missing(s, scrapes);
       return why ? [`${where}: ${why}`] : [];
     });
   };
@@ -86,7 +96,7 @@ test("every metric and label value that deploy/prometheus/rules.yml and deploy/g
     for (const target of p.targets!) {
       problems.push(...check(`panel "${p.title}" ${target.refId}`, target.expr!));
       // The dashboard is built from the recording rules: each query reads at least one of them.
-      assert.ok(selectors(target.expr!).some((s) => recorded.has(s.name)), `panel "${p.title}" reads a recording rule: ${target.expr}`);
+      assert.ok(selectors(target.expr!).some((s) => rulesByName.has(s.name)), `panel "${p.title}" reads a recording rule: ${target.expr}`);
     }
   }
   assert.deepEqual(problems, []);
@@ -98,6 +108,8 @@ test("every metric and label value that deploy/prometheus/rules.yml and deploy/g
   assert.match(missing({ name: "ledger_consumer_failures_total_count", equals: {} }, scrapes) ?? "", /not on \/metrics/);
   assert.match(missing({ name: "ledger_transport_dead_letters_total", equals: {} }, [scrapes[0]!]) ?? "", /not on \/metrics/);
   assert.equal(missing({ name: "ledger_count_drift_bucket", equals: { kind: "likes", origin: "rebuild" } }, scrapes), undefined);
+  assert.deepEqual(check("control", 'ledger_consumer:failures:rate5m{consumer="likes"}'), ['control: no metric that ledger_consumer:failures:rate5m reads has {"consumer":"likes"}']);
+  assert.deepEqual(check("control", 'ledger_consumer:failures:rate5m{consumer="like_count"}'), []);
 });
 
 test("every query of the Grafana dashboard parses as PromQL (promtool check rules over them as recording rules)", async () => {
