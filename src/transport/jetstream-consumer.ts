@@ -162,7 +162,11 @@ export class JetStreamPartitionConsumer {
     return r.verdicts;
   }
 
-  /** Publishes the message to the dead-letter stream with why, then terminates it (no more redeliveries). */
+  /**
+   * Publishes the message to the dead-letter stream with why, then terminates it (no more redeliveries).
+   * A message redelivered before its term landed (after ack_wait) is dead-lettered again under the same
+   * id (its stream seq): the dead-letter stream drops that copy, and it is not counted a second time.
+   */
   async deadLetter(m: JsMsg, reason: DeadLetterReason, error: unknown): Promise<void> {
     const h = headers();
     h.set("Ledger-Dead-Reason", reason);
@@ -170,11 +174,11 @@ export class JetStreamPartitionConsumer {
     h.set("Ledger-Stream-Seq", String(m.seq));
     h.set("Ledger-Delivery-Count", String(m.info.deliveryCount));
     h.set("Ledger-Error", (error instanceof Error ? error.message : String(error)).slice(0, 500).replace(/[\r\n]/g, " "));
-    await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
+    const stored = await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
       headers: h, msgID: `${m.subject}:${m.seq}`,
     });
     m.term();
-    this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
+    if (!stored.duplicate) this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
   }
 
   /** Nak with a delay that doubles per delivery (capped at a minute); on the last delivery, dead-letter instead. */

@@ -106,9 +106,9 @@ test("relay + JetStream workers: every kind goes through the broker, every event
       return lag;
     }, (lag) => lag === 0);
   }
-  const lagRows = await transportLag(r.db.pool);
+  // The relay records its position after JetStream acknowledged the batch, so the consumers may have applied it first.
+  const lagRows = await pollUntil("the relay recorded every event as published", () => transportLag(r.db.pool), (rows) => rows.every((row) => row.published === row.last));
   const events = lagRows.reduce((a, row) => a + row.last, 0);
-  assert.ok(lagRows.every((row) => row.published === row.last), "the relay published every event");
   assert.ok(maxLag <= 80 * 2, `lag stayed within two rounds of writes (max ${maxLag})`);
   for (const kind of TRANSPORT_KINDS) assert.ok(lagRows.some((row) => row.kind === kind && row.last > 0), `the workload wrote ${kind} events`);
   assert.equal(consumers.sources.outbox, 0, "the broker delivered everything: nothing was gap-filled from the outbox");
@@ -266,6 +266,26 @@ test("an apply that fails is retried by redelivery (acked only after commit); a 
     assert.equal(repair.sources.outbox, 8 - counted, "exactly the lost events came from the outbox");
     await assertConverged(r.ledger);
   }
+});
+
+test("a message dead-lettered a second time (redelivered before its term landed, same stream seq) is one dead letter: stored once, counted once", { timeout: 120_000 }, async (t) => {
+  const r = await rig(t, { partitions: 1 });
+  const deadLetters: string[] = [];
+  // The workers' loops never start: the test hands the consumer one message itself.
+  const workers = await openJetStreamWorkers(r.ledger, r.config, {
+    partitions: [0], batchSize: 10, kinds: ["likes"], onDeadLetter: (kind, part, reason) => deadLetters.push(`${kind}:${part}:${reason}`),
+  });
+  r.defer(() => workers.close());
+  const js = jetstream(workers.nc);
+  await js.publish(eventSubject(r.config, "likes", 0), "not json", { msgID: "garbage" });
+  const m = await (await js.consumers.get(r.config.stream, durableName(r.config, "likes", 0))).next({ expires: 5_000 });
+  assert.ok(m, "the message was delivered");
+  const c = workers.consumers[0]!;
+  await c.deadLetter(m, "malformed", new Error("not JSON"));
+  await c.deadLetter(m, "malformed", new Error("not JSON"));
+  assert.deepEqual(deadLetters, ["likes:0:malformed"], "counted once (ledger_transport_dead_letters_total and the log line follow this callback)");
+  const dlq = await (await jetstreamManager(workers.nc)).streams.info(`${r.config.stream}_DLQ`);
+  assert.equal(dlq.state.messages, 1, "the dead-letter stream dropped the second copy (same id)");
 });
 
 test("poison: a forged copy and a malformed message go to the dead-letter stream at once, a message failing every delivery after max_deliver; none blocks its partition", { timeout: 120_000 }, async (t) => {
