@@ -2,15 +2,18 @@ import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { refresherOf } from "../metrics-refresh.ts";
 
+/** The cache's hit, miss and fallback counter; the dashboard's sampler reads it by this name. */
+export const CACHE_LOOKUPS_METRIC = "ledger_count_cache_lookups_total";
+
+/** Who records drift of which counter kind: the reconciler (every Redis counter) and the database rebuilds (likes, comments). */
+const DRIFT_SOURCES = [["likes", "reconcile"], ["followers", "reconcile"], ["comments", "reconcile"], ["likes", "rebuild"], ["comments", "rebuild"]] as const;
+
 /**
  * count_drift_history aggregated by what the histogram's labels and buckets need: one row per
  * kind, origin, sign and |drift|. The whole table at every refresh: exact whatever process or
  * transaction wrote a row and in which order they committed (an id cursor would skip a row
  * whose insert commits after a higher id was read), and drift rows are few.
  */
-/** The cache's hit, miss and fallback counter; the dashboard's sampler reads it by this name. */
-export const CACHE_LOOKUPS_METRIC = "ledger_count_cache_lookups_total";
-
 const DRIFT_HISTORY_SQL = `
   SELECT kind, origin, CASE WHEN drift > 0 THEN 'under' ELSE 'over' END AS sign, abs(drift)::bigint AS size, count(*)::bigint AS n
     FROM count_drift_history
@@ -36,8 +39,9 @@ export class CacheMetrics {
   readonly updateFailures: client.Counter<"kind">;
   readonly drift: client.Histogram<"kind" | "sign" | "origin">;
   readonly driftAlert: client.Gauge<"kind">;
-  readonly redisUp: client.Gauge;
-  readonly evictedKeys: client.Gauge;
+  /** Only with Redis: without it there is nothing to be up or degraded, and a 0 would read as an outage. */
+  readonly redisUp: client.Gauge | undefined;
+  readonly evictedKeys: client.Gauge | undefined;
   readonly reconciledTargets: client.Counter<"kind">;
 
   /**
@@ -84,6 +88,8 @@ export class CacheMetrics {
         const rows = driftRows;
         if (!rows) return;
         this.reset();
+        // A zero series per kind, sign and origin from the start: a rule's increase() sees the first drift ever found (deploy/prometheus).
+        for (const [kind, origin] of DRIFT_SOURCES) for (const sign of ["under", "over"]) this.zero({ kind, sign, origin });
         for (const r of rows) {
           for (let i = 0; i < Number(r.n); i++) this.observe({ kind: r.kind, sign: r.sign, origin: r.origin }, Number(r.size));
         }
@@ -93,14 +99,14 @@ export class CacheMetrics {
       name: "ledger_count_drift_alert", help: "1 when the last reconciliation of the kind found more drifted counters than the threshold",
       labelNames: ["kind"], registers,
     });
-    this.redisUp = new client.Gauge({
-      name: "ledger_redis_up", help: "1 when the count layer's Redis answers, 0 degraded (reads from PostgreSQL)", registers,
+    this.redisUp = redis && new client.Gauge({
+      name: "ledger_redis_up", help: "1 when the count layer's Redis answers, 0 degraded (reads from PostgreSQL); absent without Redis", registers,
       collect() {
-        if (redis) this.set(redis.up() ? 1 : 0);
+        this.set(redis.up() ? 1 : 0);
       },
     });
-    this.evictedKeys = new client.Gauge({
-      name: "ledger_redis_evicted_keys", help: "Redis INFO evicted_keys: keys dropped under memory pressure", registers,
+    this.evictedKeys = redis && new client.Gauge({
+      name: "ledger_redis_evicted_keys", help: "Redis INFO evicted_keys: keys dropped under memory pressure; absent without Redis", registers,
       collect() {
         if (evicted !== undefined) this.set(evicted);
       },

@@ -7,7 +7,7 @@ import { deadLetterSubject, durableName } from "./jetstream-setup.ts";
 import type { TransportConfig } from "./transport-config.ts";
 import { MalformedEventError } from "./transport-errors.ts";
 import type { OutboxEvent, TransportKind } from "./transport-kinds.ts";
-import { consumerWatermark, outboxLast } from "./relay-watermark.ts";
+import { consumerWatermark, readRelayWatermark } from "./relay-watermark.ts";
 
 export type DeadLetterReason = "malformed" | "verification" | "attempts";
 
@@ -34,7 +34,10 @@ export interface JetStreamConsumerOptions extends JetStreamConsumerEvents {
   fetchExpiresMs?: number;
   /** Off only in the negative controls that show what the gap filler is for. */
   gapFill?: boolean;
-  /** Hook points ({kind, part, seqs}): `transport.beforeApply`; `transport.afterApply`: the batch committed, nothing acked yet. */
+  /**
+   * Hook points ({kind, part, seqs}): `transport.beforeApply`; `transport.afterApply`: the batch committed, nothing acked yet;
+   * `transport.afterGapCheck` ({kind, part, filled}): a gap check ended, having applied `filled` events from the outbox.
+   */
   hooks?: Hooks;
   deliver?: DeliveryStrategy;
 }
@@ -51,8 +54,8 @@ function add(into: Record<string, number>, from: Record<string, number>): Record
  * after its batch committed; a failed apply is nak'd with a growing delay, and on its last delivery
  * (max_deliver), or at once when it cannot be an outbox event or differs from its outbox row, it goes
  * to the dead-letter stream and is terminated. None of that can lose an event: the gap filler applies
- * from the outbox whatever the broker never got through (a watermark standing still below the
- * outbox's last position for LEDGER_GAP_CHECK_MS).
+ * from the outbox whatever the broker never got through (a watermark standing still for
+ * LEDGER_GAP_CHECK_MS below the position the relay had published).
  */
 export class JetStreamPartitionConsumer {
   private messages: ConsumerMessages | undefined;
@@ -64,6 +67,8 @@ export class JetStreamPartitionConsumer {
   private wake: (() => void) | undefined;
   private readonly hooks: Hooks;
   private lastWatermark = -1;
+  /** The relay's published position (relay_watermark) read at the previous gap check. */
+  private publishedAtLastCheck = 0;
   private lastCheckAt = Date.now();
   /** Events this consumer took from the outbox because the broker had not delivered them. */
   gapFilled = 0;
@@ -157,7 +162,11 @@ export class JetStreamPartitionConsumer {
     return r.verdicts;
   }
 
-  /** Publishes the message to the dead-letter stream with why, then terminates it (no more redeliveries). */
+  /**
+   * Publishes the message to the dead-letter stream with why, then terminates it (no more redeliveries).
+   * A message redelivered before its term landed (after ack_wait) is dead-lettered again under the same
+   * id (its stream seq): the dead-letter stream drops that copy, and it is not counted a second time.
+   */
   async deadLetter(m: JsMsg, reason: DeadLetterReason, error: unknown): Promise<void> {
     const h = headers();
     h.set("Ledger-Dead-Reason", reason);
@@ -165,11 +174,11 @@ export class JetStreamPartitionConsumer {
     h.set("Ledger-Stream-Seq", String(m.seq));
     h.set("Ledger-Delivery-Count", String(m.info.deliveryCount));
     h.set("Ledger-Error", (error instanceof Error ? error.message : String(error)).slice(0, 500).replace(/[\r\n]/g, " "));
-    await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
+    const stored = await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
       headers: h, msgID: `${m.subject}:${m.seq}`,
     });
     m.term();
-    this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
+    if (!stored.duplicate) this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
   }
 
   /** Nak with a delay that doubles per delivery (capped at a minute); on the last delivery, dead-letter instead. */
@@ -183,18 +192,29 @@ export class JetStreamPartitionConsumer {
 
   /**
    * The watermark is contiguous, so an event the broker never delivers (dead-lettered, past
-   * max_deliver, aged out of the stream, lost with a broker's store) holds its partition. When the
-   * watermark stood still for a whole check interval while the outbox has events above it, apply the
-   * unprocessed events above it from the outbox (the gaps first), through the same applyBatch.
+   * max_deliver, aged out of the stream, lost with a broker's store) holds its partition. At each
+   * check interval: when the watermark stood still since the previous check while it was below what
+   * the relay had published by then, the broker has had those events for a whole interval and not
+   * got them through, so they are applied from the outbox (the gaps first), through the same
+   * applyBatch. Events above that position are left to the broker: the relay has not published them
+   * (or has only just), and filling them would race the broker's copy (issue 23).
    */
   private async fillGapIfStalled(): Promise<number> {
     if (Date.now() - this.lastCheckAt < this.config.gapCheckMs) return 0;
     this.lastCheckAt = Date.now();
+    const filled = await this.fillHeldBack();
+    await this.hooks.at("transport.afterGapCheck", { kind: this.kind.kind, part: this.part, filled });
+    return filled;
+  }
+
+  private async fillHeldBack(): Promise<number> {
     const w = await consumerWatermark(this.pool, this.kind.kind, this.part);
-    const stalled = w === this.lastWatermark && (await outboxLast(this.pool, this.kind.kind, this.part)) > w;
+    const published = await readRelayWatermark(this.pool, this.kind.kind, this.part);
+    const heldBackUpto = w === this.lastWatermark && this.publishedAtLastCheck > w ? this.publishedAtLastCheck : 0;
     this.lastWatermark = w;
-    if (!stalled) return 0;
-    const events = await this.kind.fetchPending(this.part, this.options.batchSize);
+    this.publishedAtLastCheck = published;
+    if (heldBackUpto === 0) return 0;
+    const events = (await this.kind.fetchPending(this.part, this.options.batchSize)).filter((e) => e.seq <= heldBackUpto);
     if (events.length === 0) return 0;
     const r = await this.kind.applyBatch(events);
     this.lastWatermark = r.watermark;

@@ -14,7 +14,10 @@ export interface RelayOptions {
   kinds: readonly TransportKindName[];
   /** Events per kind and partition per pass. */
   batchSize?: number;
-  /** Hook point `relay.afterPublish` ({kind, part, upto}): every event of the batch acknowledged by JetStream, progress not yet recorded. */
+  /**
+   * Hook points ({kind, part, from, upto}): `relay.beforePublish`: the batch is read from the outbox, nothing of it sent yet;
+   * `relay.afterPublish`: every event of the batch acknowledged by JetStream, progress not yet recorded.
+   */
   hooks?: Hooks;
   /** Called after each recorded batch: how many were stored, how many the duplicate window dropped. */
   onPublished?: (kind: TransportKindName, part: number, stored: number, duplicates: number) => void;
@@ -77,12 +80,13 @@ export class OutboxRelay {
       batch.push(e);
     }
     if (batch.length === 0) return 0;
+    const upto = batch[batch.length - 1]!.seq;
+    await this.hooks.at("relay.beforePublish", { kind, part, from: from + 1, upto });
     const subject = eventSubject(this.config, kind, part);
     // Sent in seq order on one connection, so JetStream stores them in that order; the acks come back in any order.
     const acks = await Promise.all(batch.map((e) => this.js.publish(subject, JSON.stringify(e), {
       msgID: messageId(kind, part, e.seq), expect: { streamName: this.config.stream },
     })));
-    const upto = batch[batch.length - 1]!.seq;
     await this.hooks.at("relay.afterPublish", { kind, part, from: from + 1, upto });
     await advanceRelayWatermark(this.pool, kind, part, upto);
     const duplicates = acks.filter((a) => a.duplicate).length;

@@ -83,12 +83,6 @@ export async function consumerWatermark(pool: Pool, kind: TransportKindName, par
   return Number(rows[0]?.applied_upto ?? 0);
 }
 
-/** The partition's last (final) position: every outbox row at or below it is committed. */
-export async function outboxLast(pool: Pool, kind: TransportKindName, part: number): Promise<number> {
-  const { rows } = await pool.query<{ last: number }>(`SELECT last FROM ${KIND_TABLES[kind].sequence} WHERE part = $1`, [part]);
-  return Number(rows[0]?.last ?? 0);
-}
-
 export interface TransportLagRow {
   kind: TransportKindName;
   part: number;

@@ -14,7 +14,7 @@ export interface TransportConfig {
   duplicateWindowSeconds: number;
   /** LEDGER_NATS_MAX_AGE_SECONDS: how long the stream keeps a message (the outbox stays the truth). */
   maxAgeSeconds: number;
-  /** LEDGER_GAP_CHECK_MS: a worker whose watermark stood still this long below the outbox fills the gap from the outbox. */
+  /** LEDGER_GAP_CHECK_MS: a worker whose watermark stood still this long below what the relay had published fills the gap from the outbox. */
   gapCheckMs: number;
 }
 

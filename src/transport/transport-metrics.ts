@@ -19,7 +19,7 @@ export class TransportMetrics {
       labelNames: ["kind", "reason"], registers: [registry],
     });
     this.gapFilled = new client.Counter({
-      name: "ledger_transport_gap_filled_events_total", help: "Events applied from the outbox because the broker had not delivered them",
+      name: "ledger_transport_gap_filled_events_total", help: "Events the relay had published that the broker did not get through for a whole gap-check interval, applied from the outbox",
       labelNames: ["kind"], registers: [registry],
     });
     for (const kind of ["likes", "relations", "comments"]) {

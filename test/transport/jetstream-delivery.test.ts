@@ -7,6 +7,7 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import client from "prom-client";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { connectNats, durableName, eventSubject, messageId } from "../../src/transport/jetstream-setup.ts";
@@ -14,6 +15,7 @@ import { openJetStreamWorkers, openRelay, type JetStreamWorkerOptions } from "..
 import { ackBeforeApply, trustBrokerWithoutDedup } from "../../src/transport/negative-controls.ts";
 import { loadTransportConfig, type TransportConfig } from "../../src/transport/transport-config.ts";
 import { TRANSPORT_KINDS, transportKinds } from "../../src/transport/transport-kinds.ts";
+import { TransportMetrics } from "../../src/transport/transport-metrics.ts";
 import { transportLag } from "../../src/transport/relay-watermark.ts";
 import { TestNats } from "../support/nats-server.ts";
 import { pollUntil } from "../support/poll.ts";
@@ -40,8 +42,8 @@ async function rig(t: TestContext, options: { partitions: number; env?: Record<s
   return { defer: (c) => cleanups.push(c), db, ledger: await openLedger(db.pool), nats, config };
 }
 
-async function startRelay(r: Rig) {
-  const relay = await openRelay(r.ledger, r.config, { batchSize: 100 });
+async function startRelay(r: Rig, options: { hooks?: Hooks } = {}) {
+  const relay = await openRelay(r.ledger, r.config, { batchSize: 100, ...options });
   relay.loop.start();
   r.defer(() => relay.close());
   return relay;
@@ -104,9 +106,9 @@ test("relay + JetStream workers: every kind goes through the broker, every event
       return lag;
     }, (lag) => lag === 0);
   }
-  const lagRows = await transportLag(r.db.pool);
+  // The relay records its position after JetStream acknowledged the batch, so the consumers may have applied it first.
+  const lagRows = await pollUntil("the relay recorded every event as published", () => transportLag(r.db.pool), (rows) => rows.every((row) => row.published === row.last));
   const events = lagRows.reduce((a, row) => a + row.last, 0);
-  assert.ok(lagRows.every((row) => row.published === row.last), "the relay published every event");
   assert.ok(maxLag <= 80 * 2, `lag stayed within two rounds of writes (max ${maxLag})`);
   for (const kind of TRANSPORT_KINDS) assert.ok(lagRows.some((row) => row.kind === kind && row.last > 0), `the workload wrote ${kind} events`);
   assert.equal(consumers.sources.outbox, 0, "the broker delivered everything: nothing was gap-filled from the outbox");
@@ -168,6 +170,54 @@ test("a redelivery after the ack timeout (apply committed, ack not yet sent) is 
   t.diagnostic(`note A applied=${a.verdicts.applied} B dup=${b.verdicts.dup}`);
 });
 
+test("after a quiet period a new event comes from the broker, never from the gap filler: nothing is filled while the relay has not published it, and ledger_transport_gap_filled_events_total stays 0", { timeout: 120_000 }, async (t) => {
+  // A gap check every 50 ms and a pass every 100 ms at most, so checks run many times while the relay is held.
+  const r = await rig(t, { partitions: 1, env: { LEDGER_GAP_CHECK_MS: "50" } });
+  await setUp(r.ledger);
+  await r.ledger.likes.like(USERS[0]!, ITEMS[0]!);
+  const registry = new client.Registry();
+  const metrics = new TransportMetrics(registry, r.db.pool);
+  const workerHooks = new Hooks();
+  let checks = 0;
+  workerHooks.on("transport.afterGapCheck", () => {
+    checks++;
+  });
+  const relayHooks = new Hooks();
+  await startRelay(r, { hooks: relayHooks });
+  const c = await startWorkers(r, { kinds: ["likes"], hooks: workerHooks, metrics, fetchExpiresMs: 100 });
+  await pollUntil("seq 1 applied from the broker", () => totalLag(r.db.pool), (lag) => lag === 0);
+  // The quiet period: gap checks with the watermark standing still at 1 and nothing new in the outbox.
+  const quiet = checks;
+  await pollUntil("two gap checks in the quiet period", async () => checks, (n) => n >= quiet + 2);
+
+  // The next event commits; the relay has read it and parks before publishing it.
+  const beforePublish = new Gate("relay.beforePublish");
+  relayHooks.on("relay.beforePublish", beforePublish.handler);
+  r.defer(() => beforePublish.release());
+  await r.ledger.likes.like(USERS[1]!, ITEMS[0]!);
+  assert.deepEqual(await beforePublish.waitArrived().then((ctx) => [ctx.from, ctx.upto]), [2, 2], "the relay holds seq 2 unpublished");
+  // Every check that started after the commit saw seq 2 in the outbox above a watermark that had not moved.
+  const committed = checks;
+  await pollUntil("three gap checks with seq 2 committed and unpublished", async () => checks, (n) => n >= committed + 3);
+  assert.equal(c.sources.outbox, 0, "the gap filler did not take seq 2 from the outbox: the relay had not published it");
+  assert.equal(await totalLag(r.db.pool), 1, "seq 2 is waiting for the broker");
+
+  // The relay publishes; JetStream has seq 2 while the relay's progress row still says 1.
+  const afterPublish = new Gate("relay.afterPublish");
+  relayHooks.on("relay.afterPublish", afterPublish.handler);
+  r.defer(() => afterPublish.release());
+  beforePublish.release();
+  await afterPublish.waitArrived();
+  await pollUntil("seq 2 applied from the broker", () => totalLag(r.db.pool), (lag) => lag === 0);
+  afterPublish.release();
+  await pollUntil("the relay recorded seq 2", async () => (await transportLag(r.db.pool)).find((row) => row.kind === "likes")!.published, (p) => p === 2);
+  const seen = checks;
+  await pollUntil("two more gap checks", async () => checks, (n) => n >= seen + 2);
+  assert.deepEqual(c.sources, { broker: 2, outbox: 0 }, "both events came from the broker, once each");
+  assert.match(await registry.getSingleMetricAsString("ledger_transport_gap_filled_events_total"), /^ledger_transport_gap_filled_events_total\{kind="likes"\} 0$/m);
+  await assertConverged(r.ledger);
+});
+
 test("an apply that fails is retried by redelivery (acked only after commit); a consumer that acks first loses the events until the gap filler takes them from the outbox", { timeout: 120_000 }, async (t) => {
   for (const variant of ["ack-after-commit", "ack-before-apply"] as const) {
     const r = await rig(t, { partitions: 1, env: { LEDGER_NATS_ACK_WAIT_MS: "300", LEDGER_NATS_STREAM: variant === "ack-after-commit" ? "GOOD" : "CTRL" } });
@@ -216,6 +266,26 @@ test("an apply that fails is retried by redelivery (acked only after commit); a 
     assert.equal(repair.sources.outbox, 8 - counted, "exactly the lost events came from the outbox");
     await assertConverged(r.ledger);
   }
+});
+
+test("a message dead-lettered a second time (redelivered before its term landed, same stream seq) is one dead letter: stored once, counted once", { timeout: 120_000 }, async (t) => {
+  const r = await rig(t, { partitions: 1 });
+  const deadLetters: string[] = [];
+  // The workers' loops never start: the test hands the consumer one message itself.
+  const workers = await openJetStreamWorkers(r.ledger, r.config, {
+    partitions: [0], batchSize: 10, kinds: ["likes"], onDeadLetter: (kind, part, reason) => deadLetters.push(`${kind}:${part}:${reason}`),
+  });
+  r.defer(() => workers.close());
+  const js = jetstream(workers.nc);
+  await js.publish(eventSubject(r.config, "likes", 0), "not json", { msgID: "garbage" });
+  const m = await (await js.consumers.get(r.config.stream, durableName(r.config, "likes", 0))).next({ expires: 5_000 });
+  assert.ok(m, "the message was delivered");
+  const c = workers.consumers[0]!;
+  await c.deadLetter(m, "malformed", new Error("not JSON"));
+  await c.deadLetter(m, "malformed", new Error("not JSON"));
+  assert.deepEqual(deadLetters, ["likes:0:malformed"], "counted once (ledger_transport_dead_letters_total and the log line follow this callback)");
+  const dlq = await (await jetstreamManager(workers.nc)).streams.info(`${r.config.stream}_DLQ`);
+  assert.equal(dlq.state.messages, 1, "the dead-letter stream dropped the second copy (same id)");
 });
 
 test("poison: a forged copy and a malformed message go to the dead-letter stream at once, a message failing every delivery after max_deliver; none blocks its partition", { timeout: 120_000 }, async (t) => {
