@@ -73,25 +73,26 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
    * CHANGED and NOOP are 200 with my relationship afterwards; a rule's REJECTED is a 409 carrying
    * the rule's code and reason. Towards an account that blocks the caller (and that the caller
    * does not block), every write but a block answers as towards an account that does not exist,
-   * and writes nothing (docs/api.md, "What a blocked user learns"). A block is always allowed:
-   * it is a defence, and its answer is the same as for any account.
+   * and writes nothing (docs/api.md, "What a blocked user learns"). `towardsBlocker` says how:
+   * "checked-first" for writes that never look at blocks (unfollow, decisions, unblock: refused
+   * before they run); "rejected-by-write" for a follow, whose write checks blocks itself after
+   * the pair's lock, so its REJECTED BLOCKED is told apart (my own block of them: 409; theirs: the
+   * unknown account); "allowed" for a block, which is a defence and answers as for any account.
    */
-  const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>, options: { towardsBlocker: "unknown" | "allowed" } = { towardsBlocker: "unknown" }) => async (request: IdRequest) => {
+  const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>, towardsBlocker: "checked-first" | "rejected-by-write" | "allowed") => async (request: IdRequest) => {
     const caller = requireCaller(request);
     const other = request.params.id;
-    const hidden = () => blockedByOnly(ledger.pool, caller.id, other);
-    if (options.towardsBlocker === "unknown" && (await hidden())) throw new AccountNotFoundError(other);
+    if (towardsBlocker === "checked-first" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
     const result = await run(caller.id, other);
     metrics.outcomes.inc({ operation, outcome: result.outcome });
     if (result.outcome === "REJECTED") {
-      // A block that committed after the check above: still not the caller's to learn of.
-      if (result.code === "BLOCKED" && (await hidden())) throw new AccountNotFoundError(other);
+      if (result.code === "BLOCKED" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
       throw new HttpError(409, result.code ?? "REJECTED", result.reason);
     }
     const after = asSeenByViewer(await ledger.relations.relationship(caller.id, other));
     return {
       outcome: result.outcome, state: result.state, version: result.version, seq: result.seq, reason: result.reason,
-      // Blocked meanwhile (after the write): the relationship then has nothing to show but the defaults.
+      // They blocked me after the write committed: a relationship with nothing in it is all there is to show.
       relationship: after ?? { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false },
     };
   };
@@ -156,17 +157,17 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     return { ...shown, counts: { followers: followers.count, following: await followingCount(ledger.pool, accountId), lag: followers.lag, stale: followers.stale } };
   });
 
-  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)", [409]), write("follow", (me, other) => ledger.relations.follow(me, other)));
-  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other)));
+  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)", [409]), write("follow", (me, other) => ledger.relations.follow(me, other), "rejected-by-write"));
+  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other), "checked-first"));
   app.post("/v1/accounts/me/follow-requests/:id/approve",
     writeSchema("Approve a request (set-target-state: approving an approved follower is a NOOP; 409 NOT_PENDING when there is no request)", [409]),
-    write("approve", (me, other) => decideToTarget(me, other, true)));
+    write("approve", (me, other) => decideToTarget(me, other, true), "checked-first"));
   app.post("/v1/accounts/me/follow-requests/:id/reject",
     writeSchema("Reject a request (set-target-state: rejecting where there is no follow is a NOOP; 409 NOT_PENDING for an active follower)", [409]),
-    write("reject", (me, other) => decideToTarget(me, other, false)));
+    write("reject", (me, other) => decideToTarget(me, other, false), "checked-first"));
   app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation (always allowed, also towards an account that blocks me)", [409]),
-    write("block", (me, other) => ledger.relations.block(me, other), { towardsBlocker: "allowed" }));
-  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other)));
+    write("block", (me, other) => ledger.relations.block(me, other), "allowed"));
+  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other), "checked-first"));
 
   app.get("/v1/accounts/me/relationships/:id", {
     config: { auth: "required" },
