@@ -100,7 +100,7 @@ async function openVariant(cluster: EmbeddedCluster, admin: Pool, name: Variant[
   await initLedger(pool, { partitions: o.partitions });
   const ledger = await openLedger(pool);
   const { pairs, items } = historyShape(o.history);
-  await pool.query("INSERT INTO item (item_id) SELECT 'hist-' || n FROM generate_series(0, $1::int - 1) AS n", [items]);
+  await pool.query("INSERT INTO item (item_id, kind) SELECT 'hist-' || n, 'plain' FROM generate_series(0, $1::int - 1) AS n", [items]);
   const t0 = performance.now();
   for (let lo = 0; lo < o.history; lo += CHUNK) {
     await pool.query(OUTBOX_CHUNK_SQL, [lo, Math.min(o.history, lo + CHUNK), pairs, o.partitions]);

@@ -78,8 +78,7 @@ export const relationshipProperties = {
   requested: { type: "boolean", description: "I asked to follow them; they have not decided" },
   followedBy: { type: "boolean", description: "they follow me" },
   requestedBy: { type: "boolean", description: "they asked to follow me; approve or reject it" },
-  blocking: { type: "boolean", description: "I block them" },
-  blockedBy: { type: "boolean", description: "they block me" },
+  blocking: { type: "boolean", description: "I block them (no route says whether they block me: docs/api.md)" },
 } as const;
 
 export const relationship = {

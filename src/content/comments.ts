@@ -142,7 +142,7 @@ export class CommentService {
       );
       const row = inserted[0];
       if (!row) return { ...(await this.readRetried(client, author, postId, body, options)), created: false };
-      await client.query("INSERT INTO item (item_id) VALUES ($1)", [row.comment_id]);
+      await client.query("INSERT INTO item (item_id, kind) VALUES ($1, 'comment')", [row.comment_id]);
       if (row.counted) await this.writeEvent(client, part, row.comment_id, postId, 1, 1);
       await this.hooks.at("comment.beforeCommit", { commentId: row.comment_id, pid: backendPid(client) });
       return { ...toComment(row), created: true };
@@ -198,7 +198,7 @@ export class CommentService {
     if (reader !== null) validateId("reader", reader);
     validateId("commentId", commentId);
     const { rows } = await this.pool.query<{ post_id: string }>(
-      `SELECT c.post_id FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 AND ${VISIBLE_SQL}`,
+      `SELECT c.post_id FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 AND p.deleted_at IS NULL AND ${VISIBLE_SQL}`,
       [commentId, reader, "TRUTH"],
     );
     if (!rows[0]) throw new CommentNotFoundError(commentId);
@@ -245,16 +245,21 @@ export class CommentService {
     };
   }
 
-  /** A parent must be on the same post, visible to the writer, not deleted, and not at the depth limit. */
+  /**
+   * A parent must be on the same post, visible to the writer, not deleted, and not at the depth
+   * limit. A parent the writer may not see is the same 404 as an unknown id, wherever it is; only
+   * a comment they may see (item_state, migration 015) is "on another post".
+   */
   private async readParent(client: PoolClient, author: string, postId: string, parentId: string): Promise<{ root_id: string; depth: number }> {
-    const { rows } = await client.query<{ post_id: string; root_id: string; depth: number; deleted_at: Date | null; visible: boolean }>(
+    const { rows } = await client.query<{ post_id: string; root_id: string; depth: number; deleted_at: Date | null; visible: boolean; visible_elsewhere: boolean }>(
       `SELECT c.post_id, c.root_id, c.depth, c.deleted_at,
-              NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $2 AND b.blocked = c.author) OR (b.blocker = c.author AND b.blocked = $2)) AS visible
+              NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $2 AND b.blocked = c.author) OR (b.blocker = c.author AND b.blocked = $2)) AS visible,
+              c.post_id <> $3 AND item_state($2, c.comment_id, 'TRUTH') = 'VISIBLE' AS visible_elsewhere
          FROM comment c WHERE c.comment_id = $1 FOR SHARE`,
-      [parentId, author],
+      [parentId, author, postId],
     );
     const parent = rows[0];
-    if (!parent || (parent.post_id === postId && !parent.visible)) throw new CommentNotFoundError(parentId);
+    if (!parent || (parent.post_id === postId ? !parent.visible : !parent.visible_elsewhere)) throw new CommentNotFoundError(parentId);
     if (parent.post_id !== postId) throw new InvalidInputError("parentId", "is a comment on another post");
     if (parent.deleted_at !== null) throw new CommentDeletedError(parentId);
     if (parent.depth + 1 > MAX_COMMENT_DEPTH) throw new InvalidInputError("parentId", `replies may nest at most ${MAX_COMMENT_DEPTH} levels deep`);
@@ -276,11 +281,14 @@ export class CommentService {
     return toComment(first);
   }
 
-  /** The comment locked FOR UPDATE with its post, if `caller` may see it (else the same 404 as missing). */
+  /**
+   * The comment locked FOR UPDATE with its post, if `caller` may see it (else the same 404 as
+   * missing). A comment of a deleted post is gone with the post, as for every read.
+   */
   private async lockVisible(client: PoolClient, caller: string, commentId: string): Promise<{ row: CommentRow; post: PostRow }> {
     const { rows } = await client.query<CommentRow & PostRow & { post_author: string }>(
       `SELECT ${COMMENT_COLUMNS}, 0 AS reply_count, p.author AS post_author, p.visibility, p.part
-         FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 FOR UPDATE OF c`,
+         FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 AND p.deleted_at IS NULL FOR UPDATE OF c`,
       [commentId],
     );
     const r = rows[0];

@@ -42,8 +42,9 @@ export interface LikedItemPage {
 
 /**
  * The items a user likes, newest like first, from the facts, keyset-paginated on
- * (changed_at DESC, item_id DESC) (index like_fact_liked_list). A deleted post's item is left
- * out: its like facts stay in the ledger, but the item is gone for every reader (docs/api.md).
+ * (changed_at DESC, item_id DESC) (index like_fact_liked_list). An item gone for everyone (a
+ * deleted post or comment, item_state MISSING) is left out: its like facts stay in the ledger,
+ * but no reader sees the item any more (docs/api.md).
  */
 export async function listLikedItems(pool: Pool, userId: string, options: { limit?: number; cursor?: string } = {}): Promise<LikedItemPage> {
   validateId("userId", userId);
@@ -53,7 +54,7 @@ export async function listLikedItems(pool: Pool, userId: string, options: { limi
     `SELECT f.item_id, f.changed_at, ${cursorTimeSql("f.changed_at")} AS at FROM like_fact f
       WHERE f.user_id = $1 AND f.liked
         AND ($2::timestamptz IS NULL OR (f.changed_at, f.item_id) < ($2::timestamptz, $3::text))
-        AND NOT EXISTS (SELECT 1 FROM post p WHERE p.post_id = f.item_id AND p.deleted_at IS NOT NULL)
+        AND item_state(NULL, f.item_id, 'TRUTH') <> 'MISSING'
       ORDER BY f.changed_at DESC, f.item_id DESC
       LIMIT $4`,
     [userId, after?.at ?? null, after?.id ?? null, limit + 1],

@@ -11,15 +11,15 @@ export const ITEM_NOT_FOUND = "ITEM_NOT_FOUND";
 
 /** What the server-side write function returns (migration 003, like_set). */
 interface LikeSetRow {
-  outcome: "CHANGED" | "NOOP" | "POST";
+  outcome: "CHANGED" | "NOOP" | "HIDDEN";
   liked: boolean;
   version: number;
   seq: number;
 }
 
 const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq FROM like_set($1, $2, $3, $4)" };
-/** like_set unless the item is a post (migration 011): then 'POST' and nothing written. */
-const LIKE_SET_PLAIN_ITEM = { name: "like_set_plain_item", text: "SELECT outcome, liked, version, seq FROM like_set_plain_item($1, $2, $3, $4)" };
+/** like_set after item_state in the truth (migration 015): 'HIDDEN' and nothing written when the user may not (un)like it. */
+const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome, liked, version, seq FROM like_set_if_visible($1, $2, $3, $4)" };
 
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
@@ -49,7 +49,7 @@ export class LikeService {
   /** Makes an item likeable; idempotent. */
   async createItem(itemId: string): Promise<void> {
     validateId("itemId", itemId);
-    await this.pool.query("INSERT INTO item (item_id) VALUES ($1) ON CONFLICT DO NOTHING", [itemId]);
+    await this.pool.query("INSERT INTO item (item_id, kind) VALUES ($1, 'plain') ON CONFLICT DO NOTHING", [itemId]);
   }
 
   like(userId: string, itemId: string): Promise<LikeResult> {
@@ -71,21 +71,17 @@ export class LikeService {
   }
 
   /**
-   * The API's like and unlike, in one statement for an item that is no post (whose visibility is
-   * "everybody", so its only check is that it exists, which the write answers itself): the result
-   * of like/unlike, or undefined with nothing written when the item is a post (the caller must
-   * check the reader may see it, then call like/unlike) or when a test's hook is registered at
-   * "like.beforeCommit" (the hooked path is like/unlike's).
+   * The API's like and unlike: the same write as like/unlike, but only if the user may see the
+   * item (item_state, migration 015, decided in the truth inside the same statement); an
+   * unlike of one's own like is allowed also when a block hid the item. An item the user may
+   * not (un)like is REJECTED ITEM_NOT_FOUND exactly like a missing one, and nothing is written.
+   * With a hook at "like.beforeCommit" the same statement runs inside BEGIN ... COMMIT.
    */
-  async setLikedUnlessPost(userId: string, itemId: string, want: boolean): Promise<LikeResult | undefined> {
-    if (this.hooks.has("like.beforeCommit")) return undefined;
-    const result = await this.setLiked(userId, itemId, want, LIKE_SET_PLAIN_ITEM);
-    return result === "POST" ? undefined : result;
+  setLikedIfVisible(userId: string, itemId: string, want: boolean): Promise<LikeResult> {
+    return this.setLiked(userId, itemId, want, LIKE_SET_IF_VISIBLE);
   }
 
-  private async setLiked(userId: string, itemId: string, want: boolean): Promise<LikeResult>;
-  private async setLiked(userId: string, itemId: string, want: boolean, statement: typeof LIKE_SET_PLAIN_ITEM): Promise<LikeResult | "POST">;
-  private async setLiked(userId: string, itemId: string, want: boolean, statement: { name: string; text: string } = LIKE_SET): Promise<LikeResult | "POST"> {
+  private async setLiked(userId: string, itemId: string, want: boolean, statement: { name: string; text: string } = LIKE_SET): Promise<LikeResult> {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
@@ -105,12 +101,17 @@ export class LikeService {
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
         // The placeholder insert is the function's first statement, so nothing was written.
-        return { outcome: "REJECTED", liked: false, version: 0, seq: 0, part, reason: "item does not exist", code: ITEM_NOT_FOUND };
+        return notFound(part);
       }
       throw err;
     }
-    if (row.outcome === "POST") return "POST";
+    if (row.outcome === "HIDDEN") return notFound(part);
     const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";
     return { outcome: row.outcome, liked: row.liked, version: row.version, seq: row.seq, part, reason };
   }
+}
+
+/** A missing item, and one the user may not see: the same answer, so it tells nothing. */
+function notFound(part: number): LikeResult {
+  return { outcome: "REJECTED", liked: false, version: 0, seq: 0, part, reason: "item does not exist", code: ITEM_NOT_FOUND };
 }

@@ -59,7 +59,7 @@ export class PostService {
         await this.hooks.at("post.afterToken", { author, aclToken });
         const { rows: ids } = await client.query<{ id: string }>("SELECT gen_random_uuid()::text AS id");
         const postId = ids[0]!.id;
-        await client.query("INSERT INTO item (item_id) VALUES ($1)", [postId]);
+        await client.query("INSERT INTO item (item_id, kind) VALUES ($1, 'post')", [postId]);
         const inserted = await client.query<{ created_at: Date }>(
           `INSERT INTO post (post_id, author, visibility, body, part, acl_token) VALUES ($1, $2, $3, $4, $5, $6)
            RETURNING created_at`,

@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError, PartitionConfigError } from "../errors.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
-import type { Relationship } from "./types.ts";
+import type { Relationship, ViewerRelationship } from "./types.ts";
 
 export interface FollowerPage {
   followers: { accountId: string; since: Date }[];
@@ -176,4 +176,14 @@ export async function relationships(pool: Pool, viewer: string, others: readonly
     [viewer, others],
   );
   return rows;
+}
+
+/**
+ * What the viewer may learn of their relationship to an account (docs/api.md, "What a blocked
+ * user learns"): null when the account blocks the viewer and the viewer does not block it (it
+ * then answers as an account that does not exist), otherwise the relationship without blockedBy.
+ */
+export function asSeenByViewer(r: Relationship): ViewerRelationship | null {
+  if (r.blockedBy && !r.blocking) return null;
+  return { following: r.following, requested: r.requested, followedBy: r.followedBy, requestedBy: r.requestedBy, blocking: r.blocking };
 }

@@ -318,6 +318,19 @@ export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: 
   return rows[0]!.blocked;
 }
 
+/**
+ * `account` blocks `viewer` and `viewer` does not block `account`: the case in which the relation
+ * routes answer as if `account` did not exist (docs/api.md, "What a blocked user learns").
+ */
+export async function blockedByOnly(db: PoolClient | Pool, viewer: string, account: string): Promise<boolean> {
+  const { rows } = await db.query<{ hidden: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM block WHERE blocker = $2 AND blocked = $1)
+        AND NOT EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = $2) AS hidden`,
+    [viewer, account],
+  );
+  return rows[0]!.hidden;
+}
+
 /** After a failure that says an account is missing: the missing ones (all, if they exist by now). */
 async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<AccountNotFoundError> {
   const missing = await missingAccounts(db, ids);

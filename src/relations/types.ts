@@ -62,6 +62,12 @@ export interface Relationship {
   blockedBy: boolean;
 }
 
+/**
+ * A relationship as the API shows it to the viewer: without blockedBy, since no route tells a
+ * user that someone blocks them (docs/api.md, "What a blocked user learns").
+ */
+export type ViewerRelationship = Omit<Relationship, "blockedBy">;
+
 /** An account after upsertAccount: whether it was created, and how many pending requests an unlock approved. */
 export interface AccountSettings {
   accountId: string;

@@ -46,7 +46,8 @@ function client(baseUrl: string): Call {
 
 /**
  * HTTP load in `lanes` concurrent loops until stopped: likes and unlikes (CHANGED, and NOOP
- * when repeated), follows (some REJECTED: user-0 blocks user-1), comments on one public post,
+ * when repeated), follows (some REJECTED: user-0 blocks user-1 and tries to follow them; user-1,
+ * to whom user-0 is an unknown account, does not follow user-0), comments on one public post,
  * and like-count reads. Any status but 200, a comment's 201 and the REJECTED follow's 409 is
  * collected and fails the test.
  */
@@ -62,8 +63,8 @@ function startLoad(call: Call, tokens: Map<string, string>, lanes: number, postI
       const roll = Math.random();
       let res;
       if (roll < 0.6) res = await call(Math.random() < 0.75 ? "PUT" : "DELETE", `/v1/items/${pick(ITEMS)}/likes/me`, token);
-      else if (roll < 0.75) res = await call("PUT", `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user))}`, token);
-      else if (roll < 0.8) res = await call("PUT", "/v1/accounts/me/following/user-0", tokens.get("user-1")!);
+      else if (roll < 0.75) res = await call("PUT", `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user && !(user === "user-1" && u === "user-0")))}`, token);
+      else if (roll < 0.8) res = await call("PUT", "/v1/accounts/me/following/user-1", tokens.get("user-0")!);
       else if (roll < 0.85) res = await call("POST", `/v1/posts/${postId}/comments`, token, { body: `a comment by ${user}` });
       else res = await call("GET", `/v1/items/${pick(ITEMS)}/like-count`, token);
       requests++;

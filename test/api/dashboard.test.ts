@@ -104,14 +104,14 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
 
   ok(await admin.put("/v1/items/item-1"));
   await createAccounts(admin, ["alice", "bob"]);
-  ok(await bob.put("/v1/accounts/me/blocks/alice"));
+  ok(await alice.put("/v1/accounts/me/blocks/bob"));
   const post = ok(await alice.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
   ok(await alice.post(`/v1/posts/${post.id}/comments`, { body: "first" }), 201);
   await sampler.sampleOnce();
   ok(await alice.put("/v1/items/item-1/likes/me"));
   ok(await bob.put("/v1/items/item-1/likes/me"));
   ok(await alice.put("/v1/items/item-1/likes/me")); // NOOP: a retry
-  assert.equal((await alice.put("/v1/accounts/me/following/bob")).status, 409); // REJECTED: bob blocks alice
+  assert.equal((await alice.put("/v1/accounts/me/following/bob")).status, 409); // REJECTED: alice blocks bob
   await sampler.sampleOnce();
 
   const first = ok(await admin.get<Dashboard>("/v1/admin/dashboard"));

@@ -9,7 +9,7 @@ interface RequestPage {
   nextCursor?: string;
 }
 
-const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false, blockedBy: false };
+const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false };
 
 for (const partitions of [1, 4]) {
   test(`api P=${partitions} follow-request inbox: GET /v1/accounts/me/follow-requests lists pending requests newest first, requestedBy shows them in the relationship, and deciding removes them`, async (t) => {

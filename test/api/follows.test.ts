@@ -5,7 +5,7 @@ import {
   type FollowerPage, type Relationship, type RelationOutcome,
 } from "./harness.ts";
 
-const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false, blockedBy: false };
+const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false };
 
 for (const partitions of [1, 4]) {
   test(`api P=${partitions} follow flow: accounts, ACTIVE and PENDING follows, approve/reject, relationships, rule rejections as 409, followers from the projection`, async (t) => {
@@ -39,7 +39,8 @@ for (const partitions of [1, 4]) {
     const f2 = ok(await alice.put<RelationOutcome>("/v1/accounts/me/following/bob"));
     assert.deepEqual({ outcome: f2.outcome, state: f2.state }, { outcome: "CHANGED", state: "PENDING" });
     const rel = ok(await alice.get<Relationship>("/v1/accounts/me/relationships/bob"));
-    assert.deepEqual(Object.keys(rel).sort(), ["blockedBy", "blocking", "followedBy", "following", "requested", "requestedBy"]);
+    // No blockedBy: no route tells a user that someone blocks them (docs/api.md).
+    assert.deepEqual(Object.keys(rel).sort(), ["blocking", "followedBy", "following", "requested", "requestedBy"]);
     assert.deepEqual(rel, { ...NOTHING, requested: true });
     const approved = ok(await bob.post<RelationOutcome>("/v1/accounts/me/follow-requests/alice/approve"));
     assert.deepEqual({ outcome: approved.outcome, state: approved.state, version: approved.version }, { outcome: "CHANGED", state: "ACTIVE", version: 2 });
@@ -61,10 +62,11 @@ for (const partitions of [1, 4]) {
     const blocked = ok(await bob.put<RelationOutcome>("/v1/accounts/me/blocks/dave"));
     assert.equal(blocked.outcome, "CHANGED");
     assert.equal(ok(await bob.put<RelationOutcome>("/v1/accounts/me/blocks/dave")).outcome, "NOOP");
-    assertError(await dave.put("/v1/accounts/me/following/bob"), 409, "BLOCKED", "following someone who blocked you");
+    // To dave, whom bob blocks, bob answers as an account that does not exist (docs/api.md, "What a blocked user learns").
+    assertError(await dave.put("/v1/accounts/me/following/bob"), 404, "ACCOUNT_NOT_FOUND", "following someone who blocked you");
     assertError(await bob.put("/v1/accounts/me/following/dave"), 409, "BLOCKED", "following someone you blocked");
     assert.deepEqual(ok(await bob.get("/v1/accounts/me/relationships/dave")), { ...NOTHING, blocking: true });
-    assert.deepEqual(ok(await dave.get("/v1/accounts/me/relationships/bob")), { ...NOTHING, blockedBy: true });
+    assertError(await dave.get("/v1/accounts/me/relationships/bob"), 404, "ACCOUNT_NOT_FOUND", "the relationship does not say blockedBy");
 
     // Unknown accounts.
     assertError(await alice.put("/v1/accounts/me/following/ghost"), 404, "ACCOUNT_NOT_FOUND");

@@ -199,8 +199,8 @@ export interface LikeCount {
   stale: boolean;
 }
 
-/** The JSON of GET /v1/accounts/me/relationships/{id} is the library's Relationship as is. */
-export type { Relationship } from "../../src/relations/types.ts";
+/** The JSON of GET /v1/accounts/me/relationships/{id}: the library's Relationship without blockedBy (docs/api.md, "What a blocked user learns"). */
+export type { ViewerRelationship as Relationship } from "../../src/relations/types.ts";
 
 export interface LikerPage {
   likers: { userId: string; likedAt: string }[];

@@ -36,7 +36,7 @@ async function statementsOf(call: () => Promise<unknown>): Promise<string[]> {
   return recorder.texts.filter((text) => LIKE_PATH.test(text)).map((text) => text.replace(/\s+/g, " ").trim().slice(0, 60));
 }
 
-test("api: a like or unlike of an item that is no post is one statement; a post's like still checks the reader first, and a block still hides it", async (t) => {
+test("api: a like or unlike of any item kind is one statement that decides visibility inside the write (like_set_if_visible), and a block still hides a post", async (t) => {
   const h = await startApi({ partitions: 4 });
   t.after(() => h.close());
   const admin = await h.as("admin-1", { admin: true });
@@ -50,25 +50,24 @@ test("api: a like or unlike of an item that is no post is one statement; a post'
   const unlike = await statementsOf(async () => assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "CHANGED"));
   const unlikeNoop = await statementsOf(async () => assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "NOOP"));
   const missing = await statementsOf(async () => assertError(await alice.put("/v1/items/no-such-item/likes/me"), 404, "ITEM_NOT_FOUND"));
-  t.diagnostic(`note plain item like: ${JSON.stringify(like)}`);
-  for (const statements of [like, noop, unlike, unlikeNoop, missing]) {
+
+  // A post and a comment: the same one statement; the reader's right to see them is decided inside it.
+  const post = ok(await alice.post<PostJson>("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
+  const comment = ok(await alice.post<PostJson>(`/v1/posts/${post.id}/comments`, { body: "first" }), 201);
+  const onPost = await statementsOf(async () => assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${post.id}/likes/me`)).outcome, "CHANGED"));
+  const onComment = await statementsOf(async () => assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${comment.id}/likes/me`)).outcome, "CHANGED"));
+  t.diagnostic(`note plain item like: ${JSON.stringify(like)}; post like: ${JSON.stringify(onPost)}`);
+  for (const statements of [like, noop, unlike, unlikeNoop, missing, onPost, onComment]) {
     assert.equal(statements.length, 1, JSON.stringify(statements));
-    assert.match(statements[0]!, /like_set_plain_item/);
+    assert.match(statements[0]!, /like_set_if_visible/);
   }
 
-  // A post: the statement answers POST without writing, then the reader is checked, then the like.
-  const post = ok(await alice.post<PostJson>("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
-  const onPost = await statementsOf(async () => assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${post.id}/likes/me`)).outcome, "CHANGED"));
-  t.diagnostic(`note post like: ${JSON.stringify(onPost)}`);
-  // Control: the recorder sees the checked path's extra statements.
-  assert.ok(onPost.length >= 3, JSON.stringify(onPost));
-  assert.match(onPost[0]!, /like_set_plain_item/);
-  assert.ok(onPost.some((s) => /FROM item|FROM post/.test(s)), "the live-item and visibility check ran");
-
-  // A block hides the post from carol: her like is a 404 and writes nothing.
+  // A block hides the post from carol: her like is a 404 in the same one statement, and writes nothing.
   const carol = await h.as("carol");
   ok(await alice.put("/v1/accounts/me/blocks/carol"));
   const before = (await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_outbox")).rows[0]!.n;
-  assertError(await carol.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND");
+  const hidden = await statementsOf(async () => assertError(await carol.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND"));
+  assert.deepEqual(hidden.length, 1, JSON.stringify(hidden));
   assert.equal((await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_outbox")).rows[0]!.n, before);
+  assert.equal((await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE user_id = 'carol'")).rows[0]!.n, 0);
 });

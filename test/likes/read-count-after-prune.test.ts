@@ -39,7 +39,7 @@ test("after a prune emptied processed_event, the count read takes from it no mor
   const db = await createTestDatabase({ partitions: PARTS });
   t.after(() => db.close());
   const pool = db.pool;
-  await pool.query("INSERT INTO item (item_id) SELECT 'item-' || i FROM generate_series(0, $1::int - 1) AS i", [ITEMS]);
+  await pool.query("INSERT INTO item (item_id, kind) SELECT 'item-' || i, 'plain' FROM generate_series(0, $1::int - 1) AS i", [ITEMS]);
   await pool.query(
     `INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
      SELECT p, s, 'u-' || p || '-' || s, 'item-' || (s % $2), 1, 1 FROM generate_series(0, $3::int - 1) AS p, generate_series(1, $1::int) AS s`,

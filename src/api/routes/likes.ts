@@ -6,37 +6,18 @@ import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
 import { bearer, countFields, countQuery, countSource, errors, idParams, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
 import { listLikedItems, listLikers } from "../../likes/like-reads.ts";
 import { LIKE_COUNTS } from "../../cache/counter-kinds.ts";
-import type { LikeResult } from "../../likes/types.ts";
+import { itemState } from "../../likes/item-visibility.ts";
 import type { Ledger } from "../../ledger.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
 
 /**
- * An item is visible when it exists and, if it is a post, it is not deleted and the caller may
- * read it (decided on the truth: writes and exact reads should not ride on projection lag);
- * without a token only items that are no post and PUBLIC posts are. Invisible and missing look
- * the same, so a blocked user learns nothing about the post.
+ * The item as `caller` (null: no token) may see it, by item_state (migration 015): the rule for
+ * every item kind in one place, decided in the truth (exact reads should not ride on projection
+ * lag). Hidden and missing are the same 404, so the answer tells nothing about a hidden item.
  */
 export async function requireVisibleItem(ledger: Ledger, caller: Caller | null, itemId: string): Promise<void> {
-  const visibility = await requireLiveItem(ledger, itemId);
-  if (visibility === null) return;
-  const allowed = caller ? (await ledger.posts.canRead(caller.id, itemId, "TRUTH")).allowed : visibility === "PUBLIC";
-  if (!allowed) throw notFound("item");
-}
-
-/** The item exists and is not a deleted post (gone for everyone); answers the post's visibility, or null for an item that is no post. */
-async function requireLiveItem(ledger: Ledger, itemId: string): Promise<string | null> {
-  // Named: on every like request, so parsed and planned once per connection.
-  const { rows } = await ledger.pool.query<{ item: boolean; visibility: string | null; deleted: boolean | null }>({
-    name: "like_live_item",
-    text: `SELECT EXISTS (SELECT 1 FROM item WHERE item_id = $1) AS item,
-                  (SELECT visibility FROM post WHERE post_id = $1) AS visibility,
-                  (SELECT deleted_at IS NOT NULL FROM post WHERE post_id = $1) AS deleted`,
-    values: [itemId],
-  });
-  const { item, visibility, deleted } = rows[0]!;
-  if (!item || deleted === true) throw notFound("item");
-  return visibility;
+  if ((await itemState(ledger.pool, caller?.id ?? null, itemId)) !== "VISIBLE") throw notFound("item");
 }
 
 export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
@@ -54,26 +35,13 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     return { id: request.params.id };
   });
 
+  // Decided in the truth inside the write itself (like_set_if_visible): a hidden item is the
+  // same REJECTED as a missing one, and retracting one's own like stays allowed after a block.
   const setLike = (want: boolean) => async (request: IdRequest) => {
     const caller = requireCaller(request);
-    // An item that is no post is everybody's to see: checked and written in one statement
-    // (docs/write-path.md). A post takes the checked path below.
-    let result: LikeResult | undefined = await ledger.likes.setLikedUnlessPost(caller.id, request.params.id, want);
-    const post = result === undefined;
-    if (result === undefined) {
-      // Retracting one's own like is always allowed: a block (or a lost follow) hides the post
-      // from now on, but must not pin a like its author wants gone (docs/relations-authorization.md).
-      if (want) await requireVisibleItem(ledger, caller, request.params.id);
-      else await requireLiveItem(ledger, request.params.id);
-      result = want
-        ? await ledger.likes.like(caller.id, request.params.id)
-        : await ledger.likes.unlike(caller.id, request.params.id);
-    }
+    const result = await ledger.likes.setLikedIfVisible(caller.id, request.params.id, want);
     metrics.outcomes.inc({ operation: want ? "like" : "unlike", outcome: result.outcome });
-    // The library answers REJECTED for an item that does not exist.
     if (result.outcome === "REJECTED") throw notFound("item");
-    // With no like to retract, an unlike must not tell a reader who may not see the post that it exists.
-    if (post && !want && result.outcome === "NOOP") await requireVisibleItem(ledger, caller, request.params.id);
     return { outcome: result.outcome, liked: result.liked, version: result.version, seq: result.seq };
   };
   const likeSchema = (summary: string) => ({
@@ -99,7 +67,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: items that are no post, and PUBLIC posts)",
+      tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: countQuery,
       response: {
         200: {
@@ -118,7 +86,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: items that are no post, and PUBLIC posts)",
+      tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: pageQuery,
       response: {
         200: pageOf("likers", { type: "object", required: ["userId", "likedAt"], properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
@@ -133,7 +101,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
   app.get("/v1/accounts/me/likes", {
     onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Items I like, newest like first, from the facts (a deleted post's item is left out)", security: bearer, querystring: pageQuery,
+      tags: ["likes"], summary: "Items I like, newest like first, from the facts (an item deleted for everyone is left out)", security: bearer, querystring: pageQuery,
       response: {
         200: pageOf("likes", { type: "object", required: ["itemId", "likedAt"], properties: { itemId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
         ...errors(400, 401, 429),

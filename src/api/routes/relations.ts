@@ -9,12 +9,12 @@ import {
 import { setHideCollections } from "../../relations/account-settings.ts";
 import { AccountNotFoundError } from "../../relations/errors.ts";
 import {
-  MAX_RELATIONSHIPS, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
+  MAX_RELATIONSHIPS, asSeenByViewer, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
   type Account,
 } from "../../relations/relation-reads.ts";
 import { FOLLOWER_COUNTS } from "../../cache/counter-kinds.ts";
-import { blockedEitherWay } from "../../relations/relation-service.ts";
-import type { RelationResult } from "../../relations/types.ts";
+import { blockedByOnly, blockedEitherWay } from "../../relations/relation-service.ts";
+import type { RelationResult, ViewerRelationship } from "../../relations/types.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
 type ListRequest = FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>;
@@ -62,15 +62,38 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     return result;
   };
 
-  /** CHANGED and NOOP are 200 with my relationship afterwards; a rule's REJECTED is a 409 carrying the rule's code and reason. */
-  const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>) => async (request: IdRequest) => {
+  /** My relationship to `other` as I may see it (asSeenByViewer): an account that blocks me, and that I do not block, is unknown. */
+  const myRelationship = async (me: string, other: string): Promise<ViewerRelationship> => {
+    const seen = asSeenByViewer(await ledger.relations.relationship(me, other));
+    if (!seen) throw new AccountNotFoundError(other);
+    return seen;
+  };
+
+  /**
+   * CHANGED and NOOP are 200 with my relationship afterwards; a rule's REJECTED is a 409 carrying
+   * the rule's code and reason. Towards an account that blocks the caller (and that the caller
+   * does not block), every write but a block answers as towards an account that does not exist,
+   * and writes nothing (docs/api.md, "What a blocked user learns"). `towardsBlocker` says how:
+   * "checked-first" for writes that never look at blocks (unfollow, decisions, unblock: refused
+   * before they run); "rejected-by-write" for a follow, whose write checks blocks itself after
+   * the pair's lock, so its REJECTED BLOCKED is told apart (my own block of them: 409; theirs: the
+   * unknown account); "allowed" for a block, which is a defence and answers as for any account.
+   */
+  const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>, towardsBlocker: "checked-first" | "rejected-by-write" | "allowed") => async (request: IdRequest) => {
     const caller = requireCaller(request);
-    const result = await run(caller.id, request.params.id);
+    const other = request.params.id;
+    if (towardsBlocker === "checked-first" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
+    const result = await run(caller.id, other);
     metrics.outcomes.inc({ operation, outcome: result.outcome });
-    if (result.outcome === "REJECTED") throw new HttpError(409, result.code ?? "REJECTED", result.reason);
+    if (result.outcome === "REJECTED") {
+      if (result.code === "BLOCKED" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
+      throw new HttpError(409, result.code ?? "REJECTED", result.reason);
+    }
+    const after = asSeenByViewer(await ledger.relations.relationship(caller.id, other));
     return {
       outcome: result.outcome, state: result.state, version: result.version, seq: result.seq, reason: result.reason,
-      relationship: await ledger.relations.relationship(caller.id, request.params.id),
+      // They blocked me after the write committed: a relationship with nothing in it is all there is to show.
+      relationship: after ?? { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false },
     };
   };
   const writeSchema = (summary: string, statuses: number[]) => ({
@@ -135,16 +158,17 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     return { ...shown, counts: { followers: followers.count, following: await followingCount(ledger.pool, accountId), lag: followers.lag, stale: followers.stale } };
   });
 
-  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)", [409]), write("follow", (me, other) => ledger.relations.follow(me, other)));
-  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other)));
+  app.put("/v1/accounts/me/following/:id", writeSchema("Follow (a private account gets a request)", [409]), write("follow", (me, other) => ledger.relations.follow(me, other), "rejected-by-write"));
+  app.delete("/v1/accounts/me/following/:id", writeSchema("Unfollow, or withdraw a request", []), write("unfollow", (me, other) => ledger.relations.unfollow(me, other), "checked-first"));
   app.post("/v1/accounts/me/follow-requests/:id/approve",
     writeSchema("Approve a request (set-target-state: approving an approved follower is a NOOP; 409 NOT_PENDING when there is no request)", [409]),
-    write("approve", (me, other) => decideToTarget(me, other, true)));
+    write("approve", (me, other) => decideToTarget(me, other, true), "checked-first"));
   app.post("/v1/accounts/me/follow-requests/:id/reject",
     writeSchema("Reject a request (set-target-state: rejecting where there is no follow is a NOOP; 409 NOT_PENDING for an active follower)", [409]),
-    write("reject", (me, other) => decideToTarget(me, other, false)));
-  app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation", [409]), write("block", (me, other) => ledger.relations.block(me, other)));
-  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other)));
+    write("reject", (me, other) => decideToTarget(me, other, false), "checked-first"));
+  app.put("/v1/accounts/me/blocks/:id", writeSchema("Block: removes both directions of the relation (always allowed, also towards an account that blocks me)", [409]),
+    write("block", (me, other) => ledger.relations.block(me, other), "allowed"));
+  app.delete("/v1/accounts/me/blocks/:id", writeSchema("Unblock: restores nothing", []), write("unblock", (me, other) => ledger.relations.unblock(me, other), "checked-first"));
 
   app.get("/v1/accounts/me/relationships/:id", {
     config: { auth: "required" },
@@ -153,7 +177,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
       response: { 200: relationship, ...errors(400, 401, 404, 429) },
     },
     onRequest: opts.readRateLimit,
-  }, async (request: IdRequest) => ledger.relations.relationship(requireCaller(request).id, request.params.id));
+  }, async (request: IdRequest) => myRelationship(requireCaller(request).id, request.params.id));
 
   app.get("/v1/accounts/me/relationships", {
     config: { auth: "required" },
@@ -173,7 +197,11 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   }, async (request: FastifyRequest<{ Querystring: { id: string[] } }>) => {
     const caller = requireCaller(request);
     if (!(await readAccount(ledger.pool, caller.id))) throw new AccountNotFoundError(caller.id);
-    return relationships(ledger.pool, caller.id, request.query.id);
+    // An account that blocks me (and that I do not block) is left out, as an unknown id is.
+    return (await relationships(ledger.pool, caller.id, request.query.id)).flatMap((r) => {
+      const seen = asSeenByViewer(r);
+      return seen ? [{ id: r.id, ...seen }] : [];
+    });
   });
 
   /** A list of an account (`:id`, or `me`) or of the caller (no params): auth, schema, the read budget. */
