@@ -211,6 +211,60 @@ test("a reconciliation running whole while a feeder pass is parked mid-way keeps
   assert.equal(await facts(l.db, "item-a"), 30);
 });
 
+/**
+ * A backfill parked between its truth read and its install (cache.beforeBackfill) while new
+ * likes and an unlike commit and are fed to the absent counter (they wait in its log), and more
+ * commit that are fed only after the install. Increments fed before the truth read are logged at
+ * or below its boundary and absorbed; those fed in the window are above it and kept.
+ */
+test("a backfill racing fed increments ends equal to the facts: increments logged before its truth read are absorbed, those fed between its truth read and its install kept", async (t) => {
+  const l = await lab(t);
+  const reader = new CountReader(l.db.pool, l.store, { localTtlMs: 0, hooks: l.hooks });
+  await l.likes.createItem("item-b");
+  await likeNew(l.likes, "item-b", 0, 6);
+  await l.feeder.pollOnce();
+  const key = l.store.counterKey("likes", "item-b");
+  assert.deepEqual([await l.redis.sendCommand<number>(["EXISTS", key]), await l.redis.sendCommand<number>(["HLEN", `${key}:log`])], [0, 6],
+    "the counter is absent; the fed increments wait in its log");
+  const gate = new Gate("cache.beforeBackfill");
+  l.hooks.on("cache.beforeBackfill", gate.handler);
+  const reading = reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.equal((await gate.waitArrived()).truth, 6);
+  await likeNew(l.likes, "item-b", 6, 26);
+  assert.equal((await l.likes.unlike("user-0", "item-b")).outcome, "CHANGED");
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-b", 26, 30); // committed in the window, fed after the install
+  gate.release();
+  const first = await reading;
+  assert.deepEqual([first.source, first.count], ["cache", 6 + 20 - 1], "the truth read plus the 21 events fed in the window");
+  await l.feeder.pollOnce();
+  const settled = await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.equal(settled.count, await facts(l.db, "item-b"));
+  assert.equal(settled.count, 29);
+  const report = await l.reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual(report.drifted, [], "the reconciliation finds nothing to repair");
+});
+
+test("a backfill racing a feeder pass held since before its truth read: the held increments are refused after the install, since the truth has them", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-b");
+  await likeNew(l.likes, "item-b", 0, 6);
+  const parked = new ParkFirst("cache.beforeIncrement");
+  l.hooks.on("cache.beforeIncrement", parked.handler);
+  parked.arm();
+  const feeding = l.feeder.pollOnce();
+  await parked.parked();
+  const first = await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.deepEqual([first.source, first.count], ["cache", 6], "backfilled from the facts");
+  parked.release();
+  assert.equal(await feeding, 6);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, 6, "the 6 late increments are at or below the installed boundary: refused");
+  await likeNew(l.likes, "item-b", 6, 9);
+  await l.feeder.pollOnce();
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(l.db, "item-b"));
+  assert.equal(await facts(l.db, "item-b"), 9);
+});
+
 test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then backfill; after one reconciliation counts equal the facts", async (t) => {
   const l = await lab(t);
   await l.likes.createItem("item-a");

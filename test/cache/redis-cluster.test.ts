@@ -225,6 +225,30 @@ test("on a cluster a reconciliation running whole while a feeder pass is parked 
   assert.equal(await facts(l.db, "item-r"), 30);
 });
 
+test("on a cluster a backfill racing fed increments ends equal to the facts: each bucket absorbs what it logged before the truth read and keeps what was fed after it", async (t) => {
+  const l = await lab(t);
+  const reader = new CountReader(l.db.pool, l.store, { localTtlMs: 0, hooks: l.hooks });
+  await l.likes.createItem("item-b");
+  await likeNew(l.likes, "item-b", 0, 6);
+  await l.feeder.pollOnce(); // absent: the increments wait in their buckets' logs
+  const gate = new Gate("cache.beforeBackfill");
+  l.hooks.on("cache.beforeBackfill", gate.handler);
+  const reading = reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.equal((await gate.waitArrived()).truth, 6);
+  await likeNew(l.likes, "item-b", 6, 26);
+  assert.equal((await l.likes.unlike("user-0", "item-b")).outcome, "CHANGED");
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-b", 26, 30); // committed in the window, fed after the install
+  gate.release();
+  const first = await reading;
+  assert.deepEqual([first.source, first.count], ["cache", 6 + 20 - 1], "the truth read plus the 21 events fed in the window");
+  assert.equal(await bucketSum(l.store, "item-b"), 20 - 1, "the buckets created by the install hold exactly the window's increments");
+  await l.feeder.pollOnce();
+  assert.equal((await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(l.db, "item-b"));
+  assert.equal(await facts(l.db, "item-b"), 29);
+  assert.deepEqual((await l.reconciler.reconcile(LIKE_COUNTS)).drifted, []);
+});
+
 test("REDIS_URL for a cluster: seed nodes, credentials and TLS are read; a URL without nodes or with a bad port is a typed error; EVAL routes by its first key", () => {
   assert.equal(parseClusterUrl("redis://127.0.0.1:6390"), undefined, "a plain URL is one node");
   assert.deepEqual(parseClusterUrl("rediss+cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2"), {
