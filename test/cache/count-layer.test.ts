@@ -265,6 +265,53 @@ test("a backfill racing a feeder pass held since before its truth read: the held
   assert.equal(await facts(l.db, "item-b"), 9);
 });
 
+test("two feeders over one Redis (two serve processes) feed the same events: each increment applies once, and the count equals the facts", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-f");
+  await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 });
+  await likeNew(l.likes, "item-f", 0, 10);
+  // Feeder A applies the first increment and parks before writing its cursor; feeder B, another
+  // process's, reads the same cursor and feeds all 10, then A goes on with the other 9.
+  const parked = new ParkFirst("cache.afterIncrement");
+  l.hooks.on("cache.afterIncrement", parked.handler);
+  parked.arm();
+  const feedingA = l.feeder.pollOnce();
+  await parked.parked();
+  const feederB = new CountFeeder(l.db.pool, l.store, LIKE_COUNTS);
+  assert.equal(await feederB.pollOnce(), 10, "B saw all 10 events above the shared cursor");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, 10);
+  parked.release();
+  assert.equal(await feedingA, 10);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, await facts(l.db, "item-f"));
+  assert.equal(await facts(l.db, "item-f"), 10);
+});
+
+test("an increment that fails leaves the feeder's cursor below it: the next pass applies it, and the ones before it are not applied again", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-f");
+  await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 });
+  await likeNew(l.likes, "item-f", 0, 5);
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-f", 5, 10);
+  // The third increment of the pass meets a log key of the wrong type: Redis refuses the script (WRONGTYPE).
+  const log = `${l.store.counterKey("likes", "item-f")}:log`;
+  let seen = 0;
+  let saved: Record<string, string> = {};
+  l.hooks.on("cache.beforeIncrement", async () => {
+    if (++seen !== 3) return;
+    saved = await l.redis.hGetAll(log);
+    await l.redis.sendCommand(["DEL", log]);
+    await l.redis.sendCommand(["SET", log, "not a hash"]);
+  });
+  await assert.rejects(l.feeder.pollOnce(), /WRONGTYPE/);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, 7, "two of the five were applied");
+  await l.redis.sendCommand(["DEL", log]);
+  await l.redis.sendCommand(["HSET", log, ...Object.entries(saved).flat()]);
+  assert.equal(await l.feeder.pollOnce(), 3, "the next pass starts at the failed event");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, await facts(l.db, "item-f"));
+  assert.equal(await facts(l.db, "item-f"), 10);
+});
+
 test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then backfill; after one reconciliation counts equal the facts", async (t) => {
   const l = await lab(t);
   await l.likes.createItem("item-a");
