@@ -12,6 +12,7 @@ import { connectRedis, type RedisClient } from "../../src/cache/redis-connection
 import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { pollUntil } from "../support/poll.ts";
+import { ParkFirst } from "../support/park-first.ts";
 import { TestRedis } from "../support/redis-server.ts";
 
 interface Lab {
@@ -54,6 +55,11 @@ async function facts(db: TestDatabase, item: string): Promise<number> {
 
 async function likeMany(likes: LikeService, item: string, from: number, to: number): Promise<void> {
   for (let u = from; u < to; u++) await likes.like(`user-${u}`, item);
+}
+
+/** Likes by users who never liked `item`: every one is asserted CHANGED, so each is an event and a live increment. */
+async function likeNew(likes: LikeService, item: string, from: number, to: number): Promise<void> {
+  for (let u = from; u < to; u++) assert.equal((await likes.like(`user-${u}`, item)).outcome, "CHANGED", `user-${u} had not liked ${item}`);
 }
 
 test("like counts are served from Redis: a miss backfills from the facts, increments follow the commits", async (t) => {
@@ -116,13 +122,16 @@ test("an increment lost after the commit is an undercount the reconciliation fin
   assert.deepEqual([again.visited, again.drifted.length], [0, 0], "a second run visits only what changed since");
 });
 
-/** Runs a repair, and while it is parked between its recount and its install, 20 more likes commit and are fed. */
-async function repairRacingWriters(l: Lab, repair: () => Promise<unknown>): Promise<{ shown: number; truth: number }> {
+/**
+ * Runs a repair, and while it is parked between its recount and its install, 20 likes by users
+ * `racingFrom`.. who had not liked item-a commit and are fed: real changes in the live buckets.
+ */
+async function repairRacingWriters(l: Lab, racingFrom: number, repair: () => Promise<unknown>): Promise<{ shown: number; truth: number }> {
   const gate = new Gate("reconcile.beforeInstall");
   const off = l.hooks.on("reconcile.beforeInstall", gate.handler);
   const running = repair();
   await gate.waitArrived();
-  await likeMany(l.likes, "item-a", 100, 120);
+  await likeNew(l.likes, "item-a", racingFrom, racingFrom + 20);
   await l.feeder.pollOnce();
   gate.release();
   await running;
@@ -136,14 +145,171 @@ test("negative control: the naive recount-and-overwrite loses the increments mad
   await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
   await likeMany(l.likes, "item-a", 0, 10);
   await l.feeder.pollOnce();
-  const naive = await repairRacingWriters(l, () => naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-a", l.hooks));
+  const naive = await repairRacingWriters(l, 100, () => naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-a", l.hooks));
   assert.equal(naive.truth - naive.shown, 20, `naive overwrite lost ${naive.truth - naive.shown} increments`);
   t.diagnostic(`naive recount-and-overwrite lost ${naive.truth - naive.shown} of 20 concurrent increments`);
   await l.reconciler.reconcile(LIKE_COUNTS); // repairs what the naive run lost
   await likeMany(l.likes, "item-a", 200, 202); // a change, so the next run visits item-a
   await l.feeder.pollOnce();
-  const split = await repairRacingWriters(l, () => l.reconciler.reconcile(LIKE_COUNTS));
+  const split = await repairRacingWriters(l, 300, () => l.reconciler.reconcile(LIKE_COUNTS));
   assert.equal(split.shown, split.truth, "the split reconciliation lost nothing");
+  assert.equal(split.truth, 10 + 20 + 2 + 20, "the 20 likes racing the split run were new likes");
+});
+
+test("a reconciliation racing live likes loses none: likes fed between its truth read and its install stay in the live buckets", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-a");
+  await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await likeNew(l.likes, "item-a", 0, 10);
+  await l.feeder.pollOnce();
+  const gate = new Gate("reconcile.beforeInstall");
+  l.hooks.on("reconcile.beforeInstall", gate.handler);
+  const running = l.reconciler.reconcile(LIKE_COUNTS);
+  await gate.waitArrived();
+  await likeNew(l.likes, "item-a", 10, 30);
+  await l.feeder.pollOnce();
+  const key = l.store.counterKey("likes", "item-a");
+  const logged = await l.redis.sendCommand<string[]>(["HKEYS", `${key}:log`]);
+  assert.equal(logged.length, 30, "the 20 racing likes are logged next to the 10 the run's truth counts");
+  gate.release();
+  const report = await running;
+  assert.deepEqual(report.drifted, [], "nothing was lost or doubled before the run");
+  assert.equal((await l.redis.sendCommand<string[]>(["HKEYS", `${key}:log`])).length, 20, "the install absorbed the 10 at or below its boundary and kept the 20 above");
+  const [base, ...buckets] = await l.redis.sendCommand<(string | null)[]>(["HMGET", key, "base", ...Array.from({ length: 8 }, (_, i) => `b${i}`)]);
+  assert.deepEqual([Number(base), buckets.reduce((sum, b) => sum + Number(b ?? 0), 0)], [10, 20], "base = the run's truth, the live buckets = the racing likes");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 30);
+  assert.equal(await facts(l.db, "item-a"), 30);
+  const next = await l.reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run folds the racing likes into the base without drift");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 30);
+});
+
+test("a reconciliation running whole while a feeder pass is parked mid-way keeps the increments that pass already applied", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-a");
+  await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
+  await likeNew(l.likes, "item-a", 0, 10);
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-a", 10, 30);
+  // The pass applies 10 of the 20 new likes, then parks before the 11th; its cursor is written
+  // only when the pass ends, so the run's boundary is below all 20.
+  const parked = new ParkFirst("cache.beforeIncrement");
+  let seen = 0;
+  l.hooks.on("cache.beforeIncrement", async (c) => {
+    if (++seen === 11) parked.arm();
+    await parked.handler(c);
+  });
+  const feeding = l.feeder.pollOnce();
+  await parked.parked();
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 20);
+  const report = await l.reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual([report.installed, report.drifted.length], [1, 0]);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 20, "the 10 increments above the boundary survive the install");
+  parked.release();
+  assert.equal(await feeding, 20);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(l.db, "item-a"));
+  assert.equal(await facts(l.db, "item-a"), 30);
+});
+
+/**
+ * A backfill parked between its truth read and its install (cache.beforeBackfill) while new
+ * likes and an unlike commit and are fed to the absent counter (they wait in its log), and more
+ * commit that are fed only after the install. Increments fed before the truth read are logged at
+ * or below its boundary and absorbed; those fed in the window are above it and kept.
+ */
+test("a backfill racing fed increments ends equal to the facts: increments logged before its truth read are absorbed, those fed between its truth read and its install kept", async (t) => {
+  const l = await lab(t);
+  const reader = new CountReader(l.db.pool, l.store, { localTtlMs: 0, hooks: l.hooks });
+  await l.likes.createItem("item-b");
+  await likeNew(l.likes, "item-b", 0, 6);
+  await l.feeder.pollOnce();
+  const key = l.store.counterKey("likes", "item-b");
+  assert.deepEqual([await l.redis.sendCommand<number>(["EXISTS", key]), await l.redis.sendCommand<number>(["HLEN", `${key}:log`])], [0, 6],
+    "the counter is absent; the fed increments wait in its log");
+  const gate = new Gate("cache.beforeBackfill");
+  l.hooks.on("cache.beforeBackfill", gate.handler);
+  const reading = reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.equal((await gate.waitArrived()).truth, 6);
+  await likeNew(l.likes, "item-b", 6, 26);
+  assert.equal((await l.likes.unlike("user-0", "item-b")).outcome, "CHANGED");
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-b", 26, 30); // committed in the window, fed after the install
+  gate.release();
+  const first = await reading;
+  assert.deepEqual([first.source, first.count], ["cache", 6 + 20 - 1], "the truth read plus the 21 events fed in the window");
+  await l.feeder.pollOnce();
+  const settled = await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.equal(settled.count, await facts(l.db, "item-b"));
+  assert.equal(settled.count, 29);
+  const report = await l.reconciler.reconcile(LIKE_COUNTS);
+  assert.deepEqual(report.drifted, [], "the reconciliation finds nothing to repair");
+});
+
+test("a backfill racing a feeder pass held since before its truth read: the held increments are refused after the install, since the truth has them", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-b");
+  await likeNew(l.likes, "item-b", 0, 6);
+  const parked = new ParkFirst("cache.beforeIncrement");
+  l.hooks.on("cache.beforeIncrement", parked.handler);
+  parked.arm();
+  const feeding = l.feeder.pollOnce();
+  await parked.parked();
+  const first = await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
+  assert.deepEqual([first.source, first.count], ["cache", 6], "backfilled from the facts");
+  parked.release();
+  assert.equal(await feeding, 6);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, 6, "the 6 late increments are at or below the installed boundary: refused");
+  await likeNew(l.likes, "item-b", 6, 9);
+  await l.feeder.pollOnce();
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(l.db, "item-b"));
+  assert.equal(await facts(l.db, "item-b"), 9);
+});
+
+test("two feeders over one Redis (two serve processes) feed the same events: each increment applies once, and the count equals the facts", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-f");
+  await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 });
+  await likeNew(l.likes, "item-f", 0, 10);
+  // Feeder A applies the first increment and parks before writing its cursor; feeder B, another
+  // process's, reads the same cursor and feeds all 10, then A goes on with the other 9.
+  const parked = new ParkFirst("cache.afterIncrement");
+  l.hooks.on("cache.afterIncrement", parked.handler);
+  parked.arm();
+  const feedingA = l.feeder.pollOnce();
+  await parked.parked();
+  const feederB = new CountFeeder(l.db.pool, l.store, LIKE_COUNTS);
+  assert.equal(await feederB.pollOnce(), 10, "B saw all 10 events above the shared cursor");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, 10);
+  parked.release();
+  assert.equal(await feedingA, 10);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, await facts(l.db, "item-f"));
+  assert.equal(await facts(l.db, "item-f"), 10);
+});
+
+test("an increment that fails leaves the feeder's cursor below it: the next pass applies it, and the ones before it are not applied again", async (t) => {
+  const l = await lab(t);
+  await l.likes.createItem("item-f");
+  await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 });
+  await likeNew(l.likes, "item-f", 0, 5);
+  await l.feeder.pollOnce();
+  await likeNew(l.likes, "item-f", 5, 10);
+  // The third increment of the pass meets a log key of the wrong type: Redis refuses the script (WRONGTYPE).
+  const log = `${l.store.counterKey("likes", "item-f")}:log`;
+  let seen = 0;
+  let saved: Record<string, string> = {};
+  l.hooks.on("cache.beforeIncrement", async () => {
+    if (++seen !== 3) return;
+    saved = await l.redis.hGetAll(log);
+    await l.redis.sendCommand(["DEL", log]);
+    await l.redis.sendCommand(["SET", log, "not a hash"]);
+  });
+  await assert.rejects(l.feeder.pollOnce(), /WRONGTYPE/);
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, 7, "two of the five were applied");
+  await l.redis.sendCommand(["DEL", log]);
+  await l.redis.sendCommand(["HSET", log, ...Object.entries(saved).flat()]);
+  assert.equal(await l.feeder.pollOnce(), 3, "the next pass starts at the failed event");
+  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, await facts(l.db, "item-f"));
+  assert.equal(await facts(l.db, "item-f"), 10);
 });
 
 test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then backfill; after one reconciliation counts equal the facts", async (t) => {

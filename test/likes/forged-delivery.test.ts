@@ -18,10 +18,14 @@ test("32-bad-input a delivery that is not in the outbox, or differs from it, is 
   await f.likes.like(user(1), "item-lab-01");
   const [real] = await f.consumer.fetchRange(0, 1, 1);
   const before = await derivedRows(f.db.pool);
+  // One field changed per forgery, each to a value that names something real (another user,
+  // another item, a later version), so that an unchecked field would apply a wrong event.
   for (const forged of [
     { ...real!, seq: 99 },
     { ...real!, delta: -1 as const },
     { ...real!, itemId: "item-lab-02" },
+    { ...real!, userId: user(2) },
+    { ...real!, version: real!.version + 1 },
   ]) {
     await assert.rejects(f.consumer.applyBatch([forged]), (err: unknown) => err instanceof InvalidInputError && err.field === "events");
   }
@@ -38,7 +42,13 @@ test("30-bad-input a relation event that is not in relation_event, or differs fr
   await f.rel.follow(acct(1), acct(2));
   const [real] = await f.projector.fetchRange(0, 1, 1);
   const before = await derivedRows(f.db.pool);
-  for (const forged of [{ ...real!, seq: 7 }, { ...real!, state: "REMOVED" as const }, { ...real!, version: 9 }]) {
+  for (const forged of [
+    { ...real!, seq: 7 },
+    { ...real!, state: "REMOVED" as const },
+    { ...real!, version: 9 },
+    { ...real!, follower: acct(3) },
+    { ...real!, followee: acct(4) },
+  ]) {
     await assert.rejects(f.projector.applyBatch([forged]), (err: unknown) => err instanceof InvalidInputError && err.field === "events");
   }
   assert.equal(await derivedRows(f.db.pool), before);

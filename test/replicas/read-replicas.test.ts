@@ -23,7 +23,7 @@ import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { canReadWithPermissionsOnReplica } from "../../src/replicas/negative-controls.ts";
 import { ReplicaMetrics } from "../../src/replicas/replica-metrics.ts";
 import { ReplicaRouter, type ReplicaRouterOptions } from "../../src/replicas/replica-router.ts";
-import { parseLsn } from "../../src/replicas/wal-position.ts";
+import { parseLsn, readWalPosition } from "../../src/replicas/wal-position.ts";
 import { readLivePost } from "../../src/relations/posts.ts";
 import { TestStandby } from "../support/standby.ts";
 
@@ -307,4 +307,40 @@ test("a replica lagging more than LEDGER_REPLICA_MAX_LAG_MS is skipped by reads 
   await standby.setApplyDelay(0);
   await standby.catchUp();
   t.diagnostic(`note held back: lag ${lagBytes} bytes, ${lagSeconds} s; skipped (primary); caught up: lag 0`);
+});
+
+test("a promoted replica is not a replica: after pg_promote() the router counts it as down and sends every read, with or without a token, to the primary", async (t) => {
+  // A standby of its own: promoting the shared one would leave the other tests without a replica.
+  const promoted = await TestStandby.fromPrimary(primary, { dataDir: path.join(root, "promoted"), name: "promoted" });
+  const promotedPool = createPool({ connectionString: promoted.connectionString(), max: 4, connectionTimeoutMs: 1_000 });
+  t.after(async () => {
+    await promotedPool.end().catch(() => undefined);
+    await promoted.stop();
+    await primaryPool.query("SELECT pg_drop_replication_slot('promoted')");
+  });
+  const router = new ReplicaRouter(primaryPool, [{ name: "replica-0", pool: promotedPool }], { maxLagMs: 60_000, tokenWaitMs: 50, checkEveryMs: 60_000 });
+  t.after(() => router.stop());
+  await ledger.likes.createItem("promote-item");
+  const token = parseLsn(await readWalPosition(primaryPool));
+  await promoted.catchUp();
+  await router.checkNow();
+  const itemsNamed = (pool: Pool) => pool.query<{ n: number }>("SELECT count(*)::int AS n FROM item WHERE item_id = 'only-on-the-promoted'").then((r) => r.rows[0]!.n);
+  // Control: while it streams, the same router reads it, with and without the token.
+  assert.equal(router.state("replica-0")!.up, true);
+  assert.deepEqual(await router.read(undefined, itemsNamed).then((r) => [r.server, r.reason]), ["replica-0", "replica"]);
+  assert.deepEqual(await router.read(token, itemsNamed).then((r) => [r.server, r.reason]), ["replica-0", "token-replayed"]);
+
+  await promoted.promote();
+  // It answers, its replay position is still there (pg_last_wal_replay_lsn() stays at the last
+  // record recovery applied), and it takes writes the primary never had.
+  await promotedPool.query("INSERT INTO item (item_id) VALUES ('only-on-the-promoted')");
+  assert.equal(await itemsNamed(promotedPool), 1);
+  await router.checkNow();
+  const state = router.state("replica-0")!;
+  assert.deepEqual([state.up, state.reason], [false, "not a standby (pg_is_in_recovery() is false)"]);
+  for (const presented of [undefined, token]) {
+    const read = await router.read(presented, itemsNamed);
+    assert.deepEqual([read.server, read.reason, read.value], ["primary", "replicas-down", 0], `token ${presented}`);
+  }
+  t.diagnostic(`note promoted standby: ${JSON.stringify(state, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))}`);
 });

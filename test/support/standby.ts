@@ -152,6 +152,15 @@ export class TestStandby {
     );
   }
 
+  /**
+   * Promotes the standby to a primary of its own with `pg_promote()` (waiting, at most 60 s, until
+   * it has left recovery): from then on it takes writes its old primary never sees.
+   */
+  async promote(): Promise<void> {
+    const { rows } = await this.query<{ promoted: boolean }>("SELECT pg_promote(true, 60) AS promoted");
+    if (!rows[0]!.promoted) throw new Error(`standby ${this.slot} was not promoted within 60 s: ${this.log.slice(-10).join(" | ")}`);
+  }
+
   /** The standby's replay position, as text (pg_lsn). */
   async replayLsn(): Promise<string> {
     const { rows } = await this.query<{ lsn: string }>("SELECT pg_last_wal_replay_lsn()::text AS lsn");
