@@ -190,9 +190,9 @@ test("issue 18 item 7: a data directory made before the fix is locked down at th
 
   const server1 = serve("serve#1");
   const address = LISTENING.exec(await server1.waitFor(LISTENING, 90_000))![1]!;
+  await assertLocked(t, dataDir);
   const secured = JSON.parse(await server1.waitFor(SECURED)) as { database: { changes: string[] } };
   assert.deepEqual(secured.database.changes, [`created role ${APP_ROLE}`, `gave ${APP_ROLE} the schema public and its objects`, "replaced the default password of postgres"]);
-  await assertLocked(t, dataDir);
 
   // The like made before is counted by the service's consumer, now writing as ledger_app, and a new one is taken.
   const http = httpClient(address);
