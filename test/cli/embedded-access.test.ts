@@ -9,7 +9,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { statSync } from "node:fs";
-import { chmod, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import pg from "pg";
 import { EmbeddedCluster, clusterTempDir, freePort, postgresOsUser } from "../../src/db/embedded-cluster.ts";
@@ -116,8 +116,11 @@ async function oldStyleDataDir(dataDir: string, options: { preparedTransactions?
   await chmod(dataDir, 0o755);
 }
 
-/** The locked state, checked through real logins: what every test of this file ends in. */
-async function assertLocked(t: TestContext, dataDir: string): Promise<void> {
+/**
+ * The locked state, checked through real logins: what every test of this file ends in.
+ * `serviceAsRoot`: whether serve ran as root (so the server as the OS user postgres).
+ */
+async function assertLocked(t: TestContext, dataDir: string, serviceAsRoot = asRoot): Promise<void> {
   const port = await embeddedPort(dataDir);
   assert.equal(await loginError(embeddedUrl(port, "postgres", "postgres")), "28P01", "postgres / postgres is refused");
   await withClient(await embeddedSuperuserUrl(dataDir, port), async (superuser) => {
@@ -144,12 +147,12 @@ async function assertLocked(t: TestContext, dataDir: string): Promise<void> {
     );
     assert.deepEqual(sessions.map((r) => r.usename), [APP_ROLE]);
     // Control: the statement below is valid, and only a superuser (or pg_execute_server_program) may run it.
-    await superuser.query("COPY (SELECT 1) TO PROGRAM 'true'");
+    await superuser.query("COPY (SELECT 1) TO PROGRAM 'cat > /dev/null'");
   });
   await withClient(await appUrl(dataDir), async (app) => {
     const me = await app.query("SELECT current_user::text AS name, rolsuper FROM pg_roles WHERE rolname = current_user");
     assert.deepEqual(me.rows, [{ name: APP_ROLE, rolsuper: false }]);
-    await assert.rejects(app.query("COPY (SELECT 1) TO PROGRAM 'true'"), (err: { code?: string; message: string }) => {
+    await assert.rejects(app.query("COPY (SELECT 1) TO PROGRAM 'cat > /dev/null'"), (err: { code?: string; message: string }) => {
       assert.equal(err.code, "42501", err.message);
       assert.match(err.message, /permission denied/);
       return true;
@@ -157,7 +160,7 @@ async function assertLocked(t: TestContext, dataDir: string): Promise<void> {
   });
   for (const name of PRIVATE_FILES) assert.equal(mode(path.join(dataDir, name)), "0600", name);
   assert.equal(mode(path.join(dataDir, "pg")), "0700", "pg/ (initdb's own mode)");
-  if (asRoot) {
+  if (serviceAsRoot) {
     const server = postgresOsUser()!;
     assert.equal(mode(dataDir), "0710", "the data directory: its owner, and the group postgres may only pass through");
     assert.equal(statSync(dataDir).gid, server.gid);
@@ -170,8 +173,17 @@ async function assertLocked(t: TestContext, dataDir: string): Promise<void> {
     // Control: the same command as postgres reaches what it must reach.
     assert.equal(spawnSync("runuser", ["-u", "postgres", "--", "cat", path.join(dataDir, "pg", "PG_VERSION")], { encoding: "utf8" }).stdout.trim(), "16");
   } else {
-    assert.equal(mode(dataDir), "0700");
-    t.diagnostic("not root: the other-user attempts need runuser as root and are skipped");
+    assert.equal(mode(dataDir), "0700", "the data directory: its owner's alone (the server runs as that user)");
+    assert.equal(mode(path.join(dataDir, "pg")), "0700");
+    if (!asRoot) {
+      t.diagnostic("not root: the other-user attempts need runuser as root and are skipped");
+      return;
+    }
+    for (const args of [["ls", dataDir], ["cat", path.join(dataDir, "pg-port")]]) {
+      const attempt = spawnSync("runuser", ["-u", "nobody", "--", ...args], { encoding: "utf8" });
+      assert.notEqual(attempt.status, 0, `nobody: ${args.join(" ")} must fail`);
+      assert.match(attempt.stderr, /Permission denied/, `nobody: ${args.join(" ")}`);
+    }
   }
 }
 
@@ -257,4 +269,28 @@ test("issue 18 item 7: serve killed in the middle of locking an old data directo
   assert.ok(secured.database.changes.includes("replaced the default password of postgres"), secured.database.changes.join("; "));
   await assertLocked(t, dataDir);
   assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
+});
+
+test("issue 18 item 7: serve run by a user other than root runs its PostgreSQL as that user, in a 0700 data directory, locked the same way", { timeout: 180_000 }, async (t) => {
+  if (!asRoot) {
+    t.skip("starting serve as another user needs root (the tests above run as this user)");
+    return;
+  }
+  const user = postgresOsUser({ create: true })!;
+  const root = await clusterTempDir("ledger-access-user-");
+  const dataDir = path.join(root, "data");
+  await mkdir(dataDir);
+  await chown(dataDir, user.uid, user.gid);
+  const server = new CliChild("serve as postgres", ["serve"], childEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(await freePort()), LOG_LEVEL: "info" }), user);
+  t.after(async () => {
+    if (server.alive()) await server.stop("SIGKILL");
+    const pgPid = postmasterPid(path.join(dataDir, "pg"));
+    if (pgPid !== undefined && processAlive(pgPid)) process.kill(pgPid, "SIGQUIT");
+    await rm(root, { recursive: true, force: true });
+  });
+  await server.waitFor(LISTENING, 90_000);
+  assert.equal(statSync(path.join(dataDir, "pg")).uid, user.uid, "initdb ran as serve's own user");
+  for (const name of PRIVATE_FILES) assert.equal(statSync(path.join(dataDir, name)).uid, user.uid, name);
+  await assertLocked(t, dataDir, false);
+  assert.deepEqual(await server.stop("SIGTERM"), { code: 0, signal: null }, server.stderr);
 });
