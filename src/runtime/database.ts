@@ -8,7 +8,8 @@ import { initLedger } from "../db/ledger-config.ts";
 import { migrate } from "../db/migrate.ts";
 import { createPool, type Pool } from "../db/pool.ts";
 import type { DatabaseHealth } from "../api/routes/health.ts";
-import { checkDataDirectory } from "./data-dir.ts";
+import { checkDataDirectory, secureDataDirectory } from "./data-dir.ts";
+import { APP_ROLE, embeddedCredentials, embeddedUrl, secureEmbeddedRoles, type EmbeddedCredentials } from "./embedded-access.ts";
 import { EmbeddedSupervisor, type SupervisorOptions } from "./embedded-supervisor.ts";
 import { isRunning } from "./process-state.ts";
 
@@ -18,6 +19,8 @@ export interface Database {
   /** The embedded cluster this process started, if any. */
   cluster: EmbeddedCluster | undefined;
   health(): DatabaseHealth;
+  /** What this process changed to lock an embedded cluster down (`secureEmbeddedRoles`); empty on every start after the first. */
+  accessChanges: readonly string[];
   /** Resolves when the embedded cluster this process runs cannot be brought back: exit non-zero. */
   fatal: Promise<Error>;
   /** Closes the pool and stops an embedded cluster this process runs; rejects when that cluster had died on its own. */
@@ -44,8 +47,8 @@ async function embeddedPort(dataDir: string): Promise<number> {
   const file = path.join(dataDir, "pg-port");
   if (existsSync(file)) return Number((await readFile(file, "utf8")).trim());
   const port = await freePort();
-  await mkdir(dataDir, { recursive: true, mode: 0o755 });
-  await writeFile(file, `${port}\n`);
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  await writeFile(file, `${port}\n`, { mode: 0o600 });
   return port;
 }
 
@@ -55,9 +58,12 @@ function readPid(file: string): number | undefined {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-/** Whether a server on the port accepts a connection and answers a query (not starting up, not recovering). */
-async function answers(port: number): Promise<boolean> {
-  const client = new pg.Client({ connectionString: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, connectionTimeoutMillis: 2_000 });
+/**
+ * Whether a server on the port lets the service's role in and answers a query (not starting up,
+ * not recovering, and its owner has finished `secureEmbeddedRoles`).
+ */
+async function answers(port: number, credentials: EmbeddedCredentials): Promise<boolean> {
+  const client = new pg.Client({ connectionString: embeddedUrl(port, APP_ROLE, credentials.appPassword), connectionTimeoutMillis: 2_000 });
   client.on("error", () => undefined);
   try {
     await client.connect();
@@ -84,7 +90,7 @@ async function answers(port: number): Promise<boolean> {
  *   surviving backends, stays in force, and a start it refuses is retried.
  * Everything is retried until a deadline, so a start racing with a dying owner waits instead of failing.
  */
-async function acquireEmbedded(dataDir: string, pgData: string, port: number, log: Log): Promise<EmbeddedCluster | undefined> {
+async function acquireEmbedded(dataDir: string, pgData: string, port: number, credentials: EmbeddedCredentials, log: Log): Promise<EmbeddedCluster | undefined> {
   const ownerFile = path.join(dataDir, "owner.pid");
   const lockFile = path.join(pgData, "postmaster.pid");
   const deadline = Date.now() + ACQUIRE_DEADLINE_MS;
@@ -95,7 +101,7 @@ async function acquireEmbedded(dataDir: string, pgData: string, port: number, lo
     const owner = readPid(ownerFile);
     if (isRunning(postmaster, "postgres")) {
       if (owner !== process.pid && isRunning(owner)) {
-        if (await answers(port)) return undefined;
+        if (await answers(port, credentials)) return undefined;
         lastReason = `PostgreSQL ${postmaster} of owner ${owner} does not answer yet`;
       } else if (stoppedOrphan !== postmaster) {
         log("warn", "stopping the embedded PostgreSQL left running by a dead owner", { postmaster, owner });
@@ -107,8 +113,8 @@ async function acquireEmbedded(dataDir: string, pgData: string, port: number, lo
       if (postmaster !== undefined) await rm(lockFile, { force: true });
       try {
         // Claimed before the start, so no other process of ours takes the new server for an orphan.
-        await writeFile(ownerFile, `${process.pid}\n`);
-        return await EmbeddedCluster.start({ dataDir: pgData, port, onLog: serverLog(dataDir) });
+        await writeFile(ownerFile, `${process.pid}\n`, { mode: 0o600 });
+        return await EmbeddedCluster.start({ dataDir: pgData, port, superuserPassword: credentials.superuserPassword, onLog: serverLog(dataDir) });
       } catch (err) {
         await releaseEmbedded(dataDir);
         if (!(err instanceof ClusterStartError)) throw err;
@@ -125,7 +131,7 @@ function serverLog(dataDir: string): (text: string) => void {
   const file = path.join(dataDir, "postgresql.log");
   return (text) => {
     try {
-      appendFileSync(file, text.endsWith("\n") ? text : `${text}\n`);
+      appendFileSync(file, text.endsWith("\n") ? text : `${text}\n`, { mode: 0o600 });
     } catch {
       // A log line that cannot be written must not take the database down with it.
     }
@@ -153,12 +159,16 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   const log: Log = options.log ?? (() => undefined);
   let url = config.databaseUrl;
   let cluster: EmbeddedCluster | undefined;
+  let started: { port: number; credentials: EmbeddedCredentials } | undefined;
   if (!url) {
     const pgData = path.join(config.dataDir, "pg");
     checkDataDirectory(config.dataDir);
+    await secureDataDirectory(config.dataDir);
+    const credentials = await embeddedCredentials(config.dataDir);
     const port = await embeddedPort(config.dataDir);
-    cluster = await acquireEmbedded(config.dataDir, pgData, port, log);
-    url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+    cluster = await acquireEmbedded(config.dataDir, pgData, port, credentials, log);
+    if (cluster) started = { port, credentials };
+    url = embeddedUrl(port, APP_ROLE, credentials.appPassword);
   }
   const supervisor = cluster ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log }) : undefined;
   const pool = createPool({ connectionString: url, max: options.poolSize ?? 20, applicationName: options.applicationName ?? "social-ledger" });
@@ -172,7 +182,9 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
       throw new Error(`the embedded PostgreSQL had died (${exit.signal ?? `exit code ${exit.code}`}) and was not running at shutdown; it recovers from its WAL at the next start`);
     }
   };
+  let accessChanges: string[] = [];
   try {
+    if (started) accessChanges = await secureEmbeddedRoles(config.dataDir, started.port, started.credentials);
     await migrate(pool);
     await initLedger(pool, config.partitions === undefined ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW } : { partitions: config.partitions });
   } catch (err) {
@@ -185,6 +197,7 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     pool,
     url,
     cluster,
+    accessChanges,
     fatal: supervisor?.fatal ?? new Promise<Error>(() => undefined),
     health: () => ({
       kind,

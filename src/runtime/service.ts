@@ -101,6 +101,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
   }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
+  if (database.accessChanges.length > 0) logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });
   logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
   logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));

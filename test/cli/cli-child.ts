@@ -26,8 +26,8 @@ export type { Exit } from "../support/line-child.ts";
 
 /** A long-running CLI child (serve, worker) whose stdout lines can be awaited. */
 export class CliChild extends LineChild {
-  constructor(name: string, readonly args: readonly string[], env: NodeJS.ProcessEnv) {
-    super(name, [BIN, ...args], { cwd: REPO_ROOT, env });
+  constructor(name: string, readonly args: readonly string[], env: NodeJS.ProcessEnv, runAs?: { uid: number; gid: number }) {
+    super(name, [BIN, ...args], { cwd: REPO_ROOT, env, ...runAs });
   }
 }
 

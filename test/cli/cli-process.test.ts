@@ -13,6 +13,7 @@ import { createServer } from "node:net";
 import path from "node:path";
 import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool } from "../../src/db/pool.ts";
+import { embeddedSuperuserUrl } from "../../src/runtime/embedded-access.ts";
 import { CliChild, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
@@ -151,7 +152,7 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
 
   // A count written wrongly behind the ledger's back: audit fails (exit 1), rebuild repairs and reports it.
   const port = Number((await readFile(path.join(dataDir, "pg-port"), "utf8")).trim());
-  const pool = createPool({ connectionString: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, max: 1 });
+  const pool = createPool({ connectionString: await embeddedSuperuserUrl(dataDir, port), max: 1 });
   try {
     await pool.query("UPDATE like_count SET n = n + 2 WHERE item_id = 'x' AND part = 0");
   } finally {

@@ -16,6 +16,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { ClusterStartError, EmbeddedCluster, clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool } from "../../src/db/pool.ts";
+import { embeddedSuperuserUrl } from "../../src/runtime/embedded-access.ts";
 import { processState } from "../../src/runtime/process-state.ts";
 import { withDeadline } from "../support/line-child.ts";
 import { BIN, CliChild, REPO_ROOT, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
@@ -58,9 +59,10 @@ async function serve(s: Setup, name: string, env: NodeJS.ProcessEnv = s.env): Pr
   return { child, address: LISTENING.exec(await child.waitFor(LISTENING, 90_000))![1]! };
 }
 
+/** The superuser's URL of serve's embedded cluster, for the test's independent SQL. */
 async function embeddedUrl(s: Setup): Promise<string> {
   const port = Number((await readFile(path.join(s.dataDir, "pg-port"), "utf8")).trim());
-  return `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  return embeddedSuperuserUrl(s.dataDir, port);
 }
 
 /**

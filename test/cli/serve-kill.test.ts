@@ -19,6 +19,7 @@ import path from "node:path";
 import { signToken } from "../../src/api/auth.ts";
 import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
+import { embeddedSuperuserUrl } from "../../src/runtime/embedded-access.ts";
 import { processState } from "../../src/runtime/process-state.ts";
 import { withDeadline } from "../support/line-child.ts";
 import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
@@ -60,8 +61,9 @@ function serverLogSince(dataDir: string, from: number): string {
   return existsSync(file) ? readFileSync(file).subarray(from).toString("utf8") : "";
 }
 
-function embeddedPool(port: number): Pool {
-  return createPool({ connectionString: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, max: 3, applicationName: "serve-kill-test" });
+/** A superuser pool on serve's embedded cluster, for the test's independent SQL. */
+async function embeddedPool(dataDir: string, port: number): Promise<Pool> {
+  return createPool({ connectionString: await embeddedSuperuserUrl(dataDir, port), max: 3, applicationName: "serve-kill-test" });
 }
 
 interface Lab {
@@ -116,7 +118,7 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   const { server: server1, call } = await serve("serve#1");
   for (const item of ITEMS) assert.equal((await call("PUT", `/v1/items/${item}`, admin)).status, 200);
   const port = Number((await readFile(path.join(dataDir, "pg-port"), "utf8")).trim());
-  const observer = embeddedPool(port);
+  const observer = await embeddedPool(dataDir, port);
   pools.push(observer);
 
   // Each lane likes new (user, item) pairs one request at a time, until its request fails.
@@ -200,7 +202,7 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   const recovery = serverLogSince(dataDir, logBefore).split("\n").filter((l) => /not properly shut down|redo (starts|done)/.test(l));
   t.diagnostic(`note serve#2's PostgreSQL log: ${recovery.map((l) => l.replace(/^.*?(LOG|FATAL):\s*/, "")).join(" | ")}`);
   assert.ok(recovery.some((l) => /automatic recovery in progress/.test(l)), "serve#2's PostgreSQL ran crash recovery");
-  const reader = embeddedPool(port);
+  const reader = await embeddedPool(dataDir, port);
 
   // Every acknowledged like is a fact; nothing of the requests in flight (or rejected) is.
   const pairs = (list: string[]) => [list.map((p) => p.split("|")[0]!), list.map((p) => p.split("|")[1]!)];

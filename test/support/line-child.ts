@@ -37,9 +37,13 @@ export class LineChild {
     readonly name: string,
     /** Arguments after the node executable. */
     readonly argv: readonly string[],
-    options: { cwd: string; env?: NodeJS.ProcessEnv },
+    /** `uid` / `gid` (as root): run the child as that OS user. */
+    options: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number },
   ) {
-    this.proc = spawn(process.execPath, [...argv], { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    this.proc = spawn(process.execPath, [...argv], {
+      cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"],
+      ...(options.uid === undefined ? {} : { uid: options.uid, gid: options.gid }),
+    });
     this.proc.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.stderr += chunk));
     // stderr lines (serve's banner) can be awaited too; `lines` stays stdout (JSON logs) only.
     const stderrClosed = new Promise<void>((resolve) => {
