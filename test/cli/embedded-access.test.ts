@@ -106,7 +106,7 @@ async function oldStyleDataDir(dataDir: string, options: { preparedTransactions?
     await initLedger(pool, { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW });
     const ledger = await openLedger(pool);
     await ledger.likes.createItem("x");
-    await ledger.likes.setLikedUnlessPost("alice", "x", true);
+    await ledger.likes.like("alice", "x");
     if (options.preparedTransactions) await pool.query("ALTER SYSTEM SET max_prepared_transactions = 2");
   } finally {
     await pool.end();
