@@ -1,5 +1,6 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
+import { LAYER_STEPS } from "./layer-failures.ts";
 
 /**
  * count_drift_history aggregated by what the histogram's labels and buckets need: one row per
@@ -37,6 +38,7 @@ export class CacheMetrics {
   readonly redisUp: client.Gauge;
   readonly evictedKeys: client.Gauge;
   readonly reconciledTargets: client.Counter<"kind">;
+  readonly layerFailures: client.Counter<"kind" | "step">;
 
   /**
    * `redis` (when the layer has one) is read at scrape time for redis_up and evicted_keys;
@@ -94,7 +96,13 @@ export class CacheMetrics {
     this.reconciledTargets = new client.Counter({
       name: "ledger_count_reconciled_targets_total", help: "Counters visited by reconciliations, by kind", labelNames: ["kind"], registers,
     });
+    this.layerFailures = new client.Counter({
+      name: "ledger_count_layer_failures_total",
+      help: "Failures of the count layer's loops and reads, by counter kind and step (feed, reconcile, install, increment, read); each is logged too",
+      labelNames: ["kind", "step"], registers,
+    });
     for (const kind of ["likes", "followers", "comments"]) {
+      for (const step of LAYER_STEPS) this.layerFailures.inc({ kind, step }, 0);
       this.updateFailures.inc({ kind }, 0);
       this.driftAlert.set({ kind }, 0);
     }

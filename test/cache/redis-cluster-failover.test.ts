@@ -24,7 +24,7 @@ async function load(clients: readonly Client[], item: string, statuses: number[]
 /** The masters holding a bucket of `item`, by SCAN on each node. */
 async function bucketHolders(cluster: TestRedisCluster, item: string): Promise<number[]> {
   const out: number[] = [];
-  for (const port of await cluster.masterPorts()) if ((await cluster.keysOn(port, `sl:cnt:{likes:${item}#*`)).length > 0) out.push(port);
+  for (const port of await cluster.masterPorts()) if ((await cluster.keysOn(port, `sl:v2:bkt:{likes:${item}#*`)).length > 0) out.push(port);
   return out;
 }
 
