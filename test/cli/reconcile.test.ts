@@ -64,3 +64,18 @@ test("social-ledger reconcile reports a replayed increment as drift -3, repairs 
   assert.equal(without.code, 2);
   assert.match(without.stderr, /REDIS_URL is not set/);
 });
+
+test("social-ledger reconcile with REDIS_URL to a closed port gives up: exit 1 and a message naming the address, nothing reconciled", { timeout: 120_000 }, async (t) => {
+  const redis = await TestRedis.notStarted();
+  const db = await createTestDatabase({ partitions: 1, poolSize: 2 });
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-reconcile-down-"));
+  t.after(async () => {
+    await db.close();
+    await rm(dataDir, { recursive: true, force: true });
+  });
+  const result = await runCli(["reconcile"], childEnv({ DATABASE_URL: db.url, REDIS_URL: redis.url, LEDGER_DATA_DIR: dataDir }));
+  t.diagnostic(`note reconcile: ${result.stderr.trim()}`);
+  assert.equal(result.code, 1, result.stdout + result.stderr);
+  assert.match(result.stderr, new RegExp(`^reconcile: Redis at 127\\.0\\.0\\.1:${redis.port} did not answer within 5000 ms \\(last error: connect ECONNREFUSED[^)]*\\); nothing was reconciled$`, "m"));
+  assert.equal(result.stdout, "");
+});
