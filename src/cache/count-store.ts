@@ -173,7 +173,8 @@ function integerField(kind: string, target: string, field: string, value: string
 export class MalformedCounterError extends Error {
   readonly code = "COUNT_MALFORMED";
   constructor(readonly kind: string, readonly target: string, reply: string) {
-    super(`the Redis counter of ${kind} ${JSON.stringify(target)} is malformed: ${reply.replace(/^COUNT_MALFORMED /, "")}`);
+    // Redis appends where the script failed (" script: <sha>, on @user_script:<line>."): not the reader's business.
+    super(`the Redis counter of ${kind} ${JSON.stringify(target)} is malformed: ${reply.replace(/^COUNT_MALFORMED /, "").replace(/ script: \w+, on @user_script:\d+\.$/, "")}`);
     this.name = "MalformedCounterError";
   }
 }
