@@ -146,9 +146,10 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       maxAge: 600,
     });
   }
-  // With the Redis count layer the budgets live in its Redis, shared by every API process.
+  // With the Redis count layer the budgets live in its Redis, shared by every API process; while
+  // it does not answer, the store counts in this process (never skipOnError: no limit at all).
   await app.register(rateLimit, opts.rateLimitRedis
-    ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis), skipOnError: true }
+    ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis) }
     : { global: false });
   await app.register(authPlugin, { secret: opts.jwtSecret, ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }) });
 

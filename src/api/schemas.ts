@@ -98,6 +98,7 @@ export const countQuery = {
 export const countSource = {
   source: { type: "string", enum: ["cache", "database"], description: "cache: the Redis count layer (REDIS_URL), database: PostgreSQL with lag and stale" },
   reconciledAgeMs: { type: "integer", description: "from the cache: milliseconds since this counter was last reconciled with the facts" },
+  degraded: { type: "boolean", enum: [true], description: "present (true) when the Redis count layer was asked and did not answer (down, hung, still connecting): this answer is the database's" },
 } as const;
 
 export const likeOutcome = {

@@ -1,6 +1,7 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { refresherOf } from "../metrics-refresh.ts";
+import { LAYER_STEPS } from "./layer-failures.ts";
 
 /** The cache's hit, miss and fallback counter; the dashboard's sampler reads it by this name. */
 export const CACHE_LOOKUPS_METRIC = "ledger_count_cache_lookups_total";
@@ -43,6 +44,7 @@ export class CacheMetrics {
   readonly redisUp: client.Gauge | undefined;
   readonly evictedKeys: client.Gauge | undefined;
   readonly reconciledTargets: client.Counter<"kind">;
+  readonly layerFailures: client.Counter<"kind" | "step">;
 
   /**
    * `redis` (when the layer has one) is asked for redis_up at scrape time (no command) and for
@@ -114,7 +116,13 @@ export class CacheMetrics {
     this.reconciledTargets = new client.Counter({
       name: "ledger_count_reconciled_targets_total", help: "Counters visited by reconciliations, by kind", labelNames: ["kind"], registers,
     });
+    this.layerFailures = new client.Counter({
+      name: "ledger_count_layer_failures_total",
+      help: "Failures of the count layer's loops and reads, by counter kind and step (feed, reconcile, install, increment, read); each is logged too",
+      labelNames: ["kind", "step"], registers,
+    });
     for (const kind of ["likes", "followers", "comments"]) {
+      for (const step of LAYER_STEPS) this.layerFailures.inc({ kind, step }, 0);
       this.updateFailures.inc({ kind }, 0);
       this.driftAlert.set({ kind }, 0);
     }

@@ -1,11 +1,10 @@
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
-import type { CountStore } from "./count-store.ts";
+import { cursorKey } from "./count-keys.ts";
+import { MalformedCounterError, type CountStore } from "./count-store.ts";
 import type { CountEvent, CounterKind } from "./counter-kinds.ts";
-
-/** The feeder's cursor per partition: every event <= it has been through the hot path. */
-export const cursorKey = (kind: string) => `sl:feed:${kind}`;
+import type { FailureSink } from "./layer-failures.ts";
 
 /**
  * The hot path of the count layer: after the database commit, each committed outbox event of a
@@ -15,6 +14,10 @@ export const cursorKey = (kind: string) => `sl:feed:${kind}`;
  * request). An increment that fails is counted and the cursor stays: the next pass retries it,
  * which is safe because the increment script applies an event at most once.
  *
+ * A counter whose increment script refuses it as malformed (MalformedCounterError) is dropped, so
+ * its next read backfills it from the facts (which hold this event), and the pass goes on: one
+ * bad counter never holds up the cursor of the whole kind. Any other failure ends the pass.
+ *
  * Hook points: "cache.beforeIncrement" (context.drop = true loses the increment, as a process
  * dying between the commit and the increment would) and "cache.afterIncrement".
  */
@@ -23,15 +26,18 @@ export class CountFeeder {
     private readonly pool: Pool,
     private readonly store: CountStore,
     private readonly kind: CounterKind,
-    private readonly options: { hooks?: Hooks; metrics?: CacheMetrics; batchSize?: number } = {},
+    private readonly options: { hooks?: Hooks; metrics?: CacheMetrics; batchSize?: number; failures?: FailureSink } = {},
   ) {}
 
   /** One pass over every partition; returns the number of events handled. Throws when Redis is unreachable. */
   async pollOnce(): Promise<number> {
     try {
-      return await this.pass();
+      const handled = await this.pass();
+      this.options.failures?.succeeded(this.kind.name, "feed");
+      return handled;
     } catch (err) {
       this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
+      this.options.failures?.failed({ kind: this.kind.name, step: "feed", error: err });
       throw err;
     }
   }
@@ -60,8 +66,7 @@ export class CountFeeder {
           if (context.drop === true) {
             this.options.metrics?.updateFailures.inc({ kind: this.kind.name });
           } else {
-            await this.store.increment(this.kind.name, e.target, e.part, seq, e.actor, e.delta);
-            this.options.metrics?.updates.inc({ kind: this.kind.name });
+            if (await this.incrementOrDrop(e, seq)) this.options.metrics?.updates.inc({ kind: this.kind.name });
             await hooks.at("cache.afterIncrement", context);
           }
         }
@@ -73,5 +78,18 @@ export class CountFeeder {
       }
     }
     return rows.length;
+  }
+
+  /** false when the counter was malformed and dropped instead (reported as a failure). */
+  private async incrementOrDrop(e: CountEvent, seq: number): Promise<boolean> {
+    try {
+      await this.store.increment(this.kind.name, e.target, e.part, seq, e.actor, e.delta);
+      return true;
+    } catch (err) {
+      if (!(err instanceof MalformedCounterError)) throw err;
+      await this.store.drop(this.kind.name, e.target);
+      this.options.failures?.failed({ kind: this.kind.name, step: "increment", target: e.target, error: err, dropped: true });
+      return false;
+    }
   }
 }

@@ -3,8 +3,9 @@ import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
-import type { CachedCount, CountStore } from "./count-store.ts";
+import { MalformedCounterError, type CachedCount, type CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
+import type { FailureSink } from "./layer-failures.ts";
 
 const NO_HOOKS = new Hooks();
 
@@ -15,7 +16,7 @@ interface LookedUp extends CachedCount {
 
 export type CountAnswer =
   | { source: "cache"; count: number; reconciledAgeMs: number }
-  | { source: "database"; count: number; lag: number; stale: boolean; pendingForItem?: number };
+  | { source: "database"; count: number; lag: number; stale: boolean; pendingForItem?: number; degraded?: true };
 
 export interface CountReaderOptions {
   metrics?: CacheMetrics;
@@ -24,6 +25,8 @@ export interface CountReaderOptions {
   localMax?: number;
   /** Hook point "cache.beforeBackfill": a backfill's truth is read, not yet installed. */
   hooks?: Hooks;
+  /** Where a malformed counter found by a read is reported (it is dropped and backfilled). */
+  failures?: FailureSink;
 }
 
 /**
@@ -59,6 +62,7 @@ export class CountReader {
   async read(kind: CounterKind, target: string, options: { allowedLag: number; exact?: boolean }, database: Pool = this.pool): Promise<CountAnswer> {
     validateId("target", target);
     validateNonNegativeInteger("allowedLag", options.allowedLag);
+    let degraded = false;
     if (this.store && !options.exact) {
       const cached = await this.readCached(kind, target).catch(() => undefined);
       this.options.metrics?.cacheLookups.inc({ kind: kind.name, result: cached ? (cached.backfilled ? "miss" : "hit") : "fallback" });
@@ -66,9 +70,12 @@ export class CountReader {
         this.options.metrics?.countReads.inc({ kind: kind.name, source: "cache" });
         return { source: "cache", count: cached.count, reconciledAgeMs: Math.max(0, Date.now() - cached.reconciledAt) };
       }
+      degraded = true;
     }
     this.options.metrics?.countReads.inc({ kind: kind.name, source: "database" });
-    return { source: "database", ...(await kind.readDatabase(database, target, options.allowedLag)) };
+    const answer = await kind.readDatabase(database, target, options.allowedLag);
+    // The count layer was asked and did not answer: say so, next to the database's own bound.
+    return degraded ? { source: "database", ...answer, degraded: true } : { source: "database", ...answer };
   }
 
   private async readCached(kind: CounterKind, target: string): Promise<LookedUp | undefined> {
@@ -87,7 +94,13 @@ export class CountReader {
     const store = this.store!;
     const [kindName, target] = key.split("\u0000") as [string, string];
     const kind = this.kinds.get(kindName)!;
-    const cached = await store.read(kind.name, target);
+    const cached = await store.read(kind.name, target).catch(async (err: unknown) => {
+      if (!(err instanceof MalformedCounterError)) throw err;
+      // Not repairable in place: dropped, and backfilled from the facts just below.
+      await store.drop(kind.name, target);
+      this.options.failures?.failed({ kind: kind.name, step: "read", target, error: err, dropped: true });
+      return undefined;
+    });
     if (cached) return { ...cached, backfilled: false };
     const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
     const row = rows[0]!;

@@ -1,37 +1,58 @@
 import { createHash } from "node:crypto";
 import { Hooks } from "../hooks.ts";
+import { clusterBaseKey, clusterBucketKey, clusterBucketLogKey, counterKey, counterLogKey } from "./count-keys.ts";
 import type { RedisClient } from "./redis-connection.ts";
 
 /**
  * The Redis side of the counts, in one of two layouts (docs/cache.md):
  *
- * One node: one hash per counter, `sl:cnt:<kind>:<target>`:
+ * Key names are count-keys.ts's (no target can name another target's key).
+ * One node: one hash per counter, `sl:v2:cnt:<kind>:<target>`:
  *   base      the reconciler-owned count of every event with seq <= w<part>
  *   w<part>   that boundary, per partition of the kind's outbox
  *   b<i>      hot-path-owned live delta, bucket i = hash(actor) % N (hot keys: N fields, one node)
  *   at        when base was last installed (ms since epoch), for the age a read reports
- * and a log hash `…:log` with one field `<part>:<seq>` per increment applied since the last
+ * and a log hash `sl:v2:log:<kind>:<target>` with one field `<part>:<seq>` per increment applied since the last
  * install, so an install knows exactly which live increments its new base absorbs.
  *
  * Redis Cluster: the buckets are separate keys with hash tags of their own, so one hot target's
  * buckets spread over the masters, and a script only ever touches one bucket's keys (one slot):
- *   sl:cnt:{<kind>:<target>}          base, w<part>, at
- *   sl:cnt:{<kind>:<target>#<i>}      d (bucket i's live delta, cumulative), w<part>
- *   sl:cnt:{<kind>:<target>#<i>}:log  as above, for the increments of bucket i
+ *   sl:v2:cnt:{<kind>:<target>}       base, w<part>, at
+ *   sl:v2:bkt:{<kind>:<target>#<i>}   d (bucket i's live delta, cumulative), w<part>
+ *   sl:v2:log:{<kind>:<target>#<i>}   as above, for the increments of bucket i
  * An install first freezes every bucket at the boundary (one script per bucket: increments at
  * or below it are refused from then on, and what the bucket holds for them, `settled`, is fixed),
  * then sets base = truth - sum(settled). Nothing is subtracted from a bucket, so a read between
  * the two steps shows what it showed before, and no increment can be lost between them.
  */
-const INCREMENT_LUA = `
+/*
+ * Every script reads its numbers through int(): a field that is not an integer (written by
+ * something else than this layer, or a key of another shape) is refused with an error reply
+ * starting with COUNT_MALFORMED and naming the key and field, instead of a Lua error on nil
+ * halfway through. The callers catch it per target (MalformedCounterError).
+ */
+const INT_LUA = `
+local function malformed(key, field, value)
+  error({err = 'COUNT_MALFORMED ' .. key .. ' field ' .. tostring(field) .. ' holds ' .. tostring(value)})
+end
+local function int(key, field, value)
+  if value == false or value == nil then return 0 end
+  local n = tonumber(value)
+  if n == nil or n ~= math.floor(n) then malformed(key, field, value) end
+  return n
+end
+local function hint(key, field) return int(key, field, redis.call('HGET', key, field)) end
+`;
+
+const INCREMENT_LUA = `${INT_LUA}
 local part, seq, bucket, delta, event = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSETNX', KEYS[2], event, delta)
   redis.call('EXPIRE', KEYS[2], 600)
   return 0
 end
-local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. part) or '0')
-if seq <= w then return 0 end
+if seq <= hint(KEYS[1], 'w' .. part) then return 0 end
+hint(KEYS[1], bucket)
 if redis.call('HSETNX', KEYS[2], event, delta) == 0 then return 0 end
 redis.call('HINCRBY', KEYS[1], bucket, delta)
 return 1`;
@@ -45,22 +66,21 @@ return 1`;
 function settleLogLua(boundsAt: number): string {
   return `if exists then
   for p = ${boundsAt}, #ARGV do
-    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - ${boundsAt})) or '0')
-    if w > tonumber(ARGV[p]) then return {3, 0} end
+    if hint(KEYS[1], 'w' .. (p - ${boundsAt})) > tonumber(ARGV[p]) then return {3, 0} end
   end
 end
-local above = 0
+local above, absorbed = 0, {}
 local log = redis.call('HGETALL', KEYS[2])
 for i = 1, #log, 2 do
   local field = log[i]
-  local sep = string.find(field, ':', 1, true)
-  local bound = tonumber(ARGV[${boundsAt} + tonumber(string.sub(field, 1, sep - 1))])
-  if bound ~= nil and tonumber(string.sub(field, sep + 1)) <= bound then
-    redis.call('HDEL', KEYS[2], field)
-  else
-    above = above + tonumber(log[i + 1])
-  end
+  local part, seq = string.match(field, '^(%d+):(%d+)$')
+  if part == nil then malformed(KEYS[2], field, log[i + 1]) end
+  local delta = int(KEYS[2], field, log[i + 1])
+  local bound = tonumber(ARGV[${boundsAt} + tonumber(part)])
+  if bound ~= nil and tonumber(seq) <= bound then absorbed[#absorbed + 1] = field else above = above + delta end
 end
+-- Only after every entry was read as well-formed: a refused script writes nothing.
+for _, field in ipairs(absorbed) do redis.call('HDEL', KEYS[2], field) end
 redis.call('PERSIST', KEYS[2])
 `;
 }
@@ -72,16 +92,16 @@ redis.call('PERSIST', KEYS[2])
  * displayedSettled = what the counter showed for the events <= bound just before: base + live
  * minus the logged increments above the bound. truth - displayedSettled is the drift.
  */
-const INSTALL_LUA = `
+const INSTALL_LUA = `${INT_LUA}
 local truth, now, n, onlyExisting = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
-${settleLogLua(5)}local displayed = 0
+local displayed = 0
 if exists then
-  displayed = tonumber(redis.call('HGET', KEYS[1], 'base') or '0')
-  for i = 0, n - 1 do displayed = displayed + tonumber(redis.call('HGET', KEYS[1], 'b' .. i) or '0') end
-  displayed = displayed - above
+  displayed = hint(KEYS[1], 'base')
+  for i = 0, n - 1 do displayed = displayed + hint(KEYS[1], 'b' .. i) end
 end
+${settleLogLua(5)}displayed = displayed - above
 for i = 1, n - 1 do redis.call('HDEL', KEYS[1], 'b' .. i) end
 redis.call('HSET', KEYS[1], 'base', truth, 'at', now, 'b0', above)
 for p = 5, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 5), ARGV[p]) end
@@ -95,13 +115,14 @@ return {1, 0}`;
  * <= bound: d minus the logged increments above the bound. A bucket created here takes the
  * logged increments above the bound (applied while it was absent) as its d, and settles 0.
  */
-const FREEZE_BUCKET_LUA = `
+const FREEZE_BUCKET_LUA = `${INT_LUA}
 local onlyExisting = ARGV[1] == '1'
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
-${settleLogLua(2)}local settled = 0
-if exists then
-  settled = tonumber(redis.call('HGET', KEYS[1], 'd') or '0') - above
+local settled = 0
+if exists then settled = hint(KEYS[1], 'd') end
+${settleLogLua(2)}if exists then
+  settled = settled - above
 else
   redis.call('HSET', KEYS[1], 'd', above)
 end
@@ -113,17 +134,16 @@ return {1, 0}`;
  * Cluster layout, the base: KEYS base; ARGV: truth, sum of the buckets' settled, now,
  * onlyExisting, bound of partition 0, 1, ... Returns {status, displayedSettled} as INSTALL_LUA.
  */
-const INSTALL_BASE_LUA = `
+const INSTALL_BASE_LUA = `${INT_LUA}
 local truth, settled, now, onlyExisting = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
 local displayed = 0
 if exists then
   for p = 5, #ARGV do
-    local w = tonumber(redis.call('HGET', KEYS[1], 'w' .. (p - 5)) or '0')
-    if w > tonumber(ARGV[p]) then return {3, 0} end
+    if hint(KEYS[1], 'w' .. (p - 5)) > tonumber(ARGV[p]) then return {3, 0} end
   end
-  displayed = tonumber(redis.call('HGET', KEYS[1], 'base') or '0') + settled
+  displayed = hint(KEYS[1], 'base') + settled
 end
 redis.call('HSET', KEYS[1], 'base', truth - settled, 'at', now)
 for p = 5, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 5), ARGV[p]) end
@@ -142,6 +162,23 @@ export type InstallOutcome =
 
 const OUTCOMES = ["installed", "created", "absent", "superseded"] as const;
 
+/** A field as read: absent is 0, anything but an integer is a malformed counter (never summed into a count as NaN). */
+function integerField(kind: string, target: string, field: string, value: string | null | undefined): number {
+  if (value === null || value === undefined) return 0;
+  if (!/^-?\d+$/.test(value)) throw new MalformedCounterError(kind, target, `field ${field} holds ${JSON.stringify(value)}`);
+  return Number(value);
+}
+
+/** A count script refused a counter whose fields are not what this layer writes (COUNT_MALFORMED). */
+export class MalformedCounterError extends Error {
+  readonly code = "COUNT_MALFORMED";
+  constructor(readonly kind: string, readonly target: string, reply: string) {
+    // Redis appends where the script failed (" script: <sha>, on @user_script:<line>."): not the reader's business.
+    super(`the Redis counter of ${kind} ${JSON.stringify(target)} is malformed: ${reply.replace(/^COUNT_MALFORMED /, "").replace(/ script: \w+, on @user_script:\d+\.$/, "")}`);
+    this.name = "MalformedCounterError";
+  }
+}
+
 /**
  * Hook point "cache.afterFreeze" (cluster layout only): every bucket of a counter is frozen at
  * the boundary and its base is not installed yet.
@@ -155,12 +192,44 @@ export class CountStore {
 
   /** The counter's hash on one node; on a cluster the key of its base. */
   counterKey(kind: string, target: string): string {
-    return this.redis.topology === "cluster" ? `sl:cnt:{${kind}:${target}}` : `sl:cnt:${kind}:${target}`;
+    return this.redis.topology === "cluster" ? clusterBaseKey(kind, target) : counterKey(kind, target);
+  }
+
+  /** One node: the counter's log of applied increments. */
+  logKey(kind: string, target: string): string {
+    return counterLogKey(kind, target);
   }
 
   /** Cluster layout: bucket i's own key, with a hash tag of its own (no tag shared with the other buckets). */
   bucketKey(kind: string, target: string, bucket: number): string {
-    return `sl:cnt:{${kind}:${target}#${bucket}}`;
+    return clusterBucketKey(kind, target, bucket);
+  }
+
+  /** Cluster layout: bucket i's log, in bucket i's slot. */
+  bucketLogKey(kind: string, target: string, bucket: number): string {
+    return clusterBucketLogKey(kind, target, bucket);
+  }
+
+  /**
+   * Deletes the counter and its logs (a cache entry that cannot be repaired in place): the next
+   * read backfills it from the facts. The base goes first, so no read sums stale buckets meanwhile.
+   */
+  async drop(kind: string, target: string): Promise<void> {
+    if (this.redis.topology !== "cluster") {
+      await this.redis.sendCommand(["DEL", counterKey(kind, target), counterLogKey(kind, target)]);
+      return;
+    }
+    await this.redis.sendCommand(["DEL", clusterBaseKey(kind, target)]);
+    await Promise.all(Array.from({ length: this.buckets }, (_, i) =>
+      this.redis.sendCommand(["DEL", clusterBucketKey(kind, target, i), clusterBucketLogKey(kind, target, i)])));
+  }
+
+  /** A script's COUNT_MALFORMED refusal as a typed error; any other failure as it came. */
+  private script<T>(kind: string, target: string, args: readonly string[]): Promise<T> {
+    return this.redis.sendCommand<T>(args).catch((err: unknown) => {
+      if (err instanceof Error && err.message.startsWith("COUNT_MALFORMED")) throw new MalformedCounterError(kind, target, err.message);
+      throw err;
+    });
   }
 
   bucketOf(actor: string): number {
@@ -175,10 +244,11 @@ export class CountStore {
   /** Applies one event's delta once (idempotent per part:seq); false when skipped. */
   async increment(kind: string, target: string, part: number, seq: number, actor: string, delta: number): Promise<boolean> {
     const bucket = this.bucketOf(actor);
-    const [key, field] = this.redis.topology === "cluster"
-      ? [this.bucketKey(kind, target, bucket), "d"] : [this.counterKey(kind, target), `b${bucket}`];
-    const applied = await this.redis.sendCommand<number>([
-      "EVAL", INCREMENT_LUA, "2", key, `${key}:log`, String(part), String(seq), field, String(delta), `${part}:${seq}`,
+    const [key, log, field] = this.redis.topology === "cluster"
+      ? [clusterBucketKey(kind, target, bucket), clusterBucketLogKey(kind, target, bucket), "d"]
+      : [counterKey(kind, target), counterLogKey(kind, target), `b${bucket}`];
+    const applied = await this.script<number>(kind, target, [
+      "EVAL", INCREMENT_LUA, "2", key, log, String(part), String(seq), field, String(delta), `${part}:${seq}`,
     ]);
     return applied === 1;
   }
@@ -194,9 +264,10 @@ export class CountStore {
     const fields = ["base", "at", ...Array.from({ length: this.buckets }, (_, i) => `b${i}`)];
     const values = await this.redis.sendCommand<(string | null)[]>(["HMGET", this.counterKey(kind, target), ...fields]);
     if (values[0] === null || values[0] === undefined) return undefined;
+    const numbers = values.map((v, i) => integerField(kind, target, fields[i]!, v));
     let count = 0;
-    for (let i = 0; i < values.length; i++) if (i !== 1) count += Number(values[i] ?? 0);
-    return { count, reconciledAt: Number(values[1] ?? 0) };
+    for (let i = 0; i < numbers.length; i++) if (i !== 1) count += numbers[i]!;
+    return { count, reconciledAt: numbers[1]! };
   }
 
   /** The base and the N buckets, issued together: one pipelined round trip per node that holds any of them. */
@@ -207,14 +278,13 @@ export class CountStore {
     ]);
     // A bucket missing next to a base (its node lost it) would hide its whole delta: absent, so backfilled.
     if (base![0] === null || base![0] === undefined || deltas.some((d) => d === null || d === undefined)) return undefined;
-    const count = deltas.reduce((sum, d) => sum + Number(d), Number(base![0]));
-    return { count, reconciledAt: Number(base![1] ?? 0) };
+    const count = deltas.reduce((sum, d, i) => sum + integerField(kind, target, `#${i} d`, d), integerField(kind, target, "base", base![0]));
+    return { count, reconciledAt: integerField(kind, target, "at", base![1]) };
   }
 
   private async installHash(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
-    const key = this.counterKey(kind, target);
-    const [status, displayed] = await this.redis.sendCommand<[number, number]>([
-      "EVAL", INSTALL_LUA, "2", key, `${key}:log`, String(truth), String(Date.now()), String(this.buckets), onlyExisting ? "1" : "0",
+    const [status, displayed] = await this.script<[number, number]>(kind, target, [
+      "EVAL", INSTALL_LUA, "2", counterKey(kind, target), counterLogKey(kind, target), String(truth), String(Date.now()), String(this.buckets), onlyExisting ? "1" : "0",
       ...bound.map(String),
     ]);
     return status === 0 ? { status: "installed", displayedSettled: displayed } : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };
@@ -228,14 +298,14 @@ export class CountStore {
    */
   private async installSplit(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
     const frozen = await Promise.all(Array.from({ length: this.buckets }, (_, i) => {
-      const key = this.bucketKey(kind, target, i);
-      return this.redis.sendCommand<[number, number]>(["EVAL", FREEZE_BUCKET_LUA, "2", key, `${key}:log`, onlyExisting ? "1" : "0", ...bound.map(String)]);
+      return this.script<[number, number]>(kind, target, [
+        "EVAL", FREEZE_BUCKET_LUA, "2", clusterBucketKey(kind, target, i), clusterBucketLogKey(kind, target, i), onlyExisting ? "1" : "0", ...bound.map(String)]);
     }));
     if (frozen.some(([status]) => status === 3)) return { status: "superseded" };
     await this.hooks.at("cache.afterFreeze", { kind, target });
     const settled = frozen.reduce((sum, [, s]) => sum + Number(s), 0);
-    const [status, displayed] = await this.redis.sendCommand<[number, number]>([
-      "EVAL", INSTALL_BASE_LUA, "1", this.counterKey(kind, target), String(truth), String(settled), String(Date.now()), onlyExisting ? "1" : "0",
+    const [status, displayed] = await this.script<[number, number]>(kind, target, [
+      "EVAL", INSTALL_BASE_LUA, "1", clusterBaseKey(kind, target), String(truth), String(settled), String(Date.now()), onlyExisting ? "1" : "0",
       ...bound.map(String),
     ]);
     return status === 0 ? { status: "installed", displayedSettled: displayed } : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };

@@ -1,3 +1,4 @@
+import { createRequire } from "node:module";
 import type { RedisClient } from "./redis-connection.ts";
 
 /** One fixed window per key: INCR, the window starts at the first request; answers {current, ttl}. */
@@ -21,38 +22,54 @@ type Callback = (err: Error | null, result?: { current: number; ttl: number }) =
 interface ChildParams {
   /** Which budget this limiter counts (writes, reads): each has keys of its own. */
   ledgerBudget?: string;
+  continueExceeding?: boolean;
+  exponentialBackoff?: boolean;
+  cache?: number;
 }
+
+/** The plugin's own in-process store (what it uses without a store option), for the time Redis does not answer. */
+interface InProcessStore {
+  incr(key: string, callback: Callback, timeWindow: number, max: number): void;
+  read(key: string, callback: Callback, timeWindow: number, max: number): void;
+}
+const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/LocalStore.js") as
+  new (continueExceeding?: boolean, exponentialBackoff?: boolean, cache?: number) => InProcessStore;
 
 /**
  * A @fastify/rate-limit store in the Redis of the count layer (node-redis; the plugin's own
  * Redis store needs ioredis), so several API processes share one budget per user (seed 004:
- * idempotency and anti-abuse are separate mechanisms). Registered with skipOnError: while Redis
- * does not answer, requests are not limited rather than refused, so writes are unaffected.
+ * idempotency and anti-abuse are separate mechanisms). While Redis does not answer (down, hung
+ * past the 200 ms deadline, not connected yet) a request is counted in this process's memory
+ * instead, by the plugin's own in-process store: each process then enforces the budget alone,
+ * so a user gets at most one budget per process, never an unlimited one (issue 18: with
+ * skipOnError the limits vanished). It never reports an error to the plugin.
  */
 export function redisRateLimitStore(redis: RedisClient) {
   return class RedisRateLimitStore {
     private readonly prefix: string;
+    private readonly local: InProcessStore;
 
-    constructor(_params?: unknown, budget = "default") {
+    constructor(params?: ChildParams, budget = "default") {
       this.prefix = `ledger:rate:${budget}:`;
+      this.local = new LocalStore(params?.continueExceeding, params?.exponentialBackoff, params?.cache);
     }
 
-    incr(key: string, callback: Callback, timeWindow: number): void {
-      this.run(INCR_LUA, key, [String(timeWindow)], callback);
+    incr(key: string, callback: Callback, timeWindow: number, max: number): void {
+      this.run(INCR_LUA, key, [String(timeWindow)], callback, () => this.local.incr(key, callback, timeWindow, max));
     }
 
-    read(key: string, callback: Callback): void {
-      this.run(READ_LUA, key, [], callback);
+    read(key: string, callback: Callback, timeWindow: number, max: number): void {
+      this.run(READ_LUA, key, [], callback, () => this.local.read(key, callback, timeWindow, max));
     }
 
     child(params: object): RedisRateLimitStore {
-      return new RedisRateLimitStore(undefined, (params as ChildParams).ledgerBudget ?? "default");
+      return new RedisRateLimitStore(params as ChildParams, (params as ChildParams).ledgerBudget ?? "default");
     }
 
-    private run(script: string, key: string, args: string[], callback: Callback): void {
+    private run(script: string, key: string, args: string[], callback: Callback, inProcess: () => void): void {
       redis.sendCommand<[number, number]>(["EVAL", script, "1", this.prefix + key, ...args]).then(
         ([current, ttl]) => callback(null, { current, ttl }),
-        (err: unknown) => callback(err instanceof Error ? err : new Error(String(err))),
+        inProcess,
       );
     }
   };

@@ -1,11 +1,10 @@
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
+import { cursorKey, reconciledKey } from "./count-keys.ts";
 import type { CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
-import { cursorKey } from "./count-feeder.ts";
-
-export const reconciledKey = (kind: string) => `sl:reconciled:${kind}`;
+import { reasonOf, type FailureSink } from "./layer-failures.ts";
 
 export interface DriftRecord {
   target: string;
@@ -14,11 +13,20 @@ export interface DriftRecord {
   drift: number;
 }
 
+/** A target whose reconciliation failed; the others went on. */
+export interface FailedTarget {
+  target: string;
+  reason: string;
+  /** The counter was deleted (its next read backfills it from the facts); false: it could not be, and the run's boundary stays. */
+  dropped: boolean;
+}
+
 export interface ReconcileReport {
   kind: string;
   visited: number;
   installed: number;
   drifted: DriftRecord[];
+  failed: FailedTarget[];
 }
 
 export interface ReconcilerOptions {
@@ -28,6 +36,8 @@ export interface ReconcilerOptions {
   /** Drifted counters in one run above which the alert metric goes to 1 and a line is logged. */
   alertThreshold?: number;
   onAlert?: (report: ReconcileReport) => void;
+  /** Every failure of a run: one target's (step install), or the whole run's (step reconcile). */
+  failures?: FailureSink;
 }
 
 /**
@@ -41,6 +51,11 @@ export interface ReconcilerOptions {
  * so increments racing with the run are never lost. Drift (truth minus what the counter showed
  * for the same events) is measured before the repair and recorded in count_drift_history.
  *
+ * A target whose install fails (a counter the script refuses as malformed, a Redis error) does
+ * not stop the run: it is reported, and its counter dropped so its next read backfills it from
+ * the facts. If even the drop fails, the run does not advance its stored boundary, so the next
+ * run visits the target again. A failure of the run itself is reported and thrown.
+ *
  * Hook point: "reconcile.beforeInstall" (after the truth is read, before it is installed).
  */
 export class Reconciler {
@@ -51,6 +66,17 @@ export class Reconciler {
   ) {}
 
   async reconcile(kind: CounterKind): Promise<ReconcileReport> {
+    try {
+      const report = await this.run(kind);
+      this.options.failures?.succeeded(kind.name, "reconcile");
+      return report;
+    } catch (err) {
+      this.options.failures?.failed({ kind: kind.name, step: "reconcile", error: err });
+      throw err;
+    }
+  }
+
+  private async run(kind: CounterKind): Promise<ReconcileReport> {
     const redis = this.store.redis;
     const hooks = this.options.hooks ?? new Hooks();
     const { rows: positions } = await this.pool.query<{ part: number; last: number }>(kind.positionsSql);
@@ -63,15 +89,18 @@ export class Reconciler {
     const { rows: changed } = await this.pool.query<{ target: string }>(kind.changedSql, [
       parts, parts.map((p) => Number(previous[String(p)] ?? 0)), bound,
     ]);
-    const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [] };
+    const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [], failed: [] };
     const batchSize = this.options.batchSize ?? 500;
     for (let i = 0; i < changed.length; i += batchSize) {
       const targets = changed.slice(i, i + batchSize).map((r) => r.target);
       const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [targets, bound]);
       await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
       for (const row of rows) {
-        const outcome = await this.store.install(kind.name, row.target, row.n, row.bound.map(Number), true);
-        if (outcome.status !== "installed") continue;
+        const outcome = await this.store.install(kind.name, row.target, row.n, row.bound.map(Number), true).catch(async (err: unknown) => {
+          report.failed.push(await this.dropFailed(kind.name, row.target, err));
+          return undefined;
+        });
+        if (outcome?.status !== "installed") continue;
         report.installed++;
         const drift = row.n - outcome.displayedSettled;
         if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.displayedSettled, drift });
@@ -79,13 +108,21 @@ export class Reconciler {
       // Staggered: the next batch waits for the event loop, so reads are not starved by a large run.
       await new Promise((resolve) => setImmediate(resolve));
     }
-    await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
+    if (report.failed.every((f) => f.dropped)) {
+      await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
+    }
     await recordDrift(this.pool, kind.name, "reconcile", report.drifted);
     this.options.metrics?.reconciledTargets.inc({ kind: kind.name }, report.installed);
     const alerting = report.drifted.length > (this.options.alertThreshold ?? 0);
     this.options.metrics?.driftAlert.set({ kind: kind.name }, alerting ? 1 : 0);
     if (alerting) this.options.onAlert?.(report);
     return report;
+  }
+
+  private async dropFailed(kind: string, target: string, err: unknown): Promise<FailedTarget> {
+    const dropped = await this.store.drop(kind, target).then(() => true, () => false);
+    this.options.failures?.failed({ kind, step: "install", target, error: err, dropped });
+    return { target, reason: reasonOf(err), dropped };
   }
 }
 

@@ -27,12 +27,21 @@ export class RedisTimeoutError extends Error {
   }
 }
 
-/** Refused without asking Redis: it missed a deadline recently and has not answered a probe since. */
+/** Refused without asking Redis: it missed a deadline recently and has not answered a probe since, or is not connected yet. */
 export class RedisUnavailableError extends Error {
   readonly code = "REDIS_UNAVAILABLE";
-  constructor() {
-    super("Redis missed a command deadline and has not answered since: not waiting for it");
+  constructor(message = "Redis missed a command deadline and has not answered since: not waiting for it") {
+    super(message);
     this.name = "RedisUnavailableError";
+  }
+}
+
+/** Redis did not become usable within the wait (connection refused, unreachable host, hung server). */
+export class RedisUnreachableError extends Error {
+  readonly code = "REDIS_UNREACHABLE";
+  constructor(readonly address: string, readonly ms: number, reason: string | undefined) {
+    super(`Redis at ${address} did not answer within ${ms} ms${reason ? ` (last error: ${reason})` : ""}`);
+    this.name = "RedisUnreachableError";
   }
 }
 
@@ -42,6 +51,8 @@ export interface RedisOptions {
   connectTimeoutMs?: number;
   /** Start even when maxmemory-policy is allkeys-* (LEDGER_REDIS_ALLOW_EVICTION). */
   allowEviction?: boolean;
+  /** connectRedis: how long to wait for Redis to become usable before RedisUnreachableError (default 5 s). */
+  connectWaitMs?: number;
 }
 
 /**
@@ -116,7 +127,14 @@ function toRecord(reply: unknown): Record<string, string> {
 
 const hSetArgs = (key: string, fields: Record<string, string>) => ["HSET", key, ...Object.entries(fields).flat()];
 
-function singleNode(url: string, options: RedisOptions): { redis: RedisClient; connect(): Promise<void> } {
+/** One node or a cluster, not connected yet; `watch` hears every event that may change readiness (with its error, if any). */
+interface Connectable {
+  redis: RedisClient;
+  connect(): Promise<void>;
+  watch(listener: (err?: Error) => void): void;
+}
+
+function singleNode(url: string, options: RedisOptions): Connectable {
   const client = createClient({
     url,
     disableOfflineQueue: true,
@@ -144,11 +162,33 @@ function singleNode(url: string, options: RedisOptions): { redis: RedisClient; c
     },
     close: () => closeWithin(client),
   };
-  return { redis, connect: async () => void (await client.connect()) };
+  // node-redis retries a refused or lost connection itself (reconnectStrategy), so connect()
+  // resolves only once it is connected.
+  return {
+    redis,
+    connect: async () => void (await client.connect()),
+    watch: (listener) => {
+      for (const event of ["ready", "end", "reconnecting"]) client.on(event, () => listener());
+      client.on("error", (err: Error) => listener(err));
+    },
+  };
 }
 
-/** close() waits for every command in flight, which a hung Redis never answers: after 1 s the connections are destroyed. */
-async function closeWithin(client: { close(): Promise<unknown>; destroy(): unknown }): Promise<void> {
+/**
+ * close() waits for every command in flight, which a hung Redis never answers: after 1 s the
+ * connections are destroyed. A client that is not connected (still trying) is destroyed at once:
+ * with the offline queue disabled nothing can be in flight, and close() would wait for the connect.
+ */
+async function closeWithin(client: { readonly isOpen: boolean; readonly isReady: boolean; close(): Promise<unknown>; destroy(): unknown }): Promise<void> {
+  if (!client.isOpen) return;
+  if (!client.isReady) {
+    try {
+      client.destroy();
+    } catch {
+      // already closing
+    }
+    return;
+  }
   let timer: NodeJS.Timeout | undefined;
   const closed = await Promise.race([
     client.close().then(() => true, () => true),
@@ -158,7 +198,7 @@ async function closeWithin(client: { close(): Promise<unknown>; destroy(): unkno
   if (!closed) client.destroy();
 }
 
-function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options: RedisOptions): { redis: RedisClient; connect(): Promise<void> } {
+function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options: RedisOptions): Connectable {
   const socket = { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy, ...(seed.tls ? { tls: true as const } : {}) };
   const client = createCluster({
     rootNodes: seed.nodes.map((n) => ({ socket: { ...socket, host: n.host, port: n.port } })),
@@ -191,22 +231,139 @@ function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options:
     },
     close: () => closeWithin(client),
   };
-  return { redis, connect: async () => void (await client.connect()) };
+  // The cluster client rejects connect() when no seed node answers: openRedis tries again.
+  return {
+    redis,
+    connect: async () => void (await client.connect()),
+    watch: (listener) => {
+      for (const event of ["connect", "disconnect", "node-ready", "node-reconnecting", "node-disconnect"]) client.on(event, () => listener());
+      client.on("node-error", (err: Error) => listener(err));
+    },
+  };
 }
 
-export async function connectRedis(url: string, options: RedisOptions = {}): Promise<RedisClient> {
-  const seed = parseClusterUrl(url);
-  const { redis: unguarded, connect } = seed ? cluster(seed, options) : singleNode(url, options);
-  await connect();
-  const redis = withDeadline(unguarded, options.commandTimeoutMs ?? 200);
-  // Every master must keep count keys: one evicting node would shrink the counts whose buckets it holds.
-  const policies = await maxmemoryPolicies(redis);
-  const evicting = policies.find((p) => p.startsWith("allkeys-"));
-  if (evicting && !options.allowEviction) {
-    await redis.close().catch(() => {});
-    throw new EvictingRedisError(evicting);
+/** A Redis client that is usable at once and connects in the background (openRedis). */
+export interface OpenedRedis {
+  /** Refuses commands (RedisUnavailableError) until connected and its eviction policy is accepted. */
+  redis: RedisClient;
+  /** Resolves once usable; rejects with EvictingRedisError (the client is closed then) or when closed first. */
+  ready: Promise<void>;
+  /** Whenever redis.isReady changes: the new value and the last error seen. */
+  onChange(listener: (ready: boolean, reason: string | undefined) => void): void;
+  /** The last connection or command error, for messages. */
+  lastError(): string | undefined;
+  /** Where it connects, without credentials. */
+  address: string;
+}
+
+/** REDIS_URL's hosts without user and password, for messages. */
+function displayAddress(url: string, seed: ReturnType<typeof parseClusterUrl>): string {
+  if (seed) return seed.nodes.map((n) => `${n.host}:${n.port}`).join(",");
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname || "127.0.0.1"}:${parsed.port || "6379"}`;
+  } catch {
+    return "(unparsable REDIS_URL)";
   }
-  return redis;
+}
+
+/**
+ * Opens the client and connects in the background, so a Redis that is down at start never
+ * holds up the service (issue 18): until it is connected, and its maxmemory-policy checked,
+ * every command is refused at once and reads fall back to PostgreSQL. Connection attempts go on,
+ * 50 ms to 1 s apart, until it answers or the client is closed.
+ */
+export function openRedis(url: string, options: RedisOptions = {}): OpenedRedis {
+  const seed = parseClusterUrl(url);
+  const { redis: unguarded, connect, watch } = seed ? cluster(seed, options) : singleNode(url, options);
+  const timeoutMs = options.commandTimeoutMs ?? 200;
+  const listeners: ((ready: boolean, reason: string | undefined) => void)[] = [];
+  const gate = { admitted: false, closed: false, lastError: undefined as string | undefined, reported: false, wake: () => {} };
+  // Deferred: node-redis emits some events before its own isReady reflects them.
+  const changed = () => setImmediate(() => {
+    const now = redis.isReady;
+    if (now === gate.reported) return;
+    gate.reported = now;
+    for (const listener of listeners) listener(now, gate.lastError);
+  });
+  const noted = (err?: unknown) => {
+    if (err !== undefined) gate.lastError = err instanceof Error ? err.message : String(err);
+    changed();
+  };
+  watch(noted);
+  const redis = withDeadline(unguarded, timeoutMs, {
+    admitted: () => gate.admitted,
+    onChange: noted,
+    close: () => {
+      gate.closed = true;
+      gate.wake();
+    },
+  });
+  const pause = (ms: number) => new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    timer.unref();
+    gate.wake = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
+  const untilClosed = async <T>(attempt: () => Promise<T>): Promise<T> => {
+    for (let backoff = 50; ; backoff = Math.min(backoff * 2, 1000)) {
+      if (gate.closed) throw new RedisUnavailableError("the Redis client was closed before it connected");
+      try {
+        return await attempt();
+      } catch (err) {
+        noted(err);
+        if (gate.closed) throw err;
+        await pause(backoff);
+      }
+    }
+  };
+  const ready = (async () => {
+    await untilClosed(connect);
+    // Every master must keep count keys: one evicting node would shrink the counts whose buckets it holds.
+    const policies = await untilClosed(() => withinMs(maxmemoryPolicies(unguarded), timeoutMs));
+    const evicting = policies.find((p) => p.startsWith("allkeys-"));
+    if (evicting && !options.allowEviction) {
+      await redis.close().catch(() => {});
+      throw new EvictingRedisError(evicting);
+    }
+    gate.admitted = true;
+    changed();
+  })();
+  ready.catch(() => {});
+  return { redis, ready, onChange: (listener) => void listeners.push(listener), lastError: () => gate.lastError, address: displayAddress(url, seed) };
+}
+
+/** `promise`, or a RedisTimeoutError after `ms`. */
+async function withinMs<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new RedisTimeoutError(ms)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Whether `promise` resolved within `ms` (false: still pending); rethrows its rejection. */
+export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A usable client within `connectWaitMs` (default 5 s), or RedisUnreachableError (or EvictingRedisError); for the CLI's one-shot commands. */
+export async function connectRedis(url: string, options: RedisOptions = {}): Promise<RedisClient> {
+  const opened = openRedis(url, options);
+  const waitMs = options.connectWaitMs ?? 5000;
+  if (!(await settlesWithin(opened.ready, waitMs))) {
+    await opened.redis.close().catch(() => {});
+    throw new RedisUnreachableError(opened.address, waitMs, opened.lastError());
+  }
+  return opened.redis;
 }
 
 async function maxmemoryPolicies(redis: RedisClient): Promise<string[]> {
@@ -237,9 +394,18 @@ export async function evictedKeys(redis: RedisClient): Promise<number> {
  * here may still run later: increments are idempotent per event and an install with an older
  * boundary is refused, so that does no harm.
  */
-function withDeadline(inner: RedisClient, timeoutMs: number): RedisClient {
+interface Gate {
+  /** false until connected and its eviction policy accepted: every command is refused at once. */
+  admitted(): boolean;
+  /** The breaker opened or closed (with the timeout when it opened). */
+  onChange(err?: unknown): void;
+  close(): void;
+}
+
+function withDeadline(inner: RedisClient, timeoutMs: number, gate: Gate): RedisClient {
   const guard = { answering: true, probing: false, retryAt: 0, backoffMs: 50 };
   const bounded = <T>(command: () => Promise<T>): Promise<T> => {
+    if (!gate.admitted()) return Promise.reject(new RedisUnavailableError("Redis is not connected yet (connecting in the background)"));
     let probe = false;
     if (!guard.answering) {
       if (guard.probing || Date.now() < guard.retryAt) return Promise.reject(new RedisUnavailableError());
@@ -254,16 +420,21 @@ function withDeadline(inner: RedisClient, timeoutMs: number): RedisClient {
     return Promise.race([command(), deadline]).then(
       (reply) => {
         clearTimeout(timer);
-        if (probe || !guard.answering) Object.assign(guard, { answering: true, probing: false, backoffMs: 50 });
+        if (probe || !guard.answering) {
+          Object.assign(guard, { answering: true, probing: false, backoffMs: 50 });
+          gate.onChange();
+        }
         return reply;
       },
       (err: unknown) => {
         clearTimeout(timer);
         if (probe) guard.probing = false;
         if (err instanceof RedisTimeoutError) {
+          const opened = guard.answering;
           guard.answering = false;
           guard.retryAt = Date.now() + guard.backoffMs;
           guard.backoffMs = Math.min(guard.backoffMs * 2, 1000);
+          if (opened) gate.onChange(err);
         }
         throw err;
       },
@@ -272,7 +443,7 @@ function withDeadline(inner: RedisClient, timeoutMs: number): RedisClient {
   return {
     topology: inner.topology,
     get isReady() {
-      return inner.isReady && guard.answering;
+      return gate.admitted() && inner.isReady && guard.answering;
     },
     sendCommand: <T>(args: readonly string[]) => bounded(() => inner.sendCommand<T>(args)),
     hGetAll: (key) => bounded(() => inner.hGetAll(key)),
@@ -280,6 +451,9 @@ function withDeadline(inner: RedisClient, timeoutMs: number): RedisClient {
     onEveryNode: <T>(args: readonly string[]) => bounded(() => inner.onEveryNode<T>(args)),
     nodes: () => inner.nodes(),
     flushAll: () => bounded(() => inner.flushAll()),
-    close: () => inner.close(),
+    close: () => {
+      gate.close();
+      return inner.close();
+    },
   };
 }

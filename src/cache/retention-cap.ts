@@ -1,6 +1,5 @@
 import type { RetentionCap } from "../db/retention-boundary.ts";
-import { cursorKey } from "./count-feeder.ts";
-import { reconciledKey } from "./reconciler.ts";
+import { cursorKey, reconciledKey } from "./count-keys.ts";
 import type { RedisClient } from "./redis-connection.ts";
 
 /** The count layer's name for each retention kind it reads (comments are not in Redis). */

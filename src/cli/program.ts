@@ -154,7 +154,9 @@ or whose Redis cannot be read, keeps its outbox this time (exit code 0).`)
     .option("--json", "print the reports as JSON")
     .addHelpText("after", `
 Visits only the counters whose targets changed since the last run; safe under live traffic
-(increments racing with it are kept). Drift is recorded in count_drift_history.`)
+(increments racing with it are kept). Drift is recorded in count_drift_history.
+Exit 1 when Redis does not answer within 5 s, or when a kind or a counter failed
+(a failed counter is dropped and backfilled from the facts at its next read).`)
     .action(async (opts: { json?: boolean }) => {
       const { reconcileCommand } = await import("./commands/reconcile.ts");
       setExitCode(await reconcileCommand(opts));

@@ -10,6 +10,7 @@ import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
 import { openCountLayer } from "../cache/count-layer.ts";
+import type { LayerLog } from "../cache/layer-failures.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
 import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
@@ -57,9 +58,13 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const ledger = await openLedger(database.pool, options.hooks ? { hooks: options.hooks } : {});
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
+  let logCounts: LayerLog = () => undefined;
+  // A Redis that does not answer within the start wait never holds up the start: the layer
+  // starts degraded (counts from PostgreSQL) and connects in the background.
   const counts = await openCountLayer(database.pool, {
     redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
     reconcileIntervalMs: config.reconcileIntervalMs, localTtlMs: config.countLocalTtlMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+    log: (level, message, fields) => logCounts(level, message, fields),
   }).catch(async (err: unknown) => {
     await database.close();
     throw err;
@@ -103,6 +108,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
   if (database.accessChanges.length > 0) logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });
   logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
+  logCounts = (level, message, fields = {}) => app.log[level]({ counts: fields }, message);
+  counts.watchState((state, reason) => {
+    if (state === "up") app.log.info({ counts: { state } }, "count layer up: counts are served from Redis");
+    if (state === "degraded") app.log.warn({ counts: { state, reason } }, "count layer degraded: Redis does not answer; counts are read from PostgreSQL");
+  });
   logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);

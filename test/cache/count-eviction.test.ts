@@ -99,7 +99,7 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
   // item-a's first read backfills; between its truth read and its install, 3 likes commit and are
   // fed: the counter is absent, so the feeder keeps them in the counter's log (with a TTL) for the
   // install to take; then memory runs short and Redis evicts volatile keys until that log is gone.
-  const logKey = `${l.store.counterKey("likes", "item-a")}:log`;
+  const logKey = l.store.logKey("likes", "item-a");
   let evictions = 0;
   let hookError: unknown;
   const off = l.hooks.on("cache.beforeBackfill", async (c) => {

@@ -1,8 +1,8 @@
 /**
  * With REDIS_URL, the per-user write budget lives in the count layer's Redis, so two API
  * processes share one budget (issue 10; seed 004: anti-abuse is its own mechanism). Without
- * Redis each process counts alone (the negative control); while Redis is down writes are not
- * refused (skipOnError), never a 5xx.
+ * Redis each process counts alone (the negative control). While Redis is down or hung, each
+ * process counts in its own memory (issue 18: with skipOnError the limits vanished), never a 5xx.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -47,13 +47,38 @@ test("negative control: without Redis each API process counts alone, so the same
   assert.deepEqual(statuses, [200, 200, 200, 200]);
 });
 
-test("Redis down: writes are not refused by the limiter (skipOnError), no 5xx", async (t) => {
-  const redis = await TestRedis.start();
-  const [a] = [await startApi({ writesPerMinute: 3, redisUrl: redis.url })];
-  t.after(() => a.close());
-  await redis.kill();
+/** alice's four writes of one like (a repeat is a NOOP, and still a write against her budget) after `outage`; setup is two admin writes. */
+async function fourWritesDuring(h: ApiHarness, outage: () => Promise<void>): Promise<number[]> {
+  const admin = await h.as("admin-1", { admin: true });
+  await createAccounts(admin, ["alice"]);
+  ok(await admin.put("/v1/items/i1"));
+  const alice = await h.as("alice");
+  await outage();
   const statuses: number[] = [];
-  for (let i = 0; i < 5; i++) statuses.push(await likeAs(a, "carol", `j${i}`));
+  for (let i = 0; i < 4; i++) statuses.push((await alice.put("/v1/items/i1/likes/me")).status);
+  return statuses;
+}
+
+test("Redis killed: the budget holds in this process (3/min: the 4th write is 429), no 5xx", async (t) => {
+  const redis = await TestRedis.start();
+  t.after(() => redis.kill());
+  const a = await startApi({ writesPerMinute: 3, redisUrl: redis.url });
+  t.after(() => a.close());
+  const statuses = await fourWritesDuring(a, () => redis.kill());
   t.diagnostic(`note writes while Redis is down: ${statuses.join(", ")}`);
-  assert.ok(statuses.every((s) => s === 200), statuses.join(","));
+  assert.deepEqual(statuses, [200, 200, 200, 429]);
+});
+
+test("Redis hung (SIGSTOP): the budget holds in this process (3/min: the 4th write is 429), no 5xx", async (t) => {
+  const redis = await TestRedis.start();
+  t.after(() => redis.kill());
+  const a = await startApi({ writesPerMinute: 3, redisUrl: redis.url });
+  t.after(() => a.close());
+  try {
+    const statuses = await fourWritesDuring(a, async () => redis.pause());
+    t.diagnostic(`note writes while Redis is hung: ${statuses.join(", ")}`);
+    assert.deepEqual(statuses, [200, 200, 200, 429]);
+  } finally {
+    redis.resume();
+  }
 });

@@ -93,7 +93,7 @@ test("on a Redis Cluster the buckets of one hot item are keys on at least two ma
   assert.deepEqual([read.source, read.count], ["cache", await facts(db, "item-hot")]);
   assert.equal(read.count, 79);
 
-  const bucketHolders = await holders("sl:cnt:{likes:item-hot#*");
+  const bucketHolders = await holders("sl:v2:bkt:{likes:item-hot#*");
   t.diagnostic(`16 buckets of item-hot on masters ${bucketHolders.join(", ")} of ${(await cluster.masterPorts()).join(", ")}`);
   assert.ok(bucketHolders.length >= 2, `buckets on ${bucketHolders.length} master(s)`);
   const used = new Set(await Promise.all(Array.from({ length: 16 }, (_, i) => cluster.cli(bucketHolders[0]!, "CLUSTER", "KEYSLOT", store.bucketKey("likes", "item-hot", i)))));
@@ -138,7 +138,7 @@ test("a bucket lost by its node (the base still there) is noticed by the read an
   await likeMany(likes, "item-c", 0, 30);
   await feeder.pollOnce();
   const lost = store.bucketOf("user-0");
-  await store.redis.sendCommand(["DEL", store.bucketKey("likes", "item-c", lost), `${store.bucketKey("likes", "item-c", lost)}:log`]);
+  await store.redis.sendCommand(["DEL", store.bucketKey("likes", "item-c", lost), store.bucketLogKey("likes", "item-c", lost)]);
   assert.equal(await store.read("likes", "item-c"), undefined, "a missing bucket makes the counter absent");
   assert.deepEqual(await reader.read(LIKE_COUNTS, "item-c", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", await facts(db, "item-c")]);
 });

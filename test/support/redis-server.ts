@@ -28,9 +28,14 @@ export class TestRedis {
   }
 
   static async start(extraArgs: readonly string[] = []): Promise<TestRedis> {
-    const redis = new TestRedis(await freePort(), extraArgs);
+    const redis = await TestRedis.notStarted(extraArgs);
     await redis.restart();
     return redis;
+  }
+
+  /** A free port and no server on it yet (a Redis that is down when a client starts); restart() starts it there. */
+  static async notStarted(extraArgs: readonly string[] = []): Promise<TestRedis> {
+    return new TestRedis(await freePort(), extraArgs);
   }
 
   /** Starts the server (again, empty) on the same port. */
