@@ -47,11 +47,10 @@ test("negative control: without Redis each API process counts alone, so the same
   assert.deepEqual(statuses, [200, 200, 200, 200]);
 });
 
-/** alice's four writes of one like (a repeat is a NOOP, and still a write against her budget) after `outage`; setup is two admin writes. */
+/** alice's four writes of one like (a repeat is a NOOP, and still a write against her budget) after `outage`; setup goes through the library. */
 async function fourWritesDuring(h: ApiHarness, outage: () => Promise<void>): Promise<number[]> {
-  const admin = await h.as("admin-1", { admin: true });
-  await createAccounts(admin, ["alice"]);
-  ok(await admin.put("/v1/items/i1"));
+  await h.ledger.relations.upsertAccount("alice", {});
+  await h.ledger.likes.createItem("i1");
   const alice = await h.as("alice");
   await outage();
   const statuses: number[] = [];
