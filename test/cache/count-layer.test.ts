@@ -4,6 +4,7 @@ import { Gate, Hooks } from "../../src/hooks.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import { CountStore } from "../../src/cache/count-store.ts";
+import { counterLogKey } from "../../src/cache/count-keys.ts";
 import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
@@ -169,12 +170,12 @@ test("a reconciliation racing live likes loses none: likes fed between its truth
   await likeNew(l.likes, "item-a", 10, 30);
   await l.feeder.pollOnce();
   const key = l.store.counterKey("likes", "item-a");
-  const logged = await l.redis.sendCommand<string[]>(["HKEYS", `${key}:log`]);
+  const logged = await l.redis.sendCommand<string[]>(["HKEYS", counterLogKey("likes", "item-a")]);
   assert.equal(logged.length, 30, "the 20 racing likes are logged next to the 10 the run's truth counts");
   gate.release();
   const report = await running;
   assert.deepEqual(report.drifted, [], "nothing was lost or doubled before the run");
-  assert.equal((await l.redis.sendCommand<string[]>(["HKEYS", `${key}:log`])).length, 20, "the install absorbed the 10 at or below its boundary and kept the 20 above");
+  assert.equal((await l.redis.sendCommand<string[]>(["HKEYS", counterLogKey("likes", "item-a")])).length, 20, "the install absorbed the 10 at or below its boundary and kept the 20 above");
   const [base, ...buckets] = await l.redis.sendCommand<(string | null)[]>(["HMGET", key, "base", ...Array.from({ length: 8 }, (_, i) => `b${i}`)]);
   assert.deepEqual([Number(base), buckets.reduce((sum, b) => sum + Number(b ?? 0), 0)], [10, 20], "base = the run's truth, the live buckets = the racing likes");
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 30);
@@ -224,7 +225,7 @@ test("a backfill racing fed increments ends equal to the facts: increments logge
   await likeNew(l.likes, "item-b", 0, 6);
   await l.feeder.pollOnce();
   const key = l.store.counterKey("likes", "item-b");
-  assert.deepEqual([await l.redis.sendCommand<number>(["EXISTS", key]), await l.redis.sendCommand<number>(["HLEN", `${key}:log`])], [0, 6],
+  assert.deepEqual([await l.redis.sendCommand<number>(["EXISTS", key]), await l.redis.sendCommand<number>(["HLEN", counterLogKey("likes", "item-b")])], [0, 6],
     "the counter is absent; the fed increments wait in its log");
   const gate = new Gate("cache.beforeBackfill");
   l.hooks.on("cache.beforeBackfill", gate.handler);
@@ -294,7 +295,7 @@ test("an increment that fails leaves the feeder's cursor below it: the next pass
   await l.feeder.pollOnce();
   await likeNew(l.likes, "item-f", 5, 10);
   // The third increment of the pass meets a log key of the wrong type: Redis refuses the script (WRONGTYPE).
-  const log = `${l.store.counterKey("likes", "item-f")}:log`;
+  const log = counterLogKey("likes", "item-f");
   let seen = 0;
   let saved: Record<string, string> = {};
   l.hooks.on("cache.beforeIncrement", async () => {
