@@ -333,7 +333,7 @@ test("a promoted replica is not a replica: after pg_promote() the router counts 
   await promoted.promote();
   // It answers, its replay position is still there (pg_last_wal_replay_lsn() stays at the last
   // record recovery applied), and it takes writes the primary never had.
-  await promotedPool.query("INSERT INTO item (item_id) VALUES ('only-on-the-promoted')");
+  await promotedPool.query("INSERT INTO item (item_id, kind) VALUES ('only-on-the-promoted', 'plain')");
   assert.equal(await itemsNamed(promotedPool), 1);
   await router.checkNow();
   const state = router.state("replica-0")!;
