@@ -94,7 +94,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   // `additionalProperties: false` schema does not name.
   const coercing = new Ajv({ coerceTypes: "array", useDefaults: true, removeAdditional: true, allErrors: false });
   const strict = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false });
-  for (const validator of [coercing, strict]) validator.addFormat("date-time", true).addSchema(shared);
+  for (const validator of [coercing, strict]) validator.addSchema(shared);
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === "body" ? strict : coercing).compile(schema));
   app.setErrorHandler(handleError);
   // Only JSON bodies: a text/plain body is a 415, not a string that then fails "body must be object".

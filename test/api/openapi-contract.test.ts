@@ -86,6 +86,8 @@ test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operati
   assert.deepEqual(unnamed, []);
   assert.deepEqual(Object.keys(doc.components.schemas).filter((n) => /^def-\d+$/.test(n)), []);
   assert.ok(doc.components.schemas.LedgerError && doc.components.schemas.Relationship && doc.components.schemas.LikeCount, Object.keys(doc.components.schemas).join());
+  // A reply's parentId is an id like any other: its length is bounded in the document, not only by the write.
+  assert.equal((doc.components.schemas.CommentDraft!.properties!.parentId as { maxLength?: number }).maxLength, 128);
   t.diagnostic(`note ${ids.size} operations, e.g. ${[...ids.keys()].slice(0, 4).join(", ")}`);
 });
 
