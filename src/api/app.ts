@@ -19,7 +19,7 @@ import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
 import { routeGroup } from "./dashboard/request-recorder.ts";
 import { finishOpenApi } from "./openapi.ts";
-import { errorSchema } from "./schemas.ts";
+import { namedSchemas } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { commentRoutes } from "./routes/comments.ts";
 import { CacheMetrics } from "../cache/cache-metrics.ts";
@@ -84,13 +84,17 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.addHook("onReady", async () => app.metrics.startRefreshing(opts.metricsRefreshMs ?? METRICS_REFRESH_MS));
   app.addHook("onClose", async () => app.metrics.stopRefreshing());
   app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool) }));
-  app.addSchema({ $id: "LedgerError", ...errorSchema });
+  // Named schemas (schemas.ts `named`, used by the routes as $ref) serialize the answers, validate
+  // the bodies, and are the OpenAPI document's components under their names.
+  const shared = namedSchemas();
+  for (const schema of shared) app.addSchema(schema);
   // Query strings and params are text, so they are coerced ("16" -> 16); JSON bodies are
   // typed already and are not: {"private": 1} is a 400, not `true`. An unknown query
   // parameter (a cache buster) is dropped, not refused: removeAdditional removes what an
   // `additionalProperties: false` schema does not name.
   const coercing = new Ajv({ coerceTypes: "array", useDefaults: true, removeAdditional: true, allErrors: false });
   const strict = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false });
+  for (const validator of [coercing, strict]) validator.addSchema(shared);
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === "body" ? strict : coercing).compile(schema));
   app.setErrorHandler(handleError);
   // Only JSON bodies: a text/plain body is a 415, not a string that then fails "body must be object".
@@ -111,9 +115,22 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(swagger, {
     openapi: {
       openapi: "3.0.3",
-      info: { title: "social-ledger", version: "1", description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag." },
-      components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } } },
+      info: {
+        title: "social-ledger", version: "1", description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.",
+        // package.json is private and names no license: none is granted.
+        license: { name: "UNLICENSED", url: "https://docs.npmjs.com/cli/v11/configuring-npm/package-json#license" },
+      },
+      // Relative to where the document is served from: the API answers on the document's own origin.
+      servers: [{ url: "/", description: "the server that serves this document" }],
+      components: {
+        securitySchemes: {
+          bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" },
+          metricsToken: { type: "http", scheme: "bearer", description: "LEDGER_METRICS_TOKEN (no JWT); /metrics is open when it is not set" },
+        },
+      },
     },
+    // Components are named by their $id (schemas.ts `named`), not def-0, def-1, ...
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === "string" ? json.$id : `def-${i}`) },
     // The generator marks every body as required; these two accept none.
     transformObject: (documentObject) => {
       if (!("openapiObject" in documentObject)) return documentObject.swaggerObject;
@@ -122,7 +139,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
         const body = paths[path]?.[method]?.requestBody;
         if (body) body.required = false;
       }
-      finishOpenApi(paths, (documentObject.openapiObject.components?.schemas ?? {}) as Record<string, unknown>);
+      finishOpenApi(documentObject.openapiObject as Parameters<typeof finishOpenApi>[0]);
       return documentObject.openapiObject;
     },
   });

@@ -1,18 +1,35 @@
 /**
  * Finishes the OpenAPI document the route schemas generate, so a client can generate code from
  * it: an operationId for every operation, a description for every response (the generator's
- * "Default Response" otherwise), and for every error status the error codes it can carry with
- * an example body. Applied once, in @fastify/swagger's transformObject.
+ * "Default Response" otherwise), for every error status the error codes it can carry with an
+ * example body, the statuses every route can answer before its handler (413, 415, 431), the
+ * response headers the service sends, and `security: []` where no token is read. Applied once,
+ * in @fastify/swagger's transformObject.
  */
+import { LSN_PATTERN } from "./schemas.ts";
+import { ID_PATTERN } from "../ids.ts";
+
+interface Response {
+  description?: string;
+  headers?: Record<string, { $ref: string }>;
+  content?: Record<string, { schema?: unknown; example?: unknown }>;
+}
 
 interface Operation {
   operationId?: string;
   summary?: string;
+  security?: unknown[];
+  parameters?: { name: string; in: string }[];
   requestBody?: { required?: boolean };
-  responses?: Record<string, { description?: string; content?: Record<string, { schema?: unknown; example?: unknown }> }>;
+  responses?: Record<string, Response>;
 }
 
 type Paths = Record<string, Record<string, Operation>>;
+
+export interface OpenApiDocument {
+  paths?: Paths;
+  components?: { schemas?: Record<string, unknown>; headers?: Record<string, unknown> };
+}
 
 /** The error codes an error status can carry, with what they mean: the `code` of `{error: {code, message}}`. */
 export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
@@ -40,11 +57,13 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
   },
   413: { PAYLOAD_TOO_LARGE: "the body is over 64 KiB" },
   415: { UNSUPPORTED_MEDIA_TYPE: "bodies are application/json only" },
+  431: { HEADERS_TOO_LARGE: "the request headers are too large (answered before any route, without X-Request-Id)" },
   429: { RATE_LIMITED: "over the caller's budget; Retry-After says when to come back" },
   503: {
     DATABASE_UNAVAILABLE: "the database is down, restarting or recovering; retry after Retry-After seconds (a write answered so may or may not have committed; repeating a target-state write is safe)",
     SHUTTING_DOWN: "the server is stopping; retry on another connection",
     NOT_READY: "migrations are behind (readiness only)",
+    NOT_LIVE: "the embedded PostgreSQL could not be restarted and the process is exiting (liveness only)",
   },
 };
 
@@ -63,6 +82,7 @@ interface SchemaNode {
   type?: string | string[];
   enum?: unknown[];
   format?: string;
+  pattern?: string;
   default?: unknown;
   minimum?: number;
   properties?: Record<string, SchemaNode>;
@@ -70,6 +90,9 @@ interface SchemaNode {
   oneOf?: SchemaNode[];
   anyOf?: SchemaNode[];
 }
+
+/** Examples of the string patterns the schemas use, so an example validates against its own schema. */
+const EXAMPLE_BY_PATTERN: Record<string, string> = { [LSN_PATTERN]: "0/16B3748", [ID_PATTERN.source]: "alice" };
 
 /** A value of the schema's shape (enum's first value, a default, a date for date-time), so a client sees what an answer looks like. */
 export function exampleOf(schema: unknown, schemas: Record<string, unknown>, depth = 0): unknown {
@@ -92,17 +115,71 @@ export function exampleOf(schema: unknown, schemas: Record<string, unknown>, dep
     case "boolean":
       return false;
     case "string":
+      if (node.pattern !== undefined) {
+        const example = EXAMPLE_BY_PATTERN[node.pattern];
+        if (example === undefined) throw new Error(`no example for the pattern ${node.pattern} (openapi.ts EXAMPLE_BY_PATTERN)`);
+        return example;
+      }
       return node.format === "date-time" ? "2026-01-01T00:00:00.000Z" : "string";
     default:
       return node.properties ? exampleOf({ ...node, type: "object" }, schemas, depth + 1) : null;
   }
 }
 
-export function finishOpenApi(paths: Paths, schemas: Record<string, unknown> = {}): void {
+/** The response headers the service sends, declared once and referenced by the responses that carry them. */
+export const RESPONSE_HEADERS = {
+  "X-Request-Id": { description: "the request's id (also in the logs); absent on answers given before any route (400 unparsable, 408, 431)", schema: { type: "string" } },
+  "X-RateLimit-Limit": { description: "the caller's budget per minute (reads and writes have one each)", schema: { type: "integer" } },
+  "X-RateLimit-Remaining": { description: "requests left in the current minute", schema: { type: "integer" } },
+  "X-RateLimit-Reset": { description: "seconds until the budget is renewed", schema: { type: "integer" } },
+  "Retry-After": { description: "seconds to wait before retrying", schema: { type: "integer" } },
+  Link: { description: "RFC 8288 `<...>; rel=\"next\"`: the next page, when there is one (its cursor is also nextCursor)", schema: { type: "string" } },
+  "x-ledger-freshness": { description: "with read replicas: the freshness token of a write (its `freshness` field); present it on a later read", schema: { type: "string", pattern: LSN_PATTERN } },
+  "x-ledger-read-from": { description: "with read replicas: the server that answered a routed read, `primary` or a replica's name", schema: { type: "string" } },
+  "WWW-Authenticate": { description: "the scheme /metrics expects (with LEDGER_METRICS_TOKEN)", schema: { type: "string" } },
+} as const;
+
+type HeaderName = keyof typeof RESPONSE_HEADERS;
+
+const WRITE_METHODS = new Set(["put", "post", "patch", "delete"]);
+const refTo = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+
+/** The headers an answer of this operation and status may carry (none is promised: each depends on configuration or state). */
+function headersOf(path: string, method: string, op: Operation, status: number, schemas: Record<string, unknown>): HeaderName[] {
+  const headers: HeaderName[] = [];
+  if (status !== 431) headers.push("X-Request-Id");
+  const rateLimited = op.responses?.["429"] !== undefined;
+  if (rateLimited && status !== 431) headers.push("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset");
+  if (status === 429 || status === 503) headers.push("Retry-After");
+  const routedRead = op.parameters?.some((p) => p.in === "query" && p.name === "freshness") === true;
+  if (routedRead) headers.push("x-ledger-read-from");
+  if (status >= 200 && status < 300) {
+    if (WRITE_METHODS.has(method)) headers.push("x-ledger-freshness");
+    const schema = op.responses?.[String(status)]?.content?.["application/json"]?.schema as { $ref?: string } | undefined;
+    const named = schema?.$ref ? (schemas[schema.$ref.split("/").at(-1)!] as { properties?: Record<string, unknown> } | undefined) : undefined;
+    if (named?.properties?.nextCursor) headers.push("Link");
+  }
+  if (path === "/metrics" && status === 401) headers.push("WWW-Authenticate");
+  return headers;
+}
+
+export function finishOpenApi(doc: OpenApiDocument): void {
+  const paths = doc.paths ?? {};
+  doc.components ??= {};
+  const schemas = doc.components.schemas ?? {};
+  doc.components.headers = { ...RESPONSE_HEADERS };
   for (const [path, operations] of Object.entries(paths)) {
     for (const [method, op] of Object.entries(operations)) {
       op.operationId ??= operationIdOf(method, path);
-      for (const [status, response] of Object.entries(op.responses ?? {})) {
+      // A route that reads no token says so (Redocly's security-defined): health checks, and /metrics without LEDGER_METRICS_TOKEN.
+      op.security ??= [];
+      op.responses ??= {};
+      // Answered before any route's handler: headers too large on every route; bodies too large or not JSON where a body can be sent.
+      const early = WRITE_METHODS.has(method) ? [413, 415, 431] : [431];
+      for (const status of early) op.responses[String(status)] ??= { content: { "application/json": { schema: refTo("LedgerError") } } };
+      for (const [status, response] of Object.entries(op.responses)) {
+        const headers = headersOf(path, method, op, Number(status), schemas);
+        if (headers.length > 0) response.headers = Object.fromEntries(headers.map((h) => [h, { $ref: `#/components/headers/${h}` }]));
         const codes = ERROR_CODES_BY_STATUS[Number(status)];
         if (codes) {
           const list = Object.entries(codes).map(([code, meaning]) => `\`${code}\`: ${meaning}`).join("; ");

@@ -3,6 +3,7 @@ import fp from "fastify-plugin";
 import type { Pool } from "../db/pool.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../replicas/wal-position.ts";
+import { freshnessField, LSN_PATTERN } from "./schemas.ts";
 
 /** The header a write answers its freshness token in, and a read presents it in. */
 export const FRESHNESS_HEADER = "x-ledger-freshness";
@@ -10,17 +11,12 @@ export const FRESHNESS_HEADER = "x-ledger-freshness";
 export const READ_FROM_HEADER = "x-ledger-read-from";
 
 const WRITE_METHODS = new Set(["PUT", "POST", "DELETE", "PATCH"]);
-const LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$";
 
 const FRESHNESS_QUERY = {
   type: "string", pattern: LSN_PATTERN, maxLength: 17,
   description: `a freshness token a write answered (also accepted as the ${FRESHNESS_HEADER} header): the read is served by a replica only once it has replayed it, else by the primary`,
 } as const;
 
-const FRESHNESS_FIELD = {
-  type: "string", pattern: LSN_PATTERN,
-  description: `with read replicas: the primary's WAL position after this write committed (also the ${FRESHNESS_HEADER} header); present it on a later read to see at least this state`,
-} as const;
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -43,7 +39,10 @@ interface SchemaObject {
   properties?: Record<string, unknown>;
 }
 
-/** A copy of an object schema with one more property (schemas are shared between routes, so never changed in place). */
+/**
+ * A copy of an object schema with one more property (schemas are shared between routes, so never
+ * changed in place). A named schema ($ref) is left as it is: a write's names it (namedWriteAnswer).
+ */
 function withProperty(schema: unknown, name: string, property: unknown): unknown {
   const s = schema as SchemaObject | undefined;
   if (!s || s.$ref || s.type !== "object" || !s.properties) return schema;
@@ -61,7 +60,7 @@ function documentFreshness(route: RouteOptions): void {
   if (methods.some((m) => WRITE_METHODS.has(m)) && route.schema.response) {
     const response = { ...(route.schema.response as Record<string, unknown>) };
     for (const status of Object.keys(response)) {
-      if (/^2\d\d$/.test(status)) response[status] = withProperty(response[status], "freshness", FRESHNESS_FIELD);
+      if (/^2\d\d$/.test(status)) response[status] = withProperty(response[status], "freshness", freshnessField.freshness);
     }
     route.schema = { ...route.schema, response };
   }

@@ -4,6 +4,40 @@ import { MAX_BODY_LENGTH } from "../relations/posts.ts";
 
 /** JSON schemas of the API: validated at the edge, and the source of the OpenAPI document. */
 
+const NAMED = new Map<string, object>();
+
+/**
+ * A schema with a name: app.ts adds it to fastify (addSchema, for serialization), to the body
+ * validators and, under that name, to the OpenAPI document's components. Returns the reference
+ * a route schema uses in its place. Names are unique; a second schema under a name is a bug.
+ */
+export function named<N extends string>(name: N, schema: object): { readonly $ref: `${N}#` } {
+  if (NAMED.has(name)) throw new Error(`schema ${name} is named twice`);
+  NAMED.set(name, { $id: name, title: name, ...schema });
+  return { $ref: `${name}#` } as const;
+}
+
+/** Every named schema, with its $id. */
+export function namedSchemas(): object[] {
+  return [...NAMED.values()];
+}
+
+/** The pattern of a freshness token, a WAL position such as 0/16B3748 (docs/read-replicas.md). */
+export const LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$";
+
+/** What a write's success answers carry with read replicas (src/api/read-routing.ts adds it). */
+export const freshnessField = {
+  freshness: {
+    type: "string", pattern: LSN_PATTERN,
+    description: "only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state",
+  },
+} as const;
+
+/** A named schema of a write's success answer: it names the `freshness` field the answer may carry. */
+export function namedWriteAnswer<N extends string>(name: N, schema: { type: string; properties: Record<string, unknown> } & Record<string, unknown>) {
+  return named(name, { ...schema, properties: { ...schema.properties, ...freshnessField } });
+}
+
 export const id = { type: "string", minLength: 1, maxLength: MAX_ID_LENGTH, pattern: ID_PATTERN.source } as const;
 
 export const idParams = {
@@ -21,7 +55,7 @@ export const errorSchema = {
   },
 } as const;
 
-const errorRef = { $ref: "LedgerError#" } as const;
+const errorRef = named("LedgerError", errorSchema);
 
 /**
  * Error responses a route can give, by status code. Every route that reads or writes the
@@ -43,18 +77,20 @@ export const pageQuery = {
   },
 } as const;
 
-/** A page of `key` rows: the rows, and nextCursor unless it is the last page. */
-export function pageOf(key: string, row: { type: "object"; required: readonly string[]; properties: Record<string, unknown> }) {
-  return {
+/** A named page of `key` rows (a named row schema): the rows, and nextCursor unless it is the last page (also in Link rel=next). */
+export function pageOf<N extends string>(name: N, key: string, row: { $ref: string }) {
+  return named(name, {
     type: "object", required: [key],
-    properties: { [key]: { type: "array", items: row }, nextCursor: { type: "string" } },
-  } as const;
+    properties: { [key]: { type: "array", items: row }, nextCursor: { type: "string", description: "the cursor of the next page; absent on the last page" } },
+  });
 }
 
 export const accountRow = (timeField: string) => ({
   type: "object", required: ["accountId", timeField],
   properties: { accountId: { type: "string" }, [timeField]: { type: "string", format: "date-time" } },
 } as const);
+/** An account in a list (followers, following, blocks) with when the relation began. */
+export const accountSince = named("AccountSince", accountRow("since"));
 
 export const lagQuery = {
   type: "object", additionalProperties: false,
@@ -84,6 +120,7 @@ export const relationshipProperties = {
 export const relationship = {
   type: "object", required: Object.keys(relationshipProperties), properties: relationshipProperties,
 } as const;
+export const relationshipRef = named("Relationship", relationship);
 
 /** A count read: the lag it may have, and `exact` to insist on the database read with its error bound. */
 export const countQuery = {
@@ -101,39 +138,40 @@ export const countSource = {
   degraded: { type: "boolean", enum: [true], description: "present (true) when the Redis count layer was asked and did not answer (down, hung, still connecting): this answer is the database's" },
 } as const;
 
-export const likeOutcome = {
+export const likeOutcome = namedWriteAnswer("LikeOutcome", {
   type: "object", required: ["outcome", "liked", "version", "seq"],
   properties: {
     outcome: { type: "string", enum: ["CHANGED", "NOOP"] },
     liked: { type: "boolean" }, version: { type: "integer" }, seq: { type: "integer" },
   },
-} as const;
+});
 
-export const relationOutcome = {
+export const relationOutcome = namedWriteAnswer("RelationOutcome", {
   type: "object", required: ["outcome", "state", "version", "seq", "relationship"],
   properties: {
     outcome: { type: "string", enum: ["CHANGED", "NOOP"] },
     state: { type: "string", enum: ["ACTIVE", "PENDING", "REMOVED"] },
     version: { type: "integer" }, seq: { type: "integer" }, reason: { type: "string" },
-    relationship: { ...relationship, description: "my relationship to the account after the write, from the truth" },
+    relationship: relationshipRef,
   },
-} as const;
+  description: "the write's outcome; relationship: my relationship to the account after the write, from the truth",
+});
 
-export const postBody = {
+export const postBody = named("PostDraft", {
   type: "object", required: ["visibility", "body"], additionalProperties: false,
   properties: {
     visibility: { type: "string", enum: ["PUBLIC", "FOLLOWERS", "SELF"] },
     body: { type: "string", maxLength: MAX_BODY_LENGTH },
   },
-} as const;
+});
 
-export const post = {
+export const post = namedWriteAnswer("Post", {
   type: "object", required: ["id", "author", "visibility", "body", "aclToken", "createdAt"],
   properties: {
     id: { type: "string" }, author: { type: "string" }, visibility: { type: "string" }, body: { type: "string" },
     aclToken: { type: "integer" }, createdAt: { type: "string", format: "date-time" },
   },
-} as const;
+});
 
 export const bearer = [{ bearer: [] }];
 /** A route that also answers without a token (public data): the bearer scheme, or none. */

@@ -124,8 +124,14 @@ test("a read with the write's freshness token never sees state older than the wr
   await ledger.likeConsumer.drain();
   const token = like.freshness;
   // The contract names both: the write's `freshness` field and the routed read's `freshness` parameter.
-  const doc = (await api.call<{ paths: Record<string, Record<string, { parameters?: { name: string; in: string }[]; responses: Record<string, { content: Record<string, { schema: { properties: Record<string, unknown> } }> }> }>> }>("GET", "/openapi.json")).body;
-  assert.ok(doc.paths["/v1/items/{id}/likes/me"]!.put!.responses["200"]!.content["application/json"]!.schema.properties.freshness);
+  type Schema = { $ref?: string; properties?: Record<string, unknown> };
+  const doc = (await api.call<{
+    paths: Record<string, Record<string, { parameters?: { name: string; in: string }[]; responses: Record<string, { headers?: Record<string, unknown>; content: Record<string, { schema: Schema }> }> }>>;
+    components: { schemas: Record<string, Schema> };
+  }>("GET", "/openapi.json")).body;
+  const likeAnswer = doc.paths["/v1/items/{id}/likes/me"]!.put!.responses["200"]!;
+  assert.ok(doc.components.schemas[likeAnswer.content["application/json"]!.schema.$ref!.split("/").at(-1)!]!.properties!.freshness);
+  assert.ok(likeAnswer.headers?.["x-ledger-freshness"]);
   assert.ok(doc.paths["/v1/items/{id}/like-count"]!.get!.parameters!.some((p) => p.name === "freshness" && p.in === "query"));
   assert.ok(parseLsn(await standby.replayLsn()) < parseLsn(token), "the replica has not replayed the like");
 

@@ -6,7 +6,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import fastifyStatic from "@fastify/static";
 import { requireAdmin } from "../auth.ts";
 import type { RateLimit } from "../context.ts";
-import { bearer, errors } from "../schemas.ts";
+import { bearer, errors, named } from "../schemas.ts";
 
 const PUBLIC_DIR = fileURLToPath(new URL("./public/", import.meta.url));
 /** uPlot is served from its npm package as is: no build step, no CDN. */
@@ -21,7 +21,7 @@ const PAGE_POLICY = "default-src 'self'; img-src 'self' data:; style-src 'self' 
 
 const integer = { type: "integer" } as const;
 const nullableObject = { type: ["object", "null"], additionalProperties: true } as const;
-const dashboardResponse = {
+const dashboardResponse = named("DashboardState", {
   type: "object",
   required: ["now", "sampleMs", "partitions", "thresholds", "status", "samples", "consumers", "audit", "drift", "watermarks", "cache"],
   properties: {
@@ -53,7 +53,7 @@ const dashboardResponse = {
     },
     cache: { type: "object", description: "The Redis count layer (REDIS_URL): configured, and state up or degraded (counts then come from PostgreSQL); configured=false: no cache", additionalProperties: true },
   },
-} as const;
+});
 
 /** GET /dashboard (the page and its files) and GET /v1/admin/dashboard (its one JSON endpoint). */
 export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded"; readRateLimit: RateLimit }): Promise<void> {

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireAdmin } from "../auth.ts";
 import type { RateLimits } from "../context.ts";
 import { readWatermarks } from "../metrics.ts";
-import { bearer, errors, id } from "../schemas.ts";
+import { bearer, errors, id, named, namedWriteAnswer } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
 import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDiff } from "../../relations/relation-audit.ts";
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
@@ -51,21 +51,21 @@ export async function fullAudit(ledger: Ledger) {
 // 200 responses, so that the OpenAPI document lists them (they also serialize the replies:
 // keep them complete, or mark objects additionalProperties: true).
 const integer = { type: "integer" } as const;
-const statusResponse = {
+const statusResponse = named("AdminStatus", {
   type: "object", required: ["partitions", "views", "transactionRetries"],
   properties: {
     partitions: integer,
     views: {
       type: "array",
-      items: {
+      items: named("ViewWatermark", {
         type: "object", required: ["view", "part", "last", "appliedUpto", "lag"],
         properties: { view: { type: "string", enum: ["like_count", "follower_projection", "comment_count"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
-      },
+      }),
     },
     transactionRetries: integer,
   },
-} as const;
-const auditResponse = {
+});
+const auditResponse = named("AuditReport", {
   type: "object", required: ["clean", "likes", "relations"],
   properties: {
     clean: { type: "boolean" },
@@ -73,10 +73,10 @@ const auditResponse = {
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
   },
-} as const;
+});
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */
-function rebuildResponse(key: string, checked: string) {
-  return {
+function rebuildResponse(name: string, key: string, checked: string) {
+  return namedWriteAnswer(name, {
     type: "object", required: ["runId", "snapshotSeqs", checked, "drifted", "totalAbsDrift"],
     properties: {
       runId: integer,
@@ -84,15 +84,23 @@ function rebuildResponse(key: string, checked: string) {
       [checked]: integer,
       drifted: {
         type: "array",
-        items: {
+        items: named(`${name}Drift`, {
           type: "object", required: [key, "oldN", "newN", "drift", "skippedPartitions"],
           properties: { [key]: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
-        },
+        }),
       },
       totalAbsDrift: integer,
     },
-  };
+  });
 }
+const likeRebuildReport = rebuildResponse("LikeRebuildReport", "itemId", "itemsChecked");
+const commentRebuildReport = rebuildResponse("CommentRebuildReport", "postId", "postsChecked");
+const likeRebuildRequest = named("LikeRebuildRequest", {
+  type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } },
+});
+const commentRebuildRequest = named("CommentRebuildRequest", {
+  type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } },
+});
 
 export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger } = app;
@@ -119,8 +127,8 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
   app.post("/v1/admin/rebuild", {
     schema: {
       tags: ["admin"], summary: "Rebuild like counts from a snapshot baseline; reports the drift it corrected", security: bearer,
-      body: { type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: rebuildResponse("itemId", "itemsChecked"), ...errors(400, 401, 403, 404, 429) },
+      body: likeRebuildRequest,
+      response: { 200: likeRebuildReport, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { items?: string[] } | null }>) => {
@@ -134,8 +142,8 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
   app.post("/v1/admin/comment-counts/rebuild", {
     schema: {
       tags: ["admin"], summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected", security: bearer,
-      body: { type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } } },
-      response: { 200: rebuildResponse("postId", "postsChecked"), ...errors(400, 401, 403, 404, 429) },
+      body: commentRebuildRequest,
+      response: { 200: commentRebuildReport, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {

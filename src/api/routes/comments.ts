@@ -3,7 +3,7 @@ import type { RateLimits } from "../context.ts";
 import { requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
-import { bearer, countQuery, countSource, errors, idParams, optionalBearer, pageQuery } from "../schemas.ts";
+import { bearer, countQuery, countSource, errors, id, idParams, named, namedWriteAnswer, optionalBearer, pageQuery } from "../schemas.ts";
 import { readPublicPost } from "./posts.ts";
 import { COMMENT_COUNTS } from "../../cache/counter-kinds.ts";
 import { MAX_COMMENT_LENGTH, MAX_IDEMPOTENCY_KEY_LENGTH, type Comment, type CommentOrder } from "../../content/comments.ts";
@@ -13,7 +13,7 @@ import type { ReadMode } from "../../relations/types.ts";
 /** As for posts: content_token by default; PROJECTION_ONLY is not offered (a blocked reader would pick it). */
 const CONSISTENCY: Record<string, ReadMode> = { content_token: "CONTENT_TOKEN", fresh_token: "FRESH_TOKEN", truth: "TRUTH" };
 
-const comment = {
+const comment = namedWriteAnswer("Comment", {
   type: "object", required: ["id", "postId", "parentId", "depth", "author", "body", "deleted", "editCount", "createdAt", "replyCount"],
   properties: {
     id: { type: "string" }, postId: { type: "string" }, parentId: { type: "string", nullable: true }, depth: { type: "integer" },
@@ -21,21 +21,41 @@ const comment = {
     editCount: { type: "integer" }, createdAt: { type: "string", format: "date-time" },
     editedAt: { type: "string", format: "date-time", nullable: true }, replyCount: { type: "integer" },
   },
-} as const;
+});
 
-const commentPage = {
+const commentPage = named("CommentPage", {
   type: "object", required: ["comments"],
-  properties: { comments: { type: "array", items: comment }, nextCursor: { type: "string" } },
-} as const;
+  properties: { comments: { type: "array", items: comment }, nextCursor: { type: "string", description: "the cursor of the next page; absent on the last page" } },
+});
+
+const commentDraft = named("CommentDraft", {
+  type: "object", required: ["body"], additionalProperties: false,
+  properties: {
+    body: { type: "string", minLength: 1, maxLength: MAX_COMMENT_LENGTH },
+    parentId: { ...id, description: "the comment this one replies to" },
+    idempotencyKey: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY_LENGTH },
+  },
+});
+
+const commentDeletion = namedWriteAnswer("CommentDeletion", {
+  type: "object", required: ["outcome", "comment"], properties: { outcome: { type: "string", enum: ["CHANGED", "NOOP"] }, comment },
+});
+
+const commentCount = named("CommentCount", {
+  type: "object",
+  properties: {
+    count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" }, ...countSource,
+  },
+});
 
 const consistency = { type: "string", enum: Object.keys(CONSISTENCY), default: "content_token" } as const;
 /** As on every list: a limit above 200 is clamped, and the next page is in the body and in Link. */
 const limitAndCursor = pageQuery.properties;
 
-const bodyOnly = {
+const bodyOnly = named("CommentEdit", {
   type: "object", required: ["body"], additionalProperties: false,
   properties: { body: { type: "string", minLength: 1, maxLength: MAX_COMMENT_LENGTH } },
-} as const;
+});
 
 function toJson(c: Comment) {
   return { ...c, createdAt: c.createdAt.toISOString(), editedAt: c.editedAt?.toISOString() ?? null };
@@ -59,14 +79,7 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
     schema: {
       tags: ["comments"], summary: "Comment on a post, or reply to a comment (parentId); a retried idempotencyKey returns the first comment",
       security: bearer, params: idParams,
-      body: {
-        type: "object", required: ["body"], additionalProperties: false,
-        properties: {
-          body: { type: "string", minLength: 1, maxLength: MAX_COMMENT_LENGTH },
-          parentId: { type: "string", minLength: 1 },
-          idempotencyKey: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY_LENGTH },
-        },
-      },
+      body: commentDraft,
       response: { 201: comment, ...errors(400, 401, 404, 409, 429) },
     },
     onRequest: opts.writeRateLimit,
@@ -135,7 +148,7 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
       tags: ["comments"], summary: "Delete a comment as a tombstone (its author or the post's author); repeating is a NOOP",
       security: bearer, params: idParams,
       response: {
-        200: { type: "object", required: ["outcome", "comment"], properties: { outcome: { type: "string", enum: ["CHANGED", "NOOP"] }, comment } },
+        200: commentDeletion,
         ...errors(400, 401, 403, 404, 429),
       },
     },
@@ -154,12 +167,7 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
       tags: ["comments"], summary: "Comment count with its lag and error bound: |count - truth| <= pendingForPost (from the Redis count layer when REDIS_URL is set; no token: PUBLIC posts)",
       security: optionalBearer, params: idParams, querystring: countQuery,
       response: {
-        200: {
-          type: "object",
-          properties: {
-            count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" }, ...countSource,
-          },
-        },
+        200: commentCount,
         ...errors(400, 401, 404, 429),
       },
     },

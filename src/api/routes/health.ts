@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { migrationStatus } from "../../db/migrate.ts";
 import { databaseUnavailable, errorBody } from "../errors.ts";
-import { errorSchema } from "../schemas.ts";
+import { errorSchema, named } from "../schemas.ts";
 
 /** What the process knows of its database without asking it (supervision of an embedded cluster). */
 export interface DatabaseHealth {
@@ -14,7 +14,7 @@ export interface DatabaseHealth {
   lastExit: string | undefined;
 }
 
-const databaseHealthSchema = {
+const databaseHealthSchema = named("DatabaseHealth", {
   type: "object",
   properties: {
     kind: { type: "string", enum: ["embedded", "embedded-shared", "external"] },
@@ -23,7 +23,12 @@ const databaseHealthSchema = {
     restarts: { type: "integer" },
     lastExit: { type: "string" },
   },
-} as const;
+});
+const liveness = named("Liveness", { type: "object", properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema } });
+const notLive = named("LivenessError", { ...errorSchema, properties: { ...errorSchema.properties, database: databaseHealthSchema } });
+const readiness = named("Readiness", {
+  type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } },
+});
 
 /**
  * Liveness and readiness, as Kubernetes and systemd users expect them (docs/service.md):
@@ -43,8 +48,8 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
     schema: {
       tags: ["health"], summary: "Liveness: the process serves requests and can recover by itself",
       response: {
-        200: { type: "object", properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema } },
-        503: { ...errorSchema, properties: { ...errorSchema.properties, database: databaseHealthSchema } },
+        200: liveness,
+        503: notLive,
       },
     },
   }, async (_request, reply) => {
@@ -59,7 +64,7 @@ export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?
     config: { auth: "none" },
     schema: {
       tags: ["health"], summary: "Readiness: the database answers and its migrations are current",
-      response: { 200: { type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } } }, 503: { $ref: "LedgerError#" } },
+      response: { 200: readiness, 503: { $ref: "LedgerError#" } },
     },
   }, async (_request, reply) => {
     if (health && health().state !== "up") return databaseUnavailable(reply);

@@ -3,13 +3,26 @@ import type { RateLimits } from "../context.ts";
 import { requireAdmin, requireCaller, type Caller } from "../auth.ts";
 import { notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
-import { bearer, countFields, countQuery, countSource, errors, idParams, likeOutcome, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
+import { bearer, countFields, countQuery, countSource, errors, idParams, likeOutcome, named, namedWriteAnswer, optionalBearer, pageOf, pageQuery } from "../schemas.ts";
 import { listLikedItems, listLikers } from "../../likes/like-reads.ts";
 import { LIKE_COUNTS } from "../../cache/counter-kinds.ts";
 import { itemState } from "../../likes/item-visibility.ts";
 import type { Ledger } from "../../ledger.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
+
+const itemCreated = namedWriteAnswer("ItemCreated", { type: "object", properties: { id: { type: "string" } } });
+const likeState = named("LikeState", { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } });
+const likeCount = named("LikeCount", {
+  type: "object",
+  properties: { count: { type: "integer", description: "the derived like count" }, ...countFields, ...countSource },
+});
+const likerPage = pageOf("LikerPage", "likers", named("Liker", {
+  type: "object", required: ["userId", "likedAt"], properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } },
+}));
+const likedItemPage = pageOf("LikedItemPage", "likes", named("LikedItem", {
+  type: "object", required: ["itemId", "likedAt"], properties: { itemId: { type: "string" }, likedAt: { type: "string", format: "date-time" } },
+}));
 
 /**
  * The item as `caller` (null: no token) may see it, by item_state (migration 015): the rule for
@@ -26,7 +39,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
   app.put("/v1/items/:id", {
     schema: {
       tags: ["likes"], summary: "Make an item likeable (admin)", security: bearer, params: idParams,
-      response: { 200: { type: "object", properties: { id: { type: "string" } } }, ...errors(400, 401, 403, 429) },
+      response: { 200: itemCreated, ...errors(400, 401, 403, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: IdRequest) => {
@@ -55,7 +68,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     onRequest: opts.readRateLimit,
     schema: {
       tags: ["likes"], summary: "Whether I like the item, from the facts (read-your-writes)", security: bearer, params: idParams,
-      response: { 200: { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } }, ...errors(400, 401, 404, 429) },
+      response: { 200: likeState, ...errors(400, 401, 404, 429) },
     },
   }, async (request: IdRequest) => {
     const caller = requireCaller(request);
@@ -70,10 +83,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
       tags: ["likes"], summary: "Like count with its lag and error bound: |count - truth| <= pendingForItem (no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: countQuery,
       response: {
-        200: {
-          type: "object",
-          properties: { count: { type: "integer", description: "the derived like count" }, ...countFields, ...countSource },
-        },
+        200: likeCount,
         ...errors(400, 401, 404, 429),
       },
     },
@@ -89,7 +99,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
       tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: pageQuery,
       response: {
-        200: pageOf("likers", { type: "object", required: ["userId", "likedAt"], properties: { userId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
+        200: likerPage,
         ...errors(400, 401, 404, 429),
       },
     },
@@ -103,7 +113,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     schema: {
       tags: ["likes"], summary: "Items I like, newest like first, from the facts (an item deleted for everyone is left out)", security: bearer, querystring: pageQuery,
       response: {
-        200: pageOf("likes", { type: "object", required: ["itemId", "likedAt"], properties: { itemId: { type: "string" }, likedAt: { type: "string", format: "date-time" } } }),
+        200: likedItemPage,
         ...errors(400, 401, 429),
       },
     },

@@ -21,7 +21,15 @@ export async function metricsRoutes(app: FastifyInstance, opts: { metrics: Ledge
   const { metrics, token } = opts;
   app.get("/metrics", {
     config: { auth: "none" },
-    schema: { tags: ["health"], summary: "Prometheus metrics (a bearer token when LEDGER_METRICS_TOKEN is set)", hide: false },
+    schema: {
+      tags: ["health"], summary: "Prometheus metrics (a bearer token when LEDGER_METRICS_TOKEN is set)", hide: false,
+      security: [{ metricsToken: [] }, {}],
+      // Documentation only: the text is sent as it is (a string with its own content type is not serialized).
+      response: {
+        200: { description: "the Prometheus text exposition format", content: { "text/plain": { schema: { type: "string" } } } },
+        401: { content: { "application/json": { schema: { $ref: "LedgerError#" } } } },
+      },
+    },
   }, async (request: FastifyRequest, reply: FastifyReply) => {
     if (token !== undefined && !bearerMatches(request.headers.authorization, token)) {
       return reply.status(401).header("www-authenticate", 'Bearer realm="metrics"')

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { RateLimits } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { forbidden, notFound } from "../errors.ts";
-import { bearer, errors, idParams, optionalBearer, post, postBody } from "../schemas.ts";
+import { bearer, errors, idParams, named, namedWriteAnswer, optionalBearer, post, postBody } from "../schemas.ts";
 import { readLivePost, type Post } from "../../relations/posts.ts";
 import type { ReadMode, Visibility } from "../../relations/types.ts";
 import type { Pool } from "../../db/pool.ts";
@@ -21,6 +21,21 @@ export async function readPublicPost(db: Pool, postId: string): Promise<Post | u
   const found = await readLivePost(db, postId);
   return found?.visibility === "PUBLIC" ? found : undefined;
 }
+
+const postRead = named("PostRead", {
+  type: "object",
+  properties: {
+    post,
+    decidedBy: {
+      type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"],
+      description: "what allowed the read: the author; the relation table (truth); the follower projection; the truth because the projection was behind (fallback-truth); a PUBLIC post's block check; a PUBLIC post read without a token",
+    },
+  },
+});
+
+const postDeletion = namedWriteAnswer("PostDeletion", {
+  type: "object", required: ["id", "outcome"], properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } },
+});
 
 function toJson(p: Post) {
   return { id: p.postId, author: p.author, visibility: p.visibility, body: p.body, aclToken: p.aclToken, createdAt: p.createdAt.toISOString() };
@@ -59,16 +74,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
         },
       },
       response: {
-        200: {
-          type: "object",
-          properties: {
-            post,
-            decidedBy: {
-              type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"],
-              description: "what allowed the read: the author; the relation table (truth); the follower projection; the truth because the projection was behind (fallback-truth); a PUBLIC post's block check; a PUBLIC post read without a token",
-            },
-          },
-        },
+        200: postRead,
         ...errors(400, 401, 404, 429),
       },
     },
@@ -92,7 +98,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
     schema: {
       tags: ["posts"], summary: "Delete my post (an admin: anyone's). Its likes stay in the ledger but the post and its item are gone for every reader; repeating is a NOOP",
       security: bearer, params: idParams,
-      response: { 200: { type: "object", required: ["id", "outcome"], properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } } }, ...errors(400, 401, 403, 404, 429) },
+      response: { 200: postDeletion, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string } }>) => {

@@ -4,7 +4,8 @@ import { requireCaller, requireSelfOrAdmin, type Caller } from "../auth.ts";
 import { HttpError, notFound } from "../errors.ts";
 import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
 import {
-  accountRow, bearer, countFields, countQuery, countSource, errors, id, idParams, lagQuery, optionalBearer, pageOf, pageQuery, relationOutcome, relationship, relationshipProperties,
+  accountRow, accountSince, bearer, countFields, countQuery, countSource, errors, id, idParams, lagQuery, named, namedWriteAnswer, optionalBearer, pageOf, pageQuery, relationOutcome, relationship,
+  relationshipProperties, relationshipRef,
 } from "../schemas.ts";
 import { setHideCollections } from "../../relations/account-settings.ts";
 import { AccountNotFoundError } from "../../relations/errors.ts";
@@ -29,6 +30,38 @@ const account = {
     hideCollections: { type: "boolean", description: "its follower and following lists and counts are hidden from everyone else" },
   },
 } as const;
+const accountWritten = namedWriteAnswer("Account", account);
+const accountSettings = named("AccountSettings", {
+  type: "object", nullable: true, additionalProperties: false,
+  properties: {
+    private: { type: "boolean", description: "follow requests need approval; making the account public approves the pending ones" },
+    hideCollections: { type: "boolean", description: "hide my followers and following (lists and counts) from everyone else" },
+  },
+});
+const accountProfile = named("AccountProfile", {
+  ...account,
+  properties: {
+    ...account.properties,
+    counts: named("AccountCounts", {
+      type: "object", description: "absent when the account hides its collections from the viewer",
+      required: ["followers", "following", "lag", "stale"],
+      properties: {
+        followers: { type: "integer", description: "from the projection: may lag by `lag` events" },
+        following: { type: "integer", description: "from the truth: exact" },
+        lag: { type: "integer" }, stale: { type: "boolean", description: "lag > allowedLag" },
+      },
+    }),
+  },
+});
+const relationshipList = named("RelationshipList", {
+  type: "array",
+  items: named("AccountRelationship", { type: "object", required: ["id", ...relationship.required], properties: { id: { type: "string" }, ...relationshipProperties } }),
+});
+const followerCountSchema = named("FollowerCount", { type: "object", properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } });
+const followerPage = pageOf("FollowerPage", "followers", accountSince);
+const followingPage = pageOf("FollowingPage", "following", accountSince);
+const followRequestPage = pageOf("FollowRequestPage", "requests", named("FollowRequest", accountRow("requestedAt")));
+const blockPage = pageOf("BlockPage", "blocks", accountSince);
 
 export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
@@ -107,14 +140,8 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
       summary: "Create an account, or change only the settings the body names (the user itself, or an admin); making a private account public approves its pending follow requests",
       security: bearer, params: idParams,
       // The body is optional: no body (or {}) creates a public account, and changes nothing of an existing one.
-      body: {
-        type: "object", nullable: true, additionalProperties: false,
-        properties: {
-          private: { type: "boolean", description: "follow requests need approval; making the account public approves the pending ones" },
-          hideCollections: { type: "boolean", description: "hide my followers and following (lists and counts) from everyone else" },
-        },
-      },
-      response: { 200: account, ...errors(400, 401, 403, 429) },
+      body: accountSettings,
+      response: { 200: accountWritten, ...errors(400, 401, 403, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean; hideCollections?: boolean } | undefined }>) => {
@@ -130,24 +157,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     schema: {
       tags: ["relations"], summary: "An account's profile: its flags, and its counts unless it hides them from the viewer (no token: public data only)",
       security: optionalBearer, params: idParams, querystring: lagQuery,
-      response: {
-        200: {
-          ...account,
-          properties: {
-            ...account.properties,
-            counts: {
-              type: "object", description: "absent when the account hides its collections from the viewer",
-              required: ["followers", "following", "lag", "stale"],
-              properties: {
-                followers: { type: "integer", description: "from the projection: may lag by `lag` events" },
-                following: { type: "integer", description: "from the truth: exact" },
-                lag: { type: "integer" }, stale: { type: "boolean", description: "lag > allowedLag" },
-              },
-            },
-          },
-        },
-        ...errors(400, 401, 404, 429),
-      },
+      response: { 200: accountProfile, ...errors(400, 401, 404, 429) },
     },
     onRequest: opts.readRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number } }>) => {
@@ -174,7 +184,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     config: { auth: "required" },
     schema: {
       tags: ["relations"], summary: "My relationship to an account, from the truth", security: bearer, params: idParams,
-      response: { 200: relationship, ...errors(400, 401, 404, 429) },
+      response: { 200: relationshipRef, ...errors(400, 401, 404, 429) },
     },
     onRequest: opts.readRateLimit,
   }, async (request: IdRequest) => myRelationship(requireCaller(request).id, request.params.id));
@@ -189,7 +199,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
         properties: { id: { type: "array", items: id, minItems: 1, maxItems: MAX_RELATIONSHIPS } },
       },
       response: {
-        200: { type: "array", items: { type: "object", required: ["id", ...relationship.required], properties: { id: { type: "string" }, ...relationshipProperties } } },
+        200: relationshipList,
         ...errors(400, 401, 404, 429),
       },
     },
@@ -205,19 +215,19 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   });
 
   /** A list of an account (`:id`, or `me`) or of the caller (no params): auth, schema, the read budget. */
-  const listSchema = (summary: string, key: string, timeField: string, auth: "optional" | "required", statuses: number[] = [], replicaRead = false) => ({
+  const listSchema = (summary: string, page: { $ref: string }, auth: "optional" | "required", statuses: number[] = [], replicaRead = false) => ({
     config: { auth, replicaRead },
     schema: {
       tags: ["relations"], summary, security: auth === "optional" ? optionalBearer : bearer, querystring: pageQuery,
       ...(auth === "optional" ? { params: idParams } : {}),
-      response: { 200: pageOf(key, accountRow(timeField)), ...errors(400, 401, 429, ...statuses) },
+      response: { 200: page, ...errors(400, 401, 429, ...statuses) },
     },
     onRequest: opts.readRateLimit,
   });
-  const ownListSchema = (summary: string, key: string, timeField: string) => listSchema(summary, key, timeField, "required");
+  const ownListSchema = (summary: string, page: { $ref: string }) => listSchema(summary, page, "required");
 
   app.get("/v1/accounts/:id/followers",
-    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", "followers", "since", "optional", [403, 404], true),
+    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", followerPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
@@ -226,7 +236,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     });
 
   app.get("/v1/accounts/:id/following",
-    listSchema("Accounts this account follows, from the truth, newest first", "following", "since", "optional", [403, 404], true),
+    listSchema("Accounts this account follows, from the truth, newest first", followingPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
@@ -234,13 +244,13 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
       return sendPage(request, reply, { following: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
     });
 
-  app.get("/v1/accounts/me/follow-requests", ownListSchema("Follow requests I have received and not decided, newest first", "requests", "requestedAt"),
+  app.get("/v1/accounts/me/follow-requests", ownListSchema("Follow requests I have received and not decided, newest first", followRequestPage),
     async (request: FastifyRequest<{ Querystring: PageQuery }>, reply) => {
       const { accounts, nextCursor } = await listFollowRequests(ledger.pool, requireCaller(request).id, pageOptions(request.query));
       return sendPage(request, reply, { requests: accounts.map((a) => ({ accountId: a.accountId, requestedAt: a.since })), ...(nextCursor ? { nextCursor } : {}) }, request.query);
     });
 
-  app.get("/v1/accounts/me/blocks", ownListSchema("Accounts I block, newest block first", "blocks", "since"),
+  app.get("/v1/accounts/me/blocks", ownListSchema("Accounts I block, newest block first", blockPage),
     async (request: FastifyRequest<{ Querystring: PageQuery }>, reply) => {
       const { accounts, nextCursor } = await listBlocks(ledger.pool, requireCaller(request).id, pageOptions(request.query));
       return sendPage(request, reply, { blocks: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
@@ -250,7 +260,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     config: { auth: "optional", replicaRead: true },
     schema: {
       tags: ["relations"], summary: "Follower count from the projection, with its lag", security: optionalBearer, params: idParams, querystring: countQuery,
-      response: { 200: { type: "object", properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } }, ...errors(400, 401, 403, 404, 429) },
+      response: { 200: followerCountSchema, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.readRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { allowedLag: number; exact: boolean } }>) => {
