@@ -1,8 +1,7 @@
-import { backendPid, type Pool } from "../db/pool.ts";
+import type { Pool } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
-import { withStatementRetry, withTransaction } from "../db/transaction.ts";
+import { withStatementRetry } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
-import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
 import type { LikeResult } from "./types.ts";
@@ -24,10 +23,10 @@ const LIKE_SET_PLAIN_ITEM = { name: "like_set_plain_item", text: "SELECT outcome
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
  * and only on a change bump the version, take the next number of the user's partition sequence
- * and write the outbox event. All of it is the server-side function like_set (migration 003),
- * called as one autocommit statement: one round trip per write. When a test has registered a
- * handler at "like.beforeCommit", the same call runs inside an explicit transaction and the hook
- * runs after it, before COMMIT, with every lock of the write still held (docs/write-path.md).
+ * and write the outbox event. All of it is the server-side function like_set (migrations 003,
+ * 008, 015), called as one autocommit statement: one round trip per write. Its hook point
+ * like.beforeCommit (ledger_hook, migration 015) is inside the function, after the outbox
+ * insert with every lock held, so a race test parks this very call (docs/testing.md).
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
  */
@@ -35,11 +34,10 @@ export class LikeService {
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
-    private readonly hooks: Hooks,
   ) {}
 
-  static async open(pool: Pool, options: { hooks?: Hooks } = {}): Promise<LikeService> {
-    return new LikeService(pool, await readPartitions(pool), options.hooks ?? new Hooks());
+  static async open(pool: Pool): Promise<LikeService> {
+    return new LikeService(pool, await readPartitions(pool));
   }
 
   partitionOf(userId: string): number {
@@ -74,11 +72,9 @@ export class LikeService {
    * The API's like and unlike, in one statement for an item that is no post (whose visibility is
    * "everybody", so its only check is that it exists, which the write answers itself): the result
    * of like/unlike, or undefined with nothing written when the item is a post (the caller must
-   * check the reader may see it, then call like/unlike) or when a test's hook is registered at
-   * "like.beforeCommit" (the hooked path is like/unlike's).
+   * check the reader may see it, then call like/unlike).
    */
   async setLikedUnlessPost(userId: string, itemId: string, want: boolean): Promise<LikeResult | undefined> {
-    if (this.hooks.has("like.beforeCommit")) return undefined;
     const result = await this.setLiked(userId, itemId, want, LIKE_SET_PLAIN_ITEM);
     return result === "POST" ? undefined : result;
   }
@@ -92,16 +88,7 @@ export class LikeService {
     const values = [userId, itemId, want, part];
     let row: LikeSetRow;
     try {
-      row = this.hooks.has("like.beforeCommit")
-        ? await withTransaction(this.pool, async (client) => {
-          const { rows } = await client.query<LikeSetRow>({ ...statement, values });
-          const result = rows[0]!;
-          if (result.outcome === "CHANGED") {
-            await this.hooks.at("like.beforeCommit", { userId, itemId, seq: result.seq, part, version: result.version, pid: backendPid(client) });
-          }
-          return result;
-        })
-        : await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
+      row = await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
         // The placeholder insert is the function's first statement, so nothing was written.
