@@ -57,3 +57,50 @@ test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=fa
   const after = await f.db.pool.query<{ n: number }>("SELECT n FROM like_count WHERE item_id = $1", [ITEM]);
   assert.equal(after.rows[0]!.n, 5);
 });
+
+test("32-I P=1 a consumer parked between locking the count row and updating it: the install's FOR UPDATE waits for it and the event is not lost", async (t) => {
+  // Unlike the test above, the consumer has only locked the row (no new row version yet), so
+  // the install's INSERT ... ON CONFLICT DO NOTHING does not wait: only its SELECT ... FOR UPDATE
+  // does. Without that lock the install reads the count before the consumer's event, then its
+  // UPDATE waits on the row lock and overwrites the consumer's increment: n = 4 instead of 5.
+  const f = await likesFixture(1);
+  const snapshotTaken = new Gate("rebuild.afterSnapshot");
+  const consumerLocked = new Gate("consumer.afterLock");
+  t.after(async () => {
+    snapshotTaken.release();
+    consumerLocked.release();
+    await f.close();
+  });
+  await f.rebuild.rebuild({ items: [ITEM] });
+  for (let u = 1; u <= 4; u++) await f.likes.like(user(u), ITEM);
+
+  const offSnapshot = f.hooks.on("rebuild.afterSnapshot", snapshotTaken.handler);
+  let installPid: number | undefined;
+  const offBeforeLock = f.hooks.on("rebuild.beforeInstall", (ctx) => {
+    installPid = ctx.pid as number;
+  });
+  const rebuilding = f.rebuild.rebuild({ items: [ITEM] });
+  assert.deepEqual((await snapshotTaken.waitArrived()).snapshotSeqs, [4]);
+
+  await f.likes.like(user(5), ITEM);
+  const offConsumer = f.hooks.on("consumer.afterLock", consumerLocked.handler);
+  const consuming = f.consumer.applyBatch(await f.consumer.fetchRange(0, 5, 5));
+  await consumerLocked.waitArrived();
+  offConsumer();
+
+  snapshotTaken.release();
+  const wait = await waitForLockWait(f.db.pool, () => installPid);
+  t.diagnostic(`note install pid=${installPid} waits for the consumer that holds the row lock: locktype=${wait.locktype} mode=${wait.mode}`);
+  consumerLocked.release();
+  const applied = await consuming;
+  await rebuilding;
+  offSnapshot();
+  offBeforeLock();
+  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>("SELECT n, base_seq FROM like_count WHERE item_id = $1", [ITEM]);
+  t.diagnostic(`note consumer applied event 5 (applied=${applied.applied}); after the install n=${rows[0]!.n} base_seq=${rows[0]!.base_seq}`);
+  assert.equal(applied.applied, 1);
+  assert.deepEqual(rows[0], { n: 5, base_seq: 4 }, "the install summed the event the consumer applied while it waited");
+  await f.consumer.drain();
+  const after = await f.db.pool.query<{ n: number }>("SELECT n FROM like_count WHERE item_id = $1", [ITEM]);
+  assert.equal(after.rows[0]!.n, 5, "count = facts");
+});
