@@ -84,11 +84,15 @@ test("defect 3, concurrent: a follow request committing while the account is unl
   const admin = await h.as("admin-1", { admin: true });
   await createAccounts(admin, ["fan"]);
   await createAccounts(admin, ["star"], { private: true });
+  const fan = await h.as("fan");
+  const star = await h.as("star");
+  // A request asked again after a withdrawal: the pair's row exists, so only the share lock (not
+  // a new row's foreign key check on the account) can make the unlock wait.
+  ok(await fan.put("/v1/accounts/me/following/star"));
+  ok(await fan.delete("/v1/accounts/me/following/star"));
   // The request parks inside relation_follow (relation.afterEvent, migration 015): the statement
   // the route runs, its PENDING row and event written, its share lock on star's account row held.
   const gate = await SqlHook.arm(h.db.pool, "relation.afterEvent");
-  const fan = await h.as("fan");
-  const star = await h.as("star");
   const request = fan.put<RelationOutcome>("/v1/accounts/me/following/star");
   try {
     const parked = await gate.parked();

@@ -6,6 +6,9 @@
  * so this races the function production runs. The negative control is that function with only
  * its FOR SHARE removed, in this test's database: the unlock does not wait, finds no request to
  * approve (the row is not committed), and the request is left PENDING towards a public account.
+ * The request is a repeated one (the pair's row exists, REMOVED): a pair's first follow inserts
+ * its row, whose foreign key check key-share-locks the account row, and that lock alone would
+ * make the unlock wait, with or without FOR SHARE.
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
@@ -25,6 +28,8 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
       [" FROM account a WHERE a.account_id = p_followee FOR SHARE;", " FROM account a WHERE a.account_id = p_followee;"],
     ]);
   }
+  assert.equal((await f.rel.follow(fan, star)).state, "PENDING");
+  assert.equal((await f.rel.unfollow(fan, star)).state, "REMOVED", "a withdrawn request: the pair's row exists");
   const hook = await SqlHook.arm(f.db.pool, "relation.afterEvent");
   try {
     const request = f.rel.follow(fan, star);

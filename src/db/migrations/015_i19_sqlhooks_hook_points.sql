@@ -1,7 +1,8 @@
 -- Hook points inside the write functions, so a deterministic race test parks the very statements
 -- production runs (issue 19; docs/testing.md, "Hook points"). `ledger_hook(point, context)` returns
 -- at once unless the setting `ledger.test_hooks` is 'on', which only test databases set (ALTER
--- DATABASE ... SET); production pays one current_setting call per hook point. With the setting on,
+-- DATABASE ... SET). Each call site tests the setting itself before it builds the context, so
+-- production pays one current_setting call per hook point (docs/write-path.md). With the setting on,
 -- a point is armed while a test holds the advisory lock (1752133483, hashtext(point)) exclusively:
 -- the first transaction to arrive then sends a NOTICE with the point and its context (and its
 -- pid) and waits for a shared lock on that key, which pg_locks shows as an ungranted advisory lock
@@ -46,8 +47,10 @@ BEGIN
   UPDATE event_seq s SET last = s.last + 1 WHERE s.part = v_part RETURNING s.last INTO v_seq;
   INSERT INTO relation_event (part, seq, follower, followee, state, version)
     VALUES (v_part, v_seq, p_follower, p_followee, p_target, p_version);
-  PERFORM ledger_hook('relation.afterEvent', jsonb_build_object(
-    'follower', p_follower, 'followee', p_followee, 'state', p_target, 'version', p_version, 'part', v_part, 'seq', v_seq));
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('relation.afterEvent', jsonb_build_object(
+      'follower', p_follower, 'followee', p_followee, 'state', p_target, 'version', p_version, 'part', v_part, 'seq', v_seq));
+  END IF;
   RETURN v_seq;
 END
 $$;
@@ -61,7 +64,9 @@ DECLARE
   v_target text;
 BEGIN
   SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);
-  PERFORM ledger_hook('follow.afterLock', jsonb_build_object('follower', p_follower, 'followee', p_followee));
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('follow.afterLock', jsonb_build_object('follower', p_follower, 'followee', p_followee));
+  END IF;
   -- After the lock: a block must take the same row lock first (chapter 30, 30-H/30-I).
   IF relation_blocked_either_way(p_follower, p_followee) THEN
     RETURN QUERY SELECT 'REJECTED', cur.state, cur.version, 0::bigint, 'blocked', 'BLOCKED';
@@ -108,7 +113,9 @@ DECLARE
 BEGIN
   SELECT * INTO cur1 FROM relation_lock_pair(v_f1, v_e1);
   SELECT * INTO cur2 FROM relation_lock_pair(v_e1, v_f1);
-  PERFORM ledger_hook('block.afterLock', jsonb_build_object('blocker', p_blocker, 'blocked', p_blocked));
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('block.afterLock', jsonb_build_object('blocker', p_blocker, 'blocked', p_blocked));
+  END IF;
   INSERT INTO block (blocker, blocked) VALUES (p_blocker, p_blocked) ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_inserted = ROW_COUNT;
   -- The blocked user's follow of the blocker, as it is before any change.
@@ -130,7 +137,9 @@ BEGIN
     END IF;
     v_seq := greatest(v_seq, v_new_seq);
   END LOOP;
-  PERFORM ledger_hook('block.beforeCommit', jsonb_build_object('blocker', p_blocker, 'blocked', p_blocked, 'seq', v_seq));
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('block.beforeCommit', jsonb_build_object('blocker', p_blocker, 'blocked', p_blocked, 'seq', v_seq));
+  END IF;
   IF v_inserted = 0 AND v_seq = 0 THEN
     RETURN QUERY SELECT 'NOOP', v_state, v_version, 0::bigint, 'already blocked', NULL::text;
     RETURN;
@@ -155,8 +164,10 @@ BEGIN
       UPDATE like_seq s SET last = s.last + 1 WHERE s.part = p_part RETURNING s.last INTO new_seq;
       INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
         VALUES (p_part, new_seq, p_user, p_item, 1, 1);
-      PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
-        'userId', p_user, 'itemId', p_item, 'part', p_part, 'seq', new_seq, 'version', 1));
+      IF current_setting('ledger.test_hooks', true) = 'on' THEN
+        PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
+          'userId', p_user, 'itemId', p_item, 'part', p_part, 'seq', new_seq, 'version', 1));
+      END IF;
       RETURN QUERY SELECT 'CHANGED'::text, true, 1::bigint, new_seq;
       RETURN;
     END IF;
@@ -175,8 +186,10 @@ BEGIN
   UPDATE like_seq s SET last = s.last + 1 WHERE s.part = p_part RETURNING s.last INTO new_seq;
   INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
     VALUES (p_part, new_seq, p_user, p_item, CASE WHEN p_want THEN 1 ELSE -1 END, cur_version + 1);
-  PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
-    'userId', p_user, 'itemId', p_item, 'part', p_part, 'seq', new_seq, 'version', cur_version + 1));
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
+      'userId', p_user, 'itemId', p_item, 'part', p_part, 'seq', new_seq, 'version', cur_version + 1));
+  END IF;
   RETURN QUERY SELECT 'CHANGED'::text, p_want, cur_version + 1, new_seq;
 END
 $$;
