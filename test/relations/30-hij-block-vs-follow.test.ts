@@ -22,11 +22,13 @@ for (const partitions of [1, 4]) {
       await f.close();
     });
     const following = f.rel.follow(acct(70), acct(71));
-    await followLocked.parked();
+    const parked = await followLocked.parked();
     const blocking = f.rel.block(acct(71), acct(70));
     const wait = await waitForAnyLockWait(f.db.pool);
     t.diagnostic(`note block transaction pid=${wait.pid} waits: locktype=${wait.locktype} granted=${wait.granted}`);
     assert.equal(wait.granted, false);
+    assert.notEqual(wait.pid, parked.pid, "the waiter is the block, not the parked follow");
+    assert.equal(wait.locktype, "transactionid", "it waits for the follow's row lock");
     await followLocked.release();
     const followResult = await following;
     const blockResult = await blocking;
@@ -42,6 +44,11 @@ for (const partitions of [1, 4]) {
 
 test("30-I P=1 negative control: checking the block before the lock leaves ACTIVE next to a block row", async (t) => {
   const f = await relationsFixture(1, 100);
+  const checked = await SqlHook.arm(f.db.pool, "follow.afterBlockCheck");
+  t.after(async () => {
+    await checked.release();
+    await f.close();
+  });
   // The broken variant, in this test's database only: relation_follow as migrated, with its block
   // check moved before the row lock and a hook point between the two.
   await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
@@ -52,11 +59,6 @@ test("30-I P=1 negative control: checking the block before the lock leaves ACTIV
       "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);"],
     ["  IF relation_blocked_either_way(p_follower, p_followee) THEN", "  IF v_blocked THEN"],
   ]);
-  const checked = await SqlHook.arm(f.db.pool, "follow.afterBlockCheck");
-  t.after(async () => {
-    await checked.release();
-    await f.close();
-  });
   const following = f.rel.follow(acct(80), acct(81));
   await checked.parked();
   // The block commits completely while the follow sits between its check and its lock.
