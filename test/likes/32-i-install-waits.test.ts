@@ -16,8 +16,10 @@ test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=fa
     consumerHolds.release();
     await f.close();
   });
-  // A first rebuild creates the item's count row (n=0, base_seq=0) without taking a seq,
-  // so that below the install's FOR UPDATE, not its insert, is what waits.
+  // A first rebuild creates the item's count row (n=0, base_seq=0) without taking a seq. The
+  // consumer below has already updated that row when it parks, so the install's INSERT ... ON
+  // CONFLICT DO NOTHING waits for it (it sees the update in progress); the next test parks the
+  // consumer before its update, where only the install's SELECT ... FOR UPDATE waits.
   await f.rebuild.rebuild({ items: [ITEM] });
   for (let u = 1; u <= 4; u++) await f.likes.like(user(u), ITEM);
 
@@ -39,8 +41,10 @@ test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=fa
 
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);
-  t.diagnostic(`note install pid=${installPid} waits: pg_locks locktype=${wait.locktype} mode=${wait.mode} granted=${wait.granted}`);
+  const { rows: [waiting] } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
+  t.diagnostic(`note install pid=${installPid} waits: pg_locks locktype=${wait.locktype} mode=${wait.mode} granted=${wait.granted}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`);
   assert.equal(wait.granted, false);
+  assert.match(waiting!.query, /^INSERT INTO like_count /, "the insert waits already: this test alone would pass without the FOR UPDATE");
 
   consumerHolds.release();
   const applied = await consuming;
@@ -90,7 +94,11 @@ test("32-I P=1 a consumer parked between locking the count row and updating it: 
 
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);
-  t.diagnostic(`note install pid=${installPid} waits for the consumer that holds the row lock: locktype=${wait.locktype} mode=${wait.mode}`);
+  const { rows: [waiting] } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
+  t.diagnostic(`note install pid=${installPid} waits for the consumer that holds the row lock: locktype=${wait.locktype} mode=${wait.mode}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`);
+  // Its INSERT ... ON CONFLICT passed (the row is only locked, not yet updated): the statement that
+  // waits is the SELECT ... FOR UPDATE.
+  assert.match(waiting!.query, /^SELECT part FROM like_count .* FOR UPDATE$/s);
   consumerLocked.release();
   const applied = await consuming;
   await rebuilding;
