@@ -1,7 +1,10 @@
 /**
  * Named hook points let a test stop a transaction at an exact place (for example
  * "consumer.beforeCommit") and release it later, so interleavings are deterministic
- * without sleeping. In production no handler is registered and `at` resolves at once.
+ * without sleeping. In production no handler is registered and `at` resolves at once. Whether
+ * a handler is registered is deliberately not asked anywhere: a hook point pauses the path
+ * production runs and never selects another (docs/testing.md). The write functions' own points
+ * are in SQL (ledger_hook, migration 016).
  */
 export type HookContext = Record<string, unknown>;
 export type HookHandler = (context: HookContext) => void | Promise<void>;
@@ -14,11 +17,6 @@ export class Hooks {
     return () => {
       if (this.handlers.get(name) === handler) this.handlers.delete(name);
     };
-  }
-
-  /** Whether a handler is registered at `name` (a caller may then take a path that can pause there). */
-  has(name: string): boolean {
-    return this.handlers.has(name);
   }
 
   async at(name: string, context: HookContext = {}): Promise<void> {

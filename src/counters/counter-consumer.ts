@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { watermarkTablesOf, type CountEvent, type CounterSpec } from "./counter-spec.ts";
@@ -88,7 +88,9 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
  * transaction on one partition (inPartitionBatch): lock the watermark row, check the batch
  * against the outbox, create and lock the batch's count rows in key order, apply (APPLIED /
  * COVERED / dup per event), advance the contiguous watermark. A count is never clamped: a
- * negative n is the audit's to report.
+ * negative n is the audit's to report. Hook points (prefixed with spec.hookPrefix), on the path
+ * every batch takes: consumer.afterLock {part, events, pid} between locking the count rows and
+ * applying, consumer.beforeCommit {part, events, pid}.
  */
 export class CounterConsumer {
   private readonly hooks: Hooks;
@@ -139,6 +141,7 @@ export class CounterConsumer {
       const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
       await client.query(this.sql.createRows, [keys, part]);
       await client.query(this.sql.lockRows, [keys, part]);
+      await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { part, events, pid: backendPid(client) });
       const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
       return { ...stats, dup: stats.dup + expired, expired };
     }, (pid) => this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { part, events, pid }));

@@ -1,8 +1,7 @@
-import { backendPid, type Pool } from "../db/pool.ts";
+import type { Pool } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
-import { withStatementRetry, withTransaction } from "../db/transaction.ts";
+import { withStatementRetry } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
-import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
 import type { LikeResult } from "./types.ts";
@@ -24,10 +23,10 @@ const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
  * and only on a change bump the version, take the next number of the user's partition sequence
- * and write the outbox event. All of it is the server-side function like_set (migration 003),
- * called as one autocommit statement: one round trip per write. When a test has registered a
- * handler at "like.beforeCommit", the same call runs inside an explicit transaction and the hook
- * runs after it, before COMMIT, with every lock of the write still held (docs/write-path.md).
+ * and write the outbox event. All of it is the server-side function like_set (migrations 003,
+ * 008, 016), called as one autocommit statement: one round trip per write. Its hook point
+ * like.beforeCommit (ledger_hook, migration 016) is inside the function, after the outbox
+ * insert with every lock held, so a race test parks this very call (docs/testing.md).
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
  */
@@ -35,11 +34,10 @@ export class LikeService {
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
-    private readonly hooks: Hooks,
   ) {}
 
-  static async open(pool: Pool, options: { hooks?: Hooks } = {}): Promise<LikeService> {
-    return new LikeService(pool, await readPartitions(pool), options.hooks ?? new Hooks());
+  static async open(pool: Pool): Promise<LikeService> {
+    return new LikeService(pool, await readPartitions(pool));
   }
 
   partitionOf(userId: string): number {
@@ -75,7 +73,6 @@ export class LikeService {
    * item (item_state, migration 015, decided in the truth inside the same statement); an
    * unlike of one's own like is allowed also when a block hid the item. An item the user may
    * not (un)like is REJECTED ITEM_NOT_FOUND exactly like a missing one, and nothing is written.
-   * With a hook at "like.beforeCommit" the same statement runs inside BEGIN ... COMMIT.
    */
   setLikedIfVisible(userId: string, itemId: string, want: boolean): Promise<LikeResult> {
     return this.setLiked(userId, itemId, want, LIKE_SET_IF_VISIBLE);
@@ -88,16 +85,7 @@ export class LikeService {
     const values = [userId, itemId, want, part];
     let row: LikeSetRow;
     try {
-      row = this.hooks.has("like.beforeCommit")
-        ? await withTransaction(this.pool, async (client) => {
-          const { rows } = await client.query<LikeSetRow>({ ...statement, values });
-          const result = rows[0]!;
-          if (result.outcome === "CHANGED") {
-            await this.hooks.at("like.beforeCommit", { userId, itemId, seq: result.seq, part, version: result.version, pid: backendPid(client) });
-          }
-          return result;
-        })
-        : await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
+      row = await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
         // The placeholder insert is the function's first statement, so nothing was written.

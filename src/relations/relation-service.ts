@@ -1,8 +1,7 @@
-import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
 import { ForeignKeyViolationError } from "../db/errors.ts";
 import { withStatementRetry, withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
-import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
@@ -10,12 +9,7 @@ import { AccountNotFoundError } from "./errors.ts";
 import { missingAccounts, relationships } from "./relation-reads.ts";
 import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
-interface PairRow {
-  state: RelationState;
-  version: number;
-}
-
-/** A row returned by the write functions of migration 004. */
+/** A row returned by the write functions of migration 007. */
 interface WriteRow {
   outcome: "CHANGED" | "NOOP" | "REJECTED" | "ACCOUNT_NOT_FOUND";
   state: RelationState;
@@ -34,14 +28,6 @@ const WRITE_FUNCTIONS = {
   unblock: { name: "relation_unblock", text: `SELECT ${RESULT_COLUMNS} FROM relation_unblock($1, $2)` },
 } as const;
 
-/** The hook points each operation's step-by-step path passes; a handler at any of them selects that path (unblock has none). */
-const STEP_HOOKS = {
-  follow: ["follow.afterLock", "follow.afterBlockCheck", "relation.afterEvent"],
-  unfollow: ["relation.afterEvent"],
-  decide: ["relation.afterEvent"],
-  block: ["block.afterLock", "block.beforeCommit", "relation.afterEvent"],
-} as const;
-
 /**
  * The write side of chapter 30. Every operation is one READ COMMITTED transaction with a
  * fixed lock order: relation rows (lexicographic by (follower, followee)) -> the event_seq
@@ -52,22 +38,18 @@ const STEP_HOOKS = {
  * lock: a block transaction must take the same row lock first, so what the check reads cannot
  * change before this transaction commits (the chapter's argument, test 30-H/30-I).
  *
- * Each operation runs as one server-side function call (migration 004), one round trip. When a
- * test has registered a handler at one of the operation's hook points, or for the 30-I negative
- * control, it runs the same statements step by step from here instead, so the test can pause
- * between them; test/relations/write-functions.test.ts checks that both paths give the same
- * outcome and the same rows (docs/write-path.md).
+ * Each operation runs as one server-side function call (migrations 007 and 016), one round
+ * trip. The deterministic race tests pause inside those functions, at the hook points of
+ * migration 016 (ledger_hook), so they race the statements production runs (docs/testing.md).
  */
 export class RelationService {
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
-    private readonly hooks: Hooks,
-    private readonly checkBlockBeforeLock: boolean,
   ) {}
 
-  static async open(pool: Pool, options: { hooks?: Hooks; checkBlockBeforeLock?: boolean } = {}): Promise<RelationService> {
-    return new RelationService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), options.checkBlockBeforeLock ?? false);
+  static async open(pool: Pool): Promise<RelationService> {
+    return new RelationService(pool, await readPartitions(pool));
   }
 
   partitionOf(followee: string): number {
@@ -102,7 +84,7 @@ export class RelationService {
           [accountId],
         );
         for (const row of pending.rows) {
-          await this.transition(client, row.follower, accountId, { state: "PENDING", version: row.version }, "ACTIVE");
+          await this.approve(client, row.follower, accountId, row.version);
           approved++;
         }
       }
@@ -111,108 +93,25 @@ export class RelationService {
   }
 
   follow(follower: string, followee: string): Promise<RelationResult> {
-    if (!this.checkBlockBeforeLock && !this.stepwise("follow")) {
-      return this.callWrite("follower", follower, "followee", followee, rejected("REMOVED", 0, "cannot follow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.follow, [follower, followee, this.partitions]);
-    }
-    return this.run("follower", follower, "followee", followee, async (client) => {
-      if (follower === followee) return rejected("REMOVED", 0, "cannot follow yourself", "SELF_FOLLOW");
-      if (this.checkBlockBeforeLock) {
-        // Negative control 30-I: the check happens before the lock, so a block that commits
-        // in between is not seen.
-        const blocked = await blockedEitherWay(client, follower, followee);
-        await this.hooks.at("follow.afterBlockCheck", { follower, followee });
-        const cur = await lockPair(client, follower, followee);
-        if (blocked) return rejected(cur.state, cur.version, "blocked", "BLOCKED");
-        return this.followLocked(client, follower, followee, cur);
-      }
-      const cur = await lockPair(client, follower, followee);
-      await this.hooks.at("follow.afterLock", { follower, followee, pid: backendPid(client) });
-      if (await blockedEitherWay(client, follower, followee)) return rejected(cur.state, cur.version, "blocked", "BLOCKED");
-      return this.followLocked(client, follower, followee, cur);
-    });
-  }
-
-  private async followLocked(client: PoolClient, follower: string, followee: string, cur: PairRow): Promise<RelationResult> {
-    if (cur.state === "ACTIVE") return noop(cur, "already ACTIVE");
-    let { rows } = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1", [followee]);
-    if (rows[0]!.private) {
-      // A request is only PENDING while the account is private: the share lock waits for an
-      // unlock in progress (which approves the requests it can see) and re-reads the flag after it.
-      ({ rows } = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1 FOR SHARE", [followee]));
-    }
-    const target: RelationState = rows[0]!.private ? "PENDING" : "ACTIVE";
-    // A request left PENDING towards an account that is public now is approved by asking again.
-    if (cur.state === target) return noop(cur, `already ${cur.state}`);
-    return this.transition(client, follower, followee, cur, target);
+    return this.callWrite("follower", follower, "followee", followee, rejected("cannot follow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.follow, [follower, followee, this.partitions]);
   }
 
   unfollow(follower: string, followee: string): Promise<RelationResult> {
-    if (!this.stepwise("unfollow")) {
-      return this.callWrite("follower", follower, "followee", followee, rejected("REMOVED", 0, "cannot unfollow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.unfollow, [follower, followee, this.partitions]);
-    }
-    return this.run("follower", follower, "followee", followee, async (client) => {
-      if (follower === followee) return rejected("REMOVED", 0, "cannot unfollow yourself", "SELF_FOLLOW");
-      const cur = await lockPair(client, follower, followee);
-      if (cur.state === "REMOVED") return noop(cur, "already REMOVED");
-      return this.transition(client, follower, followee, cur, "REMOVED");
-    });
+    return this.callWrite("follower", follower, "followee", followee, rejected("cannot unfollow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.unfollow, [follower, followee, this.partitions]);
   }
 
   /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
-    if (!this.stepwise("decide")) {
-      return this.callWrite("followee", followee, "follower", follower, rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING"), WRITE_FUNCTIONS.decide, [followee, follower, approve, this.partitions]);
-    }
-    return this.run("followee", followee, "follower", follower, async (client) => {
-      if (follower === followee) return rejected("REMOVED", 0, "no request from yourself", "NOT_PENDING");
-      const cur = await lockPair(client, follower, followee);
-      if (cur.state !== "PENDING") return rejected(cur.state, cur.version, `not PENDING (${cur.state})`, "NOT_PENDING");
-      return this.transition(client, follower, followee, cur, approve ? "ACTIVE" : "REMOVED");
-    });
+    return this.callWrite("followee", followee, "follower", follower, rejected("no request from yourself", "NOT_PENDING"), WRITE_FUNCTIONS.decide, [followee, follower, approve, this.partitions]);
   }
 
   /** blocker blocks blocked: writes the block row and removes both directions of the relation. */
   block(blocker: string, blocked: string): Promise<RelationResult> {
-    if (!this.stepwise("block")) {
-      return this.callWrite("blocker", blocker, "blocked", blocked, rejected("REMOVED", 0, "cannot block yourself", "SELF_BLOCK"), WRITE_FUNCTIONS.block, [blocker, blocked, this.partitions]);
-    }
-    return this.run("blocker", blocker, "blocked", blocked, async (client) => {
-      if (blocker === blocked) return rejected("REMOVED", 0, "cannot block yourself", "SELF_BLOCK");
-      // Both rows in lexicographic order of (follower, followee): the same order for every transaction.
-      const pairs: [string, string][] = blocker < blocked
-        ? [[blocker, blocked], [blocked, blocker]]
-        : [[blocked, blocker], [blocker, blocked]];
-      const current: PairRow[] = [];
-      for (const [f, e] of pairs) current.push(await lockPair(client, f, e));
-      await this.hooks.at("block.afterLock", { blocker, blocked, pid: backendPid(client) });
-      const inserted = await client.query(
-        "INSERT INTO block (blocker, blocked) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        [blocker, blocked],
-      );
-      const changes = pairs
-        .map(([follower, followee], i) => ({ follower, followee, cur: current[i]! }))
-        .filter((c) => c.cur.state !== "REMOVED")
-        .sort((a, b) => this.partitionOf(a.followee) - this.partitionOf(b.followee));
-      const blockedIndex = pairs.findIndex(([f]) => f === blocked);
-      let result = { ...current[blockedIndex]!, seq: 0 };
-      for (const change of changes) {
-        const r = await this.transition(client, change.follower, change.followee, change.cur, "REMOVED");
-        if (change.follower === blocked) result = { state: r.state, version: r.version, seq: r.seq };
-        result.seq = Math.max(result.seq, r.seq);
-      }
-      await this.hooks.at("block.beforeCommit", { blocker, blocked });
-      if (inserted.rowCount === 0 && changes.length === 0) {
-        return { outcome: "NOOP", state: result.state, version: result.version, seq: 0, reason: "already blocked" };
-      }
-      return { outcome: "CHANGED", state: result.state, version: result.version, seq: result.seq, reason: "blocked" };
-    });
+    return this.callWrite("blocker", blocker, "blocked", blocked, rejected("cannot block yourself", "SELF_BLOCK"), WRITE_FUNCTIONS.block, [blocker, blocked, this.partitions]);
   }
 
-  /**
-   * Deletes the block row only; the relation stays REMOVED (invariant 4). It passes no hook
-   * point, so it always runs as the one function call (relation_unblock).
-   */
+  /** Deletes the block row only; the relation stays REMOVED (invariant 4). */
   unblock(blocker: string, blocked: string): Promise<RelationResult> {
     return this.callWrite("blocker", blocker, "blocked", blocked, undefined, WRITE_FUNCTIONS.unblock, [blocker, blocked]);
   }
@@ -225,10 +124,6 @@ export class RelationService {
     if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
     const [found] = (await relationships(this.pool, a, [b])) as [Relationship & { id: string }];
     return { following: found.following, requested: found.requested, followedBy: found.followedBy, requestedBy: found.requestedBy, blocking: found.blocking, blockedBy: found.blockedBy };
-  }
-
-  private stepwise(operation: keyof typeof STEP_HOOKS): boolean {
-    return STEP_HOOKS[operation].some((name) => this.hooks.has(name));
   }
 
   /**
@@ -260,54 +155,10 @@ export class RelationService {
     return row.code === null ? result : { ...result, code: row.code };
   }
 
-  /** Validates both ids, runs the operation in a retried transaction, maps an FK violation to AccountNotFoundError. */
-  private async run(
-    nameA: string, a: string, nameB: string, b: string,
-    work: (client: PoolClient) => Promise<RelationResult>,
-  ): Promise<RelationResult> {
-    validateId(nameA, a);
-    validateId(nameB, b);
-    try {
-      return await withTransaction(this.pool, work);
-    } catch (err) {
-      if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
-        throw await accountNotFound(this.pool, [a, b]);
-      }
-      throw err;
-    }
+  /** An approval of the unlock: the state change and its event, by the write functions' own step (relation_write_event, which passes relation.afterEvent). */
+  private async approve(client: PoolClient, follower: string, followee: string, version: number): Promise<void> {
+    await client.query("SELECT relation_write_event($1, $2, 'ACTIVE', $3, $4)", [follower, followee, version + 1, this.partitions]);
   }
-
-  /** State change under the pair's lock: version + 1, then the next seq of the followee's partition, then the event. */
-  private async transition(client: PoolClient, follower: string, followee: string, cur: PairRow, target: RelationState): Promise<RelationResult> {
-    const version = cur.version + 1;
-    await client.query(
-      "UPDATE relation SET state = $3, version = $4, changed_at = now() WHERE follower = $1 AND followee = $2",
-      [follower, followee, target, version],
-    );
-    const part = this.partitionOf(followee);
-    const seqRows = await client.query<{ last: number }>("UPDATE event_seq SET last = last + 1 WHERE part = $1 RETURNING last", [part]);
-    const seq = seqRows.rows[0]!.last;
-    await client.query(
-      "INSERT INTO relation_event (part, seq, follower, followee, state, version) VALUES ($1, $2, $3, $4, $5, $6)",
-      [part, seq, follower, followee, target, version],
-    );
-    await this.hooks.at("relation.afterEvent", { follower, followee, seq, part, version, pid: backendPid(client) });
-    return { outcome: "CHANGED", state: target, version, seq, reason: `${cur.state}->${target}` };
-  }
-}
-
-/** Ensures the pair's row exists (a v0 REMOVED placeholder, no event) and locks it. */
-export async function lockPair(client: PoolClient, follower: string, followee: string): Promise<PairRow> {
-  await client.query(
-    "INSERT INTO relation (follower, followee, state, version) VALUES ($1, $2, 'REMOVED', 0) ON CONFLICT DO NOTHING",
-    [follower, followee],
-  );
-  // A new statement with a new snapshot: sees a row another transaction inserted meanwhile.
-  const { rows } = await client.query<PairRow>(
-    "SELECT state, version FROM relation WHERE follower = $1 AND followee = $2 FOR UPDATE",
-    [follower, followee],
-  );
-  return rows[0]!;
 }
 
 export async function blockedEitherWay(client: PoolClient | Pool, a: string, b: string): Promise<boolean> {
@@ -337,10 +188,7 @@ async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<Ac
   return new AccountNotFoundError((missing.length > 0 ? missing : ids).join(", "));
 }
 
-function noop(cur: PairRow, reason: string): RelationResult {
-  return { outcome: "NOOP", state: cur.state, version: cur.version, seq: 0, reason };
-}
-
-function rejected(state: RelationState, version: number, reason: string, code: string): RelationResult {
-  return { outcome: "REJECTED", state, version, seq: 0, reason, code };
+/** A self-targeted call's answer, given without asking the database. */
+function rejected(reason: string, code: string): RelationResult {
+  return { outcome: "REJECTED", state: "REMOVED", version: 0, seq: 0, reason, code };
 }

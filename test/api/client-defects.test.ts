@@ -7,10 +7,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "node:net";
-import { Gate } from "../../src/hooks.ts";
 import { InvalidInputError } from "../../src/errors.ts";
 import { auditRelations, relationAuditClean } from "../../src/relations/relation-audit.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { assertError, createAccounts, ok, startApi, type LikeOutcome, type PostJson, type PostRead, type RelationOutcome, type Relationship } from "./harness.ts";
 
 test("defect 1: NUL characters and unpaired surrogates in any text field are a 400 at the edge and write nothing; a paired surrogate round-trips", async (t) => {
@@ -84,24 +84,26 @@ test("defect 3, concurrent: a follow request committing while the account is unl
   const admin = await h.as("admin-1", { admin: true });
   await createAccounts(admin, ["fan"]);
   await createAccounts(admin, ["star"], { private: true });
-  const gate = new Gate("relation.afterEvent");
-  const off = h.ledger.hooks.on("relation.afterEvent", async (context) => {
-    if (context.follower === "fan") await gate.handler(context);
-  });
-  t.after(off);
   const fan = await h.as("fan");
   const star = await h.as("star");
+  // A request asked again after a withdrawal: the pair's row exists, so only the share lock (not
+  // a new row's foreign key check on the account) can make the unlock wait.
+  ok(await fan.put("/v1/accounts/me/following/star"));
+  ok(await fan.delete("/v1/accounts/me/following/star"));
+  // The request parks inside relation_follow (relation.afterEvent, migration 016): the statement
+  // the route runs, its PENDING row and event written, its share lock on star's account row held.
+  const gate = await SqlHook.arm(h.db.pool, "relation.afterEvent");
   const request = fan.put<RelationOutcome>("/v1/accounts/me/following/star");
   try {
-    const parked = await gate.waitArrived();
-    assert.equal(parked.followee, "star", "the request is written (PENDING) and not yet committed");
+    const parked = await gate.parked();
+    assert.deepEqual([parked.context.follower, parked.context.followee, parked.context.state], ["fan", "star", "PENDING"], "the request is written (PENDING) and not yet committed");
     const unlock = star.put<{ private: boolean }>("/v1/accounts/star", { private: false });
     await waitForAnyLockWait(h.db.pool); // the unlock waits on the request's share lock of the account row
-    gate.release();
+    await gate.release();
     assert.equal(ok(await request).state, "PENDING");
     assert.equal(ok(await unlock).private, false);
   } finally {
-    gate.release(); // a failed assertion must not leave the request parked (close() would wait for it)
+    await gate.release(); // a failed assertion must not leave the request parked (close() would wait for it)
   }
   const rel = ok(await fan.get<Relationship>("/v1/accounts/me/relationships/star"));
   assert.deepEqual([rel.following, rel.requested], [true, false], "the unlock saw the request after waiting for it and approved it");

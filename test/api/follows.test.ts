@@ -118,3 +118,46 @@ for (const partitions of [1, 4]) {
     assertError(await bob.post("/v1/accounts/me/follow-requests/erin/approve"), 409, "NOT_PENDING", "a withdrawn request");
   });
 }
+
+for (const partitions of [1, 4]) {
+  test(`api P=${partitions} a block between accounts that follow each other: both directions end REMOVED, neither can follow the other either way while it stands, and the followers lists drop both`, async (t) => {
+    const h = await startApi({ partitions });
+    t.after(() => h.close());
+    const admin = await h.as("admin-1", { admin: true });
+    await createAccounts(admin, ["pia", "quinn"]);
+    await createAccounts(admin, ["ria"], { private: true });
+    const pia = await h.as("pia");
+    const quinn = await h.as("quinn");
+    const ria = await h.as("ria");
+    // pia <-> quinn follow each other; pia's follow of ria is a request, ria follows pia.
+    ok(await pia.put("/v1/accounts/me/following/quinn"));
+    ok(await quinn.put("/v1/accounts/me/following/pia"));
+    assert.equal(ok(await pia.put<RelationOutcome>("/v1/accounts/me/following/ria")).state, "PENDING");
+    ok(await ria.put("/v1/accounts/me/following/pia"));
+
+    // The blocker's own follow and the blocked's follow of the blocker both go.
+    const blocked = ok(await pia.put<RelationOutcome & { relationship: Relationship }>("/v1/accounts/me/blocks/quinn"));
+    assert.deepEqual([blocked.outcome, blocked.state], ["CHANGED", "REMOVED"], "the result is quinn's follow of pia");
+    assert.deepEqual(blocked.relationship, { ...NOTHING, blocking: true });
+    assert.deepEqual(ok(await quinn.get("/v1/accounts/me/relationships/pia")), { ...NOTHING, blockedBy: true });
+    // A blocked account's request and its follow of the blocker go too (ria blocks pia).
+    ok(await ria.put("/v1/accounts/me/blocks/pia"));
+    assert.deepEqual(ok(await ria.get("/v1/accounts/me/relationships/pia")), { ...NOTHING, blocking: true });
+
+    // Neither direction may follow while a block stands, whoever blocked whom.
+    for (const [who, other] of [[pia, "quinn"], [quinn, "pia"], [pia, "ria"], [ria, "pia"]] as const) {
+      assertError(await who.put(`/v1/accounts/me/following/${other}`), 409, "BLOCKED", `following ${other} across a block`);
+    }
+    await h.drain();
+    for (const id of ["pia", "quinn", "ria"]) {
+      assert.deepEqual(ok(await admin.get<FollowerPage>(`/v1/accounts/${id}/followers`)).followers, [], `${id} has no followers left`);
+    }
+    const states = await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE state <> 'REMOVED'");
+    assert.equal(states.rows[0]!.n, 0, "every relation row between them is REMOVED");
+
+    // Unblocking restores nothing, and following is allowed again.
+    ok(await pia.delete("/v1/accounts/me/blocks/quinn"));
+    assert.deepEqual(ok(await pia.get("/v1/accounts/me/relationships/quinn")), NOTHING);
+    assert.equal(ok(await quinn.put<RelationOutcome>("/v1/accounts/me/following/pia")).state, "ACTIVE");
+  });
+}

@@ -46,7 +46,7 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }, policy: stri
   const hooks = new Hooks();
   const registry = new client.Registry();
   const metrics = new CacheMetrics(registry, { up: () => redis.isReady, evictedKeys: () => evictedKeys(redis) });
-  const likes = await LikeService.open(db.pool, { hooks });
+  const likes = await LikeService.open(db.pool);
   const store = new CountStore(redis, 8);
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks, metrics });
   await feeder.pollOnce(); // sets the cursor at the present

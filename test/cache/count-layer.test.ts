@@ -38,7 +38,7 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }, partitions =
     await db.close();
   });
   const hooks = new Hooks();
-  const likes = await LikeService.open(db.pool, { hooks });
+  const likes = await LikeService.open(db.pool);
   const store = new CountStore(redis, 8);
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks });
   await feeder.pollOnce(); // sets the cursor at the present

@@ -44,7 +44,7 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }): Promise<Lab
   assert.equal(redis.topology, "cluster");
   await redis.flushAll();
   const hooks = new Hooks();
-  const likes = await LikeService.open(db.pool, { hooks });
+  const likes = await LikeService.open(db.pool);
   const store = new CountStore(redis, 16, { hooks });
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks });
   await feeder.pollOnce(); // sets the cursor at the present

@@ -2,8 +2,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { CommentService } from "../../src/content/comments.ts";
 import { PostNotFoundError } from "../../src/relations/errors.ts";
-import { Gate } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { acct, relationsFixture } from "../relations/fixture.ts";
 
 /**
@@ -15,9 +15,10 @@ import { acct, relationsFixture } from "../relations/fixture.ts";
  */
 async function revocationFixture(t: import("node:test").TestContext) {
   const f = await relationsFixture(1, 10);
-  const blockParked = new Gate("block.beforeCommit");
+  // Armed from the start; the first transaction to reach it is the block below.
+  const blockParked = await SqlHook.arm(f.db.pool, "block.beforeCommit");
   t.after(async () => {
-    blockParked.release();
+    await blockParked.release();
     await f.close();
   });
   const author = acct(1);
@@ -28,10 +29,9 @@ async function revocationFixture(t: import("node:test").TestContext) {
   const post = await f.posts.createPost(author, "FOLLOWERS", "P1");
   const comments = await CommentService.open(f.db.pool, { hooks: f.hooks });
   await comments.create(other, post.postId, "before the block");
-  const offBlock = f.hooks.on("block.beforeCommit", blockParked.handler);
+  // The block parks inside relation_block, its events written, before it returns and commits.
   const blocking = f.rel.block(author, reader);
-  await blockParked.waitArrived();
-  offBlock();
+  await blockParked.parked();
   return { f, author, reader, other, post, comments, blockParked, blocking };
 }
 
@@ -39,7 +39,7 @@ test("30-beyond-1 comments: a comment created during a block waits for it and is
   const { f, reader, other, post, comments, blockParked, blocking } = await revocationFixture(t);
   const creating = comments.create(other, post.postId, "after the block");
   const wait = await waitForAnyLockWait(f.db.pool); // the comment's token read waits for the block
-  blockParked.release();
+  await blockParked.release();
   const block = await blocking;
   const late = await creating;
   const { rows } = await f.db.pool.query<{ acl_token: number }>("SELECT acl_token FROM comment WHERE comment_id = $1", [late.id]);
@@ -56,7 +56,7 @@ test("30-beyond-1 comments: a blocked reader's comment racing the block waits fo
   const { f, reader, post, comments, blockParked, blocking } = await revocationFixture(t);
   const creating = comments.create(reader, post.postId, "sneaking in");
   await waitForAnyLockWait(f.db.pool);
-  blockParked.release();
+  await blockParked.release();
   await blocking;
   await assert.rejects(creating, PostNotFoundError);
   const { rows } = await f.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment WHERE author = $1", [reader]);

@@ -2,7 +2,25 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { formatResult } from "../../src/likes/types.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
+import type { Pool } from "../../src/db/pool.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { count, likesFixture, user } from "./fixture.ts";
+
+/**
+ * Runs `write` with like_set parked at like.beforeCommit (after the outbox insert, every lock
+ * held) and cancels it there: the write fails inside its transaction, which aborts whole.
+ */
+async function abortedAfterOutboxInsert(pool: Pool, write: () => Promise<unknown>): Promise<void> {
+  const hook = await SqlHook.arm(pool, "like.beforeCommit");
+  try {
+    const writing = write();
+    const { pid } = await hook.parked();
+    await pool.query("SELECT pg_cancel_backend($1)", [pid]);
+    await assert.rejects(writing, /canceling statement due to user request/);
+  } finally {
+    await hook.release();
+  }
+}
 
 test("32-A normal path: like, unlike, like again; one event per change, versions 1..3", async (t) => {
   const f = await likesFixture(1);
@@ -48,12 +66,8 @@ test("32-B NOOP, FK rejection, aborted transaction, no gap in seq", async (t) =>
   assert.equal((await f.likes.unlike(user(3), "no-such-item")).outcome, "REJECTED");
 
   // A transaction that fails after taking a sequence number leaves no trace: the hook
-  // point runs after the outbox insert, and throwing there aborts the whole transaction.
-  const remove = f.hooks.on("like.beforeCommit", () => {
-    throw new Error("abort after the outbox insert");
-  });
-  await assert.rejects(f.likes.like(user(4), "item-lab-01"), /abort after the outbox insert/);
-  remove();
+  // point is after the outbox insert, and cancelling the write there aborts the whole transaction.
+  await abortedAfterOutboxInsert(f.db.pool, () => f.likes.like(user(4), "item-lab-01"));
   assert.deepEqual(await f.likes.hasLiked(user(4), "item-lab-01"), { liked: false, version: 0 });
   assert.equal(await count(f.db, "SELECT last AS n FROM like_seq WHERE part = 0"), 1);
 
@@ -83,11 +97,7 @@ test("32-B P=4 NOOP, FK rejection and an aborted transaction leave no trace; eve
   for (const u of users) assert.equal((await f.likes.like(u, "item-lab-01")).outcome, "CHANGED");
   for (const u of users) assert.equal(formatResult(await f.likes.like(u, "item-lab-01")), "NOOP(liked,v1,already liked)");
   assert.equal((await f.likes.like(users[0]!, "no-such-item")).outcome, "REJECTED");
-  const remove = f.hooks.on("like.beforeCommit", () => {
-    throw new Error("abort after the outbox insert");
-  });
-  for (const u of users.slice(0, 8)) await assert.rejects(f.likes.unlike(u, "item-lab-01"), /abort after the outbox insert/);
-  remove();
+  for (const u of users.slice(0, 8)) await abortedAfterOutboxInsert(f.db.pool, () => f.likes.unlike(u, "item-lab-01"));
   for (const u of users.slice(0, 8)) assert.equal((await f.likes.unlike(u, "item-lab-01")).outcome, "CHANGED");
   const { rows } = await f.db.pool.query<{ part: number; last: number; rows: number; max: number }>(
     `SELECT s.part, s.last, count(o.seq)::int AS rows, coalesce(max(o.seq), 0)::int AS max

@@ -1,8 +1,9 @@
 /**
  * 32-L: immediate shutdown (pg_ctl stop -m immediate = SIGQUIT to the postmaster) while 6
  * writers and 1 consumer run. After the threshold of acknowledged CHANGED results, the next
- * writer to reach like.beforeCommit and the next consumer batch to reach consumer.beforeCommit
- * are parked there (every row written, COMMIT not sent), and the server is shut down with both
+ * consumer batch to reach consumer.beforeCommit and then the next writer to reach like.beforeCommit
+ * (a SQL hook point inside like_set, the statement production runs) are parked there (every row
+ * written, COMMIT not sent), and the server is shut down with both
  * open; every loop must then end with a typed connection error. After crash recovery the two
  * parked transactions left no trace (their sequence number is free again, the watermark is where
  * it was committed), every acknowledged change is in the outbox, the write side is gapless, the
@@ -20,6 +21,7 @@ import { LikeConsumer } from "../../src/likes/like-consumer.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { seededRandom } from "../support/concurrency.ts";
 import { ParkFirst } from "../support/park-first.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
 import { LAB_ITEMS, user } from "./fixture.ts";
 
@@ -28,7 +30,7 @@ const USERS = 60;
 /** Acknowledged CHANGED results after which one writer and one consumer batch are parked before commit, and the server is shut down. */
 const PARK_AFTER_ACKED = 300;
 
-/** The hook context of the writer parked at like.beforeCommit. */
+/** The hook context (and pid) of the writer parked at like.beforeCommit. */
 interface ParkedWrite {
   userId: string;
   itemId: string;
@@ -57,11 +59,9 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   const lab = await crashLab(t, `ledger-32l-p${partitions}-`, { partitions, poolSize: WRITERS + 4 });
   let pool = lab.pool;
   const hooks = new Hooks();
-  const parkedWriter = new ParkFirst("like.beforeCommit");
   const parkedConsumer = new ParkFirst("consumer.beforeCommit");
-  hooks.on("like.beforeCommit", parkedWriter.handler);
   hooks.on("consumer.beforeCommit", parkedConsumer.handler);
-  const likes = await LikeService.open(pool, { hooks });
+  const likes = await LikeService.open(pool);
   for (const item of LAB_ITEMS) await likes.createItem(item);
   const consumer = new LikeConsumer(pool, { hooks });
   const parts = Array.from({ length: partitions }, (_, p) => p);
@@ -100,8 +100,10 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   // The consumer first: a parked writer may hold its partition's sequence row, and with P = 1
   // no new event would then reach the consumer.
   const batch = (await parkedConsumer.parked()) as unknown as ParkedBatch;
-  parkedWriter.arm();
-  const write = (await parkedWriter.parked()) as unknown as ParkedWrite;
+  // The writer parks inside its write function (ledger_hook, migration 016), the statement production runs.
+  const writerHook = await SqlHook.arm(pool, "like.beforeCommit");
+  const parkedAt = await writerHook.parked();
+  const write = { ...parkedAt.context, pid: parkedAt.pid } as unknown as ParkedWrite;
 
   // What the crash will cut short, read on a connection of its own: the two parked transactions
   // are open with an xid, their rows are not committed, and the consumer had committed work before.
@@ -118,9 +120,10 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
   t.diagnostic(`note   parked writer pid=${write.pid}: ${write.userId} ${write.itemId} part=${write.part} seq=${write.seq} version=${write.version}; committed like_seq.last=${committed!.seqLast} fact version=${committed!.factVersion}`);
   t.diagnostic(`note   parked consumer pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
-  for (const [who, pid] of [["writer", write.pid], ["consumer", batch.pid]] as const) {
+  // The writer waits inside its statement (on the hook's lock); the consumer between two statements.
+  for (const [who, pid, state, waiting] of [["writer", write.pid, "active", true], ["consumer", batch.pid, "idle in transaction", false]] as const) {
     const tx = open.find((o) => o.pid === pid);
-    assert.ok(tx && tx.xid !== null && tx.state === "idle in transaction", `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+    assert.ok(tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting, `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
   }
   assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
   assert.equal(committed!.factVersion, write.version - 1, "the parked write's fact version is not committed");
@@ -128,7 +131,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   assert.ok(Math.min(...batchSeqs) > committed!.batchWatermark, "the parked batch is above the committed watermark");
 
   await lab.cluster.crashImmediate();
-  parkedWriter.release(); // their COMMITs now meet a dead server
+  await writerHook.release(); // the writer's statement and the consumer's COMMIT now meet a dead server
   parkedConsumer.release();
   const ends = await loops;
 

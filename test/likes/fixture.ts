@@ -20,11 +20,11 @@ export function user(n: number): string {
   return `user-${String(n).padStart(2, "0")}`;
 }
 
-/** A fresh database with P partitions, the lab items created, and the three components wired to one Hooks. */
-export async function likesFixture(partitions = 1, items: readonly string[] = LAB_ITEMS): Promise<LikesFixture> {
-  const db = await createTestDatabase({ partitions });
+/** A fresh database with P partitions, the lab items created, and the three components wired to one Hooks; `sqlHooks: false` as in production. */
+export async function likesFixture(partitions = 1, items: readonly string[] = LAB_ITEMS, options: { sqlHooks?: boolean } = {}): Promise<LikesFixture> {
+  const db = await createTestDatabase({ partitions, ...options });
   const hooks = new Hooks();
-  const likes = await LikeService.open(db.pool, { hooks });
+  const likes = await LikeService.open(db.pool);
   for (const item of items) await likes.createItem(item);
   return {
     db,

@@ -1,18 +1,19 @@
 /**
- * The like write path as one server-side call (like_set, migration 003): one statement per
- * write, the same outcomes as the hooked path that wraps the same call in an explicit
- * transaction so a test can pause before COMMIT, and the two paths interleave under the same
- * locks. Concurrency of the one-statement path is also what 32-C and 32-J exercise, since they
- * register no hook.
+ * The like write path as one server-side call (like_set, migrations 003, 008, 016): one
+ * statement per write; the same outcomes and tables with the SQL hook points on (as in every
+ * test database) and off (as in production); and a writer parked at like.beforeCommit, inside
+ * that one statement, holds the locks a concurrent writer queues behind. Concurrency of the
+ * one-statement path is also what 32-C and 32-J exercise.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
-import { Gate } from "../../src/hooks.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
 import { writeSide, writeSideClean } from "../../src/likes/like-audit.ts";
 import { formatResult, type LikeResult } from "../../src/likes/types.ts";
 import { seededRandom } from "../support/concurrency.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { count, likesFixture, user, type LikesFixture } from "./fixture.ts";
 
 /**
@@ -30,11 +31,11 @@ function countStatements(): { readonly n: number; stop(): void } {
   return counter;
 }
 
-test("a like, an unlike, a NOOP and a rejection are one statement each; with a hook registered the same call takes BEGIN and COMMIT around it", async (t) => {
+test("a like, an unlike, a NOOP and a rejection are one statement each; the same call in an explicit transaction is three (the counter's control)", async (t) => {
   const f = await likesFixture(4);
   t.after(() => f.close());
   const perCall: string[] = [];
-  const measure = async (label: string, call: () => Promise<LikeResult>) => {
+  const measure = async (label: string, call: () => Promise<Pick<LikeResult, "outcome">>) => {
     const counter = countStatements();
     try {
       const r = await call();
@@ -48,10 +49,10 @@ test("a like, an unlike, a NOOP and a rejection are one statement each; with a h
   assert.equal(await measure("like again", () => f.likes.like(user(1), "item-lab-01")), 1);
   assert.equal(await measure("unlike", () => f.likes.unlike(user(1), "item-lab-01")), 1);
   assert.equal(await measure("missing item", () => f.likes.like(user(1), "no-such-item")), 1);
-  // Control: the counter sees the hooked path's extra statements.
-  const remove = f.hooks.on("like.beforeCommit", () => undefined);
-  assert.equal(await measure("hooked like", () => f.likes.like(user(2), "item-lab-01")), 3);
-  remove();
+  // Control: the counter sees BEGIN and COMMIT around the same call.
+  const inTransaction = () => withTransaction(f.db.pool, async (c) =>
+    (await c.query<{ outcome: "CHANGED" }>("SELECT outcome FROM like_set($1, 'item-lab-01', true, $2)", [user(2), f.likes.partitionOf(user(2))])).rows[0]!);
+  assert.equal(await measure("like in BEGIN/COMMIT", inTransaction), 3);
   t.diagnostic(`note statements per call: ${perCall.join(", ")}`);
   assert.ok(writeSideClean(await writeSide(f.db.pool)));
 });
@@ -74,15 +75,15 @@ async function ledgerTables(f: LikesFixture): Promise<string> {
   return JSON.stringify([facts.rows, events.rows, seqs.rows]);
 }
 
-test("P=4 the one-statement path and the hooked path give the same outcome for every write and the same tables", async (t) => {
-  const direct = await likesFixture(4);
+test("P=4 with the SQL hook points on (tests) and off (production) every write has the same outcome and the tables are the same", async (t) => {
+  const direct = await likesFixture(4, undefined, { sqlHooks: false });
   const hooked = await likesFixture(4);
   t.after(async () => {
     await direct.close();
     await hooked.close();
   });
-  let hookRuns = 0;
-  hooked.hooks.on("like.beforeCommit", () => void hookRuns++);
+  const setting = async (f: LikesFixture) => (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!.s;
+  assert.deepEqual([await setting(direct), await setting(hooked)], [null, "on"]);
   const outcomes = async (f: LikesFixture) => {
     const out: string[] = [];
     for (const w of script()) {
@@ -94,30 +95,27 @@ test("P=4 the one-statement path and the hooked path give the same outcome for e
   const a = await outcomes(direct);
   const b = await outcomes(hooked);
   const changed = a.filter((o) => o.startsWith("CHANGED")).length;
-  t.diagnostic(`note 400 writes: CHANGED=${changed} NOOP=${a.filter((o) => o.startsWith("NOOP")).length} REJECTED=${a.filter((o) => o.startsWith("REJECTED")).length}; hook ran ${hookRuns} times`);
+  t.diagnostic(`note 400 writes: CHANGED=${changed} NOOP=${a.filter((o) => o.startsWith("NOOP")).length} REJECTED=${a.filter((o) => o.startsWith("REJECTED")).length}`);
   assert.deepEqual(b, a);
-  assert.equal(hookRuns, changed, "the hook runs once per CHANGED write, as before");
   assert.equal(await ledgerTables(hooked), await ledgerTables(direct));
   assert.ok(writeSideClean(await writeSide(direct.db.pool)));
 });
 
-test("P=1 a writer paused before COMMIT holds the sequence row: a one-statement writer of another pair waits for it, then takes the next number", async (t) => {
+test("P=1 a writer parked inside like_set before COMMIT holds the sequence row: a writer of another pair waits for it, then takes the next number", async (t) => {
   const f = await likesFixture(1);
-  const gate = new Gate("like.beforeCommit");
+  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
   t.after(async () => {
-    gate.release();
+    await gate.release();
     await f.close();
   });
-  const remove = f.hooks.on("like.beforeCommit", gate.handler);
   const paused = f.likes.like(user(1), "item-lab-01");
-  const context = await gate.waitArrived();
-  remove(); // from here on, writes take the one-statement path
+  const { context } = await gate.parked();
   const direct = f.likes.like(user(2), "item-lab-02");
   const wait = await waitForAnyLockWait(f.db.pool);
   t.diagnostic(`note paused seq=${String(context.seq)}; the one-statement writer waits: locktype=${wait.locktype} mode=${wait.mode}`);
   assert.equal(wait.locktype, "transactionid", "it waits for the paused transaction (its like_seq row lock)");
   assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), 0, "nothing is visible before COMMIT");
-  gate.release();
+  await gate.release();
   const [first, second] = await Promise.all([paused, direct]);
   assert.deepEqual([first.seq, second.seq], [1, 2]);
   assert.ok(writeSideClean(await writeSide(f.db.pool)));

@@ -3,7 +3,8 @@
  * shutdown (pg_ctl stop -m immediate = SIGQUIT to the postmaster) hits 6 writers doing
  * follow / unfollow / decide / block / unblock and 1 projector loop. After the threshold of
  * acknowledged CHANGED results, the next projector batch to reach projector.beforeCommit and then
- * the next writer to reach relation.afterEvent (its event row written, COMMIT not sent) are parked,
+ * the next writer to reach relation.afterEvent (a SQL hook point inside the write function
+ * production runs: its event row written, COMMIT not sent) are parked,
  * and the server is shut down with both open; every loop must then end with a typed connection
  * error. After crash recovery the parked transactions left no trace, every acknowledged change is
  * in relation_event, invariants 1-4 and the sequences are clean, and a drain makes the projection
@@ -21,6 +22,7 @@ import { RelationService } from "../../src/relations/relation-service.ts";
 import type { RelationEvent, RelationResult, RelationState } from "../../src/relations/types.ts";
 import { seededRandom } from "../support/concurrency.ts";
 import { ParkFirst } from "../support/park-first.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { formatOpenTransactions, openTransactions } from "../support/pg-locks.ts";
 import { acct } from "./fixture.ts";
 
@@ -35,7 +37,7 @@ const PARK_AFTER_ACKED = 300;
 
 type Op = "follow" | "unfollow" | "decide" | "block" | "unblock";
 
-/** The hook context of the writer parked at relation.afterEvent (a block may park at the first of its two events). */
+/** The hook context (and pid) of the writer parked at relation.afterEvent (a block may park at the first of its two events). */
 interface ParkedWrite {
   follower: string;
   followee: string;
@@ -86,11 +88,9 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     [ACCOUNTS, PRIVATE],
   );
   const hooks = new Hooks();
-  const parkedWriter = new ParkFirst("relation.afterEvent");
   const parkedProjector = new ParkFirst("projector.beforeCommit");
-  hooks.on("relation.afterEvent", parkedWriter.handler);
   hooks.on("projector.beforeCommit", parkedProjector.handler);
-  const rel = await RelationService.open(pool, { hooks });
+  const rel = await RelationService.open(pool);
   const projector = new RelationProjector(pool, { hooks });
   const parts = Array.from({ length: partitions }, (_, p) => p);
 
@@ -177,8 +177,10 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   // The projector first: a parked writer may hold its partition's sequence row, and with P = 1
   // no new event would then reach the projector.
   const batch = (await parkedProjector.parked()) as unknown as ParkedBatch;
-  parkedWriter.arm();
-  const write = (await parkedWriter.parked()) as unknown as ParkedWrite;
+  // The writer parks inside its write function (ledger_hook, migration 016), the statement production runs.
+  const writerHook = await SqlHook.arm(pool, "relation.afterEvent");
+  const parkedAt = await writerHook.parked();
+  const write = { ...parkedAt.context, pid: parkedAt.pid } as unknown as ParkedWrite;
 
   // What the crash will cut short, read on a connection of its own: the two parked transactions
   // are open with an xid, their rows are not committed, and the projector had committed work before.
@@ -195,9 +197,10 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
   t.diagnostic(`note   parked writer pid=${write.pid}: ${write.follower}->${write.followee} part=${write.part} seq=${write.seq} version=${write.version}; committed event_seq.last=${committed!.seqLast} pair version=${committed!.pairVersion}`);
   t.diagnostic(`note   parked projector pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
-  for (const [who, pid] of [["writer", write.pid], ["projector", batch.pid]] as const) {
+  // The writer waits inside its statement (on the hook's lock); the projector between two statements.
+  for (const [who, pid, state, waiting] of [["writer", write.pid, "active", true], ["projector", batch.pid, "idle in transaction", false]] as const) {
     const tx = open.find((o) => o.pid === pid);
-    assert.ok(tx && tx.xid !== null && tx.state === "idle in transaction", `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+    assert.ok(tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting, `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
   }
   assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
   assert.equal(committed!.pairVersion, write.version - 1, "the parked write's relation version is not committed");
@@ -205,7 +208,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   assert.ok(Math.min(...batchSeqs) > committed!.batchWatermark, "the parked batch is above the committed watermark");
 
   await lab.cluster.crashImmediate();
-  parkedWriter.release(); // their COMMITs now meet a dead server
+  await writerHook.release(); // the writer's statement and the projector's COMMIT now meet a dead server
   parkedProjector.release();
   const ends = await loops;
 

@@ -1,9 +1,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Gate } from "../../src/hooks.ts";
 import { auditRelations, relationAuditClean } from "../../src/relations/relation-audit.ts";
 import { formatRelationResult as fmt } from "../../src/relations/types.ts";
+import { replaceFunctionText } from "../support/function-mutant.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
+import { SqlHook } from "../support/sql-hooks.ts";
 import { acct, relationsFixture, scalar, setPrivate, type RelationsFixture } from "./fixture.ts";
 
 async function relationState(f: RelationsFixture, follower: string, followee: string): Promise<string> {
@@ -14,20 +15,21 @@ async function relationState(f: RelationsFixture, follower: string, followee: st
 for (const partitions of [1, 4]) {
   test(`30-H P=${partitions} follow holds the row lock, block waits (pg_locks granted=false); final REMOVED`, async (t) => {
     const f = await relationsFixture(partitions, 100);
-    const followLocked = new Gate("follow.afterLock");
+    // The follow parks inside relation_follow, right after its row lock (migration 016).
+    const followLocked = await SqlHook.arm(f.db.pool, "follow.afterLock");
     t.after(async () => {
-      followLocked.release();
+      await followLocked.release();
       await f.close();
     });
-    const off = f.hooks.on("follow.afterLock", followLocked.handler);
     const following = f.rel.follow(acct(70), acct(71));
-    await followLocked.waitArrived();
-    off();
+    const parked = await followLocked.parked();
     const blocking = f.rel.block(acct(71), acct(70));
     const wait = await waitForAnyLockWait(f.db.pool);
     t.diagnostic(`note block transaction pid=${wait.pid} waits: locktype=${wait.locktype} granted=${wait.granted}`);
     assert.equal(wait.granted, false);
-    followLocked.release();
+    assert.notEqual(wait.pid, parked.pid, "the waiter is the block, not the parked follow");
+    assert.equal(wait.locktype, "transactionid", "it waits for the follow's row lock");
+    await followLocked.release();
     const followResult = await following;
     const blockResult = await blocking;
     const final = await relationState(f, acct(70), acct(71));
@@ -42,19 +44,26 @@ for (const partitions of [1, 4]) {
 
 test("30-I P=1 negative control: checking the block before the lock leaves ACTIVE next to a block row", async (t) => {
   const f = await relationsFixture(1, 100);
-  const checked = new Gate("follow.afterBlockCheck");
+  const checked = await SqlHook.arm(f.db.pool, "follow.afterBlockCheck");
   t.after(async () => {
-    checked.release();
+    await checked.release();
     await f.close();
   });
-  const careless = await f.relWith({ checkBlockBeforeLock: true });
-  const off = f.hooks.on("follow.afterBlockCheck", checked.handler);
-  const following = careless.follow(acct(80), acct(81));
-  await checked.waitArrived();
-  off();
+  // The broken variant, in this test's database only: relation_follow as migrated, with its block
+  // check moved before the row lock and a hook point between the two.
+  await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
+    ["  cur      record;", "  cur      record;\n  v_blocked boolean;"],
+    ["  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
+      "  v_blocked := relation_blocked_either_way(p_follower, p_followee);\n" +
+      "  PERFORM ledger_hook('follow.afterBlockCheck', jsonb_build_object('follower', p_follower, 'followee', p_followee));\n" +
+      "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);"],
+    ["  IF relation_blocked_either_way(p_follower, p_followee) THEN", "  IF v_blocked THEN"],
+  ]);
+  const following = f.rel.follow(acct(80), acct(81));
+  await checked.parked();
   // The block commits completely while the follow sits between its check and its lock.
   const blockResult = await f.rel.block(acct(81), acct(80));
-  checked.release();
+  await checked.release();
   const followResult = await following;
   const final = await relationState(f, acct(80), acct(81));
   const audit = await auditRelations(f.db.pool);

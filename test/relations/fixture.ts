@@ -12,7 +12,6 @@ export interface RelationsFixture {
   projector: RelationProjector;
   posts: PostService;
   projectorWith(step: ProjectStep): RelationProjector;
-  relWith(options: { checkBlockBeforeLock: boolean }): Promise<RelationService>;
   postsWith(options: { tokenRead: TokenRead }): Promise<PostService>;
   close(): Promise<void>;
 }
@@ -21,16 +20,16 @@ export function acct(n: number): string {
   return `user-${String(n).padStart(4, "0")}`;
 }
 
-/** A fresh database with P partitions and accounts user-0001..user-NNNN (those in `privateAccounts` private). */
-export async function relationsFixture(partitions = 1, accounts = 400, privateAccounts: number[] = []): Promise<RelationsFixture> {
-  const db = await createTestDatabase({ partitions });
+/** A fresh database with P partitions and accounts user-0001..user-NNNN (those in `privateAccounts` private); `sqlHooks: false` as in production. */
+export async function relationsFixture(partitions = 1, accounts = 400, privateAccounts: number[] = [], options: { sqlHooks?: boolean } = {}): Promise<RelationsFixture> {
+  const db = await createTestDatabase({ partitions, ...options });
   const hooks = new Hooks();
   await db.pool.query(
     `INSERT INTO account (account_id, private)
      SELECT 'user-' || lpad(i::text, 4, '0'), i = ANY ($2::int[]) FROM generate_series(1, $1::int) AS i`,
     [accounts, privateAccounts],
   );
-  const rel = await RelationService.open(db.pool, { hooks });
+  const rel = await RelationService.open(db.pool);
   return {
     db,
     hooks,
@@ -38,7 +37,6 @@ export async function relationsFixture(partitions = 1, accounts = 400, privateAc
     projector: new RelationProjector(db.pool, { hooks }),
     posts: await PostService.open(db.pool, { hooks }),
     projectorWith: (step) => new RelationProjector(db.pool, { hooks, step }),
-    relWith: (options) => RelationService.open(db.pool, { hooks, ...options }),
     postsWith: (options) => PostService.open(db.pool, { hooks, ...options }),
     close: () => db.close(),
   };

@@ -1,7 +1,8 @@
 /**
- * Relation writes as server-side functions (migration 004): one statement per write, the same
- * outcome and the same rows as the step-by-step path the deterministic tests select by
- * registering a hook, and the invariants under concurrent writers on the one-statement path.
+ * Relation writes as server-side functions (migrations 007, 016): one statement per write; the
+ * same outcome and the same rows with the SQL hook points on (as in every test database) and off
+ * (as in production), so the race tests' path is production's; and the invariants under
+ * concurrent writers.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -35,7 +36,7 @@ async function statementsOf(call: () => Promise<unknown>): Promise<number> {
   }
 }
 
-test("P=4 follow, decide, unfollow, block and unblock are one statement each (a missing account: the failing write and one read naming it); a registered hook selects the step-by-step path", async (t) => {
+test("P=4 follow, decide, unfollow, block and unblock are one statement each (a missing account: the failing write and one read naming it); an unlock approving a request is a transaction of several (the counter's control)", async (t) => {
   const f = await relationsFixture(4, 10, [2]);
   t.after(() => f.close());
   const calls: [string, () => Promise<unknown>][] = [
@@ -55,12 +56,11 @@ test("P=4 follow, decide, unfollow, block and unblock are one statement each (a 
     assert.equal(n, label === "missing account" ? 2 : 1, `${label} is ${label === "missing account" ? "two statements" : "one statement"}`);
   }
   assert.equal(await statementsOf(() => f.rel.follow(acct(5), acct(5))), 0, "a self-follow is answered without a statement");
-  // Control: the counter sees the step-by-step path's statements.
-  const remove = f.hooks.on("relation.afterEvent", () => undefined);
-  const stepwise = await statementsOf(() => f.rel.follow(acct(6), acct(7)));
-  remove();
-  t.diagnostic(`note statements per call: ${counts.join(", ")}; step by step, follow: ${stepwise}`);
-  assert.ok(stepwise > 3, `the step-by-step follow sends ${stepwise}`);
+  // Control: the counter sees a transaction's statements (BEGIN, account, pending rows, approval, COMMIT).
+  assert.equal((await f.rel.follow(acct(6), acct(2))).state, "PENDING");
+  const unlock = await statementsOf(() => f.rel.upsertAccount(acct(2), { private: false }));
+  t.diagnostic(`note statements per call: ${counts.join(", ")}; an unlock approving one request: ${unlock}`);
+  assert.ok(unlock > 3, `the unlock sends ${unlock}`);
   assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
 });
 
@@ -109,22 +109,23 @@ async function tables(f: RelationsFixture): Promise<string> {
 }
 
 for (const partitions of [1, 4]) {
-  test(`P=${partitions} the one-statement path and the step-by-step path give the same outcome for every write and the same rows`, async (t) => {
-    const direct = await relationsFixture(partitions, 10, [3, 8]);
-    const stepwise = await relationsFixture(partitions, 10, [3, 8]);
+  test(`P=${partitions} with the SQL hook points on (tests) and off (production) every write has the same outcome and the rows are the same`, async (t) => {
+    const direct = await relationsFixture(partitions, 10, [3, 8], { sqlHooks: false });
+    const hooked = await relationsFixture(partitions, 10, [3, 8]);
     t.after(async () => {
       await direct.close();
-      await stepwise.close();
+      await hooked.close();
     });
-    for (const name of ["follow.afterLock", "block.afterLock", "relation.afterEvent"]) stepwise.hooks.on(name, () => undefined);
+    const setting = async (f: RelationsFixture) => (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!.s;
+    assert.deepEqual([await setting(direct), await setting(hooked)], [null, "on"]);
     const ops = script();
     const a = await play(direct, ops);
-    const b = await play(stepwise, ops);
+    const b = await play(hooked, ops);
     const tally = (prefix: string) => a.filter((o) => o.includes(prefix)).length;
     t.diagnostic(`note ${ops.length} writes: CHANGED=${tally("CHANGED")} NOOP=${tally("NOOP")} REJECTED=${tally("REJECTED")} threw=${tally(" threw ")}`);
     assert.ok(tally("CHANGED") > 50 && tally("REJECTED") > 10 && tally(" threw ") > 0, "the script reaches every kind of outcome");
     assert.deepEqual(a, b);
-    assert.equal(await tables(direct), await tables(stepwise));
+    assert.equal(await tables(direct), await tables(hooked));
     assert.ok(relationAuditClean(await auditRelations(direct.db.pool)));
   });
 }

@@ -6,9 +6,11 @@ import { EmbeddedCluster, clusterTempDir } from "../../src/db/embedded-cluster.t
 import { initLedger } from "../../src/db/ledger-config.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
+import { enableSqlHooks, watchSqlHooks } from "./sql-hooks.ts";
 
 /**
- * A cluster of a crash test's own, migrated and initialised with P partitions, that the test
+ * A cluster of a crash test's own, migrated and initialised with P partitions, its SQL hook
+ * points on (sql-hooks.ts), that the test
  * may stop with `cluster.crashImmediate()`. Stopped and removed when the test ends.
  */
 export interface CrashLab {
@@ -22,6 +24,12 @@ export async function crashLab(t: TestContext, prefix: string, options: { partit
   const root = await clusterTempDir(prefix);
   const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
   const url = cluster.connectionString("postgres");
+  const admin = createPool({ connectionString: url, max: 1 });
+  try {
+    await enableSqlHooks(admin, "postgres");
+  } finally {
+    await admin.end();
+  }
   // No extra client listeners here: a client checked out by withTransaction while the server
   // dies emits 'error', and withTransaction itself must keep that from crashing the process.
   const lab: CrashLab = {
@@ -31,9 +39,11 @@ export async function crashLab(t: TestContext, prefix: string, options: { partit
       await lab.pool.end().catch(() => undefined); // its clients are all dead
       await cluster.restart();
       lab.pool = createPool({ connectionString: url, max: 4 });
+      watchSqlHooks(lab.pool);
       return lab.pool;
     },
   };
+  watchSqlHooks(lab.pool);
   t.after(async () => {
     await lab.pool.end().catch(() => undefined);
     await cluster.stop();

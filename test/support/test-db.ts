@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { createPool, type Pool } from "../../src/db/pool.ts";
 import { initLedger } from "../../src/db/ledger-config.ts";
+import { enableSqlHooks, watchSqlHooks } from "./sql-hooks.ts";
 
 export const TEMPLATE_DATABASE = "ledger_template";
 
@@ -23,17 +24,19 @@ export function databaseUrl(base: string, database: string): string {
   return url.toString();
 }
 
-/** A fresh database cloned from the migrated template, initialised with P partitions (`partitions: null`: left uninitialised, P = 0). */
-export async function createTestDatabase(options: { partitions?: number | null; poolSize?: number } = {}): Promise<TestDatabase> {
+/** A fresh database cloned from the migrated template, initialised with P partitions (`partitions: null`: left uninitialised, P = 0), its SQL hook points on (sql-hooks.ts) unless `sqlHooks: false` (as in production). */
+export async function createTestDatabase(options: { partitions?: number | null; poolSize?: number; sqlHooks?: boolean } = {}): Promise<TestDatabase> {
   const name = `t_${randomBytes(6).toString("hex")}`;
   const admin = createPool({ connectionString: adminUrl(), max: 1 });
   try {
     await admin.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE_DATABASE}`);
+    if (options.sqlHooks ?? true) await enableSqlHooks(admin, name);
   } finally {
     await admin.end();
   }
   const url = databaseUrl(adminUrl(), name);
   const pool = createPool({ connectionString: url, max: options.poolSize ?? 20 });
+  watchSqlHooks(pool);
   const partitions = options.partitions === null ? 0 : await initLedger(pool, { partitions: options.partitions ?? 1 });
   return {
     pool,
