@@ -139,14 +139,19 @@ for (const partitions of [1, 4]) {
     const blocked = ok(await pia.put<RelationOutcome & { relationship: Relationship }>("/v1/accounts/me/blocks/quinn"));
     assert.deepEqual([blocked.outcome, blocked.state], ["CHANGED", "REMOVED"], "the result is quinn's follow of pia");
     assert.deepEqual(blocked.relationship, { ...NOTHING, blocking: true });
-    assert.deepEqual(ok(await quinn.get("/v1/accounts/me/relationships/pia")), { ...NOTHING, blockedBy: true });
+    // To the blocked user the blocker is an unknown account (docs/api.md, "What a blocked user learns").
+    assertError(await quinn.get("/v1/accounts/me/relationships/pia"), 404, "ACCOUNT_NOT_FOUND", "quinn asks about pia, who blocks him");
     // A blocked account's request and its follow of the blocker go too (ria blocks pia).
     ok(await ria.put("/v1/accounts/me/blocks/pia"));
     assert.deepEqual(ok(await ria.get("/v1/accounts/me/relationships/pia")), { ...NOTHING, blocking: true });
 
-    // Neither direction may follow while a block stands, whoever blocked whom.
-    for (const [who, other] of [[pia, "quinn"], [quinn, "pia"], [pia, "ria"], [ria, "pia"]] as const) {
-      assertError(await who.put(`/v1/accounts/me/following/${other}`), 409, "BLOCKED", `following ${other} across a block`);
+    // Neither direction may follow while a block stands, whoever blocked whom: the blocker is told
+    // of its own block, the blocked user sees an unknown account.
+    for (const [who, other] of [[pia, "quinn"], [ria, "pia"]] as const) {
+      assertError(await who.put(`/v1/accounts/me/following/${other}`), 409, "BLOCKED", `the blocker following ${other}`);
+    }
+    for (const [who, other] of [[quinn, "pia"], [pia, "ria"]] as const) {
+      assertError(await who.put(`/v1/accounts/me/following/${other}`), 404, "ACCOUNT_NOT_FOUND", `the blocked user following ${other}`);
     }
     await h.drain();
     for (const id of ["pia", "quinn", "ria"]) {
