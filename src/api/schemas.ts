@@ -123,7 +123,7 @@ export const postBody = {
   type: "object", required: ["visibility", "body"], additionalProperties: false,
   properties: {
     visibility: { type: "string", enum: ["PUBLIC", "FOLLOWERS", "SELF"] },
-    body: { type: "string", maxLength: MAX_BODY_LENGTH },
+    body: { type: "string", minLength: 1, maxLength: MAX_BODY_LENGTH },
   },
 } as const;
 

@@ -49,6 +49,8 @@ export class PostService {
       throw new InvalidInputError("visibility", `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`);
     }
     validateText("body", body, MAX_BODY_LENGTH);
+    // As a comment's: a post of nothing but whitespace says nothing (docs/api.md).
+    if (body.trim().length === 0) throw new InvalidInputError("body", "must not be empty");
     const part = stablePartition(author, this.partitions);
     try {
       return await withTransaction(this.pool, async (client) => {

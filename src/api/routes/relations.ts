@@ -30,6 +30,11 @@ const account = {
   },
 } as const;
 
+/** `me` names the caller in the path's first part; as the other account of a relation route it would be the caller's relation to themselves. */
+function refuseMeAsTarget(other: string): void {
+  if (other === "me") throw new HttpError(400, "INVALID_INPUT", "`me` cannot be the target of this route: name the other account by its id");
+}
+
 export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
@@ -64,6 +69,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
 
   /** My relationship to `other` as I may see it (asSeenByViewer): an account that blocks me, and that I do not block, is unknown. */
   const myRelationship = async (me: string, other: string): Promise<ViewerRelationship> => {
+    refuseMeAsTarget(other);
     const seen = asSeenByViewer(await ledger.relations.relationship(me, other));
     if (!seen) throw new AccountNotFoundError(other);
     return seen;
@@ -82,6 +88,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>, towardsBlocker: "checked-first" | "rejected-by-write" | "allowed") => async (request: IdRequest) => {
     const caller = requireCaller(request);
     const other = request.params.id;
+    refuseMeAsTarget(other);
     if (towardsBlocker === "checked-first" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
     const result = await run(caller.id, other);
     metrics.outcomes.inc({ operation, outcome: result.outcome });
