@@ -1,0 +1,56 @@
+/**
+ * Answers that match what docs/api.md says (issue 23, "Docs and CLI that match"): a wrong
+ * method is 405 with Allow, `me` is never the other account of a relation route, and a post
+ * body needs a character that is not whitespace, as a comment's does. Over real HTTP.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { assertError, startApi } from "./harness.ts";
+
+test("a method a path does not answer is 405 with Allow; an unknown path stays 404", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  const alice = await api.as("alice");
+  const wrong = await alice.post("/v1/items/item-1/like-count", {});
+  assertError(wrong, 405, "METHOD_NOT_ALLOWED");
+  assert.equal(wrong.headers.get("allow"), "GET, HEAD");
+  const likes = await api.request("PATCH", "/v1/items/item-1/likes/me", { token: alice.token });
+  assertError(likes, 405, "METHOD_NOT_ALLOWED");
+  assert.equal(likes.headers.get("allow"), "DELETE, GET, HEAD, PUT");
+  assertError(await alice.get("/v1/no-such-route"), 404, "NOT_FOUND");
+});
+
+test("`me` as the other account of a relation route is 400 INVALID_INPUT that says so, and writes nothing", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  const admin = await api.as("root", { admin: true });
+  await admin.put("/v1/accounts/alice", {});
+  const alice = await api.as("alice");
+  for (const res of [
+    await alice.put("/v1/accounts/me/following/me"),
+    await alice.put("/v1/accounts/me/blocks/me"),
+    await alice.get("/v1/accounts/me/relationships/me"),
+    await alice.post("/v1/accounts/me/follow-requests/me/approve"),
+  ]) {
+    assertError(res, 400, "INVALID_INPUT");
+    assert.match((res.body as { error: { message: string } }).error.message, /`me` cannot be the target of this route/);
+  }
+  const { rows } = await api.db.pool.query("SELECT count(*)::int AS n FROM relation_event");
+  assert.equal(rows[0].n, 0, "nothing was written");
+});
+
+test("an empty or blank post body is 400 INVALID_INPUT, as a comment's", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  const admin = await api.as("root", { admin: true });
+  await admin.put("/v1/accounts/alice", {});
+  const alice = await api.as("alice");
+  for (const body of ["", "   "]) {
+    assertError(await alice.post("/v1/posts", { visibility: "PUBLIC", body }), 400, "INVALID_INPUT");
+  }
+  const post = await alice.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "x" });
+  assert.equal(post.status, 201, post.text);
+  assertError(await alice.post(`/v1/posts/${post.body.id}/comments`, { body: " " }), 400, "INVALID_INPUT");
+  const { rows } = await api.db.pool.query("SELECT count(*)::int AS n FROM post");
+  assert.equal(rows[0].n, 1, "only the post with a body was written");
+});
