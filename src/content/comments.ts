@@ -90,7 +90,15 @@ const VISIBLE_SQL = `
          ELSE EXISTS (SELECT 1 FROM relation r WHERE r.follower = $2 AND r.followee = p.author AND r.state = 'ACTIVE')
        END))
   AND NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $2 AND b.blocked = c.author) OR (b.blocker = c.author AND b.blocked = $2))
-  AND (c.deleted_at IS NULL OR EXISTS (SELECT 1 FROM comment r WHERE r.parent_id = c.comment_id))`;
+  AND (c.deleted_at IS NULL OR EXISTS (
+    -- A tombstone stays in the thread only while a live comment is below it (not merely a
+    -- deleted reply): its replies, their replies, ... (comment_replies index at every level).
+    WITH RECURSIVE below AS (
+      SELECT r.comment_id, r.deleted_at FROM comment r WHERE r.parent_id = c.comment_id
+      UNION ALL
+      SELECT r.comment_id, r.deleted_at FROM comment r JOIN below b ON r.parent_id = b.comment_id
+    )
+    SELECT 1 FROM below WHERE comment_counted(below.deleted_at)))`;
 
 /**
  * Comments as facts (docs/comments.md): create with an idempotency key, edit by the author,

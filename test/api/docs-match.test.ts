@@ -54,3 +54,28 @@ test("an empty or blank post body is 400 INVALID_INPUT, as a comment's", async (
   const { rows } = await api.db.pool.query("SELECT count(*)::int AS n FROM post");
   assert.equal(rows[0].n, 1, "only the post with a body was written");
 });
+
+test("a tombstone is listed only while a live comment is below it (docs/comments.md): one whose only reply was deleted is not", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  const admin = await api.as("root", { admin: true });
+  for (const id of ["alice", "bob"]) await admin.put(`/v1/accounts/${id}`, {});
+  const [alice, bob] = [await api.as("alice"), await api.as("bob")];
+  const post = await alice.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "the post" });
+  const comment = async (body: string, parentId?: string) =>
+    (await bob.post<{ id: string }>(`/v1/posts/${post.body.id}/comments`, { body, ...(parentId ? { parentId } : {}) })).body.id;
+  const listed = async (path: string) => (await alice.get<{ comments: { id: string; deleted: boolean }[] }>(path)).body.comments.map((c) => [c.id, c.deleted]);
+
+  const lonely = await comment("its only reply goes");
+  const reply = await comment("reply", lonely);
+  const chain = await comment("a tombstone above a tombstone above a live reply");
+  const middle = await comment("middle", chain);
+  const leaf = await comment("leaf", middle);
+  for (const id of [reply, lonely, middle, chain]) assert.equal((await bob.delete(`/v1/comments/${id}`)).status, 200);
+
+  assert.deepEqual(await listed(`/v1/posts/${post.body.id}/comments`), [[chain, true]], "the lonely tombstone is gone; the chain's stays");
+  assert.deepEqual(await listed(`/v1/comments/${chain}/replies`), [[middle, true]]);
+  assert.deepEqual(await listed(`/v1/comments/${middle}/replies`), [[leaf, false]]);
+  // Not listed, and as unknown as a comment that never was: nothing live is below it.
+  assertError(await alice.get(`/v1/comments/${lonely}/replies`), 404, "COMMENT_NOT_FOUND");
+});
