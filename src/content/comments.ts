@@ -7,6 +7,7 @@ import { validateId } from "../ids.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
 import { stablePartition } from "../partition.ts";
 import { PostNotFoundError } from "../relations/errors.ts";
+import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
 import { READ_MODES, type ReadMode } from "../relations/types.ts";
 import { validateText } from "../text.ts";
 import { CommentDeletedError, CommentNotFoundError, IdempotencyKeyReusedError, NotCommentAuthorError } from "./comment-errors.ts";
@@ -123,7 +124,7 @@ export class CommentService {
    * visibility is checked in the truth, and its seq is inside the comment's acl_token.
    * A retried create with the same idempotency key returns the first comment, created: false.
    */
-  async create(author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string } = {}): Promise<Comment & { created: boolean }> {
+  async create(author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string; ensureAuthor?: boolean } = {}): Promise<Comment & { created: boolean }> {
     validateId("author", author);
     validateId("postId", postId);
     validateBody(body);
@@ -135,6 +136,8 @@ export class CommentService {
     const part = stablePartition(author, this.partitions);
     return withTransaction(this.pool, async (client) => {
       const post = await readPost(client, postId);
+      // The API's token users comment without creating an account first; rolled back with a failed create.
+      if (options.ensureAuthor) await client.query(ENSURE_ACCOUNT_SQL, [author]);
       const { rows: token } = await client.query<{ last: number }>("SELECT last FROM event_seq WHERE part = $1 FOR SHARE", [post.part]);
       const aclToken = token[0]!.last;
       await this.hooks.at("comment.afterToken", { author, postId, aclToken, pid: backendPid(client) });

@@ -79,3 +79,34 @@ test("a tombstone is listed only while a live comment is below it (docs/comments
   // Not listed, and as unknown as a comment that never was: nothing live is below it.
   assertError(await alice.get(`/v1/comments/${lonely}/replies`), 404, "COMMENT_NOT_FOUND");
 });
+
+test("a token user without an account may follow, block, post and comment as they may like: the first such write creates their account; a failed one creates nothing", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  const admin = await api.as("root", { admin: true });
+  for (const id of ["bob", "erin"]) await admin.put(`/v1/accounts/${id}`, {});
+  assert.equal((await admin.put("/v1/items/item-1")).status, 200);
+  const carol = await api.as("carol");
+  assert.equal((await carol.put("/v1/items/item-1/likes/me")).status, 200, "like");
+  const follow = await carol.put<{ outcome: string; relationship: { following: boolean } }>("/v1/accounts/me/following/bob");
+  assert.equal(follow.status, 200, follow.text);
+  assert.deepEqual([follow.body.outcome, follow.body.relationship.following], ["CHANGED", true]);
+  assert.equal((await carol.put("/v1/accounts/me/blocks/erin")).status, 200, "block");
+  const account = await carol.get<{ private: boolean }>("/v1/accounts/carol");
+  assert.equal(account.status, 200, account.text);
+  assert.equal(account.body.private, false, "created public, with PUT /v1/accounts/{id}'s defaults");
+
+  const dave = await api.as("dave");
+  const post = await dave.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "dave's first" });
+  assert.equal(post.status, 201, post.text);
+  const frank = await api.as("frank");
+  assert.equal((await frank.post(`/v1/posts/${post.body.id}/comments`, { body: "frank's first" })).status, 201, "comment");
+
+  // Failed writes of callers without an account create nothing.
+  const dora = await api.as("dora");
+  assertError(await dora.put("/v1/accounts/me/following/ghost"), 404, "ACCOUNT_NOT_FOUND");
+  assertError(await dora.post("/v1/posts", { visibility: "PUBLIC", body: "  " }), 400, "INVALID_INPUT");
+  assertError(await dora.post("/v1/posts/no-such-post/comments", { body: "x" }), 404, "POST_NOT_FOUND");
+  const { rows } = await api.db.pool.query<{ account_id: string }>("SELECT account_id FROM account ORDER BY account_id");
+  assert.deepEqual(rows.map((r) => r.account_id), ["bob", "carol", "dave", "erin", "frank"]);
+});

@@ -6,7 +6,7 @@ import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
 import {
   accountRow, bearer, countFields, countQuery, countSource, errors, id, idParams, lagQuery, optionalBearer, pageOf, pageQuery, relationOutcome, relationship, relationshipProperties,
 } from "../schemas.ts";
-import { setHideCollections } from "../../relations/account-settings.ts";
+import { ensureActingAccount, setHideCollections } from "../../relations/account-settings.ts";
 import { AccountNotFoundError } from "../../relations/errors.ts";
 import {
   MAX_RELATIONSHIPS, asSeenByViewer, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
@@ -89,6 +89,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     const caller = requireCaller(request);
     const other = request.params.id;
     refuseMeAsTarget(other);
+    await ensureActingAccount(ledger.pool, caller.id, other);
     if (towardsBlocker === "checked-first" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
     const result = await run(caller.id, other);
     metrics.outcomes.inc({ operation, outcome: result.outcome });
