@@ -110,7 +110,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   });
   app.setNotFoundHandler((request, reply) => {
     const allowed = routeTable.allowedFor(request.url.split("?")[0] ?? "");
-    if (allowed.length > 0) {
+    // A route of this method that answered "not found" itself (a static file that is not there) stays a 404.
+    if (allowed.length > 0 && !allowed.includes(request.method)) {
       void reply.status(405).header("allow", allowed.join(", ")).send(errorBody("METHOD_NOT_ALLOWED", `${request.method} is not a method of ${request.url.split("?")[0]}; it answers ${allowed.join(", ")}`));
       return;
     }

@@ -110,3 +110,12 @@ test("a token user without an account may follow, block, post and comment as the
   const { rows } = await api.db.pool.query<{ account_id: string }>("SELECT account_id FROM account ORDER BY account_id");
   assert.deepEqual(rows.map((r) => r.account_id), ["bob", "carol", "dave", "erin", "frank"]);
 });
+
+test("a GET route that answers not found itself (a static file that is not there) stays 404, not 405", async (t) => {
+  const api = await startApi();
+  t.after(() => api.close());
+  assertError(await api.request("GET", "/dashboard/vendor/uplot/uPlot.d.ts"), 404, "NOT_FOUND");
+  const wrong = await api.request("POST", "/dashboard/vendor/uplot/uPlot.min.css");
+  assertError(wrong, 405, "METHOD_NOT_ALLOWED");
+  assert.equal(wrong.headers.get("allow"), "GET, HEAD");
+});
