@@ -21,7 +21,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_DATA_DIR", shown: "./data", meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords" },
   { name: "PORT", shown: "8080", meaning: "HTTP port of serve (serve --port overrides it)" },
   { name: "HOST", shown: "127.0.0.1", meaning: "address serve listens on (0.0.0.0: every interface; serve --host overrides it)" },
-  { name: "LOG_LEVEL", shown: "info", meaning: "debug, info, warn or error" },
+  { name: "LOG_LEVEL", shown: "info", meaning: "trace, debug, info, warn, error, fatal or silent (anything else: exit 2)" },
   { name: "DEBUG", shown: "unset", meaning: "set: a failing command also prints its stack trace" },
   { name: "LEDGER_PARTITIONS", shown: "16", meaning: "partition count of a new database; an existing one keeps its own" },
   { name: "LEDGER_JWT_SECRET", shown: "generated", meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory" },
