@@ -4,10 +4,81 @@ import { InvalidInputError } from "./errors.ts";
 /** The longest lifetime of a token `social-ledger token --ttl` mints, and the default of LEDGER_JWT_MAX_TTL_SECONDS: ten years. */
 export const MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600;
 
+/** One environment variable the service reads: its default as the help and README show it, and what it does. */
+export interface EnvironmentVariable {
+  name: string;
+  /** The value used when it is unset, as written in the help and the README ("unset": none). */
+  shown: string;
+  meaning: string;
+}
+
+/**
+ * Every environment variable any command reads, with its real default: the one table that
+ * `--help` prints and that a test compares with the README's tables and with the source's reads.
+ */
+export const ENVIRONMENT: readonly EnvironmentVariable[] = [
+  { name: "DATABASE_URL", shown: "unset", meaning: "use this PostgreSQL instead of the embedded one" },
+  { name: "LEDGER_DATA_DIR", shown: "./data", meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords" },
+  { name: "PORT", shown: "8080", meaning: "HTTP port of serve (serve --port overrides it)" },
+  { name: "HOST", shown: "127.0.0.1", meaning: "address serve listens on (0.0.0.0: every interface; serve --host overrides it)" },
+  { name: "LOG_LEVEL", shown: "info", meaning: "trace, debug, info, warn, error, fatal or silent (anything else: exit 2)" },
+  { name: "DEBUG", shown: "unset", meaning: "set: a failing command also prints its stack trace" },
+  { name: "LEDGER_PARTITIONS", shown: "16", meaning: "partition count of a new database; an existing one keeps its own" },
+  { name: "LEDGER_JWT_SECRET", shown: "generated", meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory" },
+  { name: "LEDGER_JWT_MAX_TTL_SECONDS", shown: String(MAX_TOKEN_TTL_S), meaning: "tokens valid for longer are refused (the longest token --ttl)" },
+  { name: "LEDGER_METRICS_TOKEN", shown: "unset", meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)" },
+  { name: "LEDGER_METRICS_REFRESH_SECONDS", shown: "10", meaning: "how often the figures /metrics shows from the database are read" },
+  { name: "LEDGER_WRITES_PER_MINUTE", shown: "600", meaning: "per-user write rate limit" },
+  { name: "LEDGER_READS_PER_MINUTE", shown: "6000", meaning: "read rate limit per user (per client IP without a token)" },
+  { name: "LEDGER_CORS_ORIGINS", shown: "unset", meaning: "origins a browser app may call the API from (comma-separated, or *)" },
+  { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
+  { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
+  { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
+  { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
+  { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
+  { name: "LEDGER_ALARM_CONSUMER_FAILURES", shown: "5", meaning: "dashboard: a consumer failing this many passes in a row turns the header red" },
+  { name: "LEDGER_AUDIT_EVERY_SECONDS", shown: "300", meaning: "the service runs the full audit this often for the dashboard; 0: only when asked" },
+  { name: "REDIS_URL", shown: "unset", meaning: "serve like, follower and comment counts from this Redis (redis+cluster:// for a cluster)" },
+  { name: "LEDGER_REDIS_ALLOW_EVICTION", shown: "unset", meaning: "1: start even when Redis's maxmemory-policy is allkeys-*" },
+  { name: "LEDGER_COUNT_BUCKETS", shown: "16", meaning: "live-delta buckets per Redis counter (hot keys)" },
+  { name: "LEDGER_RECONCILE_INTERVAL_MS", shown: "60000", meaning: "time between reconciliations of the Redis counters" },
+  { name: "LEDGER_COUNT_LOCAL_TTL_MS", shown: "250", meaning: "how long a count read from Redis stays in the process's memory; 0: not at all" },
+  { name: "NATS_URL", shown: "unset", meaning: "NATS servers (comma-separated) of relay / worker --transport nats" },
+  { name: "LEDGER_NATS_STREAM", shown: "LEDGER", meaning: "JetStream stream name (dead letters in <name>_DLQ)" },
+  { name: "LEDGER_NATS_ACK_WAIT_MS", shown: "30000", meaning: "redelivery after this long without an ack" },
+  { name: "LEDGER_NATS_MAX_DELIVER", shown: "10", meaning: "deliveries before a message goes to the dead-letter stream" },
+  { name: "LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", shown: "120", meaning: "the stream's duplicate window" },
+  { name: "LEDGER_NATS_MAX_AGE_SECONDS", shown: "604800", meaning: "how long the stream keeps messages" },
+  { name: "LEDGER_GAP_CHECK_MS", shown: "5000", meaning: "a watermark standing still this long is filled from the outbox" },
+  { name: "DATABASE_REPLICA_URLS", shown: "unset", meaning: "comma-separated postgres:// URLs of streaming replicas for reads that may lag" },
+  { name: "LEDGER_REPLICA_MAX_LAG_MS", shown: "5000", meaning: "a replica lagging more is skipped by reads without a token" },
+  { name: "LEDGER_REPLICA_TOKEN_WAIT_MS", shown: "100", meaning: "how long a read with a token waits for a replica before reading the primary" },
+  { name: "LEDGER_REPLICA_CHECK_MS", shown: "1000", meaning: "how often each replica's lag is checked" },
+];
+
+/** The default of a numeric variable, from ENVIRONMENT (so the loaders cannot disagree with the help). */
+export function numericDefault(name: string): number {
+  const value = Number(ENVIRONMENT.find((v) => v.name === name)?.shown);
+  if (!Number.isSafeInteger(value)) throw new Error(`ENVIRONMENT has no numeric default for ${name}`);
+  return value;
+}
+
+/** LOG_LEVEL: pino's levels that the docs name; anything else is refused with a clear message. */
+export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+
+export function logLevel(env: NodeJS.ProcessEnv = process.env): string {
+  const raw = env.LOG_LEVEL;
+  if (raw === undefined || raw === "") return "info";
+  if (!(LOG_LEVELS as readonly string[]).includes(raw)) throw new InvalidInputError("LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+
 /** Runtime configuration, from the environment, with the embedded defaults. */
 export interface Config {
   /** When set, use this PostgreSQL and start no embedded one. */
   databaseUrl: string | undefined;
+  /** LOG_LEVEL, checked here so a misspelt level is refused before a command starts. */
+  logLevel: string;
   dataDir: string;
   port: number;
   /** Partition count for a new database (LEDGER_PARTITIONS); an existing database keeps its own. */
@@ -112,37 +183,38 @@ function metricsToken(raw: string | undefined): string | undefined {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,
+    logLevel: logLevel(env),
     dataDir: path.resolve(env.LEDGER_DATA_DIR || "./data"),
-    port: integer("PORT", env.PORT, 8080, 1, 65535),
-    partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, 1, 1, 1024) : undefined,
+    port: integer("PORT", env.PORT, numericDefault("PORT"), 1, 65535),
+    partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, numericDefault("LEDGER_PARTITIONS"), 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
-    jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, MAX_TOKEN_TTL_S, 1, 100 * MAX_TOKEN_TTL_S),
+    jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, numericDefault("LEDGER_JWT_MAX_TTL_SECONDS"), 1, 100 * MAX_TOKEN_TTL_S),
     metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
-    metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, 10, 1, 3600),
-    writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, 600, 1, 1_000_000),
-    readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, 6000, 1, 10_000_000),
+    metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, numericDefault("LEDGER_METRICS_REFRESH_SECONDS"), 1, 3600),
+    writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, numericDefault("LEDGER_WRITES_PER_MINUTE"), 1, 1_000_000),
+    readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, numericDefault("LEDGER_READS_PER_MINUTE"), 1, 10_000_000),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),
-    embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, 5, 0, 1000),
+    embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, numericDefault("LEDGER_EMBEDDED_RESTARTS"), 0, 1000),
     dashboard: {
-      lagAlarmSeconds: integer("LEDGER_ALARM_LAG_SECONDS", env.LEDGER_ALARM_LAG_SECONDS, 60, 1, 86_400),
-      consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, 5, 1, 1_000_000),
-      auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, 300, 0, 86_400),
+      lagAlarmSeconds: integer("LEDGER_ALARM_LAG_SECONDS", env.LEDGER_ALARM_LAG_SECONDS, numericDefault("LEDGER_ALARM_LAG_SECONDS"), 1, 86_400),
+      consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, numericDefault("LEDGER_ALARM_CONSUMER_FAILURES"), 1, 1_000_000),
+      auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, numericDefault("LEDGER_AUDIT_EVERY_SECONDS"), 0, 86_400),
     },
-    pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, 600, 0, 86_400),
+    pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
     retention: {
-      keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, 10_000, 0, 1_000_000_000),
-      keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, 86_400, 0, 31_536_000),
+      keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, numericDefault("LEDGER_RETENTION_KEEP_EVENTS"), 0, 1_000_000_000),
+      keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, numericDefault("LEDGER_RETENTION_KEEP_SECONDS"), 0, 31_536_000),
     },
     redisUrl: env.REDIS_URL || undefined,
     redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
-    countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, 16, 1, 1024),
-    reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, 60_000, 100, 86_400_000),
+    countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, numericDefault("LEDGER_COUNT_BUCKETS"), 1, 1024),
+    reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, numericDefault("LEDGER_RECONCILE_INTERVAL_MS"), 100, 86_400_000),
     replicas: {
       urls: replicaUrls(env.DATABASE_REPLICA_URLS),
-      maxLagMs: integer("LEDGER_REPLICA_MAX_LAG_MS", env.LEDGER_REPLICA_MAX_LAG_MS, 5_000, 0, 86_400_000),
-      tokenWaitMs: integer("LEDGER_REPLICA_TOKEN_WAIT_MS", env.LEDGER_REPLICA_TOKEN_WAIT_MS, 100, 0, 60_000),
-      checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, 1_000, 50, 600_000),
+      maxLagMs: integer("LEDGER_REPLICA_MAX_LAG_MS", env.LEDGER_REPLICA_MAX_LAG_MS, numericDefault("LEDGER_REPLICA_MAX_LAG_MS"), 0, 86_400_000),
+      tokenWaitMs: integer("LEDGER_REPLICA_TOKEN_WAIT_MS", env.LEDGER_REPLICA_TOKEN_WAIT_MS, numericDefault("LEDGER_REPLICA_TOKEN_WAIT_MS"), 0, 60_000),
+      checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, numericDefault("LEDGER_REPLICA_CHECK_MS"), 50, 600_000),
     },
-    countLocalTtlMs: integer("LEDGER_COUNT_LOCAL_TTL_MS", env.LEDGER_COUNT_LOCAL_TTL_MS, 250, 0, 60_000),
+    countLocalTtlMs: integer("LEDGER_COUNT_LOCAL_TTL_MS", env.LEDGER_COUNT_LOCAL_TTL_MS, numericDefault("LEDGER_COUNT_LOCAL_TTL_MS"), 0, 60_000),
   };
 }

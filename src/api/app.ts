@@ -14,6 +14,7 @@ import "./context.ts";
 import { authPlugin } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
+import { RouteTable } from "./route-table.ts";
 import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
@@ -76,6 +77,9 @@ export interface AppOptions {
  */
 export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   app.decorate("ledger", opts.ledger);
+  const routeTable = new RouteTable();
+  routeTable.watch(app);
+  app.decorate("routeTable", routeTable);
   app.decorate("metrics", opts.metrics ?? new LedgerMetrics(opts.ledger.pool));
   app.decorate("dashboard", opts.dashboard ?? new DashboardSampler({ pool: opts.ledger.pool, metrics: app.metrics }));
   app.addHook("onReady", async () => app.dashboard.start());
@@ -109,6 +113,12 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     }
   });
   app.setNotFoundHandler((request, reply) => {
+    const allowed = routeTable.allowedFor(request.url.split("?")[0] ?? "");
+    // A route of this method that answered "not found" itself (a static file that is not there) stays a 404.
+    if (allowed.length > 0 && !allowed.includes(request.method)) {
+      void reply.status(405).header("allow", allowed.join(", ")).send(errorBody("METHOD_NOT_ALLOWED", `${request.method} is not a method of ${request.url.split("?")[0]}; it answers ${allowed.join(", ")}`));
+      return;
+    }
     void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
   });
 

@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Ledger } from "../ledger.ts";
 import type { DashboardSampler } from "./dashboard/sampler.ts";
 import type { LedgerMetrics } from "./metrics.ts";
+import type { RouteTable } from "./route-table.ts";
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -10,6 +11,7 @@ declare module "fastify" {
     metrics: LedgerMetrics;
     dashboard: DashboardSampler;
     counts: CountReader;
+    routeTable: RouteTable;
   }
 }
 

@@ -161,7 +161,7 @@ export const postBody = named("PostDraft", {
   type: "object", required: ["visibility", "body"], additionalProperties: false,
   properties: {
     visibility: { type: "string", enum: ["PUBLIC", "FOLLOWERS", "SELF"] },
-    body: { type: "string", maxLength: MAX_BODY_LENGTH },
+    body: { type: "string", minLength: 1, maxLength: MAX_BODY_LENGTH },
   },
 });
 

@@ -1,4 +1,5 @@
 import { pino, type Logger } from "pino";
+import { logLevel } from "../config.ts";
 
 /**
  * The CLI's long-running commands (worker) log like `serve` does: fastify's logger is pino,
@@ -8,5 +9,5 @@ import { pino, type Logger } from "pino";
 export function cliLogger(bindings: Record<string, unknown>): Logger {
   // Synchronous writes: the last lines ("totals", "stopped") come right before process.exit, and
   // pino's default asynchronous stdout could lose a write still in flight at the exit.
-  return pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination({ dest: 1, sync: true })).child(bindings);
+  return pino({ level: logLevel() }, pino.destination({ dest: 1, sync: true })).child(bindings);
 }

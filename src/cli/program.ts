@@ -8,7 +8,7 @@
  */
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
-import { MAX_TOKEN_TTL_S } from "../config.ts";
+import { ENVIRONMENT, MAX_TOKEN_TTL_S } from "../config.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_KINDS, UsageError, nonNegativeInteger, parseItems, parsePartitions, parseUserId, positiveInteger, type RebuildKind } from "./args.ts";
 
@@ -17,22 +17,21 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
 
-const ENVIRONMENT_HELP = `
-Environment:
-  DATABASE_URL              use this PostgreSQL instead of the embedded one
-  LEDGER_DATA_DIR           data directory of the embedded default (./data): cluster, port file, JWT secret
-  PORT                      HTTP port of serve (8080)
-  LEDGER_PARTITIONS         partition count of a new database (4); an existing one keeps its own
-  LEDGER_JWT_SECRET         HS256 secret (at least 32 bytes); default: generated once in the data directory
-  LEDGER_WRITES_PER_MINUTE  per-user write rate limit of serve (600)
-  LEDGER_JWT_MAX_TTL_SECONDS  tokens valid for longer are refused (315360000, the longest --ttl)
-  LEDGER_METRICS_TOKEN      /metrics requires this bearer token (unset: open; or serve --metrics-port)
-  LOG_LEVEL                 log level of serve (info)
-  NATS_URL                  NATS servers of worker/relay --transport nats (LEDGER_NATS_* tune it; see README)
+/** The variables' table of src/config.ts, one line each: name, default, meaning. */
+export function environmentHelp(): string {
+  const nameWidth = Math.max(...ENVIRONMENT.map((v) => v.name.length)) + 2;
+  const defaultWidth = Math.max(...ENVIRONMENT.map((v) => v.shown.length)) + 2;
+  const lines = ENVIRONMENT.map((v) => `  ${v.name.padEnd(nameWidth)}${v.shown.padEnd(defaultWidth)}${v.meaning}`);
+  return `
+Environment (name, default, meaning):
+${lines.join("\n")}
 
-Exit codes: 0 success, 1 failure (audit: a violation), 2 bad arguments or configuration.`;
+Errors: one line on stderr, "social-ledger <command>: <message>".
+Exit codes: 0 success; 1 runtime failure (audit: a violation; reconcile: Redis failed);
+2 bad input or usage (arguments, configuration, an item or post that does not exist).`;
+}
 
 function version(): string {
   try {
@@ -51,7 +50,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .showHelpAfterError("(add --help for usage)")
     .description("Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.")
     .version(version(), "-V, --version")
-    .addHelpText("after", ENVIRONMENT_HELP);
+    .addHelpText("after", environmentHelp());
 
   program
     .command("serve")
@@ -72,7 +71,7 @@ requests and the current consumer batches, and stops the embedded PostgreSQL it 
 
   program
     .command("worker")
-    .description("Run the consumers (like counter, follower projector) without HTTP until SIGINT/SIGTERM")
+    .description("Run the consumers (like counter, follower projector, comment counter) without HTTP until SIGINT/SIGTERM")
     .addOption(new Option("--partitions <list>", "comma-separated partitions to serve, e.g. 0,1 (default: all)").argParser(parsePartitions))
     .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
     .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
@@ -189,7 +188,16 @@ which is what serve verifies with. Example:
       setExitCode(await token(userId, opts));
     });
 
+  // commander's own messages ("error: unknown option ...") in the CLI's one form.
+  for (const command of [program, ...program.commands]) {
+    command.configureOutput({ outputError: (message, write) => write(`${errorPrefix(command === program ? undefined : command.name())}${message.replace(/^error: /, "")}`) });
+  }
   return program;
+}
+
+/** "social-ledger <command>: ", the start of every error line of the CLI. */
+export function errorPrefix(command: string | undefined): string {
+  return command ? `social-ledger ${command}: ` : "social-ledger: ";
 }
 
 function describe(err: unknown): string {
@@ -199,7 +207,11 @@ function describe(err: unknown): string {
 /** Parses and runs one command line; resolves with the exit code (serve and worker exit by themselves). */
 export async function runCli(argv: readonly string[]): Promise<number> {
   let code = EXIT_OK;
+  let running: string | undefined;
   const program = buildProgram((c) => (code = c));
+  program.hook("preAction", (_program, action) => {
+    running = action.name();
+  });
   try {
     await program.parseAsync(argv as string[]);
     return code;
@@ -207,10 +219,10 @@ export async function runCli(argv: readonly string[]): Promise<number> {
     // commander has already printed its message (or the help) by the time it throws.
     if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     if (err instanceof UsageError || (err instanceof LedgerError && USAGE_CODES.has(err.code))) {
-      process.stderr.write(`social-ledger: error: ${describe(err)}\n`);
+      process.stderr.write(`${errorPrefix(running)}${describe(err)}\n`);
       return EXIT_USAGE;
     }
-    process.stderr.write(`social-ledger: ${describe(err)}\n`);
+    process.stderr.write(`${errorPrefix(running)}${describe(err)}\n`);
     if (process.env.DEBUG) process.stderr.write(`${err instanceof Error ? err.stack : ""}\n`);
     return EXIT_FAILURE;
   }

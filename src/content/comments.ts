@@ -7,6 +7,7 @@ import { validateId } from "../ids.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
 import { stablePartition } from "../partition.ts";
 import { PostNotFoundError } from "../relations/errors.ts";
+import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
 import { READ_MODES, type ReadMode } from "../relations/types.ts";
 import { validateText } from "../text.ts";
 import { CommentDeletedError, CommentNotFoundError, IdempotencyKeyReusedError, NotCommentAuthorError } from "./comment-errors.ts";
@@ -90,7 +91,15 @@ const VISIBLE_SQL = `
          ELSE EXISTS (SELECT 1 FROM relation r WHERE r.follower = $2 AND r.followee = p.author AND r.state = 'ACTIVE')
        END))
   AND NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $2 AND b.blocked = c.author) OR (b.blocker = c.author AND b.blocked = $2))
-  AND (c.deleted_at IS NULL OR EXISTS (SELECT 1 FROM comment r WHERE r.parent_id = c.comment_id))`;
+  AND (c.deleted_at IS NULL OR EXISTS (
+    -- A tombstone stays in the thread only while a live comment is below it (not merely a
+    -- deleted reply): its replies, their replies, ... (comment_replies index at every level).
+    WITH RECURSIVE below AS (
+      SELECT r.comment_id, r.deleted_at FROM comment r WHERE r.parent_id = c.comment_id
+      UNION ALL
+      SELECT r.comment_id, r.deleted_at FROM comment r JOIN below b ON r.parent_id = b.comment_id
+    )
+    SELECT 1 FROM below WHERE comment_counted(below.deleted_at)))`;
 
 /**
  * Comments as facts (docs/comments.md): create with an idempotency key, edit by the author,
@@ -115,7 +124,7 @@ export class CommentService {
    * visibility is checked in the truth, and its seq is inside the comment's acl_token.
    * A retried create with the same idempotency key returns the first comment, created: false.
    */
-  async create(author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string } = {}): Promise<Comment & { created: boolean }> {
+  async create(author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string; ensureAuthor?: boolean } = {}): Promise<Comment & { created: boolean }> {
     validateId("author", author);
     validateId("postId", postId);
     validateBody(body);
@@ -127,6 +136,8 @@ export class CommentService {
     const part = stablePartition(author, this.partitions);
     return withTransaction(this.pool, async (client) => {
       const post = await readPost(client, postId);
+      // The API's token users comment without creating an account first; rolled back with a failed create.
+      if (options.ensureAuthor) await client.query(ENSURE_ACCOUNT_SQL, [author]);
       const { rows: token } = await client.query<{ last: number }>("SELECT last FROM event_seq WHERE part = $1 FOR SHARE", [post.part]);
       const aclToken = token[0]!.last;
       await this.hooks.at("comment.afterToken", { author, postId, aclToken, pid: backendPid(client) });

@@ -14,3 +14,21 @@ export async function setHideCollections(pool: Pool, accountId: string, hide: bo
   const { rowCount } = await pool.query("UPDATE account SET hide_collections = $2 WHERE account_id = $1", [accountId, hide]);
   if (rowCount === 0) throw new AccountNotFoundError(accountId);
 }
+
+/** Creates a public account with the defaults of PUT /v1/accounts/{id} (no body) unless it exists; changes nothing of an existing one. */
+export const ENSURE_ACCOUNT_SQL = "INSERT INTO account (account_id, private) VALUES ($1, false) ON CONFLICT (account_id) DO NOTHING";
+
+/**
+ * Before a relation write of `actor` towards `other`: when the actor has no account yet and the
+ * other account exists, the actor's account is created (ENSURE_ACCOUNT_SQL), so a token user may
+ * follow and block without creating an account first, as they may like (docs/api.md, "Accounts").
+ * When the other account is missing nothing is created: the write answers it unknown and writes nothing.
+ */
+export async function ensureActingAccount(pool: Pool, actor: string, other: string): Promise<void> {
+  validateId("accountId", actor);
+  validateId("otherId", other);
+  const { rows } = await pool.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY($1::text[])", [[actor, other]]);
+  const found = new Set(rows.map((r) => r.account_id));
+  if (found.has(actor) || !found.has(other)) return;
+  await pool.query(ENSURE_ACCOUNT_SQL, [actor]);
+}

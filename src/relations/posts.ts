@@ -8,6 +8,7 @@ import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError, PostNotFoundError } from "./errors.ts";
+import { ENSURE_ACCOUNT_SQL } from "./account-settings.ts";
 import { blockedEitherWay } from "./relation-service.ts";
 import { READ_MODES, VISIBILITIES, type ReadDecision, type ReadMode, type Visibility } from "./types.ts";
 
@@ -43,15 +44,19 @@ export class PostService {
     return new PostService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), options.tokenRead ?? "share");
   }
 
-  async createPost(author: string, visibility: Visibility, body: string): Promise<Post> {
+  /** `ensureAuthor`: create the author's account (public, defaults) in the same transaction when it does not exist (the API's token users). */
+  async createPost(author: string, visibility: Visibility, body: string, options: { ensureAuthor?: boolean } = {}): Promise<Post> {
     validateId("author", author);
     if (!VISIBILITIES.includes(visibility)) {
       throw new InvalidInputError("visibility", `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`);
     }
     validateText("body", body, MAX_BODY_LENGTH);
+    // As a comment's: a post of nothing but whitespace says nothing (docs/api.md).
+    if (body.trim().length === 0) throw new InvalidInputError("body", "must not be empty");
     const part = stablePartition(author, this.partitions);
     try {
       return await withTransaction(this.pool, async (client) => {
+        if (options.ensureAuthor) await client.query(ENSURE_ACCOUNT_SQL, [author]);
         const lock = this.tokenRead === "share" ? " FOR SHARE" : "";
         await this.hooks.at("post.beforeToken", { author, pid: backendPid(client) });
         const { rows } = await client.query<{ last: number }>(`SELECT last FROM event_seq WHERE part = $1${lock}`, [part]);

@@ -2,7 +2,7 @@ import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import pg from "pg";
-import type { Config } from "../config.ts";
+import { numericDefault, type Config } from "../config.ts";
 import { ClusterStartError, EmbeddedCluster, freePort } from "../db/embedded-cluster.ts";
 import { initLedger } from "../db/ledger-config.ts";
 import { migrate } from "../db/migrate.ts";
@@ -36,7 +36,7 @@ type Log = SupervisorOptions["log"];
  * at P = 1, and over HTTP 2,467 against 1,939; at 16 the WAL flush, not the sequence row, is what
  * waits (docs/write-path.md, "The partition count of a new database").
  */
-export const SERVICE_PARTITIONS_OF_NEW = 16;
+export const SERVICE_PARTITIONS_OF_NEW = numericDefault("LEDGER_PARTITIONS");
 
 /** How long a start waits for a dying owner, a starting server or crash recovery before giving up. */
 const ACQUIRE_DEADLINE_MS = 90_000;

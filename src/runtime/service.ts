@@ -5,7 +5,7 @@ import { ReplicaRouter } from "../replicas/replica-router.ts";
 import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.ts";
 import { fullAudit } from "../api/routes/admin.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
-import type { Config } from "../config.ts";
+import { logLevel, type Config } from "../config.ts";
 import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
@@ -103,7 +103,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
     databaseHealth: database.health,
-    logger: options.logger === false ? false : { level: process.env.LOG_LEVEL ?? "info" },
+    logger: options.logger === false ? false : { level: logLevel() },
   }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
   if (database.accessChanges.length > 0) logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });

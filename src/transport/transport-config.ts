@@ -1,3 +1,4 @@
+import { numericDefault } from "../config.ts";
 import { TransportConfigError } from "./transport-errors.ts";
 
 /** What the relay and the JetStream workers need to know about the broker (environment, see README). */
@@ -35,10 +36,10 @@ export function loadTransportConfig(env: NodeJS.ProcessEnv = process.env): Trans
   return {
     servers,
     stream,
-    ackWaitMs: integer("LEDGER_NATS_ACK_WAIT_MS", env.LEDGER_NATS_ACK_WAIT_MS, 30_000, 100, 3_600_000),
-    maxDeliver: integer("LEDGER_NATS_MAX_DELIVER", env.LEDGER_NATS_MAX_DELIVER, 10, 2, 1000),
-    duplicateWindowSeconds: integer("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS, 120, 1, 86_400),
-    maxAgeSeconds: integer("LEDGER_NATS_MAX_AGE_SECONDS", env.LEDGER_NATS_MAX_AGE_SECONDS, 7 * 86_400, 60, 365 * 86_400),
-    gapCheckMs: integer("LEDGER_GAP_CHECK_MS", env.LEDGER_GAP_CHECK_MS, 5_000, 50, 3_600_000),
+    ackWaitMs: integer("LEDGER_NATS_ACK_WAIT_MS", env.LEDGER_NATS_ACK_WAIT_MS, numericDefault("LEDGER_NATS_ACK_WAIT_MS"), 100, 3_600_000),
+    maxDeliver: integer("LEDGER_NATS_MAX_DELIVER", env.LEDGER_NATS_MAX_DELIVER, numericDefault("LEDGER_NATS_MAX_DELIVER"), 2, 1000),
+    duplicateWindowSeconds: integer("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS, numericDefault("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS"), 1, 86_400),
+    maxAgeSeconds: integer("LEDGER_NATS_MAX_AGE_SECONDS", env.LEDGER_NATS_MAX_AGE_SECONDS, numericDefault("LEDGER_NATS_MAX_AGE_SECONDS"), 60, 365 * 86_400),
+    gapCheckMs: integer("LEDGER_GAP_CHECK_MS", env.LEDGER_GAP_CHECK_MS, numericDefault("LEDGER_GAP_CHECK_MS"), 50, 3_600_000),
   };
 }

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { assertError, createAccounts, ok, startApi, type ApiResponse, type LikeOutcome } from "./harness.ts";
 
-test("api every error code: each error is exactly {error: {code, message}} with its status (401, 403, 404, 409, 400, 413, 415)", async (t) => {
+test("api every error code: each error is exactly {error: {code, message}} with its status (401, 403, 404, 405, 409, 400, 413, 415)", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const admin = await h.as("admin-1", { admin: true });
@@ -31,8 +31,12 @@ test("api every error code: each error is exactly {error: {code, message}} with 
   expect(await alice.post("/v1/accounts/me/follow-requests/bob/approve"), 409, "NOT_PENDING", "nothing pending");
 
   // Unknown routes and methods.
-  for (const [method, path] of [["GET", "/nope"], ["GET", "/v1"], ["POST", "/v1/items/item-1"], ["PATCH", "/v1/items/item-1/likes/me"], ["GET", "/v2/items/item-1/likes/me"], ["GET", "/v1/items/item-1/likes/me/extra"]] as const) {
+  for (const [method, path] of [["GET", "/nope"], ["GET", "/v1"], ["GET", "/v2/items/item-1/likes/me"], ["GET", "/v1/items/item-1/likes/me/extra"]] as const) {
     expect(await h.request(method, path, { token: alice.token }), 404, "NOT_FOUND", `${method} ${path}`);
+  }
+  // A path that exists under other methods: 405 with Allow (docs/api.md).
+  for (const [method, path] of [["POST", "/v1/items/item-1"], ["PATCH", "/v1/items/item-1/likes/me"]] as const) {
+    expect(await h.request(method, path, { token: alice.token }), 405, "METHOD_NOT_ALLOWED", `${method} ${path}`);
   }
 
   // Invalid input at the edge: ids, query strings, bodies.
@@ -93,7 +97,7 @@ test("api every error code: each error is exactly {error: {code, message}} with 
 
   t.diagnostic(`note codes seen: ${[...seen].map(([c, s]) => `${c}=${s}`).join(" ")}`);
   assert.deepEqual([...seen.keys()].sort(), [
-    "ACCOUNT_NOT_FOUND", "BLOCKED", "FORBIDDEN", "INVALID_INPUT", "ITEM_NOT_FOUND", "NOT_FOUND", "NOT_PENDING",
+    "ACCOUNT_NOT_FOUND", "BLOCKED", "FORBIDDEN", "INVALID_INPUT", "ITEM_NOT_FOUND", "METHOD_NOT_ALLOWED", "NOT_FOUND", "NOT_PENDING",
     "PAYLOAD_TOO_LARGE", "POST_NOT_FOUND", "SELF_BLOCK", "SELF_FOLLOW", "UNAUTHENTICATED", "UNSUPPORTED_MEDIA_TYPE",
   ]);
 });

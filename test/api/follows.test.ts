@@ -78,7 +78,7 @@ for (const partitions of [1, 4]) {
     assertError(await alice.get("/v1/accounts/ghost/followers"), 404, "ACCOUNT_NOT_FOUND");
     assertError(await alice.get("/v1/accounts/ghost/follower-count"), 404, "ACCOUNT_NOT_FOUND");
     const ghost = await h.as("ghost");
-    assertError(await ghost.put("/v1/accounts/me/following/alice"), 404, "ACCOUNT_NOT_FOUND", "a caller without an account");
+    assertError(await ghost.put("/v1/accounts/me/following/nobody"), 404, "ACCOUNT_NOT_FOUND", "a caller without an account, towards an unknown one");
 
     // The projection: stale before the projector runs, exact after.
     const staleCount = ok(await alice.get<{ count: number; lag: number; stale: boolean }>("/v1/accounts/bob/follower-count?allowedLag=0"));

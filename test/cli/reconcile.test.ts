@@ -76,7 +76,7 @@ test("social-ledger reconcile with REDIS_URL to a closed port gives up: exit 1 a
   const result = await runCli(["reconcile"], childEnv({ DATABASE_URL: db.url, REDIS_URL: redis.url, LEDGER_DATA_DIR: dataDir }));
   t.diagnostic(`note reconcile: ${result.stderr.trim()}`);
   assert.equal(result.code, 1, result.stdout + result.stderr);
-  assert.match(result.stderr, new RegExp(`^reconcile: Redis at 127\\.0\\.0\\.1:${redis.port} did not answer within 5000 ms \\(last error: connect ECONNREFUSED[^)]*\\); nothing was reconciled$`, "m"));
+  assert.match(result.stderr, new RegExp(`^social-ledger reconcile: Redis at 127\\.0\\.0\\.1:${redis.port} did not answer within 5000 ms \\(last error: connect ECONNREFUSED[^)]*\\); nothing was reconciled$`, "m"));
   assert.equal(result.stdout, "");
 });
 

@@ -87,7 +87,7 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
     const caller = requireCaller(request);
     const { body, parentId, idempotencyKey } = request.body;
     const created = await ledger.comments.create(caller.id, request.params.id, body, {
-      ...(parentId !== undefined ? { parentId } : {}), ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+      ...(parentId !== undefined ? { parentId } : {}), ...(idempotencyKey !== undefined ? { idempotencyKey } : {}), ensureAuthor: true,
     });
     metrics.outcomes.inc({ operation: "comment", outcome: created.created ? "CHANGED" : "NOOP" });
     return reply.status(201).send(toJson(created));

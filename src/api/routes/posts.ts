@@ -49,7 +49,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { visibility: Visibility; body: string } }>, reply) => {
     const caller = requireCaller(request);
-    const created = await ledger.posts.createPost(caller.id, request.body.visibility, request.body.body);
+    const created = await ledger.posts.createPost(caller.id, request.body.visibility, request.body.body, { ensureAuthor: true });
     metrics.outcomes.inc({ operation: "post", outcome: "CHANGED" });
     return reply.status(201).send(toJson(created));
   });

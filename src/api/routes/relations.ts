@@ -7,7 +7,7 @@ import {
   accountRow, accountSince, bearer, countFields, countQuery, countSource, errors, id, idParams, lagQuery, named, namedWriteAnswer, optionalBearer, pageOf, pageQuery, relationOutcome, relationship,
   relationshipProperties, relationshipRef,
 } from "../schemas.ts";
-import { setHideCollections } from "../../relations/account-settings.ts";
+import { ensureActingAccount, setHideCollections } from "../../relations/account-settings.ts";
 import { AccountNotFoundError } from "../../relations/errors.ts";
 import {
   MAX_RELATIONSHIPS, asSeenByViewer, followerCount, followingCount, listBlocks, listFollowRequests, listFollowers, listFollowing, readAccount, relationships,
@@ -63,6 +63,11 @@ const followingPage = pageOf("FollowingPage", "following", accountSince);
 const followRequestPage = pageOf("FollowRequestPage", "requests", named("FollowRequest", accountRow("requestedAt")));
 const blockPage = pageOf("BlockPage", "blocks", accountSince);
 
+/** `me` names the caller in the path's first part; as the other account of a relation route it would be the caller's relation to themselves. */
+function refuseMeAsTarget(other: string): void {
+  if (other === "me") throw new HttpError(400, "INVALID_INPUT", "`me` cannot be the target of this route: name the other account by its id");
+}
+
 export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
@@ -97,6 +102,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
 
   /** My relationship to `other` as I may see it (asSeenByViewer): an account that blocks me, and that I do not block, is unknown. */
   const myRelationship = async (me: string, other: string): Promise<ViewerRelationship> => {
+    refuseMeAsTarget(other);
     const seen = asSeenByViewer(await ledger.relations.relationship(me, other));
     if (!seen) throw new AccountNotFoundError(other);
     return seen;
@@ -115,6 +121,8 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   const write = (operation: string, run: (me: string, other: string) => Promise<RelationResult>, towardsBlocker: "checked-first" | "rejected-by-write" | "allowed") => async (request: IdRequest) => {
     const caller = requireCaller(request);
     const other = request.params.id;
+    refuseMeAsTarget(other);
+    await ensureActingAccount(ledger.pool, caller.id, other);
     if (towardsBlocker === "checked-first" && (await blockedByOnly(ledger.pool, caller.id, other))) throw new AccountNotFoundError(other);
     const result = await run(caller.id, other);
     metrics.outcomes.inc({ operation, outcome: result.outcome });

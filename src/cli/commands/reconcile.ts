@@ -24,7 +24,7 @@ export function formatReconcileReports(reports: readonly ReconcileReport[]): str
 export async function reconcileCommand(opts: { json?: boolean }): Promise<number> {
   const config = loadConfig();
   if (!config.redisUrl) {
-    process.stderr.write("reconcile: REDIS_URL is not set; without Redis counts come from PostgreSQL and there is nothing to reconcile (see `social-ledger rebuild`)\n");
+    process.stderr.write("social-ledger reconcile: REDIS_URL is not set; without Redis counts come from PostgreSQL and there is nothing to reconcile (see `social-ledger rebuild`)\n");
     return 2;
   }
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-reconcile" });
@@ -36,7 +36,7 @@ export async function reconcileCommand(opts: { json?: boolean }): Promise<number
       throw err;
     });
     if (counts instanceof Error) {
-      process.stderr.write(`reconcile: ${counts.message}; nothing was reconciled\n`);
+      process.stderr.write(`social-ledger reconcile: ${counts.message}; nothing was reconciled\n`);
       return 1;
     }
     try {
@@ -46,9 +46,9 @@ export async function reconcileCommand(opts: { json?: boolean }): Promise<number
       });
       const reports = outcome instanceof CountLayerRunError ? outcome.reports : outcome;
       process.stdout.write(opts.json ? `${JSON.stringify(reports, null, 2)}\n` : formatReconcileReports(reports));
-      if (outcome instanceof CountLayerRunError) process.stderr.write(`reconcile: ${outcome.message}\n`);
+      if (outcome instanceof CountLayerRunError) process.stderr.write(`social-ledger reconcile: ${outcome.message}\n`);
       const failedTargets = reports.reduce((n, r) => n + r.failed.length, 0);
-      if (failedTargets > 0) process.stderr.write(`reconcile: ${failedTargets} counter(s) failed to reconcile (listed above)\n`);
+      if (failedTargets > 0) process.stderr.write(`social-ledger reconcile: ${failedTargets} counter(s) failed to reconcile (listed above)\n`);
       return outcome instanceof CountLayerRunError || failedTargets > 0 ? 1 : 0;
     } finally {
       await counts.close();
