@@ -4,6 +4,7 @@ import { formatResult } from "../../src/likes/types.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
 import type { Pool } from "../../src/db/pool.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
+import { pollUntil } from "../support/poll.ts";
 import { count, likesFixture, user } from "./fixture.ts";
 
 /**
@@ -20,6 +21,11 @@ async function abortedAfterOutboxInsert(pool: Pool, write: () => Promise<unknown
     const { pid } = await hook.parked();
     await pool.query("SELECT pg_cancel_backend($1)", [pid]);
     await cancelled;
+    // node-pg rejects on the error message, before the backend has aborted its transaction; until
+    // it has, its claim on the hook point stands and the next armed write would pass the point.
+    await pollUntil(`backend ${pid} ended its cancelled transaction`,
+      async () => (await pool.query("SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'", [pid])).rows[0]!.n as number,
+      (n) => n === 0);
   } finally {
     await hook.release();
   }
