@@ -63,3 +63,25 @@ export async function writeResults(dir: string, startedAt: Date, body: Record<st
   await writeFile(file, JSON.stringify(body, null, 2) + "\n");
   return file;
 }
+
+export function progress(row: Row): void {
+  const f = row.figures;
+  process.stderr.write(
+    `  ${row.op} · ${row.path} · P=${row.partitions}: ${f.ops} ops in ${f.seconds.toFixed(1)} s, ` +
+      `${Math.round(f.opsPerSec)} ops/s${row.note ? ` (${row.note})` : ""}\n`,
+  );
+}
+
+export function problems(f: Figures): string[] {
+  const out: string[] = [];
+  if (f.errors > 0) out.push(`${f.errors} errors${f.firstError ? ` [${f.firstError}]` : ""}`);
+  for (const [code, n] of Object.entries(f.statusCodes ?? {})) out.push(`${n}x ${code}`);
+  return out;
+}
+
+/** The node threads' CPU per operation: the library caller or HTTP server thread, and the HTTP client's thread. */
+export function cpuNote(f: Figures): string[] {
+  if (f.mainCpuUsPerOp === undefined) return [];
+  const client = f.clientCpuUsPerOp === undefined ? "" : `, client thread ${Math.round(f.clientCpuUsPerOp)}`;
+  return [`node CPU/op: main ${Math.round(f.mainCpuUsPerOp)} µs${client}`];
+}

@@ -14,7 +14,7 @@ import { performance } from "node:perf_hooks";
 import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
-import { DEFAULT_MARGIN, pruneRetained } from "../src/db/retention.ts";
+import { DEFAULT_MARGIN, pruneRetained } from "../src/retention/retention.ts";
 import type { EmbeddedCluster } from "../src/db/embedded-cluster.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
 import { readCount, readSide, readSideClean, writeSide, writeSideClean } from "../src/likes/like-audit.ts";

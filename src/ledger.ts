@@ -8,7 +8,7 @@ import { CounterRebuild, UnknownCounterKeysError } from "./counters/counter-rebu
 import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
 import { LikeService } from "./likes/like-service.ts";
-import { PostService } from "./relations/posts.ts";
+import { PostService } from "./content/posts.ts";
 import { RelationProjector } from "./relations/projector.ts";
 import { RelationService } from "./relations/relation-service.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";

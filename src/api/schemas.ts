@@ -1,6 +1,6 @@
 import { ID_PATTERN, MAX_ID_LENGTH } from "../ids.ts";
 import { MAX_PAGE_SIZE } from "../pagination.ts";
-import { MAX_BODY_LENGTH } from "../relations/posts.ts";
+import { MAX_BODY_LENGTH } from "../content/posts.ts";
 
 /** JSON schemas of the API: validated at the edge, and the source of the OpenAPI document. */
 

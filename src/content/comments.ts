@@ -6,9 +6,9 @@ import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
 import { stablePartition } from "../partition.ts";
-import { PostNotFoundError } from "../relations/errors.ts";
+import { PostNotFoundError } from "./post-errors.ts";
 import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
-import { READ_MODES, type ReadMode } from "../relations/types.ts";
+import { READ_MODES, type ReadMode } from "./post-types.ts";
 import { validateText } from "../text.ts";
 import { CommentDeletedError, CommentNotFoundError, IdempotencyKeyReusedError, NotCommentAuthorError } from "./comment-errors.ts";
 

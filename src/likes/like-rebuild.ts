@@ -18,7 +18,7 @@ export class UnknownItemsError extends LedgerError {
 export const RebuildInProgressError = CounterRebuildInProgressError;
 export type RebuildInProgressError = CounterRebuildInProgressError;
 
-/** Advisory lock key of the like rebuild (also taken by the dedup-key prune, src/db/retention.ts). */
+/** Advisory lock key of the like rebuild (also taken by the dedup-key prune, src/retention/retention.ts). */
 export const REBUILD_LOCK_KEY = LIKE_COUNTER.rebuildLockKey;
 
 export type RebuildSnapshot = CounterSnapshot;

@@ -5,9 +5,3 @@ export class AccountNotFoundError extends LedgerError {
     super("ACCOUNT_NOT_FOUND", `unknown account: ${detail}`);
   }
 }
-
-export class PostNotFoundError extends LedgerError {
-  constructor(postId: string) {
-    super("POST_NOT_FOUND", `unknown post: ${postId}`);
-  }
-}

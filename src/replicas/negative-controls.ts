@@ -3,8 +3,8 @@
  * Never used by the service.
  */
 import type { Pool } from "../db/pool.ts";
-import { PostService } from "../relations/posts.ts";
-import type { ReadDecision, ReadMode } from "../relations/types.ts";
+import { PostService } from "../content/posts.ts";
+import type { ReadDecision, ReadMode } from "../content/post-types.ts";
 
 /**
  * Statement-level balancing (what a proxy such as pgpool does with reads): a statement that

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from "fastify";
-import { pruneRetained, type RetentionOptions, type RetentionReport } from "../db/retention.ts";
+import { pruneRetained, type RetentionOptions, type RetentionReport } from "../retention/retention.ts";
 import type { Pool } from "../db/pool.ts";
 import { PartitionWorker } from "../workers/partition-worker.ts";
 

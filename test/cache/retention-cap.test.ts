@@ -14,7 +14,7 @@ import { FOLLOWER_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
 import { connectRedis } from "../../src/cache/redis-connection.ts";
 import { countLayerRetentionCap } from "../../src/cache/retention-cap.ts";
-import { pruneRetained } from "../../src/db/retention.ts";
+import { pruneRetained } from "../../src/retention/retention.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import { createTestDatabase } from "../support/test-db.ts";

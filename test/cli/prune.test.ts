@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { RetentionReport } from "../../src/db/retention.ts";
+import type { RetentionReport } from "../../src/retention/retention.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { childEnv, runCli } from "./cli-child.ts";

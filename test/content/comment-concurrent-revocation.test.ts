@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { CommentService } from "../../src/content/comments.ts";
-import { PostNotFoundError } from "../../src/relations/errors.ts";
+import { PostNotFoundError } from "../../src/content/post-errors.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
 import { acct, relationsFixture } from "../relations/fixture.ts";

@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { openLedger } from "../../src/ledger.ts";
-import { READ_MODES } from "../../src/relations/types.ts";
+import { READ_MODES } from "../../src/content/post-types.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 test("item_state agrees with PostService.canRead for posts and with the comment lists for comments, in every read mode", async (t) => {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { READ_MODES, type ReadDecision } from "../../src/relations/types.ts";
+import { READ_MODES, type ReadDecision } from "../../src/content/post-types.ts";
 import { acct, relationsFixture, scalar, type RelationsFixture } from "./fixture.ts";
 
 function show(d: ReadDecision): string {

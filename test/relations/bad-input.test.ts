@@ -9,9 +9,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { WriteGuard, invalidInput } from "../support/write-guard.ts";
-import { AccountNotFoundError, PostNotFoundError } from "../../src/relations/errors.ts";
+import { AccountNotFoundError } from "../../src/relations/errors.ts";
+import { PostNotFoundError } from "../../src/content/post-errors.ts";
 import { followerCount, listFollowers } from "../../src/relations/relation-reads.ts";
-import type { ReadMode, RelationResult, Visibility } from "../../src/relations/types.ts";
+import type { RelationResult } from "../../src/relations/types.ts";
+import type { ReadMode, Visibility } from "../../src/content/post-types.ts";
 import { acct, relationsFixture, type RelationsFixture } from "./fixture.ts";
 
 const PARTITIONS = 2;

@@ -1,5 +1,5 @@
 import { Hooks } from "../../src/hooks.ts";
-import { PostService, type TokenRead } from "../../src/relations/posts.ts";
+import { PostService, type TokenRead } from "../../src/content/posts.ts";
 import { RelationProjector, type ProjectStep } from "../../src/relations/projector.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import type { RelationEvent } from "../../src/relations/types.ts";

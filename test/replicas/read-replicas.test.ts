@@ -24,7 +24,7 @@ import { canReadWithPermissionsOnReplica } from "../../src/replicas/negative-con
 import { ReplicaMetrics } from "../../src/replicas/replica-metrics.ts";
 import { ReplicaRouter, type ReplicaRouterOptions } from "../../src/replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../../src/replicas/wal-position.ts";
-import { readLivePost } from "../../src/relations/posts.ts";
+import { readLivePost } from "../../src/content/posts.ts";
 import { TestStandby } from "../support/standby.ts";
 
 /** Long enough that nothing committed after it is replayed while a test looks. */

@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { pruneRetained } from "../../src/db/retention.ts";
+import { pruneRetained } from "../../src/retention/retention.ts";
 import { releaseRetention } from "../../src/db/retention-boundary.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, RELAY_RETENTION_HOLDER } from "../../src/transport/relay-watermark.ts";

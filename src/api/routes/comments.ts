@@ -8,7 +8,7 @@ import { readPublicPost } from "./posts.ts";
 import { COMMENT_COUNTS } from "../../cache/counter-kinds.ts";
 import { MAX_COMMENT_LENGTH, MAX_IDEMPOTENCY_KEY_LENGTH, type Comment, type CommentOrder } from "../../content/comments.ts";
 import type { Ledger } from "../../ledger.ts";
-import type { ReadMode } from "../../relations/types.ts";
+import type { ReadMode } from "../../content/post-types.ts";
 
 /** As for posts: content_token by default; PROJECTION_ONLY is not offered (a blocked reader would pick it). */
 const CONSISTENCY: Record<string, ReadMode> = { content_token: "CONTENT_TOKEN", fresh_token: "FRESH_TOKEN", truth: "TRUTH" };

@@ -3,8 +3,8 @@ import type { RateLimits } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { forbidden, notFound } from "../errors.ts";
 import { bearer, errors, idParams, named, namedWriteAnswer, optionalBearer, post, postBody } from "../schemas.ts";
-import { readLivePost, type Post } from "../../relations/posts.ts";
-import type { ReadMode, Visibility } from "../../relations/types.ts";
+import { readLivePost, type Post } from "../../content/posts.ts";
+import type { ReadMode, Visibility } from "../../content/post-types.ts";
 import type { Pool } from "../../db/pool.ts";
 
 /**

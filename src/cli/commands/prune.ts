@@ -2,7 +2,7 @@ import { countLayerRetentionCap } from "../../cache/retention-cap.ts";
 import { connectRedis, type RedisClient } from "../../cache/redis-connection.ts";
 import { loadConfig } from "../../config.ts";
 import type { RetentionCap } from "../../db/retention-boundary.ts";
-import { pruneRetained, type RetentionReport } from "../../db/retention.ts";
+import { pruneRetained, type RetentionReport } from "../../retention/retention.ts";
 import { openDatabase } from "../../runtime/database.ts";
 
 const SKIP_REASON = {

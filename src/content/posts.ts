@@ -7,10 +7,11 @@ import { validateText } from "../text.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
-import { AccountNotFoundError, PostNotFoundError } from "./errors.ts";
-import { ENSURE_ACCOUNT_SQL } from "./account-settings.ts";
-import { blockedEitherWay } from "./relation-service.ts";
-import { READ_MODES, VISIBILITIES, type ReadDecision, type ReadMode, type Visibility } from "./types.ts";
+import { AccountNotFoundError } from "../relations/errors.ts";
+import { PostNotFoundError } from "./post-errors.ts";
+import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
+import { blockedEitherWay } from "../relations/relation-service.ts";
+import { READ_MODES, VISIBILITIES, type ReadDecision, type ReadMode, type Visibility } from "./post-types.ts";
 
 export const MAX_BODY_LENGTH = 10_000;
 

@@ -14,7 +14,7 @@ import { COMMENT_COUNTER } from "../../src/content/comment-spec.ts";
 import { auditCounter } from "../../src/counters/counter-audit.ts";
 import type { Pool } from "../../src/db/pool.ts";
 import { holdRetention, RetentionHoldBelowFloorError } from "../../src/db/retention-boundary.ts";
-import { deleteOutboxPrefix, pruneRetained } from "../../src/db/retention.ts";
+import { deleteOutboxPrefix, pruneRetained } from "../../src/retention/retention.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { readSide, writeSide, writeSideClean } from "../../src/likes/like-audit.ts";

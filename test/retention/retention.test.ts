@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Gate } from "../../src/hooks.ts";
-import { pruneDedupKeys } from "../../src/db/retention.ts";
+import { pruneDedupKeys } from "../../src/retention/retention.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../src/likes/like-audit.ts";
 import { formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";

@@ -1,11 +1,11 @@
-import type { Pool, PoolClient } from "./pool.ts";
-import { withTransaction } from "./transaction.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
 import { LIKE_COUNTER } from "../likes/like-spec.ts";
 import { COMMENT_COUNTER } from "../content/comment-spec.ts";
 import { Hooks } from "../hooks.ts";
 import {
   computeBoundaries, RETENTION_KINDS, type RetentionKind, RETENTION_TABLES, type PartitionBoundary, type RetentionCap, type RetentionMargin,
-} from "./retention-boundary.ts";
+} from "../db/retention-boundary.ts";
 import { LEGAL_TRANSITIONS, previousRelationStateSql } from "../relations/relation-audit.ts";
 
 export interface PruneReport {

@@ -1,0 +1,194 @@
+/** The write phases: likes through the library and HTTP in alternating chunks, follows, the projector's drain, the lag under load. */
+import { transactionStats } from "../src/db/transaction.ts";
+import type { Pool } from "../src/db/pool.ts";
+import { createWorkers } from "../src/ledger.ts";
+import { readCount } from "../src/likes/like-audit.ts";
+import { chapterSetLiked, rawInsert } from "./baselines.ts";
+import { abort, checkAbort, started } from "./lifecycle.ts";
+import { mergeFigures, runFixedCount, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
+import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, item, libUser, toggle, type Opts } from "./options.ts";
+import { OP } from "./ratios.ts";
+import { cpuNote, problems, type Row } from "./report.ts";
+import { eventsWritten, type Target } from "./target.ts";
+import { formatWaits, sampleWaits } from "./wait-events.ts";
+
+/** Operations from .. to-1 of a run of `ops` (a chunk of it: see alternatingWrites). */
+export interface Span {
+  from: number;
+  to: number;
+}
+
+export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string, span: Span = { from: 0, to: ops }): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, (i) => {
+    const k = span.from + i;
+    const { j, like } = toggle(k, ops, USERS);
+    const user = libUser(j % USERS);
+    const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
+    return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
+  }, abort.signal);
+}
+
+/** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
+export function chapterWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, async (i) => {
+    const { j, like } = toggle(span.from + i, o.ops, USERS);
+    await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like);
+  }, abort.signal);
+}
+
+let rawInsertIds = 0;
+export function rawInserts(t: Target, o: Opts, span: Span): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, (i) => rawInsert(t.pool, ++rawInsertIds, libUser((span.from + i) % USERS), item((span.from + i) % ITEMS)), abort.signal);
+}
+
+/** One kind of write of the alternating write phase. */
+export interface WriteKind {
+  op: string;
+  path: Row["path"];
+  /** Operations of the whole run; chunk c runs operations [c*total/chunks, (c+1)*total/chunks). */
+  total: number;
+  run: (span: Span) => Promise<Figures>;
+  /** Rows that write no like event (the raw INSERT) count every successful operation as a change. */
+  rawInsert?: boolean;
+}
+
+/**
+ * The write rows whose ratios issue 8 sets goals for, measured in alternating chunks: each kind's
+ * run is cut into `chunks` pieces and the kinds take turns (the order rotating each round), so a
+ * ratio of two kinds compares the same minutes of a shared machine rather than two moments a few
+ * seconds apart (other processes' load came and went between phases and moved the ratios by 2x).
+ * Per kind: events written, WAL, wait events and CPU summed over its chunks.
+ */
+export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], chunks: number): Promise<Row[]> {
+  const acc = kinds.map(() => ({ runs: [] as Figures[], changed: 0, wal: 0, retries: 0, waits: new Map<string, number>() }));
+  for (let c = 0; c < chunks; c++) {
+    for (let n = 0; n < kinds.length; n++) {
+      const index = (n + c) % kinds.length;
+      const kind = kinds[index]!;
+      const a = acc[index]!;
+      const span = { from: Math.floor((c * kind.total) / chunks), to: Math.floor(((c + 1) * kind.total) / chunks) };
+      const events0 = await eventsWritten(t.pool);
+      const wal0 = await walPosition();
+      const retries0 = transactionStats.retries;
+      const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
+      const figures = await kind.run(span);
+      for (const [what, count] of await waits.stop()) a.waits.set(what, (a.waits.get(what) ?? 0) + count);
+      a.wal += (await walPosition()) - wal0;
+      a.changed += kind.rawInsert ? figures.ops - figures.errors : (await eventsWritten(t.pool)) - events0;
+      a.retries += transactionStats.retries - retries0;
+      a.runs.push(figures);
+      checkAbort();
+    }
+  }
+  return kinds.map((kind, index) => {
+    const a = acc[index]!;
+    const figures = mergeFigures(a.runs);
+    const note = [
+      ...(kind.rawInsert ? ["distinct rows, autocommit"] : [`CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`]),
+      ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, formatWaits(a.waits), ...problems(figures),
+    ];
+    if (a.retries > 0) note.push(`${a.retries} tx retries`);
+    return {
+      op: kind.op, path: kind.path, partitions: t.partitions, figures, note: note.join(", "),
+      extra: { changed: a.changed, txRetries: a.retries, walBytesPerOp: a.wal / Math.max(1, figures.ops), waitSamples: Object.fromEntries(a.waits), chunks },
+    };
+  });
+}
+
+/**
+ * Follow/unfollow toggles (the same pattern as libraryWrites): pair j is account j following
+ * account (j * 7 + 1) mod USERS, so followees spread over every partition.
+ */
+function followWrites(t: Target, o: Opts): Promise<Figures> {
+  return runFixedCount(o.ops, o.workers, (k) => {
+    const { j, like: follow } = toggle(k, o.ops, USERS);
+    const follower = `acct${j % USERS}`;
+    const followee = `acct${(j * 7 + 1) % USERS}`;
+    return follow ? t.ledger.relations.follow(follower, followee) : t.ledger.relations.unfollow(follower, followee);
+  }, abort.signal);
+}
+
+async function relationEventsWritten(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>("SELECT coalesce(sum(last), 0)::bigint AS n FROM event_seq");
+  return rows[0]!.n;
+}
+
+export async function followPhase(t: Target, o: Opts): Promise<Row> {
+  const before = await relationEventsWritten(t.pool);
+  const figures = await followWrites(t, o);
+  const changed = (await relationEventsWritten(t.pool)) - before;
+  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
+  return { op: OP.follow, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+}
+
+export async function projectorDrainPhase(t: Target): Promise<Row> {
+  const t0 = performance.now();
+  const verdicts = await t.ledger.projector.drain();
+  const seconds = (performance.now() - t0) / 1000;
+  const events = verdicts.applied + verdicts.stale + verdicts.dup;
+  return {
+    op: OP.projectorDrain, path: "library", partitions: t.partitions,
+    figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+    note: `applied ${verdicts.applied}, stale ${verdicts.stale}, dup ${verdicts.dup}`,
+    extra: { ...verdicts },
+  };
+}
+
+export function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string, span: Span = { from: 0, to: amount }): Promise<Figures> {
+  const users = t.auth.length;
+  return runHttp({
+    url: t.baseUrl, amount: span.to - span.from, connections: o.connections,
+    onInstance: (i) => (started.cannon = i),
+    build: (i): HttpRequestSpec => {
+      const { j, like } = toggle(span.from + i, amount, users);
+      const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
+      return { method: like ? "PUT" : "DELETE", path: `/v1/items/${itemId}/likes/me`, authorization: t.auth[j % users]! };
+    },
+  });
+}
+
+/**
+ * Library writes at full speed (mixed items) with the consumer workers running in the same
+ * process, as the service runs them; lag (one READ_COUNT_SQL statement) sampled every 100 ms.
+ * The lag must stay bounded: its maximum, its last sample while writing, and how long the
+ * workers take to catch up once the writers stop are the figures.
+ */
+export async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
+  const workers = createWorkers(t.ledger, { idleMs: 20 });
+  for (const w of workers) w.start();
+  const samples: number[] = [];
+  let writing = true;
+  const sampler = (async () => {
+    while (writing) {
+      samples.push((await readCount(t.pool, item(0), 0)).lag);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  })();
+  const figures = await runFixedCount(2 * o.ops, o.workers, (k) => {
+    const { j, like } = toggle(k, 2 * o.ops, USERS);
+    return like ? t.ledger.likes.like(`lag${j % USERS}`, item(j % ITEMS)) : t.ledger.likes.unlike(`lag${j % USERS}`, item(j % ITEMS));
+  }, abort.signal);
+  writing = false;
+  await sampler;
+  const t0 = performance.now();
+  while ((await readCount(t.pool, item(0), 0)).lag > 0 && !abort.signal.aborted && performance.now() - t0 < 60_000) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const catchUpMs = performance.now() - t0;
+  for (const w of workers) await w.stop();
+  const maxLag = Math.max(0, ...samples);
+  const lastLag = samples[samples.length - 1] ?? 0;
+  return {
+    op: OP.lagUnderLoad, path: "library", partitions: t.partitions, figures,
+    note: [`lag max ${maxLag}, last ${lastLag} over ${samples.length} samples, caught up ${Math.round(catchUpMs)} ms after the writers stopped`, ...problems(figures)].join(", "),
+    extra: { lagSamples: samples, maxLag, lastLag, catchUpMs },
+  };
+}
+
+export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.chapter, OP.hot, OP.follow]);
+
+/** The cluster's current WAL insert position, in bytes. */
+export async function walPosition(): Promise<number> {
+  const { rows } = await started.admin!.query<{ lsn: string }>("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
+  return Number(rows[0]!.lsn);
+}
