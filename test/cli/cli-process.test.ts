@@ -6,50 +6,19 @@
  * it and reports the drift), the server stopped with SIGTERM (its PostgreSQL
  * with it) and started again on the same directory: the like is still there.
  */
-import { test, type TestContext } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFile, readdir, rm } from "node:fs/promises";
+import { readFile, readdir } from "node:fs/promises";
 import { createServer } from "node:net";
 import path from "node:path";
-import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool } from "../../src/db/pool.ts";
 import { embeddedSuperuserUrl } from "../../src/runtime/embedded-access.ts";
-import { CliChild, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
+import { childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
+import { serveLab } from "./serve-lab.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const COMMANDS = ["serve", "worker", "migrate", "rebuild", "audit", "token"] as const;
 
-interface Lab {
-  dataDir: string;
-  env: NodeJS.ProcessEnv;
-  serve(name: string): CliChild;
-}
-
-async function lab(t: TestContext, prefix: string): Promise<Lab> {
-  const dataDir = await clusterTempDir(prefix);
-  const env = childEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(await freePort()), LOG_LEVEL: "warn" });
-  const children: CliChild[] = [];
-  t.after(async () => {
-    for (const child of children) if (child.alive()) await child.stop("SIGKILL");
-    // A server killed above leaves its PostgreSQL running: end it too (immediate shutdown).
-    const pgPid = postmasterPid(path.join(dataDir, "pg"));
-    if (pgPid !== undefined && processAlive(pgPid)) {
-      process.kill(pgPid, "SIGQUIT");
-      await pollUntil("leftover postmaster gone", async () => processAlive(pgPid), (alive) => !alive, 15_000);
-    }
-    for (const child of children) assert.equal(processAlive(child.pid), false, `${child.name} (pid ${child.pid}) is gone`);
-    await rm(dataDir, { recursive: true, force: true });
-  });
-  return {
-    dataDir,
-    env,
-    serve(name) {
-      const child = new CliChild(name, ["serve"], env);
-      children.push(child);
-      return child;
-    },
-  };
-}
 
 test("--help of every command exits 0 and names the command", async () => {
   const results = await Promise.all([
@@ -68,7 +37,7 @@ test("--help of every command exits 0 and names the command", async () => {
 });
 
 test("bad arguments: a message on stderr, exit code 2, nothing written", async (t) => {
-  const { dataDir, env } = await lab(t, "ledger-cli-args-");
+  const { dataDir, env } = await serveLab(t, "ledger-cli-args-", { LOG_LEVEL: "warn" });
   const cases: { args: string[]; stderr: RegExp }[] = [
     { args: ["token", "bad id"], stderr: /userId/ },
     { args: ["token", "x".repeat(129)], stderr: /userId/ },
@@ -92,7 +61,7 @@ test("bad arguments: a message on stderr, exit code 2, nothing written", async (
 });
 
 test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, SIGTERM, restart keeps the like", { timeout: 120_000 }, async (t) => {
-  const { dataDir, env, serve } = await lab(t, "ledger-cli-serve-");
+  const { dataDir, env, serve } = await serveLab(t, "ledger-cli-serve-", { LOG_LEVEL: "warn" });
   const pgData = path.join(dataDir, "pg");
 
   const [admin, alice] = await Promise.all([runCli(["token", "admin", "--admin"], env), runCli(["token", "alice"], env)]);
@@ -189,7 +158,7 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
 });
 
 test("serve whose port is taken exits non-zero with the reason and leaves no PostgreSQL running on its data dir", { timeout: 120_000 }, async (t) => {
-  const { dataDir, env } = await lab(t, "ledger-cli-port-taken-");
+  const { dataDir, env } = await serveLab(t, "ledger-cli-port-taken-", { LOG_LEVEL: "warn" });
   const holder = createServer();
   await new Promise<void>((resolve) => holder.listen(Number(env.PORT), "127.0.0.1", resolve));
   t.after(() => new Promise<void>((resolve) => holder.close(() => resolve())));

@@ -20,41 +20,13 @@ import { openLedger } from "../../src/ledger.ts";
 import { APP_PASSWORD_FILE, APP_ROLE, SUPERUSER_PASSWORD_FILE, embeddedSuperuserUrl, embeddedUrl } from "../../src/runtime/embedded-access.ts";
 import { SERVICE_PARTITIONS_OF_NEW } from "../../src/runtime/database.ts";
 import { CliChild, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
+import { serveLab } from "./serve-lab.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const SECURED = /"msg":"secured the embedded PostgreSQL"/;
 const PRIVATE_FILES = ["jwt-secret", SUPERUSER_PASSWORD_FILE, APP_PASSWORD_FILE, "pg-port", "postgresql.log", "owner.pid"];
 const asRoot = process.getuid?.() === 0;
 
-interface Lab {
-  dataDir: string;
-  env: NodeJS.ProcessEnv;
-  serve(name: string): CliChild;
-}
-
-async function lab(t: TestContext, prefix: string): Promise<Lab> {
-  const dataDir = await clusterTempDir(prefix);
-  const env = childEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(await freePort()), LOG_LEVEL: "info" });
-  const children: CliChild[] = [];
-  t.after(async () => {
-    for (const child of children) if (child.alive()) await child.stop("SIGKILL");
-    const pgPid = postmasterPid(path.join(dataDir, "pg"));
-    if (pgPid !== undefined && processAlive(pgPid)) {
-      process.kill(pgPid, "SIGQUIT");
-      await pollUntil("leftover postmaster gone", async () => processAlive(pgPid), (alive) => !alive, 15_000);
-    }
-    await rm(dataDir, { recursive: true, force: true });
-  });
-  return {
-    dataDir,
-    env,
-    serve(name) {
-      const child = new CliChild(name, ["serve"], env);
-      children.push(child);
-      return child;
-    },
-  };
-}
 
 async function embeddedPort(dataDir: string): Promise<number> {
   return Number((await readFile(path.join(dataDir, "pg-port"), "utf8")).trim());
@@ -188,7 +160,7 @@ async function assertLocked(t: TestContext, dataDir: string, serviceAsRoot = asR
 }
 
 test("issue 18 item 7: serve on a fresh data directory: postgres/postgres is refused, the service runs as ledger_app (no superuser, no COPY TO PROGRAM), every file is private", { timeout: 180_000 }, async (t) => {
-  const { dataDir, serve } = await lab(t, "ledger-access-fresh-");
+  const { dataDir, serve } = await serveLab(t, "ledger-access-fresh-", { LOG_LEVEL: "info" });
   const server = serve("serve");
   await server.waitFor(LISTENING, 90_000);
   await assertLocked(t, dataDir);
@@ -196,7 +168,7 @@ test("issue 18 item 7: serve on a fresh data directory: postgres/postgres is ref
 });
 
 test("issue 18 item 7: a data directory made before the fix is locked down at the next start and keeps its data; the start after that changes nothing", { timeout: 180_000 }, async (t) => {
-  const { dataDir, env, serve } = await lab(t, "ledger-access-upgrade-");
+  const { dataDir, env, serve } = await serveLab(t, "ledger-access-upgrade-", { LOG_LEVEL: "info" });
   await oldStyleDataDir(dataDir);
   const port = await embeddedPort(dataDir);
 
@@ -229,7 +201,7 @@ test("issue 18 item 7: a data directory made before the fix is locked down at th
 });
 
 test("issue 18 item 7: serve killed in the middle of locking an old data directory leaves it as it was, and the next start finishes the job", { timeout: 180_000 }, async (t) => {
-  const { dataDir, serve } = await lab(t, "ledger-access-crash-");
+  const { dataDir, serve } = await serveLab(t, "ledger-access-crash-", { LOG_LEVEL: "info" });
   await oldStyleDataDir(dataDir, { preparedTransactions: true });
   const port = await embeddedPort(dataDir);
   const oldSuperuser = embeddedUrl(port, "postgres", "postgres");

@@ -9,45 +9,19 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import path from "node:path";
-import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { TestRedis } from "../support/redis-server.ts";
-import { CliChild, childEnv, httpClient, pollUntil, postmasterPid, processAlive, runCli } from "./cli-child.ts";
+import { httpClient, pollUntil, runCli } from "./cli-child.ts";
+import { serveLab, type ServeLab } from "./serve-lab.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const STATE_LINE = (state: string) => new RegExp(`"counts":\\{"state":"${state}"`);
 
-interface Lab {
-  dataDir: string;
-  env: NodeJS.ProcessEnv;
-  redis: TestRedis;
-  serve(name: string): CliChild;
-}
-
-async function lab(t: TestContext): Promise<Lab> {
-  const dataDir = await clusterTempDir("ledger-redis-down-");
+/** A serve lab whose REDIS_URL names a port where no redis-server listens yet. */
+async function lab(t: TestContext): Promise<ServeLab & { redis: TestRedis }> {
   const redis = await TestRedis.notStarted();
-  const env = childEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(await freePort()), REDIS_URL: redis.url, LOG_LEVEL: "info" });
-  const children: CliChild[] = [];
-  t.after(async () => {
-    for (const child of children) if (child.alive()) await child.stop("SIGKILL");
-    const pgPid = postmasterPid(path.join(dataDir, "pg"));
-    if (pgPid !== undefined && processAlive(pgPid)) {
-      process.kill(pgPid, "SIGQUIT");
-      await pollUntil("leftover postmaster gone", async () => processAlive(pgPid), (alive) => !alive, 15_000);
-    }
-    await redis.kill();
-    await rm(dataDir, { recursive: true, force: true });
-  });
-  return {
-    dataDir, env, redis,
-    serve(name) {
-      const child = new CliChild(name, ["serve"], env);
-      children.push(child);
-      return child;
-    },
-  };
+  t.after(() => redis.kill());
+  return { ...(await serveLab(t, "ledger-redis-down-", { REDIS_URL: redis.url, LOG_LEVEL: "info" })), redis };
 }
 
 type CountBody = { count: number; source: string; degraded?: boolean };
