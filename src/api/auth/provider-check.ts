@@ -70,7 +70,7 @@ export class ProviderCheck implements TokenCheck {
       const known = this.keys.knownKey(kid);
       if (known) return refused("TOKEN_ALG_MISMATCH", `the provider's key ${kid} is of type ${known.kty}${known.crv ? ` ${known.crv}` : ""}${known.alg ? ` for ${known.alg}` : ""}; the token says ${alg}`);
       if (this.keys.failing) return refused("TOKEN_KEY_UNAVAILABLE", `the identity provider's keys could not be fetched, and the last fetched set has no key ${kid ?? "for " + alg}; retry later`);
-      return refused("TOKEN_UNKNOWN_KID", `the identity provider has no key ${kid === undefined ? `for ${alg} (the token names no kid)` : kid}`);
+      return refused("TOKEN_UNKNOWN_KID", `the identity provider has no key ${kid === undefined ? `for ${alg} (the token names no kid)` : `with kid ${kid}`}`);
     }
     if (err instanceof joseErrors.JWKSMultipleMatchingKeys) return refused("TOKEN_UNKNOWN_KID", `the token names no kid, and several keys of the provider fit ${alg}`);
     if (err instanceof joseErrors.JWTExpired) return refused("TOKEN_EXPIRED", "the token has expired");
