@@ -203,7 +203,8 @@ function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
     return undefined;
   }
   if (env.LEDGER_JWT_SECRET) throw new InvalidInputError("LEDGER_JWT_SECRET", "HS256 tokens are refused when LEDGER_JWKS_URL is set; unset one of the two");
-  const audience = required("LEDGER_JWT_AUDIENCE", env.LEDGER_JWT_AUDIENCE).split(",").map((a) => a.trim()).filter((a) => a !== "");
+  const audience = (env.LEDGER_JWT_AUDIENCE ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "");
+  if (audience.length === 0) throw new InvalidInputError("LEDGER_JWT_AUDIENCE", "is required when LEDGER_JWKS_URL is set (comma-separated: any of them)");
   return {
     url: jwksUrl(env.LEDGER_JWKS_URL),
     issuer: required("LEDGER_JWT_ISSUER", env.LEDGER_JWT_ISSUER),
