@@ -8,7 +8,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import type { JwksOptions } from "../../src/api/auth.ts";
 import { assertError, ok, startApi, type ApiHarness } from "./harness.ts";
-import { TestProvider, type ProviderKey } from "./identity-provider.ts";
+import { TestProvider, type ProviderKey } from "../support/identity-provider.ts";
 
 async function setup(t: TestContext, o: Partial<JwksOptions>): Promise<{ h: ApiHarness; idp: TestProvider; key: ProviderKey }> {
   const idp = await TestProvider.start();

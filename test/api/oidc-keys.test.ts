@@ -12,7 +12,7 @@ import { freePort } from "../../src/db/embedded-cluster.ts";
 import type { JwksOptions } from "../../src/api/auth.ts";
 import { pollUntil } from "../support/poll.ts";
 import { assertError, ok, startApi, type ApiHarness } from "./harness.ts";
-import { TestProvider, type ProviderKey } from "./identity-provider.ts";
+import { TestProvider, type ProviderKey } from "../support/identity-provider.ts";
 
 async function api(t: TestContext, jwks: JwksOptions): Promise<ApiHarness> {
   const h = await startApi({ app: { jwks } });

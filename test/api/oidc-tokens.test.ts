@@ -16,7 +16,7 @@ import { ProviderKeys } from "../../src/api/auth/provider-keys.ts";
 import type { TokenCheck } from "../../src/api/auth/token-check.ts";
 import { unauthenticated } from "../../src/api/errors.ts";
 import { assertError, ok, startApi, type ApiHarness } from "./harness.ts";
-import { TestProvider, generateProviderKey, unsigned, type ProviderKey } from "./identity-provider.ts";
+import { TestProvider, generateProviderKey, unsigned, type ProviderKey } from "../support/identity-provider.ts";
 
 async function providerApi(t: import("node:test").TestContext, options: Parameters<TestProvider["options"]>[0] = {}): Promise<{ h: ApiHarness; idp: TestProvider }> {
   const idp = await TestProvider.start();
