@@ -55,6 +55,8 @@ test("serve with a provider down at start listens, answers 401 TOKEN_KEY_UNAVAIL
   });
   const serve = lab.serve("serve (provider down)");
   const address = LISTENING.exec(await serve.waitFor(LISTENING, 120_000))![1]!;
+  await serve.waitFor(/^ {2}tokens: {4}from the identity provider https:\/\/id\.example\.test\/ \(aud social-ledger-api; keys: http:\/\/127\.0\.0\.1:\d+\/\.well-known\/jwks\.json\)$/);
+  assert.doesNotMatch(serve.stderr, /social-ledger token/, "the banner does not offer a token the service would refuse");
   const warned = JSON.parse(await serve.waitFor(/"jwks":\{"url".*"reason"/)) as { jwks: { reason: string } };
   t.diagnostic(`note the start's log: ${warned.jwks.reason}`);
   const http = httpClient(address);
