@@ -4,7 +4,7 @@
  * receives, and can be down in the ways a provider is: answering 503, resetting each
  * connection, or accepting and never answering.
  */
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { SignJWT, exportJWK, exportSPKI, generateKeyPair, type JWK } from "jose";
 import type { JwksOptions } from "../../src/api/auth.ts";
@@ -49,20 +49,20 @@ export class TestProvider {
   mode: ProviderMode = "up";
   /** Requests for the JWKS received, whatever the mode. */
   requests = 0;
-  private readonly held = new Set<import("node:http").ServerResponse>();
+  private readonly held = new Set<ServerResponse>();
 
-  private constructor(private readonly server: Server, readonly url: string) {}
+  private readonly server: Server = createServer((req, res) => this.answer(req.url ?? "", res));
+  /** The JWKS URL, once it listens. */
+  url = "";
 
   static async start(): Promise<TestProvider> {
-    let provider: TestProvider | undefined;
-    const server = createServer((req, res) => provider!.answer(req.url ?? "", res));
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const { port } = server.address() as AddressInfo;
-    provider = new TestProvider(server, `http://127.0.0.1:${port}/.well-known/jwks.json`);
+    const provider = new TestProvider();
+    await new Promise<void>((resolve) => provider.server.listen(0, "127.0.0.1", resolve));
+    provider.url = `http://127.0.0.1:${(provider.server.address() as AddressInfo).port}/.well-known/jwks.json`;
     return provider;
   }
 
-  private answer(url: string, res: import("node:http").ServerResponse): void {
+  private answer(url: string, res: ServerResponse): void {
     this.requests += 1;
     if (this.mode === "reset") {
       res.socket?.destroy();
