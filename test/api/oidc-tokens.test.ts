@@ -146,3 +146,26 @@ test("oidc negative control: a verifier that accepted HS256 under a JWKS takes t
   // The real check takes the provider's own tokens with the same keys.
   assert.deepEqual(await real.verify(`Bearer ${await idp.sign(rsa, {}, { sub: "mallory" })}`), { id: "mallory", admin: false });
 });
+
+test("oidc: a remembered provider token is refused once the clock passes its exp (TOKEN_EXPIRED), and one with a future nbf is not accepted early", async (t) => {
+  const idp = await TestProvider.start();
+  t.after(() => idp.close());
+  const rsa = await idp.addKey("RS256", "rsa-1");
+  const options = idp.options();
+  let nowMs = Date.now();
+  const verifier = new TokenVerifier(new ProviderCheck(new ProviderKeys(options), { issuer: options.issuer, audience: options.audience, claims: options }), () => nowMs);
+  const token = await idp.sign(rsa, {}, { sub: "alice", expIn: 60 });
+  assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "alice", admin: false });
+  assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "alice", admin: false }, "remembered");
+  const fetched = idp.requests;
+  nowMs += 61_000;
+  await assert.rejects(verifier.verify(`Bearer ${token}`), (err: { code?: string }) => err.code === "TOKEN_EXPIRED");
+  const early = await idp.sign(rsa, {}, { sub: "bob", nbfIn: 30, expIn: 600 });
+  nowMs = Date.now();
+  await assert.rejects(verifier.verify(`Bearer ${early}`), (err: { code?: string }) => err.code === "TOKEN_NOT_YET_VALID");
+  nowMs += 31_000;
+  assert.deepEqual(await verifier.verify(`Bearer ${early}`), { id: "bob", admin: false });
+  nowMs = Date.now();
+  await assert.rejects(verifier.verify(`Bearer ${early}`), (err: { code?: string }) => err.code === "TOKEN_NOT_YET_VALID", "not early because it was remembered");
+  assert.equal(idp.requests, fetched, "time checks need no key fetch");
+});
