@@ -96,11 +96,7 @@ export class ProviderKeys {
 
   /** The key of the last fetched set with this kid, whatever its type. */
   knownKey(kid: string | undefined): JWK | undefined {
-    return kid === undefined ? undefined : this.set()?.keys.find((k) => k.kid === kid);
-  }
-
-  private set(): JSONWebKeySet | undefined {
-    return this.fetched.jwks;
+    return kid === undefined ? undefined : this.fetched.jwks?.keys.find((k) => k.kid === kid);
   }
 
   private failed(err: unknown): void {
