@@ -26,6 +26,14 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_PARTITIONS", shown: "16", meaning: "partition count of a new database; an existing one keeps its own" },
   { name: "LEDGER_JWT_SECRET", shown: "generated", meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory" },
   { name: "LEDGER_JWT_MAX_TTL_SECONDS", shown: String(MAX_TOKEN_TTL_S), meaning: "tokens valid for longer are refused (the longest token --ttl)" },
+  { name: "LEDGER_JWKS_URL", shown: "unset", meaning: "take tokens from this identity provider's JWKS (RS256, ES256, EdDSA) instead of HS256" },
+  { name: "LEDGER_JWT_ISSUER", shown: "unset", meaning: "with LEDGER_JWKS_URL (required): the provider's iss" },
+  { name: "LEDGER_JWT_AUDIENCE", shown: "unset", meaning: "with LEDGER_JWKS_URL (required): the aud a token must carry (comma-separated: any of them)" },
+  { name: "LEDGER_JWT_USER_CLAIM", shown: "sub", meaning: "with LEDGER_JWKS_URL: the claim that names the user" },
+  { name: "LEDGER_JWT_ADMIN_CLAIM", shown: "role", meaning: "with LEDGER_JWKS_URL: the claim that makes an admin (a value or an array)" },
+  { name: "LEDGER_JWT_ADMIN_VALUE", shown: "admin", meaning: "with LEDGER_JWKS_URL: the admin claim's value (or array element) of an admin" },
+  { name: "LEDGER_JWKS_COOLDOWN_SECONDS", shown: "30", meaning: "an unknown kid (or a failed fetch) refetches the JWKS at most this often" },
+  { name: "LEDGER_JWKS_MAX_AGE_SECONDS", shown: "600", meaning: "fetched keys are refreshed after this long (kept while the provider is down)" },
   { name: "LEDGER_METRICS_TOKEN", shown: "unset", meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)" },
   { name: "LEDGER_METRICS_REFRESH_SECONDS", shown: "10", meaning: "how often the figures /metrics shows from the database are read" },
   { name: "LEDGER_WRITES_PER_MINUTE", shown: "600", meaning: "per-user write rate limit" },
@@ -87,6 +95,8 @@ export interface Config {
   jwtSecret: string | undefined;
   /** LEDGER_JWT_MAX_TTL_SECONDS: a token whose lifetime (exp - iat, or exp - now) is longer is refused. */
   jwtMaxTtlSeconds: number;
+  /** LEDGER_JWKS_URL and its companions: tokens of the product's identity provider; unset: HS256 with jwtSecret. */
+  jwks: JwksConfig | undefined;
   /** LEDGER_METRICS_TOKEN: /metrics requires it as a bearer token (at least 16 characters); unset: /metrics is open. */
   metricsToken: string | undefined;
   /** LEDGER_METRICS_REFRESH_SECONDS: how often the figures /metrics shows from the database are read. */
@@ -132,6 +142,79 @@ export interface Config {
     tokenWaitMs: number;
     /** LEDGER_REPLICA_CHECK_MS: how often each replica's lag is checked. */
     checkEveryMs: number;
+  };
+}
+
+/** An identity provider (OIDC): its keys, the iss and aud its tokens must carry, and which claims name the user and make an admin. */
+export interface JwksConfig {
+  url: string;
+  issuer: string;
+  /** A token's aud must hold one of these. */
+  audience: string[];
+  userClaim: string;
+  adminClaim: string;
+  adminValue: string;
+  /** A kid the cached set lacks, or a failed fetch, fetches again at most this often. */
+  cooldownMs: number;
+  /** Keys older than this are fetched again before use (the old ones stay usable while the provider does not answer). */
+  cacheMaxAgeMs: number;
+}
+
+const JWKS_ONLY = ["LEDGER_JWT_ISSUER", "LEDGER_JWT_AUDIENCE", "LEDGER_JWT_USER_CLAIM", "LEDGER_JWT_ADMIN_CLAIM", "LEDGER_JWT_ADMIN_VALUE", "LEDGER_JWKS_COOLDOWN_SECONDS", "LEDGER_JWKS_MAX_AGE_SECONDS"] as const;
+
+/** Loopback hosts, the only ones whose JWKS may come over plain http (a key set an attacker can rewrite in transit lets them mint any token). */
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+function jwksUrl(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new InvalidInputError("LEDGER_JWKS_URL", `expected an https:// URL, got ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && LOOPBACK.has(url.hostname))) {
+    throw new InvalidInputError("LEDGER_JWKS_URL", `must be https:// (http:// only on loopback), got ${JSON.stringify(raw)}`);
+  }
+  return url.href;
+}
+
+/** A claim name: what the provider puts in the token (Auth0's `https://example.com/roles` included), no blanks. */
+function claimName(name: string, raw: string | undefined, fallback: string): string {
+  if (raw === undefined || raw === "") return fallback;
+  if (!/^\S{1,256}$/.test(raw)) throw new InvalidInputError(name, `expected a claim name without spaces, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+
+function required(name: string, raw: string | undefined): string {
+  const value = raw?.trim() ?? "";
+  if (value === "") throw new InvalidInputError(name, "is required when LEDGER_JWKS_URL is set");
+  return value;
+}
+
+/**
+ * The identity provider's settings. Each companion variable without LEDGER_JWKS_URL, and
+ * LEDGER_JWT_SECRET with it, is refused: either setting would be silently ignored otherwise
+ * (HS256 tokens are refused under a JWKS, and the embedded HS256 tokens are always `sub`/`role`).
+ */
+function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
+  if (env.LEDGER_JWKS_URL === undefined || env.LEDGER_JWKS_URL === "") {
+    const stray = JWKS_ONLY.find((name) => env[name] !== undefined && env[name] !== "");
+    if (stray) throw new InvalidInputError(stray, "applies only with LEDGER_JWKS_URL (tokens of an identity provider); unset it or set LEDGER_JWKS_URL");
+    return undefined;
+  }
+  if (env.LEDGER_JWT_SECRET) throw new InvalidInputError("LEDGER_JWT_SECRET", "HS256 tokens are refused when LEDGER_JWKS_URL is set; unset one of the two");
+  const audience = (env.LEDGER_JWT_AUDIENCE ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "");
+  if (audience.length === 0) throw new InvalidInputError("LEDGER_JWT_AUDIENCE", "is required when LEDGER_JWKS_URL is set (comma-separated: any of them)");
+  return {
+    url: jwksUrl(env.LEDGER_JWKS_URL),
+    issuer: required("LEDGER_JWT_ISSUER", env.LEDGER_JWT_ISSUER),
+    audience,
+    userClaim: claimName("LEDGER_JWT_USER_CLAIM", env.LEDGER_JWT_USER_CLAIM, "sub"),
+    adminClaim: claimName("LEDGER_JWT_ADMIN_CLAIM", env.LEDGER_JWT_ADMIN_CLAIM, "role"),
+    // Group names may hold spaces ("Ledger Admins"): taken as written.
+    adminValue: env.LEDGER_JWT_ADMIN_VALUE || "admin",
+    cooldownMs: 1000 * integer("LEDGER_JWKS_COOLDOWN_SECONDS", env.LEDGER_JWKS_COOLDOWN_SECONDS, numericDefault("LEDGER_JWKS_COOLDOWN_SECONDS"), 0, 86_400),
+    cacheMaxAgeMs: 1000 * integer("LEDGER_JWKS_MAX_AGE_SECONDS", env.LEDGER_JWKS_MAX_AGE_SECONDS, numericDefault("LEDGER_JWKS_MAX_AGE_SECONDS"), 0, 604_800),
   };
 }
 
@@ -189,6 +272,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, numericDefault("LEDGER_PARTITIONS"), 1, 1024) : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
     jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, numericDefault("LEDGER_JWT_MAX_TTL_SECONDS"), 1, 100 * MAX_TOKEN_TTL_S),
+    jwks: jwksConfig(env),
     metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
     metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, numericDefault("LEDGER_METRICS_REFRESH_SECONDS"), 1, 3600),
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, numericDefault("LEDGER_WRITES_PER_MINUTE"), 1, 1_000_000),

@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import type { Ledger } from "../ledger.ts";
 import { MAX_ID_LENGTH } from "../ids.ts";
 import "./context.ts";
-import { authPlugin } from "./auth.ts";
+import { authPlugin, type JwksOptions } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
 import { RouteTable } from "./route-table.ts";
@@ -38,7 +38,10 @@ const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}",
 
 export interface AppOptions {
   ledger: Ledger;
-  jwtSecret: Uint8Array;
+  /** The HS256 secret of the embedded default (tokens of `social-ledger token`); unused with `jwks`. */
+  jwtSecret?: Uint8Array;
+  /** Tokens of the product's identity provider (LEDGER_JWKS_URL): HS256 tokens are then refused. */
+  jwks?: JwksOptions;
   /** Tokens valid for longer than this are refused (LEDGER_JWT_MAX_TTL_SECONDS; default: what `token --ttl` allows). */
   jwtMaxTtlSeconds?: number;
   metrics?: LedgerMetrics;
@@ -178,7 +181,9 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(rateLimit, opts.rateLimitRedis
     ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis) }
     : { global: false });
-  await app.register(authPlugin, { secret: opts.jwtSecret, ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }) });
+  await app.register(authPlugin, {
+    ...(opts.jwks ? { jwks: opts.jwks } : { secret: opts.jwtSecret }), ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }),
+  });
 
   const metrics = app.metrics;
   app.addHook("onResponse", async (request, reply) => {

@@ -37,6 +37,16 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
   401: {
     UNAUTHENTICATED: "no, an expired or an invalid bearer token",
     TOKEN_LIFETIME_TOO_LONG: "the token is valid for longer than LEDGER_JWT_MAX_TTL_SECONDS allows",
+    TOKEN_KEY_UNAVAILABLE: "with an identity provider (LEDGER_JWKS_URL): its keys could not be fetched and the token's key is not cached; retry later",
+    TOKEN_UNKNOWN_KID: "with an identity provider: it publishes no key with the token's kid",
+    TOKEN_ALG_NOT_ALLOWED: "with an identity provider: the token's alg is not RS256, ES256 or EdDSA (HS256 and none are refused)",
+    TOKEN_ALG_MISMATCH: "with an identity provider: the token's alg does not fit the type of the key its kid names",
+    TOKEN_SIGNATURE_INVALID: "with an identity provider: the signature does not verify with the key its kid names",
+    TOKEN_ISSUER_MISMATCH: "with an identity provider: the token's iss is not LEDGER_JWT_ISSUER",
+    TOKEN_AUDIENCE_MISMATCH: "with an identity provider: the token's aud holds none of LEDGER_JWT_AUDIENCE",
+    TOKEN_EXPIRED: "with an identity provider: the token has expired",
+    TOKEN_NOT_YET_VALID: "with an identity provider: the token's nbf is in the future",
+    TOKEN_USER_CLAIM_INVALID: "with an identity provider: the user claim (LEDGER_JWT_USER_CLAIM) is missing or no valid user id",
   },
   403: {
     FORBIDDEN: "the token may not do this (admin only, or acting for someone else)",

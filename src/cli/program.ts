@@ -175,7 +175,7 @@ once the follower projection has caught up, the projection against the truth.`)
 
   program
     .command("token")
-    .description("Mint a development token (HS256) for a user; prints only the token")
+    .description("Mint a development token (HS256) for a user; prints only the token (refused, exit 2, when LEDGER_JWKS_URL is set)")
     .argument("<userId>", "the acting user (the token's sub)", parseUserId)
     .option("--admin", "add role=admin (admin routes, setup for other users)")
     .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", MAX_TOKEN_TTL_S)).default(30 * 24 * 3600, "2592000, 30 days"))

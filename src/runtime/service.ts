@@ -99,7 +99,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const app = await buildApp({
     ...(replicas ? { replicas } : {}),
     counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
-    ledger, metrics, dashboard, jwtSecret: await loadJwtSecret(config), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
+    ledger, metrics, dashboard, ...(config.jwks ? { jwks: config.jwks } : { jwtSecret: await loadJwtSecret(config) }), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
     databaseHealth: database.health,

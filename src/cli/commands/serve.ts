@@ -11,7 +11,7 @@ export async function serve(opts: { workers: boolean; host: string; port?: numbe
     workers: opts.workers, host: opts.host, ...(opts.metricsPort === undefined ? {} : { metricsPort: opts.metricsPort, metricsHost: opts.metricsHost }),
   });
   // The banner is for a person; stdout stays one JSON log object per line for machines.
-  process.stderr.write(serviceBanner(service));
+  process.stderr.write(serviceBanner(service, config.jwks));
   await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });
   return 0; // not reached: runUntilSignal exits the process
 }
