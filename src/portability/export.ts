@@ -25,10 +25,10 @@ const SECTIONS: readonly Section[] = [
   {
     // All accounts with their settings; for one account, itself with its settings and the accounts
     // its follows and blocks name, by id only (their settings are not its data).
-    sql: `SELECT x.account_id AS a, '' AS b, x.private, x.hide_collections AS hide, x.account_id = $4 OR $4 IS NULL AS own
+    sql: `SELECT x.account_id AS a, '' AS b, x.private, x.hide_collections AS hide, x.account_id = $4 OR $4::text IS NULL AS own
             FROM account x
            WHERE ${after("x.account_id", "''")}
-             AND ($4 IS NULL OR x.account_id = $4
+             AND ($4::text IS NULL OR x.account_id = $4
                   OR EXISTS (SELECT 1 FROM relation r WHERE r.follower = $4 AND r.followee = x.account_id AND r.state <> 'REMOVED')
                   OR EXISTS (SELECT 1 FROM block k WHERE k.blocker = $4 AND k.blocked = x.account_id))
            ORDER BY x.account_id LIMIT $3`,
@@ -39,7 +39,7 @@ const SECTIONS: readonly Section[] = [
     // Plain items: posts and comments are not exported yet (nor importable).
     sql: `SELECT i.item_id AS a, '' AS b FROM item i
            WHERE i.kind = 'plain' AND ${after("i.item_id", "''")}
-             AND ($4 IS NULL OR EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = $4 AND f.item_id = i.item_id AND f.liked))
+             AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = $4 AND f.item_id = i.item_id AND f.liked))
            ORDER BY i.item_id LIMIT $3`,
     line: (r) => ({ kind: "item", id: r.a }),
     key: (r) => [r.a as string, ""],
@@ -47,21 +47,21 @@ const SECTIONS: readonly Section[] = [
   {
     // Only the blocks an account made: who blocks it is never its data to read (docs/security.md).
     sql: `SELECT k.blocker AS a, k.blocked AS b, ${AT("k.created_at")} AS at FROM block k
-           WHERE ${after("k.blocker", "k.blocked")} AND ($4 IS NULL OR k.blocker = $4)
+           WHERE ${after("k.blocker", "k.blocked")} AND ($4::text IS NULL OR k.blocker = $4)
            ORDER BY k.blocker, k.blocked LIMIT $3`,
     line: (r) => ({ kind: "block", blocker: r.a, blocked: r.b, at: r.at }),
     key: (r) => [r.a as string, r.b as string],
   },
   {
     sql: `SELECT r.follower AS a, r.followee AS b, r.state, ${AT("r.changed_at")} AS at FROM relation r
-           WHERE r.state <> 'REMOVED' AND ${after("r.follower", "r.followee")} AND ($4 IS NULL OR r.follower = $4)
+           WHERE r.state <> 'REMOVED' AND ${after("r.follower", "r.followee")} AND ($4::text IS NULL OR r.follower = $4)
            ORDER BY r.follower, r.followee LIMIT $3`,
     line: (r) => ({ kind: "follow", follower: r.a, followee: r.b, state: r.state, at: r.at }),
     key: (r) => [r.a as string, r.b as string],
   },
   {
     sql: `SELECT f.user_id AS a, f.item_id AS b, ${AT("f.changed_at")} AS at FROM like_fact f JOIN item i ON i.item_id = f.item_id AND i.kind = 'plain'
-           WHERE f.liked AND ${after("f.user_id", "f.item_id")} AND ($4 IS NULL OR f.user_id = $4)
+           WHERE f.liked AND ${after("f.user_id", "f.item_id")} AND ($4::text IS NULL OR f.user_id = $4)
            ORDER BY f.user_id, f.item_id LIMIT $3`,
     line: (r) => ({ kind: "like", user: r.a, item: r.b, at: r.at }),
     key: (r) => [r.a as string, r.b as string],

@@ -9,7 +9,7 @@
  */
 
 /** The range's lines of one kind; $4 the kind. */
-const RANGE = "FROM import_stage s WHERE s.run_id = $1 AND s.kind = $4 AND s.line > $2 AND s.line <= $3";
+const RANGE = "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.line > $2::bigint AND s.line <= $3::bigint";
 
 /** The upper line of the next batch of a kind: $1 run, $2 kind, $3 after, $4 batch size. */
 export const NEXT_BATCH_END = `

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { createInterface } from "node:readline";
+import { Transform } from "node:stream";
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { LedgerError, InvalidInputError } from "../errors.ts";
@@ -84,7 +85,13 @@ export interface StageOptions {
 export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, options: StageOptions = {}): Promise<StagedRun> {
   const now = options.now ?? new Date();
   const digest = createHash("sha256");
-  input.on("data", (chunk: Buffer | string) => digest.update(chunk));
+  // The digest sees the bytes the lines are read from; the pipe holds them back until the COPY reads.
+  const hashed = input.pipe(new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      digest.update(chunk);
+      done(null, chunk);
+    },
+  }));
   const bad: BadLine[] = [];
   let badTotal = 0;
   let lines = 0;
@@ -92,7 +99,7 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
     const runId = Number((await client.query<{ id: string }>("SELECT nextval('import_run_id')::text AS id")).rows[0]!.id);
     const rows = async function* (): AsyncGenerator<string> {
       let chunk = "";
-      for await (const text of createInterface({ input, crlfDelay: Infinity })) {
+      for await (const text of createInterface({ input: hashed, crlfDelay: Infinity })) {
         lines++;
         if (lines % 10_000 === 0) options.onLines?.(lines);
         if (text.trim() === "") continue;
