@@ -40,32 +40,37 @@ export interface StagedRun {
  * account declared twice with different settings; a follow given twice with different states.
  */
 const CROSS_LINE_SQL = `
-  WITH s AS (SELECT * FROM import_stage WHERE run_id = $1),
+  WITH firsts AS (
+    -- Each account's and each follow pair's first line, to compare the later ones with.
+    SELECT kind, line, a, b, state, private, hide,
+           first_value(line) OVER w AS first_line, first_value(state) OVER w AS first_state,
+           first_value(private) OVER w AS first_private, first_value(hide) OVER w AS first_hide
+      FROM import_stage WHERE run_id = $1 AND kind IN ('account', 'follow')
+    WINDOW w AS (PARTITION BY kind, a, b ORDER BY line)),
   bad AS (
     SELECT l.line, 'item: ' || l.b || ' is neither declared in the file nor in the database' AS message
-      FROM s l WHERE l.kind = 'like'
-       AND NOT EXISTS (SELECT 1 FROM s i WHERE i.kind = 'item' AND i.a = l.b)
+      FROM import_stage l
+     WHERE l.run_id = $1 AND l.kind = 'like'
+       AND NOT EXISTS (SELECT 1 FROM import_stage i WHERE i.run_id = $1 AND i.kind = 'item' AND i.a = l.b)
        AND NOT EXISTS (SELECT 1 FROM item i WHERE i.item_id = l.b)
     UNION ALL
     SELECT l.line, 'item: ' || l.b || ' is a ' || i.kind || ' that ' || l.a || ' may not see (or a deleted one)'
-      FROM s l JOIN item i ON i.item_id = l.b AND i.kind <> 'plain'
-     WHERE l.kind = 'like' AND item_state(l.a, l.b, 'TRUTH') <> 'VISIBLE'
+      FROM import_stage l JOIN item i ON i.item_id = l.b AND i.kind <> 'plain'
+     WHERE l.run_id = $1 AND l.kind = 'like'
+       -- Referring to i keeps the rule's function after the join: asked for posts and comments only.
+       AND CASE WHEN i.kind <> 'plain' THEN item_state(l.a, l.b, 'TRUTH') END <> 'VISIBLE'
     UNION ALL
     SELECT l.line, CASE l.kind WHEN 'follow' THEN 'followee: ' ELSE 'blocked: ' END || l.b || ' is an account neither declared in the file nor in the database'
-      FROM s l WHERE l.kind IN ('follow', 'block')
-       AND NOT EXISTS (SELECT 1 FROM s x WHERE x.kind = 'account' AND x.a = l.b)
+      FROM import_stage l
+     WHERE l.run_id = $1 AND l.kind IN ('follow', 'block')
+       AND NOT EXISTS (SELECT 1 FROM import_stage x WHERE x.run_id = $1 AND x.kind = 'account' AND x.a = l.b)
        AND NOT EXISTS (SELECT 1 FROM account x WHERE x.account_id = l.b)
     UNION ALL
-    SELECT l.line, 'id: account ' || l.a || ' is declared with other settings on line ' || f.line
-      FROM s l JOIN LATERAL (SELECT x.line FROM s x WHERE x.kind = 'account' AND x.a = l.a AND x.line < l.line ORDER BY x.line LIMIT 1) f ON true
-     WHERE l.kind = 'account'
-       AND EXISTS (SELECT 1 FROM s x WHERE x.kind = 'account' AND x.a = l.a AND x.line < l.line
-                      AND (x.private IS DISTINCT FROM l.private OR x.hide IS DISTINCT FROM l.hide))
+    SELECT line, 'id: account ' || a || ' is declared with other settings on line ' || first_line
+      FROM firsts WHERE kind = 'account' AND (private IS DISTINCT FROM first_private OR hide IS DISTINCT FROM first_hide)
     UNION ALL
-    SELECT l.line, 'state: the follow ' || l.a || ' -> ' || l.b || ' is given as ' || f.state || ' on line ' || f.line
-      FROM s l JOIN LATERAL (SELECT x.line, x.state FROM s x WHERE x.kind = 'follow' AND x.a = l.a AND x.b = l.b AND x.state <> l.state
-                              ORDER BY x.line LIMIT 1) f ON f.line < l.line
-     WHERE l.kind = 'follow')
+    SELECT line, 'state: the follow ' || a || ' -> ' || b || ' is given as ' || first_state || ' on line ' || first_line
+      FROM firsts WHERE kind = 'follow' AND state <> first_state)
   SELECT line, message, count(*) OVER ()::int AS total FROM bad ORDER BY line LIMIT ${LISTED_BAD_LINES}`;
 
 export interface StageOptions {
@@ -120,6 +125,9 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
     };
     await copyIn(client, "COPY import_stage (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
     options.onLines?.(lines);
+    // The staged rows are the planner's to know about (a hash join, not a nested loop per line);
+    // ANALYZE in this transaction samples them, uncommitted as they are.
+    await client.query("ANALYZE import_stage");
     const cross = await crossLineErrors(client, runId);
     if (badTotal + cross.total > 0) {
       const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
