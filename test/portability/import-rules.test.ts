@@ -105,6 +105,7 @@ test("imported facts follow the live rules; counts, projection and audit exact; 
   const audit = await fullAudit(ledger);
   assert.equal(audit.clean, true, JSON.stringify(audit));
   assert.notEqual(audit.relations.projectionDiff, null);
+  assert.equal((await ledger.likeRebuild.rebuild()).totalAbsDrift, 0, "a rebuild after the import finds nothing to correct");
 
   // The same file again: the run is found by its digest, nothing is written.
   const before = await exported(db.pool);
@@ -119,6 +120,13 @@ test("imported facts follow the live rules; counts, projection and audit exact; 
   assert.equal((await fullAudit(ledger)).clean, true);
   const { rows: staged } = await db.pool.query("SELECT count(*)::int AS n FROM import_stage");
   assert.equal(staged[0]!.n, 0, "a finished run leaves no staged lines");
+
+  // The control: without its history baseline an imported fact is a version without an event,
+  // and the write-side audit says so (what an import that skipped the baseline would leave).
+  await db.pool.query("DELETE FROM like_outbox_pruned WHERE user_id = 'zed'");
+  const broken = await fullAudit(ledger);
+  assert.equal(broken.clean, false);
+  assert.equal(broken.likes.writeSide.versionMismatchPairs, 1);
 });
 
 test("a file with bad lines is refused whole, every bad line reported by number, nothing written", { timeout: 60_000 }, async (t) => {
