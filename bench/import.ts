@@ -7,7 +7,7 @@
  * database, and prints facts/s of each and their ratio (goal: at least 0.3).
  *
  *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 10000]
- *   (default: --likes 100000, the quick run)
+ *   (default, or --quick: --likes 100000)
  */
 import { createReadStream, createWriteStream } from "node:fs";
 import { rm } from "node:fs/promises";
@@ -22,7 +22,7 @@ import { openLedger } from "../src/ledger.ts";
 import { copyIn } from "../src/portability/copy-in.ts";
 import { importFacts } from "../src/portability/import.ts";
 
-const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" } } });
+const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, quick: { type: "boolean" } } });
 const LIKES = Number(values.likes ?? 100_000);
 const ITEMS = Number(values.items ?? 10_007);
 const P = Number(values.partitions ?? 16);

@@ -12,6 +12,7 @@ import { openLedger } from "../../src/ledger.ts";
 import { exportFacts } from "../../src/portability/export.ts";
 import { importFacts } from "../../src/portability/import.ts";
 import { BadLinesError } from "../../src/portability/import-stage.ts";
+import { pruneRetained } from "../../src/retention/retention.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const lines = (facts: readonly object[]) => Readable.from([facts.map((f) => JSON.stringify(f)).join("\n") + "\n"]);
@@ -197,4 +198,28 @@ test("round trip: the export of a database built by live writes, imported into a
   assert.ok(u8.every((f) => f.kind !== "block"), "u8 is blocked by u7: that is not u8's data");
   assert.ok(u8.some((f) => f.kind === "like" && f.user === "u8"));
   assert.ok(u8.filter((f) => f.kind === "follow").every((f) => f.follower === "u8"));
+});
+
+test("imported facts live on: later live writes of the same pairs, the consumers and a prune to the watermarks keep every audit clean", { timeout: 60_000 }, async (t) => {
+  const db = await createTestDatabase({ partitions: 2, poolSize: 6 });
+  t.after(() => db.close());
+  const ledger = await openLedger(db.pool);
+  await importFacts(db.pool, lines([
+    { kind: "account", id: "a" }, { kind: "account", id: "b", private: true }, { kind: "item", id: "i" },
+    { kind: "follow", follower: "a", followee: "b", state: "ACTIVE" }, { kind: "follow", follower: "b", followee: "a", state: "PENDING" },
+    { kind: "like", user: "a", item: "i" }, { kind: "like", user: "b", item: "i" },
+  ]));
+  // The imported version 1 is the baseline's; the live writes go on at version 2.
+  assert.equal((await ledger.relations.unfollow("a", "b")).version, 2);
+  assert.equal((await ledger.likes.unlike("a", "i")).outcome, "CHANGED");
+  await ledger.relations.follow("a", "b");
+  await ledger.likeConsumer.drain();
+  await ledger.projector.drain();
+  assert.equal((await fullAudit(ledger)).clean, true);
+  await pruneRetained(db.pool, { keepLast: 0, keepSeconds: 0 });
+  const audit = await fullAudit(ledger);
+  assert.equal(audit.clean, true, JSON.stringify(audit));
+  assertExact(await countsAgainstFacts(db.pool));
+  const { rows } = await db.pool.query("SELECT events::int, max_version::int, last_state FROM relation_event_pruned WHERE follower = 'a' AND followee = 'b'");
+  assert.deepEqual(rows, [{ events: 3, max_version: 3, last_state: "PENDING" }], "the prune folded the live events into the import's baseline");
 });
