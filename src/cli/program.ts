@@ -17,7 +17,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG", "ACCOUNT_NOT_FOUND"]);
 
 /** The variables' table of src/config.ts, one line each: name, default, meaning. */
 export function environmentHelp(): string {
@@ -171,6 +171,37 @@ once the follower projection has caught up, the projection against the truth.`)
     .action(async (opts: { json?: boolean }) => {
       const { audit } = await import("./commands/audit.ts");
       setExitCode(await audit(opts));
+    });
+
+  program
+    .command("import")
+    .description("Import existing facts (accounts, items, likes, follows, blocks) from an NDJSON file, one fact a line")
+    .argument("<file>", "the file, or - for standard input")
+    .addOption(new Option("--batch-size <n>", "staged lines per apply transaction").argParser(positiveInteger("--batch-size", 1_000_000)).default(5000))
+    .option("--json", "print the report as JSON")
+    .addHelpText("after", `
+Lines: {"kind":"account","id":..,"private":bool,"hideCollections":bool} {"kind":"item","id":..}
+{"kind":"like","user":..,"item":..,"at":ISO-8601} {"kind":"follow","follower":..,"followee":..,
+"state":"ACTIVE"|"PENDING","at":..} {"kind":"block","blocker":..,"blocked":..,"at":..} (at optional:
+the import's time). The whole file is checked first: any bad line is reported by number (the first 20),
+exit 2, and nothing is imported. Then it is applied in batches under live traffic, with the rules of the
+live writes. The same file again changes nothing; after a crash the same command finishes it. With
+REDIS_URL, the touched Redis counters are dropped (backfilled from the facts). docs/import.md.`)
+    .action(async (file: string, opts: { batchSize: number; json?: boolean }) => {
+      const { importCommand } = await import("./commands/import.ts");
+      setExitCode(await importCommand(file, opts));
+    });
+
+  program
+    .command("export")
+    .description("Write every fact (or one account's) to stdout in the import's NDJSON format")
+    .option("--account <id>", "only this account's facts: itself, its likes, follows and blocks (and the items and accounts they name)")
+    .addHelpText("after", `
+Streamed page by page: accounts, items, blocks, follows, likes. Importing the output into an empty
+database gives the same facts and counts. Posts and comments are not exported (nor importable) yet.`)
+    .action(async (opts: { account?: string }) => {
+      const { exportCommand } = await import("./commands/export.ts");
+      setExitCode(await exportCommand(opts));
     });
 
   program

@@ -1,0 +1,119 @@
+/**
+ * `npm run bench:import`: the import's throughput next to PostgreSQL's own COPY of the same rows,
+ * in one run on one embedded cluster (docs/import.md, "Figures"). It writes an NDJSON file of
+ * `--likes` likes (over `--items` items, declared first), imports it into a fresh ledger database
+ * (both passes: line checks, COPY into staging, cross-line checks, the set-based apply with
+ * counts), then COPYs the same (user, item) rows into a plain two-column table of another
+ * database, and prints facts/s of each and their ratio (goal: at least 0.3).
+ *
+ *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 10000]
+ *   (default, or --quick: --likes 100000)
+ */
+import { createReadStream, createWriteStream } from "node:fs";
+import { rm } from "node:fs/promises";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { fullAudit } from "../src/api/routes/admin.ts";
+import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
+import { initLedger } from "../src/db/ledger-config.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { createPool, type Pool } from "../src/db/pool.ts";
+import { openLedger } from "../src/ledger.ts";
+import { copyIn } from "../src/portability/copy-in.ts";
+import { importFacts } from "../src/portability/import.ts";
+
+const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, quick: { type: "boolean" } } });
+const LIKES = Number(values.likes ?? 100_000);
+const ITEMS = Number(values.items ?? 10_007);
+const P = Number(values.partitions ?? 16);
+const BATCH = Number(values["batch-size"] ?? 10_000);
+const USERS = Math.max(1, Math.ceil(LIKES / 10));
+for (const [name, n] of [["--likes", LIKES], ["--items", ITEMS], ["--partitions", P], ["--batch-size", BATCH]] as const) {
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${name} must be a positive integer`);
+}
+
+/** Like k: a distinct (user, item) pair for every k below USERS × ITEMS. */
+function pair(k: number): [string, string] {
+  return [`user-${k % USERS}`, `item-${(Math.floor(k / USERS) + k) % ITEMS}`];
+}
+
+async function writeFile(file: string): Promise<void> {
+  const out = createWriteStream(file);
+  const write = (text: string): Promise<void> => (out.write(text) ? Promise.resolve() : new Promise<void>((resolve) => out.once("drain", () => resolve())));
+  for (let i = 0; i < ITEMS; i++) await write(`{"kind":"item","id":"item-${i}"}\n`);
+  let chunk = "";
+  for (let k = 0; k < LIKES; k++) {
+    const [user, item] = pair(k);
+    chunk += `{"kind":"like","user":"${user}","item":"${item}"}\n`;
+    if (chunk.length > 1 << 20) {
+      await write(chunk);
+      chunk = "";
+    }
+  }
+  await write(chunk);
+  await new Promise((resolve) => out.end(resolve));
+}
+
+async function* copyRows(): AsyncGenerator<string> {
+  let chunk = "";
+  for (let k = 0; k < LIKES; k++) {
+    const [user, item] = pair(k);
+    chunk += `${user}\t${item}\n`;
+    if (chunk.length > 256 * 1024) {
+      yield chunk;
+      chunk = "";
+    }
+  }
+  yield chunk;
+}
+
+const root = await clusterTempDir("social-ledger-import-bench-");
+const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "50" } });
+const pools: Pool[] = [];
+try {
+  const file = path.join(root, "likes.ndjson");
+  await writeFile(file);
+  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  pools.push(admin);
+  await admin.query("CREATE DATABASE bench_import");
+  await admin.query("CREATE DATABASE bench_copy");
+  const pool = createPool({ connectionString: cluster.connectionString("bench_import"), max: 6 });
+  const plain = createPool({ connectionString: cluster.connectionString("bench_copy"), max: 1 });
+  pools.push(pool, plain);
+  await migrate(pool);
+  await initLedger(pool, { partitions: P });
+
+  const started = performance.now();
+  const report = await importFacts(pool, createReadStream(file), { batchSize: BATCH });
+  const importSeconds = (performance.now() - started) / 1000;
+  const written = report.applied.likes ?? 0;
+
+  await plain.query("CREATE TABLE plain_like (user_id text NOT NULL, item_id text NOT NULL)");
+  const client = await plain.connect();
+  const copyStarted = performance.now();
+  let copied: number;
+  try {
+    copied = await copyIn(client, "COPY plain_like (user_id, item_id) FROM STDIN", copyRows());
+  } finally {
+    client.release();
+  }
+  const copySeconds = (performance.now() - copyStarted) / 1000;
+
+  const audit = await fullAudit(await openLedger(pool));
+  const { rows } = await pool.query<{ liked: number; counted: number }>(
+    "SELECT (SELECT count(*) FROM like_fact WHERE liked)::int AS liked, (SELECT coalesce(sum(n), 0) FROM like_count)::int AS counted");
+  const importRate = written / importSeconds;
+  const copyRate = copied / copySeconds;
+  process.stdout.write(
+    `import bench: ${LIKES} likes over ${ITEMS} items and ${USERS} users, P=${P}, batch ${BATCH}, one embedded cluster\n` +
+    `  import (file -> checks -> COPY staging -> apply with counts): ${written} likes in ${importSeconds.toFixed(2)} s = ${importRate.toFixed(0)} facts/s\n` +
+    `  plain COPY of the same rows into a two-column table:        ${copied} rows in ${copySeconds.toFixed(2)} s = ${copyRate.toFixed(0)} rows/s\n` +
+    `  ratio import / COPY: ${(importRate / copyRate).toFixed(2)} (goal >= 0.3)\n` +
+    `  afterwards: like_fact liked ${rows[0]!.liked}, sum(like_count) ${rows[0]!.counted}, audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
+  );
+  if (!audit.clean || rows[0]!.liked !== written || rows[0]!.counted !== written) process.exitCode = 1;
+} finally {
+  for (const p of pools) await p.end();
+  await cluster.stop();
+  await rm(root, { recursive: true, force: true });
+}

@@ -1,0 +1,228 @@
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { LedgerError } from "../errors.ts";
+import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
+import { stablePartition } from "../partition.ts";
+import type { RelationService } from "../relations/relation-service.ts";
+import { setHideCollections } from "../relations/account-settings.ts";
+import * as sql from "./import-sql.ts";
+
+export class ImportRunningError extends LedgerError {
+  constructor() {
+    super("IMPORT_RUNNING", "another import is applying; run this one when it has finished");
+  }
+}
+
+/** Advisory lock key of the apply: one import applies at a time ("importer" in ASCII). */
+const IMPORT_LOCK_KEY = 0x696d706f72746572n.toString();
+
+export type Phase = "accounts" | "items" | "blocks" | "follows" | "likes" | "follow_writes" | "like_writes" | "caches" | "done";
+const PHASES: readonly Phase[] = ["accounts", "items", "blocks", "follows", "likes", "follow_writes", "like_writes", "caches", "done"];
+
+/** The staged kind each line-walking phase reads. */
+const KIND_OF: Partial<Record<Phase, string>> = {
+  accounts: "account", items: "item", blocks: "block", follows: "follow", likes: "like", follow_writes: "follow", like_writes: "like",
+};
+
+/** What the apply wrote, per phase (rows written; a line already true in the database writes nothing). */
+export type Applied = Record<string, number>;
+
+export interface ApplyOptions {
+  /** Staged lines per batch transaction (default 5,000). */
+  batchSize?: number;
+  /** Called after every batch with the lines applied so far of the run's total. */
+  onProgress?: (phase: Phase, linesDone: number) => void;
+  /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
+  dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
+}
+
+interface RunState {
+  phase: Phase;
+  afterLine: number;
+  importedAt: Date;
+  applied: Applied;
+}
+
+/**
+ * The second pass: applies a staged run phase by phase (accounts, items, blocks, follows, likes,
+ * then the lines whose pairs have history through the live write functions, then the Redis
+ * counters), each phase in batches of staged lines. A batch is one transaction that commits its
+ * facts, their baselines and derived rows, and the run's cursor together, so after a kill the
+ * same command goes on from the last committed batch, and a line applied twice writes nothing
+ * the second time.
+ */
+export class ImportApply {
+  constructor(private readonly pool: Pool, private readonly relations: RelationService, private readonly options: ApplyOptions = {}) {}
+
+  async apply(runId: number): Promise<Applied> {
+    const lock = await this.pool.connect();
+    try {
+      const { rows } = await lock.query<{ ok: boolean }>("SELECT pg_try_advisory_lock($1) AS ok", [IMPORT_LOCK_KEY]);
+      if (!rows[0]!.ok) throw new ImportRunningError();
+      try {
+        return await this.applyLocked(runId, lock);
+      } finally {
+        await lock.query("SELECT pg_advisory_unlock_all()");
+      }
+    } finally {
+      lock.release();
+    }
+  }
+
+  private async applyLocked(runId: number, lock: PoolClient): Promise<Applied> {
+    const partitions = await readPartitions(this.pool);
+    let state = await this.readState(runId);
+    let holdsRebuildLock = false;
+    while (state.phase !== "done") {
+      const phase = state.phase;
+      if (phase === "likes" && !holdsRebuildLock) {
+        // A like rebuild installs counts from its snapshot plus the events after it; these facts
+        // have no events, so none may run across this phase (docs/import.md, "Counts").
+        await lock.query("SELECT pg_advisory_lock($1)", [REBUILD_LOCK_KEY]);
+        holdsRebuildLock = true;
+      }
+      const upto = phase === "caches" ? await this.dropCounters(runId) : await this.nextBatchEnd(runId, KIND_OF[phase]!, state.afterLine);
+      if (upto === null) {
+        if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
+        if (holdsRebuildLock) {
+          await lock.query("SELECT pg_advisory_unlock($1)", [REBUILD_LOCK_KEY]);
+          holdsRebuildLock = false;
+        }
+        const next = PHASES[PHASES.indexOf(phase) + 1]!;
+        await this.pool.query(
+          "UPDATE import_run SET phase = $2, after_line = 0, finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE run_id = $1",
+          [runId, next],
+        );
+        if (next === "done") await this.pool.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
+      } else {
+        await this.applyBatch(phase, [runId, state.afterLine, upto, KIND_OF[phase]!], state, partitions);
+        this.options.onProgress?.(phase, upto);
+      }
+      state = await this.readState(runId);
+    }
+    return state.applied;
+  }
+
+  private async nextBatchEnd(runId: number, kind: string, afterLine: number): Promise<number | null> {
+    const { rows } = await this.pool.query<{ upto: number | null }>(sql.NEXT_BATCH_END, [runId, kind, afterLine, this.options.batchSize ?? 5_000]);
+    return rows[0]!.upto;
+  }
+
+  /**
+   * The Redis counters of every target the run touched are dropped, so the count layer backfills
+   * them from the facts at their next read: the imported facts have no events for its feeder or
+   * its reconciliation to see. Idempotent; null: the phase is over.
+   */
+  private async dropCounters(runId: number): Promise<null> {
+    if (!this.options.dropCounters) return null;
+    const { rows } = await this.pool.query<{ kind: string; target: string }>(sql.TOUCHED_TARGETS, [runId, 0, Number.MAX_SAFE_INTEGER]);
+    if (rows.length > 0) await this.options.dropCounters(rows);
+    await this.addApplied(runId, "caches", rows.length);
+    return null;
+  }
+
+  /** One batch of a phase; the cursor and the counts are written in the batch's own transaction where it has one. */
+  private async applyBatch(phase: Phase, range: [number, number, number, string], state: RunState, partitions: number): Promise<void> {
+    const [runId, , upto] = range;
+    const at = state.importedAt;
+    const inBatch = (work: (client: PoolClient) => Promise<number>) => withTransaction(this.pool, async (client) => {
+      const written = await work(client);
+      await this.advance(client, runId, upto, phase, written);
+    });
+    switch (phase) {
+      case "accounts": {
+        // Existing accounts the file changes go through PUT /v1/accounts/{id}'s path first (each
+        // its own transaction, a no-op when already done), then the new ones in the batch.
+        const { rows: changed } = await this.pool.query<{ id: string; private: boolean | null; hide: boolean | null }>(sql.CHANGED_ACCOUNTS, range);
+        for (const c of changed) {
+          if (c.private !== null) await this.relations.upsertAccount(c.id, { private: c.private });
+          if (c.hide !== null) await setHideCollections(this.pool, c.id, c.hide);
+        }
+        await inBatch(async (client) => changed.length + (await client.query<{ written: number }>(sql.INSERT_ACCOUNTS, range)).rows[0]!.written);
+        return;
+      }
+      case "items":
+        await inBatch(async (client) => (await client.query<{ written: number }>(sql.INSERT_ITEMS, range)).rows[0]!.written);
+        return;
+      case "blocks":
+        await inBatch(async (client) => {
+          const { rows: fresh } = await client.query<{ a: string; b: string }>(sql.NEW_BLOCKS, range);
+          const { rows } = await client.query<{ written: number }>(sql.APPLY_BLOCKS, [...range, at, partitions]);
+          if (fresh.length > 0) await client.query(sql.DATE_NEW_BLOCKS, [...range, at, fresh.map((f) => f.a), fresh.map((f) => f.b)]);
+          return rows[0]!.written;
+        });
+        return;
+      case "follows":
+        await inBatch(async (client) => {
+          for (const [i, text] of sql.LOCK_FOLLOW_PAIRS.entries()) await client.query(text, i === 3 ? [...range, partitions] : range);
+          return (await client.query<{ written: number }>(sql.APPLY_FOLLOWS, [...range, at])).rows[0]!.written;
+        });
+        return;
+      case "likes":
+        await inBatch(async (client) => {
+          await client.query(sql.LOCK_LIKE_WATERMARKS, [...range, partitions]);
+          return (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!.written;
+        });
+        return;
+      case "follow_writes": {
+        // Pairs with history: relation_follow itself (an event each), and an ACTIVE line towards
+        // a private account is the follow approved, as its owner would approve it.
+        const { rows } = await this.pool.query<{ follower: string; followee: string; state: string }>(sql.UNSATISFIED_FOLLOWS, range);
+        let written = 0;
+        for (const r of rows) {
+          const result = await this.relations.follow(r.follower, r.followee);
+          if (result.outcome === "CHANGED") written++;
+          if (r.state === "ACTIVE" && result.state === "PENDING") await this.relations.decide(r.followee, r.follower, true);
+        }
+        await withTransaction(this.pool, (client) => this.advance(client, runId, upto, phase, written));
+        return;
+      }
+      case "like_writes": {
+        // Likes of posts and comments, and pairs with history: like_set_if_visible itself.
+        const { rows } = await this.pool.query<{ user_id: string; item_id: string }>(sql.UNSATISFIED_LIKES, range);
+        let written = 0;
+        let hidden = 0;
+        for (const r of rows) {
+          const { rows: out } = await this.pool.query<{ outcome: string }>(
+            "SELECT outcome FROM like_set_if_visible($1, $2, true, $3)", [r.user_id, r.item_id, stablePartition(r.user_id, partitions)],
+          );
+          if (out[0]!.outcome === "CHANGED") written++;
+          else if (out[0]!.outcome === "HIDDEN") hidden++;
+        }
+        await withTransaction(this.pool, async (client) => {
+          await this.advance(client, runId, upto, phase, written);
+          if (hidden > 0) await addAppliedOn(client, runId, "hidden", hidden);
+        });
+        return;
+      }
+      case "caches":
+      case "done":
+        return;
+    }
+  }
+
+  private async advance(client: PoolClient, runId: number, upto: number, phase: Phase, written: number): Promise<void> {
+    await client.query("UPDATE import_run SET after_line = $2 WHERE run_id = $1", [runId, upto]);
+    await addAppliedOn(client, runId, phase, written);
+  }
+
+  private async addApplied(runId: number, key: string, n: number): Promise<void> {
+    await withTransaction(this.pool, (client) => addAppliedOn(client, runId, key, n));
+  }
+
+  private async readState(runId: number): Promise<RunState> {
+    const { rows } = await this.pool.query<{ phase: Phase; after_line: number; imported_at: Date; applied: Applied }>(
+      "SELECT phase, after_line, imported_at, applied FROM import_run WHERE run_id = $1", [runId],
+    );
+    const r = rows[0]!;
+    return { phase: r.phase, afterLine: Number(r.after_line), importedAt: r.imported_at, applied: r.applied };
+  }
+}
+
+async function addAppliedOn(client: PoolClient, runId: number, key: string, n: number): Promise<void> {
+  await client.query(
+    "UPDATE import_run SET applied = jsonb_set(applied, ARRAY[$2], to_jsonb(coalesce((applied ->> $2)::bigint, 0) + $3)) WHERE run_id = $1",
+    [runId, key, n],
+  );
+}

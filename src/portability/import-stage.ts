@@ -1,0 +1,155 @@
+import { createHash } from "node:crypto";
+import { createInterface } from "node:readline";
+import { Transform } from "node:stream";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { LedgerError, InvalidInputError } from "../errors.ts";
+import { copyIn } from "./copy-in.ts";
+import { parseFactLine, stageRow } from "./fact-line.ts";
+
+/** Bad lines listed in the refusal; the rest are counted. */
+export const LISTED_BAD_LINES = 20;
+
+export interface BadLine {
+  line: number;
+  message: string;
+}
+
+/** A file with at least one bad line: nothing of it was imported (nothing was written at all). */
+export class BadLinesError extends LedgerError {
+  constructor(readonly badLines: readonly BadLine[], readonly total: number) {
+    const listed = badLines.map((b) => `  line ${b.line}: ${b.message}`);
+    if (total > badLines.length) listed.push(`  and ${total - badLines.length} more`);
+    super("IMPORT_BAD_LINES", `${total} bad line(s), nothing was imported:\n${listed.join("\n")}`);
+  }
+}
+
+export interface StagedRun {
+  runId: number;
+  lines: number;
+  importedAt: Date;
+  /** A run of the same file existed already: `done` means imported completely before, else it resumes. */
+  existing: "none" | "resumed" | "done";
+}
+
+/**
+ * The cross-line checks, over the staged lines of run $1 (each row: line, message): a like of
+ * an item neither declared in the file nor in the database, or of a post or comment its user may
+ * not see (the rule of like_set_if_visible, asked of the database as it stands); a follow or block
+ * towards an account neither declared nor existing (the API creates only the acting account); an
+ * account declared twice with different settings; a follow given twice with different states.
+ */
+const CROSS_LINE_SQL = `
+  WITH firsts AS (
+    -- Each account's and each follow pair's first line, to compare the later ones with.
+    SELECT kind, line, a, b, state, private, hide,
+           first_value(line) OVER w AS first_line, first_value(state) OVER w AS first_state,
+           first_value(private) OVER w AS first_private, first_value(hide) OVER w AS first_hide
+      FROM import_stage WHERE run_id = $1 AND kind IN ('account', 'follow')
+    WINDOW w AS (PARTITION BY kind, a, b ORDER BY line)),
+  bad AS (
+    SELECT l.line, 'item: ' || l.b || ' is neither declared in the file nor in the database' AS message
+      FROM import_stage l
+     WHERE l.run_id = $1 AND l.kind = 'like'
+       AND NOT EXISTS (SELECT 1 FROM import_stage i WHERE i.run_id = $1 AND i.kind = 'item' AND i.a = l.b)
+       AND NOT EXISTS (SELECT 1 FROM item i WHERE i.item_id = l.b)
+    UNION ALL
+    SELECT l.line, 'item: ' || l.b || ' is a ' || i.kind || ' that ' || l.a || ' may not see (or a deleted one)'
+      FROM import_stage l JOIN item i ON i.item_id = l.b AND i.kind <> 'plain'
+     WHERE l.run_id = $1 AND l.kind = 'like'
+       -- Referring to i keeps the rule's function after the join: asked for posts and comments only.
+       AND CASE WHEN i.kind <> 'plain' THEN item_state(l.a, l.b, 'TRUTH') END <> 'VISIBLE'
+    UNION ALL
+    SELECT l.line, CASE l.kind WHEN 'follow' THEN 'followee: ' ELSE 'blocked: ' END || l.b || ' is an account neither declared in the file nor in the database'
+      FROM import_stage l
+     WHERE l.run_id = $1 AND l.kind IN ('follow', 'block')
+       AND NOT EXISTS (SELECT 1 FROM import_stage x WHERE x.run_id = $1 AND x.kind = 'account' AND x.a = l.b)
+       AND NOT EXISTS (SELECT 1 FROM account x WHERE x.account_id = l.b)
+    UNION ALL
+    SELECT line, 'id: account ' || a || ' is declared with other settings on line ' || first_line
+      FROM firsts WHERE kind = 'account' AND (private IS DISTINCT FROM first_private OR hide IS DISTINCT FROM first_hide)
+    UNION ALL
+    SELECT line, 'state: the follow ' || a || ' -> ' || b || ' is given as ' || first_state || ' on line ' || first_line
+      FROM firsts WHERE kind = 'follow' AND state <> first_state)
+  SELECT line, message, count(*) OVER ()::int AS total FROM bad ORDER BY line LIMIT ${LISTED_BAD_LINES}`;
+
+export interface StageOptions {
+  /** Called every `progressEvery` lines read, and once at the end. */
+  onLines?: (lines: number) => void;
+  /** The time the facts without `at` get, and after which no `at` may lie (default: now). */
+  now?: Date;
+}
+
+/**
+ * The first pass: reads `input` line by line, checks each line on its own, COPYs the good ones
+ * into import_stage, runs the cross-line checks on them, and only then records the run, all in
+ * one transaction. Any bad line (on its own or against the others) rolls it back whole and
+ * throws BadLinesError listing the first 20 by number: nothing was written. A file staged before
+ * (same SHA-256) is not staged again: its run is returned to be resumed, or as done.
+ */
+export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, options: StageOptions = {}): Promise<StagedRun> {
+  const now = options.now ?? new Date();
+  const digest = createHash("sha256");
+  // The digest sees the bytes the lines are read from; the pipe holds them back until the COPY reads.
+  const hashed = input.pipe(new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      digest.update(chunk);
+      done(null, chunk);
+    },
+  }));
+  const bad: BadLine[] = [];
+  let badTotal = 0;
+  let lines = 0;
+  return withTransaction(pool, async (client) => {
+    const runId = Number((await client.query<{ id: string }>("SELECT nextval('import_run_id')::text AS id")).rows[0]!.id);
+    const rows = async function* (): AsyncGenerator<string> {
+      let chunk = "";
+      for await (const text of createInterface({ input: hashed, crlfDelay: Infinity })) {
+        lines++;
+        if (lines % 10_000 === 0) options.onLines?.(lines);
+        if (text.trim() === "") continue;
+        try {
+          chunk += stageRow(runId, lines, parseFactLine(text, now.getTime()));
+        } catch (err) {
+          if (!(err instanceof InvalidInputError)) throw err;
+          badTotal++;
+          if (bad.length < LISTED_BAD_LINES) bad.push({ line: lines, message: err.message });
+          continue;
+        }
+        if (chunk.length >= 256 * 1024) {
+          yield chunk;
+          chunk = "";
+        }
+      }
+      if (chunk.length > 0) yield chunk;
+    };
+    await copyIn(client, "COPY import_stage (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
+    options.onLines?.(lines);
+    // The staged rows are the planner's to know about (a hash join, not a nested loop per line);
+    // ANALYZE in this transaction samples them, uncommitted as they are.
+    await client.query("ANALYZE import_stage");
+    const cross = await crossLineErrors(client, runId);
+    if (badTotal + cross.total > 0) {
+      const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
+      // Thrown inside the transaction: it rolls back, so not even the staged lines stay.
+      throw new BadLinesError(listed, badTotal + cross.total);
+    }
+    const hex = digest.digest("hex");
+    const { rows: found } = await client.query<{ run_id: string; lines: number; imported_at: Date; phase: string }>(
+      "SELECT run_id::text, lines, imported_at, phase FROM import_run WHERE digest = $1 FOR UPDATE", [hex],
+    );
+    const f = found[0];
+    if (f) {
+      // The same file again: its run holds its own staged lines (or is done); this copy goes.
+      await client.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
+      return { runId: Number(f.run_id), lines: f.lines, importedAt: f.imported_at, existing: f.phase === "done" ? "done" : "resumed" } satisfies StagedRun;
+    }
+    await client.query("INSERT INTO import_run (run_id, digest, lines, imported_at, phase) VALUES ($1, $2, $3, $4, 'accounts')", [runId, hex, lines, now]);
+    return { runId, lines, importedAt: now, existing: "none" } satisfies StagedRun;
+  }, { maxAttempts: 1 });
+}
+
+async function crossLineErrors(client: PoolClient, runId: number): Promise<{ listed: BadLine[]; total: number }> {
+  const { rows } = await client.query<{ line: number; message: string; total: number }>(CROSS_LINE_SQL, [runId]);
+  return { listed: rows.map((r) => ({ line: Number(r.line), message: r.message })), total: rows[0]?.total ?? 0 };
+}
