@@ -75,11 +75,12 @@ test.after(async () => {
   await c?.close();
 });
 
-/** N calls of `read` on a fresh one-connection reader pool; returns the counted statement containing `fragment`. */
-async function countedReads(fragment: string, read: (pool: Pool, k: number) => Promise<unknown>): Promise<{ calls: number; plans: number }> {
+/** N calls of `read` on a fresh one-connection reader pool (`open` runs before the count starts); returns the counted statement containing `fragment`. */
+async function countedReads(fragment: string, open: (pool: Pool) => Promise<(k: number) => Promise<unknown>>): Promise<{ calls: number; plans: number }> {
   const pool = c.readerPool();
+  const read = await open(pool);
   await c.reset();
-  for (let k = 0; k < N; k++) await read(pool, k);
+  for (let k = 0; k < N; k++) await read(k);
   return statementWith(await c.readerStatements(), fragment);
 }
 
@@ -89,30 +90,33 @@ async function countedReads(fragment: string, read: (pool: Pool, k: number) => P
 const key = (prefix: string, k: number) => `${prefix}-${k % COLD}`;
 
 test("the like-count read is planned at most six times in N calls on one connection", async (t) => {
-  const s = await countedReads("FROM like_count", (pool, k) => readCount(pool, key("item", k), 0));
+  const s = await countedReads("FROM like_count", async (pool) => (k) => readCount(pool, key("item", k), 0));
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans <= MAX_PLANS, `like count: ${s.plans} plans in ${s.calls} calls`);
 });
 
 test("the comment-count read is planned at most six times in N calls on one connection", async (t) => {
-  const s = await countedReads("FROM comment_count", (pool, k) => readCounter(pool, COMMENT_COUNTER, key("post", k), 0));
+  const s = await countedReads("FROM comment_count", async (pool) => (k) => readCounter(pool, COMMENT_COUNTER, key("post", k), 0));
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans <= MAX_PLANS, `comment count: ${s.plans} plans in ${s.calls} calls`);
 });
 
 test("has-liked is planned at most six times in N calls on one connection", async (t) => {
-  const s = await countedReads("FROM like_fact", (pool, k) => new LikeService(pool, PARTITIONS).hasLiked(`u-${k % PARTITIONS}-${k + 1}`, k % 2 === 0 ? "hot-item" : key("item", k)));
+  const s = await countedReads("FROM like_fact", async (pool) => {
+    const likes = await LikeService.open(pool);
+    return (k) => likes.hasLiked(`u-${k % PARTITIONS}-${k + 1}`, k % 2 === 0 ? "hot-item" : key("item", k));
+  });
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans <= MAX_PLANS, `has-liked: ${s.plans} plans in ${s.calls} calls`);
 });
 
-test("negative control: the earlier count statement (the key as a bare $1) is planned on every call of the same reads", async () => {
+test("negative control: the earlier count statement (the key as a bare $1) is planned on every call of the same reads", async (t) => {
   const bare = READ_COUNT_SQL.replaceAll("(SELECT $1::text)", "$1");
   assert.notEqual(bare, READ_COUNT_SQL, "the control changes the statement");
-  const s = await countedReads("FROM like_count", (pool, k) => pool.query({ name: "bare_key_read_count", text: bare, values: [key("item", k)] }));
+  const s = await countedReads("FROM like_count", async (pool) => (k) => pool.query({ name: "bare_key_read_count", text: bare, values: [key("item", k)] }));
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans >= N, `the bare-key statement: ${s.plans} plans in ${s.calls} calls (a custom plan each time)`);
