@@ -15,12 +15,12 @@ import { promisify } from "node:util";
 import type { EmbeddedCluster } from "../src/db/embedded-cluster.ts";
 import { abort, started } from "./lifecycle.ts";
 import { percentile, type Figures } from "./load.ts";
-import { ITEMS } from "./options.ts";
+import { BENCH_APPLICATION, ITEMS } from "./options.ts";
 import { OP } from "./ratios.ts";
 import type { Row } from "./report.ts";
 import type { Target } from "./target.ts";
 import { formatWaits, sampleWaits } from "./wait-events.ts";
-import { walPosition } from "./write-phases.ts";
+import { walPosition, type WriteKind } from "./write-phases.ts";
 
 const run = promisify(execFile);
 const PGBENCH_APPLICATION = "social-ledger-bench-pgbench";
@@ -63,50 +63,83 @@ async function latenciesMs(dir: string): Promise<Float64Array> {
   return Float64Array.from(out).sort();
 }
 
-async function runVariant(pgbench: string, cluster: EmbeddedCluster, t: Target, v: Variant, seconds: number): Promise<Row> {
+const threads = (v: Variant) => Math.min(2, v.clients);
+const command = (v: Variant, seconds: number) => `pgbench -c ${v.clients} -j ${threads(v)} -T ${seconds} -M prepared`;
+
+/**
+ * One pgbench run of a variant: its figures (latencies kept, so that chunks merge), and the WAL it
+ * wrote. `applicationName` decides which wait-event sampler counts its backends.
+ */
+async function runPgbench(pgbench: string, cluster: EmbeddedCluster, t: Target, v: Variant, seconds: number, applicationName: string): Promise<{ figures: Figures; wal: number }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), "social-ledger-pgbench-"));
   try {
     const script = path.join(dir, "script.sql");
     await writeFile(script, v.script);
     const url = new URL(cluster.connectionString(t.database));
     const args = [
-      "-n", "-M", "prepared", "-c", String(v.clients), "-j", String(Math.min(2, v.clients)), "-T", String(seconds), "-f", script,
+      "-n", "-M", "prepared", "-c", String(v.clients), "-j", String(threads(v)), "-T", String(seconds), "-f", script,
       "-l", "--log-prefix", path.join(dir, "log"), "-h", url.hostname, "-p", url.port, "-U", decodeURIComponent(url.username), t.database,
     ];
     const wal0 = await walPosition();
-    const waits = sampleWaits(started.sampler!, t.database, PGBENCH_APPLICATION);
-    const t0 = performance.now();
     const { stdout } = await run(pgbench, args, {
-      env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password), PGAPPNAME: PGBENCH_APPLICATION },
+      env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password), PGAPPNAME: applicationName },
       signal: abort.signal, maxBuffer: 1 << 20,
     });
-    const elapsed = (performance.now() - t0) / 1000;
-    const waited = await waits.stop();
     const wal = (await walPosition()) - wal0;
     const processed = Number(/number of transactions actually processed: (\d+)/.exec(stdout)?.[1]);
     const failed = Number(/number of failed transactions: (\d+)/.exec(stdout)?.[1] ?? 0);
     const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(stdout)?.[1]);
-    if (!Number.isFinite(processed) || !Number.isFinite(tps)) throw new Error(`pgbench printed no figures:\n${stdout}`);
-    const latency = await latenciesMs(dir);
-    const figures: Figures = {
-      ops: processed, seconds: processed / tps, opsPerSec: tps, p50Ms: percentile(latency, 50), p99Ms: percentile(latency, 99), errors: failed,
-    };
-    const walPerOp = wal / Math.max(1, processed);
-    const note = [`pgbench -c ${v.clients} -j ${Math.min(2, v.clients)} -T ${seconds} -M prepared`, ...(v.writes ? [`WAL ${Math.round(walPerOp)} B/op`] : []), formatWaits(waited)]
-      .filter((s) => s !== "");
+    if (!Number.isFinite(processed) || !Number.isFinite(tps) || processed === 0) throw new Error(`pgbench printed no figures:\n${stdout}`);
+    const latencyMs = await latenciesMs(dir);
     return {
-      op: v.op, path: "pgbench", partitions: t.partitions, figures, note: note.join(", "),
-      extra: { clients: v.clients, seconds, elapsedSeconds: elapsed, ...(v.writes ? { walBytesPerOp: walPerOp } : {}), waitSamples: Object.fromEntries(waited) },
+      figures: { ops: processed, seconds: processed / tps, opsPerSec: tps, p50Ms: percentile(latencyMs, 50), p99Ms: percentile(latencyMs, 99), errors: failed, latencyMs },
+      wal,
     };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
 }
 
-/** The three pgbench rows for one benchmark database, one variant after the other. */
+async function variantRow(pgbench: string, cluster: EmbeddedCluster, t: Target, v: Variant, seconds: number): Promise<Row> {
+  const waits = sampleWaits(started.sampler!, t.database, PGBENCH_APPLICATION);
+  const { figures, wal } = await runPgbench(pgbench, cluster, t, v, seconds, PGBENCH_APPLICATION);
+  const waited = await waits.stop();
+  const walPerOp = wal / figures.ops;
+  const note = [command(v, seconds), ...(v.writes ? [`WAL ${Math.round(walPerOp)} B/op`] : []), formatWaits(waited)].filter((x) => x !== "");
+  return {
+    op: v.op, path: "pgbench", partitions: t.partitions, figures, note: note.join(", "),
+    extra: { clients: v.clients, seconds, ...(v.writes ? { walBytesPerOp: walPerOp } : {}), waitSamples: Object.fromEntries(waited) },
+  };
+}
+
+/**
+ * pgbench INSERTs at 16 clients as a kind of the alternating write phase (write-phases.ts), so the
+ * ratio of a like's CHANGED/s to it compares the same minutes: each chunk is a pgbench run of
+ * `seconds / chunks` (at least 1 s; the kind's operation counts do not apply to a timed run). Its
+ * backends carry the bench's application name, so the phase's wait sampler counts them.
+ */
+export function pgbenchInsertKind(pgbench: string, cluster: EmbeddedCluster, t: Target, seconds: number, chunks: number): WriteKind {
+  const v = VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!;
+  const perChunk = Math.max(1, Math.ceil(seconds / chunks));
+  let tableReady: Promise<unknown> | undefined;
+  return {
+    op: v.op, path: "pgbench", total: chunks, rawInsert: true, describe: `${command(v, perChunk)} per chunk`,
+    run: async () => {
+      tableReady ??= createTable(t);
+      await tableReady;
+      return (await runPgbench(pgbench, cluster, t, v, perChunk, BENCH_APPLICATION)).figures;
+    },
+  };
+}
+
+function createTable(t: Target): Promise<unknown> {
+  return t.pool.query("CREATE TABLE IF NOT EXISTS bench_pgbench_insert (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, client integer NOT NULL)");
+}
+
+/** The pgbench rows not run in chunks (INSERT at 1 client, primary-key SELECT at 16), one variant after the other. */
 export async function pgbenchRows(pgbench: string, cluster: EmbeddedCluster, t: Target, seconds: number): Promise<Row[]> {
-  await t.pool.query("CREATE TABLE IF NOT EXISTS bench_pgbench_insert (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, client integer NOT NULL)");
+  await createTable(t);
   const rows: Row[] = [];
-  for (const v of VARIANTS) rows.push(await runVariant(pgbench, cluster, t, v, seconds));
+  for (const v of VARIANTS.filter((x) => x.op !== OP.pgbenchInsert16)) rows.push(await variantRow(pgbench, cluster, t, v, seconds));
   return rows;
 }

@@ -34,7 +34,7 @@ import {
   type Span,
 } from "./write-phases.ts";
 import { auditTargets, printSummary } from "./summary.ts";
-import { PGBENCH_MISSING, findPgbench, pgbenchRows } from "./pgbench.ts";
+import { PGBENCH_MISSING, findPgbench, pgbenchInsertKind, pgbenchRows } from "./pgbench.ts";
 import { commentCountReadPhase, commentCreatePhase, drainPhase, httpReads, interleavedReadPhase, readPhase } from "./read-phases.ts";
 
 function redisServerAvailable(): boolean {
@@ -121,8 +121,9 @@ async function main(o: Opts): Promise<void> {
     { op: OP.hot, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, true, o.ops, undefined, span) },
     { op: OP.mixed, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, false, o.requests, undefined, span) },
     { op: OP.hot, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, true, o.requests, undefined, span) },
+    ...(pgbench ? [pgbenchInsertKind(pgbench, cluster, t, o.pgbenchSeconds, WRITE_CHUNKS)] : []),
   ], WRITE_CHUNKS));
-  // The raw baselines by PostgreSQL's own C client, right after the rows they are compared with.
+  // The other raw baselines by PostgreSQL's own C client (its 16-client INSERT ran in the chunks above).
   if (pgbench) await phase((t) => pgbenchRows(pgbench, cluster, t, o.pgbenchSeconds));
   // 16 workers: count reads and primary-key reads interleaved on the same workers, so both
   // p99s meet the same moments of a shared machine (two phases a second apart did not).
