@@ -67,7 +67,7 @@ async function main(o: Opts): Promise<void> {
   }
   process.stderr.write(`  PostgreSQL ${pg.server_version} on 127.0.0.1:${cluster.port} (fsync ${pg.fsync}, synchronous_commit ${pg.synchronous_commit})\n`);
   const pgbench = findPgbench();
-  process.stderr.write(`  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 1 s)` : PGBENCH_MISSING}\n`);
+  process.stderr.write(`  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 3 s)` : PGBENCH_MISSING}\n`);
 
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const poolSize = Math.max(o.workers, o.connections) + 4;
