@@ -22,9 +22,10 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
 `;
 
 export const SIZES = {
-  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800 },
+  // pgbenchSeconds: -T of each pgbench variant (bench/pgbench.ts); at least 3 s, also in the quick run.
+  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800, pgbenchSeconds: 5 },
   // p99 of a read phase is its 1 % tail: 2000 reads leave 20 samples above it.
-  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200 },
+  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200, pgbenchSeconds: 3 },
 };
 
 /** Users per path (library users and HTTP users are distinct), items of the mixed variant. */
@@ -92,6 +93,7 @@ export function parseOptions() {
     history: parsed.history === "0" ? 0 : parsed.history !== undefined ? positiveInt("history", parsed.history, 0, 100_000_000) : parsed.quick ? 20_000 : 0,
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
+    pgbenchSeconds: size.pgbenchSeconds,
   };
 }
 

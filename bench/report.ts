@@ -7,7 +7,8 @@ import type { Figures } from "./load.ts";
 
 export interface Row {
   op: string;
-  path: "library" | "HTTP";
+  /** Who sent the statements: the ledger's library, its HTTP API, or pgbench (the C client's raw baseline). */
+  path: "library" | "HTTP" | "pgbench";
   partitions: number;
   figures: Figures;
   /** Short remark printed at the end of the row (outcomes, errors, events). */

@@ -34,6 +34,7 @@ import {
   type Span,
 } from "./write-phases.ts";
 import { auditTargets, printSummary } from "./summary.ts";
+import { PGBENCH_MISSING, findPgbench, pgbenchInsertKind, pgbenchRows } from "./pgbench.ts";
 import { commentCountReadPhase, commentCreatePhase, drainPhase, httpReads, interleavedReadPhase, readPhase } from "./read-phases.ts";
 
 function redisServerAvailable(): boolean {
@@ -65,6 +66,8 @@ async function main(o: Opts): Promise<void> {
     pg[setting] = Object.values(rows[0]!)[0]!;
   }
   process.stderr.write(`  PostgreSQL ${pg.server_version} on 127.0.0.1:${cluster.port} (fsync ${pg.fsync}, synchronous_commit ${pg.synchronous_commit})\n`);
+  const pgbench = findPgbench();
+  process.stderr.write(`  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 3 s)` : PGBENCH_MISSING}\n`);
 
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const poolSize = Math.max(o.workers, o.connections) + 4;
@@ -118,7 +121,10 @@ async function main(o: Opts): Promise<void> {
     { op: OP.hot, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, true, o.ops, undefined, span) },
     { op: OP.mixed, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, false, o.requests, undefined, span) },
     { op: OP.hot, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, true, o.requests, undefined, span) },
+    ...(pgbench ? [pgbenchInsertKind(pgbench, cluster, t, o.pgbenchSeconds, WRITE_CHUNKS)] : []),
   ], WRITE_CHUNKS));
+  // The other raw baselines by PostgreSQL's own C client (its 16-client INSERT ran in the chunks above).
+  if (pgbench) await phase((t) => pgbenchRows(pgbench, cluster, t, o.pgbenchSeconds));
   // 16 workers: count reads and primary-key reads interleaved on the same workers, so both
   // p99s meet the same moments of a shared machine (two phases a second apart did not).
   await phase((t) => interleavedReadPhase(t, o, OP.readBacklog, OP.pkBacklog, o.workers));
@@ -192,7 +198,7 @@ async function main(o: Opts): Promise<void> {
   const { audits, auditLines } = await auditTargets(targets, retention);
   const seconds = (performance.now() - t0) / 1000;
 
-  const figures = printSummary(rows, retention, auditLines, o, loadAtStart);
+  const figures = printSummary(rows, retention, [...auditLines, ...(pgbench ? [] : [PGBENCH_MISSING])], o, loadAtStart);
 
   const file = await writeResults(path.join(path.dirname(fileURLToPath(import.meta.url)), "results"), startedAt, {
     startedAt: startedAt.toISOString(),

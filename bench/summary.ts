@@ -36,7 +36,8 @@ export function printSummary(rows: Row[], retention: RetentionFigures | undefine
     [
       ...auditLines,
       `${o.workers} library workers / ${o.connections} HTTP connections; writes toggle like/unlike so nearly every operation writes an event.`,
-      "Library percentiles are from per-call latencies; HTTP percentiles from every response's own latency.",
+      "Library percentiles are from per-call latencies; HTTP percentiles from every response's own latency; pgbench percentiles from its per-transaction log.",
+      "pgbench rows: PostgreSQL's C client (-M prepared, -n, -j 2, a fixed -T) on the same database, the 16-client INSERT in the write rows' alternating chunks, the others right after them.",
       "What shares the CPUs: library rows run node's main thread (the callers and the pg driver) and the PostgreSQL backends;",
       "HTTP rows run the server on node's main thread, the HTTP client (bench/http-client.ts, 16 keep-alive connections, no",
       "pipelining) on a worker thread of the same process, and the backends. The client's CPU is taken from the same cores",

@@ -50,6 +50,8 @@ export interface WriteKind {
   run: (span: Span) => Promise<Figures>;
   /** Rows that write no like event (the raw INSERT) count every successful operation as a change. */
   rawInsert?: boolean;
+  /** The note's first words instead of the default ("distinct rows, autocommit" or the CHANGED share). */
+  describe?: string;
 }
 
 /**
@@ -84,7 +86,7 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
     const a = acc[index]!;
     const figures = mergeFigures(a.runs);
     const note = [
-      ...(kind.rawInsert ? ["distinct rows, autocommit"] : [`CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`]),
+      kind.describe ?? (kind.rawInsert ? "distinct rows, autocommit" : `CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`),
       ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, formatWaits(a.waits), ...problems(figures),
     ];
     if (a.retries > 0) note.push(`${a.retries} tx retries`);

@@ -13,10 +13,18 @@ import type { CounterSpec, CountReading } from "./counter-spec.ts";
  * after retention emptied that table (pages not yet vacuumed, statistics saying "almost empty")
  * the planner otherwise chose a merge anti join over its whole primary-key index, ~65x slower
  * (test/likes/read-count-after-prune.test.ts).
+ *
+ * The key is read as `(SELECT $1::text)`, an InitPlan, never as the bare parameter: a custom plan
+ * then cannot see the key's value either, so it is the generic plan plus the cost of planning, and
+ * after its five custom trials the plan cache keeps the generic plan for the connection. With the
+ * bare `$1`, on skewed data (one hot key, many cold ones) every custom plan of a cold key was
+ * estimated cheaper than the generic one, so the statement was planned again on every call
+ * (planning cost more than executing it). docs/write-path.md, "Count reads".
  */
 export function readCountSql(s: CounterSpec): string {
+  const key = "(SELECT $1::text)";
   return `
-  SELECT (SELECT coalesce(sum(n), 0) FROM ${s.count} WHERE ${s.keyColumn} = $1)::bigint AS n,
+  SELECT (SELECT coalesce(sum(n), 0) FROM ${s.count} WHERE ${s.keyColumn} = ${key})::bigint AS n,
          coalesce(sum(q.last - w.applied_upto), 0)::bigint AS lag,
          coalesce(sum(p.pending), 0)::bigint AS pending
     FROM ${s.sequence} q
@@ -24,15 +32,15 @@ export function readCountSql(s: CounterSpec): string {
     CROSS JOIN LATERAL (
       SELECT count(*) AS pending
         FROM ${s.outbox} o
-       WHERE o.${s.keyColumn} = $1 AND o.part = w.part AND o.seq > w.applied_upto
+       WHERE o.${s.keyColumn} = ${key} AND o.part = w.part AND o.seq > w.applied_upto
          AND NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq OFFSET 0)) p`;
 }
 
 export async function readCounter(pool: Pool, spec: CounterSpec, key: string, allowedLag: number): Promise<CountReading> {
   validateId(spec.keyName, key);
   validateNonNegativeInteger("allowedLag", allowedLag);
-  // A named statement is parsed and planned once per connection; planning was most of an
-  // unnamed call's server time.
+  // A named statement is parsed once per connection and, by the shape of readCountSql, planned
+  // at most six times (five custom trials and the generic plan it then keeps).
   const { rows } = await pool.query<{ n: number; lag: number; pending: number }>({
     name: `${spec.kind}_read_count`, text: readCountSql(spec), values: [key],
   });

@@ -179,6 +179,37 @@ export async function relationships(pool: Pool, viewer: string, others: readonly
 }
 
 /**
+ * The relationship of `a` towards `b` and which of the two accounts exist, in one named statement
+ * of primary-key probes: its custom and generic plans are the same plan, so after the five custom
+ * trials the plan cache keeps the generic one and a call is no longer planned (docs/write-path.md,
+ * "Count reads"). relationships() answers a list and stays an ordinary query.
+ */
+export async function pairRelationship(pool: Pool, a: string, b: string): Promise<{ aExists: boolean; bExists: boolean; relationship: Relationship }> {
+  validateId("accountId", a);
+  validateId("otherId", b);
+  const { rows } = await pool.query<Relationship & { a_exists: boolean; b_exists: boolean }>({
+    name: "relation_pair_relationship",
+    text: `SELECT EXISTS (SELECT 1 FROM account WHERE account_id = $1) AS a_exists,
+                  EXISTS (SELECT 1 FROM account WHERE account_id = $2) AS b_exists,
+                  coalesce(mine.state = 'ACTIVE', false) AS following,
+                  coalesce(mine.state = 'PENDING', false) AS requested,
+                  coalesce(theirs.state = 'ACTIVE', false) AS "followedBy",
+                  coalesce(theirs.state = 'PENDING', false) AS "requestedBy",
+                  EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = $2) AS blocking,
+                  EXISTS (SELECT 1 FROM block WHERE blocker = $2 AND blocked = $1) AS "blockedBy"
+             FROM (SELECT) AS one
+             LEFT JOIN relation mine ON mine.follower = $1 AND mine.followee = $2
+             LEFT JOIN relation theirs ON theirs.follower = $2 AND theirs.followee = $1`,
+    values: [a, b],
+  });
+  const r = rows[0]!;
+  return {
+    aExists: r.a_exists, bExists: r.b_exists,
+    relationship: { following: r.following, requested: r.requested, followedBy: r.followedBy, requestedBy: r.requestedBy, blocking: r.blocking, blockedBy: r.blockedBy },
+  };
+}
+
+/**
  * What the viewer may learn of their relationship to an account (docs/api.md, "What a blocked
  * user learns"): null when the account blocks the viewer and the viewer does not block it (it
  * then answers as an account that does not exist), otherwise the relationship without blockedBy.

@@ -6,7 +6,7 @@ import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
-import { missingAccounts, relationships } from "./relation-reads.ts";
+import { missingAccounts, pairRelationship } from "./relation-reads.ts";
 import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
 /** A row returned by the write functions of migration 007. */
@@ -116,14 +116,12 @@ export class RelationService {
     return this.callWrite("blocker", blocker, "blocked", blocked, undefined, WRITE_FUNCTIONS.unblock, [blocker, blocked]);
   }
 
-  /** The Mastodon-shaped relationship of a towards b, from the truth (relationships() in relation-reads.ts). */
+  /** The Mastodon-shaped relationship of a towards b, from the truth, in one statement (pairRelationship in relation-reads.ts). */
   async relationship(a: string, b: string): Promise<Relationship> {
-    validateId("accountId", a);
-    validateId("otherId", b);
-    const missing = await missingAccounts(this.pool, [a, b]);
+    const { aExists, bExists, relationship } = await pairRelationship(this.pool, a, b);
+    const missing = [...new Set([...(aExists ? [] : [a]), ...(bExists ? [] : [b])])];
     if (missing.length > 0) throw new AccountNotFoundError(missing.join(", "));
-    const [found] = (await relationships(this.pool, a, [b])) as [Relationship & { id: string }];
-    return { following: found.following, requested: found.requested, followedBy: found.followedBy, requestedBy: found.requestedBy, blocking: found.blocking, blockedBy: found.blockedBy };
+    return relationship;
   }
 
   /**
