@@ -117,9 +117,9 @@ Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,a
 
   program
     .command("rebuild")
-    .description("Rebuild like (or comment) counts from a snapshot of the facts and report the drift it corrected")
-    .addOption(new Option("--kind <kind>", "which counts: likes (per item) or comments (per post)").choices(REBUILD_KINDS).default("likes"))
-    .addOption(new Option("--items <list>", "comma-separated item ids, or post ids with --kind comments (default: all)").argParser(parseItems))
+    .description("Rebuild like (or comment) counts, or the notifications, from a snapshot of the facts and report the drift it corrected")
+    .addOption(new Option("--kind <kind>", "which view: likes (per item), comments (per post) or notifications (per recipient)").choices(REBUILD_KINDS).default("likes"))
+    .addOption(new Option("--items <list>", "comma-separated item ids, post ids with --kind comments, recipients with --kind notifications (default: all)").argParser(parseItems))
     .option("--json", "print the report as JSON")
     .addHelpText("after", `
 Safe under live traffic and running consumers. Shows a progress bar when stdout is a terminal,

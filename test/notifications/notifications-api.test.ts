@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { assertError, createAccounts, ok, startApi } from "../api/harness.ts";
+import { assertError, createAccounts, ok, startApi, type ApiResponse } from "../api/harness.ts";
 
 interface Group {
   groupKey: string;
@@ -54,10 +54,10 @@ test("api notifications: my grouped notifications page by Link rel=next without 
   let path: string | undefined = "/v1/notifications?limit=2";
   let pages = 0;
   while (path) {
-    const res = await bob.get<GroupPage>(path);
-    const page = ok(res);
+    const res: ApiResponse<GroupPage> = await bob.get<GroupPage>(path);
+    const page: GroupPage = ok(res);
     seen.push(...page.groups.map((g) => g.groupKey));
-    const link = res.headers.get("link");
+    const link: string | null = res.headers.get("link");
     assert.equal(link === null, page.nextCursor === undefined, "Link rel=next exactly when there is a next page");
     path = link ? /^<([^>]+)>; rel="next"$/.exec(link)![1] : undefined;
     pages++;
