@@ -1,4 +1,5 @@
 import type { Pool } from "../db/pool.ts";
+import { pendingEventSql } from "./notification-sources.ts";
 
 export interface NotificationAudit {
   /** Active view rows the facts do not give (and no pending event explains). */
@@ -19,33 +20,20 @@ export interface NotificationAudit {
  * THE notification invariant as one statement: the view's active rows equal the facts'
  * (notification_truth of the migration, the rebuild's source too), pair by pair, with the
  * recipient, the type and the id (which carries the time and the version), except on pairs
- * whose newest event the consumer has not processed yet. So it is exact at any lag: a
- * difference without a pending event is a lie. Pending events are the outboxes' rows above
- * the notification watermarks that are not in the seen tables.
+ * with an event the consumer has not processed yet (pendingEventSql). So it is exact at any
+ * lag: a difference without a pending event is a lie.
  */
 export const NOTIFICATION_AUDIT_SQL = `
   WITH truth AS (
     SELECT source, actor, subject, recipient, type, notification_id(at, source, actor, subject, version) AS id
       FROM notification_truth WHERE active),
   view AS (SELECT source, actor, subject, recipient, type, id FROM notification WHERE active),
-  pending AS (
-    SELECT 'like'::text AS source, o.user_id AS actor, o.item_id AS subject
-      FROM like_outbox o JOIN notification_like_watermark w USING (part)
-     WHERE o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM notification_like_seen s WHERE s.part = o.part AND s.seq = o.seq)
-    UNION
-    SELECT 'relation', o.follower, o.followee
-      FROM relation_event o JOIN notification_relation_watermark w USING (part)
-     WHERE o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM notification_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)
-    UNION
-    SELECT 'comment', c.author, o.comment_id
-      FROM comment_outbox o JOIN notification_comment_watermark w USING (part) JOIN comment c ON c.comment_id = o.comment_id
-     WHERE o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM notification_comment_seen s WHERE s.part = o.part AND s.seq = o.seq)),
   diff AS (
-    SELECT t.source IS NULL AS extra, v.source IS NULL AS missing,
-           EXISTS (SELECT 1 FROM pending p WHERE p.source = coalesce(t.source, v.source) AND p.actor = coalesce(t.actor, v.actor)
-                     AND p.subject = coalesce(t.subject, v.subject)) AS pending
+    SELECT coalesce(t.source, v.source) AS source, coalesce(t.actor, v.actor) AS actor, coalesce(t.subject, v.subject) AS subject,
+           t.source IS NULL AS extra, v.source IS NULL AS missing
       FROM truth t FULL JOIN view v ON v.source = t.source AND v.actor = t.actor AND v.subject = t.subject
-     WHERE t.source IS NULL OR v.source IS NULL OR t.recipient <> v.recipient OR t.type <> v.type OR t.id <> v.id)
+     WHERE t.source IS NULL OR v.source IS NULL OR t.recipient <> v.recipient OR t.type <> v.type OR t.id <> v.id),
+  judged AS (SELECT d.extra, d.missing, ${pendingEventSql("d")} AS pending FROM diff d)
   SELECT count(*) FILTER (WHERE extra AND NOT pending)::int AS extra,
          count(*) FILTER (WHERE missing AND NOT pending)::int AS missing,
          count(*) FILTER (WHERE NOT extra AND NOT missing AND NOT pending)::int AS differing,
@@ -54,7 +42,7 @@ export const NOTIFICATION_AUDIT_SQL = `
          (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM like_seq s JOIN notification_like_watermark w USING (part))::int
        + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN notification_relation_watermark w USING (part))::int
        + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM comment_seq s JOIN notification_comment_watermark w USING (part))::int AS lag
-    FROM diff`;
+    FROM judged`;
 
 export async function auditNotifications(pool: Pool): Promise<NotificationAudit> {
   const { rows } = await pool.query<{ extra: number; missing: number; differing: number; self_notifications: number; explained_by_pending: number; lag: number }>(NOTIFICATION_AUDIT_SQL);

@@ -3,7 +3,9 @@ import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
-import { LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, type NotificationSourceName } from "./notification-sources.ts";
+import {
+  LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, pendingEventSql, type NotificationSourceName,
+} from "./notification-sources.ts";
 
 export class NotificationRebuildInProgressError extends LedgerError {
   constructor() {
@@ -44,8 +46,10 @@ interface StoredRow {
 
 export interface RecipientInstall {
   recipient: string;
-  /** Rows whose visible state (active, type, id) the install changed: drift, or events still pending at the snapshot. */
-  rowsChanged: number;
+  /** Rows whose visible state the install changed although no event of the pair was pending: the view had been wrong. */
+  rowsDrifted: number;
+  /** Rows it changed that an event not yet consumed explains: lag, not drift. */
+  rowsPending: number;
   /** Rows left alone because an event after the snapshot wrote them. */
   rowsNewer: number;
 }
@@ -54,7 +58,9 @@ export interface NotificationRebuildReport {
   runId: number;
   snapshotSeqs: NotificationSnapshot;
   recipientsChecked: number;
-  rowsChanged: number;
+  rowsDrifted: number;
+  rowsPending: number;
+  /** The recipients with a drifted or pending row. */
   changed: RecipientInstall[];
 }
 
@@ -72,7 +78,8 @@ const keyOf = (r: { source: string; actor: string; subject: string }) => `${r.so
  * so once installed it is stale (what COVERED is for a counter), and a row with a higher
  * version was written by an event above S_p and is left alone, as is a row without a snapshot
  * fact whose event seq is above S_p. Inactive pairs are installed as inactive rows, so an old
- * event delivered late cannot bring a notification back. Hook points:
+ * event delivered late cannot bring a notification back. A row the install changes is drift
+ * unless an event of its pair is still pending (pendingEventSql, the audit's rule). Hook points:
  * notifications.rebuild.afterSnapshot {snapshotSeqs}, notifications.rebuild.beforeInstall
  * {recipient, pid}, notifications.rebuild.beforeCommit {recipient}.
  */
@@ -116,17 +123,18 @@ export class NotificationRebuild {
         for (const [recipient, rows] of byRecipient) {
           const installed = await this.installRecipient(recipient, rows, seqs);
           recipientsChecked++;
-          if (installed.rowsChanged > 0) changed.push(installed);
+          if (installed.rowsDrifted + installed.rowsPending > 0) changed.push(installed);
         }
       }
       return seqs;
     }, { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 });
-    const rowsChanged = changed.reduce((n, c) => n + c.rowsChanged, 0);
+    const rowsDrifted = changed.reduce((n, c) => n + c.rowsDrifted, 0);
+    const rowsPending = changed.reduce((n, c) => n + c.rowsPending, 0);
     const { rows } = await this.pool.query<{ run_id: number }>(
-      "INSERT INTO notification_rebuild_run (snapshot_seqs, recipients_checked, rows_drifted) VALUES ($1, $2, $3) RETURNING run_id",
-      [JSON.stringify(snapshot), recipientsChecked, rowsChanged],
+      "INSERT INTO notification_rebuild_run (snapshot_seqs, recipients_checked, rows_drifted, rows_pending) VALUES ($1, $2, $3, $4) RETURNING run_id",
+      [JSON.stringify(snapshot), recipientsChecked, rowsDrifted, rowsPending],
     );
-    return { runId: rows[0]!.run_id, snapshotSeqs: snapshot, recipientsChecked, rowsChanged, changed };
+    return { runId: rows[0]!.run_id, snapshotSeqs: snapshot, recipientsChecked, rowsDrifted, rowsPending, changed };
   }
 
   /** Installs one recipient's rows from its snapshot truth rows. */
@@ -142,7 +150,7 @@ export class NotificationRebuild {
       const current = new Map(stored.map((r) => [keyOf(r), r]));
       const install: TruthRow[] = [];
       const remove: StoredRow[] = [];
-      let rowsChanged = 0;
+      const changedKeys: { source: string; actor: string; subject: string }[] = [];
       let rowsNewer = 0;
       for (const t of truth) {
         const cur = current.get(keyOf(t));
@@ -152,7 +160,7 @@ export class NotificationRebuild {
           continue;
         }
         install.push(t);
-        if (!cur ? t.active : cur.active !== t.active || (t.active && cur.type !== t.type)) rowsChanged++;
+        if (!cur ? t.active : cur.active !== t.active || (t.active && cur.type !== t.type)) changedKeys.push(t);
       }
       for (const cur of current.values()) {
         if (cur.seq > (snapshot[SOURCE_OF_ROW[cur.source]!][cur.part] ?? 0)) {
@@ -160,8 +168,15 @@ export class NotificationRebuild {
           continue;
         }
         remove.push(cur);
-        if (cur.active) rowsChanged++;
+        if (cur.active) changedKeys.push(cur);
       }
+      // Asked under the recipient lock: no batch can consume one of these pairs' events meanwhile.
+      const { rows: judged } = changedKeys.length === 0 ? { rows: [{ pending: 0 }] } : await client.query<{ pending: number }>(
+        `SELECT count(*) FILTER (WHERE ${pendingEventSql("k")})::int AS pending
+           FROM unnest($1::text[], $2::text[], $3::text[]) AS k(source, actor, subject)`,
+        [changedKeys.map((k) => k.source), changedKeys.map((k) => k.actor), changedKeys.map((k) => k.subject)],
+      );
+      const rowsPending = judged[0]!.pending;
       if (install.length > 0) {
         await client.query(
           `INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
@@ -189,7 +204,7 @@ export class NotificationRebuild {
         );
       }
       await this.hooks.at("notifications.rebuild.beforeCommit", { recipient });
-      return { recipient, rowsChanged, rowsNewer };
+      return { recipient, rowsDrifted: changedKeys.length - rowsPending, rowsPending, rowsNewer };
     });
   }
 }

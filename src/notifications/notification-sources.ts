@@ -93,3 +93,21 @@ export const LOCK_RECIPIENTS_SQL = `
   SELECT count(*)::int AS n
     FROM (SELECT pg_advisory_xact_lock(${RECIPIENT_LOCK_SPACE}, k.h)
             FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest($1::text[]) AS r ORDER BY 1) k) locked`;
+
+/**
+ * SQL boolean over a row alias `k` with (source, actor, subject): the pair has an outbox event the
+ * notification view has not processed yet (above its watermark, not in its seen table). A
+ * difference between the view and the facts on such a pair is lag; on any other pair it is a lie.
+ * The audit and the rebuild's drift report both ask this.
+ */
+export function pendingEventSql(k: string): string {
+  const unseen = (seen: string) => `o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM ${seen} s WHERE s.part = o.part AND s.seq = o.seq)`;
+  return `CASE ${k}.source
+    WHEN 'like' THEN EXISTS (SELECT 1 FROM like_outbox o JOIN notification_like_watermark w USING (part)
+                              WHERE o.user_id = ${k}.actor AND o.item_id = ${k}.subject AND ${unseen("notification_like_seen")})
+    WHEN 'relation' THEN EXISTS (SELECT 1 FROM relation_event o JOIN notification_relation_watermark w USING (part)
+                                  WHERE o.follower = ${k}.actor AND o.followee = ${k}.subject AND ${unseen("notification_relation_seen")})
+    WHEN 'comment' THEN EXISTS (SELECT 1 FROM comment_outbox o JOIN notification_comment_watermark w USING (part)
+                                 WHERE o.comment_id = ${k}.subject AND ${unseen("notification_comment_seen")})
+    ELSE false END`;
+}

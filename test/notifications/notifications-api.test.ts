@@ -84,8 +84,8 @@ test("api notifications: my grouped notifications page by Link rel=next without 
   assert.equal(ok(await bob.get<Unread>("/v1/notifications/unread-count")).lastReadId, all.groups[1]!.mostRecentNotificationId, "bad input moved nothing");
 
   assertError(await bob.post("/v1/admin/notifications/rebuild", { recipients: ["bob"] }), 403, "FORBIDDEN");
-  const rebuilt = ok(await admin.post<{ recipientsChecked: number; rowsChanged: number }>("/v1/admin/notifications/rebuild", null));
-  assert.deepEqual([rebuilt.recipientsChecked, rebuilt.rowsChanged], [1, 0]);
+  const rebuilt = ok(await admin.post<{ recipientsChecked: number; rowsDrifted: number; rowsPending: number }>("/v1/admin/notifications/rebuild", null));
+  assert.deepEqual([rebuilt.recipientsChecked, rebuilt.rowsDrifted, rebuilt.rowsPending], [1, 0, 0]);
   const audit = ok(await admin.get<{ clean: boolean; notifications: { extra: number; missing: number } }>("/v1/admin/audit"));
   assert.equal(audit.clean, true);
   assert.deepEqual([audit.notifications.extra, audit.notifications.missing], [0, 0]);
@@ -93,7 +93,7 @@ test("api notifications: my grouped notifications page by Link rel=next without 
   const broken = ok(await admin.get<{ clean: boolean; notifications: { extra: number; missing: number } }>("/v1/admin/audit"));
   assert.equal(broken.clean, false, "the audit sees a view that lies");
   assert.deepEqual([broken.notifications.extra, broken.notifications.missing], [0, 2]);
-  const repaired = ok(await admin.post<{ rowsChanged: number }>("/v1/admin/notifications/rebuild", { recipients: ["bob"] }));
-  assert.equal(repaired.rowsChanged, 2);
+  const repaired = ok(await admin.post<{ rowsDrifted: number; rowsPending: number }>("/v1/admin/notifications/rebuild", { recipients: ["bob"] }));
+  assert.deepEqual([repaired.rowsDrifted, repaired.rowsPending], [2, 0], "the corrupted rows are drift, not lag");
   assert.equal(ok(await admin.get<{ clean: boolean }>("/v1/admin/audit")).clean, true);
 });

@@ -112,7 +112,7 @@ const notificationRebuildRequest = named("NotificationRebuildRequest", {
   type: ["object", "null"], additionalProperties: false, properties: { recipients: { type: "array", items: id, maxItems: 10000 } },
 });
 const notificationRebuildReport = namedWriteAnswer("NotificationRebuildReport", {
-  type: "object", required: ["runId", "snapshotSeqs", "recipientsChecked", "rowsChanged", "changed"],
+  type: "object", required: ["runId", "snapshotSeqs", "recipientsChecked", "rowsDrifted", "rowsPending", "changed"],
   properties: {
     runId: integer,
     snapshotSeqs: {
@@ -120,12 +120,13 @@ const notificationRebuildReport = namedWriteAnswer("NotificationRebuildReport", 
       properties: { likes: { type: "array", items: integer }, relations: { type: "array", items: integer }, comments: { type: "array", items: integer } },
     },
     recipientsChecked: integer,
-    rowsChanged: integer,
+    rowsDrifted: { type: "integer", description: "rows the view had wrong: changed although no event of the pair was pending" },
+    rowsPending: { type: "integer", description: "rows changed that events not yet consumed explain (lag, not drift)" },
     changed: {
       type: "array",
       items: named("NotificationRecipientInstall", {
-        type: "object", required: ["recipient", "rowsChanged", "rowsNewer"],
-        properties: { recipient: { type: "string" }, rowsChanged: integer, rowsNewer: integer },
+        type: "object", required: ["recipient", "rowsDrifted", "rowsPending", "rowsNewer"],
+        properties: { recipient: { type: "string" }, rowsDrifted: integer, rowsPending: integer, rowsNewer: integer },
       }),
     },
   },

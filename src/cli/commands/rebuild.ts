@@ -58,8 +58,8 @@ async function rebuildNotifications(opts: { items?: string[]; json?: boolean }):
   try {
     const ledger = await openLedger(database.pool);
     const report = await ledger.notificationRebuild.rebuild(opts.items ? { recipients: opts.items } : {});
-    const lines = [`notification rebuild run ${report.runId}: ${report.recipientsChecked} recipient(s) checked, ${report.rowsChanged} row(s) changed`];
-    for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.recipient}: ${c.rowsChanged} changed`);
+    const lines = [`notification rebuild run ${report.runId}: ${report.recipientsChecked} recipient(s) checked, ${report.rowsDrifted} row(s) drifted, ${report.rowsPending} pending`];
+    for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.recipient}: ${c.rowsDrifted} drifted, ${c.rowsPending} pending`);
     if (report.changed.length > MAX_LISTED) lines.push(`  ... and ${report.changed.length - MAX_LISTED} more (--json lists all)`);
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${lines.join("\n")}\n`);
     return 0;

@@ -111,5 +111,6 @@ CREATE TABLE notification_rebuild_run (
   started_at         timestamptz NOT NULL DEFAULT now(),
   snapshot_seqs      jsonb   NOT NULL,
   recipients_checked integer NOT NULL,
-  rows_drifted       integer NOT NULL
+  rows_drifted       integer NOT NULL,
+  rows_pending       integer NOT NULL
 );
