@@ -45,7 +45,8 @@ const VISIBLE_CTE = `
     SELECT n.* FROM notification n
      WHERE n.recipient = $1 AND n.active
        AND NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $1 AND b.blocked = n.actor) OR (b.blocker = n.actor AND b.blocked = $1))),
-  items AS (SELECT DISTINCT item_id FROM mine WHERE item_id IS NOT NULL),
+  -- MATERIALIZED: else the planner pushes item_state below the DISTINCT and asks it once per row.
+  items AS MATERIALIZED (SELECT DISTINCT item_id FROM mine WHERE item_id IS NOT NULL),
   readable AS (SELECT item_id FROM items WHERE item_state($1, item_id, 'TRUTH') = 'VISIBLE'),
   visible AS (SELECT m.* FROM mine m WHERE m.item_id IS NULL OR m.item_id IN (SELECT item_id FROM readable))`;
 

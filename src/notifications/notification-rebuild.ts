@@ -30,6 +30,8 @@ interface TruthRow {
   version: number;
   /** As text: a JavaScript Date would round the microseconds the notification id is made of. */
   at: string;
+  /** The id the row must have (notification_id of the facts). */
+  id: string;
 }
 
 interface StoredRow {
@@ -115,7 +117,9 @@ export class NotificationRebuild {
       for (let i = 0; i < recipients.length; i += PAGE) {
         const page = recipients.slice(i, i + PAGE).map((x) => x.r);
         const { rows: truth } = await snap.query<TruthRow>(
-          "SELECT source, actor, subject, recipient, type, item_id, active, version, at::text AS at FROM notification_truth WHERE recipient = ANY ($1::text[])",
+          `SELECT source, actor, subject, recipient, type, item_id, active, version, at::text AS at,
+                  notification_id(at, source, actor, subject, version) AS id
+             FROM notification_truth WHERE recipient = ANY ($1::text[])`,
           [page],
         );
         const byRecipient = new Map<string, TruthRow[]>(page.map((r) => [r, []]));
@@ -159,6 +163,8 @@ export class NotificationRebuild {
           rowsNewer++;
           continue;
         }
+        // Already what the facts say (the id carries the time): nothing to write.
+        if (cur && cur.version === t.version && cur.active === t.active && cur.type === t.type && cur.id === t.id) continue;
         install.push(t);
         if (!cur ? t.active : cur.active !== t.active || (t.active && cur.type !== t.type)) changedKeys.push(t);
       }

@@ -43,8 +43,15 @@ test("api notifications: my grouped notifications page by Link rel=next without 
   assert.equal(status.notifications.length, 12, "three sources times four partitions");
   assert.equal(status.notifications.reduce((n, w) => n + w.lag, 0), 20 + 1 + 6 + 1, "every like, follow and comment event is pending");
   assert.deepEqual(ok(await bob.get<GroupPage>("/v1/notifications")), { groups: [] }, "nothing before the consumer ran");
+  const lagMetric = async () => {
+    await h.app.metrics.refresh();
+    const text = (await h.request("GET", "/metrics")).text;
+    return [...text.matchAll(/^ledger_lag_events\{view="notifications_(likes|relations|comments)",partition="\d"\} (\d+)$/gm)].reduce((n, m) => n + Number(m[2]), 0);
+  };
+  assert.equal(await lagMetric(), 28, "/metrics shows the notification lag per source and partition");
   await h.drain();
   assert.ok(ok(await admin.get<{ notifications: { lag: number }[] }>("/v1/admin/status")).notifications.every((w) => w.lag === 0));
+  assert.equal(await lagMetric(), 0);
 
   const all = ok(await bob.get<GroupPage>("/v1/notifications"));
   t.diagnostic(`note bob: ${all.groups.map((g) => `${g.type}:${g.notificationsCount}`).join(" ")}`);
