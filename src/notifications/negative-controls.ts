@@ -3,6 +3,9 @@
  */
 import { NOTIFICATION_COLUMNS, withIdAndGroup } from "./notification-sources.ts";
 import type { NotificationApply } from "./notification-consumer.ts";
+import type { TruthRow } from "./notification-rebuild.ts";
+import type { Pool } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
 
 /**
  * The apply without its guards: every delivered event takes effect (the seen table is written
@@ -28,3 +31,21 @@ export const applyWithoutGuards: NotificationApply = async (client, source, part
   );
   return { applied: rowCount ?? 0, skipped: 0, dup: seqs.length - (rowCount ?? 0) };
 };
+
+/**
+ * The naive install (chapter 32's 32-H for this view): the recipient's rows := its snapshot rows,
+ * without comparing versions and without keeping rows newer than the snapshot. What the consumer
+ * applied after the snapshot is undone, and its events are below the watermark: never again.
+ */
+export async function installOverwrite(pool: Pool, recipient: string, truth: readonly TruthRow[]): Promise<void> {
+  await withTransaction(pool, async (client) => {
+    await client.query("DELETE FROM notification WHERE recipient = $1", [recipient]);
+    for (const t of truth) {
+      await client.query(
+        `INSERT INTO notification (${NOTIFICATION_COLUMNS})
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, notification_group_key($5, $6, $9::timestamptz, $10), 0, 0)`,
+        [t.source, t.actor, t.subject, recipient, t.type, t.item_id, t.active, t.version, t.at, t.id],
+      );
+    }
+  });
+}

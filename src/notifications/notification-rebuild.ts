@@ -1,4 +1,4 @@
-import { backendPid, type Pool } from "../db/pool.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -19,7 +19,8 @@ export const NOTIFICATION_REBUILD_LOCK_KEY = 0x6e746672626c64n.toString();
 /** Per source outbox, per partition: the sequence's last in the rebuild's snapshot. */
 export type NotificationSnapshot = Record<NotificationSourceName, number[]>;
 
-interface TruthRow {
+/** A row of notification_truth as the snapshot reads it. */
+export interface TruthRow {
   source: string;
   actor: string;
   subject: string;
@@ -66,6 +67,28 @@ export interface NotificationRebuildReport {
   changed: RecipientInstall[];
 }
 
+/** The truth rows of some recipients, read in the caller's snapshot. */
+export async function readTruthRows(client: PoolClient | Pool, recipients: readonly string[]): Promise<TruthRow[]> {
+  const { rows } = await client.query<TruthRow>(
+    `SELECT source, actor, subject, recipient, type, item_id, active, version, at::text AS at,
+            notification_id(at, source, actor, subject, version) AS id
+       FROM notification_truth WHERE recipient = ANY ($1::text[])`,
+    [recipients],
+  );
+  return rows;
+}
+
+/** Per source, per partition: the sequences' last, read in the caller's snapshot. */
+export async function readSnapshotSeqs(client: PoolClient | Pool): Promise<NotificationSnapshot> {
+  const seqs = {} as NotificationSnapshot;
+  for (const s of NOTIFICATION_SOURCES) {
+    const { rows } = await client.query<{ part: number; last: number }>(`SELECT part, last FROM ${s.tables.sequence} ORDER BY part`);
+    seqs[s.name] = [];
+    for (const r of rows) seqs[s.name][r.part] = r.last;
+  }
+  return seqs;
+}
+
 const SOURCE_OF_ROW: Record<string, NotificationSourceName> = { like: "likes", relation: "relations", comment: "comments" };
 const PAGE = 500;
 const keyOf = (r: { source: string; actor: string; subject: string }) => `${r.source}\u0000${r.actor}\u0000${r.subject}`;
@@ -102,12 +125,7 @@ export class NotificationRebuild {
     const snapshot = await withTransaction(this.pool, async (snap) => {
       const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [NOTIFICATION_REBUILD_LOCK_KEY]);
       if (!lock[0]!.ok) throw new NotificationRebuildInProgressError();
-      const seqs = {} as NotificationSnapshot;
-      for (const s of NOTIFICATION_SOURCES) {
-        const { rows } = await snap.query<{ part: number; last: number }>(`SELECT part, last FROM ${s.tables.sequence} ORDER BY part`);
-        seqs[s.name] = [];
-        for (const r of rows) seqs[s.name][r.part] = r.last;
-      }
+      const seqs = await readSnapshotSeqs(snap);
       await this.hooks.at("notifications.rebuild.afterSnapshot", { snapshotSeqs: seqs });
       const { rows: recipients } = await snap.query<{ r: string }>(
         `SELECT r FROM (SELECT recipient AS r FROM notification_truth UNION SELECT recipient FROM notification) x
@@ -116,12 +134,7 @@ export class NotificationRebuild {
       );
       for (let i = 0; i < recipients.length; i += PAGE) {
         const page = recipients.slice(i, i + PAGE).map((x) => x.r);
-        const { rows: truth } = await snap.query<TruthRow>(
-          `SELECT source, actor, subject, recipient, type, item_id, active, version, at::text AS at,
-                  notification_id(at, source, actor, subject, version) AS id
-             FROM notification_truth WHERE recipient = ANY ($1::text[])`,
-          [page],
-        );
+        const truth = await readTruthRows(snap, page);
         const byRecipient = new Map<string, TruthRow[]>(page.map((r) => [r, []]));
         for (const t of truth) byRecipient.get(t.recipient)!.push(t);
         for (const [recipient, rows] of byRecipient) {

@@ -6,7 +6,9 @@ import { auditNotifications, notificationAuditClean } from "../../src/notificati
 import { listNotificationGroups } from "../../src/notifications/notification-reads.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { pollUntil } from "../support/poll.ts";
-import { drainAll, factRows, notificationFixture, viewRows } from "./fixture.ts";
+import { installOverwrite } from "../../src/notifications/negative-controls.ts";
+import { readSnapshotSeqs, readTruthRows } from "../../src/notifications/notification-rebuild.ts";
+import { drainAll, factRows, notificationFixture, viewRows, viewRowsWithIds } from "./fixture.ts";
 
 const USERS = Array.from({ length: 12 }, (_, i) => `u-${String(i).padStart(2, "0")}`);
 
@@ -66,4 +68,36 @@ test("the service's consumer loops (createWorkers) keep notifications up with li
   t.diagnostic(`note bob: ${shape.join(" ")}`);
   assert.deepEqual(shape.filter((s) => !s.startsWith("comment")), ["like:9", "follow:6"]);
   assert.equal(shape.filter((s) => s.startsWith("comment")).length, 4);
+});
+
+test("negative control: an install from a stale snapshot that overwrites (no version compare, newer rows not kept) undoes consumed events for good; the real install from the same snapshot undoes nothing", async (t) => {
+  const fx = await notificationFixture(4, ["bob", ...USERS]);
+  t.after(() => fx.close());
+  const { ledger, db } = fx;
+  const post = await ledger.posts.createPost("bob", "PUBLIC", "p");
+  for (const u of USERS.slice(0, 6)) await ledger.likes.like(u, post.postId);
+  for (const u of USERS.slice(0, 3)) await ledger.relations.follow(u, "bob");
+  await drainAll(ledger);
+  const staleTruth = await readTruthRows(db.pool, ["bob"]);
+  const staleSeqs = await readSnapshotSeqs(db.pool);
+  // Live traffic after that snapshot, consumed before the install.
+  for (const u of USERS.slice(6, 10)) await ledger.likes.like(u, post.postId);
+  await ledger.likes.unlike(USERS[0]!, post.postId);
+  await ledger.relations.follow(USERS[3]!, "bob");
+  await ledger.relations.unfollow(USERS[1]!, "bob");
+  await drainAll(ledger);
+  const exact = await viewRowsWithIds(db.pool);
+
+  const real = await ledger.notificationRebuild.installRecipient("bob", staleTruth, staleSeqs);
+  t.diagnostic(`note the real install: ${JSON.stringify(real)}`);
+  assert.deepEqual([real.rowsDrifted, real.rowsPending, real.rowsNewer], [0, 0, 7], "the 7 pairs the consumer wrote after the snapshot are left alone");
+  assert.deepEqual(await viewRowsWithIds(db.pool), exact);
+  assert.ok(notificationAuditClean(await auditNotifications(db.pool)));
+
+  await installOverwrite(db.pool, "bob", staleTruth);
+  await drainAll(ledger);
+  const audit = await auditNotifications(db.pool);
+  t.diagnostic(`note after the overwriting install and a drain: ${JSON.stringify(audit)}`);
+  assert.deepEqual([audit.extra, audit.missing, audit.lag], [2, 5, 0], "u-00's like and u-01's follow are back, 4 likes and a follow are lost, and no event is left to repair them");
+  assert.notDeepEqual(await viewRows(db.pool), await factRows(db.pool));
 });
