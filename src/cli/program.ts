@@ -71,7 +71,7 @@ requests and the current consumer batches, and stops the embedded PostgreSQL it 
 
   program
     .command("worker")
-    .description("Run the consumers (like counter, follower projector, comment counter) without HTTP until SIGINT/SIGTERM")
+    .description("Run the consumers (like counter, follower projector, comment counter, notifications) without HTTP until SIGINT/SIGTERM")
     .addOption(new Option("--partitions <list>", "comma-separated partitions to serve, e.g. 0,1 (default: all)").argParser(parsePartitions))
     .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
     .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
