@@ -11,6 +11,8 @@ import { LikeService } from "./likes/like-service.ts";
 import { PostService } from "./content/posts.ts";
 import { RelationProjector } from "./relations/projector.ts";
 import { RelationService } from "./relations/relation-service.ts";
+import { NotificationFeed } from "./notifications/notification-consumer.ts";
+import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
 
 /** Every service of the library over one pool: what the HTTP API, the CLI and the workers share. */
@@ -27,6 +29,8 @@ export interface Ledger {
   comments: CommentService;
   commentConsumer: CounterConsumer;
   commentRebuild: CounterRebuild;
+  notifications: NotificationFeed;
+  notificationRebuild: NotificationRebuild;
 }
 
 export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): Promise<Ledger> {
@@ -44,6 +48,8 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
     commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
+    notifications: new NotificationFeed(pool, { hooks }),
+    notificationRebuild: new NotificationRebuild(pool, { hooks }),
   };
 }
 
@@ -51,6 +57,7 @@ export interface WorkerEvents {
   onLikes?: (stats: { applied: number; covered: number; dup: number }) => void;
   onRelations?: (verdicts: { applied: number; stale: number; dup: number }) => void;
   onComments?: (stats: { applied: number; covered: number; dup: number }) => void;
+  onNotifications?: (stats: { applied: number; skipped: number; dup: number }) => void;
 }
 
 export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
@@ -64,7 +71,7 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
   loops?: number;
 }
 
-/** The consumer loops (like counter, follower projector, comment counter) over the given partitions. */
+/** The consumer loops (like counter, follower projector, comment counter, notifications) over the given partitions. */
 export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? 200;
@@ -85,6 +92,11 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       const s = await ledger.commentConsumer.pollOnce(group, batchSize);
       options.onComments?.(s);
       return s.applied + s.covered + s.dup;
+    }, options),
+    new PartitionWorker(`notifications#${g}`, async () => {
+      const s = await ledger.notifications.pollOnce(group, batchSize);
+      options.onNotifications?.(s);
+      return s.applied + s.skipped + s.dup;
     }, options),
   ]);
 }

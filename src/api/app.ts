@@ -30,11 +30,12 @@ import { metricsRoutes } from "./routes/metrics.ts";
 import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
+import { notificationRoutes } from "./routes/notifications.ts";
 import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
-const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"]];
+const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"], ["/v1/admin/notifications/rebuild", "post"]];
 
 export interface AppOptions {
   ledger: Ledger;
@@ -232,6 +233,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(relationRoutes, limits);
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
+  await app.register(notificationRoutes, limits);
   await app.register(adminRoutes, limits);
   await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit });
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());

@@ -1,6 +1,7 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { transactionStats } from "../db/transaction.ts";
+import { readNotificationWatermarks, type NotificationWatermark } from "../notifications/notification-audit.ts";
 import { refresherOf } from "../metrics-refresh.ts";
 
 /** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_SECONDS). */
@@ -38,7 +39,7 @@ export class LedgerMetrics {
   });
   constructor(pool: Pool) {
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
-    for (const consumer of ["like_count", "follower_projection", "comment_count"]) this.consumerFailures.inc({ consumer }, 0);
+    for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications"]) this.consumerFailures.inc({ consumer }, 0);
     // What describes the database (lag, watermarks, rebuild drift) comes from the database,
     // whichever process wrote it: a rebuild run by the CLI counts too.
     this.refresher.add(async () => {
@@ -56,6 +57,7 @@ export class LedgerMetrics {
       collect() {
         this.reset();
         for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures()?.notificationWatermarks ?? []) this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.appliedUpto);
       },
     });
     new client.Gauge({
@@ -63,6 +65,7 @@ export class LedgerMetrics {
       collect() {
         this.reset();
         for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
+        for (const r of figures()?.notificationWatermarks ?? []) this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.lag);
       },
     });
     // Counters whose value is a total kept elsewhere (the database, this process's retry
@@ -128,19 +131,22 @@ export async function readWatermarks(pool: Pool): Promise<WatermarkRow[]> {
 
 export interface DatabaseFigures {
   watermarks: WatermarkRow[];
+  /** The notification view's, per source outbox (view label notifications_<source>). */
+  notificationWatermarks: NotificationWatermark[];
   rebuild: { runs: number; driftAbs: number; driftedItems: number };
   negativeCommentCounts: number;
 }
 
 /** What /metrics shows of the database: watermarks and the rebuild totals, in two statements. */
 export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> {
-  const [watermarks, rebuild, negative] = await Promise.all([
+  const [watermarks, notificationWatermarks, rebuild, negative] = await Promise.all([
     readWatermarks(pool),
+    readNotificationWatermarks(pool),
     pool.query<{ runs: number; drift_abs: number; drifted_items: number }>(
       "SELECT count(*)::bigint AS runs, coalesce(sum(total_abs_drift), 0)::bigint AS drift_abs, coalesce(sum(items_drifted), 0)::bigint AS drifted_items FROM like_rebuild_run",
     ),
     pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment_count WHERE n < 0"),
   ]);
   const r = rebuild.rows[0]!;
-  return { watermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items }, negativeCommentCounts: negative.rows[0]!.n };
+  return { watermarks, notificationWatermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items }, negativeCommentCounts: negative.rows[0]!.n };
 }

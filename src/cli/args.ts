@@ -56,8 +56,8 @@ export function positiveInteger(name: string, max: number): (raw: string) => num
   };
 }
 
-/** The counted facts a database-side rebuild repairs (the follower projection has none: it is versioned). */
-export const REBUILD_KINDS = ["likes", "comments"] as const;
+/** The views a database-side rebuild repairs (the follower projection has none: it is versioned). */
+export const REBUILD_KINDS = ["likes", "comments", "notifications"] as const;
 export type RebuildKind = (typeof REBUILD_KINDS)[number];
 
 /** A non-negative integer option (`--keep-last 0` is meaningful) within bounds. */

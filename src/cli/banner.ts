@@ -17,7 +17,7 @@ export function serviceBanner(service: Pick<Service, "address" | "database" | "w
     `  API docs:  ${address}/docs   (OpenAPI: ${address}/openapi.json)\n` +
     `  dashboard: ${address}/dashboard   (asks for an admin token${jwks ? "" : ": npx social-ledger token root --admin"})\n` +
     `  database:  ${database.cluster ? `embedded PostgreSQL 16, data in ${database.cluster.dataDir}` : "DATABASE_URL"}\n` +
-    `  consumers: ${service.workers.length > 0 ? "like counter, follower projector and comment counter in this process" : "none in this process (run `social-ledger worker`)"}\n` +
+    `  consumers: ${service.workers.length > 0 ? "like counter, follower projector, comment counter and notifications in this process" : "none in this process (run `social-ledger worker`)"}\n` +
     (service.metricsAddress ? `  metrics:   ${service.metricsAddress}\n` : "") +
     token
   );

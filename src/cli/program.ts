@@ -71,7 +71,7 @@ requests and the current consumer batches, and stops the embedded PostgreSQL it 
 
   program
     .command("worker")
-    .description("Run the consumers (like counter, follower projector, comment counter) without HTTP until SIGINT/SIGTERM")
+    .description("Run the consumers (like counter, follower projector, comment counter, notifications) without HTTP until SIGINT/SIGTERM")
     .addOption(new Option("--partitions <list>", "comma-separated partitions to serve, e.g. 0,1 (default: all)").argParser(parsePartitions))
     .addOption(new Option("--batch-size <n>", "events per partition and pass").argParser(positiveInteger("--batch-size", 100_000)).default(200))
     .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
@@ -117,9 +117,9 @@ Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,a
 
   program
     .command("rebuild")
-    .description("Rebuild like (or comment) counts from a snapshot of the facts and report the drift it corrected")
-    .addOption(new Option("--kind <kind>", "which counts: likes (per item) or comments (per post)").choices(REBUILD_KINDS).default("likes"))
-    .addOption(new Option("--items <list>", "comma-separated item ids, or post ids with --kind comments (default: all)").argParser(parseItems))
+    .description("Rebuild like (or comment) counts, or the notifications, from a snapshot of the facts and report the drift it corrected")
+    .addOption(new Option("--kind <kind>", "which view: likes (per item), comments (per post) or notifications (per recipient)").choices(REBUILD_KINDS).default("likes"))
+    .addOption(new Option("--items <list>", "comma-separated item ids, post ids with --kind comments, recipients with --kind notifications (default: all)").argParser(parseItems))
     .option("--json", "print the report as JSON")
     .addHelpText("after", `
 Safe under live traffic and running consumers. Shows a progress bar when stdout is a terminal,

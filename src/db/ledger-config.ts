@@ -5,7 +5,10 @@ import { withTransaction } from "./transaction.ts";
 export const MAX_PARTITIONS = 1024;
 
 /** Tables with one row per partition, created by initLedger (fixed names, never user input). */
-const PARTITIONED_ROW_TABLES = ["like_seq", "counter_watermark", "event_seq", "proj_watermark", "comment_seq", "comment_watermark"] as const;
+const PARTITIONED_ROW_TABLES = [
+  "like_seq", "counter_watermark", "event_seq", "proj_watermark", "comment_seq", "comment_watermark",
+  "notification_like_watermark", "notification_relation_watermark", "notification_comment_watermark",
+] as const;
 
 /**
  * Fixes the partition count P of a freshly migrated database and creates the per-partition

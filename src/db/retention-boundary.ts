@@ -4,8 +4,9 @@ import type { Pool, PoolClient } from "./pool.ts";
 /**
  * Where retention may cut each outbox (docs/retention.md). Per (kind, partition) the boundary is
  * the least of:
- *  - the contiguous watermark: every event at or below it is processed, and the consumer answers
- *    "dup" for any delivered seq at or below it without reading the outbox or the dedup keys;
+ *  - the contiguous watermarks of every view the outbox feeds (its counter or projection, and the
+ *    notification view): every event at or below them is processed, and each consumer answers
+ *    "dup" for any delivered seq at or below its watermark without reading the outbox or the dedup keys;
  *  - every retention_hold row of the (kind, part): a transport that still reads the outbox from a
  *    position it keeps in the database (a relay publishing the outbox elsewhere);
  *  - every extra cap the caller passes: a transport whose position lives outside the database
@@ -17,12 +18,25 @@ import type { Pool, PoolClient } from "./pool.ts";
 /** The outboxes retention prunes, by the kind name retention_floor and retention_hold use. */
 export type RetentionKind = "likes" | "relations" | "comments";
 
-/** The outbox and its neighbours per kind: fixed names, never input. */
+/**
+ * The outbox and its neighbours per kind: fixed names, never input. `notifications` is the
+ * notification view's watermark and seen keys of the kind (docs/notifications.md): a second
+ * consumer of the same outbox, which the prune waits for as well.
+ */
 export const RETENTION_TABLES = {
-  likes: { outbox: "like_outbox", sequence: "like_seq", watermark: "counter_watermark", keys: "processed_event" },
-  relations: { outbox: "relation_event", sequence: "event_seq", watermark: "proj_watermark", keys: "proj_seen" },
-  comments: { outbox: "comment_outbox", sequence: "comment_seq", watermark: "comment_watermark", keys: "comment_processed" },
-} as const satisfies Record<RetentionKind, { outbox: string; sequence: string; watermark: string; keys: string }>;
+  likes: {
+    outbox: "like_outbox", sequence: "like_seq", watermark: "counter_watermark", keys: "processed_event",
+    notifications: { watermark: "notification_like_watermark", keys: "notification_like_seen" },
+  },
+  relations: {
+    outbox: "relation_event", sequence: "event_seq", watermark: "proj_watermark", keys: "proj_seen",
+    notifications: { watermark: "notification_relation_watermark", keys: "notification_relation_seen" },
+  },
+  comments: {
+    outbox: "comment_outbox", sequence: "comment_seq", watermark: "comment_watermark", keys: "comment_processed",
+    notifications: { watermark: "notification_comment_watermark", keys: "notification_comment_seen" },
+  },
+} as const satisfies Record<RetentionKind, { outbox: string; sequence: string; watermark: string; keys: string; notifications: { watermark: string; keys: string } }>;
 
 export const RETENTION_KINDS = Object.keys(RETENTION_TABLES) as RetentionKind[];
 
@@ -71,13 +85,14 @@ export async function computeBoundaries(
 ): Promise<PartitionBoundary[]> {
   const t = RETENTION_TABLES[kind];
   const { rows } = await client.query<{ part: number; last: number; watermark: number; floor: number; held: number | null; young: number | null }>(
-    `SELECT s.part, s.last, w.applied_upto AS watermark, coalesce(f.pruned_upto, 0) AS floor,
+    `SELECT s.part, s.last, least(w.applied_upto, coalesce(nw.applied_upto, 0)) AS watermark, coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
             CASE WHEN $2::float8 IS NOT NULL THEN
               (SELECT o.seq FROM ${t.outbox} o
                 WHERE o.part = s.part AND o.seq > coalesce(f.pruned_upto, 0) AND o.created_at >= now() - make_interval(secs => $2::float8)
                 ORDER BY o.seq LIMIT 1) END AS young
        FROM ${t.sequence} s JOIN ${t.watermark} w USING (part)
+       LEFT JOIN ${t.notifications.watermark} nw ON nw.part = s.part
        LEFT JOIN retention_floor f ON f.kind = $1 AND f.part = s.part
       WHERE $3::int IS NULL OR s.part = $3
       ORDER BY s.part`,

@@ -3,10 +3,11 @@ import type { LedgerMetrics } from "../api/metrics.ts";
 import { ConnectionLostError } from "../db/errors.ts";
 import type { WorkerOptions } from "../ledger.ts";
 
-type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments">>;
+type ConsumerCallbacks = Required<Pick<WorkerOptions, "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments" | "onNotifications">>;
 
-/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g, follower-projector#g, comment-counter#g). */
-export function consumerKindOf(worker: string): "like_count" | "follower_projection" | "comment_count" {
+/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g, follower-projector#g, comment-counter#g, notifications#g). */
+export function consumerKindOf(worker: string): "like_count" | "follower_projection" | "comment_count" | "notifications" {
+  if (worker.startsWith("notifications")) return "notifications";
   return worker.startsWith("like") ? "like_count" : worker.startsWith("comment") ? "comment_count" : "follower_projection";
 }
 
@@ -32,6 +33,9 @@ export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger)
     },
     onComments: (s) => {
       for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "comment_count", verdict }, n);
+    },
+    onNotifications: (s) => {
+      for (const [verdict, n] of Object.entries(s)) if (n > 0) metrics.consumerEvents.inc({ consumer: "notifications", verdict }, n);
     },
   };
 }

@@ -74,7 +74,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const dashboard = new DashboardSampler({
     pool: database.pool, metrics,
     audit: () => fullAudit(ledger),
-    consumers: () => consumerLoops.map((w) => ({ name: w.name, kind: consumerKindOf(w.name), failedInARow: w.failedInARow })),
+    // The dashboard plots the counted views and the projection; the notification loops' health is in /metrics.
+    consumers: () => consumerLoops.flatMap((w) => {
+      const kind = consumerKindOf(w.name);
+      return kind === "notifications" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
+    }),
     onError: (err, what) => logDashboard(err, what),
   }, {
     thresholds: { lagMs: config.dashboard.lagAlarmSeconds * 1000, consumerFailures: config.dashboard.consumerFailureAlarm },

@@ -59,7 +59,7 @@ export interface ApiHarness {
   request<T = unknown>(method: string, path: string, options?: RequestOptions): Promise<ApiResponse<T>>;
   /** A client acting as userId (with role admin when asked). */
   as(userId: string, options?: { admin?: boolean }): Promise<Client>;
-  /** Drains both consumers (like counter, follower projector) to the current end of every partition. */
+  /** Drains every consumer (like counter, follower projector, comment counter, notifications) to the current end of every partition. */
   drain(): Promise<void>;
   /** The count layer (Redis when startApi got redisUrl; its workers are not started: tests drive them). */
   counts: CountLayer;
@@ -125,6 +125,7 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
         await ledger.likeConsumer.drain();
         await ledger.projector.drain();
         await ledger.commentConsumer.drain();
+        await ledger.notifications.drain();
       },
       close() {
         closed ??= (async () => {

@@ -218,6 +218,10 @@ test("api contract: the answers of a walk over every operation, successes and er
   await r("PATCH", `/v1/comments/${comment.id}`, () => patch(alice, `/v1/comments/${comment.id}`, { body: "edited" }));
   await h.drain();
   await r("GET", `/v1/posts/${post.id}/comment-count`, () => alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`));
+  const notes = ok(await r("GET", "/v1/notifications", () => bob.get<{ groups: { mostRecentNotificationId: string }[] }>("/v1/notifications?limit=1")) as ApiResponse<{ groups: { mostRecentNotificationId: string }[] }>);
+  await r("GET", "/v1/notifications/unread-count", () => bob.get("/v1/notifications/unread-count"));
+  await r("POST", "/v1/notifications/read", () => bob.post("/v1/notifications/read", { upTo: notes.groups[0]!.mostRecentNotificationId }));
+  await r("POST", "/v1/notifications/read", () => bob.post("/v1/notifications/read", { upTo: "not-an-id" }));
   await r("DELETE", `/v1/comments/${comment.id}`, () => alice.delete(`/v1/comments/${comment.id}`));
   await r("PUT", "/v1/accounts/me/blocks/priv", () => bob.put("/v1/accounts/me/blocks/priv"));
   await r("GET", "/v1/accounts/me/blocks", () => bob.get("/v1/accounts/me/blocks"));
@@ -230,6 +234,7 @@ test("api contract: the answers of a walk over every operation, successes and er
   await r("GET", "/v1/admin/dashboard", () => admin.get("/v1/admin/dashboard"));
   await r("POST", "/v1/admin/rebuild", () => admin.post("/v1/admin/rebuild", { items: ["item-1"] }));
   await r("POST", "/v1/admin/comment-counts/rebuild", () => admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id] }));
+  await r("POST", "/v1/admin/notifications/rebuild", () => admin.post("/v1/admin/notifications/rebuild", { recipients: ["bob"] }));
   await r("GET", "/healthz", () => h.request("GET", "/healthz"));
   await r("GET", "/readyz", () => h.request("GET", "/readyz"));
   await r("GET", "/metrics", () => h.request("GET", "/metrics"));

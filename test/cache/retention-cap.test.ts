@@ -15,6 +15,7 @@ import { Reconciler } from "../../src/cache/reconciler.ts";
 import { connectRedis } from "../../src/cache/redis-connection.ts";
 import { countLayerRetentionCap } from "../../src/cache/retention-cap.ts";
 import { pruneRetained } from "../../src/retention/retention.ts";
+import { NotificationFeed } from "../../src/notifications/notification-consumer.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import { createTestDatabase } from "../support/test-db.ts";
@@ -47,6 +48,8 @@ async function scenario(t: { after: (fn: () => Promise<void>) => void }, withCap
   await relations.follow("carol", "alice");
   await relations.follow("dave", "alice");
   await projector.drain();
+  // The prune waits for every view of the outbox, the notifications too (docs/notifications.md).
+  await new NotificationFeed(db.pool).drain();
 
   const report = await pruneRetained(db.pool, { keepLast: 0, keepSeconds: 0, caps: withCap ? [countLayerRetentionCap(redis)] : [] });
   const pruned = report.kinds.find((k) => k.kind === "relations")!.outboxRows;

@@ -25,6 +25,8 @@ test("social-ledger prune: a bad margin is exit 2; the default margin keeps youn
   await ledger.likes.createItem("item-1");
   for (let u = 0; u < 20; u++) await ledger.likes.like(`user-${u}`, "item-1");
   await ledger.likeConsumer.drain();
+  // The prune waits for every view of the outbox, the notifications too (docs/notifications.md).
+  await ledger.notifications.drain();
   const rows = async () => (await db.pool.query<{ outbox: number; keys: number }>(
     "SELECT (SELECT count(*) FROM like_outbox)::int AS outbox, (SELECT count(*) FROM processed_event)::int AS keys",
   )).rows[0]!;

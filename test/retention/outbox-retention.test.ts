@@ -71,6 +71,7 @@ async function drainAll(ledger: Ledger): Promise<void> {
   await ledger.likeConsumer.drain();
   await ledger.projector.drain();
   await ledger.commentConsumer.drain();
+  await ledger.notifications.drain();
 }
 
 interface Captured {

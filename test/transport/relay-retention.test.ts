@@ -20,6 +20,7 @@ test("relay retention: the outbox above the relay's position survives a prune to
   await ensureRelayRows(db.pool, "likes"); // the relay starts with nothing published: position 0
   for (let u = 0; u < 10; u++) await ledger.likes.like(`user-${u}`, "item-1");
   await ledger.likeConsumer.drain(); // the consumer's watermark is 10 (as after a gap fill)
+  await ledger.notifications.drain(); // and the notification view's (the prune waits for both)
   await advanceRelayWatermark(db.pool, "likes", 0, 4); // the relay has published 1..4
 
   const outbox = async () => (await db.pool.query<{ seq: string }>("SELECT seq FROM like_outbox WHERE part = 0 ORDER BY seq")).rows.map((r) => Number(r.seq));

@@ -10,6 +10,7 @@ import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
+import { auditNotifications, notificationAuditClean, readNotificationWatermarks } from "../../notifications/notification-audit.ts";
 
 /**
  * The follower projection against the truth, or null while the projection lags (the diff only
@@ -39,12 +40,13 @@ export async function fullAudit(ledger: Ledger) {
   const relations = await auditRelations(ledger.pool);
   const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
   const diff = await projectionDiffWhenCaughtUp(ledger);
+  const notifications = await auditNotifications(ledger.pool);
   const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments);
+    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) && notificationAuditClean(notifications);
   return {
     clean, likes: { writeSide: likesWrite, readSide: likesRead },
-    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments,
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications,
   };
 }
 
@@ -63,6 +65,13 @@ const statusResponse = named("AdminStatus", {
       }),
     },
     transactionRetries: integer,
+    notifications: {
+      type: "array", description: "the notification view's lag per source outbox and partition (docs/notifications.md)",
+      items: named("NotificationWatermark", {
+        type: "object", required: ["source", "part", "last", "appliedUpto", "lag"],
+        properties: { source: { type: "string", enum: ["likes", "relations", "comments"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
+      }),
+    },
   },
 });
 const auditResponse = named("AuditReport", {
@@ -72,6 +81,7 @@ const auditResponse = named("AuditReport", {
     likes: { type: "object", description: "writeSide and readSide checks of the likes ledger", additionalProperties: true },
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
+    notifications: { type: "object", description: "the notification view against the facts (src/notifications/notification-audit.ts)", additionalProperties: true },
   },
 });
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */
@@ -98,6 +108,29 @@ const commentRebuildReport = rebuildResponse("CommentRebuildReport", "postId", "
 const likeRebuildRequest = named("LikeRebuildRequest", {
   type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } },
 });
+const notificationRebuildRequest = named("NotificationRebuildRequest", {
+  type: ["object", "null"], additionalProperties: false, properties: { recipients: { type: "array", items: id, maxItems: 10000 } },
+});
+const notificationRebuildReport = namedWriteAnswer("NotificationRebuildReport", {
+  type: "object", required: ["runId", "snapshotSeqs", "recipientsChecked", "rowsDrifted", "rowsPending", "changed"],
+  properties: {
+    runId: integer,
+    snapshotSeqs: {
+      type: "object", required: ["likes", "relations", "comments"],
+      properties: { likes: { type: "array", items: integer }, relations: { type: "array", items: integer }, comments: { type: "array", items: integer } },
+    },
+    recipientsChecked: integer,
+    rowsDrifted: { type: "integer", description: "rows the view had wrong: changed although no event of the pair was pending" },
+    rowsPending: { type: "integer", description: "rows changed that events not yet consumed explain (lag, not drift)" },
+    changed: {
+      type: "array",
+      items: named("NotificationRecipientInstall", {
+        type: "object", required: ["recipient", "rowsDrifted", "rowsPending", "rowsNewer"],
+        properties: { recipient: { type: "string" }, rowsDrifted: integer, rowsPending: integer, rowsNewer: integer },
+      }),
+    },
+  },
+});
 const commentRebuildRequest = named("CommentRebuildRequest", {
   type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } },
 });
@@ -111,7 +144,7 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
   }, async (request) => {
     requireAdmin(request);
     const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
-    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries };
+    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries, notifications: await readNotificationWatermarks(ledger.pool) };
   });
 
   app.get("/v1/admin/audit", {
@@ -155,5 +188,18 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
       runId: report.runId, snapshotSeqs: report.snapshotSeqs, postsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
       drifted: report.drifted.map((d) => ({ postId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
     };
+  });
+
+  app.post("/v1/admin/notifications/rebuild", {
+    schema: {
+      tags: ["admin"], summary: "Rebuild the notification view from the facts (all recipients, or the given ones), beside live consumers", security: bearer,
+      body: notificationRebuildRequest,
+      response: { 200: notificationRebuildReport, ...errors(400, 401, 403, 409, 429) },
+    },
+    onRequest: opts.writeRateLimit,
+  }, async (request: FastifyRequest<{ Body: { recipients?: string[] } | null }>) => {
+    requireAdmin(request);
+    const recipients = request.body?.recipients;
+    return ledger.notificationRebuild.rebuild(recipients ? { recipients } : {});
   });
 }

@@ -51,12 +51,30 @@ async function rebuildComments(opts: { items?: string[]; json?: boolean }): Prom
   }
 }
 
+/** `social-ledger rebuild --kind notifications`: the notification view from the facts, per recipient (docs/notifications.md). */
+async function rebuildNotifications(opts: { items?: string[]; json?: boolean }): Promise<number> {
+  const config = loadConfig();
+  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });
+  try {
+    const ledger = await openLedger(database.pool);
+    const report = await ledger.notificationRebuild.rebuild(opts.items ? { recipients: opts.items } : {});
+    const lines = [`notification rebuild run ${report.runId}: ${report.recipientsChecked} recipient(s) checked, ${report.rowsDrifted} row(s) drifted, ${report.rowsPending} pending`];
+    for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.recipient}: ${c.rowsDrifted} drifted, ${c.rowsPending} pending`);
+    if (report.changed.length > MAX_LISTED) lines.push(`  ... and ${report.changed.length - MAX_LISTED} more (--json lists all)`);
+    process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${lines.join("\n")}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
 /**
  * `social-ledger rebuild`: LikeRebuild.rebuild with a progress bar driven by its
  * "rebuild.beforeCommit" hook point (one call per installed item), then the drift report.
  */
 export async function rebuild(opts: { kind?: RebuildKind; items?: string[]; json?: boolean }): Promise<number> {
   if (opts.kind === "comments") return rebuildComments(opts);
+  if (opts.kind === "notifications") return rebuildNotifications(opts);
   const config = loadConfig();
   const hooks = new Hooks();
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });

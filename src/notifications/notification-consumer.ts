@@ -1,0 +1,186 @@
+import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "../counters/partition-batch.ts";
+import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
+import { InvalidInputError } from "../errors.ts";
+import { Hooks } from "../hooks.ts";
+import {
+  LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, withIdAndGroup, type NotificationSource,
+} from "./notification-sources.ts";
+
+/** A delivered outbox event: where it sits and the fingerprint of its row (notification-sources.ts). */
+export interface NotificationEvent {
+  part: number;
+  seq: number;
+  fingerprint: string;
+}
+
+/** applied: a row changed; skipped: new, but it notifies no one or is older than the row; dup: delivered before. */
+export interface NotificationStats {
+  applied: number;
+  skipped: number;
+  dup: number;
+}
+
+export function emptyNotificationStats(): NotificationStats {
+  return { applied: 0, skipped: 0, dup: 0 };
+}
+
+/**
+ * How a batch takes effect, with the watermark row and the batch's recipients locked: it must
+ * register each event in the source's seen table in the same statement as its effect.
+ * Replaceable only so that a negative control can show what breaks without the guards.
+ */
+export type NotificationApply = (client: PoolClient, source: NotificationSource, part: number, seqs: readonly number[]) => Promise<NotificationStats>;
+
+/**
+ * The de-duplicating apply, one statement per batch: an event at or below the watermark, or
+ * already in the seen table, is a dup and does nothing; a fresh event writes its pair's row
+ * only if its version is above the row's (the highest version of a pair wins, so an older
+ * event arriving late, or a redelivered one, changes nothing). The events' contents are read
+ * from the outbox, which the batch was checked against.
+ */
+export const applyWithDedup: NotificationApply = async (client, source, part, seqs) => {
+  const { rows } = await client.query<{ fresh: number; written: number }>(
+    `WITH fresh AS (
+       INSERT INTO ${source.tables.seen} (part, seq)
+       SELECT DISTINCT $1::int, s FROM unnest($2::bigint[]) AS s
+        WHERE s > (SELECT applied_upto FROM ${source.tables.watermark} WHERE part = $1) ORDER BY 2
+       ON CONFLICT DO NOTHING
+       RETURNING seq),
+     cand AS (${source.candidatesSql}),
+     latest AS (SELECT DISTINCT ON (source, actor, subject) * FROM cand ORDER BY source, actor, subject, version DESC),
+     written AS (
+       INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
+       ${withIdAndGroup("latest")} FROM latest ORDER BY latest.source, latest.actor, latest.subject
+       ON CONFLICT (source, actor, subject) DO UPDATE
+          SET recipient = EXCLUDED.recipient, type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active,
+              version = EXCLUDED.version, at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key,
+              part = EXCLUDED.part, seq = EXCLUDED.seq
+        WHERE n.version < EXCLUDED.version
+       RETURNING 1)
+     SELECT (SELECT count(*) FROM fresh)::int AS fresh, (SELECT count(*) FROM written)::int AS written`,
+    [part, seqs],
+  );
+  const { fresh, written } = rows[0]!;
+  return { applied: written, skipped: fresh - written, dup: seqs.length - fresh };
+};
+
+interface EventRow {
+  part: number;
+  seq: number;
+  fingerprint: string;
+}
+
+/**
+ * Applies one outbox's events to the notification view, exactly once in effect whatever the
+ * delivery does, in the frame every view runs in (inPartitionBatch: lock the watermark row,
+ * body, advance the contiguous watermark). The body checks the batch against the outbox, locks
+ * the batch's recipients (LOCK_RECIPIENTS_SQL, shared with the rebuild) and applies. Hook points:
+ * notifications.consumer.afterLock {source, part, seqs, pid}, notifications.consumer.beforeCommit
+ * {source, part, seqs, pid}.
+ */
+export class NotificationConsumer {
+  private readonly hooks: Hooks;
+  private readonly apply: NotificationApply;
+  private readonly sql: { fetchPending: string; fetchRange: string; fetchSeqs: string; recipients: string };
+
+  constructor(
+    private readonly pool: Pool,
+    readonly source: NotificationSource,
+    /** `apply` replaces applyWithDedup: for negative controls only. */
+    options: { hooks?: Hooks; apply?: NotificationApply } = {},
+  ) {
+    this.hooks = options.hooks ?? new Hooks();
+    this.apply = options.apply ?? applyWithDedup;
+    const s = source;
+    const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
+    this.sql = {
+      fetchPending: `SELECT ${columns} FROM ${s.outbox} o JOIN ${s.tables.watermark} w ON w.part = o.part
+                      WHERE o.part = $1 AND o.seq > w.applied_upto
+                        AND NOT EXISTS (SELECT 1 FROM ${s.tables.seen} p WHERE p.part = o.part AND p.seq = o.seq)
+                      ORDER BY o.seq LIMIT $2`,
+      fetchRange: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq BETWEEN $2 AND $3 ORDER BY o.seq`,
+      fetchSeqs: `SELECT f.floor, ${columns}
+                    FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = $3 AND part = $1), 0) AS floor) f
+                    LEFT JOIN ${s.outbox} o ON o.part = $1 AND o.seq = ANY ($2::bigint[])`,
+      recipients: `WITH fresh AS (SELECT DISTINCT s AS seq FROM unnest($2::bigint[]) AS s)
+                   SELECT DISTINCT c.recipient FROM (${s.candidatesSql}) c`,
+    };
+  }
+
+  /** Applies a batch of one partition's events; events at or below the retention floor are pruned duplicates (`expired`). */
+  async applyBatch(events: readonly NotificationEvent[]): Promise<NotificationStats & { watermark: number; expired: number }> {
+    const part = partitionOfBatch(events);
+    const seqs = events.map((e) => e.seq);
+    const source = this.source.name;
+    return inPartitionBatch(this.pool, this.source.tables, part, async (client) => {
+      const kept = await this.requireOutboxMatch(client, part, events);
+      const expired = events.length - kept.length;
+      const { rows } = await client.query<{ recipient: string }>(this.sql.recipients, [part, kept]);
+      await client.query(LOCK_RECIPIENTS_SQL, [rows.map((r) => r.recipient)]);
+      await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
+      const stats = kept.length > 0 ? await this.apply(client, this.source, part, kept) : emptyNotificationStats();
+      return { ...stats, dup: stats.dup + expired, expired };
+    }, (pid) => this.hooks.at("notifications.consumer.beforeCommit", { source, part, seqs, pid }));
+  }
+
+  /** Up to `limit` unprocessed events of a partition above its watermark (no locks: the seen table absorbs overlaps). */
+  async fetchPending(part: number, limit: number): Promise<NotificationEvent[]> {
+    const { rows } = await this.pool.query<EventRow>({ name: `notifications_${this.source.name}_fetch_pending`, text: this.sql.fetchPending, values: [part, limit] });
+    return rows;
+  }
+
+  /** Events by sequence range, processed or not: how a transport redelivers. */
+  async fetchRange(part: number, fromSeq: number, toSeq: number): Promise<NotificationEvent[]> {
+    return (await this.pool.query<EventRow>(this.sql.fetchRange, [part, fromSeq, toSeq])).rows;
+  }
+
+  async pollOnce(parts: readonly number[], batchSize = 100): Promise<NotificationStats> {
+    return pollPartitions(this, emptyNotificationStats, parts, batchSize);
+  }
+
+  async drain(batchSize = 200): Promise<NotificationStats> {
+    return drainBatches(this.pool, this.source.tables, `notifications(${this.source.name})`, this, emptyNotificationStats, batchSize);
+  }
+
+  /** The delivered events must be the outbox's; returns the seqs above the retention floor. */
+  private async requireOutboxMatch(client: PoolClient, part: number, events: readonly NotificationEvent[]): Promise<number[]> {
+    const { rows } = await client.query<EventRow & { floor: number }>(this.sql.fetchSeqs, [part, events.map((e) => e.seq), this.source.name]);
+    const floor = rows[0]!.floor;
+    const stored = new Map(rows.filter((r) => r.seq !== null).map((r) => [r.seq, r.fingerprint]));
+    const kept: number[] = [];
+    for (const e of events) {
+      if (e.seq <= floor) continue;
+      const fingerprint = stored.get(e.seq);
+      if (fingerprint === undefined || fingerprint !== e.fingerprint) {
+        throw new InvalidInputError("events", `event ${this.source.name} ${part}:${e.seq} ${fingerprint === undefined ? "is not in" : "does not match"} the outbox`);
+      }
+      kept.push(e.seq);
+    }
+    return kept;
+  }
+}
+
+/** The three consumers of the notification view (likes, relations, comments), polled and drained together. */
+export class NotificationFeed {
+  readonly consumers: NotificationConsumer[];
+
+  constructor(pool: Pool, options: { hooks?: Hooks; apply?: NotificationApply } = {}) {
+    this.consumers = NOTIFICATION_SOURCES.map((s) => new NotificationConsumer(pool, s, options));
+  }
+
+  consumer(name: NotificationSource["name"]): NotificationConsumer {
+    return this.consumers.find((c) => c.source.name === name)!;
+  }
+
+  async pollOnce(parts: readonly number[], batchSize = 100): Promise<NotificationStats> {
+    const total = emptyNotificationStats();
+    for (const c of this.consumers) addTally(total, await c.pollOnce(parts, batchSize));
+    return total;
+  }
+
+  async drain(batchSize = 200): Promise<NotificationStats> {
+    const total = emptyNotificationStats();
+    for (const c of this.consumers) addTally(total, await c.drain(batchSize));
+    return total;
+  }
+}
