@@ -88,6 +88,21 @@ first (or use DATABASE_URL): a worker that starts the embedded cluster itself st
     });
 
   program
+    .command("webhook-worker")
+    .description("Deliver signed webhooks from the outboxes without HTTP API or consumers until SIGINT/SIGTERM")
+    .addOption(new Option("--loops <n>", "delivery loops (default: LEDGER_WEBHOOK_LOOPS)").argParser(positiveInteger("--loops", 64)))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--host <host>", "interface of --metrics-port", "127.0.0.1")
+    .addHelpText("after", `
+Each (endpoint, outbox, partition) is delivered in order by the one process holding its cursor's
+row lock; the cursor moves only after the receiver's 2xx, so a crash re-sends (same webhook-id),
+never skips. Any number may run beside serve. docs/webhooks.md.`)
+    .action(async (opts: { loops?: number; metricsPort?: number; host: string }) => {
+      const { webhookWorker } = await import("./commands/webhook-worker.ts");
+      setExitCode(await webhookWorker(opts));
+    });
+
+  program
     .command("relay")
     .description("Publish the outboxes (likes, relations, comments) to NATS JetStream until SIGINT/SIGTERM")
     .addOption(new Option("--transport <name>", "the broker").choices(["nats"]).makeOptionMandatory())
