@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireAdmin } from "../auth.ts";
 import type { RateLimits } from "../context.ts";
-import { bearer, errors, named } from "../schemas.ts";
+import { bearer, errors, named, namedWriteAnswer } from "../schemas.ts";
 import { EndpointRegistry, type RegistryOptions } from "../../webhooks/endpoint-registry.ts";
 import { EVENT_TYPES, WEBHOOK_SOURCES, type WebhookSource } from "../../webhooks/webhook-events.ts";
 
@@ -23,8 +23,8 @@ const endpointProperties = {
   oldestPendingSeconds: { ...integer, description: "age of the oldest of them; absent when there is none" },
 } as const;
 const endpointRequired = ["id", "url", "events", "status", "createdAt", "updatedAt", "backlog"];
-const endpoint = named("WebhookEndpoint", { type: "object", required: endpointRequired, properties: endpointProperties });
-const endpointWithSecret = named("WebhookEndpointSecret", {
+const endpoint = namedWriteAnswer("WebhookEndpoint", { type: "object", required: endpointRequired, properties: endpointProperties });
+const endpointWithSecret = namedWriteAnswer("WebhookEndpointSecret", {
   type: "object", required: [...endpointRequired, "secret"],
   properties: { ...endpointProperties, secret: { type: "string", description: "whsec_ + base64 of 32 random bytes: shown only in this answer" } },
 });
@@ -44,7 +44,7 @@ const endpointDetail = named("WebhookEndpointDetail", {
   properties: { ...endpointProperties, cursors: { type: "array", items: cursor } },
 });
 const endpointList = named("WebhookEndpointList", { type: "object", required: ["endpoints"], properties: { endpoints: { type: "array", items: endpoint } } });
-const deleted = named("WebhookDeleted", { type: "object", required: ["id", "deleted"], properties: { id: { type: "string" }, deleted: { type: "boolean", enum: [true] } } });
+const deleted = namedWriteAnswer("WebhookDeleted", { type: "object", required: ["id", "deleted"], properties: { id: { type: "string" }, deleted: { type: "boolean", enum: [true] } } });
 const createBody = named("WebhookEndpointDraft", {
   type: "object", required: ["url", "events"], additionalProperties: false, properties: { url, events: eventList },
 });
