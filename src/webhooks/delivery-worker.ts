@@ -29,7 +29,7 @@ export interface DeliveryOptions {
   onAttempt?: (endpointId: string, result: "delivered" | "failed") => void;
 }
 
-interface Claim {
+export interface Claim {
   endpoint_id: string; source: WebhookSource; part: number; delivered_upto: number; attempts: number;
   url: string; events: string[]; secret: string; previous_secret: string | null;
 }
@@ -38,7 +38,7 @@ interface Claim {
  * The most overdue cursor with events past it, of an endpoint that is not paused. The sequence
  * tables say whether a partition has events past the cursor without touching the outboxes.
  */
-const CLAIM_SQL = `
+export const CLAIM_SQL = `
   SELECT c.endpoint_id, c.source, c.part, c.delivered_upto, c.attempts, e.url, e.events, e.secret,
          CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret
     FROM webhook_cursor c
@@ -57,7 +57,7 @@ export class WebhookDelivery {
   private readonly limits: AttemptLimits;
   private readonly retryBaseMs: number;
   private readonly maxBackoffMs: number;
-  private readonly pageSize: number;
+  protected readonly pageSize: number;
   readonly hooks: Hooks;
 
   constructor(protected readonly pool: Pool, private readonly options: DeliveryOptions = {}) {

@@ -36,6 +36,8 @@ export interface Delivery {
   signedBy: string[];
   /** The status the receiver answered (undefined while held, or when the connection was cut). */
   status?: number;
+  /** The sender went away before an answer (killed, timed out). */
+  cut?: boolean;
   receivedAt: number;
 }
 
@@ -55,14 +57,14 @@ export class TestReceiver {
 
   /** On `port` (0: a free one); a receiver that is "back" listens on the port it had. */
   static async start(path = "/hook", port = 0): Promise<TestReceiver> {
-    let receiver: TestReceiver | undefined;
-    const server = http.createServer((req, res) => receiver!.handle(req, res));
+    const holder: { receiver?: TestReceiver } = {};
+    const server = http.createServer((req, res) => holder.receiver!.handle(req, res));
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
       server.listen(port, "127.0.0.1", resolve);
     });
-    receiver = new TestReceiver(server, `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`);
-    return receiver;
+    holder.receiver = new TestReceiver(server, `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`);
+    return holder.receiver;
   }
 
   get port(): number {
@@ -84,12 +86,15 @@ export class TestReceiver {
       this.inFlight++;
       this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
       const respond = (status: number) => {
+        if (delivery.cut) return;
         this.inFlight--;
         delivery.status = status;
         res.writeHead(status, { "content-type": "text/plain" }).end("ok");
       };
       res.on("close", () => {
-        if (delivery.status === undefined) this.inFlight = Math.max(0, this.inFlight - 1);
+        if (delivery.status !== undefined) return;
+        delivery.cut = true;
+        this.inFlight = Math.max(0, this.inFlight - 1);
       });
       const answer = this.answer(delivery, index);
       if (answer === "hold") this.held.push({ delivery, respond });
@@ -104,7 +109,12 @@ export class TestReceiver {
     return this.held[0]!.delivery;
   }
 
-  /** Answers the held requests with `status`. */
+  /** Waits (bounded) until the sender of every held request has gone away (its connection closed). */
+  async waitCut(ms = 30_000): Promise<void> {
+    await pollUntil("the held requests' connections closed", async () => this.held.every((h) => h.delivery.cut), (done) => done, ms);
+  }
+
+  /** Answers the held requests with `status` (a request whose sender has gone is not answered). */
   release(status = 200): void {
     for (const h of this.held.splice(0)) h.respond(status);
   }
