@@ -13,6 +13,7 @@ import { holderOf } from "../../src/webhooks/endpoint-registry.ts";
 import { ReplayBelowRetentionError, ReplayBeyondEndError } from "../../src/webhooks/webhook-errors.ts";
 import { WebhookMetrics } from "../../src/webhooks/webhook-metrics.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
+import { auditWebhooks } from "../../src/webhooks/webhook-audit.ts";
 import { refresherOf } from "../../src/metrics-refresh.ts";
 import { pollUntil } from "../support/poll.ts";
 import { FAST_RETRIES, webhookLab, type WebhookLab } from "./fixture.ts";
@@ -134,6 +135,7 @@ test("the outbox prune stops at the slowest endpoint's cursor (a paused one too)
   await lab.deliverAll(async () => (await lab.registry.cursors(slow.id)).find((c) => c.source === "likes")!.deliveredUpto === 6);
   await pruneRetained(lab.db.pool, NO_MARGIN);
   assert.equal(await likeFloor(lab), 5, "now the paused fast endpoint (5) is the slowest");
+  assert.deepEqual(await auditWebhooks(lab.db.pool), { cursorsPastEnd: 0, holdsOffCursor: 0, cursorsBelowFloor: 0, blockSequenceViolations: 0 });
   await lab.registry.delete(fast.id);
   await pruneRetained(lab.db.pool, NO_MARGIN);
   assert.equal(await likeFloor(lab), 6, "a deleted endpoint holds nothing");
@@ -158,4 +160,6 @@ test("negative control: a prune that ignores an endpoint's hold deletes events i
   assert.equal(cursor.deliveredUpto, 0, "the cursor does not jump over the lost events");
   assert.match(cursor.lastError ?? "", /event 1 is no longer in the likes outbox/);
   assert.equal(lab.receiver.deliveries.length, 0, "the loss is visible: nothing was delivered, and the error names it");
+  const audit = await auditWebhooks(lab.db.pool);
+  assert.deepEqual([audit.cursorsBelowFloor, audit.holdsOffCursor], [1, 1], "the audit names the pruned cursor and its missing hold");
 });

@@ -7,6 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { EVENT_TYPES } from "../../src/webhooks/webhook-events.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
+import { auditWebhooks } from "../../src/webhooks/webhook-audit.ts";
 import { pollUntil } from "../support/poll.ts";
 import { assertContiguous, FAST_RETRIES, webhookLab } from "./fixture.ts";
 import { seqsByPartition, signersOf, TestReceiver } from "./receiver.ts";
@@ -72,6 +73,7 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
   const endpoint = await lab.registry.get(endpointId);
   assert.equal(endpoint.backlog, 0);
   assert.equal(endpoint.status, "active");
+  assert.deepEqual(await auditWebhooks(lab.db.pool), { cursorsPastEnd: 0, holdsOffCursor: 0, cursorsBelowFloor: 0, blockSequenceViolations: 0 }, "the block outbox is gapless, every cursor holds retention at its position");
 });
 
 test("an endpoint gets the types it subscribed to only; the others are passed over without a request", async (t) => {

@@ -10,6 +10,7 @@ import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
+import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 
 /**
  * The follower projection against the truth, or null while the projection lags (the diff only
@@ -39,12 +40,13 @@ export async function fullAudit(ledger: Ledger) {
   const relations = await auditRelations(ledger.pool);
   const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
   const diff = await projectionDiffWhenCaughtUp(ledger);
+  const webhooks = await auditWebhooks(ledger.pool);
   const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments);
+    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) && webhookAuditClean(webhooks);
   return {
     clean, likes: { writeSide: likesWrite, readSide: likesRead },
-    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments,
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, webhooks,
   };
 }
 
@@ -72,6 +74,7 @@ const auditResponse = named("AuditReport", {
     likes: { type: "object", description: "writeSide and readSide checks of the likes ledger", additionalProperties: true },
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
+    webhooks: { type: "object", description: "delivery cursors against their outboxes and retention holds, the block outbox's sequence (src/webhooks/webhook-audit.ts)", additionalProperties: true },
   },
 });
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */

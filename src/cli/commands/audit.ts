@@ -5,6 +5,7 @@ import { formatReadSide, formatWriteSide, readSideClean, writeSideClean } from "
 import { relationAuditClean } from "../../relations/relation-audit.ts";
 import { counterAuditClean, formatCounterAudit } from "../../counters/counter-audit.ts";
 import { openDatabase } from "../../runtime/database.ts";
+import { webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 
 type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
 
@@ -28,6 +29,7 @@ export function formatAudit(report: AuditReport): string {
       ? `follower projection  skipped   (not caught up yet: the diff against the truth is checked once it is)`
       : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
     `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
+    `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
     report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
   ].join("\n") + "\n";
 }
