@@ -7,6 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { assertError, createAccounts, ok, startApi } from "../api/harness.ts";
+import { WriteGuard } from "../support/write-guard.ts";
 import { FAST_RETRIES } from "./fixture.ts";
 import { TestReceiver } from "./receiver.ts";
 
@@ -66,6 +67,9 @@ test("webhook admin routes refuse with typed errors and write nothing: non-admin
   t.after(() => h.close());
   const admin = await h.as("root", { admin: true });
   const alice = await h.as("alice");
+  const guard = await WriteGuard.create(h.db.url, h.db.pool, { mustHave: ["webhook_endpoint", "webhook_cursor", "retention_hold"] });
+  t.after(() => guard.close());
+  const empty = await guard.snapshot();
   assertError(await alice.post("/v1/admin/webhooks", { url: "https://203.0.113.10/", events: ["*"] }), 403, "FORBIDDEN");
   assertError(await h.request("GET", "/v1/admin/webhooks"), 401, "UNAUTHENTICATED");
   assertError(await admin.post("/v1/admin/webhooks", { url: "https://203.0.113.10/", events: ["like.exploded"] }), 400, "INVALID_INPUT");
@@ -73,15 +77,16 @@ test("webhook admin routes refuse with typed errors and write nothing: non-admin
   const refused = assertError(await admin.post("/v1/admin/webhooks", { url: "http://127.0.0.1:8080/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
   assert.match(refused.error.message, /loopback/);
   assertError(await admin.post("/v1/admin/webhooks", { url: "gopher://203.0.113.10/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
-  assert.deepEqual(ok<{ endpoints: unknown[] }>(await admin.get("/v1/admin/webhooks")).endpoints, [], "nothing was written");
+  assert.deepEqual(await guard.snapshot(), empty, "no table changed");
   assertError(await admin.get("/v1/admin/webhooks/whe_nope"), 404, "WEBHOOK_NOT_FOUND");
   assertError(await admin.post("/v1/admin/webhooks/whe_nope/pause"), 404, "WEBHOOK_NOT_FOUND");
   assertError(await admin.delete("/v1/admin/webhooks/whe_nope"), 404, "WEBHOOK_NOT_FOUND");
   const created = ok<Endpoint>(await admin.post("/v1/admin/webhooks", { url: "https://203.0.113.10/hook", events: ["*"] }), 201);
+  const registered = await guard.snapshot();
   assertError(await h.request("PATCH", `/v1/admin/webhooks/${created.id}`, { token: admin.token, json: { url: "http://[::ffff:10.0.0.1]/" } }), 400, "WEBHOOK_URL_REFUSED");
   assertError(await h.request("PATCH", `/v1/admin/webhooks/${created.id}`, { token: admin.token, json: {} }), 400, "INVALID_INPUT");
-  assert.equal(ok<Endpoint>(await admin.get(`/v1/admin/webhooks/${created.id}`)).url, "https://203.0.113.10/hook", "a refused change changes nothing");
   assertError(await admin.post(`/v1/admin/webhooks/${created.id}/replay`, { source: "likes", partition: 0, fromSeq: 5 }), 409, "REPLAY_BEYOND_END");
   assertError(await admin.post(`/v1/admin/webhooks/${created.id}/replay`, { source: "likes", partition: 7, fromSeq: 1 }), 400, "INVALID_INPUT");
   assertError(await admin.post(`/v1/admin/webhooks/${created.id}/replay`, { source: "nope", partition: 0, fromSeq: 1 }), 400, "INVALID_INPUT");
+  assert.deepEqual(await guard.snapshot(), registered, "refused changes and replays change nothing");
 });
