@@ -6,6 +6,9 @@
  * an answer that does not come in time fails the attempt.
  */
 import { test } from "node:test";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { attempt } from "../../src/webhooks/delivery-http.ts";
 import assert from "node:assert/strict";
 import { refusedBecause } from "../../src/webhooks/address-policy.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
@@ -96,4 +99,29 @@ test("a 3xx is a failure and its Location is not followed; an answer that does n
   cursor = (await lab.registry.cursors(id)).find((c) => c.source === "likes")!;
   assert.deepEqual([cursor.deliveredUpto, cursor.attempts], [0, 2]);
   assert.match(cursor.lastError ?? "", /no complete response within 300 ms/);
+});
+
+test("an answer's body is read up to its bound only: a receiver that streams without end does not hold the attempt", async (t) => {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    res.writeHead(req.url === "/ok" ? 200 : 500, { "content-type": "text/plain" });
+    const chunk = Buffer.alloc(16 * 1024, 120);
+    const pump = () => {
+      while (res.write(chunk));
+      res.once("drain", pump);
+    };
+    pump();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const limits = { connectTimeoutMs: 2_000, responseTimeoutMs: 20_000, maxResponseBytes: 64 * 1024, allowPrivate: true };
+  const started = Date.now();
+  const failed = await attempt(`${base}/fail`, {}, "{}", limits);
+  assert.deepEqual(failed, { ok: false, status: 500, error: "status 500; response body above 65536 bytes" });
+  assert.deepEqual(await attempt(`${base}/ok`, {}, "{}", limits), { ok: true, status: 200 });
+  assert.ok(Date.now() - started < 10_000, "cut off at the bound, long before the attempt's timeout");
 });
