@@ -55,7 +55,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   program
     .command("serve")
     .description("Run the HTTP API (and, unless --no-workers, the consumers) until SIGINT/SIGTERM; same as `npm start`")
-    .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
+    .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes (webhooks: `webhook-worker`)")
     .option("--host <address>", "address to listen on (HOST)", process.env.HOST || "127.0.0.1")
     .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
     .addOption(new Option("--metrics-port <port>", "serve /metrics on this port instead of the API's (which then has none)").argParser(positiveInteger("--metrics-port", 65_535)))
