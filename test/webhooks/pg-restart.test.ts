@@ -46,6 +46,8 @@ test("PostgreSQL crashes and restarts mid-delivery: the unacknowledged event is 
   t.diagnostic(`note held ${held.id}; failed passes while down: ${failedPasses}; requests: ${receiver.deliveries.map((d) => `${d.id}:${d.status ?? "cut"}`).join(" ")}`);
   assert.deepEqual(deliveryProblems("likes", last, receiver.deliveries), []);
   assert.ok(receiver.deliveries.filter((d) => d.id === held.id).length >= 2, "the event whose cursor move was lost was sent again");
-  const cursors = await lab.pool.query<{ part: number; delivered_upto: number }>("SELECT part, delivered_upto FROM webhook_cursor WHERE endpoint_id = $1 AND source = 'likes' ORDER BY part", [endpoint.id]);
-  assert.deepEqual(cursors.rows.map((r) => [r.part, r.delivered_upto]), rows.map((r) => [r.part, r.last]));
+  // The receiver records its 200 before the worker commits the cursor move: wait for the commits.
+  await pollUntil("every cursor at its partition's end", async () =>
+    (await lab.pool.query<{ part: number; delivered_upto: number }>("SELECT part, delivered_upto FROM webhook_cursor WHERE endpoint_id = $1 AND source = 'likes' ORDER BY part", [endpoint.id])).rows.map((r) => [r.part, r.delivered_upto]),
+  (got) => JSON.stringify(got) === JSON.stringify(rows.map((r) => [r.part, r.last])), 30_000);
 });
