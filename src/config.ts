@@ -62,6 +62,13 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_REPLICA_MAX_LAG_MS", shown: "5000", meaning: "a replica lagging more is skipped by reads without a token" },
   { name: "LEDGER_REPLICA_TOKEN_WAIT_MS", shown: "100", meaning: "how long a read with a token waits for a replica before reading the primary" },
   { name: "LEDGER_REPLICA_CHECK_MS", shown: "1000", meaning: "how often each replica's lag is checked" },
+  { name: "LEDGER_WEBHOOK_ALLOW_PRIVATE", shown: "unset", meaning: "1: webhooks may go to loopback and private addresses (development, tests)" },
+  { name: "LEDGER_WEBHOOK_TIMEOUT_MS", shown: "10000", meaning: "a webhook attempt without a complete answer this long fails (connect: at most 5000)" },
+  { name: "LEDGER_WEBHOOK_RETRY_BASE_MS", shown: "1000", meaning: "first webhook retry after about this long, doubling per failed attempt (with jitter)" },
+  { name: "LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS", shown: "3600", meaning: "longest wait between two attempts of a webhook" },
+  { name: "LEDGER_WEBHOOK_FAILING_AFTER", shown: "5", meaning: "failed attempts of one event in a row that mark its endpoint failing" },
+  { name: "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS", shown: "86400", meaning: "how long a rotated-out webhook secret still signs deliveries" },
+  { name: "LEDGER_WEBHOOK_LOOPS", shown: "2", meaning: "webhook delivery loops of serve and webhook-worker; 0: serve delivers none" },
 ];
 
 /** The default of a numeric variable, from ENVIRONMENT (so the loaders cannot disagree with the help). */
@@ -142,6 +149,38 @@ export interface Config {
     tokenWaitMs: number;
     /** LEDGER_REPLICA_CHECK_MS: how often each replica's lag is checked. */
     checkEveryMs: number;
+  };
+  /** Webhook delivery (docs/webhooks.md). */
+  webhooks: WebhookConfig;
+}
+
+export interface WebhookConfig {
+  /** LEDGER_WEBHOOK_ALLOW_PRIVATE=1: loopback, private and link-local targets allowed. */
+  allowPrivate: boolean;
+  /** LEDGER_WEBHOOK_TIMEOUT_MS: an attempt's bound from its start to the end of the answer. */
+  timeoutMs: number;
+  /** LEDGER_WEBHOOK_RETRY_BASE_MS: the first retry's delay (doubling, with jitter). */
+  retryBaseMs: number;
+  /** LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS: the retry delay's ceiling. */
+  maxBackoffSeconds: number;
+  /** LEDGER_WEBHOOK_FAILING_AFTER: failed attempts in a row that mark an endpoint failing. */
+  failingAfter: number;
+  /** LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS: how long a rotated-out secret still signs. */
+  rotationGraceSeconds: number;
+  /** LEDGER_WEBHOOK_LOOPS: delivery loops per process (0: serve delivers none). */
+  loops: number;
+}
+
+export function loadWebhookConfig(env: NodeJS.ProcessEnv = process.env): WebhookConfig {
+  const n = (name: string, raw: string | undefined, min: number, max: number) => integer(name, raw, numericDefault(name), min, max);
+  return {
+    allowPrivate: flag("LEDGER_WEBHOOK_ALLOW_PRIVATE", env.LEDGER_WEBHOOK_ALLOW_PRIVATE),
+    timeoutMs: n("LEDGER_WEBHOOK_TIMEOUT_MS", env.LEDGER_WEBHOOK_TIMEOUT_MS, 100, 600_000),
+    retryBaseMs: n("LEDGER_WEBHOOK_RETRY_BASE_MS", env.LEDGER_WEBHOOK_RETRY_BASE_MS, 1, 3_600_000),
+    maxBackoffSeconds: n("LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS", env.LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS, 1, 604_800),
+    failingAfter: n("LEDGER_WEBHOOK_FAILING_AFTER", env.LEDGER_WEBHOOK_FAILING_AFTER, 1, 1_000_000),
+    rotationGraceSeconds: n("LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS", env.LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS, 0, 31_536_000),
+    loops: n("LEDGER_WEBHOOK_LOOPS", env.LEDGER_WEBHOOK_LOOPS, 0, 64),
   };
 }
 
@@ -300,5 +339,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, numericDefault("LEDGER_REPLICA_CHECK_MS"), 50, 600_000),
     },
     countLocalTtlMs: integer("LEDGER_COUNT_LOCAL_TTL_MS", env.LEDGER_COUNT_LOCAL_TTL_MS, numericDefault("LEDGER_COUNT_LOCAL_TTL_MS"), 0, 60_000),
+    webhooks: loadWebhookConfig(env),
   };
 }

@@ -22,6 +22,8 @@ import { routeGroup } from "./dashboard/request-recorder.ts";
 import { finishOpenApi } from "./openapi.ts";
 import { namedSchemas } from "./schemas.ts";
 import { adminRoutes } from "./routes/admin.ts";
+import { webhookRoutes } from "./routes/webhooks.ts";
+import type { RegistryOptions } from "../webhooks/endpoint-registry.ts";
 import { commentRoutes } from "./routes/comments.ts";
 import { CacheMetrics } from "../cache/cache-metrics.ts";
 import { CountReader } from "../cache/count-reader.ts";
@@ -35,7 +37,9 @@ import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
-const OPTIONAL_BODIES: [path: string, method: string][] = [["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"], ["/v1/admin/notifications/rebuild", "post"]];
+const OPTIONAL_BODIES: [path: string, method: string][] = [
+  ["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"], ["/v1/admin/notifications/rebuild", "post"], ["/v1/admin/webhooks/{id}/rotate-secret", "post"],
+];
 
 export interface AppOptions {
   ledger: Ledger;
@@ -73,6 +77,8 @@ export interface AppOptions {
   metricsRefreshMs?: number;
   /** Streaming replicas for reads that may lag, with freshness tokens (DATABASE_REPLICA_URLS; docs/read-replicas.md). */
   replicas?: ReplicaRouter;
+  /** The webhook admin routes' SSRF policy, failing threshold and rotation grace (LEDGER_WEBHOOK_*). */
+  webhooks?: RegistryOptions;
 }
 
 /**
@@ -235,6 +241,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(commentRoutes, limits);
   await app.register(notificationRoutes, limits);
   await app.register(adminRoutes, limits);
+  await app.register(webhookRoutes, { ...limits, ...(opts.webhooks ? { registry: opts.webhooks } : {}) });
   await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit });
   app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
 });

@@ -36,6 +36,11 @@ const STATUS_BY_CODE: Record<string, number> = {
   NOT_PENDING: 409,
   REBUILD_IN_PROGRESS: 409,
   PARTITION_CONFIG: 500,
+  WEBHOOK_NOT_FOUND: 404,
+  WEBHOOK_URL_REFUSED: 400,
+  UNKNOWN_EVENT_TYPE: 400,
+  REPLAY_BELOW_RETENTION: 409,
+  REPLAY_BEYOND_END: 409,
 };
 
 /** Our codes for the 4xx answers of fastify and its plugins (e.g. @fastify/static's 403 for a path that leaves its root). */

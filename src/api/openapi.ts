@@ -33,7 +33,11 @@ export interface OpenApiDocument {
 
 /** The error codes an error status can carry, with what they mean: the `code` of `{error: {code, message}}`. */
 export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
-  400: { INVALID_INPUT: "a parameter, query or body field is malformed (the message names it); nothing was written" },
+  400: {
+    INVALID_INPUT: "a parameter, query or body field is malformed (the message names it); nothing was written",
+    WEBHOOK_URL_REFUSED: "the webhook URL is not http(s), or resolves to an address the SSRF policy refuses (loopback, private, link-local, ...)",
+    UNKNOWN_EVENT_TYPE: "a webhook event type that no outbox produces",
+  },
   401: {
     UNAUTHENTICATED: "no, an expired or an invalid bearer token",
     TOKEN_LIFETIME_TOO_LONG: "the token is valid for longer than LEDGER_JWT_MAX_TTL_SECONDS allows",
@@ -57,6 +61,7 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
     POST_NOT_FOUND: "no such post, or one the caller may not see",
     ACCOUNT_NOT_FOUND: "no such account, or one in a block with the caller",
     NOT_FOUND: "no such route",
+    WEBHOOK_NOT_FOUND: "no webhook endpoint with this id",
   },
   409: {
     SELF_FOLLOW: "following (or deciding a request of) yourself",
@@ -64,6 +69,8 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
     BLOCKED: "a block between the two accounts forbids this",
     NOT_PENDING: "there is no request to decide, and the relation is not already in the target state",
     REBUILD_IN_PROGRESS: "another rebuild is running",
+    REPLAY_BELOW_RETENTION: "the replay position's events are already pruned (the message names the oldest position left)",
+    REPLAY_BEYOND_END: "the replay position is past the partition's last event",
   },
   413: { PAYLOAD_TOO_LARGE: "the body is over 64 KiB" },
   415: { UNSUPPORTED_MEDIA_TYPE: "bodies are application/json only" },

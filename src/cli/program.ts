@@ -55,7 +55,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   program
     .command("serve")
     .description("Run the HTTP API (and, unless --no-workers, the consumers) until SIGINT/SIGTERM; same as `npm start`")
-    .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes")
+    .option("--no-workers", "serve the API only; run the consumers as `social-ledger worker` processes (webhooks: `webhook-worker`)")
     .option("--host <address>", "address to listen on (HOST)", process.env.HOST || "127.0.0.1")
     .addOption(new Option("--port <port>", "HTTP port (default: PORT or 8080)").argParser(positiveInteger("--port", 65535)))
     .addOption(new Option("--metrics-port <port>", "serve /metrics on this port instead of the API's (which then has none)").argParser(positiveInteger("--metrics-port", 65_535)))
@@ -85,6 +85,21 @@ first (or use DATABASE_URL): a worker that starts the embedded cluster itself st
     .action(async (opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host: string; transport: string }) => {
       const { worker } = await import("./commands/worker.ts");
       setExitCode(await worker(opts));
+    });
+
+  program
+    .command("webhook-worker")
+    .description("Deliver signed webhooks from the outboxes without HTTP API or consumers until SIGINT/SIGTERM")
+    .addOption(new Option("--loops <n>", "delivery loops (default: LEDGER_WEBHOOK_LOOPS)").argParser(positiveInteger("--loops", 64)))
+    .addOption(new Option("--metrics-port <port>", "serve /metrics (and /healthz) on this port").argParser(positiveInteger("--metrics-port", 65_535)))
+    .option("--host <host>", "interface of --metrics-port", "127.0.0.1")
+    .addHelpText("after", `
+Each (endpoint, outbox, partition) is delivered in order by the one process holding its cursor's
+row lock; the cursor moves only after the receiver's 2xx, so a crash re-sends (same webhook-id),
+never skips. Any number may run beside serve. docs/webhooks.md.`)
+    .action(async (opts: { loops?: number; metricsPort?: number; host: string }) => {
+      const { webhookWorker } = await import("./commands/webhook-worker.ts");
+      setExitCode(await webhookWorker(opts));
     });
 
   program

@@ -18,6 +18,7 @@ import { countLayerRetentionCap } from "../cache/retention-cap.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { startMetricsServer } from "./metrics-server.ts";
 import { loadJwtSecret } from "./secret.ts";
+import { registryOptionsOf, startableWebhookLoops } from "../webhooks/webhook-runtime.ts";
 
 export interface Service {
   app: FastifyInstance;
@@ -106,7 +107,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     ledger, metrics, dashboard, ...(config.jwks ? { jwks: config.jwks } : { jwtSecret: await loadJwtSecret(config) }), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
     readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
     metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
-    databaseHealth: database.health,
+    databaseHealth: database.health, webhooks: registryOptionsOf(config.webhooks),
     logger: options.logger === false ? false : { level: logLevel() },
   }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
@@ -123,6 +124,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
     ...config.retention, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
   })];
+  // Webhook deliveries (docs/webhooks.md) run beside the consumers; `webhook-worker` runs them alone.
+  const webhookLoops = options.workers === false ? [] : startableWebhookLoops(database.pool, config.webhooks, metrics.registry, {
+    failing: (worker, err) => app.log.warn({ worker, reason: err instanceof Error ? err.message : String(err) }, "webhook delivery pass failed; retrying with backoff"),
+    recovered: (worker, outage) => app.log.info({ worker, ...outage }, "webhook delivery resumed"),
+  }, options.hooks);
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
     .catch(async (err: unknown) => {
       await app.close().catch(() => undefined);
@@ -134,7 +140,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     await app.close().catch(() => undefined);
     return undoStart(err);
   });
-  for (const w of [...workers, ...counts.workers, ...maintenance]) w.start();
+  for (const w of [...workers, ...counts.workers, ...maintenance, ...webhookLoops]) w.start();
   let stopping: Promise<void> | undefined;
   return {
     app, address, database, workers,
@@ -145,7 +151,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
         await app.close();
         await metricsServer?.close();
         await replicas?.stop();
-        await Promise.all([...workers, ...maintenance].map((w) => w.stop()));
+        await Promise.all([...workers, ...maintenance, ...webhookLoops].map((w) => w.stop()));
         await counts.close();
         await database.close();
       })();

@@ -235,6 +235,18 @@ test("api contract: the answers of a walk over every operation, successes and er
   await r("POST", "/v1/admin/rebuild", () => admin.post("/v1/admin/rebuild", { items: ["item-1"] }));
   await r("POST", "/v1/admin/comment-counts/rebuild", () => admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id] }));
   await r("POST", "/v1/admin/notifications/rebuild", () => admin.post("/v1/admin/notifications/rebuild", { recipients: ["bob"] }));
+  const hook = ok(await r("POST", "/v1/admin/webhooks", () => admin.post<{ id: string }>("/v1/admin/webhooks", { url: "https://203.0.113.10/hook", events: ["like.created", "follow.created"] })) as ApiResponse<{ id: string }>, 201);
+  await r("GET", "/v1/admin/webhooks", () => admin.get("/v1/admin/webhooks"));
+  await r("GET", `/v1/admin/webhooks/${hook.id}`, () => admin.get(`/v1/admin/webhooks/${hook.id}`));
+  await r("PATCH", `/v1/admin/webhooks/${hook.id}`, () => patch(admin, `/v1/admin/webhooks/${hook.id}`, { events: ["*"] }));
+  await r("POST", `/v1/admin/webhooks/${hook.id}/pause`, () => admin.post(`/v1/admin/webhooks/${hook.id}/pause`));
+  await r("POST", `/v1/admin/webhooks/${hook.id}/resume`, () => admin.post(`/v1/admin/webhooks/${hook.id}/resume`));
+  await r("POST", `/v1/admin/webhooks/${hook.id}/rotate-secret`, () => admin.post(`/v1/admin/webhooks/${hook.id}/rotate-secret`, { graceSeconds: 60 }));
+  await r("POST", `/v1/admin/webhooks/${hook.id}/replay`, () => admin.post(`/v1/admin/webhooks/${hook.id}/replay`, { source: "likes", partition: 0, fromSeq: 1 }));
+  await r("POST", `/v1/admin/webhooks/${hook.id}/replay`, () => admin.post(`/v1/admin/webhooks/${hook.id}/replay`, { source: "likes", partition: 0, fromSeq: 99 }));
+  await r("POST", "/v1/admin/webhooks", () => admin.post("/v1/admin/webhooks", { url: "http://127.0.0.1/", events: ["*"] }));
+  await r("GET", "/v1/admin/webhooks/whe_none", () => admin.get("/v1/admin/webhooks/whe_none"));
+  await r("DELETE", `/v1/admin/webhooks/${hook.id}`, () => admin.delete(`/v1/admin/webhooks/${hook.id}`));
   await r("GET", "/healthz", () => h.request("GET", "/healthz"));
   await r("GET", "/readyz", () => h.request("GET", "/readyz"));
   await r("GET", "/metrics", () => h.request("GET", "/metrics"));

@@ -11,6 +11,7 @@ import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
 import { auditNotifications, notificationAuditClean, readNotificationWatermarks } from "../../notifications/notification-audit.ts";
+import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 
 /**
  * The follower projection against the truth, or null while the projection lags (the diff only
@@ -41,12 +42,14 @@ export async function fullAudit(ledger: Ledger) {
   const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
   const diff = await projectionDiffWhenCaughtUp(ledger);
   const notifications = await auditNotifications(ledger.pool);
+  const webhooks = await auditWebhooks(ledger.pool);
   const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) && notificationAuditClean(notifications);
+    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) &&
+    notificationAuditClean(notifications) && webhookAuditClean(webhooks);
   return {
     clean, likes: { writeSide: likesWrite, readSide: likesRead },
-    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications,
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications, webhooks,
   };
 }
 
@@ -82,6 +85,7 @@ const auditResponse = named("AuditReport", {
     relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
     notifications: { type: "object", description: "the notification view against the facts (src/notifications/notification-audit.ts)", additionalProperties: true },
+    webhooks: { type: "object", description: "delivery cursors against their outboxes and retention holds, the block outbox's sequence (src/webhooks/webhook-audit.ts)", additionalProperties: true },
   },
 });
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */

@@ -6,6 +6,7 @@ import { relationAuditClean } from "../../relations/relation-audit.ts";
 import { counterAuditClean, formatCounterAudit } from "../../counters/counter-audit.ts";
 import { openDatabase } from "../../runtime/database.ts";
 import { formatNotificationAudit, notificationAuditClean } from "../../notifications/notification-audit.ts";
+import { webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 
 type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
 
@@ -30,6 +31,7 @@ export function formatAudit(report: AuditReport): string {
       : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
     `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
     `notifications        ${verdict(notificationAuditClean(report.notifications))} ${formatNotificationAudit(report.notifications)}`,
+    `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
     report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
   ].join("\n") + "\n";
 }

@@ -1,0 +1,157 @@
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { withTransaction } from "../db/transaction.ts";
+import { holdRetention } from "../db/retention-boundary.ts";
+import { Hooks } from "../hooks.ts";
+import { PartitionWorker, type PartitionWorkerOptions } from "../workers/partition-worker.ts";
+import { attempt, DEFAULT_LIMITS, type AttemptLimits, type AttemptResult } from "./delivery-http.ts";
+import { holderOf } from "./endpoint-registry.ts";
+import { bodyOf, readEvents, SOURCES, subscribed, type WebhookEvent, type WebhookSource } from "./webhook-events.ts";
+import { signatureHeader } from "./webhook-signature.ts";
+
+/**
+ * The delivery worker (docs/webhooks.md): one step claims one due cursor with a row lock
+ * (FOR UPDATE SKIP LOCKED: two workers, in one process or several, never hold the same
+ * endpoint+partition), sends the partition's next subscribed event and, in the same
+ * transaction, moves the cursor past it only after a 2xx. A crash or a lost connection before
+ * the commit leaves the cursor where it was: the event is sent again, with the same id.
+ */
+
+export interface DeliveryOptions {
+  limits?: Partial<AttemptLimits>;
+  /** First retry after about this long; doubles per failed attempt, with jitter (default 1 s). */
+  retryBaseMs?: number;
+  /** Ceiling of the retry delay (default 1 h): a failing endpoint is still tried at least this often. */
+  maxBackoffMs?: number;
+  /** Events read per step (unsubscribed ones are passed over in one step). */
+  pageSize?: number;
+  hooks?: Hooks;
+  /** Each attempt's outcome, for metrics. */
+  onAttempt?: (endpointId: string, result: "delivered" | "failed") => void;
+}
+
+export interface Claim {
+  endpoint_id: string; source: WebhookSource; part: number; delivered_upto: number; attempts: number;
+  url: string; events: string[]; secret: string; previous_secret: string | null;
+}
+
+/**
+ * The most overdue cursor with events past it, of an endpoint that is not paused. The sequence
+ * tables say whether a partition has events past the cursor without touching the outboxes.
+ */
+export const CLAIM_SQL = `
+  SELECT c.endpoint_id, c.source, c.part, c.delivered_upto, c.attempts, e.url, e.events, e.secret,
+         CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret
+    FROM webhook_cursor c
+    JOIN webhook_endpoint e ON e.endpoint_id = c.endpoint_id
+    LEFT JOIN like_seq ls ON c.source = 'likes' AND ls.part = c.part
+    LEFT JOIN event_seq rs ON c.source = 'relations' AND rs.part = c.part
+    LEFT JOIN comment_seq cs ON c.source = 'comments' AND cs.part = c.part
+    LEFT JOIN webhook_block_seq bs ON c.source = 'blocks' AND bs.part = c.part
+   WHERE NOT e.paused AND c.next_attempt_at <= now()
+     AND c.delivered_upto < coalesce(ls.last, rs.last, cs.last, bs.last, 0)
+   ORDER BY c.next_attempt_at
+   LIMIT 1
+   FOR UPDATE OF c SKIP LOCKED`;
+
+export class WebhookDelivery {
+  private readonly limits: AttemptLimits;
+  private readonly retryBaseMs: number;
+  private readonly maxBackoffMs: number;
+  protected readonly pageSize: number;
+  readonly hooks: Hooks;
+
+  constructor(protected readonly pool: Pool, private readonly options: DeliveryOptions = {}) {
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    this.retryBaseMs = options.retryBaseMs ?? 1_000;
+    this.maxBackoffMs = options.maxBackoffMs ?? 3_600_000;
+    this.pageSize = options.pageSize ?? 100;
+    this.hooks = options.hooks ?? new Hooks();
+  }
+
+  /** Steps until nothing is due or `budget` events were handled; returns the events handled. */
+  async pass(budget = 100): Promise<number> {
+    let handled = 0;
+    while (handled < budget) {
+      const n = await this.step();
+      if (n === 0) break;
+      handled += n;
+    }
+    return handled;
+  }
+
+  /** One cursor, one transaction: returns the events handled (sent, failed or passed over), 0 when nothing is due. */
+  step(): Promise<number> {
+    return withTransaction(this.pool, async (client) => {
+      const { rows } = await client.query<Claim>(CLAIM_SQL);
+      const claim = rows[0];
+      if (!claim) return 0;
+      const events = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
+      if (events[0]?.seq !== claim.delivered_upto + 1) {
+        // Retention kept no event past the cursor: never skip silently over what was lost.
+        await this.fail(client, claim, claim.delivered_upto, { ok: false, error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (pruned below this cursor)` });
+        return 1;
+      }
+      const index = events.findIndex((e) => subscribed(claim.events, e.type));
+      if (index < 0) {
+        await this.advance(client, claim, events.at(-1)!.seq);
+        return events.length;
+      }
+      const event = events[index]!;
+      const result = await this.send(claim, event);
+      await this.hooks.at("webhooks.afterResponse", { endpointId: claim.endpoint_id, source: claim.source, part: claim.part, seq: event.seq, ok: result.ok });
+      if (result.ok) await this.advance(client, claim, event.seq, result.status);
+      else await this.fail(client, claim, event.seq - 1, result);
+      this.options.onAttempt?.(claim.endpoint_id, result.ok ? "delivered" : "failed");
+      return index + 1;
+    }, { maxAttempts: 1 });
+  }
+
+  protected async send(claim: Claim, event: WebhookEvent): Promise<AttemptResult> {
+    const body = bodyOf(event);
+    const timestamp = Math.floor(Date.now() / 1000);
+    const secrets = claim.previous_secret ? [claim.secret, claim.previous_secret] : [claim.secret];
+    await this.hooks.at("webhooks.beforeSend", { endpointId: claim.endpoint_id, source: claim.source, part: claim.part, seq: event.seq });
+    return attempt(claim.url, {
+      "webhook-id": event.id, "webhook-timestamp": String(timestamp), "webhook-signature": signatureHeader(secrets, event.id, timestamp, body),
+    }, body, this.limits);
+  }
+
+  /** The cursor and the endpoint's retention hold move together. */
+  protected async advance(client: PoolClient, claim: Claim, upto: number, status?: number): Promise<void> {
+    await client.query(
+      `UPDATE webhook_cursor SET delivered_upto = $4, attempts = 0, failing_since = NULL, next_attempt_at = now(), last_error = NULL,
+              last_status = coalesce($5, last_status), delivered_at = CASE WHEN $5::int IS NULL THEN delivered_at ELSE now() END
+        WHERE endpoint_id = $1 AND source = $2 AND part = $3`,
+      [claim.endpoint_id, claim.source, claim.part, upto, status ?? null],
+    );
+    await this.hold(client, claim, upto);
+  }
+
+  /** The event stays next; the unsubscribed ones before it are passed over. */
+  private async fail(client: PoolClient, claim: Claim, upto: number, result: AttemptResult & { ok: false }): Promise<void> {
+    const attempts = upto === claim.delivered_upto ? claim.attempts + 1 : 1;
+    await client.query(
+      `UPDATE webhook_cursor SET delivered_upto = $4, attempts = $5, failing_since = coalesce(failing_since, now()),
+              next_attempt_at = now() + make_interval(secs => $6::float8 / 1000), last_error = $7, last_status = $8
+        WHERE endpoint_id = $1 AND source = $2 AND part = $3`,
+      [claim.endpoint_id, claim.source, claim.part, upto, attempts, this.backoffMs(attempts), result.error.slice(0, 500), result.status ?? null],
+    );
+    if (upto !== claim.delivered_upto) await this.hold(client, claim, upto);
+  }
+
+  private async hold(client: PoolClient, claim: Claim, upto: number): Promise<void> {
+    const kind = SOURCES[claim.source].retentionKind;
+    if (kind) await holdRetention(client, holderOf(claim.endpoint_id), kind, claim.part, upto);
+  }
+
+  /** Exponential with jitter: between half and all of base * 2^(attempts-1), capped. */
+  private backoffMs(attempts: number): number {
+    const ceiling = Math.min(this.maxBackoffMs, this.retryBaseMs * 2 ** Math.min(attempts - 1, 30));
+    return ceiling / 2 + (Math.random() * ceiling) / 2;
+  }
+}
+
+/** `loops` delivery loops over one WebhookDelivery: different endpoints and partitions proceed in parallel. */
+export function webhookWorkers(delivery: WebhookDelivery, loops: number, options: PartitionWorkerOptions = {}): PartitionWorker[] {
+  return Array.from({ length: Math.max(1, loops) }, (_, i) => new PartitionWorker(`webhook-delivery#${i}`, () => delivery.pass(), options));
+}

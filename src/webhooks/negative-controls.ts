@@ -1,0 +1,24 @@
+/**
+ * A deliberately wrong delivery, kept only so a test can show that its checks catch the bug
+ * (test/webhooks/kill-delivery.test.ts). Never use it.
+ */
+import { withTransaction } from "../db/transaction.ts";
+import { CLAIM_SQL, WebhookDelivery, type Claim } from "./delivery-worker.ts";
+import { readEvents, subscribed } from "./webhook-events.ts";
+
+/** Moves the cursor past the event and commits before sending it: a crash in between loses the event. */
+export class AdvanceBeforeSendDelivery extends WebhookDelivery {
+  override async step(): Promise<number> {
+    const claimed = await withTransaction(this.pool, async (client) => {
+      const claim = (await client.query<Claim>(CLAIM_SQL)).rows[0];
+      if (!claim) return undefined;
+      const events = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
+      const event = events.find((e) => subscribed(claim.events, e.type));
+      await this.advance(client, claim, (event ?? events.at(-1)!).seq);
+      return event && { claim, event };
+    }, { maxAttempts: 1 });
+    if (!claimed) return 0;
+    await this.send(claimed.claim, claimed.event);
+    return 1;
+  }
+}

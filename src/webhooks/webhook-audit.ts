@@ -1,0 +1,45 @@
+import type { Pool } from "../db/pool.ts";
+
+/**
+ * The webhook invariants, one SQL statement each (docs/webhooks.md); every query returns the
+ * number of violating rows, 0 everywhere means healthy.
+ */
+export const WEBHOOK_INVARIANTS = {
+  /** A cursor never passes its partition's last committed event. */
+  cursorsPastEnd: `
+    SELECT count(*)::int AS n FROM webhook_cursor c
+      LEFT JOIN like_seq ls ON c.source = 'likes' AND ls.part = c.part
+      LEFT JOIN event_seq rs ON c.source = 'relations' AND rs.part = c.part
+      LEFT JOIN comment_seq cs ON c.source = 'comments' AND cs.part = c.part
+      LEFT JOIN webhook_block_seq bs ON c.source = 'blocks' AND bs.part = c.part
+     WHERE c.delivered_upto > coalesce(ls.last, rs.last, cs.last, bs.last, 0)`,
+  /** Every cursor of a pruned outbox holds retention exactly at its position. */
+  holdsOffCursor: `
+    SELECT count(*)::int AS n FROM webhook_cursor c
+      LEFT JOIN retention_hold h ON h.holder = 'webhook:' || c.endpoint_id AND h.kind = c.source AND h.part = c.part
+     WHERE c.source <> 'blocks' AND h.upto IS DISTINCT FROM c.delivered_upto`,
+  /** No event an endpoint has not passed was pruned: a cursor below the floor lost events. */
+  cursorsBelowFloor: `
+    SELECT count(*)::int AS n FROM webhook_cursor c
+      JOIN retention_floor f ON f.kind = c.source AND f.part = c.part
+     WHERE c.delivered_upto < f.pruned_upto`,
+  /** The block outbox is gapless per partition: last = rows = max seq. */
+  blockSequenceViolations: `
+    SELECT count(*)::int AS n FROM webhook_block_seq s
+     WHERE s.last <> (SELECT count(*) FROM webhook_block_event e WHERE e.part = s.part)
+        OR s.last <> (SELECT coalesce(max(seq), 0) FROM webhook_block_event e WHERE e.part = s.part)`,
+} as const;
+
+export type WebhookAudit = Record<keyof typeof WEBHOOK_INVARIANTS, number>;
+
+export async function auditWebhooks(pool: Pool): Promise<WebhookAudit> {
+  const out = {} as WebhookAudit;
+  for (const key of Object.keys(WEBHOOK_INVARIANTS) as (keyof WebhookAudit)[]) {
+    out[key] = (await pool.query<{ n: number }>(WEBHOOK_INVARIANTS[key])).rows[0]!.n;
+  }
+  return out;
+}
+
+export function webhookAuditClean(audit: WebhookAudit): boolean {
+  return Object.values(audit).every((n) => n === 0);
+}

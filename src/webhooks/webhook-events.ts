@@ -1,0 +1,128 @@
+import type { PoolClient } from "../db/pool.ts";
+import { previousRelationStateSql } from "../relations/relation-audit.ts";
+
+/**
+ * From outbox rows to webhook messages (docs/webhooks.md, "Events"). Each source is one outbox
+ * with a gapless, commit-ordered sequence per partition; a message's id names its event
+ * (evt_<source>_<partition>_<seq>), so every attempt and every replay of an event carries the
+ * same id.
+ */
+
+export type WebhookSource = "likes" | "relations" | "comments" | "blocks";
+
+export const EVENT_TYPES = [
+  "like.created", "like.removed",
+  "follow.created", "follow.requested", "follow.removed", "follow.request_removed",
+  "block.created", "block.removed",
+  "comment.created", "comment.deleted",
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+/** Which outbox each type comes from: a cursor whose source has no subscribed type advances without sending. */
+export const SOURCE_OF_TYPE: Record<EventType, WebhookSource> = {
+  "like.created": "likes", "like.removed": "likes",
+  "follow.created": "relations", "follow.requested": "relations", "follow.removed": "relations", "follow.request_removed": "relations",
+  "block.created": "blocks", "block.removed": "blocks",
+  "comment.created": "comments", "comment.deleted": "comments",
+};
+
+export interface SourceTables {
+  /** The outbox's sequence table (part, last): how far each partition has gone. */
+  sequence: string;
+  /** The source's name in retention_floor / retention_hold; blocks are not pruned (docs/webhooks.md). */
+  retentionKind: "likes" | "relations" | "comments" | undefined;
+}
+
+export const SOURCES: Record<WebhookSource, SourceTables> = {
+  likes: { sequence: "like_seq", retentionKind: "likes" },
+  relations: { sequence: "event_seq", retentionKind: "relations" },
+  comments: { sequence: "comment_seq", retentionKind: "comments" },
+  blocks: { sequence: "webhook_block_seq", retentionKind: undefined },
+};
+export const WEBHOOK_SOURCES = Object.keys(SOURCES) as WebhookSource[];
+
+/** One outbox event as a webhook message. */
+export interface WebhookEvent {
+  id: string;
+  source: WebhookSource;
+  part: number;
+  seq: number;
+  type: EventType;
+  /** The event's commit time (the outbox row's created_at), ISO 8601. */
+  occurredAt: string;
+  data: Record<string, unknown>;
+}
+
+/** The JSON body of a message: {type, timestamp, data} (the Standard Webhooks payload shape). */
+export function bodyOf(event: WebhookEvent): string {
+  return JSON.stringify({ type: event.type, timestamp: event.occurredAt, data: event.data });
+}
+
+export function eventId(source: WebhookSource, part: number, seq: number): string {
+  return `evt_${source}_${part}_${seq}`;
+}
+
+type Row = Record<string, unknown> & { seq: number; created_at: Date };
+
+/** Per source: the events of partition $1 above seq $2, at most $3, in seq order, with the facts a message carries. */
+const PAGE_SQL: Record<WebhookSource, string> = {
+  likes: `SELECT seq, user_id, item_id, delta, version, created_at FROM like_outbox
+           WHERE part = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+  // The previous state of the pair: its previous event, or the pruned prefix's newest state
+  // (the audit's rule), so a request that ends is told apart from a follow that ends.
+  relations: `SELECT e.seq, e.follower, e.followee, e.state, e.version, e.created_at, ${previousRelationStateSql("e", "p", "b")} AS previous_state
+                FROM relation_event e
+                LEFT JOIN relation_event p ON p.follower = e.follower AND p.followee = e.followee AND p.version = e.version - 1
+                LEFT JOIN relation_event_pruned b ON b.follower = e.follower AND b.followee = e.followee
+               WHERE e.part = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`,
+  comments: `SELECT o.seq, o.comment_id, o.post_id, o.delta, o.version, o.created_at, c.author, c.parent_id, c.deleted_by
+               FROM comment_outbox o LEFT JOIN comment c ON c.comment_id = o.comment_id
+              WHERE o.part = $1 AND o.seq > $2 ORDER BY o.seq LIMIT $3`,
+  blocks: `SELECT seq, blocker, blocked, state, created_at FROM webhook_block_event
+            WHERE part = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+};
+
+function relationType(state: string, previous: string): EventType {
+  if (state === "ACTIVE") return "follow.created";
+  if (state === "PENDING") return "follow.requested";
+  return previous === "PENDING" ? "follow.request_removed" : "follow.removed";
+}
+
+function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
+  const base = { partition: part, seq: r.seq };
+  let type: EventType;
+  let data: Record<string, unknown>;
+  switch (source) {
+    case "likes":
+      type = r.delta === 1 ? "like.created" : "like.removed";
+      data = { userId: r.user_id, itemId: r.item_id, liked: r.delta === 1, version: r.version, ...base };
+      break;
+    case "relations":
+      type = relationType(String(r.state), String(r.previous_state));
+      data = { follower: r.follower, followee: r.followee, state: r.state, previousState: r.previous_state, version: r.version, ...base };
+      break;
+    case "comments":
+      type = r.delta === 1 ? "comment.created" : "comment.deleted";
+      data = {
+        commentId: r.comment_id, postId: r.post_id, author: r.author ?? null, parentId: r.parent_id ?? null,
+        ...(r.delta === -1 ? { deletedBy: r.deleted_by ?? null } : {}), version: r.version, ...base,
+      };
+      break;
+    case "blocks":
+      type = r.state === "BLOCKED" ? "block.created" : "block.removed";
+      data = { blocker: r.blocker, blocked: r.blocked, blocking: r.state === "BLOCKED", ...base };
+      break;
+  }
+  return { id: eventId(source, part, r.seq), source, part, seq: r.seq, type, occurredAt: r.created_at.toISOString(), data };
+}
+
+/** The partition's next events above `after`, in order. */
+export async function readEvents(client: PoolClient, source: WebhookSource, part: number, after: number, limit: number): Promise<WebhookEvent[]> {
+  const { rows } = await client.query<Row>(PAGE_SQL[source], [part, after, limit]);
+  return rows.map((r) => toEvent(source, part, r));
+}
+
+/** Whether an endpoint subscribed to ["*"] or to this type. */
+export function subscribed(events: readonly string[], type: EventType): boolean {
+  return events.includes("*") || events.includes(type);
+}
