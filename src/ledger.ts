@@ -9,6 +9,7 @@ import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
 import { LikeService } from "./likes/like-service.ts";
 import { PostService } from "./content/posts.ts";
+import { ErasureService } from "./erasure/erasure-service.ts";
 import { RelationProjector } from "./relations/projector.ts";
 import { RelationService } from "./relations/relation-service.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
@@ -27,9 +28,10 @@ export interface Ledger {
   comments: CommentService;
   commentConsumer: CounterConsumer;
   commentRebuild: CounterRebuild;
+  erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): Promise<Ledger> {
+export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number } = {}): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
   return {
     pool,
@@ -44,6 +46,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
     commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
+    erasure: await ErasureService.open(pool, { hooks, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
   };
 }
 

@@ -17,7 +17,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "ACCOUNT_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG"]);
 
 /** The variables' table of src/config.ts, one line each: name, default, meaning. */
 export function environmentHelp(): string {
@@ -145,6 +145,24 @@ or whose Redis cannot be read, keeps its outbox this time (exit code 0).`)
     .action(async (opts: { json?: boolean; keepLast?: number; keepSeconds?: number }) => {
       const { prune } = await import("./commands/prune.ts");
       setExitCode(await prune(opts));
+    });
+
+  program
+    .command("erase")
+    .description("Erase an account: every fact through the outboxes, in bounded batches, in the foreground to the end")
+    .argument("<accountId>", "the account to erase", parseUserId)
+    .addOption(new Option("--batch-size <n>", "facts per batch, each one short transaction (default: LEDGER_ERASURE_BATCH_SIZE or 500)").argParser(positiveInteger("--batch-size", 10_000)))
+    .option("--json", "print the final status as JSON")
+    .addHelpText("after", `
+Safe under live traffic (docs/erasure.md): the account reads as missing at once and every write by
+or towards it is refused until the end; posts and comments become tombstones, every like of it and
+of its posts and comments, its follows and requests both ways and its blocks are turned off through
+the outboxes, so every count drops exactly. Resumable: after a crash, run it again (or let serve's
+background job continue). An account erased already is reported as such (exit 0); an unknown id
+is exit 2.`)
+    .action(async (accountId: string, opts: { batchSize?: number; json?: boolean }) => {
+      const { erase } = await import("./commands/erase.ts");
+      setExitCode(await erase(accountId, opts));
     });
 
   program

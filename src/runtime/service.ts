@@ -14,6 +14,7 @@ import type { LayerLog } from "../cache/layer-failures.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
 import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
+import { erasureJob } from "./erasure-job.ts";
 import { countLayerRetentionCap } from "../cache/retention-cap.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { startMetricsServer } from "./metrics-server.ts";
@@ -55,7 +56,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool, options.hooks ? { hooks: options.hooks } : {});
+  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, ...(options.hooks ? { hooks: options.hooks } : {}) });
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
@@ -119,6 +120,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
     ...config.retention, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
   })];
+  // Erasures are started by DELETE /v1/accounts/{id} and continued here, after a restart too.
+  if (options.workers !== false) maintenance.push(erasureJob(ledger.erasure, app.log));
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
     .catch(async (err: unknown) => {
       await app.close().catch(() => undefined);

@@ -10,6 +10,7 @@ import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
+import { erasureJson, erasureSchema } from "./erasure.ts";
 
 /**
  * The follower projection against the truth, or null while the projection lags (the diff only
@@ -52,7 +53,7 @@ export async function fullAudit(ledger: Ledger) {
 // keep them complete, or mark objects additionalProperties: true).
 const integer = { type: "integer" } as const;
 const statusResponse = named("AdminStatus", {
-  type: "object", required: ["partitions", "views", "transactionRetries"],
+  type: "object", required: ["partitions", "views", "transactionRetries", "erasures"],
   properties: {
     partitions: integer,
     views: {
@@ -63,6 +64,7 @@ const statusResponse = named("AdminStatus", {
       }),
     },
     transactionRetries: integer,
+    erasures: { type: "array", description: "account erasures running (oldest first), then the last 20 done", items: erasureSchema },
   },
 });
 const auditResponse = named("AuditReport", {
@@ -111,7 +113,8 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
   }, async (request) => {
     requireAdmin(request);
     const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
-    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries };
+    const erasures = (await ledger.erasure.list()).map(erasureJson);
+    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries, erasures };
   });
 
   app.get("/v1/admin/audit", {
