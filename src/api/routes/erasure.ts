@@ -1,14 +1,14 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { RateLimits } from "../context.ts";
 import { requireCaller, requireSelfOrAdmin } from "../auth.ts";
-import { bearer, errors, idParams, named } from "../schemas.ts";
+import { bearer, errors, idParams, named, namedWriteAnswer } from "../schemas.ts";
 import { ERASURE_PHASES, type ErasureStatus } from "../../erasure/erasure-service.ts";
 import { ErasureNotFoundError } from "../../erasure/erasure-errors.ts";
 
 const integer = { type: "integer" } as const;
 const dateTime = { type: "string", format: "date-time" } as const;
 
-export const erasureSchema = named("Erasure", {
+const erasure = {
   type: "object", required: ["accountId", "phase", "done", "remaining", "total", "batches", "requestedBy", "startedAt", "updatedAt", "finishedAt"],
   properties: {
     accountId: { type: "string" },
@@ -21,7 +21,11 @@ export const erasureSchema = named("Erasure", {
     startedAt: dateTime, updatedAt: dateTime,
     finishedAt: { ...dateTime, nullable: true },
   },
-});
+};
+/** An erasure's record: GET /v1/accounts/{id}/erasure and the `erasures` of GET /v1/admin/status. */
+export const erasureSchema = named("Erasure", erasure);
+/** DELETE /v1/accounts/{id}'s answer: the record, as a write's answer. */
+const erasureAnswer = namedWriteAnswer("ErasureAnswer", erasure);
 
 export function erasureJson(s: ErasureStatus) {
   return { ...s, startedAt: s.startedAt.toISOString(), updatedAt: s.updatedAt.toISOString(), finishedAt: s.finishedAt?.toISOString() ?? null };
@@ -46,7 +50,7 @@ export async function erasureRoutes(app: FastifyInstance, opts: RateLimits): Pro
       tags: ["relations"],
       summary: "Erase an account (the account itself or an admin): 200 when done within the request, else 202 with Location; every fact goes through the outboxes, so every count drops exactly",
       security: bearer, params: idParams,
-      response: { 200: erasureSchema, 202: erasureSchema, ...errors(400, 401, 403, 404, 429) },
+      response: { 200: erasureAnswer, 202: erasureAnswer, ...errors(400, 401, 403, 404, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: IdRequest, reply: FastifyReply) => {
