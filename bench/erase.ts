@@ -97,7 +97,16 @@ try {
     const during = liveWrites(ledger, erasureDone);
     const e0 = performance.now();
     const started = await ledger.erasure.start("eve", "cli");
-    const status = await ledger.erasure.run("eve");
+    // One batch at a time (what run() does), timed per phase.
+    const perPhase = new Map<string, { batches: number; facts: number; ms: number }>();
+    for (;;) {
+      const b0 = performance.now();
+      const batch = await ledger.erasure.step("eve");
+      const entry = perPhase.get(batch.phase) ?? { batches: 0, facts: 0, ms: 0 };
+      perPhase.set(batch.phase, { batches: entry.batches + 1, facts: entry.facts + batch.facts, ms: entry.ms + performance.now() - b0 });
+      if (batch.nextPhase === "done") break;
+    }
+    const status = (await ledger.erasure.status("eve"))!;
     const seconds = (performance.now() - e0) / 1000;
     finished();
     const busy = await during;
@@ -109,6 +118,7 @@ try {
       `erasure: ${status.done} facts (counted at start ${started.status.total}) in ${status.batches} batches of <= ${BATCH}: ${seconds.toFixed(2)} s, ${Math.round(status.done / seconds)} facts/s`,
       `live writes idle:   n=${idle.length} p50=${fmt(percentile(idle, 50))} p99=${fmt(percentile(idle, 99))} max=${fmt(idle.at(-1) ?? NaN)}`,
       `live writes during: n=${busy.length} p50=${fmt(percentile(busy, 50))} p99=${fmt(percentile(busy, 99))} max=${fmt(busy.at(-1) ?? NaN)}`,
+      ...[...perPhase].map(([phase, p]) => `  ${phase.padEnd(14)} ${String(p.facts).padStart(7)} facts in ${String(p.batches).padStart(4)} batches: ${(p.ms / 1000).toFixed(2)} s, ${(p.ms / p.batches).toFixed(1)} ms per batch`),
       `audit after draining: ${audit.clean ? "clean" : "NOT CLEAN " + JSON.stringify(audit)}`,
     ].join("\n") + "\n");
     if (!audit.clean || status.phase !== "done") process.exitCode = 1;
