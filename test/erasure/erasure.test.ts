@@ -12,6 +12,7 @@ import { AccountBeingErasedError } from "../../src/db/errors.ts";
 import { Gate } from "../../src/hooks.ts";
 import { listLikedItems, listLikers } from "../../src/likes/like-reads.ts";
 import { listFollowers, readAccount, relationships } from "../../src/relations/relation-reads.ts";
+import { replaceFunctionText } from "../support/function-mutant.ts";
 import { buildWorld, drain, expectCounts, nonZero, readCounts, type World } from "./fixture.ts";
 
 function eveDelta(w: World) {
@@ -180,6 +181,53 @@ test("erasure: a batch turns off at most batchSize facts in one transaction, and
   assert.deepEqual(rows[0], { n: 2, events: 10 + 3 + 6 });
   // 24 facts in batches of at most 2, plus a batch per phase that found fewer than 2 (or none).
   assert.ok(done.batches >= 12 && done.batches <= 12 + 8, `batches ${done.batches}`);
+  await drain(w.ledger);
+  assert.equal((await fullAudit(w.ledger)).clean, true);
+});
+
+test("negative control: an erasure that turns likes off without their outbox events leaves counts that never drop and an audit that is not clean", async (t) => {
+  const w = await buildWorld({ batchSize: 2 });
+  t.after(() => w.close());
+  await replaceFunctionText(w.db.pool, "erasure_unlike(text[], text[], integer)", [
+    ["FROM numbered nb JOIN moved m USING (part)", "FROM numbered nb JOIN moved m USING (part) WHERE false"],
+  ]);
+  const before = await readCounts(w.db);
+  await w.ledger.erasure.start("eve", "admin");
+  await w.ledger.erasure.run("eve");
+  // The like consumer stops at the first missing sequence number: the gap the mutant left.
+  await assert.rejects(w.ledger.likeConsumer.drain(), /drain stalled/);
+  await w.ledger.projector.drain();
+  await w.ledger.commentConsumer.drain();
+  const after = await readCounts(w.db);
+  assert.equal(after.likes[w.carlPost], before.likes[w.carlPost], "the like count of carl's post did not drop");
+  assert.notDeepEqual(nonZero(after), nonZero(expectCounts(before, eveDelta(w))));
+  const audit = await fullAudit(w.ledger);
+  assert.equal(audit.clean, false);
+  assert.ok(audit.likes.writeSide.seqGapPartitions > 0 && audit.likes.writeSide.versionMismatchPairs > 0, JSON.stringify(audit.likes.writeSide));
+});
+
+test("negative control: without the write guard on likes, eve's like during her erasure is accepted (the refusal test would fail); the finish's check still finds it and goes round again", async (t) => {
+  const w = await buildWorld({ batchSize: 2 });
+  t.after(() => w.close());
+  await replaceFunctionText(w.db.pool, "erasure_guard_like()", [
+    ["IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) OR erasure_writing() THEN", "IF true THEN"],
+  ]);
+  const gate = new Gate("erasure.betweenBatches");
+  let seen = 0;
+  // Park once the likes phase is over: a like then is not found by any later phase.
+  const off = w.hooks.on("erasure.betweenBatches", async (ctx) => {
+    if (ctx.phase === "likes" && ctx.nextPhase === "following" && seen++ === 0) await gate.handler(ctx);
+  });
+  await w.ledger.erasure.start("eve", "admin");
+  const running = w.ledger.erasure.run("eve");
+  await gate.waitArrived();
+  assert.equal((await w.ledger.likes.like("eve", "plain-x")).outcome, "CHANGED");
+  off();
+  gate.release();
+  const status = await running;
+  assert.deepEqual([status.phase, status.total, status.done], ["done", EVE_FACTS + 1, EVE_FACTS + 1]);
+  const { rows } = await w.db.pool.query("SELECT count(*)::int AS n FROM like_fact WHERE user_id = 'eve' AND liked");
+  assert.equal(rows[0]!.n, 0);
   await drain(w.ledger);
   assert.equal((await fullAudit(w.ledger)).clean, true);
 });
