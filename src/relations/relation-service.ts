@@ -84,7 +84,10 @@ export class RelationService {
       let approved = 0;
       if (!created && before.rows[0]!.private && !isPrivate) {
         const pending = await client.query<{ follower: string; version: number }>(
-          "SELECT follower, version FROM relation WHERE followee = $1 AND state = 'PENDING' ORDER BY follower FOR UPDATE",
+          // A request of an account being erased is not approved: its erasure removes it (docs/erasure.md).
+          `SELECT r.follower, r.version FROM relation r WHERE r.followee = $1 AND r.state = 'PENDING'
+              AND NOT EXISTS (SELECT 1 FROM account a WHERE a.account_id = r.follower AND a.erased_state IS NOT NULL)
+            ORDER BY r.follower FOR UPDATE OF r`,
           [accountId],
         );
         for (const row of pending.rows) {

@@ -144,6 +144,8 @@ test("erasure: while it runs, eve reads as missing and every write by or towards
     }, what);
   }
   assert.deepEqual(await seqs(), before);
+  // u2 (private, with eve's request pending) goes public: allowed; eve's request is left to her erasure.
+  assert.deepEqual(await w.ledger.relations.upsertAccount("u2", { private: false }), { accountId: "u2", private: false, created: false, approvedRequests: 0 });
   // Starting again while it runs starts nothing.
   assert.equal((await w.ledger.erasure.start("eve", "self")).outcome, "RUNNING");
   off();
