@@ -42,6 +42,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
   { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
+  { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "facts an account erasure turns off per batch (one short transaction)" },
   { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
   { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
   { name: "LEDGER_ALARM_CONSUMER_FAILURES", shown: "5", meaning: "dashboard: a consumer failing this many passes in a row turns the header red" },
@@ -127,6 +128,8 @@ export interface Config {
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
+  /** LEDGER_ERASURE_BATCH_SIZE: facts per batch of an account erasure (docs/erasure.md). */
+  erasureBatchSize: number;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
   retention: { keepLast: number; keepSeconds: number };
   /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
@@ -324,6 +327,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, numericDefault("LEDGER_AUDIT_EVERY_SECONDS"), 0, 86_400),
     },
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
+    erasureBatchSize: integer("LEDGER_ERASURE_BATCH_SIZE", env.LEDGER_ERASURE_BATCH_SIZE, numericDefault("LEDGER_ERASURE_BATCH_SIZE"), 1, 10_000),
     retention: {
       keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, numericDefault("LEDGER_RETENTION_KEEP_EVENTS"), 0, 1_000_000_000),
       keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, numericDefault("LEDGER_RETENTION_KEEP_SECONDS"), 0, 31_536_000),

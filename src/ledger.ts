@@ -9,6 +9,7 @@ import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
 import { LikeService } from "./likes/like-service.ts";
 import { PostService } from "./content/posts.ts";
+import { ErasureService } from "./erasure/erasure-service.ts";
 import { RelationProjector } from "./relations/projector.ts";
 import { RelationService } from "./relations/relation-service.ts";
 import { NotificationFeed } from "./notifications/notification-consumer.ts";
@@ -31,9 +32,10 @@ export interface Ledger {
   commentRebuild: CounterRebuild;
   notifications: NotificationFeed;
   notificationRebuild: NotificationRebuild;
+  erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): Promise<Ledger> {
+export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number } = {}): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
   return {
     pool,
@@ -50,6 +52,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks } = {}): P
     commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
     notifications: new NotificationFeed(pool, { hooks }),
     notificationRebuild: new NotificationRebuild(pool, { hooks }),
+    erasure: await ErasureService.open(pool, { hooks, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
   };
 }
 

@@ -33,6 +33,7 @@ import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
 import { notificationRoutes } from "./routes/notifications.ts";
+import { erasureRoutes } from "./routes/erasure.ts";
 import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
@@ -237,6 +238,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   if (opts.metricsOnApi !== false) await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
+  await app.register(erasureRoutes, limits);
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
   await app.register(notificationRoutes, limits);

@@ -60,6 +60,7 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
     ITEM_NOT_FOUND: "no such item, or one the caller may not see (the two are indistinguishable on purpose)",
     POST_NOT_FOUND: "no such post, or one the caller may not see",
     ACCOUNT_NOT_FOUND: "no such account, or one in a block with the caller",
+    ERASURE_NOT_FOUND: "no erasure of this account was started (or its id belongs to a new account since)",
     NOT_FOUND: "no such route",
     WEBHOOK_NOT_FOUND: "no webhook endpoint with this id",
   },
@@ -71,6 +72,7 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
     REBUILD_IN_PROGRESS: "another rebuild is running",
     REPLAY_BELOW_RETENTION: "the replay position's events are already pruned (the message names the oldest position left)",
     REPLAY_BEYOND_END: "the replay position is past the partition's last event",
+    ACCOUNT_BEING_ERASED: "the account (or the author of the content) is being erased: writes by or towards it are refused until the erasure completes",
   },
   413: { PAYLOAD_TOO_LARGE: "the body is over 64 KiB" },
   415: { UNSUPPORTED_MEDIA_TYPE: "bodies are application/json only" },
@@ -153,6 +155,7 @@ export const RESPONSE_HEADERS = {
   Link: { description: "RFC 8288 `<...>; rel=\"next\"`: the next page, when there is one (its cursor is also nextCursor)", schema: { type: "string" } },
   "x-ledger-freshness": { description: "with read replicas: the freshness token of a write (its `freshness` field); present it on a later read", schema: { type: "string", pattern: LSN_PATTERN } },
   "x-ledger-read-from": { description: "with read replicas: the server that answered a routed read, `primary` or a replica's name", schema: { type: "string" } },
+  Location: { description: "an accepted erasure: where to watch its progress (GET /v1/accounts/{id}/erasure)", schema: { type: "string" } },
   "WWW-Authenticate": { description: "the scheme /metrics expects (with LEDGER_METRICS_TOKEN)", schema: { type: "string" } },
 } as const;
 
@@ -177,6 +180,7 @@ function headersOf(path: string, method: string, op: Operation, status: number, 
     if (named?.properties?.nextCursor) headers.push("Link");
   }
   if (path === "/metrics" && status === 401) headers.push("WWW-Authenticate");
+  if (status === 202) headers.push("Location");
   return headers;
 }
 

@@ -163,6 +163,24 @@ or whose Redis cannot be read, keeps its outbox this time (exit code 0).`)
     });
 
   program
+    .command("erase")
+    .description("Erase an account: every fact through the outboxes, in bounded batches, in the foreground to the end")
+    .argument("<accountId>", "the account to erase", parseUserId)
+    .addOption(new Option("--batch-size <n>", "facts per batch, each one short transaction (default: LEDGER_ERASURE_BATCH_SIZE or 500)").argParser(positiveInteger("--batch-size", 10_000)))
+    .option("--json", "print the final status as JSON")
+    .addHelpText("after", `
+Safe under live traffic (docs/erasure.md): the account reads as missing at once and every write by
+or towards it is refused until the end; posts and comments become tombstones, every like of it and
+of its posts and comments, its follows and requests both ways and its blocks are turned off through
+the outboxes, so every count drops exactly. Resumable: after a crash, run it again (or let serve's
+background job continue). An account erased already is reported as such (exit 0); an unknown id
+is exit 2.`)
+    .action(async (accountId: string, opts: { batchSize?: number; json?: boolean }) => {
+      const { erase } = await import("./commands/erase.ts");
+      setExitCode(await erase(accountId, opts));
+    });
+
+  program
     .command("reconcile")
     .description("Reconcile the Redis counters (REDIS_URL) with the facts once and report the drift it repaired")
     .option("--json", "print the reports as JSON")

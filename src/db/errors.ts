@@ -29,6 +29,12 @@ export class TransactionConflictError extends DatabaseError {}
  */
 export class ConnectionLostError extends DatabaseError {}
 
+/**
+ * SQLSTATE SLE01 of the erasure's write guard (src/erasure): a write by or towards an account
+ * whose erasure is running. Nothing was written; it may be sent again once the erasure is done.
+ */
+export class AccountBeingErasedError extends DatabaseError {}
+
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01"]);
 
 interface PgErrorShape {
@@ -68,6 +74,8 @@ export function mapPgError(err: unknown): unknown {
       return new UniqueViolationError("UNIQUE_VIOLATION", message, err, sqlState, constraint);
     case "23514":
       return new CheckViolationError("CHECK_VIOLATION", message, err, sqlState, constraint);
+    case "SLE01":
+      return new AccountBeingErasedError("ACCOUNT_BEING_ERASED", message, err, sqlState);
     case "40001":
     case "40P01":
       return new TransactionConflictError("TRANSACTION_CONFLICT", message, err, sqlState);

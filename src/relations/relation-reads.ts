@@ -126,11 +126,11 @@ export interface Account {
   hideCollections: boolean;
 }
 
-/** The account's settings, or null when there is no such account. */
+/** The account's settings, or null when there is no such account (an account being erased, or erased, is none: docs/erasure.md). */
 export async function readAccount(db: Pool | PoolClient, accountId: string): Promise<Account | null> {
   validateId("accountId", accountId);
   const { rows } = await db.query<{ private: boolean; hide_collections: boolean }>(
-    "SELECT private, hide_collections FROM account WHERE account_id = $1", [accountId]);
+    "SELECT private, hide_collections FROM account WHERE account_id = $1 AND erased_state IS NULL", [accountId]);
   const row = rows[0];
   return row ? { id: accountId, private: row.private, hideCollections: row.hide_collections } : null;
 }
@@ -144,7 +144,7 @@ export async function followingCount(pool: Pool, accountId: string): Promise<num
 
 /** The ids of `ids` that have no account: an error names only those, never the caller who exists. */
 export async function missingAccounts(db: Pool | PoolClient, ids: string[]): Promise<string[]> {
-  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1)", [ids]);
+  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1) AND erased_state IS NULL", [ids]);
   return [...new Set(ids)].filter((id) => !rows.some((r) => r.account_id === id));
 }
 
@@ -169,7 +169,7 @@ export async function relationships(pool: Pool, viewer: string, others: readonly
             EXISTS (SELECT 1 FROM block WHERE blocker = $1 AND blocked = o.id) AS blocking,
             EXISTS (SELECT 1 FROM block WHERE blocker = o.id AND blocked = $1) AS "blockedBy"
        FROM (SELECT id, min(n) AS n FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) GROUP BY id) AS o
-       JOIN account a ON a.account_id = o.id
+       JOIN account a ON a.account_id = o.id AND a.erased_state IS NULL
        LEFT JOIN relation mine ON mine.follower = $1 AND mine.followee = o.id
        LEFT JOIN relation theirs ON theirs.follower = o.id AND theirs.followee = $1
       ORDER BY o.n`,

@@ -68,10 +68,14 @@ export class RelationService {
       throw new InvalidInputError("private", "must be a boolean");
     }
     return withTransaction(this.pool, async (client) => {
-      const before = await client.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = $1 FOR UPDATE", [accountId]);
+      // An erased account (its row kept, docs/erasure.md) is created anew: `created`, defaults.
+      const before = await client.query<{ private: boolean }>(
+        "SELECT private FROM account WHERE account_id = $1 AND erased_state IS DISTINCT FROM 'ERASED' FOR UPDATE", [accountId]);
       const { rows } = await client.query<{ private: boolean }>(
         `INSERT INTO account (account_id, private) VALUES ($1, coalesce($2, false))
-         ON CONFLICT (account_id) DO UPDATE SET private = coalesce($2, account.private)
+         ON CONFLICT (account_id) DO UPDATE SET
+           private = coalesce($2, CASE WHEN account.erased_state = 'ERASED' THEN false ELSE account.private END),
+           erased_state = CASE WHEN account.erased_state = 'ERASED' THEN NULL ELSE account.erased_state END
          RETURNING private`,
         [accountId, options.private ?? null],
       );
@@ -80,7 +84,10 @@ export class RelationService {
       let approved = 0;
       if (!created && before.rows[0]!.private && !isPrivate) {
         const pending = await client.query<{ follower: string; version: number }>(
-          "SELECT follower, version FROM relation WHERE followee = $1 AND state = 'PENDING' ORDER BY follower FOR UPDATE",
+          // A request of an account being erased is not approved: its erasure removes it (docs/erasure.md).
+          `SELECT r.follower, r.version FROM relation r WHERE r.followee = $1 AND r.state = 'PENDING'
+              AND NOT EXISTS (SELECT 1 FROM account a WHERE a.account_id = r.follower AND a.erased_state IS NOT NULL)
+            ORDER BY r.follower FOR UPDATE OF r`,
           [accountId],
         );
         for (const row of pending.rows) {

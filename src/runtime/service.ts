@@ -14,6 +14,7 @@ import type { LayerLog } from "../cache/layer-failures.ts";
 import type { ReconcileReport } from "../cache/reconciler.ts";
 import { consumerKindOf, observeConsumers } from "./consumer-observer.ts";
 import { pruneJob } from "./prune-job.ts";
+import { erasureJob } from "./erasure-job.ts";
 import { countLayerRetentionCap } from "../cache/retention-cap.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { startMetricsServer } from "./metrics-server.ts";
@@ -56,7 +57,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool, options.hooks ? { hooks: options.hooks } : {});
+  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, ...(options.hooks ? { hooks: options.hooks } : {}) });
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
@@ -129,6 +130,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
     failing: (worker, err) => app.log.warn({ worker, reason: err instanceof Error ? err.message : String(err) }, "webhook delivery pass failed; retrying with backoff"),
     recovered: (worker, outage) => app.log.info({ worker, ...outage }, "webhook delivery resumed"),
   }, options.hooks);
+  // Erasures are started by DELETE /v1/accounts/{id} and continued here, after a restart too.
+  if (options.workers !== false) maintenance.push(erasureJob(ledger.erasure, app.log));
   const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
     .catch(async (err: unknown) => {
       await app.close().catch(() => undefined);

@@ -67,13 +67,13 @@ export interface ApiHarness {
 }
 
 /** `app`: further options of buildApp (timeouts, token lifetime, the metrics token). */
-export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string; app?: Partial<BuildOptions> } = {}): Promise<ApiHarness> {
+export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string; erasureBatchSize?: number; app?: Partial<BuildOptions> } = {}): Promise<ApiHarness> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 1, poolSize: options.poolSize ?? 10 });
   const secret = new Uint8Array(randomBytes(32));
   let app: FastifyInstance | undefined;
   let counts: CountLayer | undefined;
   try {
-    const ledger = await openLedger(db.pool);
+    const ledger = await openLedger(db.pool, options.erasureBatchSize === undefined ? {} : { erasureBatchSize: options.erasureBatchSize });
     const metrics = new LedgerMetrics(db.pool);
     counts = await openCountLayer(db.pool, { redisUrl: options.redisUrl, registry: metrics.registry, localTtlMs: 0 });
     const layer = counts;

@@ -92,7 +92,7 @@ test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operati
 });
 
 /** The response headers the service sends (CORS aside): each one an answer carries must be declared for its route and status. */
-const OUR_HEADERS = ["link", "retry-after", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "x-request-id", "x-ledger-freshness", "x-ledger-read-from", "www-authenticate"];
+const OUR_HEADERS = ["link", "location", "retry-after", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "x-request-id", "x-ledger-freshness", "x-ledger-read-from", "www-authenticate"];
 
 interface Recorded {
   method: string;
@@ -247,6 +247,11 @@ test("api contract: the answers of a walk over every operation, successes and er
   await r("POST", "/v1/admin/webhooks", () => admin.post("/v1/admin/webhooks", { url: "http://127.0.0.1/", events: ["*"] }));
   await r("GET", "/v1/admin/webhooks/whe_none", () => admin.get("/v1/admin/webhooks/whe_none"));
   await r("DELETE", `/v1/admin/webhooks/${hook.id}`, () => admin.delete(`/v1/admin/webhooks/${hook.id}`));
+  // carol has one follow request: erased within the request (200), then her erasure's record.
+  await r("DELETE", "/v1/accounts/carol", () => carol.delete("/v1/accounts/carol"));
+  await r("GET", "/v1/accounts/carol/erasure", () => admin.get("/v1/accounts/carol/erasure"));
+  await r("GET", "/v1/accounts/bob/erasure", () => bob.get("/v1/accounts/bob/erasure"));
+  await r("DELETE", "/v1/accounts/bob", () => alice.delete("/v1/accounts/bob"));
   await r("GET", "/healthz", () => h.request("GET", "/healthz"));
   await r("GET", "/readyz", () => h.request("GET", "/readyz"));
   await r("GET", "/metrics", () => h.request("GET", "/metrics"));
@@ -270,6 +275,16 @@ test("api contract: the answers of a walk over every operation, successes and er
   for (let i = 0; i < 3; i++) await r("PUT", "/v1/items/item-2", () => limitedAdmin.put("/v1/items/item-2"));
   await r("GET", "/metrics", () => limited.request("GET", "/metrics"));
   await r("GET", "/metrics", () => limited.request("GET", "/metrics", { headers: { authorization: "Bearer scrape-secret" } }));
+  // An erasure of more facts than one batch is accepted: 202 with Location.
+  const eraser = await startApi({ erasureBatchSize: 1 });
+  t.after(() => eraser.close());
+  const dora = await eraser.as("dora");
+  await eraser.as("admin-1", { admin: true }).then((a) => createAccounts(a, ["dora", "ed"]));
+  ok(await (await eraser.as("ed")).put("/v1/accounts/me/following/dora"));
+  ok(await dora.put("/v1/accounts/me/following/ed"));
+  const accepted = await r("DELETE", "/v1/accounts/me", () => dora.delete("/v1/accounts/me"));
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.equal(accepted.headers.get("location"), "/v1/accounts/dora/erasure");
 
   const problems = contractProblems(doc, recorded);
   t.diagnostic(`note ${recorded.length} answers checked against ${new Set(recorded.map((x) => `${x.method} ${templateOf(doc, x.method, x.path)}`)).size} operations`);

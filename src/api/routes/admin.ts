@@ -12,6 +12,7 @@ import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/recon
 import type { Ledger } from "../../ledger.ts";
 import { auditNotifications, notificationAuditClean, readNotificationWatermarks } from "../../notifications/notification-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
+import { erasureJson, erasureSchema } from "./erasure.ts";
 
 /**
  * The follower projection against the truth, or null while the projection lags (the diff only
@@ -57,7 +58,7 @@ export async function fullAudit(ledger: Ledger) {
 // keep them complete, or mark objects additionalProperties: true).
 const integer = { type: "integer" } as const;
 const statusResponse = named("AdminStatus", {
-  type: "object", required: ["partitions", "views", "transactionRetries"],
+  type: "object", required: ["partitions", "views", "transactionRetries", "erasures"],
   properties: {
     partitions: integer,
     views: {
@@ -75,6 +76,7 @@ const statusResponse = named("AdminStatus", {
         properties: { source: { type: "string", enum: ["likes", "relations", "comments"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
       }),
     },
+    erasures: { type: "array", description: "account erasures running (oldest first), then the last 20 done", items: erasureSchema },
   },
 });
 const auditResponse = named("AuditReport", {
@@ -148,7 +150,8 @@ export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promi
   }, async (request) => {
     requireAdmin(request);
     const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
-    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries, notifications: await readNotificationWatermarks(ledger.pool) };
+    const erasures = (await ledger.erasure.list()).map(erasureJson);
+    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries, notifications: await readNotificationWatermarks(ledger.pool), erasures };
   });
 
   app.get("/v1/admin/audit", {

@@ -1,0 +1,140 @@
+import type { Pool } from "../db/pool.ts";
+import { withStatementRetry } from "../db/transaction.ts";
+import { readPartitions } from "../db/ledger-config.ts";
+import { Hooks } from "../hooks.ts";
+import { validateId, validateNonNegativeInteger } from "../ids.ts";
+import { InvalidInputError } from "../errors.ts";
+import { AccountNotFoundError } from "../relations/errors.ts";
+
+/** The phases in the order an erasure runs them (docs/erasure.md). */
+export const ERASURE_PHASES = ["posts", "comments", "post_likes", "comment_likes", "likes", "following", "followers", "blocks", "done"] as const;
+export type ErasurePhase = (typeof ERASURE_PHASES)[number];
+export type ErasureRequester = "self" | "admin" | "cli";
+
+export const DEFAULT_ERASURE_BATCH_SIZE = 500;
+export const MAX_ERASURE_BATCH_SIZE = 10_000;
+
+export interface ErasureStatus {
+  accountId: string;
+  phase: ErasurePhase;
+  /** Facts turned off so far. */
+  done: number;
+  /** Facts left, from the count taken at the start. */
+  remaining: number;
+  total: number;
+  batches: number;
+  requestedBy: ErasureRequester;
+  startedAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+}
+
+/** STARTED: this call began it; RUNNING: it was running already; ERASED: it was done already. Neither of the last two writes anything. */
+export type ErasureStart = { outcome: "STARTED" | "RUNNING" | "ERASED"; status: ErasureStatus };
+
+export interface ErasureBatch {
+  phase: ErasurePhase;
+  facts: number;
+  nextPhase: ErasurePhase;
+}
+
+interface StatusRow {
+  account_id: string; phase: ErasurePhase; done: number; total: number; batches: number; requested_by: ErasureRequester;
+  started_at: Date; updated_at: Date; finished_at: Date | null;
+}
+
+const STATUS_COLUMNS = "account_id, phase, done, total, batches, requested_by, started_at, updated_at, finished_at";
+
+function toStatus(r: StatusRow): ErasureStatus {
+  return {
+    accountId: r.account_id, phase: r.phase, done: r.done, remaining: Math.max(0, r.total - r.done), total: r.total,
+    batches: r.batches, requestedBy: r.requested_by, startedAt: r.started_at, updatedAt: r.updated_at, finishedAt: r.finished_at,
+  };
+}
+
+export function validateBatchSize(value: unknown): number {
+  validateNonNegativeInteger("batchSize", value);
+  const n = value as number;
+  if (n < 1 || n > MAX_ERASURE_BATCH_SIZE) throw new InvalidInputError("batchSize", `must be between 1 and ${MAX_ERASURE_BATCH_SIZE}, got ${n}`);
+  return n;
+}
+
+/**
+ * Erasing an account (docs/erasure.md): start() marks it ERASING (reads answer it missing, the
+ * write guard of the erasure migration refuses writes by or towards it) and counts its facts;
+ * step() runs one bounded batch of the current phase as one statement (erasure_step), so each
+ * batch is a short transaction; the state lives in account_erasure, so any process may run the
+ * next batch, after a crash too. The hook point `erasure.betweenBatches` is reached after each
+ * committed batch, with no transaction open.
+ */
+export class ErasureService {
+  private constructor(
+    private readonly pool: Pool,
+    readonly partitions: number,
+    private readonly hooks: Hooks,
+    readonly batchSize: number,
+  ) {}
+
+  static async open(pool: Pool, options: { hooks?: Hooks; batchSize?: number } = {}): Promise<ErasureService> {
+    const batchSize = validateBatchSize(options.batchSize ?? DEFAULT_ERASURE_BATCH_SIZE);
+    return new ErasureService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), batchSize);
+  }
+
+  /** Starts the erasure of `accountId`, or finds it running or done. AccountNotFoundError for an id that never had an account. */
+  async start(accountId: string, requestedBy: ErasureRequester): Promise<ErasureStart> {
+    validateId("accountId", accountId);
+    const { rows } = await withStatementRetry(() => this.pool.query<{ outcome: "NOT_FOUND" | ErasureStart["outcome"] }>(
+      "SELECT erasure_start($1, $2) AS outcome", [accountId, requestedBy]));
+    const outcome = rows[0]!.outcome;
+    if (outcome === "NOT_FOUND") throw new AccountNotFoundError(accountId);
+    return { outcome, status: (await this.status(accountId))! };
+  }
+
+  /** One batch of at most batchSize facts of the current phase (one short transaction). */
+  async step(accountId: string, batchSize = this.batchSize): Promise<ErasureBatch> {
+    validateId("accountId", accountId);
+    validateBatchSize(batchSize);
+    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase }>(
+      "SELECT phase, facts, next_phase FROM erasure_step($1, $2, $3)", [accountId, batchSize, this.partitions]));
+    const batch = { phase: rows[0]!.phase, facts: rows[0]!.facts, nextPhase: rows[0]!.next_phase };
+    await this.hooks.at("erasure.betweenBatches", { accountId, ...batch });
+    return batch;
+  }
+
+  /** Batches until the erasure is done (or `maxBatches` ran); the status afterwards. */
+  async run(accountId: string, options: { maxBatches?: number; onBatch?: (batch: ErasureBatch, status: ErasureStatus) => void } = {}): Promise<ErasureStatus> {
+    for (let n = 0; options.maxBatches === undefined || n < options.maxBatches; n++) {
+      const batch = await this.step(accountId);
+      if (batch.phase === "done" || batch.nextPhase === "done" || (batch.phase as string) === "none") break;
+      if (options.onBatch) options.onBatch(batch, (await this.status(accountId))!);
+    }
+    const status = await this.status(accountId);
+    if (!status) throw new AccountNotFoundError(accountId);
+    return status;
+  }
+
+  /** The erasure's record, or null when none was started (or the id belongs to a new account since). */
+  async status(accountId: string): Promise<ErasureStatus | null> {
+    validateId("accountId", accountId);
+    const { rows } = await this.pool.query<StatusRow>(`SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE account_id = $1`, [accountId]);
+    return rows[0] ? toStatus(rows[0]) : null;
+  }
+
+  /** Running erasures, oldest first, and the last `finished` that are done. */
+  async list(options: { finished?: number } = {}): Promise<ErasureStatus[]> {
+    const { rows } = await this.pool.query<StatusRow>(
+      `(SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE finished_at IS NULL ORDER BY started_at, account_id)
+       UNION ALL
+       (SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE finished_at IS NOT NULL ORDER BY finished_at DESC, account_id LIMIT $1)`,
+      [options.finished ?? 20],
+    );
+    return rows.map(toStatus);
+  }
+
+  /** Accounts whose erasure is running, oldest first: the background job's work. */
+  async running(): Promise<string[]> {
+    const { rows } = await this.pool.query<{ account_id: string }>(
+      "SELECT account_id FROM account_erasure WHERE finished_at IS NULL ORDER BY started_at, account_id");
+    return rows.map((r) => r.account_id);
+  }
+}
