@@ -6,6 +6,7 @@ import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
 import { stablePartition } from "../partition.ts";
 import type { RelationService } from "../relations/relation-service.ts";
 import { setHideCollections } from "../relations/account-settings.ts";
+import { NotificationRebuild } from "../notifications/notification-rebuild.ts";
 import * as sql from "./import-sql.ts";
 
 export class ImportRunningError extends LedgerError {
@@ -17,8 +18,11 @@ export class ImportRunningError extends LedgerError {
 /** Advisory lock key of the apply: one import applies at a time ("importer" in ASCII). */
 const IMPORT_LOCK_KEY = 0x696d706f72746572n.toString();
 
-export type Phase = "accounts" | "items" | "blocks" | "follows" | "likes" | "follow_writes" | "like_writes" | "caches" | "done";
-const PHASES: readonly Phase[] = ["accounts", "items", "blocks", "follows", "likes", "follow_writes", "like_writes", "caches", "done"];
+export type Phase = "accounts" | "items" | "blocks" | "follows" | "likes" | "follow_writes" | "like_writes" | "notifications" | "caches" | "done";
+const PHASES: readonly Phase[] = ["accounts", "items", "blocks", "follows", "likes", "follow_writes", "like_writes", "notifications", "caches", "done"];
+
+/** Recipients per notification rebuild of the notifications phase (one snapshot each). */
+const NOTIFICATION_PAGE = 500;
 
 /** The staged kind each line-walking phase reads. */
 const KIND_OF: Partial<Record<Phase, string>> = {
@@ -82,7 +86,9 @@ export class ImportApply {
         await lock.query("SELECT pg_advisory_lock($1)", [REBUILD_LOCK_KEY]);
         holdsRebuildLock = true;
       }
-      const upto = phase === "caches" ? await this.dropCounters(runId) : await this.nextBatchEnd(runId, KIND_OF[phase]!, state.afterLine);
+      const upto = phase === "caches" ? await this.dropCounters(runId)
+        : phase === "notifications" ? await this.rebuildNotifications(runId)
+        : await this.nextBatchEnd(runId, KIND_OF[phase]!, state.afterLine);
       if (upto === null) {
         if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
         if (holdsRebuildLock) {
@@ -119,6 +125,25 @@ export class ImportApply {
     const { rows } = await this.pool.query<{ kind: string; target: string }>(sql.TOUCHED_TARGETS, [runId, 0, Number.MAX_SAFE_INTEGER]);
     if (rows.length > 0) await this.options.dropCounters(rows);
     await this.addApplied(runId, "caches", rows.length);
+    return null;
+  }
+
+  /**
+   * The notification view of every account the run's lines notify (followees, authors of liked
+   * posts and comments) is rebuilt from the facts: the set-based phases wrote no events for its
+   * consumer to see (docs/import.md, "Notifications"). Idempotent, so a resumed run repeats it
+   * whole (its figure: the recipients whose view changed); null: the phase is over. A notification rebuild already running refuses it
+   * (NOTIFICATION_REBUILD_IN_PROGRESS), and the same command resumes here.
+   */
+  private async rebuildNotifications(runId: number): Promise<null> {
+    const { rows } = await this.pool.query<{ recipient: string }>(sql.NOTIFIED_RECIPIENTS, [runId]);
+    const recipients = rows.map((r) => r.recipient);
+    const rebuild = new NotificationRebuild(this.pool);
+    let changed = 0;
+    for (let i = 0; i < recipients.length; i += NOTIFICATION_PAGE) {
+      changed += (await rebuild.rebuild({ recipients: recipients.slice(i, i + NOTIFICATION_PAGE) })).changed.length;
+    }
+    await this.addApplied(runId, "notifications", changed);
     return null;
   }
 
@@ -196,6 +221,7 @@ export class ImportApply {
         });
         return;
       }
+      case "notifications":
       case "caches":
       case "done":
         return;

@@ -177,3 +177,10 @@ export const UNSATISFIED_LIKES = `
 export const TOUCHED_TARGETS = `
   SELECT DISTINCT CASE s.kind WHEN 'like' THEN 'likes' ELSE 'followers' END AS kind, s.b AS target
     FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow') AND s.line > $2 AND s.line <= $3`;
+
+/** The accounts the run's lines notify: the followees of its follows, the authors of the posts and comments it likes. */
+export const NOTIFIED_RECIPIENTS = `
+  SELECT s.b AS recipient FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow'
+  UNION
+  SELECT a.author FROM import_stage s JOIN notification_item_author a ON a.item_id = s.b WHERE s.run_id = $1 AND s.kind = 'like'
+  ORDER BY 1`;

@@ -13,6 +13,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { fullAudit } from "../../src/api/routes/admin.ts";
+import { readSideClean, writeSideClean } from "../../src/likes/like-audit.ts";
+import { relationAuditClean } from "../../src/relations/relation-audit.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { CliChild, childEnv, pollUntil, processAlive, runCli } from "../cli/cli-child.ts";
@@ -75,7 +77,15 @@ test("import killed -9 mid-apply, then the same command: resumed, exact counts, 
     `SELECT (SELECT phase FROM import_run) AS phase, (SELECT count(*) FROM like_fact WHERE liked)::int AS liked,
             (SELECT coalesce(sum(n), 0) FROM like_count)::int AS counted`);
   assert.deepEqual(mid.rows[0], { phase: "likes", liked: 2 * BATCH, counted: 2 * BATCH }, "two like batches committed, with their counts");
-  assert.equal((await fullAudit(ledger)).clean, true, "the committed part is exact already");
+  // Every fact and count committed so far is exact; only the notification view waits, for its own
+  // phase after the facts (docs/import.md, "Notifications"): it may miss what was imported, never
+  // hold anything extra.
+  const midAudit = await fullAudit(ledger);
+  const { notifications } = midAudit;
+  assert.ok(writeSideClean(midAudit.likes.writeSide) && readSideClean(midAudit.likes.readSide), JSON.stringify(midAudit.likes));
+  assert.ok(relationAuditClean(midAudit.relations.invariants) && midAudit.relations.projectionCaughtUp, JSON.stringify(midAudit.relations));
+  assert.ok(Object.values(midAudit.relations.projectionDiff ?? {}).every((n) => n === 0), "the committed part is exact already");
+  assert.equal(notifications.extra + notifications.differing + notifications.selfNotifications, 0, JSON.stringify(notifications));
 
   const rerun = await runCli(["import", file, "--batch-size", String(BATCH)], env, 120_000);
   assert.equal(rerun.code, 0, rerun.stderr);

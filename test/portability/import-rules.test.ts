@@ -215,6 +215,7 @@ test("imported facts live on: later live writes of the same pairs, the consumers
   await ledger.relations.follow("a", "b");
   await ledger.likeConsumer.drain();
   await ledger.projector.drain();
+  await ledger.notifications.drain();
   assert.equal((await fullAudit(ledger)).clean, true);
   await pruneRetained(db.pool, { keepLast: 0, keepSeconds: 0 });
   const audit = await fullAudit(ledger);

@@ -11,7 +11,7 @@ CREATE TABLE import_run (
   -- The `at` of every fact whose line gives none, fixed once so that a resumed run writes the same.
   imported_at timestamptz NOT NULL,
   -- The next phase to apply, and in it the last staged line applied.
-  phase       text   NOT NULL CHECK (phase IN ('accounts', 'items', 'blocks', 'follows', 'likes', 'follow_writes', 'like_writes', 'caches', 'done')),
+  phase       text   NOT NULL CHECK (phase IN ('accounts', 'items', 'blocks', 'follows', 'likes', 'follow_writes', 'like_writes', 'notifications', 'caches', 'done')),
   after_line  bigint NOT NULL DEFAULT 0,
   applied     jsonb  NOT NULL DEFAULT '{}',
   finished_at timestamptz
