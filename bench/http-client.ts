@@ -11,8 +11,14 @@
  */
 import net from "node:net";
 import { parentPort } from "node:worker_threads";
-import type { HttpRequestSpec } from "./load.ts";
 import { threadCpuMs } from "./thread-cpu.ts";
+
+/** One request the client sends: what bench/load.ts's callers build per operation. */
+export interface HttpRequestSpec {
+  method: "GET" | "PUT" | "DELETE";
+  path: string;
+  authorization: string;
+}
 
 export interface HttpClientJob {
   url: string;

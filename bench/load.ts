@@ -5,7 +5,7 @@
  */
 import { performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
-import type { HttpClientJob, HttpClientReport } from "./http-client.ts";
+import type { HttpClientJob, HttpClientReport, HttpRequestSpec } from "./http-client.ts";
 import { threadCpuMs } from "./thread-cpu.ts";
 
 function cpuUsPerOp(before: number | undefined, after: number | undefined, ops: number): { mainCpuUsPerOp?: number } {
@@ -143,11 +143,7 @@ export async function runInterleaved(
   });
 }
 
-export interface HttpRequestSpec {
-  method: "GET" | "PUT" | "DELETE";
-  path: string;
-  authorization: string;
-}
+export type { HttpRequestSpec } from "./http-client.ts";
 
 let clientThread: Promise<Worker> | undefined;
 
