@@ -189,8 +189,8 @@ export async function pairRelationship(pool: Pool, a: string, b: string): Promis
   validateId("otherId", b);
   const { rows } = await pool.query<Relationship & { a_exists: boolean; b_exists: boolean }>({
     name: "relation_pair_relationship",
-    text: `SELECT EXISTS (SELECT 1 FROM account WHERE account_id = $1) AS a_exists,
-                  EXISTS (SELECT 1 FROM account WHERE account_id = $2) AS b_exists,
+    text: `SELECT EXISTS (SELECT 1 FROM account WHERE account_id = $1 AND erased_state IS NULL) AS a_exists,
+                  EXISTS (SELECT 1 FROM account WHERE account_id = $2 AND erased_state IS NULL) AS b_exists,
                   coalesce(mine.state = 'ACTIVE', false) AS following,
                   coalesce(mine.state = 'PENDING', false) AS requested,
                   coalesce(theirs.state = 'ACTIVE', false) AS "followedBy",
