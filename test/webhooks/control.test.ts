@@ -24,6 +24,7 @@ async function drainConsumers(lab: WebhookLab): Promise<void> {
   await lab.ledger.likeConsumer.drain();
   await lab.ledger.projector.drain();
   await lab.ledger.commentConsumer.drain();
+  await lab.ledger.notifications.drain();
 }
 
 async function likeFloor(lab: WebhookLab, part = 0): Promise<number> {
