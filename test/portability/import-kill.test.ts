@@ -34,15 +34,17 @@ test("import killed -9 mid-apply, then the same command: resumed, exact counts, 
   const ledger = await openLedger(db.pool);
   await ledger.likes.createItem(HELD);
 
-  // 400 likes over 200 users; the held item's likes are like lines 101..150: the third batch only.
+  // 400 likes over 200 users, two each, in user order; the apply walks likes in (user, item)
+  // order, so like lines 101..150 (users u050..u074) are its third batch, and only they like the
+  // held item (one each).
   const facts: object[] = [
     ...ITEMS.map((id) => ({ kind: "item", id })),
     ...Array.from({ length: 20 }, (_, i) => ({ kind: "account", id: `u${String(i).padStart(3, "0")}`, private: i % 5 === 0 })),
     ...Array.from({ length: 19 }, (_, i) => ({ kind: "follow", follower: `u${String(i + 1).padStart(3, "0")}`, followee: "u000", state: "PENDING" })),
   ];
   for (let k = 0; k < 400; k++) {
-    const item = k >= 100 && k < 150 ? HELD : ITEMS[k % ITEMS.length]!;
-    facts.push({ kind: "like", user: `u${String(k % 200).padStart(3, "0")}`, item, at: `2024-01-01T00:${String(Math.floor(k / 60) % 60).padStart(2, "0")}:${String(k % 60).padStart(2, "0")}Z` });
+    const item = k >= 100 && k < 150 && k % 2 === 0 ? HELD : ITEMS[k % ITEMS.length]!;
+    facts.push({ kind: "like", user: `u${String(Math.floor(k / 2)).padStart(3, "0")}`, item, at: `2024-01-01T00:${String(Math.floor(k / 60) % 60).padStart(2, "0")}:${String(k % 60).padStart(2, "0")}Z` });
   }
   const file = path.join(dir, "facts.ndjson");
   await writeFile(file, facts.map((f) => JSON.stringify(f)).join("\n") + "\n");
@@ -56,7 +58,7 @@ test("import killed -9 mid-apply, then the same command: resumed, exact counts, 
     children.push(child);
     const waiting = await pollUntil("the import waits inside its third like batch",
       async () => (await db.pool.query<{ pid: number; phase: string; after: number }>(
-        `SELECT a.pid, r.phase, r.after_line::int AS after FROM pg_stat_activity a, import_run r
+        `SELECT a.pid, r.phase, r.after_ord::int AS after FROM pg_stat_activity a, import_run r
           WHERE a.application_name = 'social-ledger-import' AND a.wait_event_type = 'Lock'`)).rows,
       (rows) => rows.length === 1, 60_000);
     assert.equal(waiting[0]!.phase, "likes");
