@@ -7,7 +7,7 @@
  * database, and prints facts/s of each and their ratio (goal: at least 0.3). A second baseline
  * COPYs the same rows into a table like like_fact with its three indexes (no foreign key): what the
  * indexes alone cost. --profile loads pg_stat_statements and prints the import's statements by
- * total time.
+ * total time, and auto_explain's plans of the slow ones to stderr.
  *
  *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 10000] [--profile]
  *   (default, or --quick: --likes 100000)
@@ -70,8 +70,16 @@ async function* copyRows(): AsyncGenerator<string> {
   yield chunk;
 }
 
+/** pg_stat_statements for the totals, auto_explain for the plan of every statement over half a second. */
+const PROFILE_SETTINGS = {
+  shared_preload_libraries: "pg_stat_statements,auto_explain", "pg_stat_statements.track": "all",
+  "auto_explain.log_min_duration": "500ms", "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on", "auto_explain.log_triggers": "on",
+};
+
 const root = await clusterTempDir("social-ledger-import-bench-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "50", ...(values.profile ? { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "all" } : {}) } });
+const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "50", ...(values.profile ? PROFILE_SETTINGS : {}) },
+  // With --profile, the server's log (auto_explain's plans) goes to stderr.
+  ...(values.profile ? { onLog: (line: string) => process.stderr.write(line) } : {}) });
 const pools: Pool[] = [];
 try {
   const file = path.join(root, "likes.ndjson");

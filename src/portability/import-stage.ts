@@ -74,15 +74,18 @@ const CROSS_LINE_SQL = `
   SELECT line, message, count(*) OVER ()::int AS total FROM bad ORDER BY line LIMIT ${LISTED_BAD_LINES}`;
 
 /**
- * The checked lines into import_stage in (kind, a, b, line) order, numbered by it per kind: the
- * apply's batches are then ranges of the key order of like_fact, relation and their indexes (and
- * of import_stage's own primary key, which this fills from left to right), and a pair's first
- * line comes first, so "the first line of a pair is the fact" holds across batch boundaries.
+ * The checked lines into import_stage in key order, numbered by it per kind (`ord`): likes by
+ * (item, user), so a batch's likes share few items and its like_count upsert writes one row per
+ * (item, partition) instead of nearly one per like (each new row also runs two foreign-key
+ * checks); the other kinds by (a, b), the key order of relation and account. Within a pair the
+ * first line comes first, so "the first line of a pair is the fact" holds across batch
+ * boundaries. import_stage's primary key is filled from left to right.
  */
 const STAGE_SORTED = `
   INSERT INTO import_stage (run_id, kind, ord, line, a, b, state, private, hide, at)
-  SELECT run_id, kind, row_number() OVER (PARTITION BY kind ORDER BY a, b, line), line, a, b, state, private, hide, at
-    FROM import_lines ORDER BY kind, a, b, line`;
+  SELECT run_id, kind, row_number() OVER (PARTITION BY kind ORDER BY CASE WHEN kind = 'like' THEN b END, a, b, line),
+         line, a, b, state, private, hide, at
+    FROM import_lines ORDER BY kind, CASE WHEN kind = 'like' THEN b END, a, b, line`;
 
 export interface StageOptions {
   /** Called every `progressEvery` lines read, and once at the end. */
