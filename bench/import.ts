@@ -9,7 +9,7 @@
  * indexes alone cost. --profile loads pg_stat_statements and prints the import's statements by
  * total time, and auto_explain's plans of the slow ones to stderr.
  *
- *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 10000] [--profile]
+ *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 20000] [--batch-ms 1000] [--profile]
  *   (default, or --quick: --likes 100000)
  */
 import { createReadStream, createWriteStream } from "node:fs";
@@ -25,13 +25,14 @@ import { openLedger } from "../src/ledger.ts";
 import { copyIn } from "../src/portability/copy-in.ts";
 import { importFacts } from "../src/portability/import.ts";
 
-const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, quick: { type: "boolean" }, profile: { type: "boolean" } } });
+const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, "batch-ms": { type: "string" }, quick: { type: "boolean" }, profile: { type: "boolean" } } });
 const LIKES = Number(values.likes ?? 100_000);
 const ITEMS = Number(values.items ?? 10_007);
 const P = Number(values.partitions ?? 16);
-const BATCH = Number(values["batch-size"] ?? 10_000);
+const BATCH = Number(values["batch-size"] ?? 20_000);
+const BATCH_MS = Number(values["batch-ms"] ?? 1_000);
 const USERS = Math.max(1, Math.ceil(LIKES / 10));
-for (const [name, n] of [["--likes", LIKES], ["--items", ITEMS], ["--partitions", P], ["--batch-size", BATCH]] as const) {
+for (const [name, n] of [["--likes", LIKES], ["--items", ITEMS], ["--partitions", P], ["--batch-size", BATCH], ["--batch-ms", BATCH_MS]] as const) {
   if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${name} must be a positive integer`);
 }
 
@@ -99,7 +100,7 @@ try {
   }
 
   const started = performance.now();
-  const report = await importFacts(pool, createReadStream(file), { batchSize: BATCH });
+  const report = await importFacts(pool, createReadStream(file), { batchSize: BATCH, batchMillis: BATCH_MS });
   const importSeconds = (performance.now() - started) / 1000;
   const written = report.applied.likes ?? 0;
   const { rows: profile } = values.profile ? await pool.query<{ ms: number; calls: number; rows: number; query: string }>(
@@ -140,7 +141,7 @@ try {
   const copyRate = copied / copySeconds;
   const indexedRate = indexedCopied / indexedSeconds;
   process.stdout.write(
-    `import bench: ${LIKES} likes over ${ITEMS} items and ${USERS} users, P=${P}, batch ${BATCH}, one embedded cluster\n` +
+    `import bench: ${LIKES} likes over ${ITEMS} items and ${USERS} users, P=${P}, batches of at most ${BATCH} lines and about ${BATCH_MS} ms, one embedded cluster\n` +
     `  import (file -> checks -> COPY staging -> apply with counts): ${written} likes in ${importSeconds.toFixed(2)} s = ${importRate.toFixed(0)} facts/s\n` +
     `  plain COPY of the same rows into a two-column table:        ${copied} rows in ${copySeconds.toFixed(2)} s = ${copyRate.toFixed(0)} rows/s\n` +
     `  COPY of the same rows into like_fact's shape with its 3 indexes: ${indexedCopied} rows in ${indexedSeconds.toFixed(2)} s = ${indexedRate.toFixed(0)} rows/s\n` +

@@ -38,8 +38,14 @@ const KIND_OF: Partial<Record<Phase, string>> = {
 export type Applied = Record<string, number>;
 
 export interface ApplyOptions {
-  /** Staged lines per batch transaction (default 10,000). */
+  /** The most staged lines per batch transaction (default 20,000). */
   batchSize?: number;
+  /**
+   * The time a set-based batch should take (default 1,000 ms), which bounds how long it holds
+   * its locks: the next batch's size is this batch's scaled by budget / time taken, between 100
+   * lines and batchSize, starting at 1,000 lines.
+   */
+  batchMillis?: number;
   /** Called after every batch with the lines applied so far of the run's total. */
   onProgress?: (phase: Phase, linesDone: number) => void;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
@@ -85,6 +91,9 @@ export class ImportApply {
     let state = await this.readState(runId);
     let holdsRebuildLock = false;
     let last: { phase: Phase; ord: number } | undefined;
+    const maxSize = this.options.batchSize ?? 20_000;
+    const budget = this.options.batchMillis ?? 1_000;
+    let size = Math.min(1_000, maxSize);
     while (state.phase !== "done") {
       const phase = state.phase;
       if (phase === "likes" && !holdsRebuildLock) {
@@ -95,7 +104,7 @@ export class ImportApply {
       }
       if (phase !== "caches" && last?.phase !== phase) last = { phase, ord: await this.lastOrd(runId, KIND_OF[phase]!) };
       const upto = phase === "caches" ? await this.dropCounters(runId)
-        : state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + (this.options.batchSize ?? 10_000), last!.ord);
+        : state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + size, last!.ord);
       if (upto === null) {
         if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
         if (holdsRebuildLock) {
@@ -109,7 +118,10 @@ export class ImportApply {
         );
         if (next === "done") await this.pool.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
       } else {
+        const started = performance.now();
         await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);
+        const took = Math.max(1, performance.now() - started);
+        size = Math.max(Math.min(100, maxSize), Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)));
         this.options.onProgress?.(phase, upto);
       }
       state = await this.readState(runId);
