@@ -57,6 +57,7 @@ interface RunState {
   /** The last `ord` of the phase's kind applied. */
   afterOrd: number;
   importedAt: Date;
+  likesLeft: number;
   applied: Applied;
 }
 
@@ -103,8 +104,10 @@ export class ImportApply {
         holdsRebuildLock = true;
       }
       if (phase !== "caches" && last?.phase !== phase) last = { phase, ord: await this.lastOrd(runId, KIND_OF[phase]!) };
+      // Every like line was written set-based: the like_writes phase would only probe and find each liked.
+      const nothingLeft = phase === "like_writes" && state.likesLeft === 0;
       const upto = phase === "caches" ? await this.dropCounters(runId)
-        : state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + size, last!.ord);
+        : nothingLeft || state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + size, last!.ord);
       if (upto === null) {
         if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
         if (holdsRebuildLock) {
@@ -188,7 +191,11 @@ export class ImportApply {
       case "likes":
         await inBatch(async (client) => {
           await client.query(sql.LOCK_LIKE_WATERMARKS, [...range, partitions]);
-          return (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!.written;
+          const { written } = (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!;
+          // ord is dense, so the batch holds upto - after lines.
+          const left = upto - range[1] - written;
+          if (left > 0) await client.query("UPDATE import_run SET likes_left = likes_left + $2 WHERE run_id = $1", [runId, left]);
+          return written;
         });
         return;
       case "follow_writes": {
@@ -243,11 +250,11 @@ export class ImportApply {
   }
 
   private async readState(runId: number): Promise<RunState> {
-    const { rows } = await this.pool.query<{ phase: Phase; after_ord: number; imported_at: Date; applied: Applied }>(
-      "SELECT phase, after_ord, imported_at, applied FROM import_run WHERE run_id = $1", [runId],
+    const { rows } = await this.pool.query<{ phase: Phase; after_ord: string; imported_at: Date; applied: Applied; likes_left: string }>(
+      "SELECT phase, after_ord, imported_at, applied, likes_left FROM import_run WHERE run_id = $1", [runId],
     );
     const r = rows[0]!;
-    return { phase: r.phase, afterOrd: Number(r.after_ord), importedAt: r.imported_at, applied: r.applied };
+    return { phase: r.phase, afterOrd: Number(r.after_ord), importedAt: r.imported_at, applied: r.applied, likesLeft: Number(r.likes_left) };
   }
 }
 

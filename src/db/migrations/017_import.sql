@@ -14,6 +14,9 @@ CREATE TABLE import_run (
   phase       text   NOT NULL CHECK (phase IN ('accounts', 'items', 'blocks', 'follows', 'likes', 'follow_writes', 'like_writes', 'caches', 'done')),
   after_ord   bigint NOT NULL DEFAULT 0,
   applied     jsonb  NOT NULL DEFAULT '{}',
+  -- Like lines the set-based likes phase did not write (history, posts and comments, a pair's later
+  -- lines, pairs liked already): while 0, the like_writes phase has nothing to look for.
+  likes_left  bigint NOT NULL DEFAULT 0,
   finished_at timestamptz
 );
 CREATE SEQUENCE import_run_id;
