@@ -46,8 +46,8 @@ export interface ApplyOptions {
    * lines and batchSize, starting at 1,000 lines.
    */
   batchMillis?: number;
-  /** Called after every batch with the lines applied so far of the run's total. */
-  onProgress?: (phase: Phase, linesDone: number) => void;
+  /** Called after every batch with the phase's lines applied so far and its lines in all (the staged lines of its kind). */
+  onProgress?: (phase: Phase, linesDone: number, phaseLines: number) => void;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
   dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
 }
@@ -125,7 +125,7 @@ export class ImportApply {
         await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);
         const took = Math.max(1, performance.now() - started);
         size = Math.max(Math.min(100, maxSize), Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)));
-        this.options.onProgress?.(phase, upto);
+        this.options.onProgress?.(phase, upto, last!.ord);
       }
       state = await this.readState(runId);
     }

@@ -1,7 +1,7 @@
 /**
  * The set-based statements of the import's apply phases (docs/import.md). Each reads the staged
- * lines of run $1 in the range ($2, $3] of one kind's `ord` (their key order). A fact without history (no row, or the
- * v0 placeholder a rejected write leaves) is written at version 1 together with its history
+ * lines of run $1 in the range ($2, $3] of one kind's `ord` (their key order). A fact without
+ * history (no row, or the v0 placeholder a rejected write leaves) is written at version 1 with its history
  * baseline (like_outbox_pruned / relation_event_pruned: one event, outside the outbox, exactly as
  * retention leaves a pruned prefix), so every audit counts it as one event, and its derived rows
  * (like_count, proj_follower, proj_count) move in the same statement: no outbox event is written,
