@@ -210,7 +210,7 @@ once the follower projection has caught up, the projection against the truth.`)
     .command("import")
     .description("Import existing facts (accounts, items, likes, follows, blocks) from an NDJSON file, one fact a line")
     .argument("<file>", "the file, or - for standard input")
-    .addOption(new Option("--batch-size <n>", "staged lines per apply transaction").argParser(positiveInteger("--batch-size", 1_000_000)).default(5000))
+    .addOption(new Option("--batch-size <n>", "the most staged lines per apply transaction (each is sized to take about a second)").argParser(positiveInteger("--batch-size", 1_000_000)).default(20_000))
     .option("--json", "print the report as JSON")
     .addHelpText("after", `
 Lines: {"kind":"account","id":..,"private":bool,"hideCollections":bool} {"kind":"item","id":..}

@@ -15,6 +15,15 @@ export class ImportRunningError extends LedgerError {
   }
 }
 
+/**
+ * A batch commits without waiting for its WAL flush. Safe because the batch and its cursor are one
+ * transaction: a server crash loses a suffix of commits whole (WAL is replayed in order), each lost
+ * batch with its own cursor, so the resumed run redoes exactly those; and any later commit that read
+ * a batch's rows (a live write waiting on its locks, the next batch) flushes the WAL up to its own
+ * record, the batch's commit included, before it is acknowledged (docs/import.md, "Resumability").
+ */
+const ASYNC_COMMIT = "SET LOCAL synchronous_commit = off";
+
 /** Advisory lock key of the apply: one import applies at a time ("importer" in ASCII). */
 const IMPORT_LOCK_KEY = 0x696d706f72746572n.toString();
 
@@ -33,18 +42,26 @@ const KIND_OF: Partial<Record<Phase, string>> = {
 export type Applied = Record<string, number>;
 
 export interface ApplyOptions {
-  /** Staged lines per batch transaction (default 5,000). */
+  /** The most staged lines per batch transaction (default 20,000). */
   batchSize?: number;
-  /** Called after every batch with the lines applied so far of the run's total. */
-  onProgress?: (phase: Phase, linesDone: number) => void;
+  /**
+   * The time a set-based batch should take (default 1,000 ms), which bounds how long it holds
+   * its locks: the next batch's size is this batch's scaled by budget / time taken, between 100
+   * lines and batchSize, starting at 1,000 lines.
+   */
+  batchMillis?: number;
+  /** Called after every batch with the phase's lines applied so far and its lines in all (the staged lines of its kind). */
+  onProgress?: (phase: Phase, linesDone: number, phaseLines: number) => void;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
   dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
 }
 
 interface RunState {
   phase: Phase;
-  afterLine: number;
+  /** The last `ord` of the phase's kind applied. */
+  afterOrd: number;
   importedAt: Date;
+  likesLeft: number;
   applied: Applied;
 }
 
@@ -78,6 +95,10 @@ export class ImportApply {
     const partitions = await readPartitions(this.pool);
     let state = await this.readState(runId);
     let holdsRebuildLock = false;
+    let last: { phase: Phase; ord: number } | undefined;
+    const maxSize = this.options.batchSize ?? 20_000;
+    const budget = this.options.batchMillis ?? 1_000;
+    let size = Math.min(1_000, maxSize);
     while (state.phase !== "done") {
       const phase = state.phase;
       if (phase === "likes" && !holdsRebuildLock) {
@@ -86,9 +107,12 @@ export class ImportApply {
         await lock.query("SELECT pg_advisory_lock($1)", [REBUILD_LOCK_KEY]);
         holdsRebuildLock = true;
       }
+      if (phase !== "caches" && phase !== "notifications" && last?.phase !== phase) last = { phase, ord: await this.lastOrd(runId, KIND_OF[phase]!) };
+      // Every like line was written set-based: the like_writes phase would only probe and find each liked.
+      const nothingLeft = phase === "like_writes" && state.likesLeft === 0;
       const upto = phase === "caches" ? await this.dropCounters(runId)
         : phase === "notifications" ? await this.rebuildNotifications(runId)
-        : await this.nextBatchEnd(runId, KIND_OF[phase]!, state.afterLine);
+        : nothingLeft || state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + size, last!.ord);
       if (upto === null) {
         if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
         if (holdsRebuildLock) {
@@ -97,22 +121,25 @@ export class ImportApply {
         }
         const next = PHASES[PHASES.indexOf(phase) + 1]!;
         await this.pool.query(
-          "UPDATE import_run SET phase = $2, after_line = 0, finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE run_id = $1",
+          "UPDATE import_run SET phase = $2, after_ord = 0, finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE run_id = $1",
           [runId, next],
         );
         if (next === "done") await this.pool.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
       } else {
-        await this.applyBatch(phase, [runId, state.afterLine, upto, KIND_OF[phase]!], state, partitions);
-        this.options.onProgress?.(phase, upto);
+        const started = performance.now();
+        await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);
+        const took = Math.max(1, performance.now() - started);
+        size = Math.max(Math.min(100, maxSize), Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)));
+        this.options.onProgress?.(phase, upto, last!.ord);
       }
       state = await this.readState(runId);
     }
     return state.applied;
   }
 
-  private async nextBatchEnd(runId: number, kind: string, afterLine: number): Promise<number | null> {
-    const { rows } = await this.pool.query<{ upto: number | null }>(sql.NEXT_BATCH_END, [runId, kind, afterLine, this.options.batchSize ?? 5_000]);
-    return rows[0]!.upto;
+  private async lastOrd(runId: number, kind: string): Promise<number> {
+    const { rows } = await this.pool.query<{ last: string }>(sql.LAST_ORD, [runId, kind]);
+    return Number(rows[0]!.last);
   }
 
   /**
@@ -122,7 +149,7 @@ export class ImportApply {
    */
   private async dropCounters(runId: number): Promise<null> {
     if (!this.options.dropCounters) return null;
-    const { rows } = await this.pool.query<{ kind: string; target: string }>(sql.TOUCHED_TARGETS, [runId, 0, Number.MAX_SAFE_INTEGER]);
+    const { rows } = await this.pool.query<{ kind: string; target: string }>(sql.TOUCHED_TARGETS, [runId]);
     if (rows.length > 0) await this.options.dropCounters(rows);
     await this.addApplied(runId, "caches", rows.length);
     return null;
@@ -152,6 +179,7 @@ export class ImportApply {
     const [runId, , upto] = range;
     const at = state.importedAt;
     const inBatch = (work: (client: PoolClient) => Promise<number>) => withTransaction(this.pool, async (client) => {
+      await client.query(ASYNC_COMMIT);
       const written = await work(client);
       await this.advance(client, runId, upto, phase, written);
     });
@@ -187,7 +215,11 @@ export class ImportApply {
       case "likes":
         await inBatch(async (client) => {
           await client.query(sql.LOCK_LIKE_WATERMARKS, [...range, partitions]);
-          return (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!.written;
+          const { written } = (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!;
+          // ord is dense, so the batch holds upto - after lines.
+          const left = upto - range[1] - written;
+          if (left > 0) await client.query("UPDATE import_run SET likes_left = likes_left + $2 WHERE run_id = $1", [runId, left]);
+          return written;
         });
         return;
       case "follow_writes": {
@@ -200,7 +232,10 @@ export class ImportApply {
           if (result.outcome === "CHANGED") written++;
           if (r.state === "ACTIVE" && result.state === "PENDING") await this.relations.decide(r.followee, r.follower, true);
         }
-        await withTransaction(this.pool, (client) => this.advance(client, runId, upto, phase, written));
+        await withTransaction(this.pool, async (client) => {
+          await client.query(ASYNC_COMMIT);
+          await this.advance(client, runId, upto, phase, written);
+        });
         return;
       }
       case "like_writes": {
@@ -229,8 +264,10 @@ export class ImportApply {
   }
 
   private async advance(client: PoolClient, runId: number, upto: number, phase: Phase, written: number): Promise<void> {
-    await client.query("UPDATE import_run SET after_line = $2 WHERE run_id = $1", [runId, upto]);
-    await addAppliedOn(client, runId, phase, written);
+    await client.query(
+      "UPDATE import_run SET after_ord = $2, applied = jsonb_set(applied, ARRAY[$3], to_jsonb(coalesce((applied ->> $3)::bigint, 0) + $4)) WHERE run_id = $1",
+      [runId, upto, phase, written],
+    );
   }
 
   private async addApplied(runId: number, key: string, n: number): Promise<void> {
@@ -238,11 +275,11 @@ export class ImportApply {
   }
 
   private async readState(runId: number): Promise<RunState> {
-    const { rows } = await this.pool.query<{ phase: Phase; after_line: number; imported_at: Date; applied: Applied }>(
-      "SELECT phase, after_line, imported_at, applied FROM import_run WHERE run_id = $1", [runId],
+    const { rows } = await this.pool.query<{ phase: Phase; after_ord: string; imported_at: Date; applied: Applied; likes_left: string }>(
+      "SELECT phase, after_ord, imported_at, applied, likes_left FROM import_run WHERE run_id = $1", [runId],
     );
     const r = rows[0]!;
-    return { phase: r.phase, afterLine: Number(r.after_line), importedAt: r.imported_at, applied: r.applied };
+    return { phase: r.phase, afterOrd: Number(r.after_ord), importedAt: r.imported_at, applied: r.applied, likesLeft: Number(r.likes_left) };
   }
 }
 

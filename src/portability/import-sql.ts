@@ -1,7 +1,7 @@
 /**
  * The set-based statements of the import's apply phases (docs/import.md). Each reads the staged
- * lines of run $1 in the line range ($2, $3] of one kind. A fact without history (no row, or the
- * v0 placeholder a rejected write leaves) is written at version 1 together with its history
+ * lines of run $1 in the range ($2, $3] of one kind's `ord` (their key order). A fact without
+ * history (no row, or the v0 placeholder a rejected write leaves) is written at version 1 with its history
  * baseline (like_outbox_pruned / relation_event_pruned: one event, outside the outbox, exactly as
  * retention leaves a pruned prefix), so every audit counts it as one event, and its derived rows
  * (like_count, proj_follower, proj_count) move in the same statement: no outbox event is written,
@@ -9,12 +9,10 @@
  */
 
 /** The range's lines of one kind; $4 the kind. */
-const RANGE = "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.line > $2::bigint AND s.line <= $3::bigint";
+const RANGE = "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.ord > $2::bigint AND s.ord <= $3::bigint";
 
-/** The upper line of the next batch of a kind: $1 run, $2 kind, $3 after, $4 batch size. */
-export const NEXT_BATCH_END = `
-  SELECT max(line)::bigint AS upto FROM (
-    SELECT line FROM import_stage WHERE run_id = $1 AND kind = $2 AND line > $3 ORDER BY line LIMIT $4) b`;
+/** The last `ord` of a kind's staged lines (they are numbered 1..n): $1 run, $2 kind. */
+export const LAST_ORD = "SELECT coalesce(max(ord), 0)::bigint AS last FROM import_stage WHERE run_id = $1 AND kind = $2";
 
 /** New accounts of the range, with the defaults of PUT /v1/accounts/{id}; existing ones are left to the live path. */
 export const INSERT_ACCOUNTS = `
@@ -140,7 +138,7 @@ export const APPLY_LIKES = `
   WITH p AS (
     SELECT DISTINCT ON (s.a, s.b) s.a AS user_id, s.b AS item_id, coalesce(s.at, $6) AS at
       FROM import_stage s JOIN item i ON i.item_id = s.b AND i.kind = 'plain'
-     WHERE s.run_id = $1 AND s.kind = $4 AND s.line > $2 AND s.line <= $3
+     WHERE s.run_id = $1 AND s.kind = $4 AND s.ord > $2 AND s.ord <= $3
      ORDER BY s.a, s.b, s.line),
   ins AS (
     INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
@@ -176,7 +174,7 @@ export const UNSATISFIED_LIKES = `
 /** The counted targets of the run, for the Redis count layer: items liked, accounts followed. */
 export const TOUCHED_TARGETS = `
   SELECT DISTINCT CASE s.kind WHEN 'like' THEN 'likes' ELSE 'followers' END AS kind, s.b AS target
-    FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow') AND s.line > $2 AND s.line <= $3`;
+    FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow')`;
 
 /** The accounts the run's lines notify: the followees of its follows, the authors of the posts and comments it likes. */
 export const NOTIFIED_RECIPIENTS = `

@@ -20,8 +20,8 @@ import { createTestDatabase } from "../support/test-db.ts";
 import { CliChild, childEnv, pollUntil, processAlive, runCli } from "../cli/cli-child.ts";
 
 const BATCH = 50;
-const ITEMS = ["i0", "i1", "i2", "i3"];
-const HELD = "i-held";
+const ITEMS = ["i0", "i2", "i3"];
+const HELD = "i1";
 
 test("import killed -9 mid-apply, then the same command: resumed, exact counts, clean audit", { timeout: 180_000 }, async (t) => {
   const db = await createTestDatabase({ partitions: 4, poolSize: 6 });
@@ -36,15 +36,16 @@ test("import killed -9 mid-apply, then the same command: resumed, exact counts, 
   const ledger = await openLedger(db.pool);
   await ledger.likes.createItem(HELD);
 
-  // 400 likes over 200 users; the held item's likes are like lines 101..150: the third batch only.
+  // 400 likes; the apply walks likes in (item, user) order: i0's 100 likes are its first two
+  // batches, the held item's 50 (i1, created before the import) its third, i2's and i3's the rest.
   const facts: object[] = [
     ...ITEMS.map((id) => ({ kind: "item", id })),
     ...Array.from({ length: 20 }, (_, i) => ({ kind: "account", id: `u${String(i).padStart(3, "0")}`, private: i % 5 === 0 })),
     ...Array.from({ length: 19 }, (_, i) => ({ kind: "follow", follower: `u${String(i + 1).padStart(3, "0")}`, followee: "u000", state: "PENDING" })),
   ];
   for (let k = 0; k < 400; k++) {
-    const item = k >= 100 && k < 150 ? HELD : ITEMS[k % ITEMS.length]!;
-    facts.push({ kind: "like", user: `u${String(k % 200).padStart(3, "0")}`, item, at: `2024-01-01T00:${String(Math.floor(k / 60) % 60).padStart(2, "0")}:${String(k % 60).padStart(2, "0")}Z` });
+    const [item, user] = k < 100 ? ["i0", k] : k < 150 ? [HELD, k - 100] : [k % 2 === 0 ? "i2" : "i3", Math.floor((k - 150) / 2)];
+    facts.push({ kind: "like", user: `u${String(user).padStart(3, "0")}`, item, at: `2024-01-01T00:${String(Math.floor(k / 60) % 60).padStart(2, "0")}:${String(k % 60).padStart(2, "0")}Z` });
   }
   const file = path.join(dir, "facts.ndjson");
   await writeFile(file, facts.map((f) => JSON.stringify(f)).join("\n") + "\n");
@@ -58,7 +59,7 @@ test("import killed -9 mid-apply, then the same command: resumed, exact counts, 
     children.push(child);
     const waiting = await pollUntil("the import waits inside its third like batch",
       async () => (await db.pool.query<{ pid: number; phase: string; after: number }>(
-        `SELECT a.pid, r.phase, r.after_line::int AS after FROM pg_stat_activity a, import_run r
+        `SELECT a.pid, r.phase, r.after_ord::int AS after FROM pg_stat_activity a, import_run r
           WHERE a.application_name = 'social-ledger-import' AND a.wait_event_type = 'Lock'`)).rows,
       (rows) => rows.length === 1, 60_000);
     assert.equal(waiting[0]!.phase, "likes");

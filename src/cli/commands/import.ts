@@ -47,8 +47,9 @@ export async function importCommand(file: string, opts: { batchSize?: number; js
         if (bar && lines > bar.getTotal()) bar.setTotal(lines);
         bar?.update(lines, { phase: "check" });
       },
-      onProgress: (phase, line) => {
-        if (bar && line <= Number.MAX_SAFE_INTEGER / 2) bar.update(line, { phase });
+      onProgress: (phase, done, phaseLines) => {
+        bar?.setTotal(phaseLines);
+        bar?.update(done, { phase });
       },
       ...(store ? { dropCounters: async (targets) => { for (const t of targets) await store.drop(t.kind, t.target); } } : {}),
     });

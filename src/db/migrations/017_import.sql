@@ -10,20 +10,26 @@ CREATE TABLE import_run (
   lines       bigint NOT NULL CHECK (lines >= 0),
   -- The `at` of every fact whose line gives none, fixed once so that a resumed run writes the same.
   imported_at timestamptz NOT NULL,
-  -- The next phase to apply, and in it the last staged line applied.
+  -- The next phase to apply, and in it the last staged row applied (import_stage.ord).
   phase       text   NOT NULL CHECK (phase IN ('accounts', 'items', 'blocks', 'follows', 'likes', 'follow_writes', 'like_writes', 'notifications', 'caches', 'done')),
-  after_line  bigint NOT NULL DEFAULT 0,
+  after_ord   bigint NOT NULL DEFAULT 0,
   applied     jsonb  NOT NULL DEFAULT '{}',
+  -- Like lines the set-based likes phase did not write (history, posts and comments, a pair's later
+  -- lines, pairs liked already): while 0, the like_writes phase has nothing to look for.
+  likes_left  bigint NOT NULL DEFAULT 0,
   finished_at timestamptz
 );
 CREATE SEQUENCE import_run_id;
 
--- The valid lines of a staged file, one row each; deleted when the run is done.
+-- The valid lines of a staged file, one row each; deleted when the run is done. `ord` numbers the
+-- lines of a kind in (a, b, line) order, the key order of the tables they are written to, and the
+-- apply walks them by it: each batch's index inserts are neighbours, not a random sample.
 --   account: a = id, private, hide (NULL: not given)   item: a = id
 --   like: a = user, b = item   follow: a = follower, b = followee, state   block: a = blocker, b = blocked
 CREATE TABLE import_stage (
   run_id  bigint  NOT NULL,
   kind    text    NOT NULL CHECK (kind IN ('account', 'item', 'like', 'follow', 'block')),
+  ord     bigint  NOT NULL,
   line    bigint  NOT NULL,
   a       text    NOT NULL,
   b       text,
@@ -31,5 +37,5 @@ CREATE TABLE import_stage (
   private boolean,
   hide    boolean,
   at      timestamptz,
-  PRIMARY KEY (run_id, kind, line)
+  PRIMARY KEY (run_id, kind, ord)
 );
