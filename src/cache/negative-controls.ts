@@ -2,6 +2,7 @@ import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CountStore } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
+import type { BatchInstall } from "./reconciler.ts";
 
 /**
  * Seed 003's naive repair, kept to show what the split counter prevents: recount the facts and
@@ -19,3 +20,18 @@ export async function naiveRecountAndOverwrite(pool: Pool, store: CountStore, ki
   }
   await store.redis.sendCommand(["HSET", key, "base", String(rows[0]!.n)]);
 }
+
+/**
+ * A batched install that gives up on the whole batch when one target fails (Promise.all): every
+ * target of the batch is then reported failed and dropped, the good ones with the bad one. The
+ * reconciler's installBatch reports the failing target alone; test/cache/reconcile-batch.test.ts
+ * runs both.
+ */
+export const installBatchAllOrNothing: BatchInstall = async (store, kind, entries, bound) => {
+  try {
+    const outcomes = await Promise.all(entries.map((e) => store.install(kind, e.target, e.truth, bound, true)));
+    return outcomes.map((value) => ({ status: "fulfilled", value }));
+  } catch (reason) {
+    return entries.map(() => ({ status: "rejected", reason }));
+  }
+};

@@ -2,7 +2,7 @@ import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
 import { cursorKey, reconciledKey } from "./count-keys.ts";
-import type { CountStore } from "./count-store.ts";
+import type { CountStore, InstallOutcome } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
 import { reasonOf, type FailureSink } from "./layer-failures.ts";
 
@@ -29,8 +29,18 @@ export interface ReconcileReport {
   failed: FailedTarget[];
 }
 
+/** Installs a batch's truths at one boundary: one outcome per entry, in order (a failure is that entry's alone). */
+export type BatchInstall = (
+  store: CountStore, kind: string, entries: readonly { target: string; truth: number }[], bound: readonly number[],
+) => Promise<PromiseSettledResult<InstallOutcome>[]>;
+
+/** The reconciler's install: CountStore.installBatch, over counters that exist (a run creates none). */
+export const installBatch: BatchInstall = (store, kind, entries, bound) => store.installBatch(kind, entries, bound, true);
+
 export interface ReconcilerOptions {
   hooks?: Hooks;
+  /** How a batch is installed (default installBatch); the bench passes the one-target-at-a-time path to compare. */
+  install?: BatchInstall;
   metrics?: CacheMetrics;
   batchSize?: number;
   /** Drifted counters in one run above which the alert metric goes to 1 and a line is logged. */
@@ -46,7 +56,8 @@ export interface ReconcilerOptions {
  * the counters they describe), so a run costs what changed, not how many targets exist. The
  * boundary per partition is the lower of the outbox position and the feeder's cursor: committed
  * and past the hot path. Per batch one statement reads the truth over exactly the events <= it
- * (the facts minus the committed events above it). The install script puts
+ * (the facts minus the committed events above it; a named statement, planned once per
+ * connection), and one pipelined round trip installs it (installBatch). The install script puts
  * the truth in base and keeps only the logged live increments above the boundary, atomically,
  * so increments racing with the run are never lost. Drift (truth minus what the counter showed
  * for the same events) is measured before the repair and recorded in count_drift_history.
@@ -91,20 +102,24 @@ export class Reconciler {
     ]);
     const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [], failed: [] };
     const batchSize = this.options.batchSize ?? 500;
+    const install = this.options.install ?? installBatch;
+    const truthStatement = { name: `reconcile-truth-${kind.name}`, text: kind.truthSql };
     for (let i = 0; i < changed.length; i += batchSize) {
       const targets = changed.slice(i, i + batchSize).map((r) => r.target);
-      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [targets, bound]);
+      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>({ ...truthStatement, values: [targets, bound] });
       await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
-      for (const row of rows) {
-        const outcome = await this.store.install(kind.name, row.target, row.n, row.bound.map(Number), true).catch(async (err: unknown) => {
-          report.failed.push(await this.dropFailed(kind.name, row.target, err));
-          return undefined;
-        });
-        if (outcome?.status !== "installed") continue;
+      // One statement gave every row the same boundary (its snapshot's), so the batch installs at rows[0]'s.
+      const batchBound = rows[0]?.bound.map(Number) ?? [];
+      const outcomes = rows.length === 0 ? [] : await install(this.store, kind.name, rows.map((r) => ({ target: r.target, truth: r.n })), batchBound);
+      const failed = rows.flatMap((row, j) => outcomes[j]!.status === "rejected" ? [{ target: row.target, error: (outcomes[j] as PromiseRejectedResult).reason }] : []);
+      report.failed.push(...await Promise.all(failed.map((f) => this.dropFailed(kind.name, f.target, f.error))));
+      rows.forEach((row, j) => {
+        const outcome = outcomes[j]!;
+        if (outcome.status !== "fulfilled" || outcome.value.status !== "installed") return;
         report.installed++;
-        const drift = row.n - outcome.displayedSettled;
-        if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.displayedSettled, drift });
-      }
+        const drift = row.n - outcome.value.displayedSettled;
+        if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.value.displayedSettled, drift });
+      });
       // Staggered: the next batch waits for the event loop, so reads are not starved by a large run.
       await new Promise((resolve) => setImmediate(resolve));
     }
