@@ -63,13 +63,13 @@ return 1`;
  * when a newer boundary was installed already, else drop the logged increments at or below the
  * bounds (the new base absorbs them) and sum the ones above into `above`.
  */
-function settleLogLua(boundsAt: number): string {
-  return `if exists then
+function settleLogLua(boundsAt: number, checkBounds = true): string {
+  return `${checkBounds ? `if exists then
   for p = ${boundsAt}, #ARGV do
     if hint(KEYS[1], 'w' .. (p - ${boundsAt})) > tonumber(ARGV[p]) then return {3, 0} end
   end
 end
-local above, absorbed = 0, {}
+` : ""}local above, absorbed = 0, {}
 local log = redis.call('HGETALL', KEYS[2])
 for i = 1, #log, 2 do
   local field = log[i]
@@ -79,8 +79,9 @@ for i = 1, #log, 2 do
   local bound = tonumber(ARGV[${boundsAt} + tonumber(part)])
   if bound ~= nil and tonumber(seq) <= bound then absorbed[#absorbed + 1] = field else above = above + delta end
 end
--- Only after every entry was read as well-formed: a refused script writes nothing.
-for _, field in ipairs(absorbed) do redis.call('HDEL', KEYS[2], field) end
+-- Only after every entry was read as well-formed: a refused script writes nothing. In slices:
+-- unpack() is bounded by Lua's C stack.
+for i = 1, #absorbed, 1000 do redis.call('HDEL', KEYS[2], unpack(absorbed, i, math.min(i + 999, #absorbed))) end
 redis.call('PERSIST', KEYS[2])
 `;
 }
@@ -98,13 +99,25 @@ local exists = redis.call('EXISTS', KEYS[1]) == 1
 if not exists and onlyExisting then return {2, 0} end
 local displayed = 0
 if exists then
-  displayed = hint(KEYS[1], 'base')
-  for i = 0, n - 1 do displayed = displayed + hint(KEYS[1], 'b' .. i) end
+  -- One HMGET of base, the buckets and the boundaries (a script's cost is its calls).
+  local fields = {'base'}
+  for i = 0, n - 1 do fields[#fields + 1] = 'b' .. i end
+  for p = 5, #ARGV do fields[#fields + 1] = 'w' .. (p - 5) end
+  local values = redis.call('HMGET', KEYS[1], unpack(fields))
+  for i = 1, n + 1 do displayed = displayed + int(KEYS[1], fields[i], values[i]) end
+  for p = 5, #ARGV do
+    if int(KEYS[1], fields[n + p - 3], values[n + p - 3]) > tonumber(ARGV[p]) then return {3, 0} end
+  end
 end
-${settleLogLua(5)}displayed = displayed - above
-for i = 1, n - 1 do redis.call('HDEL', KEYS[1], 'b' .. i) end
-redis.call('HSET', KEYS[1], 'base', truth, 'at', now, 'b0', above)
-for p = 5, #ARGV do redis.call('HSET', KEYS[1], 'w' .. (p - 5), ARGV[p]) end
+${settleLogLua(5, false)}displayed = displayed - above
+if n > 1 then
+  local stale = {}
+  for i = 1, n - 1 do stale[i] = 'b' .. i end
+  redis.call('HDEL', KEYS[1], unpack(stale))
+end
+local set = {'base', truth, 'at', now, 'b0', above}
+for p = 5, #ARGV do set[#set + 1] = 'w' .. (p - 5); set[#set + 1] = ARGV[p] end
+redis.call('HSET', KEYS[1], unpack(set))
 if exists then return {0, displayed} end
 return {1, 0}`;
 
