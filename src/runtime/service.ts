@@ -3,7 +3,7 @@ import { buildApp } from "../api/app.ts";
 import { ReplicaMetrics } from "../replicas/replica-metrics.ts";
 import { ReplicaRouter } from "../replicas/replica-router.ts";
 import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.ts";
-import { fullAudit } from "../api/routes/admin.ts";
+import { incrementalAudit } from "../audit/incremental-audit.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
 import { logLevel, type Config } from "../config.ts";
 import type { Hooks } from "../hooks.ts";
@@ -75,7 +75,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
   let logDashboard: (err: unknown, what: string) => void = () => undefined;
   const dashboard = new DashboardSampler({
     pool: database.pool, metrics,
-    audit: () => fullAudit(ledger),
+    // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
+    audit: () => incrementalAudit(database.pool),
     // The dashboard plots the counted views and the projection; the notification loops' health is in /metrics.
     consumers: () => consumerLoops.flatMap((w) => {
       const kind = consumerKindOf(w.name);

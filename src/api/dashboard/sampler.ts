@@ -15,14 +15,14 @@ export interface SamplerOptions {
   historyMs?: number;
   /** Alarm thresholds of the header (default: lag 60 s, 5 failed passes in a row). */
   thresholds?: Partial<AlarmThresholds>;
-  /** Run the full audit every this many ms; undefined or 0: only audits asked for through the API are shown. */
+  /** Run the periodic audit every this many ms; undefined or 0: only audits asked for through the API are shown. */
   auditEveryMs?: number;
 }
 
 export interface SamplerSources {
   pool: Pool;
   metrics: LedgerMetrics;
-  /** The full audit, for the periodic one (the service passes fullAudit). */
+  /** The periodic audit (the service passes incrementalAudit: what changed since its last run, plus a rotating sample). */
   audit?: () => Promise<{ clean: boolean }>;
   /** The consumer loops of this process, read at each sample (none in a process without workers). */
   consumers?: () => ConsumerLoopState[];
