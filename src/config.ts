@@ -46,7 +46,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
   { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
   { name: "LEDGER_ALARM_CONSUMER_FAILURES", shown: "5", meaning: "dashboard: a consumer failing this many passes in a row turns the header red" },
-  { name: "LEDGER_AUDIT_EVERY_SECONDS", shown: "300", meaning: "the service runs the full audit this often for the dashboard; 0: only when asked" },
+  { name: "LEDGER_AUDIT_EVERY_SECONDS", shown: "300", meaning: "the service runs the periodic audit (what changed since its last run, plus a rotating sample; docs/counters.md) this often for the dashboard; 0: only when asked" },
   { name: "REDIS_URL", shown: "unset", meaning: "serve like, follower and comment counts from this Redis (redis+cluster:// for a cluster)" },
   { name: "LEDGER_REDIS_ALLOW_EVICTION", shown: "unset", meaning: "1: start even when Redis's maxmemory-policy is allkeys-*" },
   { name: "LEDGER_COUNT_BUCKETS", shown: "16", meaning: "live-delta buckets per Redis counter (hot keys)" },
@@ -123,7 +123,7 @@ export interface Config {
     lagAlarmSeconds: number;
     /** LEDGER_ALARM_CONSUMER_FAILURES: a consumer loop failing this many passes in a row. */
     consumerFailureAlarm: number;
-    /** LEDGER_AUDIT_EVERY_SECONDS: the full audit's period; 0: only audits asked for through the API. */
+    /** LEDGER_AUDIT_EVERY_SECONDS: the periodic (incremental) audit's period; 0: only audits asked for through the API. */
     auditEverySeconds: number;
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
