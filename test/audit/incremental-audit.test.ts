@@ -121,3 +121,30 @@ test("O(change): over 5k like events the incremental write-side statement reads 
   assert.ok(incremental <= 10, `the incremental form read ${incremental} outbox rows for one new event`);
   assert.ok(full >= 5000, `control: the full form reads the history (${full})`);
 });
+
+test("comments and notifications: a drift in a changed post's count and a changed pair's notification is found; the same in untouched ones waits for the full audit", async (t) => {
+  const { db, ledger } = await world(t);
+  const touched = (await ledger.posts.createPost("alice", "PUBLIC", "touched")).postId;
+  const untouched = (await ledger.posts.createPost("alice", "PUBLIC", "untouched")).postId;
+  await ledger.comments.create("bob", touched, "one");
+  await ledger.comments.create("bob", untouched, "one");
+  await drain(ledger);
+  assert.equal((await incrementalAudit(db.pool, { sample: 0 })).clean, true);
+  await ledger.comments.create("carol", touched, "two");
+  await ledger.likes.like("carol", touched);
+  await ledger.likes.like("carol", untouched);
+  await drain(ledger);
+  assert.equal((await incrementalAudit(db.pool, { sample: 0 })).clean, true, "the changes alone are clean");
+  await ledger.comments.create("dave", touched, "three");
+  await ledger.likes.like("dave", touched);
+  await drain(ledger);
+  await db.pool.query("UPDATE comment_count SET n = n + 2 WHERE (post_id, part) IN (SELECT post_id, min(part) FROM comment_count WHERE post_id IN ($1, $2) GROUP BY 1)", [touched, untouched]);
+  // A notification's recipient rewritten: dave's like of the touched post (changed) and carol's like of the untouched one.
+  await db.pool.query("UPDATE notification SET recipient = 'bob' WHERE source = 'like' AND ((actor = 'dave' AND subject = $1) OR (actor = 'carol' AND subject = $2))", [touched, untouched]);
+  const report = await incrementalAudit(db.pool, { sample: 0 });
+  assert.equal(report.comments.countMismatchKeys, 1, JSON.stringify(report.comments));
+  assert.equal(report.notifications.differing, 1, JSON.stringify(report.notifications));
+  const full = await fullAudit(ledger);
+  assert.equal(full.comments.countMismatchKeys, 2);
+  assert.equal(full.notifications.differing, 2);
+});
