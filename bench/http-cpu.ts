@@ -5,7 +5,7 @@
  * server thread for each kind (docs/write-path.md "The HTTP like path").
  *
  *   node --import tsx bench/http-cpu.ts [--requests n] [--rounds r] [--connections c] [--partitions p]
- *        [--log] [--profile DIR] [--compare CHECKOUT]
+ *        [--log] [--profile DIR] [--compare CHECKOUT] [--sample-waits]
  *
  * The server and the library run on this process's main thread; the HTTP client runs in a worker
  * thread (bench/http-client.ts), so "server µs" is the main thread's CPU per request: fastify,
@@ -16,6 +16,9 @@
  * --compare serves the same requests also from another checkout's src/api/app.ts (the same
  * ledger and database, another port), its kinds taking turns with this one's: a before/after
  * of the HTTP layer measured in the same minutes of a shared machine (e.g. --compare /work/main).
+ * --sample-waits also runs every kind with the write rows' pg_stat_activity sampler
+ * (bench/wait-events.ts) on this thread, as bench/run.ts does: what it adds to the main
+ * thread's CPU per operation.
  */
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -33,6 +36,7 @@ import { createPool } from "../src/db/pool.ts";
 import { openLedger } from "../src/ledger.ts";
 import { cleanup, started } from "./lifecycle.ts";
 import { runFixedCount, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
+import { sampleWaits } from "./wait-events.ts";
 
 const { values } = parseArgs({
   options: {
@@ -43,6 +47,7 @@ const { values } = parseArgs({
     log: { type: "boolean", default: false },
     profile: { type: "string" },
     compare: { type: "string" },
+    "sample-waits": { type: "boolean", default: false },
   },
 });
 const requests = Number(values.requests);
@@ -56,7 +61,8 @@ const item = (n: number) => `item-${n}`;
 
 interface Kind {
   name: string;
-  run: (round: number) => Promise<Figures>;
+  run: () => Promise<Figures>;
+  sampleWaits?: boolean;
 }
 
 async function main(): Promise<void> {
@@ -66,7 +72,7 @@ async function main(): Promise<void> {
   started.cluster = await started.starting;
   started.admin = createPool({ connectionString: started.cluster.connectionString("postgres"), max: 1 });
   await started.admin.query("CREATE DATABASE bench_http");
-  const pool = createPool({ connectionString: started.cluster.connectionString("bench_http"), max: connections + 4 });
+  const pool = createPool({ connectionString: started.cluster.connectionString("bench_http"), max: connections + 4, applicationName: "social-ledger-http-cpu" });
   started.pools.push(pool);
   await migrate(pool);
   await initLedger(pool, { partitions });
@@ -86,26 +92,31 @@ async function main(): Promise<void> {
   const auth: string[] = [];
   for (let n = 0; n < USERS; n++) auth.push(`Bearer ${await signToken(secret, user(n))}`);
 
-  // Round r likes pairs (user j, item j mod 101) for j in its own range, then unlikes them: every request is CHANGED.
-  const pairs = (round: number, k: number) => (round * requests + k) % USERS;
-  // A compared app likes with users of its own (offset by USERS / 2 rounds' worth of pairs), so both see CHANGED writes.
-  const http = (url: string, users: number, method: HttpRequestSpec["method"], round: number, pathOf: (j: number) => string) =>
-    runHttp({ url, amount: requests, connections, build: (k) => ({ method, path: pathOf(pairs(round, k)), authorization: auth[(pairs(round, k) + users) % USERS]! }) });
+  // Pair j is (user j, item j mod 101); a group likes pairs and then unlikes them, so every write is CHANGED and
+  // every group leaves them unliked. A compared app likes with users of its own (pair j, user j + 500).
+  const http = (url: string, users: number, method: HttpRequestSpec["method"], pathOf: (j: number) => string) =>
+    runHttp({ url, amount: requests, connections, build: (k) => ({ method, path: pathOf(k % USERS), authorization: auth[(k + users) % USERS]! }) });
   const libUser = (n: number) => `lu${n}`;
-  const kinds: Kind[] = [
-    ...urls.flatMap(([label, url], n): Kind[] => {
+  const groups: Kind[][] = [
+    ...urls.flatMap(([label, url], n): Kind[][] => {
       const users = n * 500;
-      return [
-        { name: `${label}http-like`, run: (r) => http(url, users, "PUT", r, (j) => `/v1/items/${item(j % ITEMS)}/likes/me`) },
-        { name: `${label}http-unlike`, run: (r) => http(url, users, "DELETE", r, (j) => `/v1/items/${item(j % ITEMS)}/likes/me`) },
-        { name: `${label}http-count`, run: (r) => http(url, users, "GET", r, (j) => `/v1/items/${item(j % ITEMS)}/like-count`) },
-      ];
+      return [[
+        { name: `${label}http-like`, run: () => http(url, users, "PUT", (j) => `/v1/items/${item(j % ITEMS)}/likes/me`) },
+        { name: `${label}http-unlike`, run: () => http(url, users, "DELETE", (j) => `/v1/items/${item(j % ITEMS)}/likes/me`) },
+      ], [
+        { name: `${label}http-count`, run: () => http(url, users, "GET", (j) => `/v1/items/${item(j % ITEMS)}/like-count`) },
+      ]];
     }),
-    { name: "library-like", run: (r) => runFixedCount(requests, connections, (k) => ledger.likes.like(libUser(pairs(r, k)), item(pairs(r, k) % ITEMS))) },
-    { name: "library-unlike", run: (r) => runFixedCount(requests, connections, (k) => ledger.likes.unlike(libUser(pairs(r, k)), item(pairs(r, k) % ITEMS))) },
+    [
+      { name: "library-like", run: () => runFixedCount(requests, connections, (k) => ledger.likes.like(libUser(k % USERS), item((k % USERS) % ITEMS))) },
+      { name: "library-unlike", run: () => runFixedCount(requests, connections, (k) => ledger.likes.unlike(libUser(k % USERS), item((k % USERS) % ITEMS))) },
+    ],
   ];
+  // With --sample-waits every group runs twice per round, once with the sampler.
+  if (values["sample-waits"]) groups.push(...groups.map((group) => group.map((k) => ({ ...k, name: `${k.name} +waits`, sampleWaits: true }))));
+  const kinds = groups.flat();
   // Warm-up: JIT, pools, plan caches (a round of every kind, not reported).
-  for (const kind of kinds) await kind.run(rounds);
+  for (const kind of kinds) await kind.run();
 
   const session = values.profile ? new Session() : undefined;
   if (session) {
@@ -116,11 +127,12 @@ async function main(): Promise<void> {
   }
   const results = new Map<string, Figures[]>(kinds.map((k) => [k.name, []]));
   for (let r = 0; r < rounds; r++) {
-    // The order rotates each round, so no kind always follows the same one.
-    for (let n = 0; n < kinds.length; n++) {
-      const kind = kinds[(n + r) % kinds.length]!;
+    // The order of the groups rotates each round, so no kind always follows the same one.
+    for (const kind of groups.map((_, n) => groups[(n + r) % groups.length]!).flat()) {
       if (session) await session.post("Profiler.start");
-      const figures = await kind.run(r);
+      const waits = kind.sampleWaits ? sampleWaits(started.admin, "bench_http", "social-ledger-http-cpu") : undefined;
+      const figures = await kind.run();
+      await waits?.stop();
       if (session) {
         const { profile } = await session.post("Profiler.stop");
         writeFileSync(path.join(values.profile!, `${kind.name}.${r}.cpuprofile`), JSON.stringify(profile));
@@ -133,16 +145,18 @@ async function main(): Promise<void> {
   }
   const cpu = (runs: Figures[]) => runs.reduce((a, f) => a + (f.mainCpuUsPerOp ?? Number.NaN) * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0);
   const rate = (runs: Figures[]) => runs.reduce((a, f) => a + f.ops, 0) / runs.reduce((a, f) => a + f.seconds, 0);
-  process.stderr.write(`\nhttp-cpu: ${rounds} rounds x ${requests} per kind, ${connections} connections/workers, P = ${partitions}, logger ${values.log ? "info" : "off"}, load ${os.loadavg()[0]!.toFixed(1)}\n`);
+  process.stderr.write(`\nhttp-cpu: ${rounds} rounds x ${requests} per kind, ${connections} connections/workers, P = ${partitions}, logger ${values.log ? "info" : "off"}${values["sample-waits"] ? ", wait sampler on" : ""}, load ${os.loadavg()[0]!.toFixed(1)}\n`);
   process.stderr.write(`${"kind".padEnd(26)}${"ops/s".padStart(8)}${"main µs/op".padStart(12)}${"client µs/op".padStart(14)}\n`);
   for (const [name, runs] of results) {
     const client = runs.every((f) => f.clientCpuUsPerOp !== undefined) ? runs.reduce((a, f) => a + f.clientCpuUsPerOp! * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0) : Number.NaN;
     process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}\n`);
   }
-  const lib = results.get("library-like")!.concat(results.get("library-unlike")!);
-  for (const [label] of urls) {
-    const writes = results.get(`${label}http-like`)!.concat(results.get(`${label}http-unlike`)!);
-    process.stderr.write(`${label}HTTP like+unlike ÷ library like+unlike: ops/s ${(rate(writes) / rate(lib)).toFixed(2)}, main CPU/op ${(cpu(writes) / cpu(lib)).toFixed(2)}\n`);
+  for (const suffix of values["sample-waits"] ? ["", " +waits"] : [""]) {
+    const lib = results.get(`library-like${suffix}`)!.concat(results.get(`library-unlike${suffix}`)!);
+    for (const [label] of urls) {
+      const writes = results.get(`${label}http-like${suffix}`)!.concat(results.get(`${label}http-unlike${suffix}`)!);
+      process.stderr.write(`${label}HTTP like+unlike ÷ library like+unlike${suffix}: ops/s ${(rate(writes) / rate(lib)).toFixed(2)}, main CPU/op ${(cpu(writes) / cpu(lib)).toFixed(2)}\n`);
+    }
   }
 }
 
