@@ -14,7 +14,6 @@ import "./context.ts";
 import { authPlugin, type JwksOptions } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
-import { batchedStdout } from "./log-destination.ts";
 import { RouteTable } from "./route-table.ts";
 import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
@@ -275,8 +274,7 @@ export interface BuildOptions extends AppOptions {
 export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
   const timeouts = { ...HTTP_TIMEOUTS, ...options.httpTimeouts };
   const app = Fastify({
-    // On stdout, written once per event-loop turn (log-destination.ts), not once per line.
-    logger: options.logger === false ? false : { ...(options.logger === true || options.logger === undefined ? { level: "info" } : options.logger), stream: batchedStdout() },
+    logger: options.logger ?? { level: "info" },
     // A slow client (one byte every few seconds, no token needed) holds a socket for at most
     // requestMs; fastify's requestTimeout default is 0 (none) and it overrides node's.
     requestTimeout: timeouts.requestMs,
