@@ -1,7 +1,8 @@
 /**
  * The top entries of V8 CPU profiles (.cpuprofile, from bench/http-cpu.ts --profile or
  * node --cpu-prof), summed over the files given: self time by function and by where the code
- * lives (a package, a file of src/, node's own internals), as shares of all samples.
+ * lives (a package, a file of src/, node's own internals), as shares of the busy samples (all
+ * but "(idle)": how much of idle a thread shows depends on the machine's load, not on the code).
  *
  *   node --import tsx bench/cpu-profile-top.ts [--top n] FILE...
  */
@@ -30,12 +31,17 @@ function area(url: string, name: string): string {
 const byFunction = new Map<string, number>();
 const byArea = new Map<string, number>();
 let total = 0;
+let idle = 0;
 for (const file of positionals) {
   const profile = JSON.parse(readFileSync(file, "utf8")) as { nodes: ProfileNode[]; samples: number[] };
   const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
   for (const id of profile.samples) {
     const frame = nodes.get(id)!.callFrame;
     const where = area(frame.url, frame.functionName);
+    if (where === "(idle)") {
+      idle++;
+      continue;
+    }
     const fn = `${frame.functionName || "(anonymous)"} ${where}${frame.url ? `:${frame.lineNumber + 1}` : ""}`;
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + 1);
     byArea.set(where, (byArea.get(where) ?? 0) + 1);
@@ -43,7 +49,7 @@ for (const file of positionals) {
   }
 }
 const print = (title: string, map: Map<string, number>) => {
-  process.stdout.write(`${title} (${total} samples)\n`);
+  process.stdout.write(`${title} (${total} busy samples; ${idle} idle)\n`);
   for (const [key, n] of [...map].sort((a, b) => b[1] - a[1]).slice(0, top)) process.stdout.write(`${((100 * n) / total).toFixed(1).padStart(6)} %  ${key}\n`);
 };
 print("self time by where the code lives", byArea);
