@@ -65,14 +65,24 @@ export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) 
   if (!source) throw new Error("authPlugin needs a secret (HS256) or jwks (an identity provider)");
   const tokens = new TokenVerifier(source, Date.now, options.maxTtlSeconds);
   app.decorateRequest("caller", null);
-  app.addHook("onRequest", async (request) => {
-    if (request.is404) return;
+  // A callback hook, not an async one: a remembered token (every request but a token's first)
+  // is decided without a promise or a turn of the microtask queue.
+  app.addHook("onRequest", (request, _reply, done) => {
+    if (request.is404) return done();
     const mode: AuthMode = request.routeOptions.config.auth ?? "required";
-    if (mode === "none") return;
-    request.caller = await tokens.verify(request.headers.authorization);
-    if (mode === "required" && !request.caller) throw unauthenticated("a bearer token is required");
+    if (mode === "none") return done();
+    const header = request.headers.authorization;
+    const remembered = tokens.remembered(header);
+    if (remembered !== undefined) return admit(request, mode, remembered, done);
+    tokens.verify(header).then((caller) => admit(request, mode, caller, done), done);
   });
 });
+
+function admit(request: FastifyRequest, mode: AuthMode, caller: Caller | null, done: (err?: Error) => void): void {
+  request.caller = caller;
+  if (mode === "required" && !caller) return done(unauthenticated("a bearer token is required"));
+  done();
+}
 
 export function requireCaller(request: FastifyRequest): Caller {
   if (!request.caller) throw unauthenticated("a bearer token is required");

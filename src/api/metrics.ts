@@ -1,5 +1,6 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
+import { HttpRequestMetrics } from "./http-metrics.ts";
 import { transactionStats } from "../db/transaction.ts";
 import { readNotificationWatermarks, type NotificationWatermark } from "../notifications/notification-audit.ts";
 import { refresherOf } from "../metrics-refresh.ts";
@@ -18,13 +19,7 @@ export class LedgerMetrics {
   private readonly refresher = refresherOf(this.registry);
   /** The last refresh's figures; null before the first or when it could not read the database. */
   private figures: DatabaseFigures | null = null;
-  readonly httpRequests = new client.Counter({
-    name: "http_requests_total", help: "HTTP requests by route and status", labelNames: ["method", "route", "status"], registers: [this.registry],
-  });
-  readonly httpDuration = new client.Histogram({
-    name: "http_request_duration_seconds", help: "HTTP request duration", labelNames: ["method", "route"],
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry],
-  });
+  readonly http = new HttpRequestMetrics(this.registry);
   /** CHANGED / NOOP / REJECTED per operation: CHANGED over all is seed 004's "unique insert rate". */
   readonly outcomes = new client.Counter({
     name: "ledger_operation_outcomes_total", help: "Write outcomes per operation", labelNames: ["operation", "outcome"], registers: [this.registry],

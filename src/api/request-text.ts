@@ -13,12 +13,15 @@ export const MAX_INPUT_DEPTH = 32;
  * an explicit stack, never by recursion, so no input can exhaust the call stack.
  */
 export function findInputProblem(value: unknown, where: string): string | undefined {
-  const stack: { value: unknown; where: string; depth: number }[] = [{ value, where, depth: 0 }];
+  // Every request walks its body, query and params: nothing is allocated for an absent part,
+  // and a value's "where" (body.a.b) is spelled out only for the one that has a problem.
+  if (value === undefined || value === null) return undefined;
+  const stack: Entry[] = [{ value, key: where, parent: undefined, depth: 0 }];
   while (stack.length > 0) {
     const next = stack.pop()!;
     if (typeof next.value === "string") {
       const problem = unstorableText(next.value);
-      if (problem) return `${next.where} ${problem}`;
+      if (problem) return `${pathOf(next)} ${problem}`;
       continue;
     }
     if (next.value === null || typeof next.value !== "object") continue;
@@ -26,10 +29,25 @@ export function findInputProblem(value: unknown, where: string): string | undefi
     const entries = Object.entries(next.value);
     for (const [key] of entries) {
       const keyProblem = unstorableText(key);
-      if (keyProblem) return `${next.where}: a key ${keyProblem}`;
+      if (keyProblem) return `${pathOf(next)}: a key ${keyProblem}`;
     }
     // Pushed in reverse, so the first value is looked at first.
-    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], where: `${next.where}.${entries[i]![0]}`, depth: next.depth + 1 });
+    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], key: entries[i]![0], parent: next, depth: next.depth + 1 });
   }
   return undefined;
+}
+
+/** A value still to be looked at: its key and the entry it is in (the part itself has the part's name as key). */
+interface Entry {
+  value: unknown;
+  key: string;
+  parent: Entry | undefined;
+  depth: number;
+}
+
+/** "body.a.b": the keys from the part down to the entry. */
+function pathOf(entry: Entry): string {
+  let path = entry.key;
+  for (let up = entry.parent; up; up = up.parent) path = `${up.key}.${path}`;
+  return path;
 }

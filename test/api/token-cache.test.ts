@@ -26,12 +26,17 @@ test("a remembered token is refused once the clock passes its exp, and a tampere
   const verifier = new TokenVerifier(secret, () => nowMs);
   const token = await signToken(secret, "alice", { ttlSeconds: 60 });
   assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "alice", admin: false });
-  // Remembered: the second use answers the same.
+  // Remembered: the second use answers the same, also without awaiting (the auth hook's path).
   assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "alice", admin: false });
+  assert.deepEqual(verifier.remembered(`Bearer ${token}`), { id: "alice", admin: false });
+  assert.equal(verifier.remembered(undefined), null, "no header: no caller, nothing to check");
+  assert.equal(verifier.remembered(`Bearer  ${token}`), undefined, "another header (two spaces) is checked on its own");
   // Another string is another key: a changed signature is verified, and refused.
   const tampered = `${token.slice(0, -2)}${token.endsWith("AA") ? "BB" : "AA"}`;
   assert.match(await code(verifier.verify(`Bearer ${tampered}`)), /invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED/);
+  assert.equal(verifier.remembered(`Bearer ${tampered}`), undefined, "a refused token is never remembered");
   nowMs += 61_000;
+  assert.equal(verifier.remembered(`Bearer ${token}`), undefined, "past exp the hook must ask verify(), which refuses it");
   assert.match(await code(verifier.verify(`Bearer ${token}`)), /invalid token: ERR_JWT_EXPIRED/);
 });
 
@@ -46,6 +51,7 @@ test("a token is not accepted before its nbf, also after it was remembered", asy
   nowMs = nbf * 1000;
   assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "bob", admin: false });
   nowMs = start;
+  assert.equal(verifier.remembered(`Bearer ${token}`), undefined, "before nbf the hook must ask verify()");
   assert.match(await code(verifier.verify(`Bearer ${token}`)), /ERR_JWT_CLAIM_VALIDATION_FAILED/);
 });
 

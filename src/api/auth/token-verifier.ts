@@ -19,7 +19,7 @@ const VERIFIED_TOKENS = 10_000;
 /**
  * Checks bearer tokens. Verifying a token with jose costs a WebCrypto key import and a signature
  * check on every request (for HS256, a sixth of the server's CPU per like in the bench), so a
- * token that verified once is remembered by its exact compact form: its signature, issuer,
+ * token that verified once is remembered by its exact Authorization header (so by its compact form): its signature, issuer,
  * subject and role cannot change, since any change to the string is another cache key. What
  * does change is time, so exp and nbf are compared with the clock on every use, and a token
  * outside them is handed to the check again, which refuses it with its own error code; and so
@@ -34,18 +34,31 @@ export class TokenVerifier {
     this.tokens = source instanceof Uint8Array ? new Hs256Check(source) : source;
   }
 
-  async verify(header: string | undefined): Promise<Caller | null> {
+  /**
+   * The caller of a header whose token verified before and is still valid now, decided without
+   * awaiting anything (every request with a known token takes this path): null without a
+   * header, undefined when verify() must decide (never seen, outside its exp or nbf, or checked
+   * under keys the provider has withdrawn since). Keyed by the exact header, which names exactly
+   * one token: it passed the Bearer syntax check when it was first verified.
+   */
+  remembered(header: string | undefined): Caller | null | undefined {
     if (header === undefined) return null;
-    const match = /^Bearer +([A-Za-z0-9_.-]+) *$/i.exec(header); // the scheme is case-insensitive (RFC 9110)
+    const known = this.verified.get(header);
+    if (known && this.inTime(known, this.now()) && known.keyGeneration === this.tokens.keyGeneration()) return known.caller;
+    return undefined;
+  }
+
+  async verify(header: string | undefined): Promise<Caller | null> {
+    const remembered = this.remembered(header);
+    if (remembered !== undefined) return remembered;
+    const match = /^Bearer +([A-Za-z0-9_.-]+) *$/i.exec(header!); // the scheme is case-insensitive (RFC 9110)
     if (!match) throw unauthenticated("Authorization must be 'Bearer <token>'");
     const token = match[1]!;
     const nowMs = this.now();
-    const known = this.verified.get(token);
-    if (known && this.inTime(known, nowMs) && known.keyGeneration === this.tokens.keyGeneration()) return known.caller;
     const keyGeneration = this.tokens.keyGeneration();
     const checked = await this.tokens.check(token, new Date(nowMs));
     this.requireBoundedLifetime(checked.exp, checked.iat, nowMs);
-    this.verified.set(token, { caller: checked.caller, exp: checked.exp, nbf: checked.nbf, keyGeneration });
+    this.verified.set(header!, { caller: checked.caller, exp: checked.exp, nbf: checked.nbf, keyGeneration });
     return checked.caller;
   }
 
