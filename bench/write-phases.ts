@@ -213,6 +213,6 @@ export async function walPosition(): Promise<number> {
 
 /** Group commit's batches of the target's batched LikeService so far (warm-up and HTTP rows included). */
 export function batchNote(t: Target): string {
-  const s = t.ledger.likes.batcher?.stats;
+  const s = t.ledger.likes.batchStats();
   return s ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}` : "unbatched";
 }

@@ -48,7 +48,10 @@ const LIKE_SET_BATCH = {
   text: "SELECT ord, outcome, liked, version, seq, code, account FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[])",
 };
 
-/** Batches in flight at once: one committing while the next takes its fact locks and queues for the sequence rows. */
+/**
+ * Batches in flight at once per partition: one committing while the next takes its fact locks
+ * and queues for the sequence row. A third could only queue behind the same row lock.
+ */
 export const LIKE_BATCHES_IN_FLIGHT = 2;
 
 export interface LikeServiceOptions {
@@ -67,14 +70,14 @@ export interface LikeServiceOptions {
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
  *
- * Group commit (issue 22, docs/write-path.md "Group commit"): writes that arrive while
- * LIKE_BATCHES_IN_FLIGHT batches are running go together as one like_set_batch call (migration
- * 021), which decides each of them on its own, in arrival order, and answers each with its own
- * row; one commit and one WAL flush per batch. A write sent to an idle service goes at once.
+ * Group commit (issue 22, docs/write-path.md "Group commit"): writes of one partition that
+ * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
+ * like_set_batch call (migration 021), which decides each of them on its own, in arrival order,
+ * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.
  */
 export class LikeService {
-  /** undefined: LEDGER_WRITE_BATCH_MAX = 1, one like_set call per write. */
-  readonly batcher: GroupCommit<LikeWrite, LikeBatchRow> | undefined;
+  /** One batcher per partition (writes of one partition share its sequence row); empty: LEDGER_WRITE_BATCH_MAX = 1, one like_set call per write. */
+  private readonly batchers: GroupCommit<LikeWrite, LikeBatchRow>[] = [];
 
   private constructor(
     private readonly pool: Pool,
@@ -83,10 +86,19 @@ export class LikeService {
   ) {
     const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
     if (batchMax > 1) {
-      this.batcher = new GroupCommit((writes) => this.runBatch(writes), {
-        maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? LIKE_BATCHES_IN_FLIGHT,
-      });
+      for (let p = 0; p < partitions; p++) {
+        this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), {
+          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? LIKE_BATCHES_IN_FLIGHT,
+        }));
+      }
     }
+  }
+
+  /** Group commit's figures so far, over every partition; undefined when unbatched. */
+  batchStats(): { batches: number; writes: number; largest: number } | undefined {
+    if (this.batchers.length === 0) return undefined;
+    const all = this.batchers.map((b) => b.stats);
+    return { batches: all.reduce((n, s) => n + s.batches, 0), writes: all.reduce((n, s) => n + s.writes, 0), largest: Math.max(...all.map((s) => s.largest)) };
   }
 
   static async open(pool: Pool, options: LikeServiceOptions = {}): Promise<LikeService> {
@@ -135,8 +147,9 @@ export class LikeService {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
-    if (!this.batcher) return this.setLikedAlone(userId, itemId, want, part, statement);
-    return batchResult(await this.batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
+    const batcher = this.batchers[part];
+    if (!batcher) return this.setLikedAlone(userId, itemId, want, part, statement);
+    return batchResult(await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
   }
 
   /** One batch, one autocommit statement; re-run whole on a serialization failure or deadlock (it wrote nothing). */

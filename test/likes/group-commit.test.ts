@@ -141,7 +141,7 @@ for (const partitions of [1, 4]) {
       for (const p of plan[w]!) mine.push({ ...p, r: await (p.want ? likes.like(p.u, p.item) : likes.unlike(p.u, p.item)) });
       return mine;
     })).flat();
-    const stats = likes.batcher!.stats;
+    const stats = likes.batchStats()!;
     const changed = results.filter((x) => x.r.outcome === "CHANGED");
     t.diagnostic(`note ${results.length} writes in ${stats.batches} batches (largest ${stats.largest}); CHANGED=${changed.length}; retries=${transactionStats.retries - retriesBefore}`);
     assert.ok(stats.largest > 1, "writes were committed together");
