@@ -152,8 +152,17 @@ export class LikeService {
     return batchResult(await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
   }
 
-  /** One batch, one autocommit statement; re-run whole on a serialization failure or deadlock (it wrote nothing). */
+  /**
+   * One batch, one autocommit statement; re-run whole on a serialization failure or deadlock (it
+   * wrote nothing). A batch of one is today's like_set call, which costs less than the loop's
+   * bookkeeping; an exception there fails only its own write.
+   */
   private async runBatch(writes: readonly LikeWrite[]): Promise<LikeBatchRow[]> {
+    if (writes.length === 1) {
+      const w = writes[0]!;
+      const r = await this.setLikedAlone(w.userId, w.itemId, w.want, w.part, w.checked ? LIKE_SET_IF_VISIBLE : LIKE_SET);
+      return [{ ord: 1, outcome: r.outcome, liked: r.liked, version: r.version, seq: r.seq, code: r.code ?? null, account: null }];
+    }
     const values = [writes.map((w) => w.userId), writes.map((w) => w.itemId), writes.map((w) => w.want), writes.map((w) => w.part), writes.map((w) => w.checked)];
     const rows = await withStatementRetry(async () => (await this.pool.query<LikeBatchRow>({ ...LIKE_SET_BATCH, values })).rows);
     const byOrd: LikeBatchRow[] = [];
