@@ -3,7 +3,8 @@
  * every write of a batch is decided on its own, in arrival order (a missing item amid good
  * rows, a like then an unlike of one pair); concurrent batches over overlapping pairs keep each
  * partition's numbering gapless with one event per CHANGED and exact counts, without a deadlock;
- * and a batch parked at like.beforeCommit holds its partition's sequence row, so a batch of that
+ * (through the service, and batches mixing partitions sent directly); and a batch parked at
+ * like.beforeCommit holds its partition's sequence row, so a batch of that
  * partition waits for it while one of another partition does not. Negative control: a function
  * that gives every row of a batch the first row's outcome.
  */
@@ -165,6 +166,24 @@ for (const partitions of [1, 4]) {
     assert.equal(rs.countMismatchItems, 0, "counts equal facts");
   });
 }
+
+test("P=4 8 connections send like_set_batch directly, each batch mixing partitions and pairs in random order: no deadlock (no retry here), gapless per partition, one event per CHANGED", async (t) => {
+  const f = await likesFixture(4);
+  t.after(() => f.close());
+  const random = seededRandom(2204);
+  const plans = Array.from({ length: 8 }, () => Array.from({ length: 25 }, () => Array.from({ length: 6 }, () => ({
+    user: user(1 + Math.floor(random() * 8)), item: LAB_ITEMS[Math.floor(random() * 3)]!, want: random() < 0.5,
+  }))));
+  const answers = (await runWorkers(8, async (w) => {
+    const mine: BatchRow[] = [];
+    for (const writes of plans[w]!) mine.push(...(await batch(f.db.pool, 4, writes)));
+    return mine;
+  })).flat();
+  const changed = answers.filter((r) => r.outcome === "CHANGED").length;
+  t.diagnostic(`note ${answers.length} writes in ${8 * 25} batches of 6, CHANGED=${changed}`);
+  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), changed);
+  assert.ok(writeSideClean(await writeSide(f.db.pool)));
+});
 
 test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row: a batch of that partition waits for it (pg_locks), one of another partition commits; then the next numbers follow", async (t) => {
   const f = await likesFixture(4);
