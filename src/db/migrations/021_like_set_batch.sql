@@ -168,8 +168,9 @@ BEGIN
       FROM unnest(p_parts, o_seq, p_users, p_items, o_liked, o_version, o_outcome) AS w(part, seq, user_id, item_id, liked, version, outcome)
      WHERE w.outcome = 'CHANGED';
     IF current_setting('ledger.test_hooks', true) = 'on' THEN
-      -- Once per batch, with every lock held; the context is the batch's last event's.
-      k := v_last_ord;
+      -- Once per batch, with every lock held. The context is the batch's first event's: its seq is
+      -- one above the committed last of its partition, its version one above its pair's committed one.
+      k := array_position(o_outcome, 'CHANGED');
       PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
         'userId', p_users[k], 'itemId', p_items[k], 'part', p_parts[k], 'seq', o_seq[k], 'version', o_version[k],
         'events', (SELECT count(*) FROM unnest(o_outcome) AS x(o) WHERE x.o = 'CHANGED')));
