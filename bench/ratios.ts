@@ -12,6 +12,7 @@ export const OP = {
   pgbenchSelect16: "pgbench primary-key SELECT, 16 clients",
   chapter: "chapter's transaction (baseline)",
   mixed: "like/unlike, mixed items",
+  mixedUnbatched: "like/unlike, mixed items, unbatched (LEDGER_WRITE_BATCH_MAX=1)",
   hot: "like/unlike, one hot item",
   pkBacklog: "primary-key SELECT, backlog pending",
   readBacklog: "count read, backlog pending",
@@ -64,6 +65,14 @@ export function ratios(rows: readonly Row[]): Ratio[] {
     const pgSelect = find(OP.pgbenchSelect16, "pgbench");
     const walOf = (r: Row) => Number(r.extra?.walBytesPerOp);
     add("like/unlike WAL B/op (mixed) ÷ pgbench INSERT WAL B/op", pair(find(OP.mixed), pgInsert, (a, b) => walOf(a) / walOf(b)), "", () => true);
+    // Group commit (issue 22): the batched library row and the one-call-per-write row of the same chunks.
+    const walPerChange = (r: Row) => Number(r.extra?.walBytesPerChange);
+    const unbatched = find(OP.mixedUnbatched);
+    add("like CHANGED/s batched ÷ pgbench INSERT/s (16 clients)", pair(find(OP.mixed), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
+    add("like CHANGED/s unbatched ÷ pgbench INSERT/s (16 clients)", pair(unbatched, pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
+    add("like CHANGED/s batched ÷ unbatched", pair(find(OP.mixed), unbatched, (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
+    add("WAL B per like batched ÷ pgbench INSERT WAL B/op", pair(find(OP.mixed), pgInsert, (a, b) => walPerChange(a) / walOf(b)), "", () => true);
+    add("WAL B per like unbatched ÷ pgbench INSERT WAL B/op", pair(unbatched, pgInsert, (a, b) => walPerChange(a) / walOf(b)), "", () => true);
     add("like-count read p99 (16 workers, backlog) ÷ pgbench primary-key SELECT p99 (16 clients)", pair(find(OP.readBacklog), pgSelect, p99), "", () => true);
     add("node-postgres raw INSERT/s (library workers) ÷ pgbench INSERT/s (16 clients)", pair(find(OP.rawInsert), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
     add("consumer apply events/s ÷ library write CHANGED/s (mixed)", pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);

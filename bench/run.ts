@@ -30,7 +30,7 @@ import { Aborted, abort, checkAbort, cleanup, started } from "./lifecycle.ts";
 import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, httpUser, item, parseOptions, type Opts } from "./options.ts";
 import { openTarget, type Target } from "./target.ts";
 import {
-  WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts, walPosition,
+  WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, batchNote, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts, unbatchedWrites, walPosition,
   type Span,
 } from "./write-phases.ts";
 import { auditTargets, printSummary } from "./summary.ts";
@@ -115,7 +115,8 @@ async function main(o: Opts): Promise<void> {
   };
   await phase((t) => alternatingWrites(t, [
     { op: OP.rawInsert, path: "library", total: o.ops, run: (span) => rawInserts(t, o, span), rawInsert: true },
-    { op: OP.mixed, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, false, o.ops, undefined, span) },
+    { op: OP.mixed, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, false, o.ops, undefined, span), extraNote: () => batchNote(t) },
+    { op: OP.mixedUnbatched, path: "library", total: o.ops, run: (span) => unbatchedWrites(t, o, span) },
     // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
     ...(t.partitions === 1 ? [{ op: OP.chapter, path: "library" as const, total: o.ops, run: (span: Span) => chapterWrites(t, o, span) }] : []),
     { op: OP.hot, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, true, o.ops, undefined, span) },

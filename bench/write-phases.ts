@@ -28,6 +28,20 @@ export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, ite
   }, abort.signal);
 }
 
+/**
+ * The mixed-items toggles through a LikeService with LEDGER_WRITE_BATCH_MAX = 1 (one like_set
+ * call per write, the path before group commit), on users of its own so that its pairs and the
+ * batched row's never meet: the side-by-side row of issue 22.
+ */
+export function unbatchedWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
+  return runFixedCount(span.to - span.from, o.workers, (i) => {
+    const { j, like } = toggle(span.from + i, o.ops, USERS);
+    const user = `nb${j % USERS}`;
+    const itemId = item(j % ITEMS);
+    return like ? t.likesUnbatched.like(user, itemId) : t.likesUnbatched.unlike(user, itemId);
+  }, abort.signal);
+}
+
 /** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
 export function chapterWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
   return runFixedCount(span.to - span.from, o.workers, async (i) => {
@@ -52,6 +66,8 @@ export interface WriteKind {
   rawInsert?: boolean;
   /** The note's first words instead of the default ("distinct rows, autocommit" or the CHANGED share). */
   describe?: string;
+  /** Appended to the note once the kind's chunks are done (the batch sizes of group commit). */
+  extraNote?: () => string;
 }
 
 /**
@@ -87,12 +103,12 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
     const figures = mergeFigures(a.runs);
     const note = [
       kind.describe ?? (kind.rawInsert ? "distinct rows, autocommit" : `CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`),
-      ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, formatWaits(a.waits), ...problems(figures),
+      ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, ...(kind.extraNote ? [kind.extraNote()] : []), formatWaits(a.waits), ...problems(figures),
     ];
     if (a.retries > 0) note.push(`${a.retries} tx retries`);
     return {
       op: kind.op, path: kind.path, partitions: t.partitions, figures, note: note.join(", "),
-      extra: { changed: a.changed, txRetries: a.retries, walBytesPerOp: a.wal / Math.max(1, figures.ops), waitSamples: Object.fromEntries(a.waits), chunks },
+      extra: { changed: a.changed, txRetries: a.retries, walBytesPerOp: a.wal / Math.max(1, figures.ops), walBytesPerChange: a.wal / Math.max(1, a.changed), waitSamples: Object.fromEntries(a.waits), chunks },
     };
   });
 }
@@ -187,10 +203,16 @@ export async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
   };
 }
 
-export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.chapter, OP.hot, OP.follow]);
+export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.mixedUnbatched, OP.chapter, OP.hot, OP.follow]);
 
 /** The cluster's current WAL insert position, in bytes. */
 export async function walPosition(): Promise<number> {
   const { rows } = await started.admin!.query<{ lsn: string }>("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
   return Number(rows[0]!.lsn);
+}
+
+/** Group commit's batches of the target's batched LikeService so far (warm-up and HTTP rows included). */
+export function batchNote(t: Target): string {
+  const s = t.ledger.likes.batchStats();
+  return s ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}` : "unbatched";
 }

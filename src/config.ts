@@ -42,6 +42,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
   { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
+  { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes committed together at most (group commit); 1: one transaction each" },
   { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "facts an account erasure turns off per batch (one short transaction)" },
   { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
   { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
@@ -128,6 +129,8 @@ export interface Config {
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
+  /** LEDGER_WRITE_BATCH_MAX: most like writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
+  writeBatchMax: number;
   /** LEDGER_ERASURE_BATCH_SIZE: facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
@@ -327,6 +330,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, numericDefault("LEDGER_AUDIT_EVERY_SECONDS"), 0, 86_400),
     },
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
+    writeBatchMax: integer("LEDGER_WRITE_BATCH_MAX", env.LEDGER_WRITE_BATCH_MAX, numericDefault("LEDGER_WRITE_BATCH_MAX"), 1, 10_000),
     erasureBatchSize: integer("LEDGER_ERASURE_BATCH_SIZE", env.LEDGER_ERASURE_BATCH_SIZE, numericDefault("LEDGER_ERASURE_BATCH_SIZE"), 1, 10_000),
     retention: {
       keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, numericDefault("LEDGER_RETENTION_KEEP_EVENTS"), 0, 1_000_000_000),

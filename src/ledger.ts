@@ -35,13 +35,13 @@ export interface Ledger {
   erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number } = {}): Promise<Ledger> {
+export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number } = {}): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
   return {
     pool,
     partitions: await readPartitions(pool),
     hooks,
-    likes: await LikeService.open(pool),
+    likes: await LikeService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks }),
     relations: await RelationService.open(pool),

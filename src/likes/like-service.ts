@@ -1,5 +1,7 @@
 import type { Pool } from "../db/pool.ts";
-import { ForeignKeyViolationError } from "../db/errors.ts";
+import { numericDefault } from "../config.ts";
+import { AccountBeingErasedError, ForeignKeyViolationError } from "../db/errors.ts";
+import { GroupCommit } from "../db/group-commit.ts";
 import { withStatementRetry } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
 import { validateId } from "../ids.ts";
@@ -20,6 +22,44 @@ const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq 
 /** like_set after item_state in the truth (migration 015): 'HIDDEN' and nothing written when the user may not (un)like it. */
 const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome, liked, version, seq FROM like_set_if_visible($1, $2, $3, $4)" };
 
+/** One answer of like_set_batch (migration 021), ord being the write's position in the batch. */
+interface LikeBatchRow {
+  ord: number;
+  outcome: "CHANGED" | "NOOP" | "REJECTED";
+  liked: boolean;
+  version: number;
+  seq: number;
+  code: string | null;
+  /** With ACCOUNT_BEING_ERASED: the account whose erasure refused the write. */
+  account: string | null;
+}
+
+interface LikeWrite {
+  userId: string;
+  itemId: string;
+  want: boolean;
+  part: number;
+  /** like_set_if_visible's rule (the API's write) instead of like_set's. */
+  checked: boolean;
+}
+
+const LIKE_SET_BATCH = {
+  name: "like_set_batch",
+  text: "SELECT ord, outcome, liked, version, seq, code, account FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[])",
+};
+
+/**
+ * Batches in flight at once per partition: one committing while the next takes its fact locks
+ * and queues for the sequence row. A third could only queue behind the same row lock.
+ */
+export const LIKE_BATCHES_IN_FLIGHT = 2;
+
+export interface LikeServiceOptions {
+  /** Most writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each write is its own like_set call, as before group commit. */
+  batchMax?: number;
+  batchesInFlight?: number;
+}
+
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
  * and only on a change bump the version, take the next number of the user's partition sequence
@@ -29,15 +69,40 @@ const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome
  * insert with every lock held, so a race test parks this very call (docs/testing.md).
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
+ *
+ * Group commit (issue 22, docs/write-path.md "Group commit"): writes of one partition that
+ * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
+ * like_set_batch call (migration 021), which decides each of them on its own, in arrival order,
+ * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.
  */
 export class LikeService {
+  /** One batcher per partition (writes of one partition share its sequence row); empty: LEDGER_WRITE_BATCH_MAX = 1, one like_set call per write. */
+  private readonly batchers: GroupCommit<LikeWrite, LikeBatchRow>[] = [];
+
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
-  ) {}
+    options: LikeServiceOptions,
+  ) {
+    const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
+    if (batchMax > 1) {
+      for (let p = 0; p < partitions; p++) {
+        this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), {
+          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? LIKE_BATCHES_IN_FLIGHT,
+        }));
+      }
+    }
+  }
 
-  static async open(pool: Pool): Promise<LikeService> {
-    return new LikeService(pool, await readPartitions(pool));
+  /** Group commit's figures so far, over every partition; undefined when unbatched. */
+  batchStats(): { batches: number; writes: number; largest: number } | undefined {
+    if (this.batchers.length === 0) return undefined;
+    const all = this.batchers.map((b) => b.stats);
+    return { batches: all.reduce((n, s) => n + s.batches, 0), writes: all.reduce((n, s) => n + s.writes, 0), largest: Math.max(...all.map((s) => s.largest)) };
+  }
+
+  static async open(pool: Pool, options: LikeServiceOptions = {}): Promise<LikeService> {
+    return new LikeService(pool, await readPartitions(pool), options);
   }
 
   partitionOf(userId: string): number {
@@ -82,6 +147,34 @@ export class LikeService {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
+    const batcher = this.batchers[part];
+    if (!batcher) return this.setLikedAlone(userId, itemId, want, part, statement);
+    return batchResult(await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
+  }
+
+  /**
+   * One batch, one autocommit statement; re-run whole on a serialization failure or deadlock (it
+   * wrote nothing). A batch of one is today's like_set call, which costs less than the loop's
+   * bookkeeping; an exception there fails only its own write.
+   */
+  private async runBatch(writes: readonly LikeWrite[]): Promise<LikeBatchRow[]> {
+    if (writes.length === 1) {
+      const w = writes[0]!;
+      const r = await this.setLikedAlone(w.userId, w.itemId, w.want, w.part, w.checked ? LIKE_SET_IF_VISIBLE : LIKE_SET);
+      return [{ ord: 1, outcome: r.outcome, liked: r.liked, version: r.version, seq: r.seq, code: r.code ?? null, account: null }];
+    }
+    const values = [writes.map((w) => w.userId), writes.map((w) => w.itemId), writes.map((w) => w.want), writes.map((w) => w.part), writes.map((w) => w.checked)];
+    const rows = await withStatementRetry(async () => (await this.pool.query<LikeBatchRow>({ ...LIKE_SET_BATCH, values })).rows);
+    const byOrd: LikeBatchRow[] = [];
+    for (const row of rows) byOrd[row.ord - 1] = row;
+    return writes.map((_, i) => {
+      const row = byOrd[i];
+      if (!row) throw new Error(`like_set_batch returned no answer for write ${i + 1} of ${writes.length}`);
+      return row;
+    });
+  }
+
+  private async setLikedAlone(userId: string, itemId: string, want: boolean, part: number, statement: { name: string; text: string }): Promise<LikeResult> {
     const values = [userId, itemId, want, part];
     let row: LikeSetRow;
     try {
@@ -97,6 +190,19 @@ export class LikeService {
     const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";
     return { outcome: row.outcome, liked: row.liked, version: row.version, seq: row.seq, part, reason };
   }
+}
+
+function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult {
+  if (row.outcome === "REJECTED") {
+    if (row.code === "ACCOUNT_BEING_ERASED") {
+      // The same typed error as the guard's SQLSTATE SLE01 on the one-write path (migration 020).
+      throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
+        `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
+    }
+    return notFound(part);
+  }
+  const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";
+  return { outcome: row.outcome, liked: row.liked, version: row.version, seq: row.seq, part, reason };
 }
 
 /** A missing item, and one the user may not see: the same answer, so it tells nothing. */
