@@ -23,17 +23,17 @@ test("a generated population of 20k likes passes the full audit, before and afte
   const pop = await generatePopulation(ledger, { likes: 20_000, chunk: 7_000 });
   assert.deepEqual(await secondaryIndexes(db.pool), indexesBefore, "the dropped indexes are back, same definitions");
 
-  const { rows: [shape] } = await db.pool.query<Record<string, number>>(
+  const shape = (await db.pool.query<{ likes: number; items: number; active: number; pending: number; blocks: number; private: number; requests: number }>(
     `SELECT (SELECT count(*) FROM like_fact WHERE liked)::int AS likes, (SELECT count(*) FROM item)::int AS items,
             (SELECT count(*) FROM relation WHERE state = 'ACTIVE')::int AS active,
             (SELECT count(*) FROM relation WHERE state = 'PENDING')::int AS pending,
             (SELECT count(*) FROM block)::int AS blocks, (SELECT count(*) FROM account WHERE private)::int AS private,
-            (SELECT count(*) FROM notification WHERE type = 'follow_request')::int AS requests`);
-  assert.equal(shape!.likes, 20_000);
-  assert.equal(shape!.items, 2_000);
-  assert.ok(shape!.pending > 0 && shape!.requests === shape!.pending, `pending requests and their notifications: ${JSON.stringify(shape)}`);
-  assert.equal(shape!.blocks, pop.blocks);
-  assert.ok(shape!.active + shape!.pending <= pop.follows && shape!.active + shape!.pending > pop.follows * 0.9);
+            (SELECT count(*) FROM notification WHERE type = 'follow_request')::int AS requests`)).rows[0]!;
+  assert.equal(shape.likes, 20_000);
+  assert.equal(shape.items, 2_000);
+  assert.ok(shape.pending > 0 && shape.requests === shape.pending, `pending requests and their notifications: ${JSON.stringify(shape)}`);
+  assert.equal(shape.blocks, pop.blocks);
+  assert.ok(shape.active + shape.pending <= pop.follows && shape.active + shape.pending > pop.follows * 0.9);
   assert.equal((await readCount(db.pool, pop.hotItem, 0)).n, pop.accounts, "every user likes the hot item");
   assert.equal((await followerCount(db.pool, pop.hub, 0)).count, Math.floor(pop.accounts / 2), "every even account follows the hub");
   assert.equal((await listLikers(db.pool, pop.hotItem, { limit: 3 })).likers.length, 3);
