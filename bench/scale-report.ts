@@ -61,7 +61,8 @@ export function formatGoals(runs: readonly SizeRun[]): string {
   const growth = last.pop.likes / first.pop.likes;
   const common = first.jobs.reconcile[0]!.changed;
   const reconcileAt = (r: SizeRun) => r.jobs.reconcile.find((c) => c.changed === common)!.run.jobSeconds;
-  lines.push(`nothing periodic O(history): ${growth}x the likes gives the audit ${x(last.jobs.audit.jobSeconds / first.jobs.audit.jobSeconds)} the time ` +
+  if (runs.length === 1) lines.push("nothing periodic O(history): one size only (--sizes a,b compares two)");
+  else lines.push(`nothing periodic O(history): ${growth}x the likes gives the audit ${x(last.jobs.audit.jobSeconds / first.jobs.audit.jobSeconds)} the time ` +
     `(${runs.map((r) => `${r.pop.likes}: ${s(r.jobs.audit.jobSeconds)}`).join(", ")}), reconciling ${common} changed counters ${x(reconcileAt(last) / reconcileAt(first))} ` +
     `(${runs.map((r) => `${r.pop.likes}: ${s(reconcileAt(r))}`).join(", ")}), the prune ${x(last.jobs.prune.jobSeconds / first.jobs.prune.jobSeconds)}; goal: about 1x`);
   for (const r of runs) {
