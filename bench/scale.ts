@@ -94,7 +94,7 @@ async function measureSize(cluster: EmbeddedCluster, redisUrl: string, likes: nu
       const live = await LiveLoad.open(ledger, pop, { writers: o.writers, idleSeconds: o.idleSeconds });
       const reads = await readFigures(ledger, pop, { writes: o.writes, reads: o.reads, workers: o.workers });
       process.stdout.write("  request path measured\n");
-      const jobs = await jobFigures(ledger, pop, live, new ReconcileBench(ledger, redis), changed.filter((k) => k < pop.items));
+      const jobs = await jobFigures(ledger, pop, live, new ReconcileBench(ledger, redis), [...new Set(changed.map((k) => Math.min(k, pop.items - 1)))]);
       process.stdout.write("  jobs measured\n");
       const run: SizeRun = { pop, generateSeconds, reads, jobs, size };
       for (const w of workers) await w.stop();
