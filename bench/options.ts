@@ -18,6 +18,8 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
   --history n             also the retention figure (bench/retention.ts): after n like events,
                           write rate, count read p99 and table sizes with the history kept and
                           pruned (issue 8 asks for 1000000); default 0 (skipped), 20000 with --quick
+  --scale N               instead of the figures above, the scale bench (bench/scale.ts, issue 22)
+                          at N likes and N/10, with its defaults: npm run bench:scale has its options
   -h, --help              this text
 `;
 
@@ -64,6 +66,7 @@ export function parseOptions() {
         reads: { type: "string" },
         "skip-replica": { type: "boolean", default: false },
         history: { type: "string" },
+        scale: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       allowPositionals: false,
@@ -90,6 +93,8 @@ export function parseOptions() {
     reads: positiveInt("reads", parsed.reads, size.reads),
     skipReplica: parsed["skip-replica"],
     // The retention figure: skipped unless asked for, a small history in the quick run.
+    // The scale bench's size, or 0: the figures of this bench.
+    scale: parsed.scale === undefined ? 0 : positiveInt("scale", parsed.scale, 0, 100_000_000),
     history: parsed.history === "0" ? 0 : parsed.history !== undefined ? positiveInt("history", parsed.history, 0, 100_000_000) : parsed.quick ? 20_000 : 0,
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,

@@ -29,6 +29,7 @@ import { formatWaits, sampleWaits } from "./wait-events.ts";
 import { Aborted, abort, checkAbort, cleanup, started } from "./lifecycle.ts";
 import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, httpUser, item, parseOptions, type Opts } from "./options.ts";
 import { openTarget, type Target } from "./target.ts";
+import { parseScaleOptions, runScale } from "./scale.ts";
 import {
   WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, batchNote, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts, unbatchedWrites, walPosition,
   type Span,
@@ -222,7 +223,8 @@ async function main(o: Opts): Promise<void> {
 
 const options = parseOptions();
 try {
-  await main(options);
+  if (options.scale > 0) await runScale(parseScaleOptions([], options.scale));
+  else await main(options);
 } catch (err) {
   if (!(err instanceof Aborted) && !abort.signal.aborted) {
     process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
