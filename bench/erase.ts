@@ -14,6 +14,7 @@ import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool } from "../src/db/pool.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
+import { formatShares, sampleBackgroundWaits } from "./background-waits.ts";
 
 const { values } = parseArgs({
   options: {
@@ -91,7 +92,11 @@ try {
     const facts = await seed(ledger);
     process.stdout.write(`seeded an account of ${facts} facts (${LIKES} likes, ${FOLLOWS} follows each way, ${POSTS} posts with ${LIKES_PER_POST} likes each) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 
+    const samplerPool = createPool({ connectionString: cluster.connectionString("bench_erase"), max: 1 });
+    const idleSampler = sampleBackgroundWaits(samplerPool, "bench_erase", "%erasure_step%");
     const idle = await liveWrites(ledger, new Promise((resolve) => setTimeout(resolve, IDLE_S * 1000)));
+    const idleWaits = await idleSampler.stop();
+    const duringSampler = sampleBackgroundWaits(samplerPool, "bench_erase", "%erasure_step%");
     let finished!: () => void;
     const erasureDone = new Promise<void>((resolve) => (finished = resolve));
     const during = liveWrites(ledger, erasureDone);
@@ -110,6 +115,9 @@ try {
     const seconds = (performance.now() - e0) / 1000;
     finished();
     const busy = await during;
+    const duringWaits = await duringSampler.stop();
+    await samplerPool.end();
+    process.stdout.write(`waits idle (live): ${formatShares(idleWaits.live, 6)}\nwaits during (live): ${formatShares(duringWaits.live, 8)}\nwaits during (erasure backend): ${formatShares(duringWaits.background, 5)}\n`);
     await ledger.likeConsumer.drain(2000);
     await ledger.projector.drain(2000);
     await ledger.commentConsumer.drain(2000);
