@@ -15,7 +15,7 @@ export type ErasureRequester = "self" | "admin" | "cli";
 export const DEFAULT_ERASURE_BATCH_SIZE = 500;
 export const MAX_ERASURE_BATCH_SIZE = 10_000;
 /** The smallest batch the pacing goes down to: below it a batch's fixed cost (its statement, its commit) is all there is. */
-export const MIN_PACED_ERASURE_BATCH = 10;
+export const MIN_PACED_ERASURE_BATCH = 20;
 
 export interface ErasureStatus {
   accountId: string;

@@ -5,7 +5,8 @@
 -- like_seq, blocked by the erasure). Now a batch writes its fact rows first and takes the sequence
 -- rows last, for the numbering and the events' insert alone, in ascending partition order as
 -- before (the write path's order: fact rows, then sequence rows). The relations' batches do the
--- same in one set-based step instead of a relation_write_event call per pair.
+-- same in one set-based step instead of a relation_write_event call per pair. And a batch that
+-- does not finish the erasure commits without waiting for its WAL flush (erasure_step).
 
 -- Likes turned off as like_set turns one off, for many pairs at once: the fact rows (locked by
 -- the caller) liked = false and version + 1; only then each user partition's sequence row, locked
@@ -220,6 +221,13 @@ BEGIN
     ELSE
       UPDATE account SET erased_state = 'ERASED', private = false, hide_collections = false WHERE account_id = p_account;
     END IF;
+  END IF;
+  -- A batch's commit does not wait for its WAL flush (it would hold the sequence rows through
+  -- it): a batch lost in a server crash is lost with its progress row, and WAL is flushed in
+  -- order, so no later commit survives it; the erasure redoes it. The finish is flushed before
+  -- it answers: an erasure reported done stays done.
+  IF v_next <> 'done' THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   UPDATE account_erasure a SET phase = v_next, cursor_id = v_cursor, done = a.done + v_facts, batches = a.batches + 1,
          updated_at = now(), finished_at = CASE WHEN v_next = 'done' THEN now() END
