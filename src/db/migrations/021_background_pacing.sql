@@ -35,6 +35,9 @@ BEGIN
   IF v_users IS NULL THEN
     RETURN 0;
   END IF;
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('erasure.beforeSequences', jsonb_build_object('seq', 'like_seq', 'parts', (SELECT jsonb_agg(DISTINCT x) FROM unnest(v_parts) AS x)));
+  END IF;
   PERFORM 1 FROM like_seq s WHERE s.part IN (SELECT DISTINCT x FROM unnest(v_parts) AS x) ORDER BY s.part FOR UPDATE;
   WITH written AS (SELECT * FROM unnest(v_users, v_items, v_versions, v_parts) AS x(user_id, item_id, version, part)),
   numbered AS (SELECT w.*, row_number() OVER (PARTITION BY w.part ORDER BY w.user_id, w.item_id) AS k FROM written w),
@@ -64,6 +67,10 @@ BEGIN
   UPDATE relation r SET state = 'REMOVED', version = x.version + 1, changed_at = now()
     FROM unnest(p_followers, p_followees, p_versions) AS x(follower, followee, version)
    WHERE r.follower = x.follower AND r.followee = x.followee;
+  IF current_setting('ledger.test_hooks', true) = 'on' THEN
+    PERFORM ledger_hook('erasure.beforeSequences', jsonb_build_object('seq', 'event_seq',
+      'parts', (SELECT jsonb_agg(DISTINCT ledger_partition(x, p_partitions)) FROM unnest(p_followees) AS x)));
+  END IF;
   PERFORM 1 FROM event_seq s
    WHERE s.part IN (SELECT DISTINCT ledger_partition(x, p_partitions) FROM unnest(p_followees) AS x)
    ORDER BY s.part FOR UPDATE;
