@@ -3,7 +3,7 @@
  * ways, posts with likes from others) on an embedded PostgreSQL of its own, one per pacing
  * variant, while live writers like and unlike other items, live readers read their counts and the
  * consumers run; per variant it prints the erasure's facts/s and the live writes' and reads' p99
- * idle (measured just before) vs during, with the ratio and issue 22's 1.3x goal, and what the
+ * idle (measured just before and just after, pooled: the machine's load drifts) vs during, with the ratio and issue 22's 1.3x goal, and what the
  * live backends waited on during the erasure (pg_stat_activity and pg_locks sampled; docs/erasure.md
  * "Pacing"). Variants: unpaced (fixed batches of --batch-size back to back: the old behaviour) and
  * paced (LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY defaults, or --budget-ms / --duty).
@@ -23,7 +23,7 @@ import { ErasureService } from "../src/erasure/erasure-service.ts";
 import { createWorkers, openLedger, type Ledger } from "../src/ledger.ts";
 import { DEFAULT_PACING, UNPACED, rest, type PacingOptions } from "../src/workers/pacer.ts";
 import { formatShares, sampleBackgroundWaits, type BackgroundWaits } from "./background-waits.ts";
-import { after, describe, liveTraffic, ratioLine, type Latencies } from "./live-traffic.ts";
+import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from "./live-traffic.ts";
 
 const { values } = parseArgs({
   options: {
@@ -122,7 +122,10 @@ try {
       const seconds = (performance.now() - e0) / 1000;
       finished();
       const status = (await erasure.status(account))!;
-      results.push({ variant: v, pacing, facts: status.done, batches: status.batches, seconds, idle, during: await during, waits: await sampler.stop(), phases });
+      const busy = await during;
+      const waits = await sampler.stop();
+      const idleAfter = await traffic(after(IDLE_S * 1000));
+      results.push({ variant: v, pacing, facts: status.done, batches: status.batches, seconds, idle: pooled(idle, idleAfter), during: busy, waits, phases });
       if (status.phase !== "done") process.exitCode = 1;
     }
     for (const w of workers) await w.stop();

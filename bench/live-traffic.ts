@@ -63,6 +63,11 @@ export async function liveTraffic(
   return { writes: writes.sort((a, b) => a - b), reads: reads.sort((a, b) => a - b) };
 }
 
+/** Two windows' latencies as one sorted sample. */
+export function pooled(a: Latencies, b: Latencies): Latencies {
+  return { writes: [...a.writes, ...b.writes].sort((x, y) => x - y), reads: [...a.reads, ...b.reads].sort((x, y) => x - y) };
+}
+
 export function describe(label: string, sorted: readonly number[]): string {
   return `${label} n=${sorted.length} p50=${fmt(percentile(sorted, 50))} p99=${fmt(percentile(sorted, 99))} max=${fmt(sorted.at(-1) ?? NaN)}`;
 }

@@ -6,7 +6,7 @@
  * (unpaced: pages of 500 keys and installs back to back, the old behaviour; paced:
  * LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY's defaults or --budget-ms / --duty) it
  * prints the rebuild's duration and keys/s, and the live writes' and reads' p99 idle (measured
- * just before) vs during, with the ratio and issue 22's 1.3x goal (docs/counters.md "Pacing").
+ * just before and just after, pooled: the machine's load drifts) vs during, with the ratio and issue 22's 1.3x goal (docs/counters.md "Pacing").
  * At the end every count equals its facts and the audit is clean. Options: --hot-likes N
  * --items N --likes-per-item N --writers N --readers N --partitions N --idle-seconds N
  * --variants unpaced,paced --budget-ms N --duty F.
@@ -24,7 +24,7 @@ import { createWorkers, openLedger } from "../src/ledger.ts";
 import { LikeRebuild } from "../src/likes/like-rebuild.ts";
 import { DEFAULT_PACING, UNPACED, type PacingOptions } from "../src/workers/pacer.ts";
 import { formatShares, sampleBackgroundWaits, type BackgroundWaits } from "./background-waits.ts";
-import { after, describe, liveTraffic, ratioLine, type Latencies } from "./live-traffic.ts";
+import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from "./live-traffic.ts";
 
 const { values } = parseArgs({
   options: {
@@ -102,7 +102,10 @@ try {
       const report = await rebuild.rebuild();
       const seconds = (performance.now() - r0) / 1000;
       finished();
-      results.push({ variant: v, pacing, seconds, keys: report.itemsChecked, idle, during: await during, waits: await sampler.stop() });
+      const busy = await during;
+      const waits = await sampler.stop();
+      const idleAfter = await traffic(after(IDLE_S * 1000));
+      results.push({ variant: v, pacing, seconds, keys: report.itemsChecked, idle: pooled(idle, idleAfter), during: busy, waits });
     }
     for (const w of workers) await w.stop();
     await ledger.likeConsumer.drain(2000);

@@ -42,6 +42,8 @@ export interface ErasureBatch {
   /** Facts the batch was allowed (its limit), and how long it took, round trip and commit included. */
   size: number;
   ms: number;
+  /** How long it held sequence rows (the locks live writes of those partitions wait for); null when it took none. */
+  sequencesHeldMs: number | null;
 }
 
 interface StatusRow {
@@ -72,8 +74,9 @@ export function validateBatchSize(value: unknown): number {
  * batch is a short transaction; the state lives in account_erasure, so any process may run the
  * next batch, after a crash too. The hook point `erasure.betweenBatches` is reached after each
  * committed batch, with no transaction open. Batches are paced (src/workers/pacer.ts): each is
- * sized to the pacing's time budget from the last full batch of the same phase, at most
- * `batchSize`, and run() rests after each in proportion to its duration.
+ * sized so that it holds the sequence rows (what live writes of its partitions wait for) about
+ * the pacing's time budget, from the last full batch of the same phase, at most `batchSize`; and
+ * run() rests after each in proportion to its whole duration.
  */
 export class ErasureService {
   private constructor(
@@ -112,11 +115,13 @@ export class ErasureService {
     validateId("accountId", accountId);
     const size = batchSize === undefined ? this.pacer.size(this.lastPhase.get(accountId) ?? "posts") : validateBatchSize(batchSize);
     const t0 = performance.now();
-    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase }>(
-      "SELECT phase, facts, next_phase FROM erasure_step($1, $2, $3)", [accountId, size, this.partitions]));
+    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase; sequences_held_ms: number | null }>(
+      "SELECT phase, facts, next_phase, sequences_held_ms FROM erasure_step($1, $2, $3)", [accountId, size, this.partitions]));
     const ms = performance.now() - t0;
-    const batch = { phase: rows[0]!.phase, facts: rows[0]!.facts, nextPhase: rows[0]!.next_phase, size, ms };
-    if (batchSize === undefined) this.pacer.record(batch.phase, size, ms, batch.phase === batch.nextPhase);
+    const r = rows[0]!;
+    const batch = { phase: r.phase, facts: r.facts, nextPhase: r.next_phase, size, ms, sequencesHeldMs: r.sequences_held_ms };
+    // Sized by how long it held what live writes wait for (the sequence rows), else by its whole duration.
+    if (batchSize === undefined) this.pacer.record(batch.phase, size, batch.sequencesHeldMs ?? ms, batch.phase === batch.nextPhase);
     if (batch.nextPhase === "done" || (batch.nextPhase as string) === "none") this.lastPhase.delete(accountId);
     else this.lastPhase.set(accountId, batch.nextPhase);
     await this.hooks.at("erasure.betweenBatches", { accountId, phase: batch.phase, facts: batch.facts, nextPhase: batch.nextPhase, size });

@@ -39,6 +39,7 @@ BEGIN
     PERFORM ledger_hook('erasure.beforeSequences', jsonb_build_object('seq', 'like_seq', 'parts', (SELECT jsonb_agg(DISTINCT x) FROM unnest(v_parts) AS x)));
   END IF;
   PERFORM 1 FROM like_seq s WHERE s.part IN (SELECT DISTINCT x FROM unnest(v_parts) AS x) ORDER BY s.part FOR UPDATE;
+  PERFORM set_config('ledger.erasure_sequences_at', clock_timestamp()::text, true);
   WITH written AS (SELECT * FROM unnest(v_users, v_items, v_versions, v_parts) AS x(user_id, item_id, version, part)),
   numbered AS (SELECT w.*, row_number() OVER (PARTITION BY w.part ORDER BY w.user_id, w.item_id) AS k FROM written w),
   moved AS (
@@ -74,6 +75,7 @@ BEGIN
   PERFORM 1 FROM event_seq s
    WHERE s.part IN (SELECT DISTINCT ledger_partition(x, p_partitions) FROM unnest(p_followees) AS x)
    ORDER BY s.part FOR UPDATE;
+  PERFORM set_config('ledger.erasure_sequences_at', clock_timestamp()::text, true);
   WITH pairs AS (
     SELECT x.follower, x.followee, x.version + 1 AS version, ledger_partition(x.followee, p_partitions) AS part
       FROM unnest(p_followers, p_followees, p_versions) AS x(follower, followee, version)),
@@ -96,8 +98,12 @@ $$;
 -- last phase the finish checks that nothing is left (erasure_remaining) and marks the account
 -- ERASED; anything left sends it back to the first phase. Returns the phase the batch worked on,
 -- the facts it turned off, and the phase the erasure is in now.
-CREATE OR REPLACE FUNCTION erasure_step(p_account text, p_limit integer, p_partitions integer)
-  RETURNS TABLE (phase text, facts integer, next_phase text)
+-- erasure_step now also answers how long the batch held sequence rows (from the moment
+-- erasure_unlike or erasure_remove_relations had them to the end of the batch; its commit does not
+-- wait for a flush): what the pacing sizes batches by. NULL for a batch that took none.
+DROP FUNCTION erasure_step(text, integer, integer);
+CREATE FUNCTION erasure_step(p_account text, p_limit integer, p_partitions integer)
+  RETURNS TABLE (phase text, facts integer, next_phase text, sequences_held_ms double precision)
   LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -114,10 +120,11 @@ DECLARE
 BEGIN
   SELECT * INTO e FROM account_erasure a WHERE a.account_id = p_account FOR UPDATE;
   IF NOT FOUND OR e.phase = 'done' THEN
-    RETURN QUERY SELECT coalesce(e.phase, 'none'), 0, coalesce(e.phase, 'none');
+    RETURN QUERY SELECT coalesce(e.phase, 'none'), 0, coalesce(e.phase, 'none'), NULL::double precision;
     RETURN;
   END IF;
   PERFORM set_config('ledger.erasure', p_account, true);
+  PERFORM set_config('ledger.erasure_sequences_at', '', true);
   v_cursor := e.cursor_id;
   CASE e.phase
   WHEN 'posts' THEN
@@ -243,6 +250,7 @@ BEGIN
     PERFORM ledger_hook('erasure.beforeCommit', jsonb_build_object('account', p_account, 'phase', e.phase, 'facts', v_facts));
     PERFORM ledger_hook('erasure.beforeCommit.' || e.phase, jsonb_build_object('account', p_account, 'facts', v_facts));
   END IF;
-  RETURN QUERY SELECT e.phase, v_facts, v_next;
+  RETURN QUERY SELECT e.phase, v_facts, v_next,
+    extract(epoch FROM clock_timestamp() - nullif(current_setting('ledger.erasure_sequences_at', true), '')::timestamptz)::double precision * 1000;
 END
 $$;
