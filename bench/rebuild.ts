@@ -28,7 +28,7 @@ import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from 
 
 const { values } = parseArgs({
   options: {
-    "hot-likes": { type: "string", default: "200000" }, items: { type: "string", default: "5000" }, "likes-per-item": { type: "string", default: "10" },
+    "hot-likes": { type: "string", default: "200000" }, items: { type: "string", default: "2000" }, "likes-per-item": { type: "string", default: "10" },
     writers: { type: "string", default: "4" }, readers: { type: "string", default: "2" }, partitions: { type: "string", default: "16" },
     "idle-seconds": { type: "string", default: "6" }, variants: { type: "string", default: "unpaced,paced" },
     "budget-ms": { type: "string", default: String(DEFAULT_PACING.budgetMs) }, duty: { type: "string", default: String(DEFAULT_PACING.duty) },

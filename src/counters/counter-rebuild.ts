@@ -199,6 +199,7 @@ export class CounterRebuild {
       let newN = 0;
       let drift = 0;
       const skippedPartitions: number[] = [];
+      const installed: { part: number; n: number; baseSeq: number }[] = [];
       for (const row of rows) {
         const snapSeq = snapshot.snapshotSeqs[row.part]!;
         oldN += row.n;
@@ -211,8 +212,16 @@ export class CounterRebuild {
         const n = (counts[row.part] ?? 0) + row.applied_after;
         drift += n - (row.n + row.pending_in_window);
         newN += n;
-        await client.query(`UPDATE ${s.count} SET n = $3, base_seq = $4 WHERE ${s.keyColumn} = $1 AND part = $2`, [key, row.part, n, snapSeq]);
+        installed.push({ part: row.part, n, baseSeq: snapSeq });
       }
+      // One statement for every partition's row (locked above): the consumer waits on these rows
+      // for one round trip instead of one per partition.
+      await client.query(
+        `UPDATE ${s.count} c SET n = x.n, base_seq = x.base_seq
+           FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS x(part, n, base_seq)
+          WHERE c.${s.keyColumn} = $1 AND c.part = x.part`,
+        [key, installed.map((r) => r.part), installed.map((r) => r.n), installed.map((r) => r.baseSeq)],
+      );
       await this.hooks.at(`${s.hookPrefix}rebuild.beforeCommit`, named);
       return { key, oldN, newN, drift, skippedPartitions };
     });
