@@ -53,7 +53,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBa
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
     commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, ...pacing, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
     notifications: new NotificationFeed(pool, { hooks }),
-    notificationRebuild: new NotificationRebuild(pool, { hooks }),
+    notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
     erasure: await ErasureService.open(pool, { hooks, ...pacing, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
   };
 }
