@@ -3,9 +3,9 @@
  * ways, posts with likes from others) on an embedded PostgreSQL of its own, one per pacing
  * variant, while live writers like and unlike other items, live readers read their counts and the
  * consumers run; per variant it prints the erasure's facts/s and the live writes' and reads' p99
- * idle (measured just before and just after, pooled: the machine's load drifts) vs during, with the ratio and issue 22's 1.3x goal, and what the
- * live backends waited on during the erasure (pg_stat_activity and pg_locks sampled; docs/erasure.md
- * "Pacing"). Variants: unpaced (fixed batches of --batch-size back to back: the old behaviour) and
+ * idle (measured just before and just after, pooled: the machine's load drifts) vs during, with
+ * the ratio and issue 22's 1.3x goal, and what the live backends waited on during the erasure
+ * (pg_stat_activity and pg_locks sampled; docs/erasure.md "Pacing"). Variants: unpaced (fixed batches of --batch-size back to back: the old behaviour) and
  * paced (LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY defaults, or --budget-ms / --duty).
  * Options: --likes N --follows N --posts N --likes-per-post N --batch-size N --writers N
  * --readers N --partitions N --idle-seconds N --variants unpaced,paced --budget-ms N --duty F.

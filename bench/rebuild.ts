@@ -6,8 +6,9 @@
  * (unpaced: pages of 500 keys and installs back to back, the old behaviour; paced:
  * LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY's defaults or --budget-ms / --duty) it
  * prints the rebuild's duration and keys/s, and the live writes' and reads' p99 idle (measured
- * just before and just after, pooled: the machine's load drifts) vs during, with the ratio and issue 22's 1.3x goal (docs/counters.md "Pacing").
- * At the end every count equals its facts and the audit is clean. Options: --hot-likes N
+ * just before and just after, pooled: the machine's load drifts) vs during, with the ratio and
+ * issue 22's 1.3x goal (docs/counters.md "Pacing the rebuild"). At the end every count equals its
+ * facts and the audit is clean. Options: --hot-likes N
  * --items N --likes-per-item N --writers N --readers N --partitions N --idle-seconds N
  * --variants unpaced,paced --budget-ms N --duty F.
  */
