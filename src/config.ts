@@ -1,5 +1,6 @@
 import path from "node:path";
 import { InvalidInputError } from "./errors.ts";
+import type { PacingOptions } from "./workers/pacer.ts";
 
 /** The longest lifetime of a token `social-ledger token --ttl` mints, and the default of LEDGER_JWT_MAX_TTL_SECONDS: ten years. */
 export const MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600;
@@ -43,7 +44,9 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
   { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
   { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes committed together at most (group commit); 1: one transaction each" },
-  { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "facts an account erasure turns off per batch (one short transaction)" },
+  { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "most facts an account erasure turns off per batch (one short transaction)" },
+  { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune) size each batch to take about this long; 0: fixed batches" },
+  { name: "LEDGER_BACKGROUND_DUTY", shown: "0.5", meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)" },
   { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
   { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
   { name: "LEDGER_ALARM_CONSUMER_FAILURES", shown: "5", meaning: "dashboard: a consumer failing this many passes in a row turns the header red" },
@@ -76,7 +79,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
 /** The default of a numeric variable, from ENVIRONMENT (so the loaders cannot disagree with the help). */
 export function numericDefault(name: string): number {
   const value = Number(ENVIRONMENT.find((v) => v.name === name)?.shown);
-  if (!Number.isSafeInteger(value)) throw new Error(`ENVIRONMENT has no numeric default for ${name}`);
+  if (!Number.isFinite(value)) throw new Error(`ENVIRONMENT has no numeric default for ${name}`);
   return value;
 }
 
@@ -131,8 +134,10 @@ export interface Config {
   pruneEverySeconds: number;
   /** LEDGER_WRITE_BATCH_MAX: most like writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
   writeBatchMax: number;
-  /** LEDGER_ERASURE_BATCH_SIZE: facts per batch of an account erasure (docs/erasure.md). */
+  /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
+  /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
+  pacing: PacingOptions;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
   retention: { keepLast: number; keepSeconds: number };
   /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
@@ -281,6 +286,15 @@ function integer(name: string, raw: string | undefined, fallback: number, min: n
   return value;
 }
 
+function fraction(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (raw.trim() === "" || !Number.isFinite(value) || value < min || value > max) {
+    throw new InvalidInputError(name, `must be a number in ${min}..${max}, got ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
+
 /** An on/off switch: 1/true/yes or 0/false/no (or unset); anything else is refused rather than read as "off". */
 function flag(name: string, raw: string | undefined): boolean {
   if (raw === undefined || raw === "") return false;
@@ -332,6 +346,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
     writeBatchMax: integer("LEDGER_WRITE_BATCH_MAX", env.LEDGER_WRITE_BATCH_MAX, numericDefault("LEDGER_WRITE_BATCH_MAX"), 1, 10_000),
     erasureBatchSize: integer("LEDGER_ERASURE_BATCH_SIZE", env.LEDGER_ERASURE_BATCH_SIZE, numericDefault("LEDGER_ERASURE_BATCH_SIZE"), 1, 10_000),
+    pacing: {
+      budgetMs: integer("LEDGER_BACKGROUND_BATCH_MS", env.LEDGER_BACKGROUND_BATCH_MS, numericDefault("LEDGER_BACKGROUND_BATCH_MS"), 0, 10_000),
+      duty: fraction("LEDGER_BACKGROUND_DUTY", env.LEDGER_BACKGROUND_DUTY, numericDefault("LEDGER_BACKGROUND_DUTY"), 0.05, 1),
+    },
     retention: {
       keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, numericDefault("LEDGER_RETENTION_KEEP_EVENTS"), 0, 1_000_000_000),
       keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, numericDefault("LEDGER_RETENTION_KEEP_SECONDS"), 0, 31_536_000),

@@ -15,6 +15,7 @@ import { RelationService } from "./relations/relation-service.ts";
 import { NotificationFeed } from "./notifications/notification-consumer.ts";
 import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
+import type { PacingOptions } from "./workers/pacer.ts";
 
 /** Every service of the library over one pool: what the HTTP API, the CLI and the workers share. */
 export interface Ledger {
@@ -35,24 +36,25 @@ export interface Ledger {
   erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number } = {}): Promise<Ledger> {
+export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number; pacing?: PacingOptions } = {}): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
+  const pacing = options.pacing === undefined ? {} : { pacing: options.pacing };
   return {
     pool,
     partitions: await readPartitions(pool),
     hooks,
     likes: await LikeService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
-    likeRebuild: new LikeRebuild(pool, { hooks }),
+    likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),
     relations: await RelationService.open(pool),
     projector: new RelationProjector(pool, { hooks }),
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
-    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
+    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, ...pacing, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
     notifications: new NotificationFeed(pool, { hooks }),
-    notificationRebuild: new NotificationRebuild(pool, { hooks }),
-    erasure: await ErasureService.open(pool, { hooks, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
+    notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
+    erasure: await ErasureService.open(pool, { hooks, ...pacing, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
   };
 }
 

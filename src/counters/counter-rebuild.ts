@@ -5,6 +5,7 @@ import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { assertSnapshotNotPruned } from "../db/retention-boundary.ts";
 import type { CounterSpec } from "./counter-spec.ts";
+import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 
 export class CounterRebuildInProgressError extends LedgerError {
   constructor(kind: string) {
@@ -48,7 +49,9 @@ export interface CounterRebuildReport {
   totalAbsDrift: number;
 }
 
+/** The most keys per page of the snapshot read; pacing sizes pages below it (at least MIN_PAGE_SIZE). */
 const PAGE_SIZE = 500;
+const MIN_PAGE_SIZE = 10;
 
 /** The snapshot header, read in the caller's REPEATABLE READ transaction. */
 export async function readCounterSnapshot(client: PoolClient, s: CounterSpec): Promise<CounterSnapshot> {
@@ -72,12 +75,13 @@ export async function readCountedPage(
   partitions: number,
   after: string,
   keys: readonly string[] | undefined,
+  limit = PAGE_SIZE,
 ): Promise<{ key: string; counts: number[] }[]> {
   const { rows: page } = await client.query<{ key: string }>(
     `SELECT k.key FROM (${s.keysSql}) k
       WHERE k.key > $1 AND ($2::text[] IS NULL OR k.key = ANY ($2))
       ORDER BY k.key LIMIT $3`,
-    [after, keys ?? null, PAGE_SIZE],
+    [after, keys ?? null, limit],
   );
   if (page.length === 0) return [];
   const counts = new Map(page.map((r) => [r.key, Array.from({ length: partitions }, () => 0)]));
@@ -103,17 +107,24 @@ export async function readCountedPage(
  * Hook points (prefixed with spec.hookPrefix): rebuild.afterSnapshot {snapshotSeqs},
  * rebuild.beforeInstall {key, pid}, rebuild.beforeCommit {key}; the context also names the
  * key by spec.keyName.
+ *
+ * Pacing (src/workers/pacer.ts): pages are sized to the pacing's budget from the last full page's
+ * read, and after each page read and each install the rebuild rests in proportion to its
+ * duration, so live writes and reads keep the CPU; the snapshot stays open meanwhile, which
+ * changes nothing about what it holds.
  */
 export class CounterRebuild {
   private readonly hooks: Hooks;
   private readonly unknownKeys: (keys: string[]) => Error;
+  readonly pacer: Pacer;
 
   constructor(
     private readonly pool: Pool,
     readonly spec: CounterSpec,
-    options: { hooks?: Hooks; unknownKeys?: (keys: string[]) => Error } = {},
+    options: { hooks?: Hooks; unknownKeys?: (keys: string[]) => Error; pacing?: PacingOptions } = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
+    this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, PAGE_SIZE, MIN_PAGE_SIZE);
     this.unknownKeys = options.unknownKeys ?? ((keys) => new UnknownCounterKeysError(keys));
   }
 
@@ -143,12 +154,19 @@ export class CounterRebuild {
       }
       await this.hooks.at(`${s.hookPrefix}rebuild.afterSnapshot`, { snapshotSeqs: header.snapshotSeqs });
       for (let after = ""; ; ) {
-        const page = await readCountedPage(snap, s, header.partitions, after, keys);
+        const size = this.pacer.size("page");
+        const t0 = performance.now();
+        const page = await readCountedPage(snap, s, header.partitions, after, keys, size);
+        const readMs = performance.now() - t0;
+        this.pacer.record("page", size, readMs, page.length === size);
         if (page.length === 0) break;
+        await rest(this.pacer.restMs(readMs));
         for (const { key, counts } of page) {
+          const t1 = performance.now();
           const d = await this.installKey(key, counts, header);
           keysChecked++;
           if (d.drift !== 0) drifted.push(d);
+          await rest(this.pacer.restMs(performance.now() - t1));
         }
         after = page[page.length - 1]!.key;
       }
@@ -181,6 +199,7 @@ export class CounterRebuild {
       let newN = 0;
       let drift = 0;
       const skippedPartitions: number[] = [];
+      const installed: { part: number; n: number; baseSeq: number }[] = [];
       for (const row of rows) {
         const snapSeq = snapshot.snapshotSeqs[row.part]!;
         oldN += row.n;
@@ -193,8 +212,16 @@ export class CounterRebuild {
         const n = (counts[row.part] ?? 0) + row.applied_after;
         drift += n - (row.n + row.pending_in_window);
         newN += n;
-        await client.query(`UPDATE ${s.count} SET n = $3, base_seq = $4 WHERE ${s.keyColumn} = $1 AND part = $2`, [key, row.part, n, snapSeq]);
+        installed.push({ part: row.part, n, baseSeq: snapSeq });
       }
+      // One statement for every partition's row (locked above): the consumer waits on these rows
+      // for one round trip instead of one per partition.
+      await client.query(
+        `UPDATE ${s.count} c SET n = x.n, base_seq = x.base_seq
+           FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS x(part, n, base_seq)
+          WHERE c.${s.keyColumn} = $1 AND c.part = x.part`,
+        [key, installed.map((r) => r.part), installed.map((r) => r.n), installed.map((r) => r.baseSeq)],
+      );
       await this.hooks.at(`${s.hookPrefix}rebuild.beforeCommit`, named);
       return { key, oldN, newN, drift, skippedPartitions };
     });

@@ -5,6 +5,7 @@ import { Hooks } from "../hooks.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { AccountNotFoundError } from "../relations/errors.ts";
+import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 
 /** The phases in the order an erasure runs them (docs/erasure.md). */
 export const ERASURE_PHASES = ["posts", "comments", "post_likes", "comment_likes", "likes", "following", "followers", "blocks", "done"] as const;
@@ -13,6 +14,8 @@ export type ErasureRequester = "self" | "admin" | "cli";
 
 export const DEFAULT_ERASURE_BATCH_SIZE = 500;
 export const MAX_ERASURE_BATCH_SIZE = 10_000;
+/** The smallest batch the pacing goes down to: below it a batch's fixed cost (its statement, its commit) is all there is. */
+export const MIN_PACED_ERASURE_BATCH = 20;
 
 export interface ErasureStatus {
   accountId: string;
@@ -36,6 +39,11 @@ export interface ErasureBatch {
   phase: ErasurePhase;
   facts: number;
   nextPhase: ErasurePhase;
+  /** Facts the batch was allowed (its limit), and how long it took, round trip and commit included. */
+  size: number;
+  ms: number;
+  /** How long it held sequence rows (the locks live writes of those partitions wait for); null when it took none. */
+  sequencesHeldMs: number | null;
 }
 
 interface StatusRow {
@@ -65,7 +73,10 @@ export function validateBatchSize(value: unknown): number {
  * step() runs one bounded batch of the current phase as one statement (erasure_step), so each
  * batch is a short transaction; the state lives in account_erasure, so any process may run the
  * next batch, after a crash too. The hook point `erasure.betweenBatches` is reached after each
- * committed batch, with no transaction open.
+ * committed batch, with no transaction open. Batches are paced (src/workers/pacer.ts): each is
+ * sized so that it holds the sequence rows (what live writes of its partitions wait for) about
+ * the pacing's time budget, from the last full batch of the same phase, at most `batchSize`; and
+ * run() rests after each in proportion to its whole duration.
  */
 export class ErasureService {
   private constructor(
@@ -73,12 +84,17 @@ export class ErasureService {
     readonly partitions: number,
     private readonly hooks: Hooks,
     readonly batchSize: number,
+    readonly pacer: Pacer,
   ) {}
 
-  static async open(pool: Pool, options: { hooks?: Hooks; batchSize?: number } = {}): Promise<ErasureService> {
+  static async open(pool: Pool, options: { hooks?: Hooks; batchSize?: number; pacing?: PacingOptions } = {}): Promise<ErasureService> {
     const batchSize = validateBatchSize(options.batchSize ?? DEFAULT_ERASURE_BATCH_SIZE);
-    return new ErasureService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), batchSize);
+    const pacer = new Pacer(options.pacing ?? DEFAULT_PACING, batchSize, Math.min(batchSize, MIN_PACED_ERASURE_BATCH));
+    return new ErasureService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), batchSize, pacer);
   }
+
+  /** The phase each account's last batch here left it in: which phase's size the next batch takes. */
+  private readonly lastPhase = new Map<string, ErasurePhase>();
 
   /** Starts the erasure of `accountId`, or finds it running or done. AccountNotFoundError for an id that never had an account. */
   async start(accountId: string, requestedBy: ErasureRequester): Promise<ErasureStart> {
@@ -90,15 +106,31 @@ export class ErasureService {
     return { outcome, status: (await this.status(accountId))! };
   }
 
-  /** One batch of at most batchSize facts of the current phase (one short transaction). */
-  async step(accountId: string, batchSize = this.batchSize): Promise<ErasureBatch> {
+  /**
+   * One batch of the current phase (one short transaction): at most `batchSize` facts when given,
+   * else the paced size of the phase. A batch that filled its limit teaches the pacer that
+   * phase's cost.
+   */
+  async step(accountId: string, batchSize?: number): Promise<ErasureBatch> {
     validateId("accountId", accountId);
-    validateBatchSize(batchSize);
-    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase }>(
-      "SELECT phase, facts, next_phase FROM erasure_step($1, $2, $3)", [accountId, batchSize, this.partitions]));
-    const batch = { phase: rows[0]!.phase, facts: rows[0]!.facts, nextPhase: rows[0]!.next_phase };
-    await this.hooks.at("erasure.betweenBatches", { accountId, ...batch });
+    const size = batchSize === undefined ? this.pacer.size(this.lastPhase.get(accountId) ?? "posts") : validateBatchSize(batchSize);
+    const t0 = performance.now();
+    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase; sequences_held_ms: number | null }>(
+      "SELECT phase, facts, next_phase, sequences_held_ms FROM erasure_step($1, $2, $3)", [accountId, size, this.partitions]));
+    const ms = performance.now() - t0;
+    const r = rows[0]!;
+    const batch = { phase: r.phase, facts: r.facts, nextPhase: r.next_phase, size, ms, sequencesHeldMs: r.sequences_held_ms };
+    // Sized by how long it held what live writes wait for (the sequence rows), else by its whole duration.
+    if (batchSize === undefined) this.pacer.record(batch.phase, size, batch.sequencesHeldMs ?? ms, batch.phase === batch.nextPhase);
+    if (batch.nextPhase === "done" || (batch.nextPhase as string) === "none") this.lastPhase.delete(accountId);
+    else this.lastPhase.set(accountId, batch.nextPhase);
+    await this.hooks.at("erasure.betweenBatches", { accountId, phase: batch.phase, facts: batch.facts, nextPhase: batch.nextPhase, size });
     return batch;
+  }
+
+  /** The rest the pacing asks for after `batch` (0 with a duty of 1). */
+  restAfter(batch: ErasureBatch): number {
+    return this.pacer.restMs(batch.ms);
   }
 
   /** Batches until the erasure is done (or `maxBatches` ran); the status afterwards. */
@@ -107,6 +139,7 @@ export class ErasureService {
       const batch = await this.step(accountId);
       if (batch.phase === "done" || batch.nextPhase === "done" || (batch.phase as string) === "none") break;
       if (options.onBatch) options.onBatch(batch, (await this.status(accountId))!);
+      await rest(this.restAfter(batch));
     }
     const status = await this.status(accountId);
     if (!status) throw new AccountNotFoundError(accountId);

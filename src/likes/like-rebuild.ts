@@ -4,6 +4,7 @@ import {
 } from "../counters/counter-rebuild.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import type { Hooks } from "../hooks.ts";
+import type { PacingOptions } from "../workers/pacer.ts";
 import { LIKE_COUNTER } from "./like-spec.ts";
 
 export class UnknownItemsError extends LedgerError {
@@ -53,7 +54,7 @@ function toItemDrift(d: KeyDrift): ItemDrift {
 export class LikeRebuild {
   private readonly counter: CounterRebuild;
 
-  constructor(pool: Pool, options: { hooks?: Hooks } = {}) {
+  constructor(pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions } = {}) {
     this.counter = new CounterRebuild(pool, LIKE_COUNTER, { ...options, unknownKeys: (keys) => new UnknownItemsError(keys) });
   }
 

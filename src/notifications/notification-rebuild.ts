@@ -3,6 +3,7 @@ import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
+import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 import {
   LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, pendingEventSql, type NotificationSourceName,
 } from "./notification-sources.ts";
@@ -90,7 +91,9 @@ export async function readSnapshotSeqs(client: PoolClient | Pool): Promise<Notif
 }
 
 const SOURCE_OF_ROW: Record<string, NotificationSourceName> = { like: "likes", relation: "relations", comment: "comments" };
+/** The most recipients per page of the snapshot read; pacing sizes pages below it (at least MIN_PAGE). */
 const PAGE = 500;
+const MIN_PAGE = 10;
 const keyOf = (r: { source: string; actor: string; subject: string }) => `${r.source}\u0000${r.actor}\u0000${r.subject}`;
 
 /**
@@ -110,9 +113,11 @@ const keyOf = (r: { source: string; actor: string; subject: string }) => `${r.so
  */
 export class NotificationRebuild {
   private readonly hooks: Hooks;
+  readonly pacer: Pacer;
 
-  constructor(private readonly pool: Pool, options: { hooks?: Hooks } = {}) {
+  constructor(private readonly pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions } = {}) {
     this.hooks = options.hooks ?? new Hooks();
+    this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, PAGE, MIN_PAGE);
   }
 
   async rebuild(options: { recipients?: readonly string[] } = {}): Promise<NotificationRebuildReport> {
@@ -132,15 +137,25 @@ export class NotificationRebuild {
           WHERE $1::text[] IS NULL OR r = ANY ($1) ORDER BY r`,
         [only ?? null],
       );
-      for (let i = 0; i < recipients.length; i += PAGE) {
-        const page = recipients.slice(i, i + PAGE).map((x) => x.r);
+      // Paced as the counter rebuild is (docs/counters.md "Pacing the rebuild"): pages sized to the
+      // budget from the last full page's read, a rest after each read and each install.
+      for (let i = 0; i < recipients.length; ) {
+        const size = this.pacer.size("page");
+        const page = recipients.slice(i, i + size).map((x) => x.r);
+        i += page.length;
+        const t0 = performance.now();
         const truth = await readTruthRows(snap, page);
+        const readMs = performance.now() - t0;
+        this.pacer.record("page", size, readMs, page.length === size);
+        await rest(this.pacer.restMs(readMs));
         const byRecipient = new Map<string, TruthRow[]>(page.map((r) => [r, []]));
         for (const t of truth) byRecipient.get(t.recipient)!.push(t);
         for (const [recipient, rows] of byRecipient) {
+          const t1 = performance.now();
           const installed = await this.installRecipient(recipient, rows, seqs);
           recipientsChecked++;
           if (installed.rowsDrifted + installed.rowsPending > 0) changed.push(installed);
+          await rest(this.pacer.restMs(performance.now() - t1));
         }
       }
       return seqs;

@@ -7,6 +7,7 @@ import {
   computeBoundaries, RETENTION_KINDS, type RetentionKind, RETENTION_TABLES, type PartitionBoundary, type RetentionCap, type RetentionMargin,
 } from "../db/retention-boundary.ts";
 import { LEGAL_TRANSITIONS, previousRelationStateSql } from "../relations/relation-audit.ts";
+import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 
 export interface PruneReport {
   /** False when a like rebuild was running: nothing was pruned (try again later). */
@@ -72,8 +73,10 @@ async function pruneKeys(client: PoolClient, kind: RetentionKind): Promise<numbe
 export interface RetentionOptions extends Partial<RetentionMargin> {
   /** Transports' extra upper bounds (docs/retention.md); the lowest of all of them counts. */
   caps?: readonly RetentionCap[];
-  /** Outbox rows deleted per transaction (default 20,000): short transactions, short row locks. */
+  /** The most outbox rows deleted per transaction (default 20,000): short transactions, short row locks. */
   chunk?: number;
+  /** Chunks sized to a time budget and rests between them (src/workers/pacer.ts); default DEFAULT_PACING. */
+  pacing?: PacingOptions;
   hooks?: Hooks;
 }
 
@@ -98,12 +101,14 @@ export const DEFAULT_MARGIN: RetentionMargin = { keepLast: 10_000, keepSeconds: 
  * the watermark, then the outbox events at or below the boundary (computeBoundaries), chunk by
  * chunk, each chunk adding the deleted rows' audit figures to the pruned-prefix baseline in the
  * same statement. A kind whose rebuild is running, or whose cap cannot be read, keeps its outbox
- * this time.
+ * this time. Chunks are paced: each sized to the pacing's budget from the last full chunk of the
+ * kind (at most `chunk` rows), with a rest after each in proportion to its duration.
  */
 export async function pruneRetained(pool: Pool, options: RetentionOptions = {}): Promise<RetentionReport> {
   const margin: RetentionMargin = { keepLast: options.keepLast ?? DEFAULT_MARGIN.keepLast, keepSeconds: options.keepSeconds ?? DEFAULT_MARGIN.keepSeconds };
   const chunk = options.chunk ?? 20_000;
   const hooks = options.hooks ?? new Hooks();
+  const pacer = new Pacer(options.pacing ?? DEFAULT_PACING, chunk, Math.min(chunk, 100), Math.min(chunk, 1_000));
   const kinds: KindRetention[] = [];
   for (const kind of RETENTION_KINDS) {
     const report: KindRetention = { kind, keyRows: 0, outboxRows: 0, partitions: [] };
@@ -125,12 +130,18 @@ export async function pruneRetained(pool: Pool, options: RetentionOptions = {}):
     const planned = await computeBoundaries(pool, kind, margin, caps);
     for (const { part, boundary: marginBound } of planned) {
       for (;;) {
-        const step = await withTransaction(pool, (client) => pruneOutboxChunk(client, kind, part, marginBound, caps, chunk, hooks));
+        const size = pacer.size(kind);
+        const t0 = performance.now();
+        const step = await withTransaction(pool, (client) => pruneOutboxChunk(client, kind, part, marginBound, caps, size, hooks));
         if (step === "BUSY") {
           report.skipped = "REBUILD_RUNNING";
           break;
         }
+        const ms = performance.now() - t0;
+        // A chunk that stopped short of its size reached the boundary: it says nothing about a full one.
+        pacer.record(kind, size, ms, step.upto < step.boundary.boundary);
         report.outboxRows += step.rows;
+        if (step.rows > 0) await rest(pacer.restMs(ms));
         if (step.upto >= step.boundary.boundary) {
           report.partitions.push(step.boundary);
           break;

@@ -57,7 +57,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, writeBatchMax: config.writeBatchMax, ...(options.hooks ? { hooks: options.hooks } : {}) });
+  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, writeBatchMax: config.writeBatchMax, pacing: config.pacing, ...(options.hooks ? { hooks: options.hooks } : {}) });
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
@@ -124,7 +124,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
   const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
-    ...config.retention, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
+    ...config.retention, pacing: config.pacing, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
   })];
   // Webhook deliveries (docs/webhooks.md) run beside the consumers; `webhook-worker` runs them alone.
   const webhookLoops = options.workers === false ? [] : startableWebhookLoops(database.pool, config.webhooks, metrics.registry, {

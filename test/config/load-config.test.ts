@@ -51,3 +51,11 @@ test("config: a switch is 1/true/yes or 0/false/no; anything else is refused ins
   for (const off of ["0", "false", "no", ""]) assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: off }).redisAllowEviction, false, off);
   refused({ LEDGER_REDIS_ALLOW_EVICTION: "on please" }, "LEDGER_REDIS_ALLOW_EVICTION");
 });
+
+test("config: the background pacing is a budget in ms (0: fixed batches) and a duty share in 0.05..1; anything else is refused by name", () => {
+  assert.deepEqual(loadConfig({}).pacing, { budgetMs: 10, duty: 0.5 });
+  assert.deepEqual(loadConfig({ LEDGER_BACKGROUND_BATCH_MS: "0", LEDGER_BACKGROUND_DUTY: "1" }).pacing, { budgetMs: 0, duty: 1 });
+  assert.equal(loadConfig({ LEDGER_BACKGROUND_DUTY: "0.25" }).pacing.duty, 0.25);
+  for (const bad of ["0", "0.01", "1.5", "half", " ", "-0.5"]) refused({ LEDGER_BACKGROUND_DUTY: bad }, "LEDGER_BACKGROUND_DUTY");
+  for (const bad of ["-1", "2.5", "10001"]) refused({ LEDGER_BACKGROUND_BATCH_MS: bad }, "LEDGER_BACKGROUND_BATCH_MS");
+});
