@@ -9,6 +9,19 @@ export interface LikerPage {
 }
 
 /**
+ * One page of likers. The order mixes directions (time DESC, id ASC), so the cursor cannot be a
+ * row comparison; `changed_at <= $2` stands alone at the top of the condition, where it bounds
+ * the scan of like_fact_likers, and the OR only sorts out the rows of the cursor's own instant.
+ * Written as one OR (`changed_at < $2 OR (changed_at = $2 AND ...)`), the bound was a filter and
+ * a page at depth d read d rows (test/likes/likers-page-plan.test.ts).
+ */
+export const LIKERS_PAGE_SQL = `SELECT user_id, changed_at, ${cursorTimeSql("changed_at")} AS at FROM like_fact
+      WHERE item_id = $1 AND liked
+        AND ($2::timestamptz IS NULL OR (changed_at <= $2::timestamptz AND (changed_at < $2::timestamptz OR user_id > $3::text)))
+      ORDER BY changed_at DESC, user_id ASC
+      LIMIT $4`;
+
+/**
  * Who likes an item, newest first, from the facts (exact at once). Keyset-paginated on
  * (changed_at DESC, user_id ASC), the order of the like_fact_likers index: a like that
  * arrives while a client pages lands before its first page, so later pages neither repeat
@@ -19,11 +32,7 @@ export async function listLikers(pool: Pool, itemId: string, options: { limit?: 
   const limit = validateLimit(options.limit);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
   const { rows } = await pool.query<{ user_id: string; changed_at: Date; at: string }>(
-    `SELECT user_id, changed_at, ${cursorTimeSql("changed_at")} AS at FROM like_fact
-      WHERE item_id = $1 AND liked
-        AND ($2::timestamptz IS NULL OR changed_at < $2::timestamptz OR (changed_at = $2::timestamptz AND user_id > $3::text))
-      ORDER BY changed_at DESC, user_id ASC
-      LIMIT $4`,
+    LIKERS_PAGE_SQL,
     [itemId, after?.at ?? null, after?.id ?? null, limit + 1],
   );
   const page = rows.slice(0, limit);
