@@ -1,0 +1,139 @@
+import type { PoolClient } from "../db/pool.ts";
+import { LedgerError } from "../errors.ts";
+import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
+
+/** `--empty-ledger` on a ledger that holds items or likes (or an erasure running): nothing was written. */
+export class LedgerNotEmptyError extends LedgerError {
+  constructor(detail: string) {
+    super("LEDGER_NOT_EMPTY", `the empty-ledger import needs a ledger without items, likes or a running erasure: ${detail}; import without --empty-ledger`);
+  }
+}
+
+/**
+ * The like side is empty: no item, no like fact, event, baseline or count, and no erasure
+ * running (the erasure guard on like_fact is then a no-op for every row, so the load may leave it
+ * out). Asked once without locks (auto mode: is the fast path worth locking for?) and once under
+ * LOCK_LIKE_SIDE, which makes the answer hold until the commit.
+ */
+const LIKE_SIDE_STATE = `
+  SELECT EXISTS (SELECT 1 FROM item) AS items, EXISTS (SELECT 1 FROM like_fact) AS likes,
+         EXISTS (SELECT 1 FROM like_outbox) OR EXISTS (SELECT 1 FROM like_outbox_pruned) OR EXISTS (SELECT 1 FROM like_count) AS history,
+         EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) AS erasing`;
+
+/**
+ * Every table the load writes or re-checks, in one statement (one lock order), in a mode no
+ * other writer shares: live likes, item writes and consumers of these tables wait for the commit;
+ * reads go on until the index drop below takes like_fact itself. account_erasure in SHARE mode:
+ * no erasure starts or ends meanwhile. Then the like rebuild's advisory key, as the resumable
+ * likes phase holds it (a rebuild's snapshot must not straddle facts that bring no events).
+ */
+const LOCK_LIKE_SIDE = [
+  "LOCK TABLE item, like_fact, like_count, like_outbox, like_outbox_pruned, like_seq IN SHARE ROW EXCLUSIVE MODE",
+  "LOCK TABLE account_erasure IN SHARE MODE",
+  `SELECT pg_advisory_xact_lock(${REBUILD_LOCK_KEY})`,
+] as const;
+
+/**
+ * What the load sets aside and restores, as the catalog defines it (so the restored schema is the
+ * migrations' to the byte): like_fact's secondary indexes (its list indexes: built once, sorted,
+ * after the rows are in, instead of a random-order insert per row) and the foreign keys of like_fact
+ * and like_count (one set-based validation each when re-added, instead of a per-row trigger check).
+ * Primary keys stay: rows arrive in their order, and they keep every pair unique.
+ */
+const SET_ASIDE = `
+  SELECT format('DROP INDEX %s', i.indexrelid::regclass) AS drop, pg_get_indexdef(i.indexrelid) AS restore
+    FROM pg_index i WHERE i.indrelid = 'like_fact'::regclass AND NOT i.indisprimary
+  UNION ALL
+  SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname),
+         format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid))
+    FROM pg_constraint c WHERE c.conrelid IN ('like_fact'::regclass, 'like_count'::regclass) AND c.contype = 'f'`;
+
+/** The erasure guard is a no-op while no erasure runs (checked under the lock above). */
+const GUARD_OFF = "ALTER TABLE like_fact DISABLE TRIGGER like_fact_erasure_guard";
+const GUARD_ON = "ALTER TABLE like_fact ENABLE TRIGGER like_fact_erasure_guard";
+
+/** The file's items, plain, as INSERT_ITEMS makes them. */
+const LOAD_ITEMS = `
+  WITH ins AS (INSERT INTO item (item_id, kind) SELECT DISTINCT a, 'plain' FROM import_lines WHERE kind = 'item' ORDER BY 1 RETURNING 1)
+  SELECT count(*)::int AS written FROM ins`;
+
+/**
+ * Each pair's first line is its fact (liked, version 1, its `at` or $1 the import time), in the
+ * primary key's order. Nothing is there to conflict with: the ledger's like side is empty and locked.
+ */
+const LOAD_LIKES = `
+  WITH ins AS (
+    INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
+    SELECT DISTINCT ON (a, b) a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like' ORDER BY a, b, line
+    RETURNING 1)
+  SELECT count(*)::int AS written FROM ins`;
+
+/** One history baseline per fact (one event, pruned), as the resumable path writes it: every row of like_fact is the file's. */
+const LOAD_BASELINES = `
+  INSERT INTO like_outbox_pruned (user_id, item_id, events, delta_sum, max_version)
+  SELECT user_id, item_id, 1, 1, 1 FROM like_fact ORDER BY user_id, item_id`;
+
+/** The counts, per (item, user partition), from the facts ($1 P). */
+const LOAD_COUNTS = `
+  INSERT INTO like_count (item_id, part, n)
+  SELECT item_id, ledger_partition(user_id, $1), count(*) FROM like_fact GROUP BY 1, 2 ORDER BY 1, 2`;
+
+/** The point a test parks the load at, after the rows are in and before the index builds (docs/testing.md, "Hook points"). */
+const HOOK = "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
+
+export interface LikeSide {
+  empty: boolean;
+  /** Why not, in words (for LEDGER_NOT_EMPTY). */
+  detail: string;
+}
+
+export async function likeSideState(client: PoolClient): Promise<LikeSide> {
+  const r = (await client.query<{ items: boolean; likes: boolean; history: boolean; erasing: boolean }>(LIKE_SIDE_STATE)).rows[0]!;
+  const why = [r.items && "it has items", r.likes && "it has likes", r.history && "it has like history or counts", r.erasing && "an erasure is running"].filter(Boolean);
+  return { empty: why.length === 0, detail: why.join(", ") };
+}
+
+/** Locks the like side for the rest of the transaction and asks again whether it is empty. */
+export async function lockLikeSide(client: PoolClient): Promise<LikeSide> {
+  for (const text of LOCK_LIKE_SIDE) await client.query(text);
+  return likeSideState(client);
+}
+
+export interface EmptyLoad {
+  items: number;
+  likes: number;
+}
+
+/**
+ * Loads the file's items and likes (from import_lines, checked) into a locked, empty like side,
+ * inside the staging transaction: the facts sorted, their baselines and counts set-based, then
+ * like_fact's list indexes built and the foreign keys re-validated whole. One transaction: a kill
+ * leaves nothing, and the ledger is as empty as before, so the same command starts again.
+ * `timed` is called with each step's name and milliseconds.
+ */
+export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, partitions: number, timed: (step: string, ms: number) => void): Promise<EmptyLoad> {
+  const step = async <T>(name: string, work: () => Promise<T>): Promise<T> => {
+    const started = performance.now();
+    try {
+      return await work();
+    } finally {
+      timed(name, performance.now() - started);
+    }
+  };
+  // The index builds sort in memory, and the GROUP BY of the counts hashes there.
+  await client.query("SET LOCAL maintenance_work_mem = '512MB'");
+  await client.query("SET LOCAL work_mem = '256MB'");
+  const { rows: aside } = await client.query<{ drop: string; restore: string }>(SET_ASIDE);
+  await step("empty: drop list indexes and foreign keys", async () => {
+    for (const a of aside) await client.query(a.drop);
+    await client.query(GUARD_OFF);
+  });
+  const items = await step("empty: items", async () => (await client.query<{ written: number }>(LOAD_ITEMS)).rows[0]!.written);
+  const likes = await step("empty: like_fact sorted insert", async () => (await client.query<{ written: number }>(LOAD_LIKES, [importedAt])).rows[0]!.written);
+  await step("empty: history baselines", () => client.query(LOAD_BASELINES));
+  await step("empty: like_count GROUP BY", () => client.query(LOAD_COUNTS, [partitions]));
+  await client.query(HOOK, [likes]);
+  for (const a of aside) await step(`empty: ${a.drop.replace(/^DROP INDEX (\S+)$/, "build index $1").replace(/^ALTER TABLE (\S+) DROP CONSTRAINT (\S+)$/, "validate $1.$2")}`, () => client.query(a.restore));
+  await client.query(GUARD_ON);
+  return { items, likes };
+}
