@@ -35,18 +35,39 @@ const LOCK_LIKE_SIDE = [
 
 /**
  * What the load sets aside and restores, as the catalog defines it (so the restored schema is the
- * migrations' to the byte): like_fact's secondary indexes (its list indexes: built once, sorted,
- * after the rows are in, instead of a random-order insert per row) and the foreign keys of like_fact
- * and like_count (one set-based validation each when re-added, instead of a per-row trigger check).
- * Primary keys stay: rows arrive in their order, and they keep every pair unique.
+ * migrations' to the byte): every index and constraint of like_fact, like_outbox_pruned and
+ * like_count except NOT NULL and CHECK ones. Each index is then built once from the sorted rows
+ * instead of taking a random-order btree insert per row; each foreign key is validated by one
+ * set-based join instead of a trigger call per row. Primary keys are restored first (unique
+ * indexes: a duplicate would fail the build, but the load writes one row per pair, item or
+ * (item, partition)), then the other indexes, then the foreign keys, which are checked against
+ * the referenced tables' own keys (never set aside).
  */
 const SET_ASIDE = `
-  SELECT format('DROP INDEX %s', i.indexrelid::regclass) AS drop, pg_get_indexdef(i.indexrelid) AS restore
-    FROM pg_index i WHERE i.indrelid = 'like_fact'::regclass AND NOT i.indisprimary
-  UNION ALL
-  SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname),
-         format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid))
-    FROM pg_constraint c WHERE c.conrelid IN ('like_fact'::regclass, 'like_count'::regclass) AND c.contype = 'f'`;
+  SELECT drop, restore FROM (
+    SELECT 0 AS rank, c.conname::text AS name,
+           format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname) AS drop,
+           format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid)) AS restore
+      FROM pg_constraint c WHERE c.conrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass) AND c.contype IN ('p', 'u')
+    UNION ALL
+    SELECT 1, i.indexrelid::regclass::text, format('DROP INDEX %s', i.indexrelid::regclass), pg_get_indexdef(i.indexrelid)
+      FROM pg_index i WHERE i.indrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)
+       AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+    UNION ALL
+    SELECT 2, c.conname::text, format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname),
+           format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid))
+      FROM pg_constraint c WHERE c.conrelid IN ('like_fact'::regclass, 'like_count'::regclass) AND c.contype = 'f') x
+   ORDER BY rank, name`;
+
+/** The schema of the set-aside tables as the catalog prints it, compared before and after the load. */
+export const LIKE_SIDE_SCHEMA = `
+  SELECT string_agg(def, E'\n' ORDER BY def) AS schema FROM (
+    SELECT c.conname || ': ' || pg_get_constraintdef(c.oid) AS def FROM pg_constraint c
+     WHERE c.conrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)
+    UNION ALL
+    SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)
+    UNION ALL
+    SELECT t.tgname || ': ' || t.tgenabled FROM pg_trigger t WHERE t.tgrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)) d`;
 
 /** The erasure guard is a no-op while no erasure runs (checked under the lock above). */
 const GUARD_OFF = "ALTER TABLE like_fact DISABLE TRIGGER like_fact_erasure_guard";
@@ -71,12 +92,12 @@ const LOAD_LIKES = `
 /** One history baseline per fact (one event, pruned), as the resumable path writes it: every row of like_fact is the file's. */
 const LOAD_BASELINES = `
   INSERT INTO like_outbox_pruned (user_id, item_id, events, delta_sum, max_version)
-  SELECT user_id, item_id, 1, 1, 1 FROM like_fact ORDER BY user_id, item_id`;
+  SELECT user_id, item_id, 1, 1, 1 FROM like_fact`;
 
 /** The counts, per (item, user partition), from the facts ($1 P). */
 const LOAD_COUNTS = `
   INSERT INTO like_count (item_id, part, n)
-  SELECT item_id, ledger_partition(user_id, $1), count(*) FROM like_fact GROUP BY 1, 2 ORDER BY 1, 2`;
+  SELECT item_id, ledger_partition(user_id, $1), count(*) FROM like_fact GROUP BY 1, 2`;
 
 /** The point a test parks the load at, after the rows are in and before the index builds (docs/testing.md, "Hook points"). */
 const HOOK = "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
@@ -124,8 +145,9 @@ export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, pa
   await client.query("SET LOCAL maintenance_work_mem = '512MB'");
   await client.query("SET LOCAL work_mem = '256MB'");
   const { rows: aside } = await client.query<{ drop: string; restore: string }>(SET_ASIDE);
-  await step("empty: drop list indexes and foreign keys", async () => {
-    for (const a of aside) await client.query(a.drop);
+  await step("empty: set aside indexes, keys and the erasure guard", async () => {
+    // Foreign keys first: a primary key is dropped after the keys that lean on it.
+    for (const a of [...aside].reverse()) await client.query(a.drop);
     await client.query(GUARD_OFF);
   });
   const items = await step("empty: items", async () => (await client.query<{ written: number }>(LOAD_ITEMS)).rows[0]!.written);
@@ -133,7 +155,7 @@ export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, pa
   await step("empty: history baselines", () => client.query(LOAD_BASELINES));
   await step("empty: like_count GROUP BY", () => client.query(LOAD_COUNTS, [partitions]));
   await client.query(HOOK, [likes]);
-  for (const a of aside) await step(`empty: ${a.drop.replace(/^DROP INDEX (\S+)$/, "build index $1").replace(/^ALTER TABLE (\S+) DROP CONSTRAINT (\S+)$/, "validate $1.$2")}`, () => client.query(a.restore));
+  for (const a of aside) await step(`empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`, () => client.query(a.restore));
   await client.query(GUARD_ON);
   return { items, likes };
 }
