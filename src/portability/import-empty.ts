@@ -1,3 +1,4 @@
+import { UniqueViolationError, mapPgError } from "../db/errors.ts";
 import type { PoolClient } from "../db/pool.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
@@ -79,15 +80,20 @@ const LOAD_ITEMS = `
   SELECT count(*)::int AS written FROM ins`;
 
 /**
- * Each pair's first line is its fact (liked, version 1, its `at` or $1 the import time), in the
- * primary key's order. Nothing is there to conflict with: the ledger's like side is empty and locked.
+ * Each like line as its fact (liked, version 1, its `at` or $1 the import time), in the file's
+ * order: nothing is there to conflict with (the like side is empty and locked), and the primary
+ * key is built right after, which is also the check that no pair came twice.
  */
 const LOAD_LIKES = `
-  WITH ins AS (
-    INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
-    SELECT DISTINCT ON (a, b) a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like' ORDER BY a, b, line
-    RETURNING 1)
-  SELECT count(*)::int AS written FROM ins`;
+  INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
+  SELECT a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like'`;
+
+/** A file that gives a pair twice: each pair's first line is its fact (the rule of the resumable path). */
+const LOAD_FIRST_LIKES = `
+  INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
+  SELECT DISTINCT ON (a, b) a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like' ORDER BY a, b, line`;
+
+const LIKE_FACT_KEY = "like_fact_pkey";
 
 /** One history baseline per fact (one event, pruned), as the resumable path writes it: every row of like_fact is the file's. */
 const LOAD_BASELINES = `
@@ -151,11 +157,25 @@ export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, pa
     await client.query(GUARD_OFF);
   });
   const items = await step("empty: items", async () => (await client.query<{ written: number }>(LOAD_ITEMS)).rows[0]!.written);
-  const likes = await step("empty: like_fact sorted insert", async () => (await client.query<{ written: number }>(LOAD_LIKES, [importedAt])).rows[0]!.written);
+  // The fact table's key first: built on the rows as the file gives them, it fails on a pair given
+  // twice, and then the rows are loaded again with each pair's first line only.
+  const key = aside.find((a) => a.drop.endsWith(` ${LIKE_FACT_KEY}`))!;
+  await client.query("SAVEPOINT import_likes");
+  let likes: number;
+  try {
+    likes = await step("empty: like_fact insert", async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0);
+    await step(`empty: restore ${LIKE_FACT_KEY}`, () => client.query(key.restore));
+  } catch (err) {
+    if (!(mapPgError(err) instanceof UniqueViolationError)) throw err;
+    await client.query("ROLLBACK TO SAVEPOINT import_likes");
+    likes = await step("empty: like_fact insert, a pair's first line only", async () => (await client.query(LOAD_FIRST_LIKES, [importedAt])).rowCount ?? 0);
+    await step(`empty: restore ${LIKE_FACT_KEY}`, () => client.query(key.restore));
+  }
+  await client.query("RELEASE SAVEPOINT import_likes");
   await step("empty: history baselines", () => client.query(LOAD_BASELINES));
   await step("empty: like_count GROUP BY", () => client.query(LOAD_COUNTS, [partitions]));
   await client.query(HOOK, [likes]);
-  for (const a of aside) await step(`empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`, () => client.query(a.restore));
+  for (const a of aside.filter((x) => x !== key)) await step(`empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`, () => client.query(a.restore));
   await client.query(GUARD_ON);
   return { items, likes };
 }

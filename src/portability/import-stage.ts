@@ -168,6 +168,16 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
       }
       if (chunk.length > 0) yield chunk;
     };
+    // A million lines are some 100 MB of temporary table: in local buffers of that size they are
+    // read back from memory (the default, 8 MB, writes them out and reads them again for every
+    // pass). A session that used a temporary table already cannot change the size; it keeps its own.
+    await client.query("SAVEPOINT temp_buffers");
+    try {
+      await client.query("SET temp_buffers = '256MB'");
+      await client.query("RELEASE SAVEPOINT temp_buffers");
+    } catch {
+      await client.query("ROLLBACK TO SAVEPOINT temp_buffers");
+    }
     // The lines go first to a temporary table (no WAL, no index), where the cross-line checks
     // read them; only a good file is then written to import_stage, once, sorted by its key.
     await client.query(`CREATE TEMP TABLE import_lines ON COMMIT DROP AS
