@@ -68,7 +68,7 @@ export const LIKE_SIDE_SCHEMA = `
     UNION ALL
     SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)
     UNION ALL
-    SELECT t.tgname || ': ' || t.tgenabled FROM pg_trigger t WHERE t.tgrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)) d`;
+    SELECT t.tgname || ': ' || t.tgenabled::text FROM pg_trigger t WHERE NOT t.tgisinternal AND t.tgrelid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)) d`;
 
 /** The erasure guard is a no-op while no erasure runs (checked under the lock above). */
 const GUARD_OFF = "ALTER TABLE like_fact DISABLE TRIGGER like_fact_erasure_guard";
