@@ -82,28 +82,39 @@ const LOAD_ITEMS = `
 /**
  * Each like line as its fact (liked, version 1, its `at` or $1 the import time), in the file's
  * order: nothing is there to conflict with (the like side is empty and locked), and the primary
- * key is built right after, which is also the check that no pair came twice.
+ * key is built right after, which is also the check that no pair came twice (DROP_LATER_LINES).
  */
 const LOAD_LIKES = `
   INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
   SELECT a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like'`;
 
-/** A file that gives a pair twice: each pair's first line is its fact (the rule of the resumable path). */
-const LOAD_FIRST_LIKES = `
-  INSERT INTO like_fact (user_id, item_id, liked, version, changed_at)
-  SELECT DISTINCT ON (a, b) a, b, true, 1, coalesce(at, $1) FROM import_lines WHERE kind = 'like' ORDER BY a, b, line`;
+/**
+ * A file that gives a pair twice: each pair's first line is its fact (the rule of the resumable
+ * path), so the later lines leave import_lines, and from here on its like lines are the facts.
+ */
+const DROP_LATER_LINES = `
+  DELETE FROM import_lines l USING import_lines e
+   WHERE l.kind = 'like' AND e.kind = 'like' AND e.a = l.a AND e.b = l.b AND e.line < l.line`;
 
 const LIKE_FACT_KEY = "like_fact_pkey";
 
-/** One history baseline per fact (one event, pruned), as the resumable path writes it: every row of like_fact is the file's. */
+/**
+ * One history baseline per fact (one event, pruned), as the resumable path writes it. Read from
+ * import_lines, whose like lines are the facts now: a temporary table in local buffers, not the
+ * just-written heap of like_fact.
+ */
 const LOAD_BASELINES = `
   INSERT INTO like_outbox_pruned (user_id, item_id, events, delta_sum, max_version)
-  SELECT user_id, item_id, 1, 1, 1 FROM like_fact`;
+  SELECT a, b, 1, 1, 1 FROM import_lines WHERE kind = 'like'`;
 
-/** The counts, per (item, user partition), from the facts ($1 P). */
+/**
+ * The counts per (item, user partition) ($1 P); the partition (an md5) is computed once per user,
+ * not once per like.
+ */
 const LOAD_COUNTS = `
+  WITH u AS MATERIALIZED (SELECT a, ledger_partition(a, $1) AS part FROM import_lines WHERE kind = 'like' GROUP BY a)
   INSERT INTO like_count (item_id, part, n)
-  SELECT item_id, ledger_partition(user_id, $1), count(*) FROM like_fact GROUP BY 1, 2`;
+  SELECT l.b, u.part, count(*) FROM import_lines l JOIN u USING (a) WHERE l.kind = 'like' GROUP BY 1, 2`;
 
 /** The point a test parks the load at, after the rows are in and before the index builds (docs/testing.md, "Hook points"). */
 const HOOK = "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
@@ -168,12 +179,13 @@ export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, pa
   } catch (err) {
     if (!(mapPgError(err) instanceof UniqueViolationError)) throw err;
     await client.query("ROLLBACK TO SAVEPOINT import_likes");
-    likes = await step("empty: like_fact insert, a pair's first line only", async () => (await client.query(LOAD_FIRST_LIKES, [importedAt])).rowCount ?? 0);
+    await step("empty: drop the later lines of pairs given twice", () => client.query(DROP_LATER_LINES));
+    likes = await step("empty: like_fact insert, a pair's first line only", async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0);
     await step(`empty: restore ${LIKE_FACT_KEY}`, () => client.query(key.restore));
   }
   await client.query("RELEASE SAVEPOINT import_likes");
   await step("empty: history baselines", () => client.query(LOAD_BASELINES));
-  await step("empty: like_count GROUP BY", () => client.query(LOAD_COUNTS, [partitions]));
+  await step("empty: like_count GROUP BY (item, partition)", () => client.query(LOAD_COUNTS, [partitions]));
   await client.query(HOOK, [likes]);
   for (const a of aside.filter((x) => x !== key)) await step(`empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`, () => client.query(a.restore));
   await client.query(GUARD_ON);
