@@ -108,13 +108,12 @@ const LOAD_BASELINES = `
   SELECT a, b, 1, 1, 1 FROM import_lines WHERE kind = 'like'`;
 
 /**
- * The counts per (item, user partition) ($1 P); the partition (an md5) is computed once per user,
- * not once per like.
+ * The counts per (item, user partition) ($1 P), hashed in memory. Computing the partition once
+ * per user and joining it back was slower (measured: 8.7-9.0 s against 4.1-6.2 s at 1M likes).
  */
 const LOAD_COUNTS = `
-  WITH u AS MATERIALIZED (SELECT a, ledger_partition(a, $1) AS part FROM import_lines WHERE kind = 'like' GROUP BY a)
   INSERT INTO like_count (item_id, part, n)
-  SELECT l.b, u.part, count(*) FROM import_lines l JOIN u USING (a) WHERE l.kind = 'like' GROUP BY 1, 2`;
+  SELECT b, ledger_partition(a, $1), count(*) FROM import_lines WHERE kind = 'like' GROUP BY 1, 2`;
 
 /** The point a test parks the load at, after the rows are in and before the index builds (docs/testing.md, "Hook points"). */
 const HOOK = "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
