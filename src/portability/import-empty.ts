@@ -3,10 +3,10 @@ import type { PoolClient } from "../db/pool.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
 
-/** `--empty-ledger` on a ledger that holds items or likes (or an erasure running): nothing was written. */
+/** `--empty-ledger` on a ledger that holds items or likes (or an erasure running, or as a role that does not own the like tables): nothing was written. */
 export class LedgerNotEmptyError extends LedgerError {
   constructor(detail: string) {
-    super("LEDGER_NOT_EMPTY", `the empty-ledger import needs a ledger without items, likes or a running erasure: ${detail}; import without --empty-ledger`);
+    super("LEDGER_NOT_EMPTY", `the empty-ledger import needs a ledger without items, likes or a running erasure (and the like tables' owner): ${detail}; import without --empty-ledger`);
   }
 }
 
@@ -19,7 +19,10 @@ export class LedgerNotEmptyError extends LedgerError {
 const LIKE_SIDE_STATE = `
   SELECT EXISTS (SELECT 1 FROM item) AS items, EXISTS (SELECT 1 FROM like_fact) AS likes,
          EXISTS (SELECT 1 FROM like_outbox) OR EXISTS (SELECT 1 FROM like_outbox_pruned) OR EXISTS (SELECT 1 FROM like_count) AS history,
-         EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) AS erasing`;
+         EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) AS erasing,
+         -- Setting indexes and keys aside is the tables' owner's to do: a role that only writes them takes the batches.
+         EXISTS (SELECT 1 FROM pg_class c WHERE c.oid IN ('like_fact'::regclass, 'like_outbox_pruned'::regclass, 'like_count'::regclass)
+                    AND NOT pg_has_role(current_user, c.relowner, 'USAGE')) AS not_owner`;
 
 /**
  * Every table the load writes or re-checks, in one statement (one lock order), in a mode no
@@ -125,8 +128,9 @@ export interface LikeSide {
 }
 
 export async function likeSideState(client: PoolClient): Promise<LikeSide> {
-  const r = (await client.query<{ items: boolean; likes: boolean; history: boolean; erasing: boolean }>(LIKE_SIDE_STATE)).rows[0]!;
-  const why = [r.items && "it has items", r.likes && "it has likes", r.history && "it has like history or counts", r.erasing && "an erasure is running"].filter(Boolean);
+  const r = (await client.query<{ items: boolean; likes: boolean; history: boolean; erasing: boolean; not_owner: boolean }>(LIKE_SIDE_STATE)).rows[0]!;
+  const why = [r.items && "it has items", r.likes && "it has likes", r.history && "it has like history or counts", r.erasing && "an erasure is running",
+    r.not_owner && `the connected role does not own like_fact, like_outbox_pruned and like_count`].filter(Boolean);
   return { empty: why.length === 0, detail: why.join(", ") };
 }
 
