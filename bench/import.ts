@@ -9,7 +9,11 @@
  * indexes alone cost. --profile loads pg_stat_statements and prints the import's statements by
  * total time, and auto_explain's plans of the slow ones to stderr.
  *
- *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 20000] [--batch-ms 1000] [--profile]
+ * --resumable forces the batched path that a non-empty ledger takes (a fresh ledger otherwise takes the
+ * empty-ledger path). Each step's time is printed (validation, staging, the empty-ledger load's
+ * steps, each apply phase).
+ *
+ *   node --import tsx bench/import.ts [--likes 1000000] [--items 10007] [--partitions 16] [--batch-size 20000] [--batch-ms 1000] [--profile] [--resumable]
  *   (default, or --quick: --likes 100000)
  */
 import { createReadStream, createWriteStream } from "node:fs";
@@ -25,7 +29,7 @@ import { openLedger } from "../src/ledger.ts";
 import { copyIn } from "../src/portability/copy-in.ts";
 import { importFacts } from "../src/portability/import.ts";
 
-const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, "batch-ms": { type: "string" }, quick: { type: "boolean" }, profile: { type: "boolean" } } });
+const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, "batch-ms": { type: "string" }, quick: { type: "boolean" }, profile: { type: "boolean" }, resumable: { type: "boolean" } } });
 const LIKES = Number(values.likes ?? 100_000);
 const ITEMS = Number(values.items ?? 10_007);
 const P = Number(values.partitions ?? 16);
@@ -99,8 +103,11 @@ try {
     await pool.query("SELECT pg_stat_statements_reset()");
   }
 
+  const steps: [string, number][] = [];
   const started = performance.now();
-  const report = await importFacts(pool, createReadStream(file), { batchSize: BATCH, batchMillis: BATCH_MS });
+  const report = await importFacts(pool, createReadStream(file), {
+    batchSize: BATCH, batchMillis: BATCH_MS, emptyLedger: values.resumable ? "never" : "auto", onTiming: (step, ms) => steps.push([step, ms]),
+  });
   const importSeconds = (performance.now() - started) / 1000;
   const written = report.applied.likes ?? 0;
   const { rows: profile } = values.profile ? await pool.query<{ ms: number; calls: number; rows: number; query: string }>(
@@ -146,6 +153,8 @@ try {
     `  plain COPY of the same rows into a two-column table:        ${copied} rows in ${copySeconds.toFixed(2)} s = ${copyRate.toFixed(0)} rows/s\n` +
     `  COPY of the same rows into like_fact's shape with its 3 indexes: ${indexedCopied} rows in ${indexedSeconds.toFixed(2)} s = ${indexedRate.toFixed(0)} rows/s\n` +
     `  ratio import / COPY: ${(importRate / copyRate).toFixed(2)} (goal >= 0.3); import / indexed COPY: ${(importRate / indexedRate).toFixed(2)}\n` +
+    `  path: ${report.path}; where the import's ${importSeconds.toFixed(2)} s went (steps over 10 ms):\n` +
+    steps.filter(([, ms]) => ms >= 10).map(([step, ms]) => `    ${(ms / 1000).toFixed(2).padStart(7)} s  ${step}\n`).join("") +
     `  afterwards: like_fact liked ${rows[0]!.liked}, sum(like_count) ${rows[0]!.counted}, audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
   );
   if (profile.length > 0) {

@@ -17,7 +17,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG", "ACCOUNT_NOT_FOUND"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG", "ACCOUNT_NOT_FOUND", "LEDGER_NOT_EMPTY"]);
 
 /** The variables' table of src/config.ts, one line each: name, default, meaning. */
 export function environmentHelp(): string {
@@ -212,6 +212,7 @@ once the follower projection has caught up, the projection against the truth.`)
     .argument("<file>", "the file, or - for standard input")
     .addOption(new Option("--batch-size <n>", "the most staged lines per apply transaction (each is sized to take about a second)").argParser(positiveInteger("--batch-size", 1_000_000)).default(20_000))
     .option("--json", "print the report as JSON")
+    .option("--empty-ledger", "require the empty-ledger path (items and likes bulk-loaded in one transaction); refused, exit 2, when the ledger has items or likes")
     .addHelpText("after", `
 Lines: {"kind":"account","id":..,"private":bool,"hideCollections":bool} {"kind":"item","id":..}
 {"kind":"like","user":..,"item":..,"at":ISO-8601} {"kind":"follow","follower":..,"followee":..,
@@ -219,8 +220,10 @@ Lines: {"kind":"account","id":..,"private":bool,"hideCollections":bool} {"kind":
 the import's time). The whole file is checked first: any bad line is reported by number (the first 20),
 exit 2, and nothing is imported. Then it is applied in batches under live traffic, with the rules of the
 live writes. The same file again changes nothing; after a crash the same command finishes it. With
-REDIS_URL, the touched Redis counters are dropped (backfilled from the facts). docs/import.md.`)
-    .action(async (file: string, opts: { batchSize: number; json?: boolean }) => {
+REDIS_URL, the touched Redis counters are dropped (backfilled from the facts). On a ledger without items
+or likes, those are loaded in the checking transaction instead, with like_fact's indexes built after
+(it locks the like tables until it commits: run it before the service serves likes). docs/import.md.`)
+    .action(async (file: string, opts: { batchSize: number; json?: boolean; emptyLedger?: boolean }) => {
       const { importCommand } = await import("./commands/import.ts");
       setExitCode(await importCommand(file, opts));
     });

@@ -1,5 +1,5 @@
 import { InvalidInputError } from "../errors.ts";
-import { validateId, validateUserId } from "../ids.ts";
+import { MAX_ID_LENGTH, RESERVED_USER_IDS, validateId, validateUserId } from "../ids.ts";
 
 /** One fact of the portability format (docs/import.md), as a line of NDJSON holds it. */
 export type FactLine =
@@ -45,11 +45,24 @@ function validateBoolean(field: string, value: unknown): boolean {
 }
 
 /**
+ * A like line exactly as the export and JSON.stringify write it: the fields in this order, no
+ * whitespace, ids of the ID_PATTERN alphabet and length (so no escapes), `at` a string without
+ * escapes. Any line it matches parses to the same object through JSON.parse, so it skips that (a
+ * million like lines: about 0.3 s instead of 3 s); every other line takes the general path.
+ */
+const ID = "[A-Za-z0-9][A-Za-z0-9._:@-]{0," + String(MAX_ID_LENGTH - 1) + "}";
+const PLAIN_LIKE = new RegExp(`^\\{"kind":"like","user":"(${ID})","item":"(${ID})"(?:,"at":"([^"\\\\]*)")?\\}$`);
+
+/**
  * Parses and checks one line on its own (JSON, kind, fields, ids as the API checks them, dates,
  * self-relations). Returns the fact, or throws InvalidInputError naming the field. `now` bounds
  * `at`: a fact cannot have happened after the import.
  */
 export function parseFactLine(text: string, now: number): FactLine {
+  const like = PLAIN_LIKE.exec(text);
+  if (like && !RESERVED_USER_IDS.includes(like[1]!)) {
+    return { kind: "like", user: like[1]!, item: like[2]!, ...(like[3] === undefined ? {} : { at: validateAt(like[3], now) }) };
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -54,6 +54,8 @@ export interface ApplyOptions {
   onProgress?: (phase: Phase, linesDone: number, phaseLines: number) => void;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
   dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
+  /** Called when a phase ends with `apply: <phase>` and the milliseconds it took in this run (the bench's breakdown). */
+  onTiming?: (step: string, ms: number) => void;
 }
 
 interface RunState {
@@ -99,6 +101,7 @@ export class ImportApply {
     const maxSize = this.options.batchSize ?? 20_000;
     const budget = this.options.batchMillis ?? 1_000;
     let size = Math.min(1_000, maxSize);
+    let phaseStarted = performance.now();
     while (state.phase !== "done") {
       const phase = state.phase;
       if (phase === "likes" && !holdsRebuildLock) {
@@ -125,6 +128,9 @@ export class ImportApply {
           [runId, next],
         );
         if (next === "done") await this.pool.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
+        const now = performance.now();
+        this.options.onTiming?.(`apply: ${phase}`, now - phaseStarted);
+        phaseStarted = now;
       } else {
         const started = performance.now();
         await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);

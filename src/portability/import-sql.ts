@@ -171,10 +171,15 @@ export const UNSATISFIED_LIKES = `
      AND NOT EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = s.a AND f.item_id = s.b AND f.liked)
    ORDER BY s.a, s.b, s.line`;
 
-/** The counted targets of the run, for the Redis count layer: items liked, accounts followed. */
+/**
+ * The counted targets of the run, for the Redis count layer: items liked, accounts followed, and
+ * the items the file declares (the empty-ledger path stages no like lines, and every item it liked
+ * is declared in the file, the ledger having had none; a dropped counter of an item not liked
+ * only backfills the same count).
+ */
 export const TOUCHED_TARGETS = `
-  SELECT DISTINCT CASE s.kind WHEN 'like' THEN 'likes' ELSE 'followers' END AS kind, s.b AS target
-    FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow')`;
+  SELECT DISTINCT CASE s.kind WHEN 'follow' THEN 'followers' ELSE 'likes' END AS kind, coalesce(s.b, s.a) AS target
+    FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow', 'item')`;
 
 /** The accounts the run's lines notify: the followees of its follows, the authors of the posts and comments it likes. */
 export const NOTIFIED_RECIPIENTS = `

@@ -2,10 +2,12 @@ import { createHash } from "node:crypto";
 import { createInterface } from "node:readline";
 import { Transform } from "node:stream";
 import type { Pool, PoolClient } from "../db/pool.ts";
+import { readPartitions } from "../db/ledger-config.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { LedgerError, InvalidInputError } from "../errors.ts";
 import { copyIn } from "./copy-in.ts";
 import { parseFactLine, stageRow } from "./fact-line.ts";
+import { LedgerNotEmptyError, likeSideState, loadEmptyLikeSide, lockLikeSide } from "./import-empty.ts";
 
 /** Bad lines listed in the refusal; the rest are counted. */
 export const LISTED_BAD_LINES = 20;
@@ -30,7 +32,11 @@ export interface StagedRun {
   importedAt: Date;
   /** A run of the same file existed already: `done` means imported completely before, else it resumes. */
   existing: "none" | "resumed" | "done";
+  /** empty-ledger: the items and likes were loaded in the staging transaction (import-empty.ts); resumable: every kind is left to the apply's batches. */
+  path: ImportPath;
 }
+
+export type ImportPath = "empty-ledger" | "resumable";
 
 /**
  * The cross-line checks, over the read lines of run $1 in import_lines (each row: line, message): a like of
@@ -80,19 +86,29 @@ const CROSS_LINE_SQL = `
  * checks); the other kinds by (a, b). Byte order ("C"): only the grouping matters, and it sorts
  * fastest (a file's million lines sort in memory: work_mem is raised for this transaction). Within a pair the
  * first line comes first, so "the first line of a pair is the fact" holds across batch
- * boundaries. import_stage's primary key is filled from left to right.
+ * boundaries. import_stage's primary key is filled from left to right. $1: the likes and items
+ were loaded already (the empty-ledger path): only the items are staged besides the other kinds,
+ for the caches phase's targets and an items phase that then writes nothing.
  */
 const STAGE_SORTED = `
   INSERT INTO import_stage (run_id, kind, ord, line, a, b, state, private, hide, at)
   SELECT run_id, kind, row_number() OVER (PARTITION BY kind ORDER BY CASE WHEN kind = 'like' THEN b END COLLATE "C", a COLLATE "C", b COLLATE "C", line),
          line, a, b, state, private, hide, at
-    FROM import_lines ORDER BY kind, CASE WHEN kind = 'like' THEN b END COLLATE "C", a COLLATE "C", b COLLATE "C", line`;
+    FROM import_lines WHERE NOT (kind = 'like' AND $1::boolean) ORDER BY kind, CASE WHEN kind = 'like' THEN b END COLLATE "C", a COLLATE "C", b COLLATE "C", line`;
 
 export interface StageOptions {
   /** Called every `progressEvery` lines read, and once at the end. */
   onLines?: (lines: number) => void;
   /** The time the facts without `at` get, and after which no `at` may lie (default: now). */
   now?: Date;
+  /**
+   * auto (default): the empty-ledger path when the like side is empty (no item, no like, no
+   * running erasure; docs/import.md, "The empty-ledger path"), else the resumable one; require:
+   * the empty-ledger path or LedgerNotEmptyError (nothing written); never: the resumable path.
+   */
+  emptyLedger?: "auto" | "require" | "never";
+  /** Called with each step's name and its milliseconds (the bench's breakdown). */
+  onTiming?: (step: string, ms: number) => void;
 }
 
 /**
@@ -115,7 +131,21 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
   const bad: BadLine[] = [];
   let badTotal = 0;
   let lines = 0;
+  const mode = options.emptyLedger ?? "auto";
+  const timed = options.onTiming ?? (() => {});
+  const partitions = await readPartitions(pool);
+  let mark = performance.now();
+  const lap = (step: string) => {
+    const t = performance.now();
+    timed(step, t - mark);
+    mark = t;
+  };
   return withTransaction(pool, async (client) => {
+    if (mode === "require") {
+      // Refused before the file is read; asked again under the lock below.
+      const side = await likeSideState(client);
+      if (!side.empty) throw new LedgerNotEmptyError(side.detail);
+    }
     const runId = Number((await client.query<{ id: string }>("SELECT nextval('import_run_id')::text AS id")).rows[0]!.id);
     const rows = async function* (): AsyncGenerator<string> {
       let chunk = "";
@@ -138,15 +168,28 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
       }
       if (chunk.length > 0) yield chunk;
     };
+    // A million lines are some 100 MB of temporary table: in local buffers of that size they are
+    // read back from memory (the default, 8 MB, writes them out and reads them again for every
+    // pass). A session that used a temporary table already cannot change the size; it keeps its own.
+    await client.query("SAVEPOINT temp_buffers");
+    try {
+      await client.query("SET temp_buffers = '256MB'");
+      await client.query("RELEASE SAVEPOINT temp_buffers");
+    } catch {
+      await client.query("ROLLBACK TO SAVEPOINT temp_buffers");
+    }
     // The lines go first to a temporary table (no WAL, no index), where the cross-line checks
     // read them; only a good file is then written to import_stage, once, sorted by its key.
     await client.query(`CREATE TEMP TABLE import_lines ON COMMIT DROP AS
       SELECT run_id, kind, line, a, b, state, private, hide, at FROM import_stage WITH NO DATA`);
+    mark = performance.now();
     await copyIn(client, "COPY import_lines (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
     options.onLines?.(lines);
+    lap("pass 1: read, parse and check lines, COPY into import_lines");
     // The read rows are the planner's to know about (a hash join, not a nested loop per line).
     await client.query("ANALYZE import_lines");
     const cross = await crossLineErrors(client, runId);
+    lap("pass 1: ANALYZE and cross-line checks");
     if (badTotal + cross.total > 0) {
       const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
       // Thrown inside the transaction: it rolls back, so not even the staged lines stay.
@@ -159,14 +202,26 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
     const f = found[0];
     if (f) {
       // The same file again: its run holds its own staged lines (or is done); this copy goes with the transaction.
-      return { runId: Number(f.run_id), lines: f.lines, importedAt: f.imported_at, existing: f.phase === "done" ? "done" : "resumed" } satisfies StagedRun;
+      return { runId: Number(f.run_id), lines: f.lines, importedAt: f.imported_at, existing: f.phase === "done" ? "done" : "resumed", path: "resumable" } satisfies StagedRun;
     }
+    let path: ImportPath = "resumable";
+    if (mode !== "never" && (mode === "require" || (await likeSideState(client)).empty)) {
+      const side = await lockLikeSide(client);
+      if (side.empty) path = "empty-ledger";
+      // A live write came between the two questions: auto goes the resumable way (the locks end with this transaction).
+      else if (mode === "require") throw new LedgerNotEmptyError(side.detail);
+      lap("empty: lock the like side");
+    }
+    const loaded = path === "empty-ledger" ? await loadEmptyLikeSide(client, now, partitions, timed) : undefined;
+    mark = performance.now();
     await client.query("SET LOCAL work_mem = '256MB'");
-    await client.query(STAGE_SORTED);
+    await client.query(STAGE_SORTED, [loaded !== undefined]);
     // ANALYZE in this transaction samples the staged rows, uncommitted as they are, for the apply's plans.
     await client.query("ANALYZE import_stage");
-    await client.query("INSERT INTO import_run (run_id, digest, lines, imported_at, phase) VALUES ($1, $2, $3, $4, 'accounts')", [runId, hex, lines, now]);
-    return { runId, lines, importedAt: now, existing: "none" } satisfies StagedRun;
+    await client.query("INSERT INTO import_run (run_id, digest, lines, imported_at, phase, applied) VALUES ($1, $2, $3, $4, 'accounts', $5)",
+      [runId, hex, lines, now, loaded ? { items: loaded.items, likes: loaded.likes } : {}]);
+    lap("staging: sorted insert into import_stage");
+    return { runId, lines, importedAt: now, existing: "none", path } satisfies StagedRun;
   }, { maxAttempts: 1 });
 }
 

@@ -8,6 +8,8 @@ export interface ImportReport {
   lines: number;
   /** none: staged now; resumed: a run of this file had been staged (and perhaps partly applied) before; done: imported before, nothing changed. */
   existing: StagedRun["existing"];
+  /** empty-ledger: items and likes were bulk-loaded in the staging transaction (docs/import.md); resumable: all in batches. */
+  path: StagedRun["path"];
   applied: Applied;
 }
 
@@ -20,5 +22,5 @@ export async function importFacts(pool: Pool, input: NodeJS.ReadableStream, opti
   const staged = await stageImport(pool, input, options);
   const apply = new ImportApply(pool, await RelationService.open(pool), options);
   const applied = await apply.apply(staged.runId);
-  return { runId: staged.runId, lines: staged.lines, existing: staged.existing, applied };
+  return { runId: staged.runId, lines: staged.lines, existing: staged.existing, path: staged.path, applied };
 }

@@ -14,7 +14,7 @@ const REDIS_WAIT_MS = 5000;
 export function formatImportReport(r: ImportReport): string {
   const head = r.existing === "done"
     ? `import run ${r.runId}: this file (${r.lines} lines) was imported before; nothing changed`
-    : `import run ${r.runId}: ${r.lines} lines${r.existing === "resumed" ? " (resumed)" : ""}, done`;
+    : `import run ${r.runId}: ${r.lines} lines${r.existing === "resumed" ? " (resumed)" : ""}${r.path === "empty-ledger" ? " (empty-ledger path)" : ""}, done`;
   const written = Object.entries(r.applied).map(([k, v]) => `${k}=${v}`).join(" ");
   return `${head}\n  written: ${written || "nothing"}\n`;
 }
@@ -24,7 +24,7 @@ export function formatImportReport(r: ImportReport): string {
  * applies it (docs/import.md). A bad line: every bad line (first 20) on stderr, exit 2, nothing
  * imported. With REDIS_URL, the count layer's counters of the touched targets are dropped at the end.
  */
-export async function importCommand(file: string, opts: { batchSize?: number; json?: boolean }): Promise<number> {
+export async function importCommand(file: string, opts: { batchSize?: number; json?: boolean; emptyLedger?: boolean }): Promise<number> {
   if (file !== "-" && !existsSync(file)) throw new UsageError(`no such file: ${file}`);
   const config = loadConfig();
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-import" });
@@ -43,6 +43,7 @@ export async function importCommand(file: string, opts: { batchSize?: number; js
     bar?.start(file === "-" ? 0 : Math.max(1, Math.round(statSync(file).size / 60)), 0, { phase: "check" });
     const report = await importFacts(database.pool, input, {
       ...(opts.batchSize ? { batchSize: opts.batchSize } : {}),
+      ...(opts.emptyLedger ? { emptyLedger: "require" as const } : {}),
       onLines: (lines) => {
         if (bar && lines > bar.getTotal()) bar.setTotal(lines);
         bar?.update(lines, { phase: "check" });
