@@ -1,10 +1,11 @@
 /**
  * The scale bench's background jobs, each run once under the live traffic of scale-live.ts: the
- * snapshot rebuild of the hot item (N/10 likes), the full audit, reconciliation of K changed Redis
- * counters, and a prune. Each calls the job's public function, so a batched, incremental or paced
+ * snapshot rebuild of the hot item (N/10 likes), the full audit, the periodic (incremental) audit the
+ * service runs, reconciliation of K changed Redis counters, and a prune. Each calls the job's public function, so a batched, incremental or paced
  * version of it is measured by the same code.
  */
 import { fullAudit } from "../src/api/routes/admin.ts";
+import { incrementalAudit, type PeriodicAuditReport } from "../src/audit/incremental-audit.ts";
 import type { ReconcileReport } from "../src/cache/reconciler.ts";
 import type { Ledger } from "../src/ledger.ts";
 import type { RebuildReport } from "../src/likes/like-rebuild.ts";
@@ -16,6 +17,8 @@ import type { Population } from "./scale-generate.ts";
 export interface JobFigures {
   rebuild: UnderJob<RebuildReport>;
   audit: UnderJob<Awaited<ReturnType<typeof fullAudit>>>;
+  /** The service's periodic audit, its cursors set by a first run: what changed since then (the live traffic's writes) plus its sample. */
+  periodicAudit: UnderJob<PeriodicAuditReport>;
   reconcile: { changed: number; run: UnderJob<ReconcileReport> }[];
   prune: UnderJob<RetentionReport>;
 }
@@ -37,7 +40,10 @@ export async function jobFigures(ledger: Ledger, pop: Population, live: LiveLoad
   }
   await settle(ledger);
   const audit = await live.under(() => fullAudit(ledger));
+  await incrementalAudit(ledger.pool);
+  await settle(ledger);
+  const periodicAudit = await live.under(() => incrementalAudit(ledger.pool));
   await settle(ledger);
   const prune = await live.under(() => pruneRetained(ledger.pool, { keepLast: 0, keepSeconds: 0 }));
-  return { rebuild, audit, reconcile: runs, prune };
+  return { rebuild, audit, periodicAudit, reconcile: runs, prune };
 }
