@@ -57,6 +57,7 @@ export const LIKE_BATCHES_IN_FLIGHT = 2;
 export interface LikeServiceOptions {
   /** Most writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each write is its own like_set call, as before group commit. */
   batchMax?: number;
+  /** Batches in flight per lane; default LIKE_BATCHES_IN_FLIGHT for a lane of one partition, 1 for a lane of several. */
   batchesInFlight?: number;
   /**
    * Batchers (lanes): partition p's writes go to lane p mod lanes, a fixed disjoint set of
@@ -98,7 +99,7 @@ export class LikeService {
         // A lane's batches may touch any of its partitions' sequence rows: two in flight could only queue on them.
         const shared = Math.ceil((partitions - lane) / lanes) > 1;
         this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), {
-          maxBatch: batchMax, maxInFlight: shared ? 1 : options.batchesInFlight ?? LIKE_BATCHES_IN_FLIGHT,
+          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? (shared ? 1 : LIKE_BATCHES_IN_FLIGHT),
         }));
       }
     }
