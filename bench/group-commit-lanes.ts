@@ -42,6 +42,8 @@ interface Variant {
   seconds: number;
   errors: number;
   latencies: number[];
+  /** CHANGED/s of each chunk, for the spread. */
+  chunkRates: number[];
 }
 
 async function changedSoFar(pool: Pool): Promise<number> {
@@ -98,7 +100,7 @@ try {
     ];
     const variants: Variant[] = [];
     for (const [i, spec] of specs.entries()) {
-      const v: Variant = { name: spec.name, likes: await LikeService.open(pool, spec.options), users: `v${i}u`, next: 0, ops: 0, changed: 0, wal: 0, seconds: 0, errors: 0, latencies: [] };
+      const v: Variant = { name: spec.name, likes: await LikeService.open(pool, spec.options), users: `v${i}u`, next: 0, ops: 0, changed: 0, wal: 0, seconds: 0, errors: 0, latencies: [], chunkRates: [] };
       await runFor(v, 1); // warm-up: inserts the first pairs' fact rows
       variants.push(v);
     }
@@ -111,7 +113,9 @@ try {
         const wal0 = await walLsn(admin);
         const r = await runFor(v, SECONDS);
         v.wal += Number((await walLsn(admin)) - wal0);
-        v.changed += (await changedSoFar(pool)) - changed0;
+        const changed = (await changedSoFar(pool)) - changed0;
+        v.changed += changed;
+        v.chunkRates.push(changed / r.seconds);
         v.ops += r.ops;
         v.errors += r.errors;
         v.seconds += r.seconds;
@@ -129,7 +133,7 @@ try {
       process.stdout.write(
         `  ${v.name.padEnd(22)} CHANGED/s ${rate.toFixed(0).padStart(5)}  ÷unbatched ${(rate / base).toFixed(2)}  ÷per-partition ${(rate / perPartition).toFixed(2)}` +
           `  writes ${batches}  WAL ${Math.round(v.wal / Math.max(1, v.changed))} B/CHANGED  p50 ${percentile(sorted, 50).toFixed(1)} ms  p99 ${percentile(sorted, 99).toFixed(1)} ms` +
-          `${v.errors ? `  ${v.errors} errors` : ""}  (${v.ops} ops, CHANGED ${((100 * v.changed) / Math.max(1, v.ops)).toFixed(0)}%)\n`,
+          `${v.errors ? `  ${v.errors} errors` : ""}  (${v.ops} ops, CHANGED ${((100 * v.changed) / Math.max(1, v.ops)).toFixed(0)}%; chunks ${v.chunkRates.map((x) => x.toFixed(0)).join(" ")})\n`,
       );
     }
   }
