@@ -130,8 +130,11 @@ try {
       const batches = s ? `${((s.writes - stats0[i]!.writes) / Math.max(1, s.batches - stats0[i]!.batches)).toFixed(1)} per batch (largest ${s.largest})` : "1 per call";
       const rate = v.changed / v.seconds;
       const sorted = Float64Array.from(v.latencies).sort();
+      // The same round's chunks ran back to back: their ratio is the pair least moved by the machine's load.
+      const paired = Float64Array.from(v.chunkRates.map((x, c) => x / variants[1]!.chunkRates[c]!)).sort();
+      const pairedNote = i === 1 ? "" : `  per round ÷per-partition median ${percentile(paired, 50).toFixed(2)}, above 1 in ${paired.filter((x) => x > 1).length}/${paired.length}`;
       process.stdout.write(
-        `  ${v.name.padEnd(22)} CHANGED/s ${rate.toFixed(0).padStart(5)}  ÷unbatched ${(rate / base).toFixed(2)}  ÷per-partition ${(rate / perPartition).toFixed(2)}` +
+        `  ${v.name.padEnd(22)} CHANGED/s ${rate.toFixed(0).padStart(5)}  ÷unbatched ${(rate / base).toFixed(2)}  ÷per-partition ${(rate / perPartition).toFixed(2)}${pairedNote}` +
           `  writes ${batches}  WAL ${Math.round(v.wal / Math.max(1, v.changed))} B/CHANGED  p50 ${percentile(sorted, 50).toFixed(1)} ms  p99 ${percentile(sorted, 99).toFixed(1)} ms` +
           `${v.errors ? `  ${v.errors} errors` : ""}  (${v.ops} ops, CHANGED ${((100 * v.changed) / Math.max(1, v.ops)).toFixed(0)}%; chunks ${v.chunkRates.map((x) => x.toFixed(0)).join(" ")})\n`,
       );
