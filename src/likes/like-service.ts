@@ -57,7 +57,14 @@ export const LIKE_BATCHES_IN_FLIGHT = 2;
 export interface LikeServiceOptions {
   /** Most writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each write is its own like_set call, as before group commit. */
   batchMax?: number;
+  /** Batches in flight per lane; default LIKE_BATCHES_IN_FLIGHT for a lane of one partition, 1 for a lane of several. */
   batchesInFlight?: number;
+  /**
+   * Batchers (lanes): partition p's writes go to lane p mod lanes, a fixed disjoint set of
+   * partitions. Default (and at most) one lane per partition. A lane of more than one
+   * partition runs one batch at a time, so no two batches of this service share a like_seq row.
+   */
+  lanes?: number;
 }
 
 /**
@@ -74,9 +81,11 @@ export interface LikeServiceOptions {
  * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
  * like_set_batch call (migration 021), which decides each of them on its own, in arrival order,
  * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.
+ * The `lanes` option (an experiment, not the default: docs/write-path.md "Lanes") shares one
+ * batcher among several partitions, one batch in flight, to form larger batches when P is large.
  */
 export class LikeService {
-  /** One batcher per partition (writes of one partition share its sequence row); empty: LEDGER_WRITE_BATCH_MAX = 1, one like_set call per write. */
+  /** One batcher per lane (partition p's is batchers[p mod lanes]); empty: LEDGER_WRITE_BATCH_MAX = 1, one like_set call per write. */
   private readonly batchers: GroupCommit<LikeWrite, LikeBatchRow>[] = [];
 
   private constructor(
@@ -85,10 +94,14 @@ export class LikeService {
     options: LikeServiceOptions,
   ) {
     const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
+    const lanes = Math.min(partitions, options.lanes ?? partitions);
+    if (!Number.isSafeInteger(lanes) || lanes < 1) throw new RangeError("lanes must be a positive integer");
     if (batchMax > 1) {
-      for (let p = 0; p < partitions; p++) {
+      for (let lane = 0; lane < lanes; lane++) {
+        // A lane's batches may touch any of its partitions' sequence rows: two in flight could only queue on them.
+        const shared = Math.ceil((partitions - lane) / lanes) > 1;
         this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), {
-          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? LIKE_BATCHES_IN_FLIGHT,
+          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? (shared ? 1 : LIKE_BATCHES_IN_FLIGHT),
         }));
       }
     }
@@ -147,7 +160,7 @@ export class LikeService {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
-    const batcher = this.batchers[part];
+    const batcher = this.batchers[part % Math.max(1, this.batchers.length)];
     if (!batcher) return this.setLikedAlone(userId, itemId, want, part, statement);
     return batchResult(await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
   }
