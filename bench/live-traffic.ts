@@ -6,6 +6,7 @@
  */
 import type { Ledger } from "../src/ledger.ts";
 import { readCount } from "../src/likes/like-audit.ts";
+import { percentile } from "./load.ts";
 
 /** Issue 22's goal: live p99 during a background job at most this many times the idle p99. */
 export const P99_GOAL = 1.3;
@@ -13,10 +14,6 @@ export const P99_GOAL = 1.3;
 export interface Latencies {
   writes: number[];
   reads: number[];
-}
-
-export function percentile(sorted: readonly number[], p: number): number {
-  return sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
 export const fmt = (ms: number) => `${ms.toFixed(2)} ms`;
