@@ -7,6 +7,7 @@
  *
  *   node --import tsx bench/wal-variants.ts [--ops n] [--rounds n] [--partitions P]
  */
+import { loadavg } from "node:os";
 import path from "node:path";
 import { rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
@@ -88,8 +89,17 @@ interface Wal {
   bytes: number;
 }
 
-async function walStats(admin: Pool): Promise<Wal> {
-  const { rows } = await admin.query<{ records: string; fpi: string; bytes: string }>("SELECT wal_records AS records, wal_fpi AS fpi, wal_bytes AS bytes FROM pg_stat_wal");
+/**
+ * The whole cluster's WAL between two positions: bytes from the positions themselves, records and
+ * full-page images from pg_walinspect (pg_stat_wal's counters lag: a backend reports them at most
+ * once a second, so a run of a few seconds would miss some).
+ */
+async function walStats(admin: Pool, from: string, to: string): Promise<Wal> {
+  const { rows } = await admin.query<{ records: string; fpi: string; bytes: string }>(
+    `SELECT count(*)::text AS records, count(*) FILTER (WHERE fpi_length > 0)::text AS fpi, pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::text AS bytes
+       FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)`,
+    [from, to],
+  );
   return { records: Number(rows[0]!.records), fpi: Number(rows[0]!.fpi), bytes: Number(rows[0]!.bytes) };
 }
 
@@ -102,25 +112,29 @@ async function lsn(admin: Pool): Promise<string> {
  * counted once, for the relation of its first block (a heap insert for the table, an index
  * insert for the index); records without a block (commits) under "(no relation)" for the whole cluster.
  */
-async function walByRelation(admin: Pool, pool: Pool, from: string, to: string): Promise<Map<string, number>> {
-  const { rows } = await admin.query<{ db: number; filenode: number; bytes: string }>(
-    `SELECT reldatabase::bigint AS db, relfilenode::bigint AS filenode, sum(record_length)::bigint AS bytes
-       FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, false) WHERE block_id = 0 GROUP BY 1, 2`,
+async function walByRelation(admin: Pool, pool: Pool, from: string, to: string): Promise<{ bytes: Map<string, number>; heapRecords: Map<string, { n: number; bytes: number }> }> {
+  const { rows } = await admin.query<{ db: number; filenode: number; type: string; n: string; bytes: string }>(
+    `SELECT reldatabase::bigint AS db, relfilenode::bigint AS filenode, resource_manager || '/' || record_type AS type,
+            count(*)::bigint AS n, sum(record_length)::bigint AS bytes
+       FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, false) WHERE block_id = 0 GROUP BY 1, 2, 3`,
     [from, to],
   );
   const own = Number((await pool.query<{ oid: string }>("SELECT oid::bigint AS oid FROM pg_database WHERE datname = current_database()")).rows[0]!.oid);
   const out = new Map<string, number>();
+  // The records of the write path's tables by kind (HEAP/UPDATE, HEAP/HOT_UPDATE, HEAP/LOCK, ...).
+  const heapRecords = new Map<string, { n: number; bytes: number }>();
   for (const row of rows) {
     if (Number(row.db) !== own) continue;
     const name = (await pool.query<{ name: string | null }>("SELECT pg_filenode_relation(0, $1::oid)::text AS name", [row.filenode])).rows[0]!.name ?? `filenode ${row.filenode}`;
     out.set(name, (out.get(name) ?? 0) + Number(row.bytes));
+    if (["like_fact", "like_seq", "like_list"].includes(name)) heapRecords.set(`${name} ${row.type}`, { n: Number(row.n), bytes: Number(row.bytes) });
   }
   const commits = await admin.query<{ bytes: string }>(
     "SELECT coalesce(sum(record_length), 0)::bigint AS bytes FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn) WHERE resource_manager = 'Transaction'",
     [from, to],
   );
   out.set("(commit records)", Number(commits.rows[0]!.bytes));
-  return out;
+  return { bytes: out, heapRecords };
 }
 
 async function eventsWritten(pool: Pool): Promise<number> {
@@ -135,7 +149,13 @@ try {
   const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
   pools.push(admin);
   await admin.query("CREATE EXTENSION pg_walinspect");
-  const targets: { name: string; pool: Pool; ledger: Ledger; offset: number; results: { perOp: Wal; opsPerSec: number }[]; byRelation?: Map<string, number>; errors: number; hot?: string }[] = [];
+  const targets: { name: string; pool: Pool; ledger: Ledger; offset: number; results: { perOp: Wal; opsPerSec: number }[];
+    byRelation: Map<string, number>;
+    heapRecords: Map<string, { n: number; bytes: number }>;
+    changed: number;
+    errors: number;
+    hot?: string;
+  }[] = [];
   const all = await loadMigrations();
   for (const i of CHOSEN) {
     const variant = VARIANTS[i]!;
@@ -147,7 +167,7 @@ try {
     for (const ddl of variant.ddl) await pool.query(ddl);
     const ledger = await openLedger(pool, BATCH_MAX === undefined ? {} : { writeBatchMax: BATCH_MAX });
     for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(`item-${n}`);
-    targets.push({ name: variant.name, pool, ledger, offset: 0, results: [], errors: 0 });
+    targets.push({ name: variant.name, pool, ledger, offset: 0, results: [], byRelation: new Map(), heapRecords: new Map(), changed: 0, errors: 0 });
   }
   // Operation k toggles pair k mod USERS (like on even passes, unlike on odd), as the main bench does.
   const run = (t: (typeof targets)[number]) =>
@@ -162,26 +182,33 @@ try {
     t.offset += OPS;
   }
   await admin.query("CHECKPOINT");
+  const load0 = loadavg()[0]!;
   for (let round = 0; round < ROUNDS; round++) {
-    for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
+    // Rotate the order each round, so no variant always runs right after the same neighbour.
+    const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
+    for (const t of round % 2 === 0 ? order : order.reverse()) {
       const events0 = await eventsWritten(t.pool);
-      const wal0 = await walStats(admin);
       const lsn0 = await lsn(admin);
       const figures = await run(t);
-      const wal1 = await walStats(admin);
       const lsn1 = await lsn(admin);
       const changed = (await eventsWritten(t.pool)) - events0;
-      if (round === ROUNDS - 1) {
-        t.byRelation = new Map([...(await walByRelation(admin, t.pool, lsn0, lsn1))].map(([name, bytes]) => [name, bytes / changed]));
+      const wal = await walStats(admin, lsn0, lsn1);
+      const rel = await walByRelation(admin, t.pool, lsn0, lsn1);
+      for (const [name, bytes] of rel.bytes) t.byRelation.set(name, (t.byRelation.get(name) ?? 0) + bytes);
+      for (const [name, r] of rel.heapRecords) {
+        const sum = t.heapRecords.get(name) ?? { n: 0, bytes: 0 };
+        t.heapRecords.set(name, { n: sum.n + r.n, bytes: sum.bytes + r.bytes });
       }
+      t.changed += changed;
       t.offset += OPS;
       t.errors += figures.errors;
       t.results.push({
-        perOp: { records: (wal1.records - wal0.records) / changed, fpi: (wal1.fpi - wal0.fpi) / changed, bytes: (wal1.bytes - wal0.bytes) / changed },
+        perOp: { records: wal.records / changed, fpi: wal.fpi / changed, bytes: wal.bytes / changed },
         opsPerSec: changed / figures.seconds,
       });
     }
   }
+  const load1 = loadavg()[0]!;
   for (const t of targets) {
     // Updates of like_fact over the whole run (warm-up included) and how many were HOT.
     const { rows } = await t.pool.query<{ upd: string; hot: string }>(
@@ -191,7 +218,8 @@ try {
   }
   const fmt = (xs: number[], d = 0) => xs.map((x) => x.toFixed(d)).join(" / ");
   process.stdout.write(
-    `WAL per CHANGED like/unlike, P=${P}, 16 workers, batch max ${BATCH_MAX ?? "default"}, ${OPS} ops per variant and round, ${ROUNDS} rounds (one figure per round; pg_stat_wal, whole cluster):\n`,
+    `WAL per CHANGED like/unlike, P=${P}, 16 workers, batch max ${BATCH_MAX ?? "default"}, ${OPS} ops per variant and round, ${ROUNDS} rounds` +
+      ` (one figure per round; whole cluster, LSN difference; 1-min load average ${load0.toFixed(1)} at the start, ${load1.toFixed(1)} at the end):\n`,
   );
   for (const t of targets) {
     process.stdout.write(
@@ -200,11 +228,22 @@ try {
         `  like_fact HOT/updates ${t.hot}${t.errors > 0 ? `  ERRORS ${t.errors}` : ""}\n`,
     );
   }
-  process.stdout.write("WAL bytes per CHANGED like/unlike by relation (last round; pg_walinspect, a record counted for its first block's relation):\n");
+  // CHANGED/s of each variant ÷ the first one's, per round (the same round's minutes of the machine) and over the run.
+  const base = targets[0]!;
+  const total = (t: (typeof targets)[number]) => t.results.reduce((s, r) => s + r.opsPerSec, 0);
+  process.stdout.write(`CHANGED/s ÷ "${base.name}", per round, and the rounds' sums:\n`);
+  for (const t of targets.slice(1)) {
+    const ratios = t.results.map((r, i) => r.opsPerSec / base.results[i]!.opsPerSec);
+    process.stdout.write(`  ${t.name.padEnd(44)} ${fmt(ratios, 2)}  sum ${(total(t) / total(base)).toFixed(2)}\n`);
+  }
+  process.stdout.write("WAL bytes per CHANGED like/unlike by relation (all rounds; this database's records, each counted for its first block's relation; commits of the whole cluster):\n");
   for (const t of targets) {
-    const parts = [...(t.byRelation ?? [])].sort((a, b) => b[1] - a[1]).map(([name, bytes]) => `${name} ${bytes.toFixed(0)}`);
-    const own = [...(t.byRelation ?? [])].reduce((sum, [, bytes]) => sum + bytes, 0);
+    const perChange = [...t.byRelation].map(([name, bytes]) => [name, bytes / t.changed] as const);
+    const parts = perChange.sort((a, b) => b[1] - a[1]).map(([name, bytes]) => `${name} ${bytes.toFixed(0)}`);
+    const own = perChange.reduce((sum, [, bytes]) => sum + bytes, 0);
     process.stdout.write(`  ${t.name} (total ${own.toFixed(0)}): ${parts.join(", ")}\n`);
+    const kinds = [...t.heapRecords].sort((a, b) => b[1].bytes - a[1].bytes).map(([name, r]) => `${name} ${(r.n / t.changed).toFixed(2)} x ${(r.bytes / r.n).toFixed(0)} B`);
+    process.stdout.write(`    records per change: ${kinds.join(", ")}\n`);
   }
 } finally {
   for (const pool of pools) await pool.end();

@@ -14,6 +14,24 @@
 -- then like_seq rows ascending), the erasure refusal, like.beforeCommit and the numbering
 -- (taken after every fact lock, one UPDATE per partition) are those of migrations 016 and 021.
 
+-- The erasure guard of like_fact (migrations 020, 021) as a BEFORE UPDATE row trigger made every
+-- UPDATE of the table lock the old row first (PostgreSQL fetches and locks the row a BEFORE
+-- UPDATE trigger is given, whatever its WHEN says: a heap lock record per update, the very record
+-- this migration removes). On UPDATE it is now an AFTER row trigger: the same function, the same
+-- WHEN, still inside the writing statement (an AFTER row trigger fires at the end of its statement,
+-- and its exception aborts that statement), with the row already locked by the UPDATE itself, so
+-- it refuses exactly the writes it refused. On INSERT it stays BEFORE: it then also fires for an
+-- INSERT ... ON CONFLICT DO NOTHING that inserts nothing, which is how like_set refuses a NOOP by
+-- an account being erased, and an INSERT has no old row to lock. The INSERT trigger keeps its name
+-- (the importer disables it by name around its bulk INSERT).
+DROP TRIGGER like_fact_erasure_guard ON like_fact;
+CREATE TRIGGER like_fact_erasure_guard BEFORE INSERT ON like_fact FOR EACH ROW
+  WHEN (current_setting('ledger.like_guarded', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION erasure_guard_like();
+CREATE TRIGGER like_fact_erasure_guard_update AFTER UPDATE ON like_fact FOR EACH ROW
+  WHEN (current_setting('ledger.like_guarded', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION erasure_guard_like();
+
 -- like_set: an existing pair is changed by one conditional UPDATE; the first like is migration
 -- 008's INSERT, an unlike of a never-liked pair still leaves its v0 placeholder (as before), and
 -- both INSERTs still fire the erasure guard trigger for NOOPs too, as before.
