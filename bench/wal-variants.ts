@@ -68,6 +68,17 @@ const VARIANTS: { name: string; upTo?: number; ddl: string[] }[] = [
       "ALTER TABLE like_outbox DROP CONSTRAINT like_outbox_user_id_item_id_version_key",
     ],
   },
+  {
+    // The outbox's foreign key to like_seq locks the partition's row (KEY SHARE, a heap lock record) once per batch.
+    name: "floor, no outbox UNIQUE, no outbox FK",
+    ddl: [
+      "DROP INDEX like_fact_likers",
+      "DROP INDEX like_fact_liked_list",
+      "ALTER TABLE like_fact SET (fillfactor = 90)",
+      "ALTER TABLE like_outbox DROP CONSTRAINT like_outbox_user_id_item_id_version_key",
+      "ALTER TABLE like_outbox DROP CONSTRAINT like_outbox_part_fkey",
+    ],
+  },
 ];
 
 const { values } = parseArgs({
