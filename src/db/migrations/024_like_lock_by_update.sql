@@ -44,17 +44,18 @@ DECLARE
   new_version bigint;
   new_seq     bigint;
 BEGIN
-  IF p_want THEN
-    INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, true, 1)
-      ON CONFLICT DO NOTHING;
-    IF FOUND THEN
-      new_version := 1;
+  LOOP
+    IF p_want THEN
+      INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, true, 1)
+        ON CONFLICT DO NOTHING;
+      IF FOUND THEN
+        new_version := 1;
+        EXIT;
+      END IF;
+    ELSE
+      INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, false, 0)
+        ON CONFLICT DO NOTHING;
     END IF;
-  ELSE
-    INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, false, 0)
-      ON CONFLICT DO NOTHING;
-  END IF;
-  WHILE new_version IS NULL LOOP
     -- Lock and change in one statement; 0 rows: the pair's newest committed state already is p_want.
     UPDATE like_fact f SET liked = p_want, version = f.version + 1, changed_at = now()
      WHERE f.user_id = p_user AND f.item_id = p_item AND f.liked <> p_want
@@ -62,12 +63,12 @@ BEGIN
     EXIT WHEN FOUND;
     SELECT f.liked, f.version INTO cur_liked, new_version
       FROM like_fact f WHERE f.user_id = p_user AND f.item_id = p_item;
-    IF cur_liked = p_want THEN
+    IF FOUND AND cur_liked = p_want THEN
       RETURN QUERY SELECT 'NOOP'::text, cur_liked, new_version, 0::bigint;
       RETURN;
     END IF;
-    -- A write committed between the two statements and moved the pair away from p_want: again.
-    new_version := NULL;
+    -- A write committed between the two statements and moved the pair away from p_want (or the
+    -- row was deleted): decide again from the start.
   END LOOP;
   UPDATE like_seq s SET last = s.last + 1 WHERE s.part = p_part RETURNING s.last INTO new_seq;
   INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
