@@ -1,11 +1,12 @@
 /**
- * `npm run bench:wal`: WAL per like/unlike with and without the indexes issue 8 names as the
- * candidates for a leaner write (docs/write-path.md, "What 0.5× would take"), side by side on
- * one embedded cluster in one run. Each variant is a database of its own, migrated as usual and
- * then changed by one DDL statement; every round runs each variant once (the order alternating),
- * one at a time, so pg_stat_wal's cluster-wide counters belong to the variant that just ran.
+ * `npm run bench:wal`: WAL per like/unlike of the write functions before migration 024 and as
+ * migrated, and of schema variants (fillfactor, the lists in a narrow table, the floor without
+ * list indexes; docs/write-path.md, "Less WAL per like"), side by side on one embedded cluster in
+ * one run. Each variant is a database of its own, migrated and then changed by fixed DDL; every
+ * round runs each variant once, one at a time (the order rotating), so the WAL between two
+ * positions belongs to the variant that just ran; pg_walinspect splits it by relation and record kind.
  *
- *   node --import tsx bench/wal-variants.ts [--ops n] [--rounds n] [--partitions P]
+ *   node --import tsx bench/wal-variants.ts [--ops n] [--rounds n] [--partitions P] [--variants 0,1] [--batch-max n]
  */
 import { loadavg } from "node:os";
 import path from "node:path";
@@ -45,11 +46,11 @@ const LIST_TABLE_DDL = [
 ];
 
 /**
- * Each variant: the migrations it runs (all, or those up to `upTo`: the write functions as they
- * were before a later migration), then fixed DDL (no values).
+ * Each variant: the migrations it runs (all, or all but the one whose file name ends with
+ * `without`: the write functions as they were before it), then fixed DDL (no values).
  */
-const VARIANTS: { name: string; upTo?: number; ddl: string[] }[] = [
-  { name: "before 024 (lock, then update)", upTo: 23, ddl: [] },
+const VARIANTS: { name: string; without?: string; ddl: string[] }[] = [
+  { name: "before 024 (lock, then update)", without: "_like_lock_by_update.sql", ddl: [] },
   { name: "as migrated", ddl: [] },
   { name: "fillfactor 90 (list indexes kept)", ddl: ["ALTER TABLE like_fact SET (fillfactor = 90)"] },
   { name: "fillfactor 80 (list indexes kept)", ddl: ["ALTER TABLE like_fact SET (fillfactor = 80)"] },
@@ -173,7 +174,7 @@ try {
     await admin.query(`CREATE DATABASE wal_v${i}`);
     const pool = createPool({ connectionString: cluster.connectionString(`wal_v${i}`), max: 20 });
     pools.push(pool);
-    await migrate(pool, variant.upTo === undefined ? all : all.filter((m) => m.id <= variant.upTo!));
+    await migrate(pool, variant.without === undefined ? all : all.filter((m) => !m.name.endsWith(variant.without!)));
     await initLedger(pool, { partitions: P });
     for (const ddl of variant.ddl) await pool.query(ddl);
     const ledger = await openLedger(pool, BATCH_MAX === undefined ? {} : { writeBatchMax: BATCH_MAX });
