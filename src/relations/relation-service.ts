@@ -225,16 +225,7 @@ export class RelationService {
   private async runBatch(writes: readonly RelationWrite[]): Promise<(RelationResult | Error)[]> {
     if (writes.length === 1) return [await this.callSingle(writes[0]!)];
     const values = [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve), this.partitions];
-    let rows: BatchRow[] = [];
-    for (let attempt = 1; ; attempt++) {
-      try {
-        rows = await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
-        break;
-      } catch (err) {
-        // The guard's trigger refused a row whose erasure began after the batch's own check; nothing was written.
-        if (!(err instanceof AccountBeingErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
-      }
-    }
+    const rows = await this.sendBatch(values);
     const byOrd: BatchRow[] = [];
     for (const row of rows) byOrd[row.ord - 1] = row;
     return writes.map((_, i) => {
@@ -242,6 +233,17 @@ export class RelationService {
       if (!row) throw new Error(`relation_set_batch returned no answer for write ${i + 1} of ${writes.length}`);
       return batchAnswer(row);
     });
+  }
+
+  private async sendBatch(values: unknown[]): Promise<BatchRow[]> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
+      } catch (err) {
+        // The guard's trigger refused a row whose erasure began after the batch's own check; nothing was written.
+        if (!(err instanceof AccountBeingErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
+      }
+    }
   }
 
   /**
