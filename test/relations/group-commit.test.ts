@@ -158,6 +158,57 @@ test("negative control: a relation_set_batch that answers every row with the fir
   assert.ok(problems.some((p) => p.startsWith("row 2: CHANGED")), problems.join("; "));
 });
 
+test("one batch with accounts being erased and erased: each write refused on its own as the single call refuses it (AccountBeingErasedError naming the first erasing account of the pair, AccountNotFoundError naming the missing ids), the others written", async (t) => {
+  const erasing = acct(5);
+  const erased = acct(6);
+  const writes: Write[] = [
+    { op: "follow", a: acct(1), b: acct(2) },
+    { op: "follow", a: acct(1), b: erasing },
+    { op: "follow", a: acct(1), b: erased },
+    { op: "follow", a: erased, b: erasing },
+    { op: "unfollow", a: erasing, b: acct(3) },
+    { op: "decide", a: acct(3), b: erasing, approve: true },
+    { op: "follow", a: acct(4), b: acct(3) },
+  ];
+  const setUp = async () => {
+    const f = await relationsFixture(1, 10);
+    await f.db.pool.query("UPDATE account SET erased_state = 'ERASING' WHERE account_id = $1", [erasing]);
+    await f.db.pool.query("UPDATE account SET erased_state = 'ERASED' WHERE account_id = $1", [erased]);
+    return f;
+  };
+  const batched = await setUp();
+  const single = await setUp();
+  t.after(async () => {
+    await batched.close();
+    await single.close();
+  });
+  const rows = (await batch(batched.db.pool, 1, writes)).map((r) =>
+    r.outcome === "ACCOUNT_NOT_FOUND" ? `AccountNotFoundError unknown account: ${r.reason}`
+      : r.code === "ACCOUNT_BEING_ERASED" ? `AccountBeingErasedError ${r.account}` : show(r));
+  const unbatched = await RelationService.open(single.db.pool, { batchMax: 1 });
+  const answers: string[] = [];
+  for (const w of writes) {
+    try {
+      answers.push(show(await (w.op === "decide" ? unbatched.decide(w.a, w.b, w.approve!) : unbatched[w.op](w.a, w.b))));
+    } catch (err) {
+      const name = (err as Error).constructor.name;
+      answers.push(name === "AccountBeingErasedError" ? `${name} ${/account (\S+) is being erased/.exec((err as Error).message)?.[1]}` : `${name} ${(err as Error).message}`);
+    }
+  }
+  t.diagnostic(`note ${rows.join("; ")}`);
+  assert.deepEqual(rows, [
+    "CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)",
+    `AccountBeingErasedError ${erasing}`,
+    `AccountNotFoundError unknown account: ${erased}`,
+    `AccountNotFoundError unknown account: ${erased}, ${erasing}`,
+    `AccountBeingErasedError ${erasing}`,
+    `AccountBeingErasedError ${erasing}`,
+    "CHANGED ACTIVE v1 seq2 (REMOVED->ACTIVE)",
+  ]);
+  assert.deepEqual(rows, answers, "the single calls refuse the same writes the same way");
+  assert.equal(await eventsShown(batched.db.pool), await eventsShown(single.db.pool));
+});
+
 test("through the service: writes queued behind two batches in flight go as one batch, and each caller gets its own answer, a missing account its own AccountNotFoundError", async (t) => {
   const f = await relationsFixture(1, 20, [12]);
   const gate = await SqlHook.arm(f.db.pool, "relation.afterEvent");
