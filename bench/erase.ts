@@ -10,18 +10,13 @@
  * Options: --likes N --follows N --posts N --likes-per-post N --batch-size N --writers N
  * --readers N --partitions N --idle-seconds N --variants unpaced,paced --budget-ms N --duty F.
  */
-import { rm } from "node:fs/promises";
 import os from "node:os";
-import path from "node:path";
 import { parseArgs } from "node:util";
 import { fullAudit } from "../src/api/routes/admin.ts";
-import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
-import { initLedger } from "../src/db/ledger-config.ts";
-import { migrate } from "../src/db/migrate.ts";
-import { createPool } from "../src/db/pool.ts";
 import { ErasureService } from "../src/erasure/erasure-service.ts";
 import { createWorkers, openLedger, type Ledger } from "../src/ledger.ts";
 import { DEFAULT_PACING, UNPACED, rest, type PacingOptions } from "../src/workers/pacer.ts";
+import { BenchCluster } from "./bench-cluster.ts";
 import { formatShares, sampleBackgroundWaits, type BackgroundWaits } from "./background-waits.ts";
 import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from "./live-traffic.ts";
 
@@ -74,87 +69,75 @@ interface VariantResult {
   idle: Latencies; during: Latencies; waits: BackgroundWaits; phases: Map<string, PhaseFigures>;
 }
 
-const root = await clusterTempDir("social-ledger-bench-erase-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
+const bench = await BenchCluster.start("social-ledger-bench-erase-");
 try {
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
-  await admin.query("CREATE DATABASE bench_erase");
-  await admin.end();
-  const pool = createPool({ connectionString: cluster.connectionString("bench_erase"), max: WRITERS + READERS + 10 });
-  const samplerPool = createPool({ connectionString: cluster.connectionString("bench_erase"), max: 1 });
-  try {
-    await migrate(pool);
-    await initLedger(pool, { partitions: PARTITIONS });
-    const ledger = await openLedger(pool);
-    const t0 = performance.now();
-    await pool.query("INSERT INTO account (account_id) SELECT 'o' || i FROM generate_series(1, $1::int) i", [OTHERS]);
-    for (let w = 0; w < WRITERS; w++) for (let i = 0; i < 50; i++) await ledger.likes.createItem(`live-${w}-${i}`);
-    let facts = 0;
-    for (const v of variants) facts = await seed(ledger, `eve-${v}`);
-    await ledger.likeConsumer.drain(2000);
-    await ledger.projector.drain(2000);
-    process.stdout.write(`seeded ${variants.length} account(s) of ${facts} facts each (${LIKES} likes, ${FOLLOWS} follows each way, ${POSTS} posts with ${LIKES_PER_POST} likes each) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
-    // The consumers run throughout, as in serve: they consume the erasure's events too.
-    const workers = createWorkers(ledger, { loops: 1, idleMs: 50 });
-    for (const w of workers) w.start();
-    const traffic = (stop: Promise<void>) => liveTraffic(ledger, stop, { writers: WRITERS, readers: READERS });
-    const results: VariantResult[] = [];
-    for (const v of variants) {
-      const account = `eve-${v}`;
-      const pacing = VARIANTS[v]!;
-      const erasure = await ErasureService.open(pool, { batchSize: BATCH, pacing });
-      const idle = await traffic(after(IDLE_S * 1000));
-      let finished!: () => void;
-      const erasureDone = new Promise<void>((resolve) => (finished = resolve));
-      const sampler = sampleBackgroundWaits(samplerPool, "bench_erase", "%erasure_step%");
-      const during = traffic(erasureDone);
-      const e0 = performance.now();
-      await erasure.start(account, "cli");
-      // What run() does, timed per phase.
-      const phases = new Map<string, PhaseFigures>();
-      for (;;) {
-        const batch = await erasure.step(account);
-        const entry = phases.get(batch.phase) ?? { batches: 0, facts: 0, ms: 0, sizes: 0 };
-        phases.set(batch.phase, { batches: entry.batches + 1, facts: entry.facts + batch.facts, ms: entry.ms + batch.ms, sizes: entry.sizes + batch.size });
-        if (batch.nextPhase === "done") break;
-        await rest(erasure.restAfter(batch));
-      }
-      const seconds = (performance.now() - e0) / 1000;
-      finished();
-      const status = (await erasure.status(account))!;
-      const busy = await during;
-      const waits = await sampler.stop();
-      const idleAfter = await traffic(after(IDLE_S * 1000));
-      results.push({ variant: v, pacing, facts: status.done, batches: status.batches, seconds, idle: pooled(idle, idleAfter), during: busy, waits, phases });
-      if (status.phase !== "done") process.exitCode = 1;
+  const pool = await bench.ledgerDatabase("bench_erase", { partitions: PARTITIONS, max: WRITERS + READERS + 10 });
+  const samplerPool = bench.pool("bench_erase", 1);
+  const ledger = await openLedger(pool);
+  const t0 = performance.now();
+  await pool.query("INSERT INTO account (account_id) SELECT 'o' || i FROM generate_series(1, $1::int) i", [OTHERS]);
+  for (let w = 0; w < WRITERS; w++) for (let i = 0; i < 50; i++) await ledger.likes.createItem(`live-${w}-${i}`);
+  let facts = 0;
+  for (const v of variants) facts = await seed(ledger, `eve-${v}`);
+  await ledger.likeConsumer.drain(2000);
+  await ledger.projector.drain(2000);
+  process.stdout.write(`seeded ${variants.length} account(s) of ${facts} facts each (${LIKES} likes, ${FOLLOWS} follows each way, ${POSTS} posts with ${LIKES_PER_POST} likes each) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+  // The consumers run throughout, as in serve: they consume the erasure's events too.
+  const workers = createWorkers(ledger, { loops: 1, idleMs: 50 });
+  for (const w of workers) w.start();
+  const traffic = (stop: Promise<void>) => liveTraffic(ledger, stop, { writers: WRITERS, readers: READERS });
+  const results: VariantResult[] = [];
+  for (const v of variants) {
+    const account = `eve-${v}`;
+    const pacing = VARIANTS[v]!;
+    const erasure = await ErasureService.open(pool, { batchSize: BATCH, pacing });
+    const idle = await traffic(after(IDLE_S * 1000));
+    let finished!: () => void;
+    const erasureDone = new Promise<void>((resolve) => (finished = resolve));
+    const sampler = sampleBackgroundWaits(samplerPool, "bench_erase", "%erasure_step%");
+    const during = traffic(erasureDone);
+    const e0 = performance.now();
+    await erasure.start(account, "cli");
+    // What run() does, timed per phase.
+    const phases = new Map<string, PhaseFigures>();
+    for (;;) {
+      const batch = await erasure.step(account);
+      const entry = phases.get(batch.phase) ?? { batches: 0, facts: 0, ms: 0, sizes: 0 };
+      phases.set(batch.phase, { batches: entry.batches + 1, facts: entry.facts + batch.facts, ms: entry.ms + batch.ms, sizes: entry.sizes + batch.size });
+      if (batch.nextPhase === "done") break;
+      await rest(erasure.restAfter(batch));
     }
-    for (const w of workers) await w.stop();
-    await ledger.likeConsumer.drain(2000);
-    await ledger.projector.drain(2000);
-    await ledger.commentConsumer.drain(2000);
-    const audit = await fullAudit(ledger);
-    const lines: string[] = [];
-    for (const r of results) {
-      lines.push(
-        `\n== ${r.variant} (batch budget ${r.pacing.budgetMs === 0 ? `none: ${BATCH} facts` : `${r.pacing.budgetMs} ms, at most ${BATCH} facts`}, duty ${r.pacing.duty})`,
-        `erasure: ${r.facts} facts in ${r.batches} batches: ${r.seconds.toFixed(2)} s, ${Math.round(r.facts / r.seconds)} facts/s`,
-        `live writes: ${ratioLine(r.idle.writes, r.during.writes)}`,
-        `live reads:  ${ratioLine(r.idle.reads, r.during.reads)}`,
-        `  ${describe("writes idle:  ", r.idle.writes)}`, `  ${describe("writes during:", r.during.writes)}`,
-        `  ${describe("reads idle:   ", r.idle.reads)}`, `  ${describe("reads during: ", r.during.reads)}`,
-        `  live backends waited on (${r.waits.samples} samples): ${formatShares(r.waits.live, 5)}`,
-        `  the erasure's backend: ${formatShares(r.waits.background, 3)}`,
-        ...[...r.phases].map(([phase, p]) => `  ${phase.padEnd(14)} ${String(p.facts).padStart(7)} facts in ${String(p.batches).padStart(5)} batches of ${Math.round(p.sizes / p.batches)} on average: ${(p.ms / 1000).toFixed(2)} s busy, ${(p.ms / p.batches).toFixed(1)} ms per batch`),
-      );
-    }
-    lines.push(`\naudit after draining: ${audit.clean ? "clean" : "NOT CLEAN " + JSON.stringify(audit)}`, `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (${os.cpus().length} cores)`);
-    process.stdout.write(lines.join("\n") + "\n");
-    if (!audit.clean) process.exitCode = 1;
-  } finally {
-    await samplerPool.end();
-    await pool.end();
+    const seconds = (performance.now() - e0) / 1000;
+    finished();
+    const status = (await erasure.status(account))!;
+    const busy = await during;
+    const waits = await sampler.stop();
+    const idleAfter = await traffic(after(IDLE_S * 1000));
+    results.push({ variant: v, pacing, facts: status.done, batches: status.batches, seconds, idle: pooled(idle, idleAfter), during: busy, waits, phases });
+    if (status.phase !== "done") process.exitCode = 1;
   }
+  for (const w of workers) await w.stop();
+  await ledger.likeConsumer.drain(2000);
+  await ledger.projector.drain(2000);
+  await ledger.commentConsumer.drain(2000);
+  const audit = await fullAudit(ledger);
+  const lines: string[] = [];
+  for (const r of results) {
+    lines.push(
+      `\n== ${r.variant} (batch budget ${r.pacing.budgetMs === 0 ? `none: ${BATCH} facts` : `${r.pacing.budgetMs} ms, at most ${BATCH} facts`}, duty ${r.pacing.duty})`,
+      `erasure: ${r.facts} facts in ${r.batches} batches: ${r.seconds.toFixed(2)} s, ${Math.round(r.facts / r.seconds)} facts/s`,
+      `live writes: ${ratioLine(r.idle.writes, r.during.writes)}`,
+      `live reads:  ${ratioLine(r.idle.reads, r.during.reads)}`,
+      `  ${describe("writes idle:  ", r.idle.writes)}`, `  ${describe("writes during:", r.during.writes)}`,
+      `  ${describe("reads idle:   ", r.idle.reads)}`, `  ${describe("reads during: ", r.during.reads)}`,
+      `  live backends waited on (${r.waits.samples} samples): ${formatShares(r.waits.live, 5)}`,
+      `  the erasure's backend: ${formatShares(r.waits.background, 3)}`,
+      ...[...r.phases].map(([phase, p]) => `  ${phase.padEnd(14)} ${String(p.facts).padStart(7)} facts in ${String(p.batches).padStart(5)} batches of ${Math.round(p.sizes / p.batches)} on average: ${(p.ms / 1000).toFixed(2)} s busy, ${(p.ms / p.batches).toFixed(1)} ms per batch`),
+    );
+  }
+  lines.push(`\naudit after draining: ${audit.clean ? "clean" : "NOT CLEAN " + JSON.stringify(audit)}`, `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (${os.cpus().length} cores)`);
+  process.stdout.write(lines.join("\n") + "\n");
+  if (!audit.clean) process.exitCode = 1;
 } finally {
-  await cluster.stop();
-  await rm(root, { recursive: true, force: true });
+  await bench.stop();
 }

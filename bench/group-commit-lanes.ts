@@ -8,16 +8,12 @@
  *
  *   node --import tsx bench/group-commit-lanes.ts [--partitions 1,4,16] [--lanes 2,4,8] [--seconds 3] [--chunks 4]
  */
-import path from "node:path";
 import os from "node:os";
 import { performance } from "node:perf_hooks";
-import { rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
-import { initLedger } from "../src/db/ledger-config.ts";
-import { migrate } from "../src/db/migrate.ts";
-import { createPool, type Pool } from "../src/db/pool.ts";
+import type { Pool } from "../src/db/pool.ts";
 import { LikeService } from "../src/likes/like-service.ts";
+import { BenchCluster } from "./bench-cluster.ts";
 import { percentile } from "./load.ts";
 import { ITEMS, USERS, item, toggle } from "./options.ts";
 
@@ -79,19 +75,12 @@ async function runFor(v: Variant, seconds: number): Promise<{ ops: number; error
   return { ops: latencies.length, errors, latencies, seconds: (performance.now() - t0) / 1000 };
 }
 
-const root = await clusterTempDir("social-ledger-lanes-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "150" } });
-const pools: Pool[] = [];
+const bench = await BenchCluster.start("social-ledger-lanes-", { max_connections: "150" });
 try {
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
-  pools.push(admin);
+  const admin = bench.pool("postgres", 1);
   process.stdout.write(`group commit lanes: ${WORKERS} writers, ${CHUNKS} chunks of ${SECONDS} s per variant, load average ${os.loadavg()[0]!.toFixed(1)} at start\n`);
   for (const P of PARTITIONS) {
-    await admin.query(`CREATE DATABASE lanes_p${P}`);
-    const pool = createPool({ connectionString: cluster.connectionString(`lanes_p${P}`), max: WORKERS + 4 });
-    pools.push(pool);
-    await migrate(pool);
-    await initLedger(pool, { partitions: P });
+    const pool = await bench.ledgerDatabase(`lanes_p${P}`, { partitions: P, max: WORKERS + 4 });
     for (let n = 0; n < ITEMS; n++) await pool.query("INSERT INTO item (item_id, kind) VALUES ($1, 'plain') ON CONFLICT DO NOTHING", [item(n)]);
     const specs: { name: string; options: { batchMax?: number; lanes?: number } }[] = [
       { name: "unbatched", options: { batchMax: 1 } },
@@ -141,7 +130,5 @@ try {
     }
   }
 } finally {
-  for (const pool of pools) await pool.end();
-  await cluster.stop();
-  await rm(root, { recursive: true, force: true });
+  await bench.stop();
 }

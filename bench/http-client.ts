@@ -22,7 +22,11 @@ export interface HttpRequestSpec {
 
 export interface HttpClientJob {
   url: string;
-  amount: number;
+  /** Requests to send, or for how long to send them (no request starts after `seconds`). */
+  amount?: number;
+  seconds?: number;
+  /** Request k of the run is specs[(first + k) mod specs.length]. */
+  first: number;
   connections: number;
   specs: HttpRequestSpec[];
 }
@@ -60,7 +64,7 @@ function connection(url: URL, take: () => number | undefined, job: HttpClientJob
         return resolve();
       }
       started = performance.now();
-      socket.write(requestBytes(url.host, job.specs[k]!));
+      socket.write(requestBytes(url.host, job.specs[(job.first + k) % job.specs.length]!));
     };
     const fail = (err: Error) => {
       report.errors++;
@@ -95,11 +99,13 @@ function connection(url: URL, take: () => number | undefined, job: HttpClientJob
   });
 }
 
-/** Runs one job: connections until `amount` responses, then the report. */
+/** Runs one job: connections until `amount` responses (or `seconds`), then the report. */
 async function run(job: HttpClientJob): Promise<HttpClientReport> {
   const url = new URL(job.url);
   let issued = 0;
-  const take = () => (issued < job.amount ? issued++ : undefined);
+  const deadline = job.seconds === undefined ? Number.POSITIVE_INFINITY : performance.now() + 1000 * job.seconds;
+  const amount = job.amount ?? Number.POSITIVE_INFINITY;
+  const take = () => (issued < amount && performance.now() < deadline ? issued++ : undefined);
   const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
   const t0 = performance.now();
   const cpu0 = threadCpuMs();

@@ -65,19 +65,45 @@ export function percentile(sorted: ArrayLike<number>, q: number): number {
  * shared counter, so the run ends after a fixed number of operations, not a fixed time.
  * An operation that throws is counted (and its latency kept); the run goes on.
  */
-export async function runFixedCount(
+export function runFixedCount(
   count: number,
   concurrency: number,
   op: (k: number) => Promise<unknown>,
   signal?: AbortSignal,
 ): Promise<Figures> {
-  const latencies = new Float64Array(count);
+  return runWorkers(concurrency, (k) => k < count, op, signal);
+}
+
+/**
+ * Runs `op(first)`, `op(first + 1)`, ... on `concurrency` workers until `seconds` have passed
+ * (no operation starts after that; those in flight finish and count), so a row of the bench
+ * measures seconds of load whatever its rate, not a fixed count that a fast path finishes in
+ * a fraction of one.
+ */
+export function runForSeconds(
+  seconds: number,
+  concurrency: number,
+  op: (k: number) => Promise<unknown>,
+  signal?: AbortSignal,
+  first = 0,
+): Promise<Figures> {
+  const deadline = performance.now() + 1000 * seconds;
+  return runWorkers(concurrency, () => performance.now() < deadline, (k) => op(first + k), signal);
+}
+
+async function runWorkers(
+  concurrency: number,
+  more: (k: number) => boolean,
+  op: (k: number) => Promise<unknown>,
+  signal?: AbortSignal,
+): Promise<Figures> {
+  const latencies: number[] = [];
   let next = 0;
-  let done = 0;
   let errors = 0;
   let firstError: string | undefined;
   const worker = async (): Promise<void> => {
-    for (let k = next++; k < count && !signal?.aborted; k = next++) {
+    for (let k = next; more(k) && !signal?.aborted; k = next) {
+      next++;
       const t0 = performance.now();
       try {
         await op(k);
@@ -85,14 +111,15 @@ export async function runFixedCount(
         errors++;
         firstError ??= err instanceof Error ? `${err.name}: ${err.message}` : String(err);
       }
-      latencies[done++] = performance.now() - t0;
+      latencies.push(performance.now() - t0);
     }
   };
   const started = performance.now();
   const cpu0 = threadCpuMs();
   await Promise.all(Array.from({ length: concurrency }, worker));
   const seconds = (performance.now() - started) / 1000;
-  const sorted = latencies.subarray(0, done).sort();
+  const sorted = Float64Array.from(latencies).sort();
+  const done = sorted.length;
   return {
     ops: done, seconds, opsPerSec: done / seconds,
     p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
@@ -171,20 +198,24 @@ export interface HttpLoad {
 }
 
 /**
- * `amount` requests over `connections` keep-alive connections (bench/http-client.ts), run in a
- * worker thread of its own so that it does not share the server's event loop. `build(k)` gives
- * request k (all computed here, before the run), so the requests rotate over users and items
- * with a per-request Authorization header.
+ * `amount` requests, or as many as `seconds` allow, over `connections` keep-alive connections
+ * (bench/http-client.ts), run in a worker thread of its own so that it does not share the
+ * server's event loop. `build(k)` gives request k (all computed here, before the run), so the
+ * requests rotate over users and items with a per-request Authorization header; a timed run
+ * sends requests `first`, `first + 1`, ... of a cycle of `cycle` built requests (request k is
+ * built request k mod cycle).
  */
 export async function runHttp(options: {
   url: string;
-  amount: number;
   connections: number;
   build: (k: number) => HttpRequestSpec;
   onInstance?: (load: HttpLoad | undefined) => void;
-}): Promise<Figures> {
-  const specs = Array.from({ length: options.amount }, (_, k) => options.build(k));
-  const job: HttpClientJob = { url: options.url, amount: options.amount, connections: options.connections, specs };
+} & ({ amount: number } | { seconds: number; cycle: number; first: number })): Promise<Figures> {
+  const timed = "seconds" in options;
+  const specs = Array.from({ length: timed ? options.cycle : options.amount }, (_, k) => options.build(k));
+  const job: HttpClientJob = timed
+    ? { url: options.url, seconds: options.seconds, first: options.first, connections: options.connections, specs }
+    : { url: options.url, amount: options.amount, first: 0, connections: options.connections, specs };
   const worker = await httpClientThread();
   options.onInstance?.({ stop: () => void stopHttpClient() });
   const cpu0 = threadCpuMs();

@@ -11,8 +11,10 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
   --workers N             concurrent library workers (default 16)
   --connections C         HTTP client connections (default 16)
   --quick                 a ~20 s run with smaller counts
-  --ops n                 library like/unlike operations per variant
-  --requests n            HTTP like/unlike requests per variant
+  --chunk-seconds s       seconds of each of the 4 chunks of every row of the alternating
+                          write phase (default 2.5, 1 with --quick: at least 3 s per row)
+  --ops n                 library operations of the warm-up, follow and lag phases
+  --requests n            HTTP requests of the warm-up and the other HTTP phases
   --reads n               count reads per path and phase
   --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
   --history n             also the retention figure (bench/retention.ts): after n like events,
@@ -25,9 +27,10 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
 
 export const SIZES = {
   // pgbenchSeconds: -T of each pgbench variant (bench/pgbench.ts); at least 3 s, also in the quick run.
-  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800, pgbenchSeconds: 5 },
+  // chunkSeconds: each write row of the alternating phase runs WRITE_CHUNKS chunks of this long.
+  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800, pgbenchSeconds: 5, chunkSeconds: 2.5 },
   // p99 of a read phase is its 1 % tail: 2000 reads leave 20 samples above it.
-  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200, pgbenchSeconds: 3 },
+  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200, pgbenchSeconds: 3, chunkSeconds: 1 },
 };
 
 /** Users per path (library users and HTTP users are distinct), items of the mixed variant. */
@@ -51,6 +54,16 @@ function positiveInt(name: string, raw: string | undefined, fallback: number, ma
   return n;
 }
 
+function positiveSeconds(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const s = Number(raw);
+  if (!Number.isFinite(s) || s < 0.25 || s > 3600) {
+    process.stderr.write(`--${name} must be a number of seconds in 0.25..3600, got ${JSON.stringify(raw)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  return s;
+}
+
 export function parseOptions() {
   let parsed;
   try {
@@ -61,6 +74,7 @@ export function parseOptions() {
         workers: { type: "string" },
         connections: { type: "string" },
         quick: { type: "boolean", default: false },
+        "chunk-seconds": { type: "string" },
         ops: { type: "string" },
         requests: { type: "string" },
         reads: { type: "string" },
@@ -99,6 +113,7 @@ export function parseOptions() {
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
     pgbenchSeconds: size.pgbenchSeconds,
+    chunkSeconds: positiveSeconds("chunk-seconds", parsed["chunk-seconds"], size.chunkSeconds),
   };
 }
 

@@ -125,7 +125,7 @@ export function pgbenchInsertKind(pgbench: string, cluster: EmbeddedCluster, t: 
   const perChunk = Math.max(3, Math.ceil(seconds / chunks));
   let tableReady: Promise<unknown> | undefined;
   return {
-    op: v.op, path: "pgbench", total: chunks, rawInsert: true, describe: `${command(v, perChunk)} per chunk`,
+    op: v.op, path: "pgbench", rawInsert: true, describe: `${command(v, perChunk)} per chunk`,
     run: async () => {
       tableReady ??= createTable(t);
       await tableReady;

@@ -7,8 +7,6 @@
  * there is no drift), then reconciles them all with one path; rounds alternate old, new.
  * Options: --counters N (100000) --rounds N (2 of each) --batch-size N (500) --partitions N (8).
  */
-import { rm } from "node:fs/promises";
-import path from "node:path";
 import { parseArgs } from "node:util";
 import { loadavg } from "node:os";
 import { reconciledKey } from "../src/cache/count-keys.ts";
@@ -17,11 +15,8 @@ import { CountStore } from "../src/cache/count-store.ts";
 import { LIKE_COUNTS } from "../src/cache/counter-kinds.ts";
 import { installBatch, Reconciler, type BatchInstall } from "../src/cache/reconciler.ts";
 import { connectRedis } from "../src/cache/redis-connection.ts";
-import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
-import { initLedger } from "../src/db/ledger-config.ts";
-import { migrate } from "../src/db/migrate.ts";
-import { createPool } from "../src/db/pool.ts";
 import { TestRedis } from "../test/support/redis-server.ts";
+import { BenchCluster } from "./bench-cluster.ts";
 
 const { values } = parseArgs({
   options: {
@@ -46,19 +41,13 @@ const oneByOne: BatchInstall = async (store, kind, entries, bound) => {
   return out;
 };
 
-const root = await clusterTempDir("social-ledger-bench-reconcile-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
+const bench = await BenchCluster.start("social-ledger-bench-reconcile-");
 const server = await TestRedis.start();
 try {
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
-  await admin.query("CREATE DATABASE bench_reconcile");
-  await admin.end();
-  const pool = createPool({ connectionString: cluster.connectionString("bench_reconcile"), max: 4 });
+  const pool = await bench.ledgerDatabase("bench_reconcile", { partitions: PARTITIONS, max: 4 });
   // A long deadline: this measures cost, and the machine it runs on is shared (the 200 ms default is for serving).
   const redis = await connectRedis(server.url, { commandTimeoutMs: 10_000 });
   try {
-    await migrate(pool);
-    await initLedger(pool, { partitions: PARTITIONS });
     const store = new CountStore(redis, 16);
     const t0 = performance.now();
     await pool.query("INSERT INTO item (item_id, kind) SELECT 'rc-' || i, 'plain' FROM generate_series(1, $1::int) i", [COUNTERS]);
@@ -121,10 +110,8 @@ try {
       `(batch ${BATCH}, ${PARTITIONS} partitions, load ${loadavg().map((l) => l.toFixed(1)).join(" ")})\n`);
   } finally {
     await redis.close().catch(() => {});
-    await pool.end();
   }
 } finally {
   await server.kill();
-  await cluster.stop();
-  await rm(root, { recursive: true, force: true });
+  await bench.stop();
 }

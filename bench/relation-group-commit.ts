@@ -9,18 +9,14 @@
  *
  *   node --import tsx bench/relation-group-commit.ts [--partitions 1,16] [--seconds 3] [--chunks 6]
  */
-import path from "node:path";
 import os from "node:os";
 import { performance } from "node:perf_hooks";
-import { rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
-import { initLedger } from "../src/db/ledger-config.ts";
-import { migrate } from "../src/db/migrate.ts";
-import { createPool, type Pool } from "../src/db/pool.ts";
+import type { Pool } from "../src/db/pool.ts";
 import { transactionStats } from "../src/db/transaction.ts";
 import { auditRelations, relationAuditClean } from "../src/relations/relation-audit.ts";
 import { RelationService } from "../src/relations/relation-service.ts";
+import { BenchCluster } from "./bench-cluster.ts";
 import { percentile } from "./load.ts";
 import { USERS, toggle } from "./options.ts";
 
@@ -78,19 +74,12 @@ async function runFor(v: Variant, seconds: number): Promise<{ ops: number; error
   return { ops: latencies.length, errors, latencies, seconds: (performance.now() - t0) / 1000 };
 }
 
-const root = await clusterTempDir("social-ledger-relation-gc-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "100" } });
-const pools: Pool[] = [];
+const bench = await BenchCluster.start("social-ledger-relation-gc-", { max_connections: "100" });
 try {
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
-  pools.push(admin);
+  const admin = bench.pool("postgres", 1);
   process.stdout.write(`relation group commit: ${WORKERS} writers, ${CHUNKS} chunks of ${SECONDS} s per variant, load average ${os.loadavg().map((x) => x.toFixed(1)).join(" ")} at start\n`);
   for (const P of PARTITIONS) {
-    await admin.query(`CREATE DATABASE relgc_p${P}`);
-    const pool = createPool({ connectionString: cluster.connectionString(`relgc_p${P}`), max: WORKERS + 4 });
-    pools.push(pool);
-    await migrate(pool);
-    await initLedger(pool, { partitions: P });
+    const pool = await bench.ledgerDatabase(`relgc_p${P}`, { partitions: P, max: WORKERS + 4 });
     const variants: Variant[] = [];
     for (const [i, spec] of [{ name: "unbatched", batchMax: 1 }, { name: "batched", batchMax: undefined }].entries()) {
       const prefix = `v${i}a`;
@@ -137,7 +126,5 @@ try {
     }
   }
 } finally {
-  for (const pool of pools) await pool.end();
-  await cluster.stop();
-  await rm(root, { recursive: true, force: true });
+  await bench.stop();
 }

@@ -31,8 +31,8 @@ import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, httpUser, item
 import { openTarget, type Target } from "./target.ts";
 import { parseScaleOptions, runScale } from "./scale.ts";
 import {
-  WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, batchNote, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts, unbatchedWrites, walPosition,
-  type Span,
+  WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, batchNote, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts,
+  timedHttpWrites, timedLibraryWrites, unbatchedWrites, walPosition, type Chunk,
 } from "./write-phases.ts";
 import { auditTargets, printSummary } from "./summary.ts";
 import { PGBENCH_MISSING, findPgbench, pgbenchInsertKind, pgbenchRows } from "./pgbench.ts";
@@ -50,7 +50,7 @@ async function main(o: Opts): Promise<void> {
   const t0 = performance.now();
   process.stderr.write(
     `social-ledger bench: P=${o.partitions.join(" vs P=")}, ${o.workers} library workers, ${o.connections} HTTP connections, ` +
-      `${o.ops} library ops and ${o.requests} HTTP requests per write variant, ${o.reads} reads per read phase${o.quick ? " (quick)" : ""}\n`,
+      `each write row ${WRITE_CHUNKS} chunks of ${o.chunkSeconds} s, ${o.reads} reads per read phase${o.quick ? " (quick)" : ""}\n`,
   );
 
   started.root = await clusterTempDir("social-ledger-bench-");
@@ -115,16 +115,16 @@ async function main(o: Opts): Promise<void> {
     rows.push(...targets.flatMap((t) => done.filter((r) => r.partitions === t.partitions)));
   };
   await phase((t) => alternatingWrites(t, [
-    { op: OP.rawInsert, path: "library", total: o.ops, run: (span) => rawInserts(t, o, span), rawInsert: true },
-    { op: OP.mixed, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, false, o.ops, undefined, span), extraNote: () => batchNote(t) },
-    { op: OP.mixedUnbatched, path: "library", total: o.ops, run: (span) => unbatchedWrites(t, o, span) },
+    { op: OP.rawInsert, path: "library", run: (chunk) => rawInserts(t, o, chunk), rawInsert: true },
+    { op: OP.mixed, path: "library", run: (chunk) => timedLibraryWrites(t, o, false, chunk), extraNote: () => batchNote(t) },
+    { op: OP.mixedUnbatched, path: "library", run: (chunk) => unbatchedWrites(t, o, chunk) },
     // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
-    ...(t.partitions === 1 ? [{ op: OP.chapter, path: "library" as const, total: o.ops, run: (span: Span) => chapterWrites(t, o, span) }] : []),
-    { op: OP.hot, path: "library", total: o.ops, run: (span) => libraryWrites(t, o, true, o.ops, undefined, span) },
-    { op: OP.mixed, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, false, o.requests, undefined, span) },
-    { op: OP.hot, path: "HTTP", total: o.requests, run: (span) => httpWrites(t, o, true, o.requests, undefined, span) },
+    ...(t.partitions === 1 ? [{ op: OP.chapter, path: "library" as const, run: (chunk: Chunk) => chapterWrites(t, o, chunk) }] : []),
+    { op: OP.hot, path: "library", run: (chunk) => timedLibraryWrites(t, o, true, chunk) },
+    { op: OP.mixed, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, false, chunk) },
+    { op: OP.hot, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, true, chunk) },
     ...(pgbench ? [pgbenchInsertKind(pgbench, cluster, t, o.pgbenchSeconds, WRITE_CHUNKS)] : []),
-  ], WRITE_CHUNKS));
+  ], WRITE_CHUNKS, o.chunkSeconds));
   // The other raw baselines by PostgreSQL's own C client (its 16-client INSERT ran in the chunks above).
   if (pgbench) await phase((t) => pgbenchRows(pgbench, cluster, t, o.pgbenchSeconds));
   // 16 workers: count reads and primary-key reads interleaved on the same workers, so both

@@ -30,7 +30,7 @@ export async function auditTargets(targets: readonly Target[], retention: Retent
 /** Prints the table, the ratios (returned for the results file), the retention summary and the notes. */
 export function printSummary(rows: Row[], retention: RetentionFigures | undefined, auditLines: readonly string[], o: Opts, loadAtStart: readonly number[]): ReturnType<typeof ratios> {
   const figures = ratios(rows);
-  process.stdout.write(`\n${formatTable(rows)}\n\nratios (issue 8 goals), each from rows of this run:\n${formatRatios(figures)}\n\n`);
+  process.stdout.write(`\n${formatTable(rows)}\n\nratios (the goals of issues 8 and 22), each from rows of this run:\n${formatRatios(figures)}\n\n`);
   if (retention) process.stdout.write(`${retention.summary}\n\n`);
   process.stdout.write(
     [

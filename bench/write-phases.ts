@@ -5,27 +5,43 @@ import { createWorkers } from "../src/ledger.ts";
 import { readCount } from "../src/likes/like-audit.ts";
 import { chapterSetLiked, rawInsert } from "./baselines.ts";
 import { abort, checkAbort, started } from "./lifecycle.ts";
-import { mergeFigures, runFixedCount, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
-import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, item, libUser, toggle, type Opts } from "./options.ts";
+import { mergeFigures, runFixedCount, runForSeconds, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
+import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, item, libUser, toggle, type Opts } from "./options.ts";
 import { OP } from "./ratios.ts";
 import { cpuNote, problems, type Row } from "./report.ts";
 import { eventsWritten, type Target } from "./target.ts";
 import { formatWaits, sampleWaits } from "./wait-events.ts";
 
-/** Operations from .. to-1 of a run of `ops` (a chunk of it: see alternatingWrites). */
-export interface Span {
-  from: number;
-  to: number;
+/** One chunk of a timed write row: operations first, first + 1, ... for `seconds`. */
+export interface Chunk {
+  first: number;
+  seconds: number;
 }
 
-export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string, span: Span = { from: 0, to: ops }): Promise<Figures> {
-  return runFixedCount(span.to - span.from, o.workers, (i) => {
-    const k = span.from + i;
+/**
+ * The `ops` of `toggle` for the timed rows: its cycle is then every user, so operation k and
+ * k + USERS are the like and the unlike of one pair, and a row toggles the same pairs for as
+ * long as it runs, whatever its rate.
+ */
+const TIMED_TOGGLE_OPS = 2 * USERS;
+
+function likeToggle(t: Target, hot: boolean, ops: number, itemOf?: (j: number) => string): (k: number) => Promise<unknown> {
+  return (k) => {
     const { j, like } = toggle(k, ops, USERS);
     const user = libUser(j % USERS);
     const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
     return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
-  }, abort.signal);
+  };
+}
+
+/** `ops` like/unlike toggles through the library (the warm-up). */
+export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string): Promise<Figures> {
+  return runFixedCount(ops, o.workers, likeToggle(t, hot, ops, itemOf), abort.signal);
+}
+
+/** One chunk of the library like/unlike row (mixed items, or the hot item). */
+export function timedLibraryWrites(t: Target, o: Opts, hot: boolean, chunk: Chunk): Promise<Figures> {
+  return runForSeconds(chunk.seconds, o.workers, likeToggle(t, hot, TIMED_TOGGLE_OPS), abort.signal, chunk.first);
 }
 
 /**
@@ -33,35 +49,34 @@ export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, ite
  * call per write, the path before group commit), on users of its own so that its pairs and the
  * batched row's never meet: the side-by-side row of issue 22.
  */
-export function unbatchedWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
-  return runFixedCount(span.to - span.from, o.workers, (i) => {
-    const { j, like } = toggle(span.from + i, o.ops, USERS);
+export function unbatchedWrites(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
+  return runForSeconds(chunk.seconds, o.workers, (k) => {
+    const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
     const user = `nb${j % USERS}`;
     const itemId = item(j % ITEMS);
     return like ? t.likesUnbatched.like(user, itemId) : t.likesUnbatched.unlike(user, itemId);
-  }, abort.signal);
+  }, abort.signal, chunk.first);
 }
 
 /** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
-export function chapterWrites(t: Target, o: Opts, span: Span): Promise<Figures> {
-  return runFixedCount(span.to - span.from, o.workers, async (i) => {
-    const { j, like } = toggle(span.from + i, o.ops, USERS);
+export function chapterWrites(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
+  return runForSeconds(chunk.seconds, o.workers, async (k) => {
+    const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
     await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like);
-  }, abort.signal);
+  }, abort.signal, chunk.first);
 }
 
 let rawInsertIds = 0;
-export function rawInserts(t: Target, o: Opts, span: Span): Promise<Figures> {
-  return runFixedCount(span.to - span.from, o.workers, (i) => rawInsert(t.pool, ++rawInsertIds, libUser((span.from + i) % USERS), item((span.from + i) % ITEMS)), abort.signal);
+export function rawInserts(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
+  return runForSeconds(chunk.seconds, o.workers, (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)), abort.signal, chunk.first);
 }
 
 /** One kind of write of the alternating write phase. */
 export interface WriteKind {
   op: string;
   path: Row["path"];
-  /** Operations of the whole run; chunk c runs operations [c*total/chunks, (c+1)*total/chunks). */
-  total: number;
-  run: (span: Span) => Promise<Figures>;
+  /** One chunk of the row; the next chunk of the kind starts where this one's operations ended. */
+  run: (chunk: Chunk) => Promise<Figures>;
   /** Rows that write no like event (the raw INSERT) count every successful operation as a change. */
   rawInsert?: boolean;
   /** The note's first words instead of the default ("distinct rows, autocommit" or the CHANGED share). */
@@ -74,25 +89,25 @@ export interface WriteKind {
 
 /**
  * The write rows whose ratios issue 8 sets goals for, measured in alternating chunks: each kind's
- * run is cut into `chunks` pieces and the kinds take turns (the order rotating each round), so a
+ * run is `chunks` pieces of `seconds` each and the kinds take turns (the order rotating each round), so a
  * ratio of two kinds compares the same minutes of a shared machine rather than two moments a few
  * seconds apart (other processes' load came and went between phases and moved the ratios by 2x).
  * Per kind: events written, WAL, wait events and CPU summed over its chunks.
  */
-export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], chunks: number): Promise<Row[]> {
-  const acc = kinds.map(() => ({ runs: [] as Figures[], changed: 0, wal: 0, retries: 0, waits: new Map<string, number>() }));
+export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], chunks: number, seconds: number): Promise<Row[]> {
+  const acc = kinds.map(() => ({ runs: [] as Figures[], next: 0, changed: 0, wal: 0, retries: 0, waits: new Map<string, number>() }));
   for (let c = 0; c < chunks; c++) {
     for (let n = 0; n < kinds.length; n++) {
       const index = (n + c) % kinds.length;
       const kind = kinds[index]!;
       const a = acc[index]!;
-      const span = { from: Math.floor((c * kind.total) / chunks), to: Math.floor(((c + 1) * kind.total) / chunks) };
       const events = kind.events ?? eventsWritten;
       const events0 = await events(t.pool);
       const wal0 = await walPosition();
       const retries0 = transactionStats.retries;
       const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
-      const figures = await kind.run(span);
+      const figures = await kind.run({ first: a.next, seconds });
+      a.next += figures.ops;
       for (const [what, count] of await waits.stop()) a.waits.set(what, (a.waits.get(what) ?? 0) + count);
       a.wal += (await walPosition()) - wal0;
       a.changed += kind.rawInsert ? figures.ops - figures.errors : (await events(t.pool)) - events0;
@@ -122,14 +137,14 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
  * (LEDGER_WRITE_BATCH_MAX = 1) follows (j * 7 + 2) mod USERS, so its pairs and the batched
  * row's never meet.
  */
-function followWrites(t: Target, o: Opts, unbatched: boolean, span: Span): Promise<Figures> {
+function followWrites(t: Target, o: Opts, unbatched: boolean, chunk: Chunk): Promise<Figures> {
   const relations = unbatched ? t.relationsUnbatched : t.ledger.relations;
-  return runFixedCount(span.to - span.from, o.workers, (i) => {
-    const { j, like: follow } = toggle(span.from + i, o.ops, USERS);
+  return runForSeconds(chunk.seconds, o.workers, (k) => {
+    const { j, like: follow } = toggle(k, TIMED_TOGGLE_OPS, USERS);
     const follower = `acct${j % USERS}`;
     const followee = `acct${(j * 7 + (unbatched ? 2 : 1)) % USERS}`;
     return follow ? relations.follow(follower, followee) : relations.unfollow(follower, followee);
-  }, abort.signal);
+  }, abort.signal, chunk.first);
 }
 
 async function relationEventsWritten(pool: Pool): Promise<number> {
@@ -137,14 +152,14 @@ async function relationEventsWritten(pool: Pool): Promise<number> {
   return rows[0]!.n;
 }
 
-/** Follows batched (the ledger's RelationService) and unbatched, in alternating chunks (issue 22's side by side). */
-export function followPhase(t: Target, o: Opts, chunks = 4): Promise<Row[]> {
+/** Follows batched (the ledger's RelationService) and unbatched, in alternating timed chunks (issue 22's side by side). */
+export function followPhase(t: Target, o: Opts): Promise<Row[]> {
   const kind = (unbatched: boolean): WriteKind => ({
-    op: unbatched ? OP.followUnbatched : OP.follow, path: "library", total: o.ops, events: relationEventsWritten,
-    run: (span) => followWrites(t, o, unbatched, span),
+    op: unbatched ? OP.followUnbatched : OP.follow, path: "library", events: relationEventsWritten,
+    run: (chunk) => followWrites(t, o, unbatched, chunk),
     ...(unbatched ? {} : { extraNote: () => batchNote(t, "relations") }),
   });
-  return alternatingWrites(t, [kind(false), kind(true)], chunks);
+  return alternatingWrites(t, [kind(false), kind(true)], WRITE_CHUNKS, o.chunkSeconds);
 }
 
 export async function projectorDrainPhase(t: Target): Promise<Row> {
@@ -160,16 +175,26 @@ export async function projectorDrainPhase(t: Target): Promise<Row> {
   };
 }
 
-export function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string, span: Span = { from: 0, to: amount }): Promise<Figures> {
+function httpToggle(t: Target, hot: boolean, amount: number, itemOf?: (j: number) => string): (k: number) => HttpRequestSpec {
   const users = t.auth.length;
+  return (k) => {
+    const { j, like } = toggle(k, amount, users);
+    const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
+    return { method: like ? "PUT" : "DELETE", path: `/v1/items/${itemId}/likes/me`, authorization: t.auth[j % users]! };
+  };
+}
+
+/** `amount` like/unlike requests over HTTP (the warm-up). */
+export function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
+  return runHttp({ url: t.baseUrl, amount, connections: o.connections, onInstance: (i) => (started.cannon = i), build: httpToggle(t, hot, amount, itemOf) });
+}
+
+/** One chunk of the HTTP like/unlike row: the cycle of requests likes, then unlikes, every HTTP user's pair. */
+export function timedHttpWrites(t: Target, o: Opts, hot: boolean, chunk: Chunk): Promise<Figures> {
+  const cycle = 2 * t.auth.length;
   return runHttp({
-    url: t.baseUrl, amount: span.to - span.from, connections: o.connections,
-    onInstance: (i) => (started.cannon = i),
-    build: (i): HttpRequestSpec => {
-      const { j, like } = toggle(span.from + i, amount, users);
-      const itemId = itemOf ? itemOf(j) : hot ? HOT_ITEM : item(j % ITEMS);
-      return { method: like ? "PUT" : "DELETE", path: `/v1/items/${itemId}/likes/me`, authorization: t.auth[j % users]! };
-    },
+    url: t.baseUrl, seconds: chunk.seconds, cycle, first: chunk.first % cycle, connections: o.connections,
+    onInstance: (i) => (started.cannon = i), build: httpToggle(t, hot, cycle),
   });
 }
 

@@ -175,10 +175,19 @@ test("serve and its PostgreSQL killed with -9 mid-like: crash recovery keeps eve
   holder.on("error", () => undefined); // its server is about to be killed
   await holder.query("BEGIN");
   await holder.query("SELECT part FROM like_seq FOR UPDATE");
-  const waiting = await pollUntil("every lane's like waits on the held rows (in PostgreSQL, or queued behind its partition's batches)", async () =>
-    inFlight === LANES ? (await observer.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-ledger-serve' AND wait_event_type = 'Lock'",
-    )).rows[0]!.n : -1, (n) => inFlight === LANES && n === expectedWaiting(), 30_000);
+  let waiting: number;
+  try {
+    waiting = await pollUntil("every lane's like waits on the held rows (in PostgreSQL, or queued behind its partition's batches)", async () =>
+      inFlight === LANES ? (await observer.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-ledger-serve' AND wait_event_type = 'Lock'",
+      )).rows[0]!.n : -1, (n) => inFlight === LANES && n === expectedWaiting(), 30_000);
+  } catch (err) {
+    // A hold left open keeps the waiting likes (and the pool's end at teardown) waiting forever:
+    // the test would hang instead of failing with the poll's message.
+    await holder.query("ROLLBACK").catch(() => undefined);
+    holder.release(true);
+    throw err;
+  }
   const open = await openTransactions(observer);
   const { rows: [committed] } = await observer.query<{ watermark: number; last: number }>(
     "SELECT (SELECT sum(applied_upto) FROM counter_watermark)::bigint AS watermark, (SELECT sum(last) FROM like_seq)::bigint AS last",
