@@ -324,3 +324,28 @@ for (const partitions of [1, 4]) {
     assert.equal(formatDiff(await projectionDiff(f.db.pool)), "0,0,0");
   });
 }
+
+test("30-H on a batch: a batch of follows parked at follow.afterLock holds its pairs' row locks, a block of one of them waits (pg_locks), and after the follow commits the block removes it", async (t) => {
+  const f = await relationsFixture(1, 100);
+  const followLocked = await SqlHook.arm(f.db.pool, "follow.afterLock");
+  t.after(async () => {
+    await followLocked.release();
+    await f.close();
+  });
+  const following = batch(f.db.pool, 1, [{ op: "follow", a: acct(70), b: acct(71) }, { op: "follow", a: acct(72), b: acct(73) }]);
+  const parked = await followLocked.parked();
+  assert.deepEqual([parked.context.follower, parked.context.followee], [acct(70), acct(71)]);
+  const blocking = f.rel.block(acct(71), acct(70));
+  const wait = await waitForAnyLockWait(f.db.pool);
+  t.diagnostic(`note block pid=${wait.pid} waits: locktype=${wait.locktype}, the batch is pid ${parked.pid}`);
+  assert.notEqual(wait.pid, parked.pid);
+  assert.equal(wait.locktype, "transactionid", "the block waits for the batch's row lock");
+  await followLocked.release();
+  const rows = await following;
+  const blocked = await blocking;
+  assert.deepEqual(rows.map(show), ["CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)", "CHANGED ACTIVE v1 seq2 (REMOVED->ACTIVE)"]);
+  assert.equal(formatRelationResult(blocked), "CHANGED(REMOVED,v2,seq3)");
+  const { rows: [pair] } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [acct(70), acct(71)]);
+  assert.equal(pair!.state, "REMOVED");
+  assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
+});
