@@ -26,6 +26,7 @@ export const OP = {
   pkDrainedAlone: "primary-key SELECT, drained, 1 worker interleaved",
   drain: "consumer drain (events)",
   follow: "follow/unfollow",
+  followUnbatched: "follow/unfollow, unbatched (LEDGER_WRITE_BATCH_MAX=1)",
   lagUnderLoad: "like/unlike with consumers on (lag sampled)",
   projectorDrain: "follower projector drain (events)",
 } as const;
@@ -79,6 +80,7 @@ export function ratios(rows: readonly Row[]): Ratio[] {
     add("like-count read p99 (16 workers, backlog) ÷ pgbench primary-key SELECT p99 (16 clients)", pair(find(OP.readBacklog), pgSelect, p99), "", () => true);
     add("node-postgres raw INSERT/s (library workers) ÷ pgbench INSERT/s (16 clients)", pair(find(OP.rawInsert), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
     add("consumer apply events/s ÷ library write CHANGED/s (mixed)", pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
+    add("follow/unfollow CHANGED/s batched ÷ unbatched", pair(find(OP.follow), find(OP.followUnbatched), (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
     add("follower projector events/s ÷ follow/unfollow CHANGED/s", pair(find(OP.projectorDrain), find(OP.follow), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
     add("likes on one hot item ÷ likes over 100 items (library)", pair(find(OP.hot), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.9", (v) => v >= 0.9);
     add("HTTP like/s ÷ library like/s (mixed)", pair(find(OP.mixed, "HTTP"), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.7", (v) => v >= 0.7);

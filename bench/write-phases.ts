@@ -6,7 +6,7 @@ import { readCount } from "../src/likes/like-audit.ts";
 import { chapterSetLiked, rawInsert } from "./baselines.ts";
 import { abort, checkAbort, started } from "./lifecycle.ts";
 import { mergeFigures, runFixedCount, runForSeconds, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
-import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, item, libUser, toggle, type Opts } from "./options.ts";
+import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, item, libUser, toggle, type Opts } from "./options.ts";
 import { OP } from "./ratios.ts";
 import { cpuNote, problems, type Row } from "./report.ts";
 import { eventsWritten, type Target } from "./target.ts";
@@ -83,6 +83,8 @@ export interface WriteKind {
   describe?: string;
   /** Appended to the note once the kind's chunks are done (the batch sizes of group commit). */
   extraNote?: () => string;
+  /** Events written so far, the kind's CHANGED count; default the like events (like_seq). */
+  events?: (pool: Pool) => Promise<number>;
 }
 
 /**
@@ -99,7 +101,8 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
       const index = (n + c) % kinds.length;
       const kind = kinds[index]!;
       const a = acc[index]!;
-      const events0 = await eventsWritten(t.pool);
+      const events = kind.events ?? eventsWritten;
+      const events0 = await events(t.pool);
       const wal0 = await walPosition();
       const retries0 = transactionStats.retries;
       const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
@@ -107,7 +110,7 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
       a.next += figures.ops;
       for (const [what, count] of await waits.stop()) a.waits.set(what, (a.waits.get(what) ?? 0) + count);
       a.wal += (await walPosition()) - wal0;
-      a.changed += kind.rawInsert ? figures.ops - figures.errors : (await eventsWritten(t.pool)) - events0;
+      a.changed += kind.rawInsert ? figures.ops - figures.errors : (await events(t.pool)) - events0;
       a.retries += transactionStats.retries - retries0;
       a.runs.push(figures);
       checkAbort();
@@ -130,15 +133,18 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
 
 /**
  * Follow/unfollow toggles (the same pattern as libraryWrites): pair j is account j following
- * account (j * 7 + 1) mod USERS, so followees spread over every partition.
+ * account (j * 7 + 1) mod USERS, so followees spread over every partition. The unbatched row
+ * (LEDGER_WRITE_BATCH_MAX = 1) follows (j * 7 + 2) mod USERS, so its pairs and the batched
+ * row's never meet.
  */
-function followWrites(t: Target, o: Opts): Promise<Figures> {
-  return runFixedCount(o.ops, o.workers, (k) => {
-    const { j, like: follow } = toggle(k, o.ops, USERS);
+function followWrites(t: Target, o: Opts, unbatched: boolean, chunk: Chunk): Promise<Figures> {
+  const relations = unbatched ? t.relationsUnbatched : t.ledger.relations;
+  return runForSeconds(chunk.seconds, o.workers, (k) => {
+    const { j, like: follow } = toggle(k, TIMED_TOGGLE_OPS, USERS);
     const follower = `acct${j % USERS}`;
-    const followee = `acct${(j * 7 + 1) % USERS}`;
-    return follow ? t.ledger.relations.follow(follower, followee) : t.ledger.relations.unfollow(follower, followee);
-  }, abort.signal);
+    const followee = `acct${(j * 7 + (unbatched ? 2 : 1)) % USERS}`;
+    return follow ? relations.follow(follower, followee) : relations.unfollow(follower, followee);
+  }, abort.signal, chunk.first);
 }
 
 async function relationEventsWritten(pool: Pool): Promise<number> {
@@ -146,12 +152,14 @@ async function relationEventsWritten(pool: Pool): Promise<number> {
   return rows[0]!.n;
 }
 
-export async function followPhase(t: Target, o: Opts): Promise<Row> {
-  const before = await relationEventsWritten(t.pool);
-  const figures = await followWrites(t, o);
-  const changed = (await relationEventsWritten(t.pool)) - before;
-  const note = [`CHANGED ${((100 * changed) / Math.max(1, figures.ops)).toFixed(0)}%`, ...problems(figures)];
-  return { op: OP.follow, path: "library", partitions: t.partitions, figures, note: note.join(", "), extra: { changed } };
+/** Follows batched (the ledger's RelationService) and unbatched, in alternating timed chunks (issue 22's side by side). */
+export function followPhase(t: Target, o: Opts): Promise<Row[]> {
+  const kind = (unbatched: boolean): WriteKind => ({
+    op: unbatched ? OP.followUnbatched : OP.follow, path: "library", events: relationEventsWritten,
+    run: (chunk) => followWrites(t, o, unbatched, chunk),
+    ...(unbatched ? {} : { extraNote: () => batchNote(t, "relations") }),
+  });
+  return alternatingWrites(t, [kind(false), kind(true)], WRITE_CHUNKS, o.chunkSeconds);
 }
 
 export async function projectorDrainPhase(t: Target): Promise<Row> {
@@ -236,8 +244,8 @@ export async function walPosition(): Promise<number> {
   return Number(rows[0]!.lsn);
 }
 
-/** Group commit's batches of the target's batched LikeService so far (warm-up and HTTP rows included). */
-export function batchNote(t: Target): string {
-  const s = t.ledger.likes.batchStats();
+/** Group commit's batches of the target's batched LikeService (or RelationService) so far (warm-up and HTTP rows included). */
+export function batchNote(t: Target, service: "likes" | "relations" = "likes"): string {
+  const s = t.ledger[service].batchStats();
   return s ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}` : "unbatched";
 }

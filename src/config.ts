@@ -43,7 +43,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
   { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
-  { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes committed together at most (group commit); 1: one transaction each" },
+  { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each" },
   { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "most facts an account erasure turns off per batch (one short transaction)" },
   { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune) size each batch to take about this long; 0: fixed batches" },
   { name: "LEDGER_BACKGROUND_DUTY", shown: "0.5", meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)" },
@@ -132,7 +132,7 @@ export interface Config {
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
-  /** LEDGER_WRITE_BATCH_MAX: most like writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
+  /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
   writeBatchMax: number;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;

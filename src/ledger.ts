@@ -46,7 +46,7 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBa
     likes: await LikeService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),
-    relations: await RelationService.open(pool),
+    relations: await RelationService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
     projector: new RelationProjector(pool, { hooks }),
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),

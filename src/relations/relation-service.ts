@@ -1,5 +1,7 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
-import { ForeignKeyViolationError } from "../db/errors.ts";
+import { numericDefault } from "../config.ts";
+import { AccountBeingErasedError, ForeignKeyViolationError } from "../db/errors.ts";
+import { GroupCommit } from "../db/group-commit.ts";
 import { withStatementRetry, withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
 import { validateId } from "../ids.ts";
@@ -28,6 +30,44 @@ const WRITE_FUNCTIONS = {
   unblock: { name: "relation_unblock", text: `SELECT ${RESULT_COLUMNS} FROM relation_unblock($1, $2)` },
 } as const;
 
+/** The writes group commit batches: one pair each, whose followee's partition is the batch's. */
+type BatchedOp = "follow" | "unfollow" | "decide";
+
+/** One write for relation_set_batch, in the single function's argument order (decide: a = followee). */
+interface RelationWrite {
+  op: BatchedOp;
+  a: string;
+  b: string;
+  approve: boolean | null;
+}
+
+/** One answer of relation_set_batch (migration 024), ord being the write's position in the batch. */
+interface BatchRow extends WriteRow {
+  ord: number;
+  /** With ACCOUNT_BEING_ERASED: the account whose erasure refused the write. */
+  account: string | null;
+}
+
+const RELATION_SET_BATCH = {
+  name: "relation_set_batch",
+  text: `SELECT ord, ${RESULT_COLUMNS}, account FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer)`,
+};
+
+/** Batches in flight at once per partition, as for likes: one committing while the next takes its row locks and queues for event_seq. */
+export const RELATION_BATCHES_IN_FLIGHT = 2;
+
+/**
+ * How often a batch is sent again after the erasure guard's trigger refused one of its rows (an
+ * erasure began between the batch's own check and its write): the next run's check answers that
+ * row on its own. A bound, not a loop, in case erasures keep starting.
+ */
+const ERASURE_RACE_ATTEMPTS = 3;
+
+export interface RelationServiceOptions {
+  /** Most follow/unfollow/decide writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each its own function call. */
+  batchMax?: number;
+}
+
 /**
  * The write side of chapter 30. Every operation is one READ COMMITTED transaction with a
  * fixed lock order: relation rows (lexicographic by (follower, followee)) -> the event_seq
@@ -41,15 +81,39 @@ const WRITE_FUNCTIONS = {
  * Each operation runs as one server-side function call (migrations 007 and 016), one round
  * trip. The deterministic race tests pause inside those functions, at the hook points of
  * migration 016 (ledger_hook), so they race the statements production runs (docs/testing.md).
+ *
+ * Group commit (issue 22, docs/write-path.md "Group commit"): follows, unfollows and decisions
+ * of one followee partition that arrive while RELATION_BATCHES_IN_FLIGHT batches of it are
+ * running go together as one relation_set_batch call (migration 024), which decides each on its
+ * own in arrival order, passes the same hook points, and answers each with its own row. A write
+ * to an idle partition goes at once, as the single call. Block and unblock are not batched.
  */
 export class RelationService {
+  /** One batcher per followee partition; empty: LEDGER_WRITE_BATCH_MAX = 1, one function call per write. */
+  private readonly batchers: GroupCommit<RelationWrite, RelationResult | Error>[] = [];
+
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
-  ) {}
+    options: RelationServiceOptions,
+  ) {
+    const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
+    if (batchMax > 1) {
+      for (let part = 0; part < partitions; part++) {
+        this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), { maxBatch: batchMax, maxInFlight: RELATION_BATCHES_IN_FLIGHT }));
+      }
+    }
+  }
 
-  static async open(pool: Pool): Promise<RelationService> {
-    return new RelationService(pool, await readPartitions(pool));
+  static async open(pool: Pool, options: RelationServiceOptions = {}): Promise<RelationService> {
+    return new RelationService(pool, await readPartitions(pool), options);
+  }
+
+  /** Group commit's figures so far, over every partition; undefined when unbatched. */
+  batchStats(): { batches: number; writes: number; largest: number } | undefined {
+    if (this.batchers.length === 0) return undefined;
+    const all = this.batchers.map((b) => b.stats);
+    return { batches: all.reduce((n, s) => n + s.batches, 0), writes: all.reduce((n, s) => n + s.writes, 0), largest: Math.max(...all.map((s) => s.largest)) };
   }
 
   partitionOf(followee: string): number {
@@ -100,17 +164,17 @@ export class RelationService {
   }
 
   follow(follower: string, followee: string): Promise<RelationResult> {
-    return this.callWrite("follower", follower, "followee", followee, rejected("cannot follow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.follow, [follower, followee, this.partitions]);
+    return this.batchedWrite({ op: "follow", a: follower, b: followee, approve: null }, "follower", "followee", rejected("cannot follow yourself", "SELF_FOLLOW"));
   }
 
   unfollow(follower: string, followee: string): Promise<RelationResult> {
-    return this.callWrite("follower", follower, "followee", followee, rejected("cannot unfollow yourself", "SELF_FOLLOW"), WRITE_FUNCTIONS.unfollow, [follower, followee, this.partitions]);
+    return this.batchedWrite({ op: "unfollow", a: follower, b: followee, approve: null }, "follower", "followee", rejected("cannot unfollow yourself", "SELF_FOLLOW"));
   }
 
   /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
-    return this.callWrite("followee", followee, "follower", follower, rejected("no request from yourself", "NOT_PENDING"), WRITE_FUNCTIONS.decide, [followee, follower, approve, this.partitions]);
+    return this.batchedWrite({ op: "decide", a: followee, b: follower, approve }, "followee", "follower", rejected("no request from yourself", "NOT_PENDING"));
   }
 
   /** blocker blocks blocked: writes the block row and removes both directions of the relation. */
@@ -132,6 +196,57 @@ export class RelationService {
   }
 
   /**
+   * Follow, unfollow and decide: validated and self-targeted calls answered here, then through
+   * the followee partition's batcher (group commit), or straight to the function when unbatched.
+   */
+  private async batchedWrite(write: RelationWrite, nameA: string, nameB: string, self: RelationResult): Promise<RelationResult> {
+    validateId(nameA, write.a);
+    validateId(nameB, write.b);
+    if (write.a === write.b) return self;
+    const batcher = this.batchers[this.partitionOf(write.op === "decide" ? write.a : write.b)];
+    if (!batcher) return this.callSingle(write);
+    const answer = await batcher.submit(write);
+    if (answer instanceof Error) throw answer;
+    return answer;
+  }
+
+  /** The single function of one batched write (a batch of one, or LEDGER_WRITE_BATCH_MAX = 1). */
+  private callSingle(w: RelationWrite): Promise<RelationResult> {
+    if (w.op === "decide") return this.runWrite(w.a, w.b, WRITE_FUNCTIONS.decide, [w.a, w.b, w.approve, this.partitions]);
+    return this.runWrite(w.a, w.b, WRITE_FUNCTIONS[w.op], [w.a, w.b, this.partitions]);
+  }
+
+  /**
+   * One batch, one autocommit statement, re-run whole on a serialization failure or deadlock (it
+   * wrote nothing). A batch of one is today's single function call, whose errors are its write's
+   * own. A larger batch answers each write with its own row: a result, or the error the single
+   * call would have thrown for it (AccountNotFoundError, AccountBeingErasedError).
+   */
+  private async runBatch(writes: readonly RelationWrite[]): Promise<(RelationResult | Error)[]> {
+    if (writes.length === 1) return [await this.callSingle(writes[0]!)];
+    const values = [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve), this.partitions];
+    const rows = await this.sendBatch(values);
+    const byOrd: BatchRow[] = [];
+    for (const row of rows) byOrd[row.ord - 1] = row;
+    return writes.map((_, i) => {
+      const row = byOrd[i];
+      if (!row) throw new Error(`relation_set_batch returned no answer for write ${i + 1} of ${writes.length}`);
+      return batchAnswer(row);
+    });
+  }
+
+  private async sendBatch(values: unknown[]): Promise<BatchRow[]> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
+      } catch (err) {
+        // The guard's trigger refused a row whose erasure began after the batch's own check; nothing was written.
+        if (!(err instanceof AccountBeingErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
+      }
+    }
+  }
+
+  /**
    * The one-round-trip path: validates both ids, answers a self-targeted call (`self`) without
    * asking the database, runs the write function as one retried autocommit statement, and maps
    * a missing account (FK violation, or the function's ACCOUNT_NOT_FOUND) to AccountNotFoundError.
@@ -145,6 +260,10 @@ export class RelationService {
     validateId(nameA, a);
     validateId(nameB, b);
     if (self && a === b) return self;
+    return this.runWrite(a, b, statement, values);
+  }
+
+  private async runWrite(a: string, b: string, statement: { name: string; text: string }, values: unknown[]): Promise<RelationResult> {
     let row: WriteRow;
     try {
       row = await withStatementRetry(async () => (await this.pool.query<WriteRow>({ ...statement, values })).rows[0]!);
@@ -191,6 +310,18 @@ export async function blockedByOnly(db: PoolClient | Pool, viewer: string, accou
 async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<AccountNotFoundError> {
   const missing = await missingAccounts(db, ids);
   return new AccountNotFoundError((missing.length > 0 ? missing : ids).join(", "));
+}
+
+/** A row of relation_set_batch as the single call's answer, or the error the single call would have thrown. */
+function batchAnswer(row: BatchRow): RelationResult | Error {
+  if (row.outcome === "ACCOUNT_NOT_FOUND") return new AccountNotFoundError(row.reason);
+  if (row.code === "ACCOUNT_BEING_ERASED") {
+    // The same typed error as the guard's SQLSTATE SLE01 on the single call (migration 020).
+    return new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
+      `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
+  }
+  const result: RelationResult = { outcome: row.outcome, state: row.state, version: row.version, seq: row.seq, reason: row.reason };
+  return row.code === null ? result : { ...result, code: row.code };
 }
 
 /** A self-targeted call's answer, given without asking the database. */
