@@ -41,7 +41,7 @@ interface RelationWrite {
   approve: boolean | null;
 }
 
-/** One answer of relation_set_batch (migration 024), ord being the write's position in the batch. */
+/** One answer of relation_set_batch (migration 025), ord being the write's position in the batch. */
 interface BatchRow extends WriteRow {
   ord: number;
   /** With ACCOUNT_BEING_ERASED: the account whose erasure refused the write. */
@@ -84,7 +84,7 @@ export interface RelationServiceOptions {
  *
  * Group commit (issue 22, docs/write-path.md "Group commit"): follows, unfollows and decisions
  * of one followee partition that arrive while RELATION_BATCHES_IN_FLIGHT batches of it are
- * running go together as one relation_set_batch call (migration 024), which decides each on its
+ * running go together as one relation_set_batch call (migration 025), which decides each on its
  * own in arrival order, passes the same hook points, and answers each with its own row. A write
  * to an idle partition goes at once, as the single call. Block and unblock are not batched.
  */
