@@ -59,7 +59,9 @@ export const RELATION_BATCHES_IN_FLIGHT = 2;
 /**
  * How often a batch is sent again after the erasure guard's trigger refused one of its rows (an
  * erasure began between the batch's own check and its write): the next run's check answers that
- * row on its own. A bound, not a loop, in case erasures keep starting.
+ * row on its own. A bound, not a loop, in case erasures keep starting. Since migration 026 only
+ * the INSERT guard can refuse (a new pair's placeholder row): before each UPDATE the batch asks
+ * the UPDATE guard's question itself and answers a refusal as that write's own row.
  */
 const ERASURE_RACE_ATTEMPTS = 3;
 
@@ -240,7 +242,7 @@ export class RelationService {
       try {
         return await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
       } catch (err) {
-        // The guard's trigger refused a row whose erasure began after the batch's own check; nothing was written.
+        // The guard's INSERT trigger refused a placeholder whose erasure began after the batch's own check; nothing was written.
         if (!(err instanceof AccountBeingErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
       }
     }
