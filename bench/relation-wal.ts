@@ -35,6 +35,19 @@ const VARIANTS = [
   { name: "as migrated, batched", before: false, batchMax: undefined },
 ];
 
+interface Target {
+  name: string;
+  pool: Pool;
+  rel: RelationService;
+  offset: number;
+  changed: number;
+  bytes: number;
+  errors: number;
+  /** Per round: WAL bytes per change, changes per second. */
+  perRound: { bytes: number; rate: number }[];
+  kinds: Map<string, { n: number; bytes: number }>;
+}
+
 async function lsn(admin: Pool): Promise<string> {
   return (await admin.query<{ lsn: string }>("SELECT pg_current_wal_lsn()::text AS lsn")).rows[0]!.lsn;
 }
@@ -78,7 +91,7 @@ try {
   pools.push(admin);
   await admin.query("CREATE EXTENSION pg_walinspect");
   const all = await loadMigrations();
-  const targets = [];
+  const targets: Target[] = [];
   for (const [i, v] of VARIANTS.entries()) {
     await admin.query(`CREATE DATABASE relwal_v${i}`);
     const pool = createPool({ connectionString: cluster.connectionString(`relwal_v${i}`), max: 20 });
@@ -87,10 +100,10 @@ try {
     await initLedger(pool, { partitions: P });
     await pool.query("INSERT INTO account (account_id) SELECT 'a' || n FROM generate_series(0, $1::int - 1) AS n", [USERS]);
     const rel = await RelationService.open(pool, v.batchMax === undefined ? {} : { batchMax: v.batchMax });
-    targets.push({ ...v, pool, rel, offset: 0, changed: 0, bytes: 0, errors: 0, perRound: [] as number[], kinds: new Map<string, { n: number; bytes: number }>() });
+    targets.push({ name: v.name, pool, rel, offset: 0, changed: 0, bytes: 0, errors: 0, perRound: [], kinds: new Map() });
   }
   // Operation k toggles pair k mod USERS (a_j follows a_(7j+1), unfollows on odd passes).
-  const run = (t: (typeof targets)[number]) =>
+  const run = (t: Target) =>
     runFixedCount(OPS, 16, (k) => {
       const g = t.offset + k;
       const j = g % USERS;
@@ -121,7 +134,7 @@ try {
       t.bytes += bytes;
       t.errors += figures.errors;
       t.offset += OPS;
-      t.perRound.push(bytes / changed);
+      t.perRound.push({ bytes: bytes / changed, rate: changed / figures.seconds });
     }
   }
   const load1 = loadavg()[0]!;
@@ -129,10 +142,16 @@ try {
     `WAL per CHANGED follow/unfollow, P=${P}, 16 workers, ${OPS} ops per variant and round, ${ROUNDS} rounds` +
       ` (whole cluster, LSN difference; 1-min load average ${load0.toFixed(1)} at the start, ${load1.toFixed(1)} at the end):\n`,
   );
+  // Each "as migrated" variant's CHANGED/s ÷ its "before 026" neighbour's, per round (the same minutes of the machine).
+  for (const [i, t] of targets.entries()) {
+    if (i % 2 === 0) continue;
+    const base = targets[i - 1]!;
+    process.stdout.write(`  CHANGED/s ${t.name} ÷ ${base.name}: ${t.perRound.map((r, k) => (r.rate / base.perRound[k]!.rate).toFixed(2)).join(" / ")}\n`);
+  }
   for (const t of targets) {
     const batches = t.rel.batchStats();
     process.stdout.write(
-      `  ${t.name.padEnd(24)} bytes/change ${t.perRound.map((x) => x.toFixed(0)).join(" / ")}  (all rounds ${(t.bytes / t.changed).toFixed(0)})` +
+      `  ${t.name.padEnd(24)} bytes/change ${t.perRound.map((x) => x.bytes.toFixed(0)).join(" / ")}  (all rounds ${(t.bytes / t.changed).toFixed(0)})` +
         `${batches ? `  ${(batches.writes / Math.max(1, batches.batches)).toFixed(1)} writes per batch` : ""}${t.errors > 0 ? `  ERRORS ${t.errors}` : ""}\n`,
     );
     // Kinds of at least 0.05 records per change by name; the rest (splits, prunes of indexes, ...) summed.
