@@ -5,7 +5,7 @@
  * relation_follow / relation_unfollow) and batched (relation_set_batch), side by side on one
  * embedded cluster: one database per variant, every round runs each variant once, one at a time
  * (order rotating), so the WAL between two positions is that variant's; pg_walinspect splits it
- * by relation and record kind (docs/write-path.md, "Relation writes: the erasure guard after the update").
+ * by relation and record kind (docs/write-path.md, "The erasure guard after the update (migration 026)").
  *
  *   node --import tsx bench/relation-wal.ts [--ops n] [--rounds n] [--partitions P]
  */

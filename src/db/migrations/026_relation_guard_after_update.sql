@@ -1,5 +1,5 @@
 -- Less WAL, and no per-row trigger call, on relation writes (issue 22; docs/write-path.md,
--- "Relation writes: the erasure guard after the update").
+-- "Group commit", "The erasure guard after the update (migration 026)").
 --
 -- The erasure guard of relation (migration 020) as a BEFORE UPDATE row trigger made every UPDATE
 -- of the table fetch and lock the old row first (PostgreSQL locks the row it hands a BEFORE
