@@ -25,6 +25,32 @@ export const LIKE_COUNTER: CounterSpec = {
   rebuildRunColumns: ["items_checked", "items_drifted"],
   rebuildDrift: "like_rebuild_drift",
   prunedDeltasSql: "SELECT item_id AS key, sum(delta_sum) AS n FROM like_outbox_pruned GROUP BY 1",
+  // Along like_fact_likers (item_id, changed_at DESC, user_id) WHERE liked: the cursor is the last
+  // (changed_at, user_id) counted, and "changed_at <= c" is the index condition that starts each
+  // chunk where the last one ended (the OR on the ties alone is a filter over a handful of rows).
+  // changed_at goes through text and back in the same session: exact to the microsecond.
+  chunk: {
+    start: ["infinity", ""],
+    cappedSql: `
+      SELECT k.key, ledger_partition(x.user_id, cfg.partitions) AS part, count(*) AS n
+        FROM unnest($1::text[]) AS k(key) CROSS JOIN ledger_config cfg
+        CROSS JOIN LATERAL (SELECT f.user_id FROM like_fact f WHERE f.item_id = k.key AND f.liked
+                             ORDER BY f.changed_at DESC, f.user_id LIMIT $2) x
+       GROUP BY 1, 2`,
+    chunkSql: `
+      WITH c AS MATERIALIZED (
+        SELECT f.user_id, f.changed_at FROM like_fact f
+         WHERE f.item_id = $1 AND f.liked
+           AND f.changed_at <= ($2::text[])[1]::timestamptz
+           AND (f.changed_at < ($2::text[])[1]::timestamptz OR f.user_id > ($2::text[])[2])
+         ORDER BY f.changed_at DESC, f.user_id
+         LIMIT $3)
+      SELECT p.part, p.n,
+             (SELECT ARRAY[c.changed_at::text, c.user_id] FROM c ORDER BY c.changed_at, c.user_id DESC LIMIT 1) AS last,
+             (SELECT count(*) FROM c) AS rows
+        FROM (SELECT ledger_partition(c.user_id, cfg.partitions) AS part, count(*) AS n
+                FROM c CROSS JOIN ledger_config cfg GROUP BY 1) p`,
+  },
   // "likerbld" in ASCII: an arbitrary constant.
   rebuildLockKey: 0x6c696b6572626c64n.toString(),
 };
