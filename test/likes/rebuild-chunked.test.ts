@@ -1,6 +1,5 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { CounterRebuild } from "../../src/counters/counter-rebuild.ts";
 import { Gate, type HookContext } from "../../src/hooks.ts";
 import { LIKE_COUNTER } from "../../src/likes/like-spec.ts";
 import { LikeRebuild } from "../../src/likes/like-rebuild.ts";
@@ -51,7 +50,7 @@ async function seeded(): Promise<LikesFixture> {
  * changed_at now: the range already read), 2 unlikes of the newest likers (read) and 4 of the
  * oldest (not read yet) commit and are applied. Returns the chunks seen and the report.
  */
-async function interleaved(f: LikesFixture, rebuild: CounterRebuild | LikeRebuild) {
+async function interleaved<R>(f: LikesFixture, rebuild: { rebuild(): Promise<R> }) {
   const parked = new Gate("rebuild.afterChunk");
   const chunks: HookContext[] = [];
   const remove = f.hooks.on("rebuild.afterChunk", async (ctx) => {
