@@ -2,7 +2,8 @@
  * What one target of the periodic audit's rotating sample costs (issue 22): on a generated
  * population (bench/scale-generate.ts), the two incremental like statements of the periodic audit
  * (src/audit/incremental-invariants.ts) over an empty event range, with a sample of one item:
- * the hot item (N/10 likes) and an ordinary one (10 likes), alternating, each timed.
+ * the hot item (N/10 likes) and an ordinary one (10 likes), and with a sample of 10,000 ordinary
+ * items (a run over many changed items: it must stay linear in them), alternating, each timed.
  *
  *   node --import tsx bench/scale-audit-sample.ts [--likes 1000000] [--rounds 3] [--partitions 16]
  */
@@ -34,19 +35,24 @@ try {
   // An empty range (lo = hi = last): only the sampled item is audited.
   const range = [rows.map((r) => r.part), rows.map((r) => Number(r.last)), rows.map((r) => Number(r.last))];
   const statements = { "write side": LIKE_WRITE_SIDE_INCREMENTAL_SQL, "read side": LIKE_READ_SIDE_INCREMENTAL_SQL };
-  const samples = { [`hot item ${pop.hotItem} (${pop.accounts} likes)`]: pop.hotItem, [`ordinary item ${itemId(2)} (10 likes)`]: itemId(2) };
+  const many = Math.min(10_000, pop.items - 1);
+  const samples: Record<string, string[]> = {
+    [`hot item ${pop.hotItem} (${pop.accounts} likes)`]: [pop.hotItem],
+    [`ordinary item ${itemId(2)} (10 likes)`]: [itemId(2)],
+    [`${many} ordinary items`]: Array.from({ length: many }, (_, i) => itemId(2 + i)),
+  };
   const times = new Map<string, number[]>();
   for (let round = 0; round < rounds; round++) {
     for (const [name, sql] of Object.entries(statements)) {
-      for (const [label, item] of Object.entries(samples)) {
+      for (const [label, items] of Object.entries(samples)) {
         const t0 = performance.now();
-        await pool.query(sql, [...range, [item]]);
+        await pool.query(sql, [...range, items]);
         const key = `${name}, sample = ${label}`;
         times.set(key, [...(times.get(key) ?? []), performance.now() - t0]);
       }
     }
   }
-  process.stdout.write(`== periodic audit, one sampled item, ${likes} likes, P = ${partitions}, ${rounds} rounds alternating\n`);
+  process.stdout.write(`== periodic audit, sampled items, ${likes} likes, P = ${partitions}, ${rounds} rounds alternating\n`);
   for (const [key, ms] of times) process.stdout.write(`${key}: ${ms.map((m) => m.toFixed(0)).join(", ")} ms\n`);
   process.stdout.write(`load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}\n`);
 } finally {
