@@ -41,7 +41,7 @@ export function formatSize(run: SizeRun): string {
     `followers, page at depth ${reads.followersDepth}:`.padEnd(37) + fig(reads.followersDeep),
     `rebuild of the hot item (${pop.accounts} likes): ${s(jobs.rebuild.jobSeconds)}; ${live(jobs.rebuild)}`,
     ...jobs.reconcile.map((r) => `reconcile ${r.changed} changed counters: ${s(r.run.jobSeconds)} (${perCounter(r).toFixed(1)} µs/counter, visited ${r.run.result.visited}, drifted ${r.run.result.drifted.length}); ${live(r.run)}`),
-    `full audit: ${s(jobs.audit.jobSeconds)} (${jobs.audit.result.clean ? "clean" : "NOT CLEAN"}); ${live(jobs.audit)}`,
+    jobs.audit ? `full audit: ${s(jobs.audit.jobSeconds)} (${jobs.audit.result.clean ? "clean" : "NOT CLEAN"}); ${live(jobs.audit)}` : "full audit: skipped (--skip-full-audit)",
     `periodic (incremental) audit: ${s(jobs.periodicAudit.jobSeconds)} (${jobs.periodicAudit.result.clean ? "clean" : "NOT CLEAN"}, likes ${jobs.periodicAudit.result.scope.likes.mode}); ${live(jobs.periodicAudit)}`,
     `prune (keep 0 events, 0 s): ${s(jobs.prune.jobSeconds)}, ${pruned} outbox rows; ${live(jobs.prune)}`,
     run.startup ? `service start to /readyz 200: ${s(run.startup.readySeconds)} (SIGTERM to exit ${s(run.startup.stopSeconds)})` : "service start: skipped",
@@ -52,7 +52,8 @@ export function formatSize(run: SizeRun): string {
 /** Issue 22's goals, each with the figures that judge it, across the sizes (smallest first). */
 export function formatGoals(runs: readonly SizeRun[]): string {
   const jobsOf = (r: SizeRun): [string, UnderJob<unknown>][] => [
-    ["rebuild", r.jobs.rebuild], ["full audit", r.jobs.audit], ["periodic audit", r.jobs.periodicAudit], ["prune", r.jobs.prune],
+    ["rebuild", r.jobs.rebuild], ...(r.jobs.audit ? [["full audit", r.jobs.audit] as [string, UnderJob<unknown>]] : []),
+    ["periodic audit", r.jobs.periodicAudit], ["prune", r.jobs.prune],
     ...r.jobs.reconcile.map((c): [string, UnderJob<unknown>] => [`reconcile ${c.changed}`, c.run]),
   ];
   const worst = (r: SizeRun) => Math.max(...jobsOf(r).flatMap(([, u]) => [ratio(u).writeP99, ratio(u).readP99]));
@@ -64,7 +65,7 @@ export function formatGoals(runs: readonly SizeRun[]): string {
   const reconcileAt = (r: SizeRun) => r.jobs.reconcile.find((c) => c.changed === common)!.run.jobSeconds;
   if (runs.length === 1) lines.push("nothing periodic O(history): one size only (--sizes a,b compares two)");
   else lines.push(`nothing periodic O(history): ${growth}x the likes gives the periodic audit ${x(last.jobs.periodicAudit.jobSeconds / first.jobs.periodicAudit.jobSeconds)} the time ` +
-    `(${runs.map((r) => `${r.pop.likes}: ${s(r.jobs.periodicAudit.jobSeconds)}`).join(", ")}; the full audit, on demand: ${x(last.jobs.audit.jobSeconds / first.jobs.audit.jobSeconds)}), reconciling ${common} changed counters ${x(reconcileAt(last) / reconcileAt(first))} ` +
+    `(${runs.map((r) => `${r.pop.likes}: ${s(r.jobs.periodicAudit.jobSeconds)}`).join(", ")}; the full audit, on demand: ${last.jobs.audit && first.jobs.audit ? x(last.jobs.audit.jobSeconds / first.jobs.audit.jobSeconds) : "skipped"}), reconciling ${common} changed counters ${x(reconcileAt(last) / reconcileAt(first))} ` +
     `(${runs.map((r) => `${r.pop.likes}: ${s(reconcileAt(r))}`).join(", ")}), the prune ${x(last.jobs.prune.jobSeconds / first.jobs.prune.jobSeconds)}; goal: about 1x`);
   for (const r of runs) {
     lines.push(`jobs within 1.3x of idle p99 at ${r.pop.likes}: worst ${x(worst(r))} (${jobsOf(r).map(([n, u]) => `${n} w ${x(ratio(u).writeP99)} r ${x(ratio(u).readP99)}`).join("; ")}) ${worst(r) <= 1.3 ? "MET" : "NOT MET"}`);

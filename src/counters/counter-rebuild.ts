@@ -52,6 +52,12 @@ export interface CounterRebuildReport {
 /** The most keys per page of the snapshot read; pacing sizes pages below it (at least MIN_PAGE_SIZE). */
 const PAGE_SIZE = 500;
 const MIN_PAGE_SIZE = 10;
+/**
+ * The most facts per chunk of a key counted in chunks (spec.chunk); pacing sizes chunks below it.
+ * A key with more than the smallest chunk's facts is counted in chunks, the others with their page.
+ */
+export const CHUNK_ROWS = 50_000;
+const MIN_CHUNK_ROWS = 1_000;
 
 /** The snapshot header, read in the caller's REPEATABLE READ transaction. */
 export async function readCounterSnapshot(client: PoolClient, s: CounterSpec): Promise<CounterSnapshot> {
@@ -77,21 +83,30 @@ export async function readCountedPage(
   keys: readonly string[] | undefined,
   limit = PAGE_SIZE,
 ): Promise<{ key: string; counts: number[] }[]> {
-  const { rows: page } = await client.query<{ key: string }>(
+  const page = await readPageKeys(client, s, after, keys, limit);
+  if (page.length === 0) return [];
+  const counts = new Map(page.map((k) => [k, Array.from({ length: partitions }, () => 0)]));
+  const { rows } = await client.query<{ key: string; part: number; n: number }>(
+    `SELECT c.key, c.part, c.n::bigint AS n FROM (${s.countedSql}) c WHERE c.key = ANY ($1::text[])`,
+    [page],
+  );
+  for (const r of rows) counts.get(r.key)![r.part] = Number(r.n);
+  return page.map((k) => ({ key: k, counts: counts.get(k)! }));
+}
+
+/** The next page of keys after `after` (keyset by key, optionally only `keys`). */
+async function readPageKeys(client: PoolClient, s: CounterSpec, after: string, keys: readonly string[] | undefined, limit: number): Promise<string[]> {
+  const { rows } = await client.query<{ key: string }>(
     `SELECT k.key FROM (${s.keysSql}) k
       WHERE k.key > $1 AND ($2::text[] IS NULL OR k.key = ANY ($2))
       ORDER BY k.key LIMIT $3`,
     [after, keys ?? null, limit],
   );
-  if (page.length === 0) return [];
-  const counts = new Map(page.map((r) => [r.key, Array.from({ length: partitions }, () => 0)]));
-  const { rows } = await client.query<{ key: string; part: number; n: number }>(
-    `SELECT c.key, c.part, c.n::bigint AS n FROM (${s.countedSql}) c WHERE c.key = ANY ($1::text[])`,
-    [page.map((r) => r.key)],
-  );
-  for (const r of rows) counts.get(r.key)![r.part] = Number(r.n);
-  return page.map((r) => ({ key: r.key, counts: counts.get(r.key)! }));
+  return rows.map((r) => r.key);
 }
+
+/** A page of keys: each with its counts, or null when it has more facts than the page counts (counted in chunks). */
+type PageEntry = { key: string; counts: number[] | null };
 
 /**
  * The snapshot rebuild of chapter 32 ("批量重算与在线增量"), written once against a
@@ -112,19 +127,38 @@ export async function readCountedPage(
  * read, and after each page read and each install the rebuild rests in proportion to its
  * duration, so live writes and reads keep the CPU; the snapshot stays open meanwhile, which
  * changes nothing about what it holds.
+ *
+ * A hot key (a million likes of one item) is not one long statement: with spec.chunk, a page
+ * counts at most the first `min chunk` facts of each key, and a key that has more is counted
+ * chunk by chunk along its index (keyset cursor, chunks sized and rested by a pacer of their
+ * own), each chunk a short statement IN THE SAME SNAPSHOT. That is the whole correctness
+ * argument: every chunk sees the facts of events 1..S_p and nothing else, so the chunks are
+ * disjoint ranges of one frozen index order and their sum is the key's count at the snapshot,
+ * however live writes move facts meanwhile (a like committed after the snapshot, whose
+ * changed_at would put it in a range already read, is invisible to every chunk and is summed
+ * by the install from the events above S_p). Counting each chunk in a fresh snapshot instead
+ * loses or double-counts exactly those moves (the negative control,
+ * src/likes/negative-controls.ts ChunksOutsideSnapshotRebuild). The chunks take no lock but
+ * the snapshot connection's AccessShare, so live writes never wait on them. Hook point:
+ * rebuild.afterChunk {key, chunk, rows} after each chunk's read.
  */
 export class CounterRebuild {
   private readonly hooks: Hooks;
   private readonly unknownKeys: (keys: string[]) => Error;
   readonly pacer: Pacer;
+  /** Sizes the chunks of keys counted in chunks; its minimum is also the page's per-key cap. */
+  readonly chunkPacer: Pacer;
 
   constructor(
-    private readonly pool: Pool,
+    protected readonly pool: Pool,
     readonly spec: CounterSpec,
-    options: { hooks?: Hooks; unknownKeys?: (keys: string[]) => Error; pacing?: PacingOptions } = {},
+    options: { hooks?: Hooks; unknownKeys?: (keys: string[]) => Error; pacing?: PacingOptions; chunkRows?: number } = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
     this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, PAGE_SIZE, MIN_PAGE_SIZE);
+    const chunkRows = options.chunkRows ?? CHUNK_ROWS;
+    if (!Number.isSafeInteger(chunkRows) || chunkRows < 1) throw new InvalidInputError("chunkRows", `must be a positive integer, got ${chunkRows}`);
+    this.chunkPacer = new Pacer(options.pacing ?? DEFAULT_PACING, chunkRows, Math.min(MIN_CHUNK_ROWS, chunkRows));
     this.unknownKeys = options.unknownKeys ?? ((keys) => new UnknownCounterKeysError(keys));
   }
 
@@ -156,12 +190,14 @@ export class CounterRebuild {
       for (let after = ""; ; ) {
         const size = this.pacer.size("page");
         const t0 = performance.now();
-        const page = await readCountedPage(snap, s, header.partitions, after, keys, size);
+        const page = await this.readPage(snap, header.partitions, after, keys, size);
         const readMs = performance.now() - t0;
         this.pacer.record("page", size, readMs, page.length === size);
         if (page.length === 0) break;
         await rest(this.pacer.restMs(readMs));
-        for (const { key, counts } of page) {
+        for (const entry of page) {
+          const key = entry.key;
+          const counts = entry.counts ?? await this.countInChunks(snap, key, header.partitions);
           const t1 = performance.now();
           const d = await this.installKey(key, counts, header);
           keysChecked++;
@@ -175,6 +211,44 @@ export class CounterRebuild {
     const totalAbsDrift = drifted.reduce((sum, d) => sum + Math.abs(d.drift), 0);
     const runId = await this.recordRun(snapshot.snapshotSeqs, keysChecked, drifted, totalAbsDrift);
     return { runId, snapshotSeqs: snapshot.snapshotSeqs, keysChecked, drifted, totalAbsDrift };
+  }
+
+  /** One page of keys with their counts, read in the snapshot; with spec.chunk, a key above the cap gets null. */
+  private async readPage(snap: PoolClient, partitions: number, after: string, keys: readonly string[] | undefined, size: number): Promise<PageEntry[]> {
+    const chunk = this.spec.chunk;
+    if (!chunk) return readCountedPage(snap, this.spec, partitions, after, keys, size);
+    const page = await readPageKeys(snap, this.spec, after, keys, size);
+    if (page.length === 0) return [];
+    const cap = this.chunkPacer.minSize;
+    const counts = new Map(page.map((k) => [k, Array.from({ length: partitions }, () => 0)]));
+    const { rows } = await snap.query<{ key: string; part: number; n: string }>(chunk.cappedSql, [page, cap]);
+    for (const r of rows) counts.get(r.key)![r.part] = Number(r.n);
+    // A key whose first `cap` facts were all there was may have more: counted in chunks instead.
+    return page.map((key) => ({ key, counts: counts.get(key)!.reduce((a, b) => a + b, 0) >= cap ? null : counts.get(key)! }));
+  }
+
+  /** One key's counted facts per partition, chunk by chunk along spec.chunk's cursor, in the snapshot `snap`. */
+  private async countInChunks(snap: PoolClient, key: string, partitions: number): Promise<number[]> {
+    const counts = Array.from({ length: partitions }, () => 0);
+    let cursor: readonly string[] = this.spec.chunk!.start;
+    for (let chunk = 0; ; chunk++) {
+      const size = this.chunkPacer.size("chunk");
+      const t0 = performance.now();
+      const { rows } = await this.readChunk(snap, key, cursor, size);
+      const ms = performance.now() - t0;
+      const read = Number(rows[0]?.rows ?? 0);
+      this.chunkPacer.record("chunk", size, ms, read === size);
+      for (const r of rows) counts[r.part]! += Number(r.n);
+      await this.hooks.at(`${this.spec.hookPrefix}rebuild.afterChunk`, { key, [this.spec.keyName]: key, chunk, rows: read });
+      if (read < size) return counts;
+      cursor = rows[0]!.last;
+      await rest(this.chunkPacer.restMs(ms));
+    }
+  }
+
+  /** One chunk of a key's facts after `cursor`, at most `limit`: per partition (part, n), with the chunk's last cursor and size. */
+  protected readChunk(snap: PoolClient, key: string, cursor: readonly string[], limit: number) {
+    return snap.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [key, cursor, limit]);
   }
 
   /** Installs the baseline of one key: counts[p] = counted facts of partition p at the snapshot. */

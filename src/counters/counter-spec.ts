@@ -48,6 +48,12 @@ export interface CounterSpec {
    * audit adds them to the kept events' deltas (docs/retention.md). Omitted: never pruned.
    */
   prunedDeltasSql?: string;
+  /**
+   * Counting one key's facts in chunks, for a key with more facts than one statement should read
+   * (a hot item's million likes): the rebuild reads such a key chunk by chunk along an index, in
+   * its snapshot. The same predicate as countedSql. Omitted: every key is counted in one statement.
+   */
+  chunk?: CounterChunkSpec;
   /** pg advisory lock key of this counter's rebuild. */
   rebuildLockKey: string;
 }
@@ -73,4 +79,24 @@ export interface CountReading {
   /** Unprocessed events of this key above the watermarks: |n - truth| <= pending. */
   pending: number;
   stale: boolean;
+}
+
+/**
+ * How the rebuild counts one key's facts in chunks: a keyset cursor along an index of the key's
+ * counted facts, as text[] (the statements cast it), so that each chunk is one index range.
+ */
+export interface CounterChunkSpec {
+  /** The cursor before the first counted fact of any key. */
+  start: readonly string[];
+  /**
+   * For keys $1 (text[]), the first $2 counted facts of each key in cursor order, counted per
+   * partition: rows (key, part, n). A key whose n sum to $2 may have more (counted in chunks).
+   */
+  cappedSql: string;
+  /**
+   * The counted facts of key $1 after cursor $2 in cursor order, at most $3 of them, counted per
+   * partition: rows (part, n, last, rows), every row carrying the chunk's last cursor and its size.
+   * No rows: nothing after the cursor.
+   */
+  chunkSql: string;
 }

@@ -48,13 +48,15 @@ function toItemDrift(d: KeyDrift): ItemDrift {
 
 /**
  * The chapter-32 rebuild of like_count: the shared CounterRebuild (src/counters) on
- * LIKE_COUNTER, reporting in items. Hook points: rebuild.afterSnapshot, rebuild.beforeInstall
- * {itemId, pid}, rebuild.beforeCommit {itemId}.
+ * LIKE_COUNTER, reporting in items; an item with many likes is counted in chunks along
+ * like_fact_likers. Hook points: rebuild.afterSnapshot, rebuild.afterChunk {itemId, chunk, rows},
+ * rebuild.beforeInstall {itemId, pid}, rebuild.beforeCommit {itemId}.
  */
 export class LikeRebuild {
   private readonly counter: CounterRebuild;
 
-  constructor(pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions } = {}) {
+  /** chunkRows: the most facts per chunk of a hot item (CHUNK_ROWS by default; tests make it small). */
+  constructor(pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions; chunkRows?: number } = {}) {
     this.counter = new CounterRebuild(pool, LIKE_COUNTER, { ...options, unknownKeys: (keys) => new UnknownItemsError(keys) });
   }
 

@@ -25,6 +25,38 @@ export const LIKE_COUNTER: CounterSpec = {
   rebuildRunColumns: ["items_checked", "items_drifted"],
   rebuildDrift: "like_rebuild_drift",
   prunedDeltasSql: "SELECT item_id AS key, sum(delta_sum) AS n FROM like_outbox_pruned GROUP BY 1",
+  // Along like_fact_likers (item_id, changed_at DESC, user_id) WHERE liked: the cursor is the last
+  // (changed_at, user_id) counted. A chunk is two index ranges, the rest of the cursor's tie
+  // (changed_at = c AND user_id > u) and then what is older (changed_at < c): one condition
+  // "changed_at <= c AND (changed_at < c OR user_id > u)" would filter, not bound, the tie, and an
+  // item whose likes share one changed_at (a bulk load) would be rescanned from its top per chunk.
+  // changed_at goes through text and back in the same session: exact to the microsecond.
+  chunk: {
+    start: ["infinity", ""],
+    cappedSql: `
+      SELECT k.key, ledger_partition(x.user_id, cfg.partitions) AS part, count(*) AS n
+        FROM unnest($1::text[]) AS k(key) CROSS JOIN ledger_config cfg
+        CROSS JOIN LATERAL (SELECT f.user_id FROM like_fact f WHERE f.item_id = k.key AND f.liked
+                             ORDER BY f.changed_at DESC, f.user_id LIMIT $2) x
+       GROUP BY 1, 2`,
+    chunkSql: `
+      WITH c AS MATERIALIZED (
+        SELECT * FROM (
+          (SELECT 1 AS branch, f.user_id, f.changed_at FROM like_fact f
+            WHERE f.item_id = $1 AND f.liked AND f.changed_at = ($2::text[])[1]::timestamptz AND f.user_id > ($2::text[])[2]
+            ORDER BY f.user_id LIMIT $3)
+          UNION ALL
+          (SELECT 2, f.user_id, f.changed_at FROM like_fact f
+            WHERE f.item_id = $1 AND f.liked AND f.changed_at < ($2::text[])[1]::timestamptz
+            ORDER BY f.changed_at DESC, f.user_id LIMIT $3)) b
+         ORDER BY branch, changed_at DESC, user_id
+         LIMIT $3)
+      SELECT p.part, p.n,
+             (SELECT ARRAY[c.changed_at::text, c.user_id] FROM c ORDER BY c.branch DESC, c.changed_at, c.user_id DESC LIMIT 1) AS last,
+             (SELECT count(*) FROM c) AS rows
+        FROM (SELECT ledger_partition(c.user_id, cfg.partitions) AS part, count(*) AS n
+                FROM c CROSS JOIN ledger_config cfg GROUP BY 1) p`,
+  },
   // "likerbld" in ASCII: an arbitrary constant.
   rebuildLockKey: 0x6c696b6572626c64n.toString(),
 };

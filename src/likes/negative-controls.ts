@@ -2,7 +2,8 @@
  * Deliberately wrong variants from chapter 32, kept only so tests can show that they drift
  * and that the checks catch it. Not exported from the package entry point; never use them.
  */
-import type { Pool } from "../db/pool.ts";
+import { CounterRebuild } from "../counters/counter-rebuild.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { validateId } from "../ids.ts";
 import type { ApplyBatch } from "./like-consumer.ts";
@@ -49,4 +50,16 @@ export async function installOverwrite(pool: Pool, itemId: string, counts: numbe
     }
     return { oldN, newN: counts.reduce((a, b) => a + b, 0) };
   });
+}
+
+/**
+ * The chunked rebuild with each chunk counted in a fresh READ COMMITTED snapshot (the pool's)
+ * instead of the rebuild's REPEATABLE READ one: a fact moved by a live write between two chunks
+ * is then counted by a later chunk or the install's events above S_p in the wrong proportion
+ * (an unlike in a range not yet read is missing from the chunk AND subtracted again).
+ */
+export class ChunksOutsideSnapshotRebuild extends CounterRebuild {
+  protected override readChunk(_snap: PoolClient, key: string, cursor: readonly string[], limit: number) {
+    return this.pool.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [key, cursor, limit]);
+  }
 }
