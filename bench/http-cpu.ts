@@ -126,12 +126,17 @@ async function main(): Promise<void> {
     mkdirSync(values.profile!, { recursive: true });
   }
   const results = new Map<string, Figures[]>(kinds.map((k) => [k.name, []]));
+  // Group commit's batches and writes per kind: a kind whose writes arrive more spread out forms smaller batches.
+  const batched = new Map<string, [batches: number, writes: number]>();
   for (let r = 0; r < rounds; r++) {
     // The order of the groups rotates each round, so no kind always follows the same one.
     for (const kind of groups.map((_, n) => groups[(n + r) % groups.length]!).flat()) {
       if (session) await session.post("Profiler.start");
       const waits = kind.sampleWaits ? sampleWaits(started.admin, "bench_http", "social-ledger-http-cpu") : undefined;
+      const batches0 = ledger.likes.batchStats();
       const figures = await kind.run();
+      const batches1 = ledger.likes.batchStats();
+      if (batches0 && batches1) batched.set(kind.name, [(batched.get(kind.name)?.[0] ?? 0) + batches1.batches - batches0.batches, (batched.get(kind.name)?.[1] ?? 0) + batches1.writes - batches0.writes]);
       await waits?.stop();
       if (session) {
         const { profile } = await session.post("Profiler.stop");
@@ -146,10 +151,11 @@ async function main(): Promise<void> {
   const cpu = (runs: Figures[]) => runs.reduce((a, f) => a + (f.mainCpuUsPerOp ?? Number.NaN) * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0);
   const rate = (runs: Figures[]) => runs.reduce((a, f) => a + f.ops, 0) / runs.reduce((a, f) => a + f.seconds, 0);
   process.stderr.write(`\nhttp-cpu: ${rounds} rounds x ${requests} per kind, ${connections} connections/workers, P = ${partitions}, logger ${values.log ? "info" : "off"}${values["sample-waits"] ? ", wait sampler on" : ""}, load ${os.loadavg()[0]!.toFixed(1)}\n`);
-  process.stderr.write(`${"kind".padEnd(26)}${"ops/s".padStart(8)}${"main µs/op".padStart(12)}${"client µs/op".padStart(14)}\n`);
+  process.stderr.write(`${"kind".padEnd(26)}${"ops/s".padStart(8)}${"main µs/op".padStart(12)}${"client µs/op".padStart(14)}${"writes/batch".padStart(14)}\n`);
   for (const [name, runs] of results) {
     const client = runs.every((f) => f.clientCpuUsPerOp !== undefined) ? runs.reduce((a, f) => a + f.clientCpuUsPerOp! * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0) : Number.NaN;
-    process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}\n`);
+    const [batches, writes] = batched.get(name) ?? [0, 0];
+    process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}${(batches > 0 ? (writes / batches).toFixed(1) : "").padStart(14)}\n`);
   }
   for (const suffix of values["sample-waits"] ? ["", " +waits"] : [""]) {
     const lib = results.get(`library-like${suffix}`)!.concat(results.get(`library-unlike${suffix}`)!);
