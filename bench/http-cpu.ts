@@ -157,6 +157,17 @@ async function main(): Promise<void> {
     const [batches, writes] = batched.get(name) ?? [0, 0];
     process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}${(batches > 0 ? (writes / batches).toFixed(1) : "").padStart(14)}\n`);
   }
+  // The machine's load moves from round to round far more than a change moves the CPU per
+  // request: each round's own ratio of this app's CPU per request to the compared one's (both
+  // served in the same minutes), and their median, resolve what the sums above cannot.
+  if (urls.length > 1) {
+    for (const kind of ["http-like", "http-unlike", "http-count"]) {
+      const ratios = results.get(kind)!.map((f, r) => f.mainCpuUsPerOp! / results.get(`compared ${kind}`)![r]!.mainCpuUsPerOp!);
+      const sorted = [...ratios].sort((a, b) => a - b);
+      const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2]! : (sorted[sorted.length / 2 - 1]! + sorted[sorted.length / 2]!) / 2;
+      process.stderr.write(`${kind} main CPU/op ÷ compared, per round: ${ratios.map((x) => x.toFixed(2)).join(" ")}; median ${median.toFixed(2)}\n`);
+    }
+  }
   for (const suffix of values["sample-waits"] ? ["", " +waits"] : [""]) {
     const lib = results.get(`library-like${suffix}`)!.concat(results.get(`library-unlike${suffix}`)!);
     for (const [label] of urls) {
