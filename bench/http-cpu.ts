@@ -21,7 +21,7 @@
  * thread's CPU per operation.
  */
 import { randomBytes } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
 import os from "node:os";
 import path from "node:path";
@@ -126,12 +126,23 @@ async function main(): Promise<void> {
     mkdirSync(values.profile!, { recursive: true });
   }
   const results = new Map<string, Figures[]>(kinds.map((k) => [k.name, []]));
+  // Group commit's batches and writes per kind: a kind whose writes arrive more spread out forms smaller batches.
+  const batched = new Map<string, [batches: number, writes: number]>();
+  // How often the main thread went to sleep (waited in epoll for a socket) per operation: each
+  // time it wakes again its caches are cold, the kernel switches it in, and libuv runs a turn.
+  const sleeps = new Map<string, number>();
   for (let r = 0; r < rounds; r++) {
     // The order of the groups rotates each round, so no kind always follows the same one.
     for (const kind of groups.map((_, n) => groups[(n + r) % groups.length]!).flat()) {
       if (session) await session.post("Profiler.start");
       const waits = kind.sampleWaits ? sampleWaits(started.admin, "bench_http", "social-ledger-http-cpu") : undefined;
+      const batches0 = ledger.likes.batchStats();
+      const switches0 = contextSwitches();
       const figures = await kind.run();
+      const switches1 = contextSwitches();
+      const batches1 = ledger.likes.batchStats();
+      if (switches0 !== undefined && switches1 !== undefined) sleeps.set(kind.name, (sleeps.get(kind.name) ?? 0) + switches1 - switches0);
+      if (batches0 && batches1) batched.set(kind.name, [(batched.get(kind.name)?.[0] ?? 0) + batches1.batches - batches0.batches, (batched.get(kind.name)?.[1] ?? 0) + batches1.writes - batches0.writes]);
       await waits?.stop();
       if (session) {
         const { profile } = await session.post("Profiler.stop");
@@ -146,10 +157,22 @@ async function main(): Promise<void> {
   const cpu = (runs: Figures[]) => runs.reduce((a, f) => a + (f.mainCpuUsPerOp ?? Number.NaN) * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0);
   const rate = (runs: Figures[]) => runs.reduce((a, f) => a + f.ops, 0) / runs.reduce((a, f) => a + f.seconds, 0);
   process.stderr.write(`\nhttp-cpu: ${rounds} rounds x ${requests} per kind, ${connections} connections/workers, P = ${partitions}, logger ${values.log ? "info" : "off"}${values["sample-waits"] ? ", wait sampler on" : ""}, load ${os.loadavg()[0]!.toFixed(1)}\n`);
-  process.stderr.write(`${"kind".padEnd(26)}${"ops/s".padStart(8)}${"main µs/op".padStart(12)}${"client µs/op".padStart(14)}\n`);
+  process.stderr.write(`${"kind".padEnd(26)}${"ops/s".padStart(8)}${"main µs/op".padStart(12)}${"client µs/op".padStart(14)}${"writes/batch".padStart(14)}${"sleeps/op".padStart(11)}\n`);
   for (const [name, runs] of results) {
     const client = runs.every((f) => f.clientCpuUsPerOp !== undefined) ? runs.reduce((a, f) => a + f.clientCpuUsPerOp! * f.ops, 0) / runs.reduce((a, f) => a + f.ops, 0) : Number.NaN;
-    process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}\n`);
+    const [batches, writes] = batched.get(name) ?? [0, 0];
+    process.stderr.write(`${name.padEnd(26)}${rate(runs).toFixed(0).padStart(8)}${cpu(runs).toFixed(0).padStart(12)}${(Number.isNaN(client) ? "" : client.toFixed(0)).padStart(14)}${(batches > 0 ? (writes / batches).toFixed(1) : "").padStart(14)}${(sleeps.has(name) ? (sleeps.get(name)! / runs.reduce((a, f) => a + f.ops, 0)).toFixed(2) : "").padStart(11)}\n`);
+  }
+  // The machine's load moves from round to round far more than a change moves the CPU per
+  // request: each round's own ratio of this app's CPU per request to the compared one's (both
+  // served in the same minutes), and their median, resolve what the sums above cannot.
+  if (urls.length > 1) {
+    for (const kind of ["http-like", "http-unlike", "http-count"]) {
+      const ratios = results.get(kind)!.map((f, r) => f.mainCpuUsPerOp! / results.get(`compared ${kind}`)![r]!.mainCpuUsPerOp!);
+      const sorted = [...ratios].sort((a, b) => a - b);
+      const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2]! : (sorted[sorted.length / 2 - 1]! + sorted[sorted.length / 2]!) / 2;
+      process.stderr.write(`${kind} main CPU/op ÷ compared, per round: ${ratios.map((x) => x.toFixed(2)).join(" ")}; median ${median.toFixed(2)}\n`);
+    }
   }
   for (const suffix of values["sample-waits"] ? ["", " +waits"] : [""]) {
     const lib = results.get(`library-like${suffix}`)!.concat(results.get(`library-unlike${suffix}`)!);
@@ -157,6 +180,16 @@ async function main(): Promise<void> {
       const writes = results.get(`${label}http-like${suffix}`)!.concat(results.get(`${label}http-unlike${suffix}`)!);
       process.stderr.write(`${label}HTTP like+unlike ÷ library like+unlike${suffix}: ops/s ${(rate(writes) / rate(lib)).toFixed(2)}, main CPU/op ${(cpu(writes) / cpu(lib)).toFixed(2)}\n`);
     }
+  }
+}
+
+/** The main thread's voluntary context switches so far (Linux /proc), or undefined. */
+function contextSwitches(): number | undefined {
+  try {
+    const line = /^voluntary_ctxt_switches:\s+(\d+)$/m.exec(readFileSync("/proc/thread-self/status", "utf8"));
+    return line ? Number(line[1]) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

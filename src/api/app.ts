@@ -2,8 +2,6 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import fp from "fastify-plugin";
 import { Ajv } from "ajv";
 import cors from "@fastify/cors";
-import rateLimit, { type RateLimitOptions } from "@fastify/rate-limit";
-import { redisRateLimitStore } from "../cache/rate-limit-store.ts";
 import type { RedisClient } from "../cache/redis-connection.ts";
 import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
@@ -15,6 +13,7 @@ import { authPlugin, type JwksOptions } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
 import { RouteTable } from "./route-table.ts";
+import { budgetHook, budgetStore } from "./rate-limits.ts";
 import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
@@ -183,22 +182,20 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       maxAge: 600,
     });
   }
-  // With the Redis count layer the budgets live in its Redis, shared by every API process; while
-  // it does not answer, the store counts in this process (never skipOnError: no limit at all).
-  await app.register(rateLimit, opts.rateLimitRedis
-    ? { global: false, store: redisRateLimitStore(opts.rateLimitRedis) }
-    : { global: false });
   await app.register(authPlugin, {
     ...(opts.jwks ? { jwks: opts.jwks } : { secret: opts.jwtSecret }), ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }),
   });
 
   const metrics = app.metrics;
   app.addHook("onResponse", (request, reply, done) => {
-    const route = request.routeOptions.url ?? "unmatched";
-    metrics.http.record(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
-    app.dashboard.recordRequest(routeGroup(request.routeOptions.schema?.tags?.[0]), reply.elapsedTime);
+    // routeOptions builds a new object and elapsedTime reads the clock on every access: once each.
+    const options = request.routeOptions;
+    const route = options.url ?? "unmatched";
+    const ms = reply.elapsedTime;
+    metrics.http.record(request.method, route, reply.statusCode, ms / 1000);
+    app.dashboard.recordRequest(routeGroup(options.schema?.tags?.[0]), ms);
     // One line per request at info (fastify's own request logging, two lines each, is off).
-    request.log.info({ method: request.method, url: request.url, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, "request");
+    request.log.info({ method: request.method, url: request.url, route, status: reply.statusCode, ms: Math.round(ms * 10) / 10 }, "request");
     done();
   });
   // A request in flight when close() starts would keep its keep-alive connection open after
@@ -224,14 +221,16 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     done();
   });
 
-  // One limiter, so one store, for every write route: the budget is per user over all writes.
-  // A route-level `config: { rateLimit }` would give each route a store of its own (with 5 per
-  // minute a user could like 5, unlike 5, follow 5, post 5, ...). Reads have a store of their
-  // own with a larger budget; a read without a token (public data) is counted per IP.
+  // One limiter, so one store, for every write route: the budget is per user over all writes
+  // (a store per route would let a user with 5 per minute like 5, unlike 5, follow 5, post 5, ...).
+  // Reads have a store of their own with a larger budget; a read without a token (public data)
+  // is counted per IP. With the Redis count layer the budgets live in its Redis, shared by every
+  // API process; while it does not answer, the store counts in this process (never no limit).
+  // The route hooks run after the auth hook (an app-level onRequest), so the caller is known.
   const perCaller = (request: FastifyRequest) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`);
   const limits = {
-    writeRateLimit: app.rateLimit({ max: opts.writesPerMinute ?? 600, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "writes" } as RateLimitOptions),
-    readRateLimit: app.rateLimit({ max: opts.readsPerMinute ?? 6000, timeWindow: "1 minute", keyGenerator: perCaller, ledgerBudget: "reads" } as RateLimitOptions),
+    writeRateLimit: budgetHook(budgetStore("writes", opts.rateLimitRedis), opts.writesPerMinute ?? 600, perCaller),
+    readRateLimit: budgetHook(budgetStore("reads", opts.rateLimitRedis), opts.readsPerMinute ?? 6000, perCaller),
   };
   await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });

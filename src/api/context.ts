@@ -1,5 +1,5 @@
 import type { CountReader } from "../cache/count-reader.ts";
-import type { FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from "fastify";
 import type { Ledger } from "../ledger.ts";
 import type { DashboardSampler } from "./dashboard/sampler.ts";
 import type { LedgerMetrics } from "./metrics.ts";
@@ -15,9 +15,9 @@ declare module "fastify" {
   }
 }
 
-/** A rate limiter shared by a kind of route (every write, every read), an onRequest hook (see app.ts). */
+/** A rate limiter shared by a kind of route (every write, every read), a callback onRequest hook (rate-limits.ts). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- fits the onRequest of routes of any generic
-export type RateLimit = (request: FastifyRequest<any>, reply: FastifyReply<any>) => Promise<unknown>;
+export type RateLimit = (request: FastifyRequest<any>, reply: FastifyReply<any>, done: HookHandlerDoneFunction) => void;
 
 /** The two budgets: writes per user, reads per user (or per IP without a token), the larger. */
 export interface RateLimits {

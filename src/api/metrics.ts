@@ -1,6 +1,7 @@
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { HttpRequestMetrics } from "./http-metrics.ts";
+import { OutcomeCounter } from "./outcome-counter.ts";
 import { transactionStats } from "../db/transaction.ts";
 import { readNotificationWatermarks, type NotificationWatermark } from "../notifications/notification-audit.ts";
 import { refresherOf } from "../metrics-refresh.ts";
@@ -21,9 +22,7 @@ export class LedgerMetrics {
   private figures: DatabaseFigures | null = null;
   readonly http = new HttpRequestMetrics(this.registry);
   /** CHANGED / NOOP / REJECTED per operation: CHANGED over all is seed 004's "unique insert rate". */
-  readonly outcomes = new client.Counter({
-    name: "ledger_operation_outcomes_total", help: "Write outcomes per operation", labelNames: ["operation", "outcome"], registers: [this.registry],
-  });
+  readonly outcomes = new OutcomeCounter(this.registry);
   readonly consumerEvents = new client.Counter({
     name: "ledger_consumer_events_total", help: "Events handled by this process's consumers, by verdict",
     labelNames: ["consumer", "verdict"], registers: [this.registry],

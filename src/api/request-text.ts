@@ -16,6 +16,30 @@ export function findInputProblem(value: unknown, where: string): string | undefi
   // Every request walks its body, query and params: nothing is allocated for an absent part,
   // and a value's "where" (body.a.b) is spelled out only for the one that has a problem.
   if (value === undefined || value === null) return undefined;
+  if (typeof value === "string") {
+    const problem = unstorableText(value);
+    return problem ? `${where} ${problem}` : undefined;
+  }
+  if (typeof value !== "object") return undefined;
+  // Params and most queries are flat objects of strings: looked at in place, in the walk's
+  // order (every key, then every value), with nothing allocated; anything nested is walked.
+  let nested = false;
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    const keyProblem = unstorableText(key);
+    if (keyProblem) return `${where}: a key ${keyProblem}`;
+    const inner = (value as Record<string, unknown>)[key];
+    if (typeof inner === "object" && inner !== null) nested = true;
+  }
+  if (!nested) {
+    for (const key in value) {
+      const inner = (value as Record<string, unknown>)[key];
+      if (typeof inner !== "string" || !Object.hasOwn(value, key)) continue;
+      const problem = unstorableText(inner);
+      if (problem) return `${where}.${key} ${problem}`;
+    }
+    return undefined;
+  }
   const stack: Entry[] = [{ value, key: where, parent: undefined, depth: 0 }];
   while (stack.length > 0) {
     const next = stack.pop()!;
