@@ -9,12 +9,11 @@
  *   node --import tsx bench/group-commit-lanes.ts [--partitions 1,4,16] [--lanes 2,4,8] [--seconds 3] [--chunks 4]
  */
 import os from "node:os";
-import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { Pool } from "../src/db/pool.ts";
 import { LikeService } from "../src/likes/like-service.ts";
 import { BenchCluster } from "./bench-cluster.ts";
-import { percentile } from "./load.ts";
+import { percentile, runForSeconds } from "./load.ts";
 import { ITEMS, USERS, item, toggle } from "./options.ts";
 
 const { values } = parseArgs({ options: { partitions: { type: "string" }, lanes: { type: "string" }, seconds: { type: "string" }, chunks: { type: "string" } } });
@@ -51,28 +50,16 @@ async function walLsn(admin: Pool): Promise<bigint> {
   return BigInt(rows[0]!.b.split(".")[0]!);
 }
 
-/** WORKERS loops until `seconds` have passed, each taking the variant's next toggle. */
+/** WORKERS writers for `seconds` (bench/load.ts runForSeconds), taking the variant's next toggles. */
 async function runFor(v: Variant, seconds: number): Promise<{ ops: number; errors: number; latencies: number[]; seconds: number }> {
-  const latencies: number[] = [];
-  let errors = 0;
-  const t0 = performance.now();
-  const end = t0 + seconds * 1000;
-  const worker = async () => {
-    while (performance.now() < end) {
-      const { j, like } = toggle(v.next++, CYCLE_OPS, USERS);
-      const user = `${v.users}${j}`;
-      const itemId = item(j % ITEMS);
-      const s = performance.now();
-      try {
-        await (like ? v.likes.like(user, itemId) : v.likes.unlike(user, itemId));
-      } catch {
-        errors++;
-      }
-      latencies.push(performance.now() - s);
-    }
-  };
-  await Promise.all(Array.from({ length: WORKERS }, worker));
-  return { ops: latencies.length, errors, latencies, seconds: (performance.now() - t0) / 1000 };
+  const f = await runForSeconds(seconds, WORKERS, (k) => {
+    const { j, like } = toggle(k, CYCLE_OPS, USERS);
+    const user = `${v.users}${j}`;
+    const itemId = item(j % ITEMS);
+    return like ? v.likes.like(user, itemId) : v.likes.unlike(user, itemId);
+  }, undefined, v.next);
+  v.next += f.ops;
+  return { ops: f.ops, errors: f.errors, latencies: [...(f.latencyMs ?? [])], seconds: f.seconds };
 }
 
 const bench = await BenchCluster.start("social-ledger-lanes-", { max_connections: "150" });

@@ -10,14 +10,13 @@
  *   node --import tsx bench/relation-group-commit.ts [--partitions 1,16] [--seconds 3] [--chunks 6]
  */
 import os from "node:os";
-import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { Pool } from "../src/db/pool.ts";
 import { transactionStats } from "../src/db/transaction.ts";
 import { auditRelations, relationAuditClean } from "../src/relations/relation-audit.ts";
 import { RelationService } from "../src/relations/relation-service.ts";
 import { BenchCluster } from "./bench-cluster.ts";
-import { percentile } from "./load.ts";
+import { percentile, runForSeconds } from "./load.ts";
 import { USERS, toggle } from "./options.ts";
 
 const { values } = parseArgs({ options: { partitions: { type: "string" }, seconds: { type: "string" }, chunks: { type: "string" } } });
@@ -50,28 +49,16 @@ async function walLsn(admin: Pool): Promise<bigint> {
   return BigInt(rows[0]!.b.split(".")[0]!);
 }
 
-/** WORKERS loops until `seconds` have passed, each taking the variant's next toggle. */
+/** WORKERS writers for `seconds` (bench/load.ts runForSeconds), taking the variant's next toggles. */
 async function runFor(v: Variant, seconds: number): Promise<{ ops: number; errors: number; latencies: number[]; seconds: number }> {
-  const latencies: number[] = [];
-  let errors = 0;
-  const t0 = performance.now();
-  const end = t0 + seconds * 1000;
-  const worker = async () => {
-    while (performance.now() < end) {
-      const { j, like: follow } = toggle(v.next++, CYCLE_OPS, USERS);
-      const follower = `${v.prefix}${j}`;
-      const followee = `${v.prefix}${(j * 7 + 1) % USERS}`;
-      const s = performance.now();
-      try {
-        await (follow ? v.rel.follow(follower, followee) : v.rel.unfollow(follower, followee));
-      } catch {
-        errors++;
-      }
-      latencies.push(performance.now() - s);
-    }
-  };
-  await Promise.all(Array.from({ length: WORKERS }, worker));
-  return { ops: latencies.length, errors, latencies, seconds: (performance.now() - t0) / 1000 };
+  const f = await runForSeconds(seconds, WORKERS, (k) => {
+    const { j, like: follow } = toggle(k, CYCLE_OPS, USERS);
+    const follower = `${v.prefix}${j}`;
+    const followee = `${v.prefix}${(j * 7 + 1) % USERS}`;
+    return follow ? v.rel.follow(follower, followee) : v.rel.unfollow(follower, followee);
+  }, undefined, v.next);
+  v.next += f.ops;
+  return { ops: f.ops, errors: f.errors, latencies: [...(f.latencyMs ?? [])], seconds: f.seconds };
 }
 
 const bench = await BenchCluster.start("social-ledger-relation-gc-", { max_connections: "100" });
