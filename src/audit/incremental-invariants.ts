@@ -70,7 +70,11 @@ export function counterReadSideIncrementalSql(s: CounterSpec): string {
            (SELECT count(*) FROM unprocessed u WHERE u.key = k.key AND u.part = wm.part) AS pending,
            (SELECT coalesce(sum(u.delta), 0) FROM unprocessed u
              WHERE u.key = k.key AND u.part = wm.part AND u.seq > coalesce(c.base_seq, 0)) AS pending_delta
-      FROM keys k CROSS JOIN wm LEFT JOIN ${s.count} c ON c.${s.keyColumn} = k.key AND c.part = wm.part
+      FROM keys k CROSS JOIN wm
+      -- The count rows of the keys only: joined to the whole table, the planner (estimating a few
+      -- hundred keys) hashed every count row, a scan that grew with the history (705k rows at 1M likes;
+      -- bench/scale-audit-explain.ts).
+      LEFT JOIN (SELECT * FROM ${s.count} WHERE ${s.keyColumn} = ANY (ARRAY(SELECT key FROM keys))) c ON c.${s.keyColumn} = k.key AND c.part = wm.part
       LEFT JOIN facts x ON x.key = k.key AND x.part = wm.part),
   per_key AS (
     SELECT key, sum(n) AS n, sum(facts) AS facts, sum(pending) AS pending,
@@ -201,7 +205,9 @@ export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
   truth AS (
     SELECT t.source, t.actor, t.subject, t.recipient, t.type, notification_id(t.at, t.source, t.actor, t.subject, t.version) AS id
       FROM pairs x CROSS JOIN LATERAL (
-        SELECT * FROM notification_truth t WHERE t.source = x.source AND t.actor = x.actor AND t.subject = x.subject AND t.active) t),
+        -- OFFSET 0 keeps the lookup per pair: flattened, it became a hash join of the whole truth
+        -- view (every relation row, notification_id() on each) with the pairs.
+        SELECT * FROM notification_truth t WHERE t.source = x.source AND t.actor = x.actor AND t.subject = x.subject AND t.active OFFSET 0) t),
   view AS (
     SELECT v.source, v.actor, v.subject, v.recipient, v.type, v.id
       FROM pairs x JOIN notification v ON v.source = x.source AND v.actor = x.actor AND v.subject = x.subject WHERE v.active),
