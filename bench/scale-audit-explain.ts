@@ -5,7 +5,10 @@
  * fixed change at every size, then runs the periodic audit once with every SELECT of its snapshot
  * run first as EXPLAIN (ANALYZE, BUFFERS), printing each statement's time and its plan nodes that
  * read the most rows (plans in --out/<size>-<n>.txt), so the statements that grow with the history
- * and the node responsible can be compared between sizes.
+ * and the node responsible can be compared between sizes. --as-bench: as bench/scale.ts times it, a
+ * first (unexplained) run before the change moves the sample past the hot item and the hub, and the
+ * change avoids them (items from i00000002, followees from a00000002). --variants: also explains the
+ * candidate rewrites of VARIANTS (same parameters, same snapshot) and checks they answer the same row.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -20,17 +23,17 @@ import { openLedger, type Ledger } from "../src/ledger.ts";
 import { generatePopulation, type Population } from "./scale-generate.ts";
 import { seedAuditCursors } from "./scale-jobs.ts";
 
-const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" } } });
+const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false } } });
 const id = (p: string, n: number) => `${p}${String(n).padStart(8, "0")}`;
 
 /** The same change at every size: likes/unlikes of existing items by existing users, follows, a few comments. */
-async function change(ledger: Ledger, pop: Population, likes: number, follows: number): Promise<void> {
+async function change(ledger: Ledger, pop: Population, likes: number, follows: number, base: number): Promise<void> {
   const jobs: (() => Promise<unknown>)[] = [];
   for (let i = 0; i < likes; i++) {
-    const u = id("a", 1 + ((i * 7919) % (pop.accounts - 1))), it = id("i", 1 + ((i * 104729) % (pop.items - 1)));
+    const u = id("a", 1 + ((i * 7919) % (pop.accounts - 1))), it = id("i", base + ((i * 104729) % (pop.items - base)));
     jobs.push(() => (i % 3 === 0 ? ledger.likes.unlike(u, it) : ledger.likes.like(u, it)));
   }
-  for (let i = 0; i < follows; i++) jobs.push(() => ledger.relations.follow(id("a", 1 + ((i * 31) % (pop.accounts - 1))), id("a", 1 + ((i * 997 + 5) % (pop.accounts - 1)))));
+  for (let i = 0; i < follows; i++) jobs.push(() => ledger.relations.follow(id("a", 1 + ((i * 31) % (pop.accounts - 1))), id("a", base + ((i * 997 + 5) % (pop.accounts - base)))));
   for (let i = 0; i < jobs.length; i += 50) await Promise.all(jobs.slice(i, i + 50).map((j) => j().catch(() => undefined)));
   const post = await ledger.posts.createPost(id("a", 1), "PUBLIC" as never, "p", { ensureAuthor: true }).catch(() => null);
   if (post) for (let i = 0; i < 20; i++) await ledger.comments.create(id("a", 2 + i), post.postId, "c", { ensureAuthor: true }).catch(() => undefined);
@@ -51,6 +54,12 @@ function scans(node: PlanNode, out: { what: string; read: number; ms: number; bl
   return out;
 }
 
+/** Candidate rewrites of the statements found to grow with the history (a proposal, not src). */
+const VARIANTS: { name: string; from: string; to: string }[] = [
+  { name: "notifications: truth lookup kept per pair (OFFSET 0)", from: "AND t.active) t)", to: "AND t.active OFFSET 0) t)" },
+  { name: "likes read side: like_count restricted to the keys", from: "LEFT JOIN like_count c ON c.item_id = k.key", to: "LEFT JOIN (SELECT * FROM like_count WHERE item_id = ANY (ARRAY(SELECT key FROM keys))) c ON c.item_id = k.key" },
+];
+
 /** A pool whose checked-out clients run each SELECT as EXPLAIN (ANALYZE, BUFFERS) first and record it. */
 function explaining(pool: Pool, log: { text: string; ms: number; plan: PlanNode; textPlan: string }[]): Pool {
   const connect = async () => {
@@ -62,6 +71,14 @@ function explaining(pool: Pool, log: { text: string; ms: number; plan: PlanNode;
         const root = (j.rows[0]["QUERY PLAN"] as { Plan: PlanNode; "Execution Time": number }[])[0]!;
         const t = await query(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, params);
         log.push({ text, ms: root["Execution Time"], plan: root.Plan, textPlan: t.rows.map((r) => r["QUERY PLAN"]).join("\n") });
+        for (const x of v.variants ? VARIANTS.filter((x) => text.includes(x.from)) : []) {
+          const alt = text.replace(x.from, x.to);
+          const ja = await query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${alt}`, params);
+          const ra = (ja.rows[0]["QUERY PLAN"] as { Plan: PlanNode; "Execution Time": number }[])[0]!;
+          const ta = await query(`EXPLAIN (ANALYZE, BUFFERS) ${alt}`, params);
+          const same = JSON.stringify((await query(text, params)).rows) === JSON.stringify((await query(alt, params)).rows);
+          log.push({ text: `VARIANT ${x.name} (same answer: ${same}): ${alt}`, ms: ra["Execution Time"], plan: ra.Plan, textPlan: ta.rows.map((r) => r["QUERY PLAN"]).join("\n") });
+        }
       }
       return query(text, params);
     };
@@ -86,7 +103,8 @@ try {
       const ledger = await openLedger(pool);
       const pop = await generatePopulation(ledger, { likes });
       await seedAuditCursors(ledger);
-      await change(ledger, pop, Number(v.likes), Number(v.follows));
+      if (v["as-bench"]) await incrementalAudit(pool);
+      await change(ledger, pop, Number(v.likes), Number(v.follows), v["as-bench"] ? 2 : 1);
       await pool.query("VACUUM ANALYZE");
       const log: { text: string; ms: number; plan: PlanNode; textPlan: string }[] = [];
       const t0 = performance.now();
@@ -95,7 +113,7 @@ try {
       let n = 0;
       for (const e of log) {
         n++;
-        const head = e.text.replace(/\s+/g, " ").trim().slice(0, 110);
+        const head = e.text.replace(/\s+/g, " ").trim().slice(0, e.text.startsWith("VARIANT") ? 90 : 110);
         await writeFile(path.join(v.out!, `${likes}-${String(n).padStart(2, "0")}.txt`), `${e.text}\n\n${e.textPlan}\n`);
         if (e.ms < 1) continue;
         process.stdout.write(`#${n} ${e.ms.toFixed(1)} ms  ${head}\n`);
