@@ -14,8 +14,8 @@ import { incrementalAudit } from "../../src/audit/incremental-audit.ts";
 import { LIKE_WRITE_SIDE_INCREMENTAL_SQL } from "../../src/audit/incremental-invariants.ts";
 import { WRITE_SIDE_SQL } from "../../src/likes/like-audit.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
-import type { Pool } from "../../src/db/pool.ts";
 import { createTestDatabase } from "../support/test-db.ts";
+import { explainAnalyze, rowsRead } from "../support/explain.ts";
 
 async function drain(ledger: Ledger): Promise<void> {
   await ledger.likeConsumer.drain();
@@ -91,19 +91,6 @@ test("a cursor below the retention floor falls back to the full form for that se
   assert.equal(report.scope.relations.mode, "incremental");
 });
 
-interface PlanNode { "Relation Name"?: string; "Actual Rows"?: number; "Actual Loops"?: number; "Rows Removed by Filter"?: number; "Node Type": string; Plans?: PlanNode[] }
-
-/** Rows read from a table across a plan: returned plus filtered out, times loops. */
-function rowsRead(node: PlanNode, table: string): number {
-  const own = node["Relation Name"] === table ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
-  return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRead(p, table), 0);
-}
-
-async function explain(pool: Pool, sql: string, values: unknown[]): Promise<PlanNode> {
-  const { rows } = await pool.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, values);
-  return rows[0]!["QUERY PLAN"][0].Plan;
-}
-
 test("O(change): over 5k like events the incremental write-side statement reads the range's outbox rows, the full form (control) reads all of them", async (t) => {
   const { db, ledger } = await world(t);
   await db.pool.query("INSERT INTO item (item_id, kind) SELECT 'h-' || i, 'plain' FROM generate_series(1, 5000) i");
@@ -115,8 +102,8 @@ test("O(change): over 5k like events the incremental write-side statement reads 
   const { rows } = await db.pool.query<{ section: string; part: number; audited_upto: number }>("SELECT * FROM audit_cursor WHERE section = 'likes' ORDER BY part");
   const last = (await db.pool.query<{ part: number; last: number }>("SELECT part, last FROM like_seq ORDER BY part")).rows;
   const values = [last.map((p) => p.part), rows.map((c) => c.audited_upto), last.map((p) => p.last), []];
-  const incremental = rowsRead(await explain(db.pool, LIKE_WRITE_SIDE_INCREMENTAL_SQL, values), "like_outbox");
-  const full = rowsRead(await explain(db.pool, WRITE_SIDE_SQL, []), "like_outbox");
+  const incremental = rowsRead(await explainAnalyze(db.pool, LIKE_WRITE_SIDE_INCREMENTAL_SQL, values), "like_outbox");
+  const full = rowsRead(await explainAnalyze(db.pool, WRITE_SIDE_SQL, []), "like_outbox");
   t.diagnostic(`like_outbox rows read: incremental ${incremental}, full ${full}`);
   assert.ok(incremental <= 10, `the incremental form read ${incremental} outbox rows for one new event`);
   assert.ok(full >= 5000, `control: the full form reads the history (${full})`);

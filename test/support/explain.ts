@@ -1,0 +1,24 @@
+import type { Pool } from "../../src/db/pool.ts";
+
+/** The part of an EXPLAIN (ANALYZE, FORMAT JSON) plan node the plan tests read. */
+export interface PlanNode {
+  "Node Type": string;
+  "Relation Name"?: string;
+  "Index Name"?: string;
+  "Actual Rows"?: number;
+  "Actual Loops"?: number;
+  "Rows Removed by Filter"?: number;
+  Plans?: PlanNode[];
+}
+
+/** Runs `sql` under EXPLAIN (ANALYZE, FORMAT JSON) with `values` and returns its plan's root. */
+export async function explainAnalyze(pool: Pool, sql: string, values: unknown[]): Promise<PlanNode> {
+  const { rows } = await pool.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, values);
+  return rows[0]!["QUERY PLAN"][0].Plan;
+}
+
+/** Rows read from a table across a plan (by its heap or any of its indexes): returned plus filtered out, times loops. */
+export function rowsRead(node: PlanNode, table: string): number {
+  const own = node["Relation Name"] === table ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
+  return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRead(p, table), 0);
+}
