@@ -44,6 +44,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
   { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
   { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each" },
+  { name: "LEDGER_WRITE_LANES", shown: "unset", meaning: "like batchers shared by the partitions (partition p writes through lane p mod N, one batch in flight per lane); unset: one per partition" },
   { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "most facts an account erasure turns off per batch (one short transaction)" },
   { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune) size each batch to take about this long; 0: fixed batches" },
   { name: "LEDGER_BACKGROUND_DUTY", shown: "0.5", meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)" },
@@ -134,6 +135,8 @@ export interface Config {
   pruneEverySeconds: number;
   /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
   writeBatchMax: number;
+  /** LEDGER_WRITE_LANES: like batchers shared by the partitions (docs/write-path.md, "Lanes"); undefined: one per partition. */
+  writeLanes: number | undefined;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
@@ -345,6 +348,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
     writeBatchMax: integer("LEDGER_WRITE_BATCH_MAX", env.LEDGER_WRITE_BATCH_MAX, numericDefault("LEDGER_WRITE_BATCH_MAX"), 1, 10_000),
+    writeLanes: env.LEDGER_WRITE_LANES ? integer("LEDGER_WRITE_LANES", env.LEDGER_WRITE_LANES, 0, 1, 1024) : undefined,
     erasureBatchSize: integer("LEDGER_ERASURE_BATCH_SIZE", env.LEDGER_ERASURE_BATCH_SIZE, numericDefault("LEDGER_ERASURE_BATCH_SIZE"), 1, 10_000),
     pacing: {
       budgetMs: integer("LEDGER_BACKGROUND_BATCH_MS", env.LEDGER_BACKGROUND_BATCH_MS, numericDefault("LEDGER_BACKGROUND_BATCH_MS"), 0, 10_000),

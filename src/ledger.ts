@@ -36,14 +36,17 @@ export interface Ledger {
   erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number; pacing?: PacingOptions } = {}): Promise<Ledger> {
+export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number; writeLanes?: number; pacing?: PacingOptions } = {}): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
   const pacing = options.pacing === undefined ? {} : { pacing: options.pacing };
   return {
     pool,
     partitions: await readPartitions(pool),
     hooks,
-    likes: await LikeService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
+    likes: await LikeService.open(pool, {
+      ...(options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
+      ...(options.writeLanes === undefined ? {} : { lanes: options.writeLanes }),
+    }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),
     relations: await RelationService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),

@@ -81,7 +81,7 @@ export interface LikeServiceOptions {
  * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
  * like_set_batch call (migration 021), which decides each of them on its own, in arrival order,
  * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.
- * The `lanes` option (an experiment, not the default: docs/write-path.md "Lanes") shares one
+ * The `lanes` option (LEDGER_WRITE_LANES, opt-in: docs/write-path.md "Lanes") shares one
  * batcher among several partitions, one batch in flight, to form larger batches when P is large.
  */
 export class LikeService {

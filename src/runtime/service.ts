@@ -57,7 +57,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, writeBatchMax: config.writeBatchMax, pacing: config.pacing, ...(options.hooks ? { hooks: options.hooks } : {}) });
+  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, writeBatchMax: config.writeBatchMax, ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }), pacing: config.pacing, ...(options.hooks ? { hooks: options.hooks } : {}) });
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;

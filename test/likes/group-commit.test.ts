@@ -13,6 +13,8 @@ import assert from "node:assert/strict";
 import type { Pool } from "../../src/db/pool.ts";
 import { transactionStats } from "../../src/db/transaction.ts";
 import { formatReadSide, formatWriteSide, readSide, readSideClean, writeSide, writeSideClean } from "../../src/likes/like-audit.ts";
+import { loadConfig } from "../../src/config.ts";
+import { openLedger } from "../../src/ledger.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { runWorkers, seededRandom } from "../support/concurrency.ts";
@@ -234,8 +236,8 @@ test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row
  * partitions 0 and 2 (lane 0) and one of partition 1 (lane 1) arrive. Returns what was seen
  * once lane 1's write has committed, and the rest of the run for the caller to finish.
  */
-async function parkedLane(f: Awaited<ReturnType<typeof likesFixture>>, gate: SqlHook, batchesInFlight?: number) {
-  const likes = await LikeService.open(f.db.pool, { batchMax: 16, lanes: 2, ...(batchesInFlight ? { batchesInFlight } : {}) });
+async function parkedLane(f: Awaited<ReturnType<typeof likesFixture>>, gate: SqlHook, batchesInFlight?: number, service?: LikeService) {
+  const likes = service ?? await LikeService.open(f.db.pool, { batchMax: 16, lanes: 2, ...(batchesInFlight ? { batchesInFlight } : {}) });
   const inPart = (p: number) => Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
   const [a1, a2] = inPart(0);
   const [b1] = inPart(1);
@@ -287,4 +289,33 @@ test("negative control: two lanes with two batches in flight each: lane 0's seco
   await gate.release();
   await Promise.all([run.parked, run.queued]);
   assert.ok(writeSideClean(await writeSide(f.db.pool)));
+});
+
+test("LEDGER_WRITE_LANES reaches the service: openLedger({ writeLanes: 2 }) at P=4 holds lane 0's writes behind its parked batch", async (t) => {
+  const f = await likesFixture(4);
+  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
+  t.after(async () => {
+    await gate.release();
+    await f.close();
+  });
+  const ledger = await openLedger(f.db.pool, { writeLanes: loadConfig({ LEDGER_WRITE_LANES: "2" }).writeLanes! });
+  const run = await parkedLane(f, gate, undefined, ledger.likes);
+  assert.equal(run.batchesSent, 2, "the parked batch and lane 1's: lane 0's next writes were not sent");
+  await gate.release();
+  await Promise.all([run.parked, run.queued]);
+  assert.ok(writeSideClean(await writeSide(f.db.pool)));
+});
+
+test("negative control: openLedger without writeLanes (one batcher per partition) sends partition 2's write at once, which the check above sees", async (t) => {
+  const f = await likesFixture(4);
+  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
+  t.after(async () => {
+    await gate.release();
+    await f.close();
+  });
+  const run = await parkedLane(f, gate, undefined, (await openLedger(f.db.pool)).likes);
+  t.diagnostic(`control: batches sent ${run.batchesSent}`);
+  assert.notEqual(run.batchesSent, 2, "the check above fails here");
+  await gate.release();
+  await Promise.all([run.parked, run.queued]);
 });
