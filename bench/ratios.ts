@@ -15,6 +15,7 @@ export const OP = {
   chapter: "chapter's transaction (baseline)",
   mixed: "like/unlike, mixed items",
   mixedUnbatched: "like/unlike, mixed items, unbatched (LEDGER_WRITE_BATCH_MAX=1)",
+  mixedLanes: "like/unlike, mixed items, two lanes (LEDGER_WRITE_LANES=2)",
   hot: "like/unlike, one hot item",
   pkBacklog: "primary-key SELECT, backlog pending",
   readBacklog: "count read, backlog pending",
@@ -75,6 +76,8 @@ export function ratios(rows: readonly Row[]): Ratio[] {
     add("like CHANGED/s batched ÷ pgbench INSERT/s (16 clients)", pair(find(OP.mixed), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
     add("like CHANGED/s unbatched ÷ pgbench INSERT/s (16 clients)", pair(unbatched, pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
     add("like CHANGED/s batched ÷ unbatched", pair(find(OP.mixed), unbatched, (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
+    add("like CHANGED/s two lanes ÷ one batcher per partition", pair(find(OP.mixedLanes), find(OP.mixed), (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
+    add("like CHANGED/s two lanes ÷ pgbench INSERT/s (16 clients)", pair(find(OP.mixedLanes), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
     add("WAL B per like batched ÷ pgbench INSERT WAL B/op", pair(find(OP.mixed), pgInsert, (a, b) => walPerChange(a) / walOf(b)), "≤ 2", (v) => v <= 2);
     add("WAL B per like unbatched ÷ pgbench INSERT WAL B/op", pair(unbatched, pgInsert, (a, b) => walPerChange(a) / walOf(b)), "", () => true);
     add("like-count read p99 (16 workers, backlog) ÷ pgbench primary-key SELECT p99 (16 clients)", pair(find(OP.readBacklog), pgSelect, p99), "", () => true);

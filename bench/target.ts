@@ -21,6 +21,8 @@ export interface Target {
   ledger: Ledger;
   /** The same database's likes with LEDGER_WRITE_BATCH_MAX = 1: one like_set call per write (issue 22's side by side). */
   likesUnbatched: LikeService;
+  /** The same database's likes with LEDGER_WRITE_LANES = 2: partition p batched in lane p mod 2 (docs/write-path.md "Lanes"). */
+  likesLanes: LikeService;
   /** The same database's follows with LEDGER_WRITE_BATCH_MAX = 1: one relation_follow / relation_unfollow call per write. */
   relationsUnbatched: RelationService;
   app: FastifyInstance;
@@ -41,7 +43,7 @@ export async function openTarget(cluster: EmbeddedCluster, partitions: number, p
   const secret = randomBytes(32);
   const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000 });
   started.apps.push(app);
-  const target: Target = { partitions, database, pool, ledger, likesUnbatched: await LikeService.open(pool, { batchMax: 1 }), relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }), app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [], jwtSecret: secret };
+  const target: Target = { partitions, database, pool, ledger, likesUnbatched: await LikeService.open(pool, { batchMax: 1 }), likesLanes: await LikeService.open(pool, { lanes: 2 }), relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }), app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [], jwtSecret: secret };
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);

@@ -2,6 +2,7 @@
 import { transactionStats } from "../src/db/transaction.ts";
 import type { Pool } from "../src/db/pool.ts";
 import { createWorkers } from "../src/ledger.ts";
+import type { LikeService } from "../src/likes/like-service.ts";
 import { readCount } from "../src/likes/like-audit.ts";
 import { chapterSetLiked, rawInsert } from "./baselines.ts";
 import { abort, checkAbort, started } from "./lifecycle.ts";
@@ -45,16 +46,17 @@ export function timedLibraryWrites(t: Target, o: Opts, hot: boolean, chunk: Chun
 }
 
 /**
- * The mixed-items toggles through a LikeService with LEDGER_WRITE_BATCH_MAX = 1 (one like_set
- * call per write, the path before group commit), on users of its own so that its pairs and the
- * batched row's never meet: the side-by-side row of issue 22.
+ * The mixed-items toggles through another LikeService of the same database, on users of its own
+ * (`userPrefix`) so that its pairs and the ledger's row's never meet: the side-by-side rows of
+ * issue 22, LEDGER_WRITE_BATCH_MAX = 1 (one like_set call per write, the path before group
+ * commit) and LEDGER_WRITE_LANES = 2.
  */
-export function unbatchedWrites(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
+export function otherServiceWrites(likes: LikeService, userPrefix: string, o: Opts, chunk: Chunk): Promise<Figures> {
   return runForSeconds(chunk.seconds, o.workers, (k) => {
     const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
-    const user = `nb${j % USERS}`;
+    const user = `${userPrefix}${j % USERS}`;
     const itemId = item(j % ITEMS);
-    return like ? t.likesUnbatched.like(user, itemId) : t.likesUnbatched.unlike(user, itemId);
+    return like ? likes.like(user, itemId) : likes.unlike(user, itemId);
   }, abort.signal, chunk.first);
 }
 
@@ -236,7 +238,7 @@ export async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
   };
 }
 
-export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.mixedUnbatched, OP.chapter, OP.hot, OP.follow]);
+export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.mixedUnbatched, OP.mixedLanes, OP.chapter, OP.hot, OP.follow]);
 
 /** The cluster's current WAL insert position, in bytes. */
 export async function walPosition(): Promise<number> {
@@ -245,7 +247,7 @@ export async function walPosition(): Promise<number> {
 }
 
 /** Group commit's batches of the target's batched LikeService (or RelationService) so far (warm-up and HTTP rows included). */
-export function batchNote(t: Target, service: "likes" | "relations" = "likes"): string {
-  const s = t.ledger[service].batchStats();
+export function batchNote(t: Target, service: "likes" | "relations" | "lanes" = "likes"): string {
+  const s = service === "lanes" ? t.likesLanes.batchStats() : t.ledger[service].batchStats();
   return s ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}` : "unbatched";
 }
