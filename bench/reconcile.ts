@@ -184,8 +184,8 @@ try {
         if (line.live) {
           const l = line.live;
           process.stdout.write([
-            `  live writes:        ${ratioLine(l.idle.writes, l.during.writes)}`,
-            `  count reads (PG):   ${ratioLine(l.idle.reads, l.during.reads)}`,
+            `  live writes:         ${ratioLine(l.idle.writes, l.during.writes)}`,
+            `  count reads (PG):    ${ratioLine(l.idle.reads, l.during.reads)}`,
             `  count reads (Redis): ${ratioLine(l.cachedIdle, l.cachedDuring)}`,
             `    ${describe("writes idle:        ", l.idle.writes)}`, `    ${describe("writes during:      ", l.during.writes)}`,
             `    ${describe("PG reads idle:      ", l.idle.reads)}`, `    ${describe("PG reads during:    ", l.during.reads)}`,
@@ -202,6 +202,19 @@ try {
     };
     const pacing = (v: string) => (VARIANTS[v]!.pacing.budgetMs === 0 ? `batches of ${BATCH} back to back` : `budget ${VARIANTS[v]!.pacing.budgetMs} ms, duty ${VARIANTS[v]!.pacing.duty}`);
     const seen = [...new Set(variants)];
+    if (LIVE && ROUNDS > 1) {
+      // Every round's windows of a variant as one sample: a single idle window moves with the machine's load.
+      const sorted = (xs: number[][]) => xs.flat().sort((x, y) => x - y);
+      for (const v of seen) {
+        const ls = results.filter((r) => r.variant === v).map((r) => r.live!);
+        process.stdout.write([
+          `${v}, ${ls.length} rounds pooled:`,
+          `  live writes:         ${ratioLine(sorted(ls.map((l) => l.idle.writes)), sorted(ls.map((l) => l.during.writes)))}`,
+          `  count reads (PG):    ${ratioLine(sorted(ls.map((l) => l.idle.reads)), sorted(ls.map((l) => l.during.reads)))}`,
+          `  count reads (Redis): ${ratioLine(sorted(ls.map((l) => l.cachedIdle)), sorted(ls.map((l) => l.cachedDuring)))}`,
+        ].join("\n") + "\n");
+      }
+    }
     process.stdout.write(`mean ms per counter: ${seen.map((v) => `${v} (${pacing(v)}) ${mean(v).toFixed(4)}`).join(", ")}` +
       `${seen.length === 2 ? `: ${(mean(seen[0]!) / mean(seen[1]!)).toFixed(2)}x` : ""} (${PARTITIONS} partitions, load ${loadavg().map((l) => l.toFixed(1)).join(" ")})\n`);
   } finally {
