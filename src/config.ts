@@ -46,7 +46,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each" },
   { name: "LEDGER_WRITE_LANES", shown: "unset", meaning: "like batchers shared by the partitions (partition p writes through lane p mod N, one batch in flight per lane); unset: one per partition" },
   { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "most facts an account erasure turns off per batch (one short transaction)" },
-  { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune) size each batch to take about this long; 0: fixed batches" },
+  { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune, reconciliation) size each batch to take about this long; 0: fixed batches" },
   { name: "LEDGER_BACKGROUND_DUTY", shown: "0.5", meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)" },
   { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
   { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },

@@ -1,6 +1,7 @@
 import type client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
+import type { PacingOptions } from "../workers/pacer.ts";
 import { PartitionWorker } from "../workers/partition-worker.ts";
 import { CacheMetrics } from "./cache-metrics.ts";
 import { CountFeeder } from "./count-feeder.ts";
@@ -18,6 +19,8 @@ export interface CountLayerOptions {
   buckets?: number;
   localTtlMs?: number;
   reconcileIntervalMs?: number;
+  /** The reconciler's pacing (LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY; default DEFAULT_PACING). */
+  pacing?: PacingOptions;
   registry?: client.Registry;
   hooks?: Hooks;
   onAlert?: (report: ReconcileReport) => void;
@@ -115,7 +118,7 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
   const hooks = options.hooks ?? new Hooks();
   const store = new CountStore(redis, options.buckets ?? 16, { hooks });
   const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs, hooks, failures });
-  const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert, failures });
+  const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert, failures, ...(options.pacing ? { pacing: options.pacing } : {}) });
   const feeders = new Map(COUNTER_KINDS.map((kind) => [kind.name, new CountFeeder(pool, store, kind, { hooks, metrics, failures })]));
   const interval = options.reconcileIntervalMs ?? 60_000;
   let nextReconcile = Date.now() + interval;

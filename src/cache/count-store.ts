@@ -176,7 +176,7 @@ export type InstallOutcome =
 const OUTCOMES = ["installed", "created", "absent", "superseded"] as const;
 
 /** Install scripts in flight at once per batch (installBatch says why not all of them). */
-const PIPELINE_DEPTH = 50;
+export const PIPELINE_DEPTH = 50;
 
 const INSTALL_SHA = createHash("sha1").update(INSTALL_LUA, "utf8").digest("hex");
 

@@ -1,8 +1,10 @@
 import type { Pool } from "../db/pool.ts";
+import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
+import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
 import { cursorKey, reconciledKey } from "./count-keys.ts";
-import type { CountStore, InstallOutcome } from "./count-store.ts";
+import { PIPELINE_DEPTH, type CountStore, type InstallOutcome } from "./count-store.ts";
 import type { CounterKind } from "./counter-kinds.ts";
 import { reasonOf, type FailureSink } from "./layer-failures.ts";
 
@@ -37,12 +39,23 @@ export type BatchInstall = (
 /** The reconciler's install: CountStore.installBatch, over counters that exist (a run creates none). */
 export const installBatch: BatchInstall = (store, kind, entries, bound) => store.installBatch(kind, entries, bound, true);
 
+/** The default (and largest) batch: one truth statement and ten pipelined slices of installs. */
+export const DEFAULT_RECONCILE_BATCH = 500;
+/**
+ * The smallest paced batch: one pipelined slice of installs. Below it a batch still costs a truth
+ * statement and a round trip, so a smaller one would only lower the throughput.
+ */
+export const MIN_PACED_RECONCILE_BATCH = PIPELINE_DEPTH;
+
 export interface ReconcilerOptions {
   hooks?: Hooks;
   /** How a batch is installed (default installBatch); the bench passes the one-target-at-a-time path to compare. */
   install?: BatchInstall;
   metrics?: CacheMetrics;
+  /** The most targets per batch (default 500); pacing sizes batches below it (at least MIN_PACED_RECONCILE_BATCH). */
   batchSize?: number;
+  /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY (default DEFAULT_PACING); UNPACED: batches of `batchSize` back to back. */
+  pacing?: PacingOptions;
   /** Drifted counters in one run above which the alert metric goes to 1 and a line is logged. */
   alertThreshold?: number;
   onAlert?: (report: ReconcileReport) => void;
@@ -67,14 +80,29 @@ export interface ReconcilerOptions {
  * the facts. If even the drop fails, the run does not advance its stored boundary, so the next
  * run visits the target again. A failure of the run itself is reported and thrown.
  *
- * Hook point: "reconcile.beforeInstall" (after the truth is read, before it is installed).
+ * Batches are paced like the other background jobs (src/workers/pacer.ts, docs/erasure.md
+ * "Pacing"): each is sized to the pacing's time budget from the last full batch (truth read plus
+ * install), at most `batchSize`, and the run rests after each in proportion to its duration, so
+ * live reads and writes get the CPU, PostgreSQL and Redis in between. Pacing changes only how the
+ * changed targets are cut, never the boundary: every batch reads and installs at the one boundary
+ * the run fixed at its start.
+ *
+ * Hook points: "reconcile.beforeInstall" {kind, targets} (after the truth is read, before it is
+ * installed); "reconcile.betweenBatches" {kind, size, ms, restMs} (after a batch that is not the
+ * last, before the rest the pacing asks for).
  */
 export class Reconciler {
+  readonly pacer: Pacer;
+
   constructor(
     private readonly pool: Pool,
     private readonly store: CountStore,
     private readonly options: ReconcilerOptions = {},
-  ) {}
+  ) {
+    const batchSize = options.batchSize ?? DEFAULT_RECONCILE_BATCH;
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new InvalidInputError("batchSize", `must be a positive integer, got ${batchSize}`);
+    this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, batchSize, Math.min(batchSize, MIN_PACED_RECONCILE_BATCH));
+  }
 
   async reconcile(kind: CounterKind): Promise<ReconcileReport> {
     try {
@@ -101,18 +129,24 @@ export class Reconciler {
       parts, parts.map((p) => Number(previous[String(p)] ?? 0)), bound,
     ]);
     const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [], failed: [] };
-    const batchSize = this.options.batchSize ?? 500;
     const install = this.options.install ?? installBatch;
     const truthStatement = { name: `reconcile-truth-${kind.name}`, text: kind.truthSql };
-    for (let i = 0; i < changed.length; i += batchSize) {
-      const targets = changed.slice(i, i + batchSize).map((r) => r.target);
+    for (let i = 0; i < changed.length; ) {
+      const size = this.pacer.size(kind.name);
+      const targets = changed.slice(i, i + size).map((r) => r.target);
+      i += targets.length;
+      const t0 = performance.now();
       const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>({ ...truthStatement, values: [targets, bound] });
+      const readMs = performance.now() - t0;
       await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
+      const t1 = performance.now();
       // One statement gave every row the same boundary (its snapshot's), so the batch installs at rows[0]'s.
       const batchBound = rows[0]?.bound.map(Number) ?? [];
       const outcomes = rows.length === 0 ? [] : await install(this.store, kind.name, rows.map((r) => ({ target: r.target, truth: r.n })), batchBound);
       const failed = rows.flatMap((row, j) => outcomes[j]!.status === "rejected" ? [{ target: row.target, error: (outcomes[j] as PromiseRejectedResult).reason }] : []);
       report.failed.push(...await Promise.all(failed.map((f) => this.dropFailed(kind.name, f.target, f.error))));
+      // The batch's own work (a test parked at the hook point is not its cost).
+      const ms = readMs + performance.now() - t1;
       rows.forEach((row, j) => {
         const outcome = outcomes[j]!;
         if (outcome.status !== "fulfilled" || outcome.value.status !== "installed") return;
@@ -120,8 +154,13 @@ export class Reconciler {
         const drift = row.n - outcome.value.displayedSettled;
         if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.value.displayedSettled, drift });
       });
-      // Staggered: the next batch waits for the event loop, so reads are not starved by a large run.
-      await new Promise((resolve) => setImmediate(resolve));
+      // A short batch (the last) says nothing about what a full one costs.
+      this.pacer.record(kind.name, size, ms, targets.length === size);
+      if (i >= changed.length) break;
+      const restMs = this.pacer.restMs(ms);
+      await hooks.at("reconcile.betweenBatches", { kind: kind.name, size: targets.length, ms, restMs });
+      // Unpaced, the next batch still waits for the event loop, so reads are not starved by a large run.
+      await (restMs > 0 ? rest(restMs) : new Promise((resolve) => setImmediate(resolve)));
     }
     if (report.failed.every((f) => f.dropped)) {
       await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));

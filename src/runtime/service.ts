@@ -65,7 +65,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   // starts degraded (counts from PostgreSQL) and connects in the background.
   const counts = await openCountLayer(database.pool, {
     redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
-    reconcileIntervalMs: config.reconcileIntervalMs, localTtlMs: config.countLocalTtlMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+    reconcileIntervalMs: config.reconcileIntervalMs, pacing: config.pacing, localTtlMs: config.countLocalTtlMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
     log: (level, message, fields) => logCounts(level, message, fields),
   }).catch(async (err: unknown) => {
     await database.close();

@@ -1,8 +1,8 @@
 /**
- * How a background job (erasure, rebuild, prune) paces itself so that live writes and reads keep
- * their latency (docs/erasure.md "Pacing"): each batch is sized to a time budget from the last
- * batch's duration, and after each batch the job rests in proportion to that duration, so it is
- * busy at most `duty` of the time.
+ * How a background job (erasure, rebuild, prune, reconciliation) paces itself so that live writes
+ * and reads keep their latency (docs/erasure.md "Pacing"): each batch is sized to a time budget
+ * from the last batch's duration, and after each batch the job rests in proportion to that
+ * duration, so it is busy at most `duty` of the time.
  */
 import { InvalidInputError } from "../errors.ts";
 

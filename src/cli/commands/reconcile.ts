@@ -30,7 +30,7 @@ export async function reconcileCommand(opts: { json?: boolean }): Promise<number
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-reconcile" });
   try {
     const counts = await openCountLayer(database.pool, {
-      redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets, requireRedis: true, startWaitMs: REDIS_WAIT_MS,
+      redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets, pacing: config.pacing, requireRedis: true, startWaitMs: REDIS_WAIT_MS,
     }).catch((err: unknown) => {
       if (err instanceof RedisUnreachableError || err instanceof EvictingRedisError) return err;
       throw err;
