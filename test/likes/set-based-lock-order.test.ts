@@ -16,6 +16,12 @@
  * Negative control: the same function locking a run's rows in arrival order (ORDER BY w.ord)
  * instead of the global order: B locks Z before it waits, A then waits for Z while B waits for
  * Y, and PostgreSQL's deadlock detector aborts one of them (40P01), which the checks see.
+ *
+ * A batch whose pairs alternate between existing rows and new pairs is written run by run in the
+ * global order: with a first like of Y parked (its INSERT not committed), batch C (like X, Y, Z;
+ * X and Z existing, Y new to it) waits for the parked transaction at Y (the INSERT's conflict
+ * check) holding X and not Z; released, it answers CHANGED v3, NOOP v1 (Y liked meanwhile, decided
+ * on the committed row as the loop does after its INSERT finds the row), CHANGED v3.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -127,4 +133,33 @@ test("negative control: rows locked in arrival order (ORDER BY w.ord): B holds Z
   t.diagnostic(`note control: ${problems.join("; ")}`);
   assert.ok(problems.some((p) => p.startsWith("while waiting, B holds")), "B holds a row out of order");
   assert.ok(problems.some((p) => /failed: deadlock detected/.test(p)), "the detector broke a deadlock");
+});
+
+test("P=1 a batch of existing and new pairs (X existing, Y new, Z existing) is written run by run in the global order: it waits at Y's INSERT for a parked first like holding X only, then answers Y NOOP from the committed row", async (t) => {
+  const f = await likesFixture(1);
+  t.after(() => f.close());
+  const pool = f.db.pool;
+  await send(pool, [X, Z], true);
+  await send(pool, [X, Z], false);
+  const client = await pool.connect();
+  const gate = await SqlHook.arm(pool, "like.beforeCommit");
+  let parkedRun: Promise<string[]> | undefined;
+  try {
+    parkedRun = send(pool, [Y], true);
+    const { pid: parkedPid } = await gate.parked();
+    const pidC = await pidOf(client);
+    const runC = send(client, [X, Y, Z], true);
+    runC.catch(() => undefined);
+    await waitForLockWait(pool, () => pidC);
+    assert.equal(await awaitedHolder(pool, pidC), parkedPid, "C waits for the parked first like of Y");
+    assert.deepEqual(await rowsHeldBy(pool, pidC), [X], "while waiting at Y, C holds X and not Z");
+    await gate.release();
+    assert.deepEqual(await parkedRun, ["CHANGED liked=true v1"]);
+    assert.deepEqual(await runC, ["CHANGED liked=true v3", "NOOP liked=true v1", "CHANGED liked=true v3"]);
+  } finally {
+    await gate.release();
+    await parkedRun?.catch(() => undefined);
+    client.release();
+  }
+  assert.ok(writeSideClean(await writeSide(pool)));
 });
