@@ -153,8 +153,9 @@ test("O(change): with a valid baseline both like statements read the range's row
   assert.ok(read["write side recount: like_outbox"]! >= LIKES, "control: the recount sums all the hot item's events");
   // Same verdict either way (the store's columns aside).
   const verdict = async (threshold: number | null) => {
-    const { baselines, dropped_baselines, inducted_keys, ...rest } = (await db.pool.query(LIKE_READ_SIDE_INCREMENTAL_SQL, [...range, threshold])).rows[0];
-    return rest;
+    const row = (await db.pool.query(LIKE_READ_SIDE_INCREMENTAL_SQL, [...range, threshold])).rows[0];
+    for (const column of ["baselines", "dropped_baselines", "inducted_keys"]) delete row[column];
+    return row;
   };
   assert.deepEqual(await verdict(THRESHOLD), await verdict(null));
   const run = await incrementalAudit(db.pool, options);
