@@ -12,8 +12,8 @@
  * --hot (issue 22, hot keys): a first change touching the hot item and a periodic run (which
  * recounts it and stores its baseline), then the change (which touches it again, as without
  * --as-bench), and the run is made four times from the same stored state (cursors, sample, key
- * baselines restored in between): timed and explained, with baselines (recountAbove at its
- * default) and without (Infinity), printing per mode the run's time and the rows its statements
+ * baselines restored in between): timed and explained, with baselines (recountAbove
+ * --recount-above, default 10,000 as the service) and without (Infinity), printing per mode the run's time and the rows its statements
  * read from like_fact and like_outbox.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
@@ -29,7 +29,7 @@ import { openLedger, type Ledger } from "../src/ledger.ts";
 import { generatePopulation, type Population } from "./scale-generate.ts";
 import { seedAuditCursors } from "./scale-jobs.ts";
 
-const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false }, hot: { type: "boolean", default: false } } });
+const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false }, hot: { type: "boolean", default: false }, "recount-above": { type: "string", default: "10000" } } });
 const id = (p: string, n: number) => `${p}${String(n).padStart(8, "0")}`;
 
 /** The same change at every size: likes/unlikes of existing items by existing users, follows, a few comments. */
@@ -102,7 +102,7 @@ async function hotComparison(pool: Pool, likes: number): Promise<void> {
   const restore = async () => {
     for (const t of STATE) await pool.query(`DELETE FROM ${t}; INSERT INTO ${t} TABLE saved_${t}`);
   };
-  for (const [mode, recountAbove] of [["with baselines", undefined], ["without baselines", Infinity]] as const) {
+  for (const [mode, recountAbove] of [["with baselines", Number(v["recount-above"])], ["without baselines", Infinity]] as const) {
     const ms: number[] = [];
     let inducted = 0;
     for (let i = 0; i < 3; i++) {
@@ -150,7 +150,7 @@ try {
       if (v.hot) {
         await touchHot(0);
         await change(ledger, pop, Number(v.likes), Number(v.follows), 1);
-        const first = await incrementalAudit(pool);
+        const first = await incrementalAudit(pool, { recountAbove: Number(v["recount-above"]) });
         const stored = (await pool.query<{ n: number; truth: number }>("SELECT count(*)::int AS n, coalesce(sum(truth), 0)::int AS truth FROM audit_key_baseline WHERE key = $1", [pop.hotItem])).rows[0]!;
         process.stdout.write(`== ${likes} likes: first run ${first.clean ? "clean" : "NOT clean"}, ${pop.hotItem}'s baseline: ${stored.n} partition rows, ${stored.truth} likes\n`);
       }
