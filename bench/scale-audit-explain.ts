@@ -97,7 +97,7 @@ function explaining(pool: Pool, log: { text: string; ms: number; plan: PlanNode;
 const STATE = ["audit_cursor", "audit_sample", "audit_key_baseline"] as const;
 
 /** --hot: the same run with and without key baselines, timed (median of three) and explained, from the same stored state. */
-async function hotComparison(pool: Pool, likes: number): Promise<void> {
+async function hotComparison(pool: Pool, likes: number, url: string): Promise<void> {
   for (const t of STATE) await pool.query(`CREATE TABLE saved_${t} AS TABLE ${t}`);
   const restore = async () => {
     for (const t of STATE) await pool.query(`DELETE FROM ${t}; INSERT INTO ${t} TABLE saved_${t}`);
@@ -115,7 +115,13 @@ async function hotComparison(pool: Pool, likes: number): Promise<void> {
     }
     await restore();
     const log: { text: string; ms: number; plan: PlanNode; textPlan: string }[] = [];
-    await incrementalAudit(explaining(pool, log), { recountAbove });
+    // A pool of its own: explaining() rewraps the query of the clients it hands out, and they go back to their pool so.
+    const explained = createPool({ connectionString: url, max: 4 });
+    try {
+      await incrementalAudit(explaining(explained, log), { recountAbove });
+    } finally {
+      await explained.end();
+    }
     const read = (table: string) => log.reduce((sum, e) => sum + scans(e.plan).filter((x) => x.what.includes(` ${table} `)).reduce((a, x) => a + x.read, 0), 0);
     const likeStatements = log.filter((e) => e.text.includes("like_outbox") && !e.text.includes("notification"));
     process.stdout.write(`== ${likes} likes, periodic audit ${mode}: ${ms.map((m) => (m / 1000).toFixed(2)).join(", ")} s (median ${(ms.sort((a, b) => a - b)[1]! / 1000).toFixed(2)} s), hot items audited by induction ${inducted}; ` +
@@ -158,7 +164,7 @@ try {
       await change(ledger, pop, Number(v.likes), Number(v.follows), v["as-bench"] ? 2 : 1);
       await pool.query("VACUUM ANALYZE");
       if (v.hot) {
-        await hotComparison(pool, likes);
+        await hotComparison(pool, likes, cluster.connectionString(database));
         continue;
       }
       const log: { text: string; ms: number; plan: PlanNode; textPlan: string }[] = [];

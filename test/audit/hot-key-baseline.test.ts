@@ -99,6 +99,14 @@ test("over runs with live likes and unlikes the hot item is audited by induction
   }
   const full = await fullAudit(ledger);
   assert.equal(full.likes.readSide.exactViolations, 0);
+
+  // Induction off (recountAbove Infinity): the touched hot item is recounted and its baseline dropped.
+  await ledger.likes.like("off-1", "hot");
+  await drain(ledger);
+  const off = await incrementalAudit(db.pool, { sample: 0, recountAbove: Infinity });
+  assert.equal(off.clean, true);
+  assert.equal(off.scope.likes.inducted, 0);
+  assert.deepEqual(await baseline(db), { truth: [], upto: [] });
 });
 
 test("a drift in the hot item's like_count is found by a run that audits it by induction; that run is held and stores no baseline", async (t) => {
