@@ -114,11 +114,14 @@ function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
  * cursor, or whose cursor is below its outbox's retention floor (the events it would read are
  * pruned), runs its full form once. Positions, cursors, floors and the incremental statements
  * share one REPEATABLE READ snapshot, so every event at or below a run's `to` is committed and
- * seen. The full audit (GET /v1/admin/audit, `social-ledger audit`) is unchanged.
+ * seen. A touched hot item (recountAbove likes or more) is audited by induction from its stored
+ * baseline instead of recounted (key-baseline.ts), so it costs its events in the range, not its
+ * likes. The full audit (GET /v1/admin/audit, `social-ledger audit`) is unchanged.
  * Not covered incrementally (docs/counters.md): a fact changed without an outbox event (a direct
  * UPDATE) on a target nobody touches is found by the sample when its turn comes, or by the full
  * audit; webhook cursors are checked as in the full audit (one row per endpoint and partition,
- * not history).
+ * not history); a like fact of a hot item changed without an event is not seen by a run that audits
+ * the item by induction, only by the sample's recount or the full audit.
  */
 export async function incrementalAudit(pool: Pool, options: IncrementalAuditOptions = {}): Promise<PeriodicAuditReport> {
   const sampleSize = options.sample ?? 100;

@@ -3,7 +3,8 @@
  * (audit_key_baseline, migration 027; src/audit/key-baseline.ts) instead of recounting all its
  * likes at every run that touches it. With the threshold at 50 likes:
  *  - over runs with live likes and unlikes (and a run that does not touch it) the runs stay clean
- *    and the baseline equals a fresh count per partition at the cursor after each run;
+ *    and the baseline equals a fresh count per partition at the cursor after each run (with
+ *    induction off, recountAbove Infinity, the item is recounted and its baseline dropped);
  *  - a drift of its like_count is found by a run that audits it by induction; that run is held
  *    and stores no baseline;
  *  - O(change): the read and write side statements read a handful of like_fact and like_outbox
