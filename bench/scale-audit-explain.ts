@@ -9,6 +9,12 @@
  * first (unexplained) run before the change moves the sample past the hot item and the hub, and the
  * change avoids them (items from i00000002, followees from a00000002). --variants: also explains the
  * candidate rewrites of VARIANTS (same parameters, same snapshot) and checks they answer the same row.
+ * --hot (issue 22, hot keys): a first change touching the hot item and a periodic run (which
+ * recounts it and stores its baseline), then the change (which touches it again, as without
+ * --as-bench), and the run is made four times from the same stored state (cursors, sample, key
+ * baselines restored in between): timed and explained, with baselines (recountAbove
+ * --recount-above, default 10,000 as the service) and without (Infinity), printing per mode the run's time and the rows its statements
+ * read from like_fact and like_outbox.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -23,7 +29,7 @@ import { openLedger, type Ledger } from "../src/ledger.ts";
 import { generatePopulation, type Population } from "./scale-generate.ts";
 import { seedAuditCursors } from "./scale-jobs.ts";
 
-const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false } } });
+const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false }, hot: { type: "boolean", default: false }, "recount-above": { type: "string", default: "10000" } } });
 const id = (p: string, n: number) => `${p}${String(n).padStart(8, "0")}`;
 
 /** The same change at every size: likes/unlikes of existing items by existing users, follows, a few comments. */
@@ -87,6 +93,47 @@ function explaining(pool: Pool, log: { text: string; ms: number; plan: PlanNode;
   return new Proxy(pool, { get: (target, prop, recv) => (prop === "connect" ? connect : Reflect.get(target, prop, recv)) });
 }
 
+/** The periodic audit's state a run moves on; saved once, restored before each run of the comparison. */
+const STATE = ["audit_cursor", "audit_sample", "audit_key_baseline"] as const;
+
+/** --hot: the same run with and without key baselines, timed (median of three) and explained, from the same stored state. */
+async function hotComparison(pool: Pool, likes: number, url: string): Promise<void> {
+  for (const t of STATE) await pool.query(`CREATE TABLE saved_${t} AS TABLE ${t}`);
+  const restore = async () => {
+    for (const t of STATE) await pool.query(`DELETE FROM ${t}; INSERT INTO ${t} TABLE saved_${t}`);
+  };
+  for (const [mode, recountAbove] of [["with baselines", Number(v["recount-above"])], ["without baselines", Infinity]] as const) {
+    const ms: number[] = [];
+    let inducted = 0;
+    for (let i = 0; i < 3; i++) {
+      await restore();
+      const t0 = performance.now();
+      const report = await incrementalAudit(pool, { recountAbove });
+      ms.push(performance.now() - t0);
+      inducted = report.scope.likes.inducted;
+      if (!report.clean) process.stdout.write(`   (${mode}: NOT clean)\n`);
+    }
+    await restore();
+    const log: { text: string; ms: number; plan: PlanNode; textPlan: string }[] = [];
+    // A pool of its own: explaining() rewraps the query of the clients it hands out, and they go back to their pool so.
+    const explained = createPool({ connectionString: url, max: 4 });
+    try {
+      await incrementalAudit(explaining(explained, log), { recountAbove });
+    } finally {
+      await explained.end();
+    }
+    const read = (table: string) => log.reduce((sum, e) => sum + scans(e.plan).filter((x) => x.what.includes(` ${table} `)).reduce((a, x) => a + x.read, 0), 0);
+    const likeStatements = log.filter((e) => e.text.includes("like_outbox") && !e.text.includes("notification"));
+    process.stdout.write(`== ${likes} likes, periodic audit ${mode}: ${ms.map((m) => (m / 1000).toFixed(2)).join(", ")} s (median ${(ms.sort((a, b) => a - b)[1]! / 1000).toFixed(2)} s), hot items audited by induction ${inducted}; ` +
+      `explained: the like statements ${likeStatements.map((e) => `${e.ms.toFixed(1)} ms`).join(" + ")}, rows read from like_fact ${read("like_fact")}, from like_outbox ${read("like_outbox")} (all statements)\n`);
+    for (const e of likeStatements) {
+      process.stdout.write(`   ${e.ms.toFixed(1)} ms  ${e.text.replace(/\s+/g, " ").trim().slice(0, 90)}\n`);
+      for (const x of scans(e.plan).sort((a, b) => b.read - a.read).slice(0, 3)) process.stdout.write(`     read ${x.read} rows, ${x.blocks} blocks, ${x.ms.toFixed(1)} ms: ${x.what}\n`);
+    }
+  }
+  for (const t of STATE) await pool.query(`DROP TABLE saved_${t}`);
+}
+
 const root = await clusterTempDir("social-ledger-audit-explain-");
 const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
 await mkdir(v.out!, { recursive: true });
@@ -104,8 +151,22 @@ try {
       const pop = await generatePopulation(ledger, { likes });
       await seedAuditCursors(ledger);
       if (v["as-bench"]) await incrementalAudit(pool);
+      // Ten unlikes of the hot item by users no other change touches (the change's own touch of it is the same unlike each time, a NOOP the second time).
+      const touchHot = (phase: number) => Promise.all(Array.from({ length: 10 }, (_, j) => ledger.likes.unlike(id("a", 100 + phase * 10 + j), pop.hotItem)));
+      if (v.hot) {
+        await touchHot(0);
+        await change(ledger, pop, Number(v.likes), Number(v.follows), 1);
+        const first = await incrementalAudit(pool, { recountAbove: Number(v["recount-above"]) });
+        const stored = (await pool.query<{ n: number; truth: number }>("SELECT count(*)::int AS n, coalesce(sum(truth), 0)::int AS truth FROM audit_key_baseline WHERE key = $1", [pop.hotItem])).rows[0]!;
+        process.stdout.write(`== ${likes} likes: first run ${first.clean ? "clean" : "NOT clean"}, ${pop.hotItem}'s baseline: ${stored.n} partition rows, ${stored.truth} likes\n`);
+      }
+      if (v.hot) await touchHot(1);
       await change(ledger, pop, Number(v.likes), Number(v.follows), v["as-bench"] ? 2 : 1);
       await pool.query("VACUUM ANALYZE");
+      if (v.hot) {
+        await hotComparison(pool, likes, cluster.connectionString(database));
+        continue;
+      }
       const log: { text: string; ms: number; plan: PlanNode; textPlan: string }[] = [];
       const t0 = performance.now();
       const report = await incrementalAudit(explaining(pool, log));

@@ -46,7 +46,7 @@ try {
     for (const [name, sql] of Object.entries(statements)) {
       for (const [label, items] of Object.entries(samples)) {
         const t0 = performance.now();
-        await pool.query(sql, [...range, items]);
+        await pool.query(sql, [...range, items, null]); // $5 null: recount (no key baseline)
         const key = `${name}, sample = ${label}`;
         times.set(key, [...(times.get(key) ?? []), performance.now() - t0]);
       }

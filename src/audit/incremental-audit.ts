@@ -10,6 +10,7 @@ import {
   COMMENT_AUDIT_INCREMENTAL_SQL, LIKE_READ_SIDE_INCREMENTAL_SQL, LIKE_WRITE_SIDE_INCREMENTAL_SQL, NOTIFICATION_AUDIT_INCREMENTAL_SQL,
   PROJECTION_DIFF_INCREMENTAL, RELATION_INVARIANTS_INCREMENTAL, WEBHOOK_INVARIANTS_INCREMENTAL,
 } from "./incremental-invariants.ts";
+import { DEFAULT_RECOUNT_ABOVE, storeKeyBaselines, type KeyBaselines } from "./key-baseline.ts";
 
 /** The outboxes the periodic audit follows: retention kind, sequence table. */
 const OUTBOXES = { likes: "like_seq", relations: "event_seq", comments: "comment_seq", blocks: "webhook_block_seq" } as const;
@@ -54,11 +55,19 @@ export interface SectionScope {
   sampled: number;
   /** The cursor stays where it was: this section found a violation (so it reports it again) or could not be judged (projection lagging). */
   held: boolean;
+  /** Touched keys audited by induction from their stored baseline instead of a recount (likes; key-baseline.ts). */
+  inducted: number;
 }
 
 export interface IncrementalAuditOptions {
   /** Untouched targets per section and run (default 100; 0: none). */
   sample?: number;
+  /**
+   * A touched key with at least this many counted facts is audited by induction from its stored
+   * baseline when that is valid, and a recounted one gets its baseline stored (likes; default
+   * 10,000; Infinity: never, and stored baselines are dropped as their keys are audited).
+   */
+  recountAbove?: number;
 }
 
 /** What fullAudit reports, from the incremental forms; `scope` says what each section covered. */
@@ -105,15 +114,20 @@ function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
  * cursor, or whose cursor is below its outbox's retention floor (the events it would read are
  * pruned), runs its full form once. Positions, cursors, floors and the incremental statements
  * share one REPEATABLE READ snapshot, so every event at or below a run's `to` is committed and
- * seen. The full audit (GET /v1/admin/audit, `social-ledger audit`) is unchanged.
+ * seen. A touched hot item (recountAbove likes or more) is audited by induction from its stored
+ * baseline instead of recounted (key-baseline.ts), so it costs its events in the range, not its
+ * likes. The full audit (GET /v1/admin/audit, `social-ledger audit`) is unchanged.
  * Not covered incrementally (docs/counters.md): a fact changed without an outbox event (a direct
  * UPDATE) on a target nobody touches is found by the sample when its turn comes, or by the full
  * audit; webhook cursors are checked as in the full audit (one row per endpoint and partition,
- * not history).
+ * not history); a like fact of a hot item changed without an event is not seen by a run that audits
+ * the item by induction, only by the sample's recount or the full audit.
  */
 export async function incrementalAudit(pool: Pool, options: IncrementalAuditOptions = {}): Promise<PeriodicAuditReport> {
   const sampleSize = options.sample ?? 100;
-  const { report, samples } = await withTransaction(pool, (client) => auditSnapshot(client, sampleSize), { isolation: "REPEATABLE READ", readOnly: true });
+  const recountAbove = options.recountAbove ?? DEFAULT_RECOUNT_ABOVE;
+  const threshold = Number.isFinite(recountAbove) ? recountAbove : null;
+  const { report, samples, baselines } = await withTransaction(pool, (client) => auditSnapshot(client, sampleSize, threshold), { isolation: "REPEATABLE READ", readOnly: true });
   // Sections without a usable cursor: their full forms, after the snapshot (they read a later one, which covers at least `to`).
   if (report.scope.likes.mode === "full") report.likes = { writeSide: await writeSide(pool), readSide: await readSide(pool) };
   if (report.scope.comments.mode === "full") report.comments = await auditCounter(pool, COMMENT_COUNTER);
@@ -130,11 +144,11 @@ export async function incrementalAudit(pool: Pool, options: IncrementalAuditOpti
     report.scope[section].held = !ok || (section === "relations" && report.relations.projectionDiff === null);
   }
   report.clean = clean;
-  await storeCursors(pool, report, samples, sampleSize);
+  await storeCursors(pool, report, samples, sampleSize, baselines);
   return report;
 }
 
-async function auditSnapshot(client: PoolClient, sampleSize: number) {
+async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: number | null) {
   const positions = {} as Record<Outbox, { part: number; last: number }[]>;
   for (const outbox of Object.keys(OUTBOXES) as Outbox[]) {
     positions[outbox] = (await client.query<{ part: number; last: number }>(`SELECT part, last FROM ${OUTBOXES[outbox]} ORDER BY part`)).rows;
@@ -167,7 +181,7 @@ async function auditSnapshot(client: PoolClient, sampleSize: number) {
     }
     samples[section] = full || !sampleFrom || sampleSize === 0 ? [] :
       (await client.query<{ key: string }>(sampleFrom, [sampleAfter.get(section) ?? "", sampleSize])).rows.map((r) => r.key);
-    scope[section] = { mode: full ? "full" : "incremental", ranges, sampled: samples[section].length, held: false };
+    scope[section] = { mode: full ? "full" : "incremental", ranges, sampled: samples[section].length, held: false, inducted: 0 };
   }
 
   const args = (section: "likes" | "relations" | "comments", sample: string[] = []) => {
@@ -178,14 +192,19 @@ async function auditSnapshot(client: PoolClient, sampleSize: number) {
   const bind = (sql: string, values: unknown[]) => values.filter((_, i) => sql.includes(`$${i + 1}`));
   const one = async <T>(sql: string, values: unknown[]) => camel((await client.query(sql, values)).rows[0]) as T;
   const report = { clean: false, scope } as PeriodicAuditReport;
+  let baselines: KeyBaselines | null = null;
   const { rows: caught } = await client.query<{ caught_up: boolean }>(
     "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)");
   const projectionCaughtUp = caught[0]!.caught_up;
   report.relations = { invariants: {} as RelationAudit, projectionCaughtUp, projectionDiff: null };
   if (scope.likes.mode === "incremental") {
-    const writeSideRow = await one<WriteSideAudit>(LIKE_WRITE_SIDE_INCREMENTAL_SQL, args("likes", samples.likes));
-    const { countMismatchKeys, ...readRest } = await one<ReadSideAudit & { countMismatchKeys: number }>(LIKE_READ_SIDE_INCREMENTAL_SQL, args("likes", samples.likes));
+    // $5: the threshold of the hot keys audited by induction (key-baseline.ts).
+    const writeSideRow = await one<WriteSideAudit>(LIKE_WRITE_SIDE_INCREMENTAL_SQL, [...args("likes", samples.likes), threshold]);
+    const { countMismatchKeys, baselines: computed, droppedBaselines, inductedKeys, ...readRest } =
+      await one<ReadSideAudit & KeyBaselines & { countMismatchKeys: number; inductedKeys: number }>(LIKE_READ_SIDE_INCREMENTAL_SQL, [...args("likes", samples.likes), threshold]);
     report.likes = { writeSide: writeSideRow, readSide: { ...readRest, countMismatchItems: countMismatchKeys } };
+    scope.likes.inducted = inductedKeys;
+    baselines = { baselines: computed, droppedBaselines };
   }
   if (scope.comments.mode === "incremental") report.comments = await one<CounterAudit>(COMMENT_AUDIT_INCREMENTAL_SQL, args("comments", samples.comments));
   if (scope.relations.mode === "incremental") {
@@ -211,11 +230,15 @@ async function auditSnapshot(client: PoolClient, sampleSize: number) {
     }
     report.webhooks = webhooks as WebhookAudit;
   }
-  return { report, samples };
+  return { report, samples, baselines };
 }
 
-/** Clean sections move their cursors to the run's `to`, and every sample walks on (wrapping after the last key). */
-async function storeCursors(pool: Pool, report: PeriodicAuditReport, samples: Record<Section, string[]>, sampleSize: number): Promise<void> {
+/**
+ * Clean sections move their cursors to the run's `to`, and every sample walks on (wrapping after
+ * the last key). The likes' key baselines move with their cursors, in the same transaction, and
+ * only when the section was clean: a run that found drift stores no truth it computed.
+ */
+async function storeCursors(pool: Pool, report: PeriodicAuditReport, samples: Record<Section, string[]>, sampleSize: number, baselines: KeyBaselines | null): Promise<void> {
   const sections: string[] = [], parts: number[] = [], upto: number[] = [];
   for (const section of Object.keys(SECTIONS) as Section[]) {
     const scope = report.scope[section];
@@ -239,5 +262,8 @@ async function storeCursors(pool: Pool, report: PeriodicAuditReport, samples: Re
       `INSERT INTO audit_sample (section, after_key) SELECT * FROM unnest($1::text[], $2::text[])
        ON CONFLICT (section) DO UPDATE SET after_key = EXCLUDED.after_key`,
       [sampled, sampled.map((s) => samples[s].length < sampleSize ? "" : samples[s].at(-1)!)]);
+    if (baselines && report.scope.likes.mode === "incremental" && !report.scope.likes.held) {
+      await storeKeyBaselines(client, "likes", report.scope.likes.ranges.likes!, baselines);
+    }
   });
 }

@@ -88,7 +88,7 @@ test("the like read side reads the changed keys' count rows; joined to the whole
   const before = LIKE_READ_SIDE_INCREMENTAL_SQL.replace(
     "LEFT JOIN (SELECT * FROM like_count WHERE item_id = ANY (ARRAY(SELECT key FROM keys))) c ON",
     "LEFT JOIN like_count c ON");
-  const { read, answers } = await compare(LIKE_READ_SIDE_INCREMENTAL_SQL, before, [...(await range("like_seq", lastBefore)), []], "like_count");
+  const { read, answers } = await compare(LIKE_READ_SIDE_INCREMENTAL_SQL, before, [...(await range("like_seq", lastBefore)), [], null], "like_count");
   t.diagnostic(`like_count rows read: fixed ${read.fixed}, before ${read.before} (of ${HISTORY * PARTITIONS})`);
   assert.ok(read.fixed <= 8 * PARTITIONS * 2, `the fixed form read ${read.fixed} count rows for 8 changed items`);
   assert.ok(read.before >= HISTORY * PARTITIONS, `control: the whole-table join reads the history (${read.before})`);

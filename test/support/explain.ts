@@ -22,3 +22,9 @@ export function rowsRead(node: PlanNode, table: string): number {
   const own = node["Relation Name"] === table ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
   return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRead(p, table), 0);
 }
+
+/** Rows read through one index (Index Scan, Index Only Scan, Bitmap Index Scan) across a plan: returned plus filtered out, times loops. */
+export function rowsReadVia(node: PlanNode, index: string): number {
+  const own = node["Index Name"] === index ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
+  return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsReadVia(p, index), 0);
+}
