@@ -42,6 +42,12 @@ export function createPool(options: PoolOptions): Pool {
   // An idle client whose server went away emits 'error'; without a listener that crashes
   // the process. The next checkout gets a fresh connection, so logging is enough.
   pool.on("error", () => undefined);
+  // pg-pool listens for a client's 'error' only while it is idle, and pool.query only until its
+  // query answers (once). A client whose server dies while it is checked out, or a second error
+  // after the first (the FATAL message, then the socket's end), emits with no listener, which
+  // kills the process: seen when PostgreSQL was killed under load. Every client keeps a listener
+  // for its whole life; the statement on it fails anyway, and that failure is what is handled.
+  pool.on("connect", (client) => client.on("error", () => undefined));
   return pool;
 }
 
