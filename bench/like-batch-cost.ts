@@ -3,11 +3,9 @@
  * (default 64 distinct pairs, every pair existing, so each call toggles N fact rows), measured
  * inside the server (clock_timestamp() around the call in a PL/pgSQL wrapper, so neither the
  * round trip nor the commit's flush is in it), for the function before migration 024 and as
- * migrated (027: the set-based batch for distinct pairs), with migration 024's per-pair loop
- * (027 left out) and the function before 024 beside it, and for a set-based prototype of the
- * common case (distinct pairs, one UPDATE for all of them) that is NOT the production function:
- * it cannot promise the lock order (docs/write-path.md, "Cost per row"), and is measured to know
- * what the per-pair loop costs. One database each, in one
+ * migrated, and for a set-based prototype of the common case (distinct pairs, one UPDATE for all
+ * of them) that is NOT the production function: it cannot promise the lock order (docs/write-path.md,
+ * "Cost per row"), and is measured to know what the per-pair loop costs. One database each, in one
  * cluster; the variants take turns call by call, for `--seconds` in total.
  *
  *   node --import tsx bench/like-batch-cost.ts [--writes n] [--seconds s]
@@ -71,11 +69,9 @@ const { values } = parseArgs({ options: { writes: { type: "string" }, seconds: {
 const WRITES = Number(values.writes ?? 64);
 const SECONDS = Number(values.seconds ?? 20);
 
-/** `without`: migrations left out of the variant's database (suffixes of their file names). */
-const VARIANTS: { name: string; without?: string[]; setBased?: string }[] = [
-  { name: "before 024 (FOR UPDATE, then UPDATE)", without: ["_like_lock_by_update.sql", "_like_batch_set_based.sql"] },
-  { name: "024 (per-pair loop, one UPDATE each)", without: ["_like_batch_set_based.sql"] },
-  { name: "027 as migrated (set-based, production)" },
+const VARIANTS: { name: string; without?: string; setBased?: string }[] = [
+  { name: "before 024 (FOR UPDATE, then UPDATE)", without: "_like_lock_by_update.sql" },
+  { name: "as migrated (one conditional UPDATE)" },
   { name: "set-based prototype (not production)", setBased: "plain" },
   { name: "set-based, locked in order first", setBased: "lock first" },
 ];
@@ -92,8 +88,7 @@ try {
     await admin.query(`CREATE DATABASE cost_v${i}`);
     const pool = createPool({ connectionString: cluster.connectionString(`cost_v${i}`), max: 1 });
     pools.push(pool);
-    const without = variant.without ?? [];
-    await migrate(pool, all.filter((m) => !without.some((suffix) => m.name.endsWith(suffix))));
+    await migrate(pool, variant.without === undefined ? all : all.filter((m) => !m.name.endsWith(variant.without!)));
     await initLedger(pool, { partitions: 1 });
     await pool.query(SET_BASED);
     await pool.query(TIMED);

@@ -17,8 +17,6 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
   --requests n            HTTP requests of the warm-up and the other HTTP phases
   --reads n               count reads per path and phase
   --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
-  --without M[,M...]      leave out the migrations whose file names end with M (a "before" run
-                          of the same code, e.g. --without _like_batch_set_based.sql)
   --history n             also the retention figure (bench/retention.ts): after n like events,
                           write rate, count read p99 and table sizes with the history kept and
                           pruned (issue 8 asks for 1000000); default 0 (skipped), 20000 with --quick
@@ -81,7 +79,6 @@ export function parseOptions() {
         requests: { type: "string" },
         reads: { type: "string" },
         "skip-replica": { type: "boolean", default: false },
-        without: { type: "string" },
         history: { type: "string" },
         scale: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
@@ -109,7 +106,6 @@ export function parseOptions() {
     requests: positiveInt("requests", parsed.requests, size.requests),
     reads: positiveInt("reads", parsed.reads, size.reads),
     skipReplica: parsed["skip-replica"],
-    without: parsed.without === undefined ? [] : parsed.without.split(",").filter((m) => m !== ""),
     // The retention figure: skipped unless asked for, a small history in the quick run.
     // The scale bench's size, or 0: the figures of this bench.
     scale: parsed.scale === undefined ? 0 : positiveInt("scale", parsed.scale, 0, 100_000_000),

@@ -5,7 +5,7 @@ import { buildApp } from "../src/api/app.ts";
 import { signToken } from "../src/api/auth.ts";
 import type { EmbeddedCluster } from "../src/db/embedded-cluster.ts";
 import { initLedger } from "../src/db/ledger-config.ts";
-import { loadMigrations, migrate } from "../src/db/migrate.ts";
+import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
 import { LikeService } from "../src/likes/like-service.ts";
@@ -32,13 +32,12 @@ export interface Target {
   jwtSecret: Uint8Array;
 }
 
-/** `without`: migrations left out (suffixes of their file names; --without), for a "before" run of the same code. */
-export async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize: number, httpTokens: string[], without: readonly string[] = []): Promise<Target> {
+export async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize: number, httpTokens: string[]): Promise<Target> {
   const database = `bench_p${partitions}`;
   await started.admin!.query(`CREATE DATABASE ${database}`);
   const pool = createPool({ connectionString: cluster.connectionString(database), max: poolSize, applicationName: BENCH_APPLICATION });
   started.pools.push(pool);
-  await migrate(pool, (await loadMigrations()).filter((m) => !without.some((suffix) => m.name.endsWith(suffix))));
+  await migrate(pool);
   await initLedger(pool, { partitions });
   const ledger = await openLedger(pool);
   const secret = randomBytes(32);
