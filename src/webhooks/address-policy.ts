@@ -1,74 +1,117 @@
-import { BlockList, isIP } from "node:net";
+import { isIP } from "node:net";
 import { lookup } from "node:dns/promises";
 import { WebhookUrlRefusedError } from "./webhook-errors.ts";
 
 /**
- * The SSRF policy (docs/webhooks.md): a webhook goes to a public address only, unless
+ * The SSRF policy (docs/webhooks.md, "SSRF"): a webhook goes to a public address only, unless
  * LEDGER_WEBHOOK_ALLOW_PRIVATE is set (local development, tests). Checked at registration and
  * again at every delivery after DNS resolution; the delivery connects to the address checked
  * here (delivery-http.ts pins it), so a name that resolves differently the second time cannot
  * reach an internal address.
+ *
+ * IPv6 is allowed in global unicast (2000::/3) only, less the special ranges below. The forms
+ * that carry or translate an IPv4 address are judged by that address (a translator or tunnel
+ * would deliver to it); the one whose IPv4 position depends on a local choice (local-use NAT64)
+ * and the deprecated IPv4-compatible form are refused outright.
  */
 
-const REFUSED_V4: [string, number, string][] = [
+/** A refused range: its first address, its prefix length and why it is refused. */
+export type RefusedRange = readonly [network: string, prefix: number, why: string];
+
+export const REFUSED_V4: readonly RefusedRange[] = [
   ["0.0.0.0", 8, "unspecified"], ["10.0.0.0", 8, "private"], ["100.64.0.0", 10, "shared (CGNAT)"],
   ["127.0.0.0", 8, "loopback"], ["169.254.0.0", 16, "link-local"], ["172.16.0.0", 12, "private"],
-  ["192.0.0.0", 24, "IETF protocol assignments"], ["192.168.0.0", 16, "private"], ["198.18.0.0", 15, "benchmarking"],
+  ["192.0.0.0", 24, "IETF protocol assignments"], ["192.0.2.0", 24, "documentation"], ["192.168.0.0", 16, "private"],
+  ["198.18.0.0", 15, "benchmarking"], ["198.51.100.0", 24, "documentation"], ["203.0.113.0", 24, "documentation"],
   ["224.0.0.0", 4, "multicast"], ["240.0.0.0", 4, "reserved"],
 ];
-const REFUSED_V6: [string, number, string][] = [
-  ["::", 128, "unspecified"], ["::1", 128, "loopback"], ["fe80::", 10, "link-local"], ["fec0::", 10, "site-local"],
-  ["fc00::", 7, "unique-local"], ["ff00::", 8, "multicast"], ["100::", 64, "discard-only"],
+
+/** Checked in this order (the first match names the reason), before the carrying forms and the global-unicast rule. */
+export const REFUSED_V6: readonly RefusedRange[] = [
+  ["::", 128, "unspecified"], ["::1", 128, "loopback"], ["::", 96, "IPv4-compatible (deprecated)"],
+  ["64:ff9b:1::", 48, "local-use NAT64"], ["100::", 64, "discard-only"],
+  ["2001:2::", 48, "benchmarking"], ["2001:20::", 28, "ORCHIDv2"], ["2001:db8::", 32, "documentation"], ["3fff::", 20, "documentation"],
+  ["fc00::", 7, "unique-local"], ["fe80::", 10, "link-local"], ["fec0::", 10, "site-local"], ["ff00::", 8, "multicast"],
 ];
 
-const v4 = REFUSED_V4.map(([net, prefix, why]) => ({ list: blockOf(net, prefix, "ipv4"), why }));
-const v6 = REFUSED_V6.map(([net, prefix, why]) => ({ list: blockOf(net, prefix, "ipv6"), why }));
+/** The only IPv6 space a webhook may go to directly. */
+export const GLOBAL_UNICAST_V6: RefusedRange = ["2000::", 3, "outside global unicast 2000::/3"];
 
-function blockOf(net: string, prefix: number, type: "ipv4" | "ipv6"): BlockList {
-  const list = new BlockList();
-  list.addSubnet(net, prefix, type);
-  return list;
-}
+/** An IPv6 form that carries IPv4 addresses: the addresses it would reach, from its 128 bits. */
+interface CarryingForm { network: string; prefix: number; name: string; inner: (a: bigint) => bigint[] }
 
-/** The eight 16-bit groups of an IPv6 address (with an embedded dotted IPv4 tail, too). */
-function groupsOf(address: string): number[] {
-  let text = address.toLowerCase();
-  const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+const low32 = (a: bigint, shift: number) => (a >> BigInt(shift)) & 0xffff_ffffn;
+export const CARRYING_V6: readonly CarryingForm[] = [
+  { network: "::ffff:0:0", prefix: 96, name: "IPv4-mapped", inner: (a) => [low32(a, 0)] },
+  { network: "::ffff:0:0:0", prefix: 96, name: "IPv4-translated (SIIT)", inner: (a) => [low32(a, 0)] },
+  { network: "64:ff9b::", prefix: 96, name: "NAT64", inner: (a) => [low32(a, 0)] },
+  { network: "2002::", prefix: 16, name: "6to4", inner: (a) => [low32(a, 80)] },
+  // Teredo: the server's IPv4 in bits 32..63, the client's (the one the relay delivers to) in the last 32, inverted.
+  { network: "2001::", prefix: 32, name: "Teredo", inner: (a) => [low32(a, 64), low32(a, 0) ^ 0xffff_ffffn] },
+];
+
+/** An address as an unsigned integer (32 or 128 bits); `text` must be an IP address (isIP). */
+export function addressValue(text: string): bigint {
+  if (isIP(text) === 4) return text.split(".").reduce((n, b) => (n << 8n) | BigInt(Number(b)), 0n);
+  let rest = text.toLowerCase().split("%")[0]!;
+  const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(rest);
+  let tail: bigint[] = [];
   if (dotted) {
-    const b = dotted[1]!.split(".").map(Number);
-    text = text.slice(0, -dotted[1]!.length) + `${((b[0]! << 8) | b[1]!).toString(16)}:${((b[2]! << 8) | b[3]!).toString(16)}`;
+    const v = addressValue(dotted[1]!);
+    tail = [v >> 16n, v & 0xffffn];
+    rest = rest.slice(0, -dotted[1]!.length);
+    if (rest.endsWith(":") && !rest.endsWith("::")) rest = rest.slice(0, -1);
   }
-  const [head, tail] = text.includes("::") ? text.split("::") as [string, string] : [text, undefined];
-  const h = head === "" ? [] : head.split(":");
-  const t = tail === undefined || tail === "" ? [] : tail.split(":");
-  const zeros = tail === undefined ? [] : Array<string>(8 - h.length - t.length).fill("0");
-  return [...h, ...zeros, ...t].map((g) => parseInt(g, 16));
+  const [head, after] = rest.includes("::") ? (rest.split("::") as [string, string]) : [rest, undefined];
+  const h = head === "" ? [] : head.split(":").map((g) => BigInt(parseInt(g, 16)));
+  const t = [...(after === undefined || after === "" ? [] : after.split(":").map((g) => BigInt(parseInt(g, 16)))), ...tail];
+  const groups = after === undefined ? [...h, ...t] : [...h, ...Array<bigint>(8 - h.length - t.length).fill(0n), ...t];
+  return groups.reduce((n, g) => (n << 16n) | g, 0n);
 }
 
-/** An IPv4 address carried in an IPv6 one (IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d), if any. */
-function embeddedV4(address: string): string | undefined {
-  const g = groupsOf(address);
-  const v4Of = () => `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
-  const zeroUpTo = (n: number) => g.slice(0, n).every((x) => x === 0);
-  if (zeroUpTo(5) && g[5] === 0xffff) return v4Of();
-  if (zeroUpTo(6) && (g[6] !== 0 || g[7]! > 1)) return v4Of();
-  if (g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((x) => x === 0)) return v4Of();
-  return undefined;
+export function v4Text(value: bigint): string {
+  return [24n, 16n, 8n, 0n].map((s) => String((value >> s) & 255n)).join(".");
+}
+
+function inRange(value: bigint, bits: number, network: string, prefix: number): boolean {
+  const shift = BigInt(bits - prefix);
+  return value >> shift === addressValue(network) >> shift;
+}
+
+/** Why an address may not receive webhooks: the range, and the IPv4 address inside an IPv6 one that decided it. */
+export interface Refusal {
+  why: string;
+  inside?: { form: string; address: string };
 }
 
 /** Why an address may not receive webhooks, or undefined when it may. */
-export function refusedBecause(address: string): string | undefined {
+export function refusalOf(address: string): Refusal | undefined {
   const family = isIP(address);
-  if (family === 4) return v4.find((r) => r.list.check(address, "ipv4"))?.why;
-  if (family === 6) {
-    const inner = embeddedV4(address);
-    if (inner !== undefined) {
-      const why = refusedBecause(inner);
-      return why && `${why} (IPv4 ${inner} inside IPv6)`;
-    }
-    return v6.find((r) => r.list.check(address, "ipv6"))?.why;
+  if (family === 0) return { why: "not an IP address" };
+  const value = addressValue(address);
+  if (family === 4) {
+    const range = REFUSED_V4.find(([net, prefix]) => inRange(value, 32, net, prefix));
+    return range && { why: range[2] };
   }
-  return "not an IP address";
+  const range = REFUSED_V6.find(([net, prefix]) => inRange(value, 128, net, prefix));
+  if (range) return { why: range[2] };
+  const form = CARRYING_V6.find((f) => inRange(value, 128, f.network, f.prefix));
+  if (form) {
+    for (const inner of form.inner(value)) {
+      const text = v4Text(inner);
+      const refused = refusalOf(text);
+      if (refused) return { why: refused.why, inside: { form: form.name, address: text } };
+    }
+    return undefined;
+  }
+  return inRange(value, 128, GLOBAL_UNICAST_V6[0], GLOBAL_UNICAST_V6[1]) ? undefined : { why: GLOBAL_UNICAST_V6[2] };
+}
+
+/** Why an address may not receive webhooks, in words (with the IPv4 address inside an IPv6 one), or undefined when it may. */
+export function refusedBecause(address: string): string | undefined {
+  const refusal = refusalOf(address);
+  if (!refusal) return undefined;
+  return refusal.inside ? `${refusal.why} (IPv4 ${refusal.inside.address} inside IPv6, ${refusal.inside.form})` : refusal.why;
 }
 
 export interface ParsedTarget {
@@ -123,8 +166,12 @@ export async function resolveTarget(raw: string, allowPrivate: boolean, resolver
   }
   if (!allowPrivate) {
     for (const { address } of addresses) {
-      const why = refusedBecause(address);
-      if (why) throw new WebhookUrlRefusedError(raw, `${target.host} resolves to ${address}, a ${why} address (LEDGER_WEBHOOK_ALLOW_PRIVATE=1 allows it)`);
+      const refusal = refusalOf(address);
+      if (!refusal) continue;
+      // A name's refusal gives the class of the address, never the address: the answer goes to an
+      // admin, and naming what any host name resolves to would map the internal DNS for them.
+      const what = target.literal ? `${target.host} is refused: ${refusedBecause(address)!}` : `${target.host} resolves to a refused address: ${refusal.why}`;
+      throw new WebhookUrlRefusedError(raw, `${what} (LEDGER_WEBHOOK_ALLOW_PRIVATE=1 allows it)`);
     }
   }
   const first = addresses[0]!;

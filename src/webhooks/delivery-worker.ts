@@ -53,6 +53,17 @@ export const CLAIM_SQL = `
    LIMIT 1
    FOR UPDATE OF c SKIP LOCKED`;
 
+/**
+ * A rotated-out secret whose grace period has ended is not kept: the claim already stops signing
+ * with it at the end (CLAIM_SQL), and each pass of every delivery loop erases it from the row.
+ */
+export async function forgetExpiredSecrets(client: Pool | PoolClient): Promise<number> {
+  const { rowCount } = await client.query(
+    "UPDATE webhook_endpoint SET previous_secret = NULL, previous_secret_until = NULL WHERE previous_secret_until <= now()",
+  );
+  return rowCount ?? 0;
+}
+
 export class WebhookDelivery {
   private readonly limits: AttemptLimits;
   private readonly retryBaseMs: number;
@@ -68,8 +79,9 @@ export class WebhookDelivery {
     this.hooks = options.hooks ?? new Hooks();
   }
 
-  /** Steps until nothing is due or `budget` events were handled; returns the events handled. */
+  /** Forgets expired rotated-out secrets, then steps until nothing is due or `budget` events were handled; returns the events handled. */
   async pass(budget = 100): Promise<number> {
+    await forgetExpiredSecrets(this.pool);
     let handled = 0;
     while (handled < budget) {
       const n = await this.step();
@@ -85,10 +97,14 @@ export class WebhookDelivery {
       const { rows } = await client.query<Claim>(CLAIM_SQL);
       const claim = rows[0];
       if (!claim) return 0;
-      const events = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
-      if (events[0]?.seq !== claim.delivered_upto + 1) {
-        // Retention kept no event past the cursor: never skip silently over what was lost.
-        await this.fail(client, claim, claim.delivered_upto, { ok: false, error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (pruned below this cursor)` });
+      const page = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
+      // Only the gapless run right after the cursor: an event missing further on is reached as
+      // the next event in a later step, and stops the cursor there, never passed over.
+      const gap = page.findIndex((e, i) => e.seq !== claim.delivered_upto + 1 + i);
+      const events = gap < 0 ? page : page.slice(0, gap);
+      if (events.length === 0) {
+        // The next event is gone (deleted below this cursor's retention hold): never skip silently over what was lost.
+        await this.fail(client, claim, claim.delivered_upto, { ok: false, error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (deleted before this endpoint received it; it is not skipped)` });
         return 1;
       }
       const index = events.findIndex((e) => subscribed(claim.events, e.type));

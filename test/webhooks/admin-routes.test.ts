@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { assertError, createAccounts, ok, startApi } from "../api/harness.ts";
 import { WriteGuard } from "../support/write-guard.ts";
-import { FAST_RETRIES } from "./fixture.ts";
+import { FAST_RETRIES, PUBLIC_URL } from "./fixture.ts";
 import { TestReceiver } from "./receiver.ts";
 
 interface Endpoint {
@@ -63,25 +63,30 @@ test("webhook admin routes: register, list, get, change, pause, resume, rotate, 
 });
 
 test("webhook admin routes refuse with typed errors and write nothing: non-admin, unknown type, refused URL, unknown endpoint, replay out of range", async (t) => {
-  const h = await startApi({ partitions: 1 });
+  // A name the service's resolver maps to an internal address: the answer must not say which.
+  const resolver = async (host: string) => (host === "db.corp.test" ? [{ address: "10.20.30.40", family: 4 }] : []);
+  const h = await startApi({ partitions: 1, app: { webhooks: { resolver } } });
   t.after(() => h.close());
   const admin = await h.as("root", { admin: true });
   const alice = await h.as("alice");
   const guard = await WriteGuard.create(h.db.url, h.db.pool, { mustHave: ["webhook_endpoint", "webhook_cursor", "retention_hold"] });
   t.after(() => guard.close());
   const empty = await guard.snapshot();
-  assertError(await alice.post("/v1/admin/webhooks", { url: "https://203.0.113.10/", events: ["*"] }), 403, "FORBIDDEN");
+  assertError(await alice.post("/v1/admin/webhooks", { url: PUBLIC_URL, events: ["*"] }), 403, "FORBIDDEN");
   assertError(await h.request("GET", "/v1/admin/webhooks"), 401, "UNAUTHENTICATED");
-  assertError(await admin.post("/v1/admin/webhooks", { url: "https://203.0.113.10/", events: ["like.exploded"] }), 400, "INVALID_INPUT");
-  assertError(await admin.post("/v1/admin/webhooks", { url: "https://203.0.113.10/", events: [] }), 400, "INVALID_INPUT");
+  assertError(await admin.post("/v1/admin/webhooks", { url: PUBLIC_URL, events: ["like.exploded"] }), 400, "INVALID_INPUT");
+  assertError(await admin.post("/v1/admin/webhooks", { url: PUBLIC_URL, events: [] }), 400, "INVALID_INPUT");
   const refused = assertError(await admin.post("/v1/admin/webhooks", { url: "http://127.0.0.1:8080/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
   assert.match(refused.error.message, /loopback/);
-  assertError(await admin.post("/v1/admin/webhooks", { url: "gopher://203.0.113.10/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
+  const internal = assertError(await admin.post("/v1/admin/webhooks", { url: "https://db.corp.test/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
+  assert.match(internal.error.message, /db\.corp\.test resolves to a refused address: private/);
+  assert.doesNotMatch(JSON.stringify(internal), /10\.20\.30/, "the answer does not name the address the name resolves to");
+  assertError(await admin.post("/v1/admin/webhooks", { url: "gopher://8.8.8.8/", events: ["*"] }), 400, "WEBHOOK_URL_REFUSED");
   assert.deepEqual(await guard.snapshot(), empty, "no table changed");
   assertError(await admin.get("/v1/admin/webhooks/whe_nope"), 404, "WEBHOOK_NOT_FOUND");
   assertError(await admin.post("/v1/admin/webhooks/whe_nope/pause"), 404, "WEBHOOK_NOT_FOUND");
   assertError(await admin.delete("/v1/admin/webhooks/whe_nope"), 404, "WEBHOOK_NOT_FOUND");
-  const created = ok<Endpoint>(await admin.post("/v1/admin/webhooks", { url: "https://203.0.113.10/hook", events: ["*"] }), 201);
+  const created = ok<Endpoint>(await admin.post("/v1/admin/webhooks", { url: PUBLIC_URL, events: ["*"] }), 201);
   const registered = await guard.snapshot();
   assertError(await h.request("PATCH", `/v1/admin/webhooks/${created.id}`, { token: admin.token, json: { url: "http://[::ffff:10.0.0.1]/" } }), 400, "WEBHOOK_URL_REFUSED");
   assertError(await h.request("PATCH", `/v1/admin/webhooks/${created.id}`, { token: admin.token, json: {} }), 400, "INVALID_INPUT");

@@ -83,6 +83,56 @@ test("pause: nothing is sent and the backlog grows; resume: the backlog is deliv
   assert.deepEqual(lab.receiver.deliveries.map((d) => d.id), ["evt_likes_0_1", "evt_likes_0_2", "evt_likes_0_3"]);
 });
 
+test("resuming a paused endpoint delivers at once, not after the back-off its failed event was waiting out", async (t) => {
+  // A back-off of 5..10 minutes: nothing in this test can reach its end.
+  const lab = await webhookLab(t, { partitions: 1, delivery: { ...FAST_RETRIES, retryBaseMs: 600_000, maxBackoffMs: 600_000 } });
+  await lab.seed();
+  const { id } = await lab.register(["like.created"]);
+  await lab.ledger.likes.like("u1", "item-1");
+  lab.receiver.answer = () => 503;
+  assert.equal(await lab.delivery.step(), 1, "the first attempt fails");
+  const waiting = (await lab.registry.cursors(id)).find((c) => c.source === "likes")!;
+  assert.ok(waiting.nextAttemptAt.getTime() - Date.now() > 60_000, `the retry waits minutes (next attempt at ${waiting.nextAttemptAt.toISOString()})`);
+  lab.receiver.answer = () => 200;
+  // The control: the back-off does hold the event back while the endpoint is not paused and resumed.
+  assert.equal(await lab.delivery.step(), 0, "nothing is due during the back-off");
+  await lab.registry.setPaused(id, true);
+  assert.equal(await lab.delivery.step(), 0, "nothing is due while paused");
+  assert.equal((await lab.registry.setPaused(id, false)).status, "active");
+  assert.equal(await lab.delivery.step(), 1, "due at once after the resume");
+  assert.deepEqual(lab.receiver.deliveries.map((d) => [d.id, d.status]), [["evt_likes_0_1", 503], ["evt_likes_0_1", 200]]);
+  const cursor = (await lab.registry.cursors(id)).find((c) => c.source === "likes")!;
+  assert.deepEqual([cursor.deliveredUpto, cursor.attempts], [1, 0]);
+});
+
+test("an endpoint counts as failing exactly at the configured number of failed attempts (one fewer: active), in get, list and the metrics", async (t) => {
+  const failingAfter = 4; // neither the default (5) nor the lab's (3): the configured value is the one used
+  const registry = new client.Registry();
+  // No back-off: each step retries at once, so the test counts attempts step by step.
+  const lab = await webhookLab(t, { partitions: 1, registry: { failingAfter }, delivery: { ...FAST_RETRIES, retryBaseMs: 0, maxBackoffMs: 0 } });
+  new WebhookMetrics(registry, lab.db.pool, failingAfter); // its gauges read the database on the registry's refresh
+  await lab.seed();
+  const { id } = await lab.register(["like.created"]);
+  await lab.ledger.likes.like("u1", "item-1");
+  lab.receiver.answer = () => 503;
+  const statusAfter = async () => {
+    await refresherOf(registry).refresh();
+    const gauge = new RegExp(`^ledger_webhook_endpoint_failing\\{endpoint="${id}"\\} (\\d)$`, "m").exec(await registry.metrics())?.[1];
+    const listed = (await lab.registry.list()).find((e) => e.id === id)!.status;
+    return { get: (await lab.registry.get(id)).status, list: listed, gauge };
+  };
+  for (let attempt = 1; attempt <= failingAfter + 1; attempt++) {
+    assert.equal(await lab.delivery.step(), 1, `attempt ${attempt} is due at once`);
+    const cursor = (await lab.registry.cursors(id)).find((c) => c.source === "likes")!;
+    assert.deepEqual([cursor.attempts, lab.receiver.deliveries.length], [attempt, attempt], `${attempt} failed attempts, ${attempt} requests`);
+    const expected = attempt >= failingAfter ? { get: "failing", list: "failing", gauge: "1" } : { get: "active", list: "active", gauge: "0" };
+    assert.deepEqual(await statusAfter(), expected, `after ${attempt} failed attempt(s) of ${failingAfter}`);
+  }
+  lab.receiver.answer = () => 200;
+  assert.equal(await lab.delivery.step(), 1);
+  assert.deepEqual(await statusAfter(), { get: "active", list: "active", gauge: "0" }, "the first 2xx ends failing");
+});
+
 test("replay from a position re-sends the events under their ids; a position below the retention floor or past the end is refused", async (t) => {
   const lab = await webhookLab(t, { partitions: 1 });
   await lab.seed();

@@ -193,6 +193,72 @@ test("rotation: during the grace period each delivery carries two v1 signatures 
   assert.deepEqual(lab.receiver.deliveries[1]!.signedBy, [third], "only the newest secret signs once the grace is 0");
 });
 
+test("after a rotation's grace period ends the previous secret no longer signs, and the next pass erases it from the row", async (t) => {
+  const lab = await webhookLab(t, { partitions: 1 });
+  await lab.seed();
+  const { id, secret: first } = await lab.register(["like.created"]);
+  const { secret: second } = await lab.registry.rotateSecret(id, 3600);
+  lab.receiver.secrets.push(second);
+  await lab.ledger.likes.like("u1", "item-1");
+  await lab.deliverAll();
+  // The control: within the grace the receiver does see the old secret's signature.
+  assert.deepEqual(lab.receiver.deliveries[0]!.signedBy.sort(), [first, second].sort(), "within the grace both sign");
+  // The grace ends now, by the database's clock (as an hour passing would end it).
+  await lab.db.pool.query("UPDATE webhook_endpoint SET previous_secret_until = now() WHERE endpoint_id = $1", [id]);
+  const stored = await lab.db.pool.query<{ ended: boolean; kept: boolean }>(
+    "SELECT previous_secret_until < now() AS ended, previous_secret IS NOT NULL AS kept FROM webhook_endpoint WHERE endpoint_id = $1", [id]);
+  assert.deepEqual(stored.rows[0], { ended: true, kept: true }, "the precondition: the grace has ended and the old secret is still in the row");
+  assert.equal((await lab.registry.get(id)).previousSecretValidUntil, undefined, "get no longer shows a grace");
+  await lab.ledger.likes.like("u2", "item-1");
+  // One step, not a pass: the claim itself must stop using the old secret, whether or not a pass erased it yet.
+  assert.equal(await lab.delivery.step(), 1);
+  const after = lab.receiver.deliveries[1]!;
+  assert.equal(after.id, "evt_likes_0_2");
+  assert.deepEqual(after.signedBy, [second], "after the grace only the current secret signs");
+  assert.equal(after.signature.split(" ").length, 1, "one signature in the header");
+  await lab.delivery.pass();
+  const forgotten = await lab.db.pool.query("SELECT previous_secret, previous_secret_until FROM webhook_endpoint WHERE endpoint_id = $1", [id]);
+  assert.deepEqual(forgotten.rows[0], { previous_secret: null, previous_secret_until: null }, "the old secret is not kept once its grace has ended");
+  const live = await lab.registry.rotateSecret(id, 3600);
+  await lab.delivery.pass();
+  const kept = await lab.db.pool.query<{ previous_secret: string }>("SELECT previous_secret FROM webhook_endpoint WHERE endpoint_id = $1", [id]);
+  assert.equal(kept.rows[0]!.previous_secret, second, "a secret within its grace is kept by the same pass");
+  assert.notEqual(live.secret, second);
+});
+
+test("a missing event stops the cursor there: the worker never skips ahead over a gap, at the cursor or behind events it passes over", async (t) => {
+  // A long backoff: the failed step is not retried within the test's passes.
+  const lab = await webhookLab(t, { partitions: 1, delivery: { ...FAST_RETRIES, retryBaseMs: 600_000, maxBackoffMs: 600_000 } });
+  await lab.seed();
+  const created = await lab.register(["like.created"]);
+  const removed = await lab.register(["like.removed"]);
+  for (const u of ["u1", "u2", "u3"]) await lab.ledger.likes.like(u, "item-1"); // seq 1..3
+  await lab.ledger.likes.unlike("u1", "item-1"); // seq 4
+  // The gap: event 2 deleted behind the endpoints' retention holds (as a prune or an erasure that ignored them would).
+  const gone = await lab.db.pool.query("DELETE FROM like_outbox WHERE part = 0 AND seq = 2 RETURNING *");
+  assert.equal(gone.rowCount, 1);
+  await lab.delivery.pass();
+  const cursorOf = async (id: string) => (await lab.registry.cursors(id)).find((c) => c.source === "likes")!;
+  // like.created: 1 is delivered, then 2 is missing right after the cursor: 3 is not sent.
+  assert.deepEqual(lab.receiver.deliveries.filter((d) => d.signedBy.includes(created.secret)).map((d) => d.id), ["evt_likes_0_1"]);
+  // like.removed: 1 is passed over (not subscribed); 4 comes after the gap and is not sent either.
+  assert.deepEqual(lab.receiver.deliveries.filter((d) => d.signedBy.includes(removed.secret)).map((d) => d.id), []);
+  for (const id of [created.id, removed.id]) {
+    const c = await cursorOf(id);
+    assert.deepEqual([c.deliveredUpto, c.attempts], [1, 1], `${id}: stopped right before the missing event, one failed attempt`);
+    assert.match(c.lastError ?? "", /event 2 is no longer in the likes outbox/);
+  }
+  // The negative control: the event put back, both endpoints get what they stopped before, in order,
+  // so what held them back was the gap and nothing else.
+  const row = gone.rows[0] as Record<string, unknown>;
+  const columns = Object.keys(row);
+  await lab.db.pool.query(`INSERT INTO like_outbox (${columns.join(", ")}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(", ")})`, columns.map((c) => row[c]));
+  await lab.db.pool.query("UPDATE webhook_cursor SET next_attempt_at = now()");
+  await lab.deliverAll();
+  assert.deepEqual(lab.receiver.deliveries.filter((d) => d.signedBy.includes(created.secret)).map((d) => d.id), ["evt_likes_0_1", "evt_likes_0_2", "evt_likes_0_3"]);
+  assert.deepEqual(lab.receiver.deliveries.filter((d) => d.signedBy.includes(removed.secret)).map((d) => d.id), ["evt_likes_0_4"]);
+});
+
 test("figure: one worker delivers a backlog of 100 events in order (one transaction and one request per event)", async (t) => {
   const lab = await webhookLab(t, { partitions: 4 });
   await lab.seed();

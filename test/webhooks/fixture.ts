@@ -26,6 +26,9 @@ export interface WebhookLab {
   seed(): Promise<{ postId: string }>;
 }
 
+/** A public address for registrations that are accepted but never delivered to (the documentation ranges are refused). */
+export const PUBLIC_URL = "https://8.8.8.8/hook";
+
 export const FAST_RETRIES: DeliveryOptions = { retryBaseMs: 1, maxBackoffMs: 5, limits: { allowPrivate: true, responseTimeoutMs: 5_000, connectTimeoutMs: 2_000 } };
 
 export async function webhookLab(t: TestContext, options: { partitions?: number; registry?: RegistryOptions; delivery?: DeliveryOptions } = {}): Promise<WebhookLab> {
