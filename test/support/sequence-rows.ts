@@ -99,3 +99,15 @@ export async function keyInPartition(pool: Pool, partitions: number, part: numbe
   if (!rows[0]) throw new Error(`no key ${prefix}N in partition ${part} of ${partitions}`);
   return rows[0].k;
 }
+
+/** The backend (other than the holder) that waits for transaction `xid`, once one does: a bounded poll of pg_locks, rejecting with `what`. */
+export async function waiterFor(pool: Pool, xid: string, what: string, deadlineMs = 15_000): Promise<number> {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number }>(
+      "SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid::text = $1 LIMIT 1", [xid]);
+    if (rows[0]) return rows[0].pid;
+    if (Date.now() > deadline) throw new Error(`${what}: nobody was seen waiting for transaction ${xid} within ${deadlineMs} ms`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
