@@ -38,12 +38,11 @@ const REVERSED: Record<"like_seq" | "event_seq", [string, [string, string]]> = {
 async function batchAgainstHeldRow(t: TestContext, table: "like_seq" | "event_seq", heldPart: number, reversed: boolean): Promise<boolean> {
   const db = await createTestDatabase({ partitions: P });
   const ledger = await openLedger(db.pool, { erasureBatchSize: 100 });
-  let release: (() => Promise<void>) | undefined;
-  let running: Promise<unknown> | undefined;
+  const pending: { release?: () => Promise<void>; running?: Promise<unknown> } = {};
   // Teardown lets the held row go first, so the batch ends before the pool is closed.
   t.after(async () => {
-    await release?.();
-    await running?.catch(() => undefined);
+    await pending.release?.();
+    await pending.running?.catch(() => undefined);
     await db.close();
   });
   const key = (part: number, prefix: string) => keyInPartition(db.pool, P, part, prefix);
@@ -58,8 +57,9 @@ async function batchAgainstHeldRow(t: TestContext, table: "like_seq" | "event_se
   await ledger.erasure.start("eve", "admin");
   while ((await ledger.erasure.status("eve"))!.phase !== PHASE_OF[table]) await ledger.erasure.step("eve");
   const held = await holdSequenceRow(db.pool, table as SequenceTable, heldPart);
-  release = held.release;
-  running = ledger.erasure.step("eve");
+  pending.release = held.release;
+  const running = ledger.erasure.step("eve");
+  pending.running = running;
   running.catch(() => undefined);
   await waiterFor(db.pool, held.xid, `the ${PHASE_OF[table]} batch running into partition ${heldPart}'s ${table} row`);
   const otherHeld = await sequenceRowHeld(db.pool, table, heldPart === LOW ? HIGH : LOW);

@@ -84,16 +84,17 @@ const BATCH_SQL = "SELECT ord, outcome, liked, version FROM like_set_batch($1::t
 async function race(t: TestContext, shape: Shape, control: boolean): Promise<{ first: string[]; second: string[]; events: number }> {
   const f = await likesFixture(1);
   const client: PoolClient = await f.db.pool.connect();
-  let hook: SqlHook | undefined;
+  const armed: { hook?: SqlHook } = {};
   t.after(async () => {
-    await hook?.release();
+    await armed.hook?.release();
     client.release();
     await f.close();
   });
   for (const want of shape.history) await (want ? f.likes.like(PAIR.user, PAIR.item) : f.likes.unlike(PAIR.user, PAIR.item));
   if (control) await replaceFunctionText(f.db.pool, SIGNATURE, [shape.guard]);
   // Armed only now: the history's writes pass the same point.
-  hook = await SqlHook.arm(f.db.pool, "like.beforeCommit");
+  const hook = await SqlHook.arm(f.db.pool, "like.beforeCommit");
+  armed.hook = hook;
   const eventsBefore = await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE user_id = $1", [PAIR.user]);
 
   const first = f.db.pool.query<Row>(BATCH_SQL, batchArgs(shape.pairWrites, user(2)));

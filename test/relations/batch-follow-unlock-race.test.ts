@@ -22,10 +22,10 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   const fan = acct(1);
   const star = acct(2);
   const f = await relationsFixture(partitions, 10, [2]);
-  let hook: SqlHook | undefined;
+  const armed: { hook?: SqlHook } = {};
   // The parked batch is let go before the pool closes (closing waits for its connection).
   t.after(async () => {
-    await hook?.release();
+    await armed.hook?.release();
     await f.close();
   });
   if (withoutShareLock) {
@@ -35,7 +35,8 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   }
   assert.equal((await f.rel.follow(fan, star)).state, "PENDING");
   assert.equal((await f.rel.unfollow(fan, star)).state, "REMOVED", "a withdrawn request: the pair's row exists");
-  hook = await SqlHook.arm(f.db.pool, "relation.afterEvent");
+  const hook = await SqlHook.arm(f.db.pool, "relation.afterEvent");
+  armed.hook = hook;
   // The request first, then a follow of another pair, so the batch's first event (the one that parks) is the request.
   const request = f.db.pool.query<{ outcome: string; state: string }>(
     "SELECT outcome, state FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer) ORDER BY ord",
