@@ -4,7 +4,9 @@ import { Gate } from "../../src/hooks.ts";
 import { createWorkers } from "../../src/ledger.ts";
 import { auditNotifications, notificationAuditClean } from "../../src/notifications/notification-audit.ts";
 import { listNotificationGroups } from "../../src/notifications/notification-reads.ts";
-import { waitForAnyLockWait } from "../support/pg-locks.ts";
+import type { Pool } from "../../src/db/pool.ts";
+import { RECIPIENT_LOCK_SPACE } from "../../src/notifications/notification-sources.ts";
+import { IS_HOOK_WAIT } from "../support/sql-hooks.ts";
 import { pollUntil } from "../support/poll.ts";
 import { installOverwrite } from "../../src/notifications/negative-controls.ts";
 import { readSnapshotSeqs, readTruthRows } from "../../src/notifications/notification-rebuild.ts";
@@ -12,9 +14,35 @@ import { drainAll, factRows, notificationFixture, viewRows, viewRowsWithIds } fr
 
 const USERS = Array.from({ length: 12 }, (_, i) => `u-${String(i).padStart(2, "0")}`);
 
+/**
+ * Waits until `rebuilding` is seen waiting on a lock (pg_locks) or settles, whichever comes
+ * first: a rebuild that finishes while a consumer batch holds its recipient's lock did not take
+ * that lock (or the batch did not), and the test says so at once instead of waiting out a deadline.
+ */
+async function waitsOrFinishes(pool: Pool, rebuilding: Promise<unknown>, deadlineMs = 15_000): Promise<{ waits: { pid: number; locktype: string; classid: number } } | { finished: true }> {
+  let settled = false;
+  rebuilding.then(() => (settled = true), () => (settled = true));
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number; locktype: string; classid: number }>(
+      `SELECT l.pid, l.locktype, l.classid::int FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE NOT l.granted AND NOT ${IS_HOOK_WAIT} AND a.datname = current_database() AND l.pid <> pg_backend_pid()`);
+    if (rows[0]) return { waits: rows[0] };
+    if (settled) return { finished: true };
+    if (Date.now() > deadline) throw new Error(`the rebuild neither waited on a lock nor finished within ${deadlineMs} ms while a consumer batch was parked holding bob's recipient lock`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
 test("P=4 a rebuild install waits on the recipient lock a consumer batch holds (pg_locks), then sees that batch: nothing lost, nothing undone, no deadlock", async (t) => {
   const fx = await notificationFixture(4, ["bob", ...USERS]);
-  t.after(() => fx.close());
+  const gate = new Gate("notifications.consumer.afterLock");
+  // One teardown, in this order: the parked batch is let go before the pool is closed (closing
+  // waits for every connection, the parked batch's too), whatever failed before.
+  t.after(async () => {
+    gate.release();
+    await fx.close();
+  });
   const { ledger, db } = fx;
   const post = await ledger.posts.createPost("bob", "PUBLIC", "p");
   for (const u of USERS.slice(0, 6)) await ledger.likes.like(u, post.postId);
@@ -22,18 +50,19 @@ test("P=4 a rebuild install waits on the recipient lock a consumer batch holds (
   for (const u of USERS.slice(6)) await ledger.likes.like(u, post.postId);
   for (const u of USERS.slice(0, 3)) await ledger.relations.follow(u, "bob");
 
-  const gate = new Gate("notifications.consumer.afterLock");
   const off = ledger.hooks.on("notifications.consumer.afterLock", gate.handler);
-  t.after(() => gate.release());
   const consuming = ledger.notifications.consumer("likes").drain();
+  consuming.catch(() => undefined);
   const parked = await gate.waitArrived();
   off();
   const rebuilding = ledger.notificationRebuild.rebuild({ recipients: ["bob"] });
-  const wait = await waitForAnyLockWait(db.pool);
-  t.diagnostic(`note rebuild install waits: ${wait.locktype} ${wait.mode} (batch of partition ${String(parked.part)} holds bob)`);
-  assert.equal(wait.locktype, "advisory");
-  const waiting = await db.pool.query<{ classid: number }>("SELECT classid::int FROM pg_locks WHERE pid = $1 AND NOT granted", [wait.pid]);
-  assert.equal(waiting.rows[0]!.classid, 21021, "the recipient lock space");
+  rebuilding.catch(() => undefined);
+  const seen = await waitsOrFinishes(db.pool, rebuilding);
+  assert.ok("waits" in seen, "the rebuild installed bob's notifications while a consumer batch held bob's recipient lock: the install (or the consumer batch) does not take the recipients' locks");
+  const wait = seen.waits;
+  t.diagnostic(`note rebuild install waits: ${wait.locktype} class ${wait.classid} (batch of partition ${String(parked.part)} holds bob)`);
+  assert.equal(wait.locktype, "advisory", "the rebuild waits on an advisory lock");
+  assert.equal(wait.classid, RECIPIENT_LOCK_SPACE, "the recipient lock space");
   gate.release();
   await consuming;
   const report = await rebuilding;

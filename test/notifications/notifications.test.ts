@@ -275,7 +275,12 @@ test("unread count and marking read: the marker moves forward only, never past t
 
 test("the outbox prune waits for the notification watermark; a rebuild that runs beside live consumers ends equal to the facts", async (t) => {
   const fx = await notificationFixture(4, PEOPLE);
-  t.after(() => fx.close());
+  const gate = new Gate("notifications.rebuild.afterSnapshot");
+  // The parked rebuild is let go before the pool is closed (closing waits for its connection).
+  t.after(async () => {
+    gate.release();
+    await fx.close();
+  });
   const { ledger, db } = fx;
   await writeMix(ledger, 0);
   await ledger.likeConsumer.drain();
@@ -292,9 +297,7 @@ test("the outbox prune waits for the notification watermark; a rebuild that runs
   assert.deepEqual((await redeliverEverything(ledger.notifications, 4)).applied, 0);
 
   // A rebuild parked after its snapshot while new facts arrive and the consumer applies them.
-  const gate = new Gate("notifications.rebuild.afterSnapshot");
   ledger.hooks.on("notifications.rebuild.afterSnapshot", gate.handler);
-  t.after(() => gate.release());
   const rebuild = ledger.notificationRebuild.rebuild();
   await gate.waitArrived();
   await writeMix(ledger, 1);
