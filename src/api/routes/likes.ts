@@ -105,7 +105,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>, reply) => {
     await requireVisibleItem(ledger, request.caller, request.params.id);
-    return sendPage(request, reply, await app.readFrom(request, (pool) => listLikers(pool, request.params.id, pageOptions(request.query))), request.query);
+    return sendPage(request, reply, await app.readFrom(request, (pool) => listLikers(pool, request.params.id, { ...pageOptions(request.query), viewer: request.caller?.id ?? null })), request.query);
   });
 
   app.get("/v1/accounts/me/likes", {

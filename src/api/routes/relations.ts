@@ -239,7 +239,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const page = await app.readFrom(request, (pool) => listFollowers(pool, accountId, pageOptions(request.query)));
+      const page = await app.readFrom(request, (pool) => listFollowers(pool, accountId, { ...pageOptions(request.query), viewer: request.caller?.id ?? null }));
       return sendPage(request, reply, page, request.query);
     });
 
@@ -248,7 +248,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const { accounts, nextCursor } = await app.readFrom(request, (pool) => listFollowing(pool, accountId, pageOptions(request.query)));
+      const { accounts, nextCursor } = await app.readFrom(request, (pool) => listFollowing(pool, accountId, { ...pageOptions(request.query), viewer: request.caller?.id ?? null }));
       return sendPage(request, reply, { following: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
     });
 
