@@ -96,7 +96,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
+      tags: ["likes"], summary: "Who likes the item, newest first, without accounts in a block with the caller (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: pageQuery,
       response: {
         200: likerPage,

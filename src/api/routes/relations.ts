@@ -235,7 +235,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   const ownListSchema = (summary: string, page: { $ref: string }) => listSchema(summary, page, "required");
 
   app.get("/v1/accounts/:id/followers",
-    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", followerPage, "optional", [403, 404], true),
+    listSchema("Followers from the projection, newest first, without accounts in a block with the caller (cursor in the body and in Link rel=next)", followerPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
@@ -244,7 +244,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     });
 
   app.get("/v1/accounts/:id/following",
-    listSchema("Accounts this account follows, from the truth, newest first", followingPage, "optional", [403, 404], true),
+    listSchema("Accounts this account follows, from the truth, newest first, without accounts in a block with the caller", followingPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
