@@ -33,12 +33,15 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "LEDGER_JWT_USER_CLAIM", shown: "sub", meaning: "with LEDGER_JWKS_URL: the claim that names the user" },
   { name: "LEDGER_JWT_ADMIN_CLAIM", shown: "role", meaning: "with LEDGER_JWKS_URL: the claim that makes an admin (a value or an array)" },
   { name: "LEDGER_JWT_ADMIN_VALUE", shown: "admin", meaning: "with LEDGER_JWKS_URL: the admin claim's value (or array element) of an admin" },
+  { name: "LEDGER_JWT_TYPES", shown: "at+jwt", meaning: "with LEDGER_JWKS_URL: the header typ values a token may carry (comma-separated; JWT also takes tokens without typ, and refuses those with ID-token claims)" },
   { name: "LEDGER_JWKS_COOLDOWN_SECONDS", shown: "30", meaning: "an unknown kid (or a failed fetch) refetches the JWKS at most this often" },
   { name: "LEDGER_JWKS_MAX_AGE_SECONDS", shown: "600", meaning: "fetched keys are refreshed after this long (kept while the provider is down)" },
   { name: "LEDGER_METRICS_TOKEN", shown: "unset", meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)" },
   { name: "LEDGER_METRICS_REFRESH_SECONDS", shown: "10", meaning: "how often the figures /metrics shows from the database are read" },
   { name: "LEDGER_WRITES_PER_MINUTE", shown: "600", meaning: "per-user write rate limit" },
   { name: "LEDGER_READS_PER_MINUTE", shown: "6000", meaning: "read rate limit per user (per client IP without a token)" },
+  { name: "LEDGER_DOCS_PER_MINUTE", shown: "120", meaning: "requests for /openapi.json, /docs and /dashboard (and their files) per client IP" },
+  { name: "LEDGER_AUTH_FAILURES_PER_MINUTE", shown: "300", meaning: "refused tokens (401) per client IP; over it: 429, and new tokens from it are not checked until the minute ends" },
   { name: "LEDGER_CORS_ORIGINS", shown: "unset", meaning: "origins a browser app may call the API from (comma-separated, or *)" },
   { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
   { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
@@ -118,6 +121,10 @@ export interface Config {
   writesPerMinute: number;
   /** Reads per user (per IP without a token) per minute (LEDGER_READS_PER_MINUTE). */
   readsPerMinute: number;
+  /** LEDGER_DOCS_PER_MINUTE: requests for the documents (OpenAPI, docs UI, dashboard page and files) per client IP per minute. */
+  documentsPerMinute: number;
+  /** LEDGER_AUTH_FAILURES_PER_MINUTE: refused tokens (401) per client IP per minute. */
+  authFailuresPerMinute: number;
   /** Origins allowed to call the API from a browser (LEDGER_CORS_ORIGINS, comma-separated, or *); none by default. */
   corsOrigins: string[];
   /** Restart attempts of a dead embedded PostgreSQL per 10 minutes (LEDGER_EMBEDDED_RESTARTS); 0: exit non-zero at once. */
@@ -211,9 +218,33 @@ export interface JwksConfig {
   cooldownMs: number;
   /** Keys older than this are fetched again before use (the old ones stay usable while the provider does not answer). */
   cacheMaxAgeMs: number;
+  /**
+   * The header `typ` values a token may carry (LEDGER_JWT_TYPES), lower case without "application/";
+   * "jwt" also stands for a token without typ. Absent: ["at+jwt"] (RFC 9068 access tokens only).
+   */
+  tokenTypes?: string[];
 }
 
-const JWKS_ONLY = ["LEDGER_JWT_ISSUER", "LEDGER_JWT_AUDIENCE", "LEDGER_JWT_USER_CLAIM", "LEDGER_JWT_ADMIN_CLAIM", "LEDGER_JWT_ADMIN_VALUE", "LEDGER_JWKS_COOLDOWN_SECONDS", "LEDGER_JWKS_MAX_AGE_SECONDS"] as const;
+/** The default of LEDGER_JWT_TYPES: RFC 9068's type of JWT access tokens, which no ID token carries. */
+export const DEFAULT_TOKEN_TYPES: readonly string[] = ["at+jwt"];
+
+/** A `typ` as compared (RFC 7515, 4.1.9: case-insensitive, and "application/" may be left out). */
+export function tokenType(typ: string): string {
+  const lower = typ.toLowerCase();
+  return lower.startsWith("application/") ? lower.slice("application/".length) : lower;
+}
+
+function tokenTypes(raw: string | undefined): string[] {
+  if (raw === undefined || raw.trim() === "") return [...DEFAULT_TOKEN_TYPES];
+  const types = raw.split(",").map((t) => t.trim()).filter((t) => t !== "");
+  const bad = types.find((t) => !/^[A-Za-z0-9!#$&^_.+-]+(\/[A-Za-z0-9!#$&^_.+-]+)?$/.test(t));
+  if (bad !== undefined || types.length === 0) {
+    throw new InvalidInputError("LEDGER_JWT_TYPES", `expected comma-separated media types such as at+jwt,JWT, got ${JSON.stringify(raw)}`);
+  }
+  return [...new Set(types.map(tokenType))];
+}
+
+const JWKS_ONLY = ["LEDGER_JWT_ISSUER", "LEDGER_JWT_AUDIENCE", "LEDGER_JWT_USER_CLAIM", "LEDGER_JWT_ADMIN_CLAIM", "LEDGER_JWT_ADMIN_VALUE", "LEDGER_JWT_TYPES", "LEDGER_JWKS_COOLDOWN_SECONDS", "LEDGER_JWKS_MAX_AGE_SECONDS"] as const;
 
 /** Loopback hosts, the only ones whose JWKS may come over plain http (a key set an attacker can rewrite in transit lets them mint any token). */
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
@@ -268,6 +299,7 @@ function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
     adminValue: env.LEDGER_JWT_ADMIN_VALUE || "admin",
     cooldownMs: 1000 * integer("LEDGER_JWKS_COOLDOWN_SECONDS", env.LEDGER_JWKS_COOLDOWN_SECONDS, numericDefault("LEDGER_JWKS_COOLDOWN_SECONDS"), 0, 86_400),
     cacheMaxAgeMs: 1000 * integer("LEDGER_JWKS_MAX_AGE_SECONDS", env.LEDGER_JWKS_MAX_AGE_SECONDS, numericDefault("LEDGER_JWKS_MAX_AGE_SECONDS"), 0, 604_800),
+    tokenTypes: tokenTypes(env.LEDGER_JWT_TYPES),
   };
 }
 
@@ -339,6 +371,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, numericDefault("LEDGER_METRICS_REFRESH_SECONDS"), 1, 3600),
     writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, numericDefault("LEDGER_WRITES_PER_MINUTE"), 1, 1_000_000),
     readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, numericDefault("LEDGER_READS_PER_MINUTE"), 1, 10_000_000),
+    documentsPerMinute: integer("LEDGER_DOCS_PER_MINUTE", env.LEDGER_DOCS_PER_MINUTE, numericDefault("LEDGER_DOCS_PER_MINUTE"), 1, 10_000_000),
+    authFailuresPerMinute: integer("LEDGER_AUTH_FAILURES_PER_MINUTE", env.LEDGER_AUTH_FAILURES_PER_MINUTE, numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"), 1, 10_000_000),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),
     embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, numericDefault("LEDGER_EMBEDDED_RESTARTS"), 0, 1000),
     dashboard: {

@@ -42,6 +42,17 @@ export function decodeCursor(cursor: unknown): Keyset {
   throw new InvalidInputError("cursor", "is not a cursor this service issued");
 }
 
+/** The options of a list read: the page, and who reads it (null or absent: nobody, a request without a token). */
+export interface ListOptions {
+  limit?: number;
+  cursor?: string;
+  viewer?: string | null;
+}
+
+export function validateViewer(viewer: string | null | undefined): string | null {
+  return viewer === undefined || viewer === null ? null : validateId("viewer", viewer);
+}
+
 export function validateLimit(limit: unknown, fallback = 50): number {
   if (limit === undefined) return fallback;
   if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) {

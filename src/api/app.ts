@@ -8,12 +8,13 @@ import swaggerUi from "@fastify/swagger-ui";
 import { randomUUID } from "node:crypto";
 import type { Ledger } from "../ledger.ts";
 import { MAX_ID_LENGTH } from "../ids.ts";
+import { numericDefault } from "../config.ts";
 import "./context.ts";
 import { authPlugin, type JwksOptions } from "./auth.ts";
 import { HttpError, errorBody, handleClientError, handleError } from "./errors.ts";
 import { findInputProblem } from "./request-text.ts";
 import { RouteTable } from "./route-table.ts";
-import { budgetHook, budgetStore } from "./rate-limits.ts";
+import { RefusalBudget, budgetHook, budgetStore, perAddress } from "./rate-limits.ts";
 import { LedgerMetrics, METRICS_REFRESH_MS } from "./metrics.ts";
 import { DashboardSampler } from "./dashboard/sampler.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
@@ -54,6 +55,10 @@ export interface AppOptions {
   writesPerMinute?: number;
   /** Reads per user (per IP without a token) per minute. */
   readsPerMinute?: number;
+  /** Requests for the documents (/openapi.json, /docs, /dashboard and their files) per client address per minute. */
+  documentsPerMinute?: number;
+  /** Refused tokens (401) per client address per minute; over it, 429 and no new token is checked until the window ends. */
+  authFailuresPerMinute?: number;
   /**
    * Origins a browser may call the API from (CORS): a list of origins, or ["*"] for any.
    * Absent or empty: no CORS headers, so browsers allow same-origin calls only.
@@ -131,6 +136,22 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
   });
 
+  // One limiter, so one store, for every write route: the budget is per user over all writes
+  // (a store per route would let a user with 5 per minute like 5, unlike 5, follow 5, post 5, ...).
+  // Reads have a store of their own with a larger budget; a read without a token (public data)
+  // is counted per IP. With the Redis count layer the budgets live in its Redis, shared by every
+  // API process; while it does not answer, the store counts in this process (never no limit).
+  // The route hooks run after the auth hook (an app-level onRequest), so the caller is known.
+  // What is answered before any caller is known has budgets per client address: the documents
+  // (no token is read; /openapi.json is 450 KB), and the auth hook's own 401s.
+  const perCaller = (request: FastifyRequest) => (request.caller ? `user:${request.caller.id}` : perAddress(request));
+  const limits = {
+    writeRateLimit: budgetHook(budgetStore("writes", opts.rateLimitRedis), opts.writesPerMinute ?? 600, perCaller),
+    readRateLimit: budgetHook(budgetStore("reads", opts.rateLimitRedis), opts.readsPerMinute ?? 6000, perCaller),
+  };
+  const documentRateLimit = budgetHook(budgetStore("documents", opts.rateLimitRedis), opts.documentsPerMinute ?? numericDefault("LEDGER_DOCS_PER_MINUTE"), perAddress);
+  const refusals = new RefusalBudget(budgetStore("refusals", opts.rateLimitRedis), opts.authFailuresPerMinute ?? numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"));
+
   await app.register(swagger, {
     openapi: {
       openapi: "3.0.3",
@@ -167,6 +188,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     docs.addHook("onRoute", (route) => {
       route.config = { ...route.config, auth: "none" };
     });
+    docs.addHook("onRequest", documentRateLimit);
     await docs.register(swaggerUi, { routePrefix: "/docs" });
   });
   if (opts.corsOrigins && opts.corsOrigins.length > 0) {
@@ -184,6 +206,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   }
   await app.register(authPlugin, {
     ...(opts.jwks ? { jwks: opts.jwks } : { secret: opts.jwtSecret }), ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }),
+    refusals,
   });
 
   const metrics = app.metrics;
@@ -221,17 +244,6 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     done();
   });
 
-  // One limiter, so one store, for every write route: the budget is per user over all writes
-  // (a store per route would let a user with 5 per minute like 5, unlike 5, follow 5, post 5, ...).
-  // Reads have a store of their own with a larger budget; a read without a token (public data)
-  // is counted per IP. With the Redis count layer the budgets live in its Redis, shared by every
-  // API process; while it does not answer, the store counts in this process (never no limit).
-  // The route hooks run after the auth hook (an app-level onRequest), so the caller is known.
-  const perCaller = (request: FastifyRequest) => (request.caller ? `user:${request.caller.id}` : `ip:${request.ip}`);
-  const limits = {
-    writeRateLimit: budgetHook(budgetStore("writes", opts.rateLimitRedis), opts.writesPerMinute ?? 600, perCaller),
-    readRateLimit: budgetHook(budgetStore("reads", opts.rateLimitRedis), opts.readsPerMinute ?? 6000, perCaller),
-  };
   await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
   await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
   if (opts.metricsOnApi !== false) await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
@@ -243,8 +255,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(notificationRoutes, limits);
   await app.register(adminRoutes, limits);
   await app.register(webhookRoutes, { ...limits, ...(opts.webhooks ? { registry: opts.webhooks } : {}) });
-  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit });
-  app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" } }, async () => app.swagger());
+  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit, documentRateLimit });
+  app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" }, onRequest: documentRateLimit }, async () => app.swagger());
 });
 
 /** How long a client may take (ms): node's defaults let a request trickle in for ever. */

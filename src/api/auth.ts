@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import fp from "fastify-plugin";
 import type { JwksConfig } from "../config.ts";
-import { forbidden, unauthenticated } from "./errors.ts";
+import { HttpError, forbidden, unauthenticated } from "./errors.ts";
+import type { RefusalBudget } from "./rate-limits.ts";
 import type { Caller } from "./auth/claims.ts";
 import { ProviderCheck } from "./auth/provider-check.ts";
 import { ProviderKeys } from "./auth/provider-keys.ts";
@@ -40,6 +41,8 @@ export interface AuthOptions {
   /** Tokens of the identity provider only: HS256 tokens are then refused, whatever `secret` says. */
   jwks?: JwksOptions;
   maxTtlSeconds?: number;
+  /** Refused tokens per client address (rate-limits.ts); absent: refusals are not limited. */
+  refusals?: RefusalBudget;
 }
 
 /** The provider's keys and the check of its tokens; the app logs what happens to the keys and fetches them once at start. */
@@ -52,7 +55,9 @@ function providerCheck(app: FastifyInstance, jwks: JwksOptions): ProviderCheck {
   // Not awaited: a provider that is down must not keep the service from starting.
   app.addHook("onReady", async () => void keys.warmUp());
   const { userClaim, adminClaim, adminValue } = jwks;
-  return new ProviderCheck(keys, { issuer: jwks.issuer, audience: jwks.audience, claims: { userClaim, adminClaim, adminValue } });
+  return new ProviderCheck(keys, {
+    issuer: jwks.issuer, audience: jwks.audience, claims: { userClaim, adminClaim, adminValue }, ...(jwks.tokenTypes ? { tokenTypes: jwks.tokenTypes } : {}),
+  });
 }
 
 /**
@@ -67,14 +72,21 @@ export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) 
   app.decorateRequest("caller", null);
   // A callback hook, not an async one: a remembered token (every request but a token's first)
   // is decided without a promise or a turn of the microtask queue.
-  app.addHook("onRequest", (request, _reply, done) => {
+  const { refusals } = options;
+  app.addHook("onRequest", (request, reply, done) => {
     if (request.is404) return done();
     const mode: AuthMode = request.routeOptions.config.auth ?? "required";
     if (mode === "none") return done();
+    // A 401 of this hook draws on the address's budget of refusals; other errors pass as they are.
+    const answer = refusals
+      ? (err?: Error) => (err instanceof HttpError && err.statusCode === 401 ? refusals.count(request, reply, err, done) : done(err))
+      : done;
     const header = request.headers.authorization;
     const remembered = tokens.remembered(header);
-    if (remembered !== undefined) return admit(request, mode, remembered, done);
-    tokens.verify(header).then((caller) => admit(request, mode, caller, done), done);
+    if (remembered !== undefined) return admit(request, mode, remembered, answer);
+    const early = refusals?.refuseEarly(request, reply);
+    if (early) return done(early);
+    tokens.verify(header).then((caller) => admit(request, mode, caller, answer), answer);
   });
 });
 

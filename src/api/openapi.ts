@@ -51,6 +51,8 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
     TOKEN_EXPIRED: "with an identity provider: the token has expired",
     TOKEN_NOT_YET_VALID: "with an identity provider: the token's nbf is in the future",
     TOKEN_USER_CLAIM_INVALID: "with an identity provider: the user claim (LEDGER_JWT_USER_CLAIM) is missing or no valid user id",
+    TOKEN_TYPE_NOT_ALLOWED: "with an identity provider: the token's header typ is not one of LEDGER_JWT_TYPES (default at+jwt, RFC 9068 access tokens)",
+    TOKEN_IS_ID_TOKEN: "with an identity provider: a token typed JWT (or untyped) carries claims of an OIDC ID token (nonce, at_hash, c_hash)",
   },
   403: {
     FORBIDDEN: "the token may not do this (admin only, or acting for someone else)",

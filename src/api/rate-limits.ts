@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from "fastify";
+import { LRUCache } from "lru-cache";
 import { createRequire } from "node:module";
 import { redisRateLimitStore } from "../cache/rate-limit-store.ts";
 import type { RedisClient } from "../cache/redis-connection.ts";
@@ -18,7 +19,7 @@ const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/Loc
 export const WINDOW_MS = 60_000;
 
 /** The store of one budget: its keys in Redis when the count layer has one (shared by every API process), else in this process. */
-export function budgetStore(budget: "writes" | "reads", redis: RedisClient | undefined): BudgetStore {
+export function budgetStore(budget: "writes" | "reads" | "documents" | "refusals", redis: RedisClient | undefined): BudgetStore {
   if (!redis) return new LocalStore(false, false, 5000);
   const Store = redisRateLimitStore(redis);
   return new Store(undefined).child({ ledgerBudget: budget });
@@ -29,6 +30,20 @@ function waitText(ms: number): string {
   if (ms < 1000) return `${ms} ms`;
   const [n, unit] = ms < 60_000 ? [Math.round(ms / 1000), "second"] : [Math.round(ms / 60_000), "minute"];
   return `${n} ${unit}${n === 1 ? "" : "s"}`;
+}
+
+/** The key of a budget counted per client address (the documents, refused tokens): no caller is known. */
+export const perAddress = (request: FastifyRequest): string => `ip:${request.ip}`;
+
+function setHeaders(reply: FastifyReply, max: number, remaining: number, resetS: number): void {
+  void reply.header("x-ratelimit-limit", max);
+  void reply.header("x-ratelimit-remaining", Math.max(0, remaining));
+  void reply.header("x-ratelimit-reset", resetS);
+}
+
+function rateLimited(reply: FastifyReply, resetS: number): HttpError {
+  void reply.header("retry-after", resetS);
+  return new HttpError(429, "RATE_LIMITED", `Rate limit exceeded, retry in ${waitText(resetS * 1000)}`);
 }
 
 /**
@@ -48,12 +63,56 @@ export function budgetHook(store: BudgetStore, max: number, keyOf: (request: Fas
       // answer); if one did, the request fails (500) rather than going unlimited.
       if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
       const resetS = Math.ceil(counted.ttl / 1000);
-      void reply.header("x-ratelimit-limit", max);
-      void reply.header("x-ratelimit-remaining", Math.max(0, max - counted.current));
-      void reply.header("x-ratelimit-reset", resetS);
+      setHeaders(reply, max, max - counted.current, resetS);
       if (counted.current <= max) return done();
-      void reply.header("retry-after", resetS);
-      done(new HttpError(429, "RATE_LIMITED", `Rate limit exceeded, retry in ${waitText(resetS * 1000)}`));
+      done(rateLimited(reply, resetS));
     }, WINDOW_MS, max);
   };
+}
+
+/** Addresses over their budget of refused tokens that this process knows of, with when their window ends. */
+const OVER_ADDRESSES = 10_000;
+
+/**
+ * A budget of `max` refused tokens (401s of the auth hook) per client address and minute. The
+ * per-user budgets run after authentication, so without it a client could have bad tokens checked,
+ * each a signature verification, without end. Only refusals count: a valid token is checked once
+ * and then remembered, so a token that works never draws on it (many users behind one address
+ * included). The refusal that goes over the budget is answered 429 instead of 401, and from then
+ * to the end of the window this process checks no token it has not verified before from that
+ * address (429 at once, before the signature); remembered tokens keep working. With Redis the
+ * count is shared by the API processes; each learns that an address is over at its own next refusal.
+ */
+export class RefusalBudget {
+  private readonly over = new LRUCache<string, number>({ max: OVER_ADDRESSES });
+
+  constructor(private readonly store: BudgetStore, readonly max: number, private readonly now: () => number = Date.now) {}
+
+  /** The 429 for an address over its budget (its headers set), or undefined when a token from it may be checked. */
+  refuseEarly(request: FastifyRequest, reply: FastifyReply): HttpError | undefined {
+    const key = perAddress(request);
+    const until = this.over.get(key);
+    if (until === undefined) return undefined;
+    const leftMs = until - this.now();
+    if (leftMs <= 0) {
+      this.over.delete(key);
+      return undefined;
+    }
+    const resetS = Math.ceil(leftMs / 1000);
+    setHeaders(reply, this.max, 0, resetS);
+    return rateLimited(reply, resetS);
+  }
+
+  /** Counts a refusal (`refusal`, a 401) of the request's address and answers it, or a 429 once the address is over. */
+  count(request: FastifyRequest, reply: FastifyReply, refusal: Error, done: HookHandlerDoneFunction): void {
+    const key = perAddress(request);
+    this.store.incr(key, (err, counted) => {
+      if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
+      const resetS = Math.ceil(counted.ttl / 1000);
+      setHeaders(reply, this.max, this.max - counted.current, resetS);
+      if (counted.current <= this.max) return done(refusal);
+      this.over.set(key, this.now() + counted.ttl);
+      done(rateLimited(reply, resetS));
+    }, WINDOW_MS, this.max);
+  }
 }

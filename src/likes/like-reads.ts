@@ -1,6 +1,7 @@
 import type { Pool } from "../db/pool.ts";
 import { validateId } from "../ids.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
+import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit, validateViewer, type ListOptions } from "../pagination.ts";
+import { notBlockedEitherWay } from "../relations/block-filter.ts";
 
 export interface LikerPage {
   likers: { userId: string; likedAt: Date }[];
@@ -18,6 +19,7 @@ export interface LikerPage {
 export const LIKERS_PAGE_SQL = `SELECT user_id, changed_at, ${cursorTimeSql("changed_at")} AS at FROM like_fact
       WHERE item_id = $1 AND liked
         AND ($2::timestamptz IS NULL OR (changed_at <= $2::timestamptz AND (changed_at < $2::timestamptz OR user_id > $3::text)))
+        AND ${notBlockedEitherWay("user_id", "$5")}
       ORDER BY changed_at DESC, user_id ASC
       LIMIT $4`;
 
@@ -25,15 +27,17 @@ export const LIKERS_PAGE_SQL = `SELECT user_id, changed_at, ${cursorTimeSql("cha
  * Who likes an item, newest first, from the facts (exact at once). Keyset-paginated on
  * (changed_at DESC, user_id ASC), the order of the like_fact_likers index: a like that
  * arrives while a client pages lands before its first page, so later pages neither repeat
- * nor skip the older rows.
+ * nor skip the older rows. A liker in a block with `viewer` (either way) is left out, in the
+ * statement, so a page is still `limit` rows whenever that many are left.
  */
-export async function listLikers(pool: Pool, itemId: string, options: { limit?: number; cursor?: string } = {}): Promise<LikerPage> {
+export async function listLikers(pool: Pool, itemId: string, options: ListOptions = {}): Promise<LikerPage> {
   validateId("itemId", itemId);
   const limit = validateLimit(options.limit);
+  const viewer = validateViewer(options.viewer);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
   const { rows } = await pool.query<{ user_id: string; changed_at: Date; at: string }>(
     LIKERS_PAGE_SQL,
-    [itemId, after?.at ?? null, after?.id ?? null, limit + 1],
+    [itemId, after?.at ?? null, after?.id ?? null, limit + 1, viewer],
   );
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];

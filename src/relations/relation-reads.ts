@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError, PartitionConfigError } from "../errors.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit } from "../pagination.ts";
+import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit, validateViewer, type ListOptions } from "../pagination.ts";
+import { notBlockedEitherWay } from "./block-filter.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import type { Relationship, ViewerRelationship } from "./types.ts";
 
@@ -19,19 +20,22 @@ export interface FollowerCount {
 
 /**
  * Followers from the projection, newest first, keyset-paginated on (since, follower): a row
- * that stays ACTIVE is returned exactly once however the list changes between pages.
+ * that stays ACTIVE is returned exactly once however the list changes between pages. A follower
+ * in a block with `viewer` (either way) is left out.
  */
-export async function listFollowers(pool: Pool, accountId: string, options: { limit?: number; cursor?: string } = {}): Promise<FollowerPage> {
+export async function listFollowers(pool: Pool, accountId: string, options: ListOptions = {}): Promise<FollowerPage> {
   validateId("accountId", accountId);
   const limit = validateLimit(options.limit);
+  const viewer = validateViewer(options.viewer);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
   const { rows } = await pool.query<{ follower: string; since: Date; at: string }>(
     `SELECT follower, since, ${cursorTimeSql("since")} AS at FROM proj_follower
       WHERE followee = $1 AND state = 'ACTIVE'
         AND ($2::timestamptz IS NULL OR (since, follower) < ($2::timestamptz, $3::text))
+        AND ${notBlockedEitherWay("follower", "$5")}
       ORDER BY since DESC, follower DESC
       LIMIT $4`,
-    [accountId, after?.at ?? null, after?.id ?? null, limit + 1],
+    [accountId, after?.at ?? null, after?.id ?? null, limit + 1, viewer],
   );
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
@@ -76,28 +80,33 @@ type PageOptions = { limit?: number; cursor?: string };
 /**
  * Pages a list of accounts newest first on (time DESC, account DESC). `sql` selects
  * account_id, since and at (the cursor's form of since), filters on $1 (the owner) and compares
- * ($2 time, $3 account) as the keyset; $4 is the row limit.
+ * ($2 time, $3 account) as the keyset; $4 is the row limit. A list that hides the accounts in a
+ * block with its viewer says `byViewer` and reads the viewer as $5 (null for nobody).
  */
-async function accountList(pool: Pool, sql: string, owner: string, options: PageOptions): Promise<AccountListPage> {
+async function accountList(pool: Pool, sql: string, owner: string, options: ListOptions, byViewer = false): Promise<AccountListPage> {
   validateId("accountId", owner);
   const limit = validateLimit(options.limit);
+  const viewer = validateViewer(options.viewer);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
-  const { rows } = await pool.query<ListRow>(sql, [owner, after?.at ?? null, after?.id ?? null, limit + 1]);
+  const values = [owner, after?.at ?? null, after?.id ?? null, limit + 1];
+  const { rows } = await pool.query<ListRow>(sql, byViewer ? [...values, viewer] : values);
   const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.at, id: r.account_id }));
   return { accounts: page.map((r) => ({ accountId: r.account_id, since: r.since })), ...(nextCursor ? { nextCursor } : {}) };
 }
 
 /**
  * The accounts `accountId` follows (ACTIVE), from the truth: exact at once, and the index
- * relation_following_list makes it a range read. `since` is when the follow became ACTIVE.
+ * relation_following_list makes it a range read. `since` is when the follow became ACTIVE. An
+ * account in a block with `viewer` (either way) is left out.
  */
-export function listFollowing(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
+export function listFollowing(pool: Pool, accountId: string, options: ListOptions = {}): Promise<AccountListPage> {
   return accountList(pool,
     `SELECT followee AS account_id, changed_at AS since, ${cursorTimeSql("changed_at")} AS at FROM relation
       WHERE follower = $1 AND state = 'ACTIVE'
         AND ($2::timestamptz IS NULL OR (changed_at, followee) < ($2::timestamptz, $3::text))
+        AND ${notBlockedEitherWay("followee", "$5")}
       ORDER BY changed_at DESC, followee DESC
-      LIMIT $4`, accountId, options);
+      LIMIT $4`, accountId, options, true);
 }
 
 /** The follow requests `accountId` has received and not yet decided (PENDING), newest first, from the truth. */

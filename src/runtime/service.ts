@@ -107,7 +107,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     ...(replicas ? { replicas } : {}),
     counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
     ledger, metrics, dashboard, ...(config.jwks ? { jwks: config.jwks } : { jwtSecret: await loadJwtSecret(config) }), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
-    readsPerMinute: config.readsPerMinute, corsOrigins: config.corsOrigins,
+    readsPerMinute: config.readsPerMinute, documentsPerMinute: config.documentsPerMinute, authFailuresPerMinute: config.authFailuresPerMinute, corsOrigins: config.corsOrigins,
     metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
     databaseHealth: database.health, webhooks: registryOptionsOf(config.webhooks),
     logger: options.logger === false ? false : { level: logLevel() },

@@ -21,6 +21,9 @@ const OLD_LIKERS_PAGE_SQL = LIKERS_PAGE_SQL.replace(
   "AND ($2::timestamptz IS NULL OR changed_at < $2::timestamptz OR (changed_at = $2::timestamptz AND user_id > $3::text))",
 );
 
+/** Accounts that block the viewer, among the likers around the deep page: a page of the viewer's skips them. */
+const BLOCKERS = Array.from({ length: 24 }, (_, i) => `u${String(560 + 3 * i).padStart(5, "0")}`);
+
 let db: TestDatabase;
 
 before(async () => {
@@ -35,7 +38,10 @@ before(async () => {
      SELECT 'u' || lpad(g::text, 5, '0'), 'cold', true, 1, timestamptz '2026-01-01' FROM generate_series(1, 50) g`,
     [LIKERS],
   );
+  await db.pool.query("INSERT INTO account (account_id) SELECT unnest($1::text[]) UNION ALL SELECT 'viewer'", [BLOCKERS]);
+  await db.pool.query("INSERT INTO block (blocker, blocked) SELECT unnest($1::text[]), 'viewer'", [BLOCKERS]);
   await db.pool.query("ANALYZE like_fact");
+  await db.pool.query("ANALYZE block");
 });
 
 after(async () => {
@@ -57,24 +63,24 @@ function rowsRead(node: PlanNode): number {
   return own + (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0);
 }
 
-async function pageAtDepth(depth: number): Promise<{ cursor: string; expected: string[] }> {
+async function pageAtDepth(depth: number, viewer: string | null = null): Promise<{ cursor: string; expected: string[] }> {
   const all = (await db.pool.query<{ user_id: string }>(
     "SELECT user_id FROM like_fact WHERE item_id = 'hot' AND liked ORDER BY changed_at DESC, user_id ASC",
-  )).rows.map((r) => r.user_id);
+  )).rows.map((r) => r.user_id).filter((id) => viewer === null || !BLOCKERS.includes(id));
   let cursor: string | undefined;
   let seen = 0;
   while (seen < depth) {
-    const page = await listLikers(db.pool, "hot", { limit: 200, ...(cursor ? { cursor } : {}) });
+    const page = await listLikers(db.pool, "hot", { limit: 200, viewer, ...(cursor ? { cursor } : {}) });
     seen += page.likers.length;
     cursor = page.nextCursor!;
   }
   return { cursor: cursor!, expected: all.slice(seen, seen + PAGE) };
 }
 
-async function explainRowsRead(sql: string, cursor: string): Promise<number> {
+async function explainRowsRead(sql: string, cursor: string, viewer: string | null = null): Promise<number> {
   const [at, id] = JSON.parse(Buffer.from(cursor, "base64url").toString()) as [string, string];
   const { rows } = await db.pool.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
-    `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, ["hot", at, id, PAGE + 1],
+    `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, ["hot", at, id, PAGE + 1, viewer],
   );
   return rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan);
 }
@@ -85,6 +91,16 @@ test("a likers page 2,400 rows deep reads about one page of like_fact_likers, an
   assert.deepEqual(page.likers.map((l) => l.userId), expected);
   const read = await explainRowsRead(LIKERS_PAGE_SQL, cursor);
   assert.ok(read <= PAGE + 1 + 10, `the page read ${read} rows; a page is ${PAGE + 1}, plus at most the cursor instant's ties`);
+});
+
+test("a viewer's deep likers page leaves out the accounts that block them, is full, and reads about a page plus those", async () => {
+  const { cursor, expected } = await pageAtDepth(2400, "viewer");
+  const page = await listLikers(db.pool, "hot", { limit: PAGE, cursor, viewer: "viewer" });
+  assert.deepEqual(page.likers.map((l) => l.userId), expected);
+  assert.equal(page.likers.length, PAGE);
+  const skipped = BLOCKERS.length;
+  const read = await explainRowsRead(LIKERS_PAGE_SQL, cursor, "viewer");
+  assert.ok(read <= PAGE + 1 + 10 + skipped + 2 * (PAGE + 1 + skipped), `the page read ${read} rows`);
 });
 
 test("control: the bound inside one OR is a filter, and the same page reads the whole depth", async () => {

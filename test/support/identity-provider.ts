@@ -32,6 +32,8 @@ export interface TokenOptions {
   /** The header's alg and kid, when they should differ from the key's. */
   alg?: string;
   kid?: string | undefined;
+  /** The header's typ: at+jwt (an RFC 9068 access token) unless told otherwise; undefined: none. */
+  typ?: string | undefined;
 }
 
 let keyCounter = 0;
@@ -99,9 +101,11 @@ export class TestProvider {
 
   /** A token signed with `key`: sub, iss, aud, iat and exp as a provider would set them, unless told otherwise. */
   sign(key: ProviderKey, claims: Record<string, unknown> = {}, o: TokenOptions = {}): Promise<string> {
-    const header: { alg: string; kid?: string } = { alg: o.alg ?? key.alg };
+    const header: { alg: string; kid?: string; typ?: string } = { alg: o.alg ?? key.alg };
     const kid = "kid" in o ? o.kid : key.kid;
     if (kid !== undefined) header.kid = kid;
+    const typ = "typ" in o ? o.typ : "at+jwt";
+    if (typ !== undefined) header.typ = typ;
     const jwt = new SignJWT(claims).setProtectedHeader(header).setIssuer(o.iss ?? this.issuer).setAudience(o.aud ?? this.audience).setIssuedAt();
     const sub = "sub" in o ? o.sub : "alice";
     if (sub !== undefined) jwt.setSubject(sub);

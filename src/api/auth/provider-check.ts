@@ -1,4 +1,5 @@
-import { decodeProtectedHeader, jwtVerify, errors as joseErrors, type JWTPayload } from "jose";
+import { decodeProtectedHeader, jwtVerify, errors as joseErrors, type JWTHeaderParameters, type JWTPayload } from "jose";
+import { DEFAULT_TOKEN_TYPES, tokenType } from "../../config.ts";
 import { HttpError, unauthenticated } from "../errors.ts";
 import { readCaller, type ClaimMapping } from "./claims.ts";
 import { KeysUnavailableError, type ProviderKeys } from "./provider-keys.ts";
@@ -15,6 +16,23 @@ export interface ProviderCheckOptions {
   issuer: string;
   audience: string[];
   claims: Omit<ClaimMapping, "arrays">;
+  /** The header typ values taken (LEDGER_JWT_TYPES, as config.ts tokenType writes them); default DEFAULT_TOKEN_TYPES. */
+  tokenTypes?: readonly string[];
+}
+
+/**
+ * Claims only an OIDC ID token carries (OpenID Connect Core 1.0, 2 and 3.1.3.6): the nonce of the
+ * sign-in, the hashes that bind it to an access token or a code. Keycloak also says `typ: "ID"` in
+ * the payload. A token typed only as a JWT (or not typed) that carries one is an ID token.
+ */
+const ID_TOKEN_CLAIMS = ["nonce", "at_hash", "c_hash"] as const;
+
+/** Why a verified token is not an access token of this API, or undefined. */
+function idTokenMark(payload: JWTPayload): string | undefined {
+  const claim = ID_TOKEN_CLAIMS.find((c) => payload[c] !== undefined);
+  if (claim) return `it carries ${claim}, a claim of OIDC ID tokens`;
+  if (typeof payload.typ === "string" && payload.typ.toLowerCase() === "id") return "its typ claim says ID";
+  return undefined;
 }
 
 const refused = (code: string, message: string) => new HttpError(401, code, message);
@@ -37,9 +55,11 @@ function headerOf(token: string): { alg: string; kid: string | undefined } {
  */
 export class ProviderCheck implements TokenCheck {
   private readonly claims: ClaimMapping;
+  private readonly types: readonly string[];
 
   constructor(private readonly keys: ProviderKeys, private readonly options: ProviderCheckOptions) {
     this.claims = { ...options.claims, arrays: true };
+    this.types = options.tokenTypes ?? DEFAULT_TOKEN_TYPES;
   }
 
   keyGeneration(): number {
@@ -48,16 +68,34 @@ export class ProviderCheck implements TokenCheck {
 
   async check(token: string, now: Date): Promise<CheckedToken> {
     let payload: JWTPayload;
+    let protectedHeader: JWTHeaderParameters;
     try {
-      ({ payload } = await jwtVerify(token, this.keys.resolve, {
+      ({ payload, protectedHeader } = await jwtVerify(token, this.keys.resolve, {
         algorithms: [...PROVIDER_ALGORITHMS], issuer: this.options.issuer, audience: this.options.audience, requiredClaims: ["exp"], currentDate: now,
       }));
     } catch (err) {
       throw this.refusal(err, token);
     }
+    this.requireAccessToken(protectedHeader, payload);
     const read = readCaller(payload, this.claims);
     if ("problem" in read) throw refused("TOKEN_USER_CLAIM_INVALID", read.problem);
     return { caller: read.caller, exp: payload.exp!, nbf: payload.nbf, iat: payload.iat };
+  }
+
+  /**
+   * An access token, not the ID token of a sign-in that a client sends instead (its aud is the
+   * client's id, which may be an audience of this API too). RFC 9068 types access tokens at+jwt
+   * in the header; a provider that types them only as JWT, or not at all, needs LEDGER_JWT_TYPES
+   * to say so, and its tokens are then also refused when they carry an ID token's claims.
+   */
+  private requireAccessToken(header: JWTHeaderParameters, payload: JWTPayload): void {
+    const typ = tokenType(typeof header.typ === "string" ? header.typ : "JWT");
+    const shown = typeof header.typ === "string" ? JSON.stringify(header.typ) : "absent (a plain JWT)";
+    if (!this.types.includes(typ)) {
+      throw refused("TOKEN_TYPE_NOT_ALLOWED", `the token's typ is ${shown}; LEDGER_JWT_TYPES takes ${this.types.join(", ")} (an OIDC ID token is not an access token; a provider that types its access tokens JWT, or not at all, needs LEDGER_JWT_TYPES=at+jwt,JWT)`);
+    }
+    const mark = typ === "at+jwt" ? undefined : idTokenMark(payload);
+    if (mark) throw refused("TOKEN_IS_ID_TOKEN", `the token is an OIDC ID token (${mark}): send an access token for this API`);
   }
 
   private refusal(err: unknown, token: string): HttpError {

@@ -56,7 +56,7 @@ const dashboardResponse = named("DashboardState", {
 });
 
 /** GET /dashboard (the page and its files) and GET /v1/admin/dashboard (its one JSON endpoint). */
-export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded"; readRateLimit: RateLimit }): Promise<void> {
+export async function dashboardRoutes(app: FastifyInstance, opts: { countsState: () => "off" | "up" | "degraded"; readRateLimit: RateLimit; documentRateLimit: RateLimit }): Promise<void> {
   const { dashboard, ledger } = app;
   const page = await readFile(path.join(PUBLIC_DIR, "index.html"), "utf8");
 
@@ -66,6 +66,7 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { countsState:
     files.addHook("onRoute", (route) => {
       route.config = { ...route.config, auth: "none" };
     });
+    files.addHook("onRequest", opts.documentRateLimit);
     await files.register(fastifyStatic, { root: PUBLIC_DIR, prefix: "/dashboard/assets/", decorateReply: false, index: false });
     await files.register(fastifyStatic, {
       root: UPLOT_DIR, prefix: "/dashboard/vendor/uplot/", decorateReply: false, index: false,
@@ -73,7 +74,7 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { countsState:
     });
   });
 
-  app.get("/dashboard", { schema: { hide: true }, config: { auth: "none" } }, async (_request, reply) => {
+  app.get("/dashboard", { schema: { hide: true }, config: { auth: "none" }, onRequest: opts.documentRateLimit }, async (_request, reply) => {
     void reply.type("text/html; charset=utf-8").header("content-security-policy", PAGE_POLICY).header("cache-control", "no-store");
     return page;
   });

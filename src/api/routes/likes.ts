@@ -96,7 +96,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     config: { auth: "optional", replicaRead: true },
     onRequest: opts.readRateLimit,
     schema: {
-      tags: ["likes"], summary: "Who likes the item, newest first (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
+      tags: ["likes"], summary: "Who likes the item, newest first, without accounts in a block with the caller (cursor in the body and in Link rel=next; no token: plain items, PUBLIC posts and their comments)",
       security: optionalBearer, params: idParams, querystring: pageQuery,
       response: {
         200: likerPage,
@@ -105,7 +105,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
     },
   }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>, reply) => {
     await requireVisibleItem(ledger, request.caller, request.params.id);
-    return sendPage(request, reply, await app.readFrom(request, (pool) => listLikers(pool, request.params.id, pageOptions(request.query))), request.query);
+    return sendPage(request, reply, await app.readFrom(request, (pool) => listLikers(pool, request.params.id, { ...pageOptions(request.query), viewer: request.caller?.id ?? null })), request.query);
   });
 
   app.get("/v1/accounts/me/likes", {

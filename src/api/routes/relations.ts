@@ -235,20 +235,20 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
   const ownListSchema = (summary: string, page: { $ref: string }) => listSchema(summary, page, "required");
 
   app.get("/v1/accounts/:id/followers",
-    listSchema("Followers from the projection, newest first (cursor in the body and in Link rel=next)", followerPage, "optional", [403, 404], true),
+    listSchema("Followers from the projection, newest first, without accounts in a block with the caller (cursor in the body and in Link rel=next)", followerPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const page = await app.readFrom(request, (pool) => listFollowers(pool, accountId, pageOptions(request.query)));
+      const page = await app.readFrom(request, (pool) => listFollowers(pool, accountId, { ...pageOptions(request.query), viewer: request.caller?.id ?? null }));
       return sendPage(request, reply, page, request.query);
     });
 
   app.get("/v1/accounts/:id/following",
-    listSchema("Accounts this account follows, from the truth, newest first", followingPage, "optional", [403, 404], true),
+    listSchema("Accounts this account follows, from the truth, newest first, without accounts in a block with the caller", followingPage, "optional", [403, 404], true),
     async (request: ListRequest, reply) => {
       const accountId = accountParam(request);
       await requireVisibleCollections(request.caller, accountId);
-      const { accounts, nextCursor } = await app.readFrom(request, (pool) => listFollowing(pool, accountId, pageOptions(request.query)));
+      const { accounts, nextCursor } = await app.readFrom(request, (pool) => listFollowing(pool, accountId, { ...pageOptions(request.query), viewer: request.caller?.id ?? null }));
       return sendPage(request, reply, { following: accounts, ...(nextCursor ? { nextCursor } : {}) }, request.query);
     });
 
