@@ -41,7 +41,7 @@ export type MigrationDifference =
   | "edited"
   /** Applied under this number with the same text, but the file now has another name. */
   | "renamed"
-  /** Applied under this name, which the files now give another number. */
+  /** Applied under this name, which the files now have under another number. */
   | "renumbered"
   /** Applied, but no file has its name any more and its number is another migration (a revert, a removal). */
   | "removed"
@@ -78,19 +78,24 @@ function short(checksum: string): string {
   return `sha256 ${checksum.slice(0, 12)}`;
 }
 
+/** A migration's name without its number: "003_like_write_function.sql" -> "like_write_function.sql". */
+function unnumbered(name: string): string {
+  return name.replace(/^\d+_/, "");
+}
+
 /** The difference of one applied row from the files, or undefined when it matches. */
 function differenceOf(row: AppliedMigration, files: readonly Migration[]): MigrationHistoryError | undefined {
   const file = files.find((m) => m.id === row.id);
-  const sameName = files.find((m) => m.name === row.name);
   if (file && file.name === row.name) {
     const checksum = migrationChecksum(file.sql);
     if (row.checksum === null || row.checksum === checksum) return undefined;
     return new MigrationHistoryError(row.name, "edited",
       `migration ${row.name} was edited after it was applied (applied text ${short(row.checksum)}, file now ${short(checksum)}); ${NEVER}`);
   }
-  if (sameName) {
+  const moved = files.find((m) => m.id !== row.id && unnumbered(m.name) === unnumbered(row.name));
+  if (moved) {
     return new MigrationHistoryError(row.name, "renumbered",
-      `migration ${row.name} was applied as number ${row.id} but the files now number it ${sameName.id}` +
+      `migration ${row.name} was applied as number ${row.id} but the files now have it as ${moved.name}` +
         (file ? ` and give number ${row.id} to ${file.name}` : "") + `; ${NEVER}`);
   }
   if (!file) {
@@ -100,10 +105,10 @@ function differenceOf(row: AppliedMigration, files: readonly Migration[]): Migra
   }
   if (row.checksum !== null && row.checksum === migrationChecksum(file.sql)) {
     return new MigrationHistoryError(row.name, "renamed",
-      `migration ${row.name} (number ${row.id}) was applied under that name and is now named ${file.name} (same text); ${NEVER}`);
+      `migration ${row.name} was applied under that name and is now named ${file.name} (same text); ${NEVER}`);
   }
   return new MigrationHistoryError(row.name, "removed",
-    `migration ${row.name} (number ${row.id}) is applied but no file has that name any more (reverted, removed or renamed); ` +
+    `migration ${row.name} is applied but no file has that name any more (reverted, removed or renamed): ` +
       `number ${row.id} is now ${file.name}, which was never applied; ${NEVER}`);
 }
 
