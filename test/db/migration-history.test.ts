@@ -4,11 +4,12 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { Pool } from "../../src/db/pool.ts";
+import { createPool, type Pool } from "../../src/db/pool.ts";
 import {
   MigrationHistoryError, checkMigrationHistory, loadMigrations, migrate, migrationChecksum,
   type MigrationDifference, type Migration,
 } from "../../src/db/migrate.ts";
+import { waitForLockWait } from "../support/pg-locks.ts";
 import { createEmptyDatabase, type TestDatabase } from "../support/test-db.ts";
 
 /**
@@ -194,4 +195,30 @@ test("the shipped migrations: a database migrated by this code passes the check"
   await migrate(db.pool);
   const history = await checkMigrationHistory(db.pool);
   assert.deepEqual(history.map((r) => [r.name, r.checksum]), shipped.map((m) => [m.name, migrationChecksum(m.sql)]));
+});
+
+test("two migrators with different texts of 002 collide: the one that waited compares the row the other committed and refuses", async (t) => {
+  const db = await createEmptyDatabase();
+  t.after(() => db.close());
+  const key = 4243;
+  const blocking = `SELECT pg_advisory_xact_lock(${key});\nCREATE TABLE mig_b (x integer);\n`;
+  const filesA = await files({ "001_a.sql": ORIGINAL["001_a.sql"]!, "002_b.sql": blocking });
+  const filesB = await files({ "001_a.sql": ORIGINAL["001_a.sql"]!, "002_b.sql": `${blocking}CREATE TABLE mig_b2 (x integer);\n` });
+  const pools = ["holder", "migrator-a", "migrator-b"].map((applicationName) => createPool({ connectionString: db.url, max: 1, applicationName }));
+  t.after(() => Promise.all(pools.map((p) => p.end())));
+  const [holder, poolA, poolB] = pools as [Pool, Pool, Pool];
+  const pidOf = async (pool: Pool) => (await pool.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
+  const [aPid, bPid] = [await pidOf(poolA), await pidOf(poolB)];
+  await holder.query("SELECT pg_advisory_lock($1)", [key]);
+  const a = migrate(poolA, filesA);
+  a.catch(() => undefined);
+  assert.equal((await waitForLockWait(db.pool, () => aPid)).locktype, "advisory", "A is inside the body of 002, its row inserted, not committed");
+  const b = migrate(poolB, filesB);
+  b.catch(() => undefined);
+  assert.equal((await waitForLockWait(db.pool, () => bPid)).locktype, "transactionid", "B waits on A's ledger_migration row for 002");
+  await holder.query("SELECT pg_advisory_unlock($1)", [key]);
+  assert.deepEqual((await a).applied, ["001_a.sql", "002_b.sql"]);
+  await assert.rejects(b, (err: unknown) => err instanceof MigrationHistoryError && err.difference === "edited" && err.migration === "002_b.sql");
+  const { rows } = await db.pool.query("SELECT to_regclass('mig_b2') IS NULL AS missing");
+  assert.equal((rows[0] as { missing: boolean }).missing, true, "B's text of 002 never ran");
 });
