@@ -1,4 +1,4 @@
-import type { Pool } from "./pool.ts";
+import type { Pool, PoolClient } from "./pool.ts";
 
 /**
  * The schema of a migrated database as one text, read from the catalogs (the embedded
@@ -26,21 +26,21 @@ export const SCHEMA_HEADER = `-- The current schema: what src/db/migrations make
 `;
 
 /** The `text` column of each row; $1 is the schema's name where the query needs it. */
-async function lines(pool: Pool, sql: string, params: unknown[] = [SCHEMA]): Promise<string[]> {
-  const { rows } = await pool.query<{ text: string }>(sql, params);
+async function lines(client: PoolClient, sql: string, params: unknown[] = [SCHEMA]): Promise<string[]> {
+  const { rows } = await client.query<{ text: string }>(sql, params);
   return rows.map((r) => r.text);
 }
 
-async function extensions(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function extensions(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     SELECT format('CREATE EXTENSION IF NOT EXISTS %I WITH SCHEMA %I;', e.extname, n.nspname) AS text
       FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
      WHERE e.extname <> 'plpgsql'
      ORDER BY e.extname COLLATE "C"`, []);
 }
 
-async function types(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function types(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     SELECT CASE t.typtype
              WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s);', t.typname,
                (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid))
@@ -61,8 +61,8 @@ async function types(pool: Pool): Promise<string[]> {
 }
 
 /** Sequences of their own or of a serial column; an identity column's sequence is part of its column. */
-async function sequences(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function sequences(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     SELECT format('CREATE SEQUENCE %I AS %s INCREMENT BY %s MINVALUE %s MAXVALUE %s START WITH %s CACHE %s%s%s;',
              c.relname, format_type(s.seqtypid, NULL), s.seqincrement, s.seqmin, s.seqmax, s.seqstart, s.seqcache,
              CASE WHEN s.seqcycle THEN ' CYCLE' ELSE ' NO CYCLE' END,
@@ -80,8 +80,8 @@ async function sequences(pool: Pool): Promise<string[]> {
  * One block per table: CREATE TABLE with its columns and constraints, then its indexes (those
  * no constraint made), triggers, row security and policies, and comments.
  */
-async function tables(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function tables(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     WITH tbl AS (
       SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.relispartition, c.relrowsecurity, c.relforcerowsecurity, c.reloptions
         FROM pg_class c
@@ -163,8 +163,8 @@ async function tables(pool: Pool): Promise<string[]> {
      ORDER BY t.relname COLLATE "C"`);
 }
 
-async function views(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function views(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     SELECT format(E'CREATE %sVIEW %I AS\\n%s', CASE c.relkind WHEN 'm' THEN 'MATERIALIZED ' ELSE '' END, c.relname,
                   rtrim(pg_get_viewdef(c.oid, true), E'; \\n') || ';')
            || coalesce((SELECT string_agg(E'\\n' || pg_get_indexdef(i.indexrelid) || ';', '' ORDER BY ic.relname COLLATE "C")
@@ -180,8 +180,8 @@ async function views(pool: Pool): Promise<string[]> {
 }
 
 /** Functions and procedures, by name then argument types; aggregates have no pg_get_functiondef. */
-async function functions(pool: Pool): Promise<string[]> {
-  return lines(pool, `
+async function functions(client: PoolClient): Promise<string[]> {
+  return lines(client, `
     SELECT CASE WHEN p.prokind = 'a'
                 THEN format('-- aggregate %I(%s)', p.proname, pg_get_function_identity_arguments(p.oid))
                 ELSE rtrim(pg_get_functiondef(p.oid), E'\\n') || ';' END
@@ -194,21 +194,34 @@ async function functions(pool: Pool): Promise<string[]> {
      ORDER BY p.proname COLLATE "C", pg_get_function_identity_arguments(p.oid) COLLATE "C"`);
 }
 
-/** The schema text of the database `pool` connects to (see the module comment). */
+/**
+ * The schema text of the database `pool` connects to (see the module comment), read in one
+ * snapshot with a fixed search_path: pg_get_viewdef and pg_get_indexdef qualify names by it.
+ */
 export async function dumpSchema(pool: Pool): Promise<string> {
-  const sections: [string, string[]][] = [
-    ["Extensions", await extensions(pool)],
-    ["Types", await types(pool)],
-    ["Sequences", await sequences(pool)],
-    ["Tables, with their constraints, indexes, triggers and policies", await tables(pool)],
-    ["Views", await views(pool)],
-    ["Functions and procedures", await functions(pool)],
-  ];
-  const body = sections
-    .filter(([, items]) => items.length > 0)
-    .map(([title, items]) => `-- ${title}\n\n${items.join("\n\n")}\n`)
-    .join("\n");
-  return `${SCHEMA_HEADER}\n${body}`;
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    await client.query("SET LOCAL search_path TO public");
+    const sections: [string, string[]][] = [
+      ["Extensions", await extensions(client)],
+      ["Types", await types(client)],
+      ["Sequences", await sequences(client)],
+      ["Tables, with their constraints, indexes, triggers and policies", await tables(client)],
+      ["Views", await views(client)],
+      ["Functions and procedures", await functions(client)],
+    ];
+    await client.query("COMMIT");
+    const body = sections
+      .filter(([, items]) => items.length > 0)
+      .map(([title, items]) => `-- ${title}\n\n${items.join("\n\n")}\n`)
+      .join("\n");
+    client.release();
+    return `${SCHEMA_HEADER}\n${body}`;
+  } catch (err) {
+    client.release(true); // discarded: it may be inside the failed transaction
+    throw err;
+  }
 }
 
 /** The command that rewrites src/db/schema.sql. */
