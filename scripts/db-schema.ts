@@ -12,7 +12,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { createPool } from "../src/db/pool.ts";
 import { dumpSchema } from "../src/db/schema-dump.ts";
 
-export const SCHEMA_FILE = fileURLToPath(new URL("../src/db/schema.sql", import.meta.url));
+const SCHEMA_FILE = fileURLToPath(new URL("../src/db/schema.sql", import.meta.url));
 
 const root = await clusterTempDir("social-ledger-schema-");
 try {
