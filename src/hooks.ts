@@ -4,7 +4,7 @@
  * without sleeping. In production no handler is registered and `at` resolves at once. Whether
  * a handler is registered is deliberately not asked anywhere: a hook point pauses the path
  * production runs and never selects another (docs/testing.md). The write functions' own points
- * are in SQL (ledger_hook, migration 016).
+ * are in SQL (the function ledger_hook, src/db/schema.sql).
  */
 export type HookContext = Record<string, unknown>;
 export type HookHandler = (context: HookContext) => void | Promise<void>;

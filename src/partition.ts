@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 
 /**
  * The partition of a key: the first 32 bits of md5(key) as an unsigned integer, mod P.
- * The SQL function ledger_partition(key, partitions) in migration 001 computes the same
+ * The SQL function ledger_partition(key, partitions) (src/db/schema.sql) computes the same
  * value, so audits can check every stored row against this rule.
  */
 export function stablePartition(key: string, partitions: number): number {

@@ -109,7 +109,7 @@ function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
 
 /**
  * The service's periodic audit (issue 22): the checks of fullAudit, but each section over what
- * changed since its last clean run (audit_cursor, migration 022) plus a rotating sample of
+ * changed since its last clean run (the table audit_cursor) plus a rotating sample of
  * untouched targets, so its cost follows the change, not the history. A section without a
  * cursor, or whose cursor is below its outbox's retention floor (the events it would read are
  * pruned), runs its full form once. Positions, cursors, floors and the incremental statements

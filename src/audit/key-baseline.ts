@@ -1,6 +1,6 @@
 /**
  * The stored per-key truths that let the periodic audit check a hot key by induction instead of
- * recounting all its facts (migration 027, docs/counters.md "Hot keys: audited by induction"):
+ * recounting all its facts (the table audit_key_baseline, docs/counters.md "Hot keys: audited by induction"):
  * which touched keys a run may audit so, and how a clean run stores the truths it computed.
  */
 import type { PoolClient } from "../db/pool.ts";

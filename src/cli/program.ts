@@ -122,12 +122,15 @@ one leads, the others stand by. Consume with \`worker --transport nats\`. docs/t
   program
     .command("migrate")
     .description("Apply pending migrations and print the migration status as JSON")
+    .option("--status", "print the status only, applying nothing (exit 1 when migrations are pending)")
     .addHelpText("after", `
 Safe while the service runs and from several processes at once (each migration runs exactly once).
-Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,appliedAt}],...}.`)
-    .action(async () => {
+Prints {"latest","applied","pending","appliedNow":[...],"migrations":[{id,name,checksum,appliedAt}],...}.
+Refuses (exit 1, nothing written) a database whose applied migrations differ from this code's files:
+one edited, renamed, renumbered or reverted after it was applied, or one this code does not know.`)
+    .action(async (opts: { status?: boolean }) => {
       const { migrateCommand } = await import("./commands/migrate.ts");
-      setExitCode(await migrateCommand());
+      setExitCode(await migrateCommand(opts));
     });
 
   program

@@ -2,7 +2,7 @@ import type { CounterSpec } from "../counters/counter-spec.ts";
 
 /**
  * comment_count per post on the shared counter machinery. countedSql reads counted_comment,
- * the view over comment_counted() (migration 009): the one definition of a counted comment
+ * the view over comment_counted() (src/db/schema.sql): the one definition of a counted comment
  * that the write path's deltas, the rebuild and the audit all use.
  */
 export const COMMENT_COUNTER: CounterSpec = {

@@ -104,7 +104,7 @@ const VISIBLE_SQL = `
 /**
  * Comments as facts (docs/comments.md): create with an idempotency key, edit by the author,
  * delete by the author or the post's author as a tombstone. Every change of a comment's counted
- * state (comment_counted(), migration 004) writes one comment_outbox event in the same
+ * state (the SQL function comment_counted()) writes one comment_outbox event in the same
  * transaction, which the shared CounterConsumer turns into comment_count.
  */
 export class CommentService {
@@ -259,7 +259,7 @@ export class CommentService {
   /**
    * A parent must be on the same post, visible to the writer, not deleted, and not at the depth
    * limit. A parent the writer may not see is the same 404 as an unknown id, wherever it is; only
-   * a comment they may see (item_state, migration 015) is "on another post".
+   * a comment they may see (item_state) is "on another post".
    */
   private async readParent(client: PoolClient, author: string, postId: string, parentId: string): Promise<{ root_id: string; depth: number }> {
     const { rows } = await client.query<{ post_id: string; root_id: string; depth: number; deleted_at: Date | null; visible: boolean; visible_elsewhere: boolean }>(

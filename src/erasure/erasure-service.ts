@@ -69,7 +69,7 @@ export function validateBatchSize(value: unknown): number {
 
 /**
  * Erasing an account (docs/erasure.md): start() marks it ERASING (reads answer it missing, the
- * write guard of the erasure migration refuses writes by or towards it) and counts its facts;
+ * write guard (the erasure_guard_* triggers, src/db/schema.sql) refuses writes by or towards it) and counts its facts;
  * step() runs one bounded batch of the current phase as one statement (erasure_step), so each
  * batch is a short transaction; the state lives in account_erasure, so any process may run the
  * next batch, after a crash too. The hook point `erasure.betweenBatches` is reached after each

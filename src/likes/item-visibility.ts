@@ -5,7 +5,7 @@ import { validateId } from "../ids.ts";
 export type ItemState = "MISSING" | "HIDDEN" | "VISIBLE";
 
 /**
- * Whether `reader` (null: no token) may see an item, from item_state (migration 015): the one
+ * Whether `reader` (null: no token) may see an item, from the SQL function item_state (src/db/schema.sql): the one
  * rule for every item kind, in the truth. The like routes answer 404 unless VISIBLE, the same
  * for a hidden item as for a missing one (docs/security.md).
  */

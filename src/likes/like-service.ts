@@ -10,7 +10,7 @@ import type { LikeResult } from "./types.ts";
 
 export const ITEM_NOT_FOUND = "ITEM_NOT_FOUND";
 
-/** What the server-side write function returns (migration 003, like_set). */
+/** What the server-side write function like_set returns (src/db/schema.sql). */
 interface LikeSetRow {
   outcome: "CHANGED" | "NOOP" | "HIDDEN";
   liked: boolean;
@@ -19,10 +19,10 @@ interface LikeSetRow {
 }
 
 const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq FROM like_set($1, $2, $3, $4)" };
-/** like_set after item_state in the truth (migration 015): 'HIDDEN' and nothing written when the user may not (un)like it. */
+/** like_set after item_state in the truth (like_set_if_visible): 'HIDDEN' and nothing written when the user may not (un)like it. */
 const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome, liked, version, seq FROM like_set_if_visible($1, $2, $3, $4)" };
 
-/** One answer of like_set_batch (migration 021), ord being the write's position in the batch. */
+/** One answer of like_set_batch (src/db/schema.sql), ord being the write's position in the batch. */
 interface LikeBatchRow {
   ord: number;
   outcome: "CHANGED" | "NOOP" | "REJECTED";
@@ -70,16 +70,16 @@ export interface LikeServiceOptions {
 /**
  * The write path of chapter 32: placeholder row, lock the fact, compare with the target state,
  * and only on a change bump the version, take the next number of the user's partition sequence
- * and write the outbox event. All of it is the server-side function like_set (migrations 003,
- * 008, 016), called as one autocommit statement: one round trip per write. Its hook point
- * like.beforeCommit (ledger_hook, migration 016) is inside the function, after the outbox
+ * and write the outbox event. All of it is the server-side function like_set (src/db/schema.sql),
+ * called as one autocommit statement: one round trip per write. Its hook point
+ * like.beforeCommit (ledger_hook) is inside the function, after the outbox
  * insert with every lock held, so a race test parks this very call (docs/testing.md).
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
  *
  * Group commit (issue 22, docs/write-path.md "Group commit"): writes of one partition that
  * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
- * like_set_batch call (migration 021), which decides each of them on its own, in arrival order,
+ * like_set_batch call, which decides each of them on its own, in arrival order,
  * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.
  * The `lanes` option (LEDGER_WRITE_LANES, opt-in: docs/write-path.md "Lanes") shares one
  * batcher among several partitions, one batch in flight, to form larger batches when P is large.
@@ -148,7 +148,7 @@ export class LikeService {
 
   /**
    * The API's like and unlike: the same write as like/unlike, but only if the user may see the
-   * item (item_state, migration 015, decided in the truth inside the same statement); an
+   * item (item_state, decided in the truth inside the same statement); an
    * unlike of one's own like is allowed also when a block hid the item. An item the user may
    * not (un)like is REJECTED ITEM_NOT_FOUND exactly like a missing one, and nothing is written.
    */
@@ -208,7 +208,7 @@ export class LikeService {
 function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult {
   if (row.outcome === "REJECTED") {
     if (row.code === "ACCOUNT_BEING_ERASED") {
-      // The same typed error as the guard's SQLSTATE SLE01 on the one-write path (migration 020).
+      // The same typed error as the guard's SQLSTATE SLE01 on the one-write path (erasure_refuse).
       throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
         `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
     }

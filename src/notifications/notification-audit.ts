@@ -18,7 +18,7 @@ export interface NotificationAudit {
 
 /**
  * THE notification invariant as one statement: the view's active rows equal the facts'
- * (notification_truth of the migration, the rebuild's source too), pair by pair, with the
+ * (the view notification_truth, the rebuild's source too), pair by pair, with the
  * recipient, the type and the id (which carries the time and the version), except on pairs
  * with an event the consumer has not processed yet (pendingEventSql). So it is exact at any
  * lag: a difference without a pending event is a lie.

@@ -6,7 +6,7 @@ import { cursorTimeSql, decodeCursor, keysetPage, validateLimit } from "../pagin
 /** How many of a group's latest accounts a page names (Mastodon's sample_account_ids). */
 export const SAMPLE_ACCOUNTS = 8;
 
-/** The form of a notification id (migration's notification_id): 16 digits of microseconds, a dash, 12 hex digits. */
+/** The form of a notification id (the SQL function notification_id): 16 digits of microseconds, a dash, 12 hex digits. */
 export const NOTIFICATION_ID_PATTERN = /^[0-9]{16}-[0-9a-f]{12}$/;
 
 export type NotificationType = "like" | "follow" | "follow_request" | "comment";

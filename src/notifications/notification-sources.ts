@@ -20,7 +20,7 @@ export interface NotificationSource {
    * SELECT of the candidate rows of the events whose seq is in `fresh(seq)`, partition $1:
    * (source, actor, subject, recipient, type, item_id, active, version, at, part, seq). An event
    * that notifies no one (a like of a plain item, of one's own post, a comment on one's own post)
-   * yields no row. The same rules as the view notification_truth of the migration.
+   * yields no row. The same rules as the view notification_truth (src/db/schema.sql).
    */
   candidatesSql: string;
 }

@@ -11,7 +11,7 @@ import { AccountNotFoundError } from "./errors.ts";
 import { missingAccounts, pairRelationship } from "./relation-reads.ts";
 import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
-/** A row returned by the write functions of migration 007. */
+/** A row returned by the write functions relation_follow, relation_unfollow, relation_decide, relation_block and relation_unblock (src/db/schema.sql). */
 interface WriteRow {
   outcome: "CHANGED" | "NOOP" | "REJECTED" | "ACCOUNT_NOT_FOUND";
   state: RelationState;
@@ -41,7 +41,7 @@ interface RelationWrite {
   approve: boolean | null;
 }
 
-/** One answer of relation_set_batch (migration 025), ord being the write's position in the batch. */
+/** One answer of relation_set_batch (src/db/schema.sql), ord being the write's position in the batch. */
 interface BatchRow extends WriteRow {
   ord: number;
   /** With ACCOUNT_BEING_ERASED: the account whose erasure refused the write. */
@@ -59,7 +59,7 @@ export const RELATION_BATCHES_IN_FLIGHT = 2;
 /**
  * How often a batch is sent again after the erasure guard's trigger refused one of its rows (an
  * erasure began between the batch's own check and its write): the next run's check answers that
- * row on its own. A bound, not a loop, in case erasures keep starting. Since migration 026 only
+ * row on its own. A bound, not a loop, in case erasures keep starting. In relation_set_batch only
  * the INSERT guard can refuse (a new pair's placeholder row): before each UPDATE the batch asks
  * the UPDATE guard's question itself and answers a refusal as that write's own row.
  */
@@ -80,13 +80,13 @@ export interface RelationServiceOptions {
  * lock: a block transaction must take the same row lock first, so what the check reads cannot
  * change before this transaction commits (the chapter's argument, test 30-H/30-I).
  *
- * Each operation runs as one server-side function call (migrations 007 and 016), one round
- * trip. The deterministic race tests pause inside those functions, at the hook points of
- * migration 016 (ledger_hook), so they race the statements production runs (docs/testing.md).
+ * Each operation runs as one server-side function call (relation_follow, ..., src/db/schema.sql), one round
+ * trip. The deterministic race tests pause inside those functions, at their hook points
+ * (ledger_hook), so they race the statements production runs (docs/testing.md).
  *
  * Group commit (issue 22, docs/write-path.md "Group commit"): follows, unfollows and decisions
  * of one followee partition that arrive while RELATION_BATCHES_IN_FLIGHT batches of it are
- * running go together as one relation_set_batch call (migration 025), which decides each on its
+ * running go together as one relation_set_batch call, which decides each on its
  * own in arrival order, passes the same hook points, and answers each with its own row. A write
  * to an idle partition goes at once, as the single call. Block and unblock are not batched.
  */
@@ -318,7 +318,7 @@ async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<Ac
 function batchAnswer(row: BatchRow): RelationResult | Error {
   if (row.outcome === "ACCOUNT_NOT_FOUND") return new AccountNotFoundError(row.reason);
   if (row.code === "ACCOUNT_BEING_ERASED") {
-    // The same typed error as the guard's SQLSTATE SLE01 on the single call (migration 020).
+    // The same typed error as the guard's SQLSTATE SLE01 on the single call (erasure_refuse).
     return new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
       `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
   }

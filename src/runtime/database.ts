@@ -147,13 +147,18 @@ export interface OpenOptions {
   applicationName?: string;
   /** One line per state change of the embedded cluster; silent by default. */
   log?: Log;
+  /**
+   * Apply pending migrations and fix the partition count (default). False opens the database as
+   * it is, for a command that only reports on it (`migrate --status`).
+   */
+  migrate?: boolean;
 }
 
 /**
  * DATABASE_URL when set; otherwise the embedded PostgreSQL of the data directory, started by
  * this process unless another live process of ours (the server) already runs it. A cluster this
  * process starts is supervised (restarted when it dies). Migrates and fixes the partition
- * count (LEDGER_PARTITIONS, first start only).
+ * count (LEDGER_PARTITIONS, first start only) unless `migrate: false`.
  */
 export async function openDatabase(config: Config, options: OpenOptions = {}): Promise<Database> {
   const log: Log = options.log ?? (() => undefined);
@@ -185,8 +190,10 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   let accessChanges: string[] = [];
   try {
     if (started) accessChanges = await secureEmbeddedRoles(config.dataDir, started.port, started.credentials);
-    await migrate(pool);
-    await initLedger(pool, config.partitions === undefined ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW } : { partitions: config.partitions });
+    if (options.migrate ?? true) {
+      await migrate(pool);
+      await initLedger(pool, config.partitions === undefined ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW } : { partitions: config.partitions });
+    }
   } catch (err) {
     await close().catch(() => undefined);
     throw err;

@@ -7,7 +7,7 @@ import type { TransportKindName } from "./transport-kinds.ts";
 export const RELAY_RETENTION_HOLDER = "nats-relay";
 
 /**
- * The relay's progress rows (migration 013) and what retention may take from them. Table names are
+ * The relay's progress rows (relay_watermark) and what retention may take from them. Table names are
  * the fixed ones of each kind (the same as src/counters/watermark.ts), never input.
  */
 const KIND_TABLES: Record<TransportKindName, { sequence: string; watermark: string }> = {

@@ -90,7 +90,7 @@ test("defect 3, concurrent: a follow request committing while the account is unl
   // a new row's foreign key check on the account) can make the unlock wait.
   ok(await fan.put("/v1/accounts/me/following/star"));
   ok(await fan.delete("/v1/accounts/me/following/star"));
-  // The request parks inside relation_follow (relation.afterEvent, migration 016): the statement
+  // The request parks inside relation_follow (relation.afterEvent): the statement
   // the route runs, its PENDING row and event written, its share lock on star's account row held.
   const gate = await SqlHook.arm(h.db.pool, "relation.afterEvent");
   const request = fan.put<RelationOutcome>("/v1/accounts/me/following/star");

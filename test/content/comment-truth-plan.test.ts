@@ -1,7 +1,7 @@
 /**
  * The truth of one post's comment count (counted_comment by post_id, read by the Redis layer's
  * reconciliation) is an index read of that post's comments, not a scan of every comment
- * (migration 014). The planner is told to avoid sequential scans so that a small test table
+ * (the index comment_by_post). The planner is told to avoid sequential scans so that a small test table
  * shows the plan a large one gets; without the index it has no choice but to scan (the control).
  */
 import { test } from "node:test";

@@ -1,5 +1,5 @@
 /**
- * item_state (migration 015) is the rule the like routes ask for every item kind. Posts and
+ * item_state (SQL, src/db/schema.sql) is the rule the like routes ask for every item kind. Posts and
  * comments have their own reads too (PostService.canRead, the comment lists' statement), kept
  * apart because they run per row or report how they decided; this test holds the three to one
  * rule: for every reader, post, comment and read mode, in three states of the projection (behind,

@@ -214,7 +214,7 @@ test("negative control: without the write guard on likes, eve's like during her 
   await replaceFunctionText(w.db.pool, "erasure_guard_like()", [
     ["IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) OR erasure_writing() THEN", "IF true THEN"],
   ]);
-  // The batched like path (like_set_batch, migration 021) asks the same rule itself.
+  // The batched like path (like_set_batch) asks the same rule itself.
   await replaceFunctionText(w.db.pool, "like_erasure_refusal(text,text)", [["SELECT CASE", "SELECT CASE WHEN true THEN NULL::text"]]);
   const gate = new Gate("erasure.betweenBatches");
   let seen = 0;

@@ -1,5 +1,5 @@
 /**
- * An erasure batch takes the sequence rows last (migration 023, docs/erasure.md "Pacing"): parked
+ * An erasure batch takes the sequence rows last (erasure_unlike, erasure_remove_relations; docs/erasure.md "Pacing"): parked
  * at the SQL hook point `erasure.beforeSequences` (its fact rows written, its sequence rows not
  * yet taken), a live like and a live follow in the partitions the batch is about to number are
  * served, with no lock wait in pg_locks. The control moves the sequence lock back to where the

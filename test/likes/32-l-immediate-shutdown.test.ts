@@ -100,7 +100,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   // The consumer first: a parked writer may hold its partition's sequence row, and with P = 1
   // no new event would then reach the consumer.
   const batch = (await parkedConsumer.parked()) as unknown as ParkedBatch;
-  // The writer parks inside its write function (ledger_hook, migration 016), the statement production runs.
+  // The writer parks inside its write function (ledger_hook), the statement production runs.
   const writerHook = await SqlHook.arm(pool, "like.beforeCommit");
   const parkedAt = await writerHook.parked();
   const write = { ...parkedAt.context, pid: parkedAt.pid } as unknown as ParkedWrite;

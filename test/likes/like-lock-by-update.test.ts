@@ -1,5 +1,5 @@
 /**
- * like_set_batch locks a fact row with the UPDATE that changes it (migration 024), no separate
+ * like_set_batch locks a fact row with the UPDATE that changes it, no separate
  * SELECT ... FOR UPDATE. A like/unlike race on one pair through batches, with a batch parked at
  * like.beforeCommit holding the pair's row:
  *   - a write the committed state already satisfies (NOOP) is answered at once, from the

@@ -1,5 +1,5 @@
 /**
- * The like write path as one server-side call (like_set, migrations 003, 008, 016): one
+ * The like write path as one server-side call (like_set, src/db/schema.sql): one
  * statement per write; the same outcomes and tables with the SQL hook points on (as in every
  * test database) and off (as in production); and a writer parked at like.beforeCommit, inside
  * that one statement, holds the locks a concurrent writer queues behind. Concurrency of the

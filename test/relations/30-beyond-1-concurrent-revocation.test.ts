@@ -30,7 +30,7 @@ async function scenario(tokenRead: "default share" | "plain", t: import("node:te
   await f.projector.drain();
   const posts = tokenRead === "plain" ? await f.postsWith({ tokenRead }) : f.posts;
 
-  // The block parks inside relation_block (block.beforeCommit, migration 016), holding
+  // The block parks inside relation_block (block.beforeCommit), holding
   // event_seq's row lock with seq k+1 taken.
   const blocking = f.rel.block(author, reader);
   await blockParked.parked();

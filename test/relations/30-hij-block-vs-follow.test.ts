@@ -15,7 +15,7 @@ async function relationState(f: RelationsFixture, follower: string, followee: st
 for (const partitions of [1, 4]) {
   test(`30-H P=${partitions} follow holds the row lock, block waits (pg_locks granted=false); final REMOVED`, async (t) => {
     const f = await relationsFixture(partitions, 100);
-    // The follow parks inside relation_follow, right after its row lock (migration 016).
+    // The follow parks inside relation_follow, right after its row lock (follow.afterLock).
     const followLocked = await SqlHook.arm(f.db.pool, "follow.afterLock");
     t.after(async () => {
       await followLocked.release();

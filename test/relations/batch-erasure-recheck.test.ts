@@ -1,5 +1,5 @@
 /**
- * The relation erasure guard after migration 026: relation_set_batch's own UPDATEs skip the
+ * The relation erasure guard in relation_set_batch: its own UPDATEs skip the
  * per-row trigger (ledger.relation_guarded) and ask its question themselves, right before each
  * UPDATE. An erasure that starts after the batch's first check (the batch parked at
  * follow.afterLock, its pairs locked) still refuses the pair's write: a REJECTED row with

@@ -2,7 +2,7 @@
  * A follow request racing the unlock of the private account it is sent to ends ACTIVE: the
  * request share-locks the account row (relation_follow's SELECT ... FOR SHARE), so an unlock that
  * starts while the request is uncommitted waits for it, then sees the PENDING row and approves
- * it. The request is parked inside relation_follow itself (relation.afterEvent, migration 016),
+ * it. The request is parked inside relation_follow itself (relation.afterEvent),
  * so this races the function production runs. The negative control is that function with only
  * its FOR SHARE removed, in this test's database: the unlock does not wait, finds no request to
  * approve (the row is not committed), and the request is left PENDING towards a public account.

@@ -1,5 +1,5 @@
 /**
- * Relation writes as server-side functions (migrations 007, 016): one statement per write; the
+ * Relation writes as server-side functions (relation_follow, ..., src/db/schema.sql): one statement per write; the
  * same outcome and the same rows with the SQL hook points on (as in every test database) and off
  * (as in production), so the race tests' path is production's; and the invariants under
  * concurrent writers.

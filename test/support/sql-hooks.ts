@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from "../../src/db/pool.ts";
 import { GATE_DEADLINE_MS } from "../../src/hooks.ts";
 
 /**
- * The hook points inside the write functions (ledger_hook, migration 016), driven from a test.
+ * The hook points inside the write functions (ledger_hook, src/db/schema.sql), driven from a test.
  * A test database has `ledger.test_hooks = on` (createTestDatabase, crashLab); `SqlHook.arm`
  * then holds the point's advisory lock, so the first transaction to reach the point parks there,
  * inside the statement production runs, with every lock it took so far; `parked()` sees it wait

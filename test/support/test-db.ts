@@ -47,3 +47,30 @@ export async function createTestDatabase(options: { partitions?: number | null; 
     },
   };
 }
+
+/** A new, EMPTY database (not cloned from the migrated template), for tests of the migration runner itself. */
+export async function createEmptyDatabase(options: { poolSize?: number } = {}): Promise<TestDatabase> {
+  const name = `e_${randomBytes(6).toString("hex")}`;
+  const admin = createPool({ connectionString: adminUrl(), max: 1 });
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = databaseUrl(adminUrl(), name);
+  const pool = createPool({ connectionString: url, max: options.poolSize ?? 2 });
+  return {
+    pool,
+    url,
+    partitions: 0,
+    async close() {
+      await pool.end();
+      const dropper = createPool({ connectionString: adminUrl(), max: 1 });
+      try {
+        await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await dropper.end();
+      }
+    },
+  };
+}

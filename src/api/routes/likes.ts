@@ -25,7 +25,7 @@ const likedItemPage = pageOf("LikedItemPage", "likes", named("LikedItem", {
 }));
 
 /**
- * The item as `caller` (null: no token) may see it, by item_state (migration 015): the rule for
+ * The item as `caller` (null: no token) may see it, by the SQL function item_state (src/db/schema.sql): the rule for
  * every item kind in one place, decided in the truth (exact reads should not ride on projection
  * lag). Hidden and missing are the same 404, so the answer tells nothing about a hidden item.
  */
