@@ -13,7 +13,7 @@ import type { Pool } from "../../src/db/pool.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { deliverable, readEvents } from "../../src/webhooks/webhook-events.ts";
-import { assertError, ok, startApi } from "../api/harness.ts";
+import { assertError, ok, startApi, type ApiResponse } from "../api/harness.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const blockRows = async (pool: Pool) =>
@@ -41,7 +41,7 @@ test("HTTP: carol blocks dave; dave erases himself; every write of his token aft
   // The erasure deleted the block dave made, not the one made against him.
   assert.deepEqual(await blockRows(h.db.pool), [{ blocker: "carol", blocked: "dave" }]);
 
-  const writes: [string, Promise<{ status: number; text: string; body: unknown }>][] = [
+  const writes: [string, Promise<ApiResponse>][] = [
     ["follow", dave.put("/v1/accounts/me/following/carol")],
     ["block", dave.put("/v1/accounts/me/blocks/carol")],
     ["create account", dave.put("/v1/accounts/dave")],
