@@ -150,6 +150,10 @@ ALTER TABLE webhook_block_event ADD CONSTRAINT webhook_block_event_state_check
   CHECK ((state IN ('BLOCKED', 'UNBLOCKED') AND blocker IS NOT NULL AND blocked IS NOT NULL)
       OR (state = 'ERASED' AND blocker IS NULL AND blocked IS NULL));
 
+-- The import stages an erased account's tombstone line (an export's, docs/import.md) as state ERASED.
+ALTER TABLE import_stage DROP CONSTRAINT import_stage_state_check;
+ALTER TABLE import_stage ADD CONSTRAINT import_stage_state_check CHECK (state IN ('ACTIVE', 'PENDING', 'ERASED'));
+
 -- Every fact an ERASED account still holds (what its erasure should have turned off), and every
 -- block outbox event that still names it: the audit's leftover check. An erasure request on such
 -- an account runs the erasure again.
