@@ -60,8 +60,12 @@ test("HTTP: carol blocks dave; dave erases himself; every write of his token aft
   const likes = await h.db.pool.query("SELECT 1 FROM like_fact WHERE user_id = 'dave'");
   assert.equal(likes.rowCount, 0);
   assert.equal((await h.db.pool.query("SELECT 1 FROM post WHERE author = 'dave'")).rowCount, 0);
-  // Towards the tombstone every write answers as towards an account that does not exist.
+  // carol's block list keeps it; towards the tombstone every write answers as towards an account that does not exist.
+  const blocks = ok(await carol.get<{ blocks: unknown[] }>("/v1/accounts/me/blocks"));
+  assert.equal(blocks.blocks.length, 1);
+  assert.match(JSON.stringify(blocks.blocks[0]), /"dave"/);
   assertError(await carol.put("/v1/accounts/me/following/dave"), 404, "ACCOUNT_NOT_FOUND", "towards");
+  assertError(await carol.delete("/v1/accounts/me/blocks/dave"), 404, "ACCOUNT_NOT_FOUND", "unblock towards");
   await h.drain();
   assert.equal((await fullAudit(h.ledger)).clean, true);
 });
