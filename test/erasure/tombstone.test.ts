@@ -14,6 +14,7 @@ import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { deliverable, readEvents } from "../../src/webhooks/webhook-events.ts";
 import { assertError, ok, startApi, type ApiResponse } from "../api/harness.ts";
+import { replaceFunctionText } from "../support/function-mutant.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const blockRows = async (pool: Pool) =>
@@ -115,6 +116,13 @@ test("library and batched writes: an erased id never acts again (AccountErasedEr
   assert.equal((await pool.query("SELECT 1 FROM like_fact WHERE user_id = 'dave' AND liked")).rowCount, 0);
   assert.equal((await pool.query("SELECT 1 FROM relation WHERE (follower = 'dave' OR followee = 'dave') AND state <> 'REMOVED'")).rowCount, 0);
   assert.deepEqual(await blockRows(pool), [{ blocker: "carol", blocked: "dave" }]);
+});
+
+test("negative control: without the like guard's tombstone check, an erased id's like is written (the refusal above is the guard's) and the audit's leftover check sees it", async (t) => {
+  const { pool, ledger } = await erasedWorld(t);
+  await replaceFunctionText(pool, "erasure_guard_like()", [["AND a.erased_state = 'ERASED') THEN", "AND false) THEN"]]);
+  assert.equal((await ledger.likes.like("dave", "plain-1")).outcome, "CHANGED");
+  assert.deepEqual((await pool.query("SELECT account_id, what, n::int FROM erasure_leftovers()")).rows, [{ account_id: "dave", what: "likes", n: 1 }]);
 });
 
 test("a leftover fact of an erased id fails the audit (erasure_leftovers); a second erasure request turns it off", async (t) => {
