@@ -212,7 +212,7 @@ function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult
       throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
         `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
     }
-    // The guard's SQLSTATE SLE02 on the one-write path: a like by an erased account (migration 028).
+    // The guard's SQLSTATE SLE02 on the one-write path: a like by an erased account (erasure_guard_like).
     if (row.code === "ACCOUNT_ERASED") throw AccountErasedError.of(row.account ?? "?");
     return notFound(part);
   }

@@ -150,6 +150,10 @@ ALTER TABLE webhook_block_event ADD CONSTRAINT webhook_block_event_state_check
   CHECK ((state IN ('BLOCKED', 'UNBLOCKED') AND blocker IS NOT NULL AND blocked IS NOT NULL)
       OR (state = 'ERASED' AND blocker IS NULL AND blocked IS NULL));
 
+-- The events of accounts erased before this migration, redacted as the finish now does it.
+UPDATE webhook_block_event x SET blocker = NULL, blocked = NULL, state = 'ERASED'
+ WHERE EXISTS (SELECT 1 FROM account a WHERE a.account_id IN (x.blocker, x.blocked) AND a.erased_state = 'ERASED');
+
 -- The import stages an erased account's tombstone line (an export's, docs/import.md) as state ERASED.
 ALTER TABLE import_stage DROP CONSTRAINT import_stage_state_check;
 ALTER TABLE import_stage ADD CONSTRAINT import_stage_state_check CHECK (state IN ('ACTIVE', 'PENDING', 'ERASED'));
