@@ -17,7 +17,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 /** Library error codes that mean "the arguments or the configuration are wrong", not "it broke". */
-const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG", "ACCOUNT_NOT_FOUND", "LEDGER_NOT_EMPTY"]);
+const USAGE_CODES: ReadonlySet<string> = new Set(["INVALID_INPUT", "ITEM_NOT_FOUND", "POST_NOT_FOUND", "KEY_NOT_FOUND", "PARTITION_CONFIG", "TRANSPORT_CONFIG", "ACCOUNT_NOT_FOUND", "ACCOUNT_ERASED", "LEDGER_NOT_EMPTY"]);
 
 /** The variables' table of src/config.ts, one line each: name, default, meaning. */
 export function environmentHelp(): string {

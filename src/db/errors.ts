@@ -35,6 +35,16 @@ export class ConnectionLostError extends DatabaseError {}
  */
 export class AccountBeingErasedError extends DatabaseError {}
 
+/**
+ * SQLSTATE SLE02 of the erasure's write guard: a write by an erased account, or a new fact naming
+ * one. An erased id is a tombstone (docs/erasure.md): it can never act again, so this is final.
+ */
+export class AccountErasedError extends DatabaseError {
+  static of(accountId: string): AccountErasedError {
+    return new AccountErasedError("ACCOUNT_ERASED", `account ${accountId} was erased: its id can never act again, and no new fact may name it`, undefined, "SLE02");
+  }
+}
+
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(["40001", "40P01"]);
 
 interface PgErrorShape {
@@ -76,6 +86,8 @@ export function mapPgError(err: unknown): unknown {
       return new CheckViolationError("CHECK_VIOLATION", message, err, sqlState, constraint);
     case "SLE01":
       return new AccountBeingErasedError("ACCOUNT_BEING_ERASED", message, err, sqlState);
+    case "SLE02":
+      return new AccountErasedError("ACCOUNT_ERASED", message, err, sqlState);
     case "40001":
     case "40P01":
       return new TransactionConflictError("TRANSACTION_CONFLICT", message, err, sqlState);

@@ -96,7 +96,11 @@ export class ErasureService {
   /** The phase each account's last batch here left it in: which phase's size the next batch takes. */
   private readonly lastPhase = new Map<string, ErasurePhase>();
 
-  /** Starts the erasure of `accountId`, or finds it running or done. AccountNotFoundError for an id that never had an account. */
+  /**
+   * Starts the erasure of `accountId`, or finds it running or done (ERASED: done, and the id holds
+   * nothing now; an erased id that holds a fact again is erased again: STARTED). AccountNotFoundError
+   * for an id that never had an account.
+   */
   async start(accountId: string, requestedBy: ErasureRequester): Promise<ErasureStart> {
     validateId("accountId", accountId);
     const { rows } = await withStatementRetry(() => this.pool.query<{ outcome: "NOT_FOUND" | ErasureStart["outcome"] }>(
@@ -146,7 +150,7 @@ export class ErasureService {
     return status;
   }
 
-  /** The erasure's record, or null when none was started (or the id belongs to a new account since). */
+  /** The erasure's record, or null when none was started. */
   async status(accountId: string): Promise<ErasureStatus | null> {
     validateId("accountId", accountId);
     const { rows } = await this.pool.query<StatusRow>(`SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE account_id = $1`, [accountId]);

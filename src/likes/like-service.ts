@@ -1,6 +1,6 @@
 import type { Pool } from "../db/pool.ts";
 import { numericDefault } from "../config.ts";
-import { AccountBeingErasedError, ForeignKeyViolationError } from "../db/errors.ts";
+import { AccountBeingErasedError, AccountErasedError, ForeignKeyViolationError } from "../db/errors.ts";
 import { GroupCommit } from "../db/group-commit.ts";
 import { withStatementRetry } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
@@ -30,7 +30,7 @@ interface LikeBatchRow {
   version: number;
   seq: number;
   code: string | null;
-  /** With ACCOUNT_BEING_ERASED: the account whose erasure refused the write. */
+  /** With ACCOUNT_BEING_ERASED or ACCOUNT_ERASED: the account that refused the write. */
   account: string | null;
 }
 
@@ -212,6 +212,8 @@ function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult
       throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
         `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
     }
+    // The guard's SQLSTATE SLE02 on the one-write path: a like by an erased account (erasure_guard_like).
+    if (row.code === "ACCOUNT_ERASED") throw AccountErasedError.of(row.account ?? "?");
     return notFound(part);
   }
   const reason = row.outcome === "NOOP" ? (want ? "already liked" : "not liked") : want ? "liked" : "unliked";

@@ -3,7 +3,7 @@ import { MAX_ID_LENGTH, RESERVED_USER_IDS, validateId, validateUserId } from "..
 
 /** One fact of the portability format (docs/import.md), as a line of NDJSON holds it. */
 export type FactLine =
-  | { kind: "account"; id: string; private?: boolean; hideCollections?: boolean }
+  | { kind: "account"; id: string; private?: boolean; hideCollections?: boolean; erased?: true }
   | { kind: "item"; id: string }
   | { kind: "like"; user: string; item: string; at?: string }
   | { kind: "follow"; follower: string; followee: string; state: "ACTIVE" | "PENDING"; at?: string }
@@ -11,7 +11,8 @@ export type FactLine =
 
 /** The fields each kind allows, and which of them it requires. */
 const FIELDS: Record<FactLine["kind"], { required: readonly string[]; optional: readonly string[] }> = {
-  account: { required: ["id"], optional: ["private", "hideCollections"] },
+  // erased: the tombstone of an erased account (docs/erasure.md), as the export writes it: no settings.
+  account: { required: ["id"], optional: ["private", "hideCollections", "erased"] },
   item: { required: ["id"], optional: [] },
   like: { required: ["user", "item"], optional: ["at"] },
   follow: { required: ["follower", "followee", "state"], optional: ["at"] },
@@ -86,6 +87,11 @@ export function parseFactLine(text: string, now: number): FactLine {
   const at = o.at === undefined ? {} : { at: validateAt(o.at, now) };
   switch (kind as FactLine["kind"]) {
     case "account":
+      if (o.erased !== undefined) {
+        if (o.erased !== true) throw new InvalidInputError("erased", `must be true (the tombstone of an erased account) or absent, got ${JSON.stringify(o.erased)}`);
+        if (o.private !== undefined || o.hideCollections !== undefined) throw new InvalidInputError("erased", "an erased account's line has no settings");
+        return { kind: "account", id: validateUserId("id", o.id), erased: true };
+      }
       return {
         kind: "account", id: validateUserId("id", o.id),
         ...(o.private === undefined ? {} : { private: validateBoolean("private", o.private) }),
@@ -120,7 +126,7 @@ const NULL = "\\N";
 export function stageRow(runId: number, line: number, f: FactLine): string {
   const cols: (string | boolean | undefined)[] = (() => {
     switch (f.kind) {
-      case "account": return [f.id, undefined, undefined, f.private, f.hideCollections, undefined];
+      case "account": return [f.id, undefined, f.erased ? "ERASED" : undefined, f.private, f.hideCollections, undefined];
       case "item": return [f.id, undefined, undefined, undefined, undefined, undefined];
       case "like": return [f.user, f.item, undefined, undefined, undefined, f.at];
       case "follow": return [f.follower, f.followee, f.state, undefined, undefined, f.at];

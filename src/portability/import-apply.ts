@@ -209,7 +209,10 @@ export class ImportApply {
           const { rows: fresh } = await client.query<{ a: string; b: string }>(sql.NEW_BLOCKS, range);
           const { rows } = await client.query<{ written: number }>(sql.APPLY_BLOCKS, [...range, at, partitions]);
           if (fresh.length > 0) await client.query(sql.DATE_NEW_BLOCKS, [...range, at, fresh.map((f) => f.a), fresh.map((f) => f.b)]);
-          return rows[0]!.written;
+          await client.query("SET LOCAL ledger.tombstone_blocks = 'on'");
+          const { rows: kept } = await client.query<{ written: number }>(sql.APPLY_TOMBSTONE_BLOCKS, [...range, at]);
+          await client.query("SET LOCAL ledger.tombstone_blocks = ''");
+          return rows[0]!.written + kept[0]!.written;
         });
         return;
       case "follows":

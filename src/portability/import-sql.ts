@@ -11,14 +11,21 @@
 /** The range's lines of one kind; $4 the kind. */
 const RANGE = "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.ord > $2::bigint AND s.ord <= $3::bigint";
 
+/** The staged line's `b` is an erased account (a tombstone). */
+const TOMBSTONE = "EXISTS (SELECT 1 FROM account t WHERE t.account_id = s.b AND t.erased_state = 'ERASED')";
+
 /** The last `ord` of a kind's staged lines (they are numbered 1..n): $1 run, $2 kind. */
 export const LAST_ORD = "SELECT coalesce(max(ord), 0)::bigint AS last FROM import_stage WHERE run_id = $1 AND kind = $2";
 
-/** New accounts of the range, with the defaults of PUT /v1/accounts/{id}; existing ones are left to the live path. */
+/**
+ * New accounts of the range, with the defaults of PUT /v1/accounts/{id}, and the tombstones of
+ * erased accounts (state ERASED: the row an erasure leaves, docs/erasure.md); existing ones are left
+ * to the live path.
+ */
 export const INSERT_ACCOUNTS = `
   WITH ins AS (
-    INSERT INTO account (account_id, private, hide_collections)
-    SELECT DISTINCT ON (s.a) s.a, coalesce(s.private, false), coalesce(s.hide, false) ${RANGE}
+    INSERT INTO account (account_id, private, hide_collections, erased_state)
+    SELECT DISTINCT ON (s.a) s.a, coalesce(s.private, false), coalesce(s.hide, false), CASE WHEN s.state = 'ERASED' THEN 'ERASED' END ${RANGE}
      ORDER BY s.a, s.line
     ON CONFLICT (account_id) DO NOTHING RETURNING 1)
   SELECT count(*)::int AS written FROM ins`;
@@ -26,7 +33,8 @@ export const INSERT_ACCOUNTS = `
 /** Existing accounts of the range whose settings the file changes: PUT /v1/accounts/{id}'s own path (an unlock approves requests). */
 export const CHANGED_ACCOUNTS = `
   SELECT DISTINCT ON (s.a) s.a AS id, s.private, s.hide ${RANGE}
-     AND EXISTS (SELECT 1 FROM account x WHERE x.account_id = s.a
+     AND s.state IS DISTINCT FROM 'ERASED'
+     AND EXISTS (SELECT 1 FROM account x WHERE x.account_id = s.a AND x.erased_state IS NULL
                   AND ((s.private IS NOT NULL AND s.private <> x.private) OR (s.hide IS NOT NULL AND s.hide <> x.hide_collections)))
    ORDER BY s.a, s.line`;
 
@@ -52,12 +60,26 @@ export const INSERT_ITEMS = `
  * ($5: the import time for lines without one). $6: P.
  */
 export const APPLY_BLOCKS = `
-  WITH p AS (SELECT DISTINCT ON (s.a, s.b) s.a, s.b, coalesce(s.at, $5) AS at ${RANGE} ORDER BY s.a, s.b, s.line),
+  WITH p AS (SELECT DISTINCT ON (s.a, s.b) s.a, s.b, coalesce(s.at, $5) AS at ${RANGE} AND NOT ${TOMBSTONE} ORDER BY s.a, s.b, s.line),
   fresh AS (SELECT p.* FROM p WHERE NOT EXISTS (SELECT 1 FROM block k WHERE k.blocker = p.a AND k.blocked = p.b)),
   called AS MATERIALIZED (
     SELECT r.outcome FROM (SELECT * FROM p ORDER BY least(a COLLATE "C", b COLLATE "C"), greatest(a COLLATE "C", b COLLATE "C"), a COLLATE "C") q
       CROSS JOIN LATERAL relation_block(q.a, q.b, $6) r)
   SELECT (SELECT count(*) FROM called)::int AS calls, (SELECT count(*) FROM fresh)::int AS written`;
+
+/**
+ * Blocks of the range towards erased accounts (an export's, of a blocker who never lifted them):
+ * written as they were, the block row alone. relation_block answers an erased account as missing,
+ * and the account has no live relation to remove; the block guard lets this statement write them
+ * (ledger.tombstone_blocks, set around it only). $5: the import time for lines without `at`.
+ */
+export const APPLY_TOMBSTONE_BLOCKS = `
+  WITH ins AS (
+    INSERT INTO block (blocker, blocked, created_at)
+    SELECT DISTINCT ON (s.a, s.b) s.a, s.b, coalesce(s.at, $5) ${RANGE} AND ${TOMBSTONE}
+     ORDER BY s.a, s.b, s.line
+    ON CONFLICT (blocker, blocked) DO NOTHING RETURNING 1)
+  SELECT count(*)::int AS written FROM ins`;
 
 /** Sets the `at` of the block rows this batch created, the pairs $6/$7 ($5: the import time for lines without one). */
 export const DATE_NEW_BLOCKS = `
@@ -68,7 +90,7 @@ export const DATE_NEW_BLOCKS = `
 
 /** The blocks of the range that do not exist yet (their rows get the line's `at` after relation_block wrote them). */
 export const NEW_BLOCKS = `
-  SELECT DISTINCT s.a, s.b ${RANGE}
+  SELECT DISTINCT s.a, s.b ${RANGE} AND NOT ${TOMBSTONE}
      AND NOT EXISTS (SELECT 1 FROM block k WHERE k.blocker = s.a AND k.blocked = s.b)`;
 
 /**

@@ -43,7 +43,12 @@ export type ImportPath = "empty-ledger" | "resumable";
  * an item neither declared in the file nor in the database, or of a post or comment its user may
  * not see (the rule of like_set_if_visible, asked of the database as it stands); a follow or block
  * towards an account neither declared nor existing (the API creates only the acting account); an
- * account declared twice with different settings; a follow given twice with different states.
+ * account declared twice with different settings; a follow given twice with different states. And
+ * the tombstones (docs/erasure.md): an account line of an account erased (or being erased) here; an
+ * erased account's line (`erased: true`) of an account live here; a like, follow or block by an
+ * erased account, or a follow of one, whether erased here or in the file (a block of one is its
+ * blocker's data and is kept). And an account line that would make an account private here public
+ * (that approves its pending requests: the account's own decision, PUT /v1/accounts/{id}).
  */
 const CROSS_LINE_SQL = `
   WITH firsts AS (
@@ -73,7 +78,35 @@ const CROSS_LINE_SQL = `
        AND NOT EXISTS (SELECT 1 FROM account x WHERE x.account_id = l.b)
     UNION ALL
     SELECT line, 'id: account ' || a || ' is declared with other settings on line ' || first_line
-      FROM firsts WHERE kind = 'account' AND (private IS DISTINCT FROM first_private OR hide IS DISTINCT FROM first_hide)
+      FROM firsts WHERE kind = 'account' AND (private IS DISTINCT FROM first_private OR hide IS DISTINCT FROM first_hide OR state IS DISTINCT FROM first_state)
+    UNION ALL
+    SELECT l.line, 'id: account ' || l.a || CASE x.erased_state WHEN 'ERASED' THEN ' was erased here: an erased id can never be an account again'
+                                                ELSE ' is being erased here' END
+      FROM import_lines l JOIN account x ON x.account_id = l.a AND x.erased_state IS NOT NULL
+     WHERE l.run_id = $1 AND l.kind = 'account' AND (l.state IS DISTINCT FROM 'ERASED' OR x.erased_state = 'ERASING')
+    UNION ALL
+    SELECT l.line, 'erased: account ' || l.a || ' is live here; an import erases no account (social-ledger erase does)'
+      FROM import_lines l JOIN account x ON x.account_id = l.a AND x.erased_state IS NULL
+     WHERE l.run_id = $1 AND l.kind = 'account' AND l.state = 'ERASED'
+    UNION ALL
+    SELECT l.line, 'private: account ' || l.a || ' is private here; an import does not make it public (that would approve its pending follow requests): PUT /v1/accounts/' || l.a || ' does'
+      FROM import_lines l JOIN account x ON x.account_id = l.a AND x.erased_state IS NULL AND x.private
+     WHERE l.run_id = $1 AND l.kind = 'account' AND l.private = false
+    UNION ALL
+    SELECT l.line, CASE WHEN l.kind = 'follow' AND NOT ea.hit THEN 'followee: ' || l.b
+                        ELSE CASE l.kind WHEN 'like' THEN 'user: ' WHEN 'follow' THEN 'follower: ' ELSE 'blocker: ' END || l.a END
+                   || ' is an erased account: it can never act again, and no new fact may name it'
+      FROM import_lines l
+     CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM account x WHERE x.account_id = l.a AND x.erased_state IS NOT NULL)
+                             OR EXISTS (SELECT 1 FROM import_lines e WHERE e.run_id = $1 AND e.kind = 'account' AND e.state = 'ERASED' AND e.a = l.a) AS hit) ea
+     CROSS JOIN LATERAL (SELECT l.kind = 'follow' AND (
+                                  EXISTS (SELECT 1 FROM account x WHERE x.account_id = l.b AND x.erased_state IS NOT NULL)
+                               OR EXISTS (SELECT 1 FROM import_lines e WHERE e.run_id = $1 AND e.kind = 'account' AND e.state = 'ERASED' AND e.a = l.b)) AS hit) eb
+     WHERE l.run_id = $1 AND l.kind IN ('like', 'follow', 'block') AND (ea.hit OR eb.hit)
+    UNION ALL
+    SELECT l.line, 'blocked: ' || l.b || ' is being erased here'
+      FROM import_lines l JOIN account x ON x.account_id = l.b AND x.erased_state = 'ERASING'
+     WHERE l.run_id = $1 AND l.kind = 'block'
     UNION ALL
     SELECT line, 'state: the follow ' || a || ' -> ' || b || ' is given as ' || first_state || ' on line ' || first_line
       FROM firsts WHERE kind = 'follow' AND state <> first_state)

@@ -1,4 +1,5 @@
-import type { Pool } from "../db/pool.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
+import { AccountErasedError } from "../db/errors.ts";
 import { InvalidInputError } from "../errors.ts";
 import { validateId } from "../ids.ts";
 import { AccountNotFoundError } from "./errors.ts";
@@ -17,26 +18,34 @@ export async function setHideCollections(pool: Pool, accountId: string, hide: bo
 
 /**
  * Creates a public account with the defaults of PUT /v1/accounts/{id} (no body) unless it exists;
- * changes nothing of an existing one. An erased account's id is created anew: its row (kept,
- * with the defaults, docs/erasure.md) is live again. One being erased stays as it is (the write
- * that follows is refused).
+ * changes nothing of an existing one. An erased account's row is a tombstone (docs/erasure.md)
+ * and stays one: the write that follows is refused (AccountErasedError), as is one of an account
+ * being erased.
  */
-export const ENSURE_ACCOUNT_SQL = `WITH revived AS (UPDATE account SET erased_state = NULL WHERE account_id = $1 AND erased_state = 'ERASED' RETURNING 1)
-  INSERT INTO account (account_id, private) SELECT $1, false WHERE NOT EXISTS (SELECT 1 FROM revived) ON CONFLICT (account_id) DO NOTHING`;
+export const ENSURE_ACCOUNT_SQL = "INSERT INTO account (account_id, private) VALUES ($1, false) ON CONFLICT (account_id) DO NOTHING";
 
 /**
  * Before a relation write of `actor` towards `other`: when the actor has no account yet and the
  * other account exists, the actor's account is created (ENSURE_ACCOUNT_SQL), so a token user may
  * follow and block without creating an account first, as they may like (docs/api.md, "Accounts").
  * When the other account is missing nothing is created: the write answers it unknown and writes nothing.
+ * An erased actor can never act again: AccountErasedError, nothing written.
  */
 export async function ensureActingAccount(pool: Pool, actor: string, other: string): Promise<void> {
   validateId("accountId", actor);
   validateId("otherId", other);
-  // An erased account is missing; one being erased exists (its write is refused as such).
-  const { rows } = await pool.query<{ account_id: string }>(
-    "SELECT account_id FROM account WHERE account_id = ANY($1::text[]) AND erased_state IS DISTINCT FROM 'ERASED'", [[actor, other]]);
-  const found = new Set(rows.map((r) => r.account_id));
+  // An erased account is missing as the other side; one being erased exists (its write is refused as such).
+  const { rows } = await pool.query<{ account_id: string; erased_state: string | null }>(
+    "SELECT account_id, erased_state FROM account WHERE account_id = ANY($1::text[])", [[actor, other]]);
+  if (rows.some((r) => r.account_id === actor && r.erased_state === "ERASED")) throw AccountErasedError.of(actor);
+  const found = new Set(rows.filter((r) => r.erased_state !== "ERASED").map((r) => r.account_id));
   if (found.has(actor) || !found.has(other)) return;
   await pool.query(ENSURE_ACCOUNT_SQL, [actor]);
+}
+
+/** The ids of `ids` whose accounts are erased (tombstones). */
+export async function erasedAccounts(db: Pool | PoolClient, ids: readonly string[]): Promise<string[]> {
+  const { rows } = await db.query<{ account_id: string }>(
+    "SELECT account_id FROM account WHERE account_id = ANY($1::text[]) AND erased_state = 'ERASED' ORDER BY account_id", [ids]);
+  return rows.map((r) => r.account_id);
 }

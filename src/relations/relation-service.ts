@@ -1,6 +1,6 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { numericDefault } from "../config.ts";
-import { AccountBeingErasedError, ForeignKeyViolationError } from "../db/errors.ts";
+import { AccountBeingErasedError, AccountErasedError, ForeignKeyViolationError } from "../db/errors.ts";
 import { GroupCommit } from "../db/group-commit.ts";
 import { withStatementRetry, withTransaction } from "../db/transaction.ts";
 import { readPartitions } from "../db/ledger-config.ts";
@@ -8,6 +8,7 @@ import { validateId } from "../ids.ts";
 import { InvalidInputError } from "../errors.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
+import { erasedAccounts } from "./account-settings.ts";
 import { missingAccounts, pairRelationship } from "./relation-reads.ts";
 import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
 
@@ -134,14 +135,14 @@ export class RelationService {
       throw new InvalidInputError("private", "must be a boolean");
     }
     return withTransaction(this.pool, async (client) => {
-      // An erased account (its row kept, docs/erasure.md) is created anew: `created`, defaults.
-      const before = await client.query<{ private: boolean }>(
-        "SELECT private FROM account WHERE account_id = $1 AND erased_state IS DISTINCT FROM 'ERASED' FOR UPDATE", [accountId]);
+      // An erased account is a tombstone (docs/erasure.md): never created anew (the account
+      // guard refuses any change of its row too, SLE02).
+      const before = await client.query<{ private: boolean; erased_state: string | null }>(
+        "SELECT private, erased_state FROM account WHERE account_id = $1 FOR UPDATE", [accountId]);
+      if (before.rows[0]?.erased_state === "ERASED") throw AccountErasedError.of(accountId);
       const { rows } = await client.query<{ private: boolean }>(
         `INSERT INTO account (account_id, private) VALUES ($1, coalesce($2, false))
-         ON CONFLICT (account_id) DO UPDATE SET
-           private = coalesce($2, CASE WHEN account.erased_state = 'ERASED' THEN false ELSE account.private END),
-           erased_state = CASE WHEN account.erased_state = 'ERASED' THEN NULL ELSE account.erased_state END
+         ON CONFLICT (account_id) DO UPDATE SET private = coalesce($2, account.private)
          RETURNING private`,
         [accountId, options.private ?? null],
       );
@@ -230,9 +231,13 @@ export class RelationService {
     const rows = await this.sendBatch(values);
     const byOrd: BatchRow[] = [];
     for (const row of rows) byOrd[row.ord - 1] = row;
-    return writes.map((_, i) => {
+    // An error path: which acting accounts of the writes answered missing are erased.
+    const missingActors = writes.filter((w, i) => byOrd[i]?.outcome === "ACCOUNT_NOT_FOUND").map((w) => w.a);
+    const erased = new Set(missingActors.length > 0 ? await erasedAccounts(this.pool, missingActors) : []);
+    return writes.map((w, i) => {
       const row = byOrd[i];
       if (!row) throw new Error(`relation_set_batch returned no answer for write ${i + 1} of ${writes.length}`);
+      if (row.outcome === "ACCOUNT_NOT_FOUND" && erased.has(w.a)) return AccountErasedError.of(w.a);
       return batchAnswer(row);
     });
   }
@@ -243,7 +248,8 @@ export class RelationService {
         return await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
       } catch (err) {
         // The guard's INSERT trigger refused a placeholder whose erasure began after the batch's own check; nothing was written.
-        if (!(err instanceof AccountBeingErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
+        // (Or an erasure that finished since: SLE02; the next run's check answers that row on its own too.)
+        if (!(err instanceof AccountBeingErasedError || err instanceof AccountErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
       }
     }
   }
@@ -274,9 +280,11 @@ export class RelationService {
       if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
         throw await accountNotFound(this.pool, [a, b]);
       }
+      // The guard's SLE02 on the pair's first row: the actor's own tombstone, or an unknown other side.
+      if (err instanceof AccountErasedError) throw await notFoundOrErased(this.pool, a, b);
       throw err;
     }
-    if (row.outcome === "ACCOUNT_NOT_FOUND") throw new AccountNotFoundError(row.reason);
+    if (row.outcome === "ACCOUNT_NOT_FOUND") throw await notFoundOrErased(this.pool, a, row.reason);
     const result: RelationResult = { outcome: row.outcome, state: row.state, version: row.version, seq: row.seq, reason: row.reason };
     return row.code === null ? result : { ...result, code: row.code };
   }
@@ -306,6 +314,16 @@ export async function blockedByOnly(db: PoolClient | Pool, viewer: string, accou
     [viewer, account],
   );
   return rows[0]!.hidden;
+}
+
+/**
+ * A write function answered ACCOUNT_NOT_FOUND: when its acting account `actor` (the first argument
+ * of every write function) is erased, the write is refused as the tombstone's (AccountErasedError);
+ * an erased other side stays an unknown account, as reads answer it.
+ */
+async function notFoundOrErased(db: PoolClient | Pool, actor: string, missing: string): Promise<Error> {
+  const erased = await erasedAccounts(db, [actor]);
+  return erased.length > 0 ? AccountErasedError.of(actor) : new AccountNotFoundError(missing);
 }
 
 /** After a failure that says an account is missing: the missing ones (all, if they exist by now). */

@@ -5,7 +5,7 @@ import { Hooks } from "../hooks.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "../workers/partition-worker.ts";
 import { attempt, DEFAULT_LIMITS, type AttemptLimits, type AttemptResult } from "./delivery-http.ts";
 import { holderOf } from "./endpoint-registry.ts";
-import { bodyOf, readEvents, SOURCES, subscribed, type WebhookEvent, type WebhookSource } from "./webhook-events.ts";
+import { bodyOf, deliverable, readEvents, SOURCES, type WebhookEvent, type WebhookSource } from "./webhook-events.ts";
 import { signatureHeader } from "./webhook-signature.ts";
 
 /**
@@ -107,7 +107,7 @@ export class WebhookDelivery {
         await this.fail(client, claim, claim.delivered_upto, { ok: false, error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (deleted before this endpoint received it; it is not skipped)` });
         return 1;
       }
-      const index = events.findIndex((e) => subscribed(claim.events, e.type));
+      const index = events.findIndex((e) => deliverable(claim.events, e));
       if (index < 0) {
         await this.advance(client, claim, events.at(-1)!.seq);
         return events.length;

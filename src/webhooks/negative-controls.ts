@@ -4,7 +4,7 @@
  */
 import { withTransaction } from "../db/transaction.ts";
 import { CLAIM_SQL, WebhookDelivery, type Claim } from "./delivery-worker.ts";
-import { readEvents, subscribed } from "./webhook-events.ts";
+import { deliverable, readEvents } from "./webhook-events.ts";
 
 /** Moves the cursor past the event and commits before sending it: a crash in between loses the event. */
 export class AdvanceBeforeSendDelivery extends WebhookDelivery {
@@ -13,7 +13,7 @@ export class AdvanceBeforeSendDelivery extends WebhookDelivery {
       const claim = (await client.query<Claim>(CLAIM_SQL)).rows[0];
       if (!claim) return undefined;
       const events = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
-      const event = events.find((e) => subscribed(claim.events, e.type));
+      const event = events.find((e) => deliverable(claim.events, e));
       await this.advance(client, claim, (event ?? events.at(-1)!).seq);
       return event && { claim, event };
     }, { maxAttempts: 1 });

@@ -51,6 +51,11 @@ export interface WebhookEvent {
   /** The event's commit time (the outbox row's created_at), ISO 8601. */
   occurredAt: string;
   data: Record<string, unknown>;
+  /**
+   * A block event an erasure redacted (it named the erased account; docs/erasure.md): it keeps its
+   * place in the sequence, carries nothing, and is never sent, on a replay neither.
+   */
+  redacted?: true;
 }
 
 /** The JSON body of a message: {type, timestamp, data} (the Standard Webhooks payload shape). */
@@ -109,6 +114,9 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
       };
       break;
     case "blocks":
+      if (r.state === "ERASED") {
+        return { id: eventId(source, part, r.seq), source, part, seq: r.seq, type: "block.removed", occurredAt: r.created_at.toISOString(), data: base, redacted: true };
+      }
       type = r.state === "BLOCKED" ? "block.created" : "block.removed";
       data = { blocker: r.blocker, blocked: r.blocked, blocking: r.state === "BLOCKED", ...base };
       break;
@@ -125,4 +133,9 @@ export async function readEvents(client: PoolClient, source: WebhookSource, part
 /** Whether an endpoint subscribed to ["*"] or to this type. */
 export function subscribed(events: readonly string[], type: EventType): boolean {
   return events.includes("*") || events.includes(type);
+}
+
+/** Whether an endpoint with these subscriptions is sent `event`: subscribed to its type, and not redacted. */
+export function deliverable(events: readonly string[], event: WebhookEvent): boolean {
+  return event.redacted !== true && subscribed(events, event.type);
 }

@@ -69,11 +69,12 @@ test("DELETE /v1/accounts/{id}: self or admin (another user 403, no token 401), 
   assert.deepEqual(ok(await bob.get<{ following: unknown[] }>("/v1/accounts/bob/following")).following, []);
   assert.deepEqual(ok(await bob.get<{ followers: unknown[] }>("/v1/accounts/bob/followers")).followers, []);
   assert.deepEqual(ok(await bob.get<{ likes: unknown[] }>("/v1/accounts/me/likes")).likes, []);
-  // alice's token, as a new account: her first write creates it anew (public, nothing of the old one).
-  ok(await alice.put("/v1/accounts/me/following/bob"));
-  const back = ok(await bob.get<{ id: string; counts: { following: number } }>("/v1/accounts/alice"));
-  assert.equal(back.counts.following, 1);
-  assert.equal((await alice.get("/v1/accounts/me/erasure")).status, 404);
+  // alice's token after it: a tombstone's, every write refused (docs/erasure.md); the account stays missing.
+  const back = await alice.put("/v1/accounts/me/following/bob");
+  assert.equal(back.status, 410, back.text);
+  assert.equal((back.body as { error: { code: string } }).error.code, "ACCOUNT_ERASED");
+  assert.equal((await bob.get("/v1/accounts/alice")).status, 404);
+  assert.equal((await alice.get("/v1/accounts/me/erasure")).status, 200);
   await h.drain();
   assert.equal((await fullAudit(h.ledger)).clean, true);
 });
@@ -105,14 +106,14 @@ test("serve: a big erasure is 202 with Location, runs in the background in batch
   assert.equal(accepted.status, 202);
   assert.equal(accepted.location, "/v1/accounts/eve/erasure");
   assert.equal(accepted.body.phase, "posts");
-  assert.equal(accepted.body.remaining, 24);
+  assert.equal(accepted.body.remaining, 23);
   await gate.waitArrived();
   const progress = await call(first.address, "GET", accepted.location!);
   assert.equal(progress.status, 200);
   // Four batches of at most 2: posts 2 + 1 (fewer than 2: the phase is done), comments 2 + 1.
   assert.deepEqual([progress.body.phase, progress.body.done], ["post_likes", 6]);
   const status = await call(first.address, "GET", "/v1/admin/status");
-  assert.deepEqual((status.body.erasures as Record<string, unknown>[]).map((e) => [e.accountId, e.phase, e.done, e.remaining]), [["eve", "post_likes", 6, 18]]);
+  assert.deepEqual((status.body.erasures as Record<string, unknown>[]).map((e) => [e.accountId, e.phase, e.done, e.remaining]), [["eve", "post_likes", 6, 17]]);
   // Stop in the middle: the parked batch has committed; the job may run a batch or two more
   // while the HTTP server closes, then stops.
   const stopping = first.stop();
@@ -121,12 +122,12 @@ test("serve: a big erasure is 202 with Location, runs in the background in batch
   const mid = (await w.db.pool.query("SELECT phase, done FROM account_erasure WHERE account_id = 'eve'")).rows[0]!;
   assert.notEqual(mid.phase, "done");
   assert.notEqual(mid.phase, "done");
-  assert.ok(mid.done >= 6 && mid.done < 24, JSON.stringify(mid));
+  assert.ok(mid.done >= 6 && mid.done < 23, JSON.stringify(mid));
 
   const second = await startService(loadConfig({ ...env, PORT: String(await freePort()) }), { logger: false });
   t.after(() => second.stop());
   const done = await pollUntil("the restarted service finished the erasure", () => call(second.address, "GET", "/v1/accounts/eve/erasure"), (r) => r.body.phase === "done");
-  assert.deepEqual([done.body.done, done.body.remaining], [24, 0]);
+  assert.deepEqual([done.body.done, done.body.remaining], [23, 0]);
   assert.equal((await call(second.address, "GET", "/v1/accounts/eve")).status, 404);
   await second.stop();
   await drain(w.ledger);
@@ -134,7 +135,7 @@ test("serve: a big erasure is 202 with Location, runs in the background in batch
   const [c1, , c3] = w.eveComments;
   assert.deepEqual(nonZero(await readCounts(w.db)), nonZero(expectCounts(before, {
     likes: { [w.carlPost]: -1, "plain-x": -1, [w.u1Comment]: -1, [p1!]: -3, [p3!]: -1, [c1!]: -1, [c3!]: -1, [w.eveDeletedPost]: -1 },
-    comments: { [w.carlPost]: -2, [p1!]: -1 }, followers: { carl: -1, u1: -1, eve: -2 }, following: { eve: -2, u1: -1, u3: -1 }, blocks: -2,
+    comments: { [w.carlPost]: -2, [p1!]: -1 }, followers: { carl: -1, u1: -1, eve: -2 }, following: { eve: -2, u1: -1, u3: -1 }, blocks: -1,
   })));
   assert.equal((await fullAudit(w.ledger)).clean, true);
 });

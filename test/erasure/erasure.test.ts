@@ -23,12 +23,13 @@ function eveDelta(w: World) {
     comments: { [w.carlPost]: -2, [p1!]: -1 },
     followers: { carl: -1, u1: -1, eve: -2 },
     following: { eve: -2, u1: -1, u3: -1 },
-    blocks: -2,
+    // eve's block of u5; u6's block of eve is u6's and stays.
+    blocks: -1,
   };
 }
 
-/** How many facts of each kind the world gives eve (the start's count must say the same). */
-const EVE_FACTS = 3 + 3 + 5 + 2 + 3 + 3 + 3 + 2;
+/** How many facts of each kind the world gives eve (the start's count must say the same); of the blocks, the one she made. */
+const EVE_FACTS = 3 + 3 + 5 + 2 + 3 + 3 + 3 + 1;
 
 test("erasure: every count eve touched drops exactly by her facts, carl's and everyone else's stay, the audit is clean", async (t) => {
   const w = await buildWorld({ batchSize: 2 });
@@ -52,9 +53,10 @@ test("erasure: every count eve touched drops exactly by her facts, carl's and ev
       (SELECT count(*) FROM comment WHERE author = 'eve' AND (deleted_at IS NULL OR body IS NOT NULL OR idempotency_key IS NOT NULL))::int AS comments,
       (SELECT count(*) FROM like_fact WHERE liked AND (user_id = 'eve' OR item_id IN (SELECT post_id FROM post WHERE author = 'eve' UNION ALL SELECT comment_id FROM comment WHERE author = 'eve')))::int AS likes,
       (SELECT count(*) FROM relation WHERE (follower = 'eve' OR followee = 'eve') AND state <> 'REMOVED')::int AS relations,
-      (SELECT count(*) FROM block WHERE 'eve' IN (blocker, blocked))::int AS blocks,
+      (SELECT count(*) FROM block WHERE blocker = 'eve')::int AS blocks,
+      (SELECT count(*) FROM block WHERE blocked = 'eve' AND blocker = 'u6')::int AS blocks_of_her,
       (SELECT count(*) FROM account WHERE account_id = 'eve' AND (private OR hide_collections OR erased_state IS DISTINCT FROM 'ERASED'))::int AS settings`);
-  assert.deepEqual(left, { posts: 0, comments: 0, likes: 0, relations: 0, blocks: 0, settings: 0 });
+  assert.deepEqual(left, { posts: 0, comments: 0, likes: 0, relations: 0, blocks: 0, blocks_of_her: 1, settings: 0 });
   // Each kind went through its outbox: one event per fact turned off.
   const { rows: [events] } = await w.db.pool.query(`SELECT
       (SELECT count(*) FROM like_outbox WHERE delta = -1)::int AS unlikes,
@@ -64,7 +66,7 @@ test("erasure: every count eve touched drops exactly by her facts, carl's and ev
   assert.deepEqual(events, { unlikes: 5 + 2 + 3, uncomments: 3, removals: 1 + 6 });
 });
 
-test("erasure: afterwards eve is missing on every read, her id is refused as a target, and it can be used again", async (t) => {
+test("erasure: afterwards eve is missing on every read, her id is refused as a target, and it never acts again (a tombstone)", async (t) => {
   const w = await buildWorld({ batchSize: 3 });
   t.after(() => w.close());
   await w.ledger.erasure.start("eve", "self");
@@ -86,7 +88,7 @@ test("erasure: afterwards eve is missing on every read, her id is refused as a t
   await assert.rejects(w.ledger.relations.follow("u1", "eve"), { code: "ACCOUNT_NOT_FOUND", message: "unknown account: eve" });
   await assert.rejects(w.ledger.relations.block("u1", "eve"), { code: "ACCOUNT_NOT_FOUND" });
   await assert.rejects(w.ledger.relations.unblock("u6", "eve"), { code: "ACCOUNT_NOT_FOUND" });
-  await assert.rejects(w.ledger.posts.createPost("eve", "PUBLIC", "back?"), { code: "ACCOUNT_NOT_FOUND" });
+  await assert.rejects(w.ledger.posts.createPost("eve", "PUBLIC", "back?"), { code: "ACCOUNT_ERASED" });
   // Starting again: done already, nothing written; an unknown id is an unknown account.
   const seqs = async () => (await w.db.pool.query("SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) + (SELECT sum(last) FROM comment_seq) AS n")).rows[0]!.n;
   const seqBefore = await seqs();
@@ -94,15 +96,13 @@ test("erasure: afterwards eve is missing on every read, her id is refused as a t
   assert.equal(await seqs(), seqBefore);
   await assert.rejects(w.ledger.erasure.start("nobody", "admin"), { code: "ACCOUNT_NOT_FOUND" });
 
-  // The id again: a new account, public, with nothing of the old one; the erasure's record goes.
-  const created = await w.ledger.relations.upsertAccount("eve");
-  assert.deepEqual(created, { accountId: "eve", private: false, created: true, approvedRequests: 0 });
-  assert.equal(await w.ledger.erasure.status("eve"), null);
-  assert.equal((await w.ledger.relations.follow("u1", "eve")).state, "ACTIVE");
-  assert.equal((await w.ledger.likes.like("eve", w.carlPost)).outcome, "CHANGED");
-  assert.ok((await w.ledger.posts.createPost("eve", "PUBLIC", "new eve")).postId);
-  // The old comment's idempotency key is no longer hers: a create with it makes a new comment.
-  assert.equal((await w.ledger.comments.create("eve", w.carlPost, "again", { idempotencyKey: "k1" })).created, true);
+  // The id is a tombstone: no write creates it anew, and u6's block of it stays; the erasure's record stays too.
+  await assert.rejects(w.ledger.relations.upsertAccount("eve"), { code: "ACCOUNT_ERASED" });
+  assert.equal((await w.ledger.erasure.status("eve"))?.phase, "done");
+  await assert.rejects(w.ledger.relations.follow("eve", "u1"), { code: "ACCOUNT_ERASED" });
+  await assert.rejects(w.ledger.likes.like("eve", w.carlPost), { code: "ACCOUNT_ERASED" });
+  await assert.rejects(w.ledger.comments.create("eve", w.carlPost, "again", { idempotencyKey: "k1", ensureAuthor: true }), { code: "ACCOUNT_ERASED" });
+  assert.equal((await w.db.pool.query("SELECT 1 FROM block WHERE blocker = 'u6' AND blocked = 'eve'")).rowCount, 1);
   await drain(w.ledger);
   assert.equal((await fullAudit(w.ledger)).clean, true);
 });
@@ -212,7 +212,7 @@ test("negative control: without the write guard on likes, eve's like during her 
   const w = await buildWorld({ batchSize: 2 });
   t.after(() => w.close());
   await replaceFunctionText(w.db.pool, "erasure_guard_like()", [
-    ["IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) OR erasure_writing() THEN", "IF true THEN"],
+    ["IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) THEN", "IF true THEN"],
   ]);
   // The batched like path (like_set_batch) asks the same rule itself.
   await replaceFunctionText(w.db.pool, "like_erasure_refusal(text,text)", [["SELECT CASE", "SELECT CASE WHEN true THEN NULL::text"]]);

@@ -158,7 +158,7 @@ test("negative control: a relation_set_batch that answers every row with the fir
   assert.ok(problems.some((p) => p.startsWith("row 2: CHANGED")), problems.join("; "));
 });
 
-test("one batch with accounts being erased and erased: each write refused on its own as the single call refuses it (AccountBeingErasedError naming the first erasing account of the pair, AccountNotFoundError naming the missing ids), the others written", async (t) => {
+test("one batch with accounts being erased and erased: each write refused on its own as the single call refuses it (AccountBeingErasedError naming the first erasing account of the pair, AccountErasedError for an erased actor, AccountNotFoundError naming the missing ids), the others written", async (t) => {
   const erasing = acct(5);
   const erased = acct(6);
   const writes: Write[] = [
@@ -182,8 +182,11 @@ test("one batch with accounts being erased and erased: each write refused on its
     await batched.close();
     await single.close();
   });
-  const rows = (await batch(batched.db.pool, 1, writes)).map((r) =>
-    r.outcome === "ACCOUNT_NOT_FOUND" ? `AccountNotFoundError unknown account: ${r.reason}`
+  // An erased acting account is a tombstone's write (the service turns its ACCOUNT_NOT_FOUND into AccountErasedError).
+  const tombstone = `AccountErasedError account ${erased} was erased: its id can never act again, and no new fact may name it`;
+  const rows = (await batch(batched.db.pool, 1, writes)).map((r, i) =>
+    r.outcome === "ACCOUNT_NOT_FOUND" && writes[i]!.a === erased ? tombstone
+      : r.outcome === "ACCOUNT_NOT_FOUND" ? `AccountNotFoundError unknown account: ${r.reason}`
       : r.code === "ACCOUNT_BEING_ERASED" ? `AccountBeingErasedError ${r.account}` : show(r));
   const unbatched = await RelationService.open(single.db.pool, { batchMax: 1 });
   const answers: string[] = [];
@@ -200,7 +203,7 @@ test("one batch with accounts being erased and erased: each write refused on its
     "CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)",
     `AccountBeingErasedError ${erasing}`,
     `AccountNotFoundError unknown account: ${erased}`,
-    `AccountNotFoundError unknown account: ${erased}, ${erasing}`,
+    tombstone,
     `AccountBeingErasedError ${erasing}`,
     `AccountBeingErasedError ${erasing}`,
     "CHANGED ACTIVE v1 seq2 (REMOVED->ACTIVE)",

@@ -1,3 +1,4 @@
+import { auditErasure, erasureAuditClean } from "../../erasure/erasure-audit.ts";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireAdmin } from "../auth.ts";
 import type { RateLimits } from "../context.ts";
@@ -44,13 +45,14 @@ export async function fullAudit(ledger: Ledger) {
   const diff = await projectionDiffWhenCaughtUp(ledger);
   const notifications = await auditNotifications(ledger.pool);
   const webhooks = await auditWebhooks(ledger.pool);
+  const erasure = await auditErasure(ledger.pool);
   const projectionCaughtUp = diff !== null;
   const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
     (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) &&
-    notificationAuditClean(notifications) && webhookAuditClean(webhooks);
+    notificationAuditClean(notifications) && webhookAuditClean(webhooks) && erasureAuditClean(erasure);
   return {
     clean, likes: { writeSide: likesWrite, readSide: likesRead },
-    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications, webhooks,
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications, webhooks, erasure,
   };
 }
 
@@ -88,6 +90,7 @@ const auditResponse = named("AuditReport", {
     comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
     notifications: { type: "object", description: "the notification view against the facts (src/notifications/notification-audit.ts)", additionalProperties: true },
     webhooks: { type: "object", description: "delivery cursors against their outboxes and retention holds, the block outbox's sequence (src/webhooks/webhook-audit.ts)", additionalProperties: true },
+    erasure: { type: "object", description: "leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts)", additionalProperties: true },
   },
 });
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */

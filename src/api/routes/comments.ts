@@ -80,7 +80,7 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
       tags: ["comments"], summary: "Comment on a post, or reply to a comment (parentId); a retried idempotencyKey returns the first comment",
       security: bearer, params: idParams,
       body: commentDraft,
-      response: { 201: comment, ...errors(400, 401, 404, 409, 429) },
+      response: { 201: comment, ...errors(400, 401, 404, 409, 410, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Body: { body: string; parentId?: string; idempotencyKey?: string } }>, reply) => {

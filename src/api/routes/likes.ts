@@ -59,7 +59,7 @@ export async function likeRoutes(app: FastifyInstance, opts: RateLimits): Promis
   };
   const likeSchema = (summary: string) => ({
     tags: ["likes"], summary, security: bearer, params: idParams,
-    response: { 200: likeOutcome, ...errors(400, 401, 404, 429) },
+    response: { 200: likeOutcome, ...errors(400, 401, 404, 410, 429) },
   });
   app.put("/v1/items/:id/likes/me", { schema: likeSchema("Like (set-target-state: repeating is a NOOP)"), onRequest: opts.writeRateLimit }, setLike(true));
   app.delete("/v1/items/:id/likes/me", { schema: likeSchema("Unlike: always allowed for one's own like, also after a block hid the item"), onRequest: opts.writeRateLimit }, setLike(false));

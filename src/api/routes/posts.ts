@@ -45,7 +45,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
   const { ledger, metrics } = app;
 
   app.post("/v1/posts", {
-    schema: { tags: ["posts"], summary: "Create a post (also a likeable item)", security: bearer, body: postBody, response: { 201: post, ...errors(400, 401, 404, 429) } },
+    schema: { tags: ["posts"], summary: "Create a post (also a likeable item)", security: bearer, body: postBody, response: { 201: post, ...errors(400, 401, 404, 410, 429) } },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Body: { visibility: Visibility; body: string } }>, reply) => {
     const caller = requireCaller(request);

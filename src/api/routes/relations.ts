@@ -138,7 +138,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
     };
   };
   const writeSchema = (summary: string, statuses: number[]) => ({
-    schema: { tags: ["relations"], summary, security: bearer, params: idParams, response: { 200: relationOutcome, ...errors(400, 401, 404, 429, ...statuses) } },
+    schema: { tags: ["relations"], summary, security: bearer, params: idParams, response: { 200: relationOutcome, ...errors(400, 401, 404, 410, 429, ...statuses) } },
     onRequest: opts.writeRateLimit,
   });
 
@@ -149,7 +149,7 @@ export async function relationRoutes(app: FastifyInstance, opts: RateLimits): Pr
       security: bearer, params: idParams,
       // The body is optional: no body (or {}) creates a public account, and changes nothing of an existing one.
       body: accountSettings,
-      response: { 200: accountWritten, ...errors(400, 401, 403, 429) },
+      response: { 200: accountWritten, ...errors(400, 401, 403, 410, 429) },
     },
     onRequest: opts.writeRateLimit,
   }, async (request: FastifyRequest<{ Params: { id: string }; Body: { private?: boolean; hideCollections?: boolean } | undefined }>) => {

@@ -7,6 +7,7 @@ import { counterAuditClean, formatCounterAudit } from "../../counters/counter-au
 import { openDatabase } from "../../runtime/database.ts";
 import { formatNotificationAudit, notificationAuditClean } from "../../notifications/notification-audit.ts";
 import { webhookAuditClean } from "../../webhooks/webhook-audit.ts";
+import { erasureAuditClean } from "../../erasure/erasure-audit.ts";
 
 type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
 
@@ -32,6 +33,7 @@ export function formatAudit(report: AuditReport): string {
     `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
     `notifications        ${verdict(notificationAuditClean(report.notifications))} ${formatNotificationAudit(report.notifications)}`,
     `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
+    `erasure leftovers    ${verdict(erasureAuditClean(report.erasure))} ${pairs(report.erasure)}`,
     report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
   ].join("\n") + "\n";
 }
