@@ -37,13 +37,14 @@ export function headingAnchors(markdown: string): Set<string> {
   return anchors;
 }
 
-/** A section named in prose: a heading that starts with the title, or a paragraph opening with it in bold. */
+/** A section named in prose: a heading that starts with the title, or a paragraph opening with it (bold or plain). */
 export function hasSection(markdown: string, title: string): boolean {
   const t = title.toLowerCase();
   return markdown.split("\n").some((l) => {
     const heading = /^#{1,6}\s+(.*?)\s*$/.exec(l)?.[1];
     if (heading !== undefined) return heading.replace(/`/g, "").toLowerCase().startsWith(t);
-    return l.toLowerCase().includes(`**${t}`);
+    const line = l.toLowerCase();
+    return line.includes(`**${t}`) || line.startsWith(t);
   });
 }
 
@@ -60,7 +61,7 @@ export function citations(file: string, text: string): Citation[] {
   const found: Citation[] = [];
   const lines = text.split("\n");
   lines.forEach((line, i) => {
-    for (const m of line.matchAll(/(?<![\w/.-])docs\/([\w./-]+\.md)(?:#([\w-]+))?(?:,\s*"([^"]+)")?/g)) {
+    for (const m of line.matchAll(/(?<![\w/.-])docs\/([\w./-]+\.md)(?:#([\w-]+))?(?:,?\s*"([A-Za-z`][^"]*)")?/g)) {
       found.push({ from: file, line: i + 1, target: path.join("docs", m[1]!), anchor: m[2], title: m[3] });
     }
     if (!file.endsWith(".md")) return;
