@@ -1,7 +1,8 @@
 /**
  * Every doc the code and the docs point a reader at exists, and so does the section named: a
  * `docs/<name>.md` path (with its `#anchor` or a `, "Section title"` after it) in src/, test/,
- * scripts/, README.md and docs/, and every relative Markdown link of README.md and docs/*.md.
+ * scripts/, bench/, README.md and docs/ (not in the migrations: they are history, never edited),
+ * and every relative Markdown link of README.md and docs/*.md.
  * A citation of a missing file or section is a dead end for a newcomer.
  */
 import { test } from "node:test";
@@ -87,6 +88,7 @@ function deadCitations(): string[] {
     // this file's own controls cite missing docs on purpose
     ...filesUnder("test", [".ts"]).filter((f) => f !== path.relative(ROOT, import.meta.filename)),
     ...filesUnder("scripts", [".ts"]),
+    ...filesUnder("bench", [".ts"]),
     ...filesUnder("docs", [".md"]),
     "README.md",
   ];
@@ -127,7 +129,7 @@ test("a citation of a missing doc, a missing anchor or a missing section title i
   assert.deepEqual(md.map((c) => [c.target, c.anchor]), [["docs/b.md", "x"], ["docs/a.md", "y"], ["src/hooks.ts", undefined]]);
 });
 
-test("every doc, anchor and section cited in src/, test/, scripts/, README.md and docs/ exists", () => {
+test("every doc, anchor and section cited in src/, test/, scripts/, bench/, README.md and docs/ exists", () => {
   const dead = deadCitations();
   assert.deepEqual(dead, [], `dead citations:\n${dead.join("\n")}`);
 });
