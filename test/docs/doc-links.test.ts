@@ -133,3 +133,12 @@ test("every doc, anchor and section cited in src/, test/, scripts/, bench/, READ
   const dead = deadCitations();
   assert.deepEqual(dead, [], `dead citations:\n${dead.join("\n")}`);
 });
+
+test("docs/README.md's index links every doc in docs/", () => {
+  const index = readFileSync(path.join(ROOT, "docs/README.md"), "utf8");
+  const linked = new Set(citations("docs/README.md", index).map((c) => c.target));
+  const unlisted = filesUnder("docs", [".md"])
+    .filter((f) => path.dirname(f) === "docs" && f !== "docs/README.md")
+    .filter((f) => !linked.has(f));
+  assert.deepEqual(unlisted, [], `docs missing from the index of docs/README.md: ${unlisted.join(", ")}`);
+});
