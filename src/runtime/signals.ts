@@ -21,8 +21,9 @@ export async function runUntilSignal(stop: () => Promise<void>, log: (line: stri
       );
     };
     const onSignal = (signal: NodeJS.Signals) => {
-      // A Ctrl-C under `npm start` arrives twice within milliseconds: from the terminal (same
-      // process group) and passed on by npm. Only a signal sent again later insists.
+      // A Ctrl-C under `npm start` can arrive twice within milliseconds: from the terminal (same
+      // process group) and passed on by npm (the kernel merges the two when the first is still
+      // pending). Only a signal sent again later insists.
       if (stoppingSince !== undefined) {
         if (Date.now() - stoppingSince >= REPEAT_INSISTS_AFTER_MS) {
           log(`${signal} again: exiting without finishing the stop`, "error");
