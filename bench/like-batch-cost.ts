@@ -4,9 +4,9 @@
  * inside the server (clock_timestamp() around the call in a PL/pgSQL wrapper, so neither the
  * round trip nor the commit's flush is in it), for the function before migration 024 and as
  * migrated, and for a set-based prototype of the common case (distinct pairs, one UPDATE for all
- * of them) that is NOT the production function: it cannot promise the lock order (docs/write-path.md,
- * "Cost per row"), and is measured to know what the per-pair loop costs. One database each, in one
- * cluster; the variants take turns call by call, for `--seconds` in total.
+ * of them) that is NOT the production function: it cannot promise the lock order
+ * (docs/decisions/0014-set-based-like-batch-reverted.md), and is measured to know what the
+ * per-pair loop costs. One database each, in one cluster; the variants take turns call by call, for `--seconds` in total.
  *
  *   node --import tsx bench/like-batch-cost.ts [--writes n] [--seconds s]
  */

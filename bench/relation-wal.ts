@@ -5,7 +5,7 @@
  * relation_follow / relation_unfollow) and batched (relation_set_batch), side by side on one
  * embedded cluster: one database per variant, every round runs each variant once, one at a time
  * (order rotating), so the WAL between two positions is that variant's; pg_walinspect splits it
- * by relation and record kind (docs/write-path.md, "The erasure guard after the update (migration 026)").
+ * by relation and record kind (docs/decisions/0010-relation-group-commit.md).
  *
  *   node --import tsx bench/relation-wal.ts [--ops n] [--rounds n] [--partitions P]
  */

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:wal`: WAL per like/unlike of the write functions before migration 024 and as
  * migrated, and of schema variants (fillfactor, the lists in a narrow table, the floor without
- * list indexes; docs/write-path.md, "Less WAL per like"), side by side on one embedded cluster in
+ * list indexes; docs/decisions/0008-like-lock-by-update.md and 0009-hot-fact-updates.md), side by side on one embedded cluster in
  * one run. Each variant is a database of its own, migrated and then changed by fixed DDL; every
  * round runs each variant once, one at a time (the order rotating), so the WAL between two
  * positions belongs to the variant that just ran; pg_walinspect splits it by relation and record kind.

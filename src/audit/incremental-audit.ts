@@ -19,8 +19,8 @@ type Outbox = keyof typeof OUTBOXES;
 /**
  * The rotating samples' walks: the next $2 keys after $1, in the primary key's own order (the
  * database's collation), so a walk reads its page of the key's index and not the table. In
- * `COLLATE "C"` order (before issue 22's fix) no index served the ORDER BY: every run read and
- * sorted every item (2 → 36 ms from 100k to 1M likes; test/audit/periodic-audit-plans.test.ts).
+ * `COLLATE "C"` order no index would serve the ORDER BY: every run would read and
+ * sort every item (2 → 36 ms from 100k to 1M likes; test/audit/periodic-audit-plans.test.ts).
  */
 export const SAMPLE_WALK_SQL = {
   likes: "SELECT item_id AS key FROM item WHERE item_id > $1 ORDER BY item_id LIMIT $2",
@@ -108,7 +108,7 @@ function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
 }
 
 /**
- * The service's periodic audit (issue 22): the checks of fullAudit, but each section over what
+ * The service's periodic audit (docs/counters.md, "The periodic audit is incremental"): the checks of fullAudit, but each section over what
  * changed since its last clean run (the table audit_cursor) plus a rotating sample of
  * untouched targets, so its cost follows the change, not the history. A section without a
  * cursor, or whose cursor is below its outbox's retention floor (the events it would read are

@@ -1,7 +1,7 @@
 /**
  * How the count layer reports a failure of its loops and reads: every one is counted in
- * ledger_count_layer_failures_total{kind, step} and logged (issue 18: a Lua error used to abort
- * reconciliations with nothing logged or counted).
+ * ledger_count_layer_failures_total{kind, step} and logged, so that no failure (a Lua error aborting
+ * a reconciliation, say) passes unseen.
  *
  * Steps: `feed` (a feeder pass of a kind), `reconcile` (a kind's reconciliation run),
  * `install` (one target's reconciliation), `increment` (one event's increment refused by a

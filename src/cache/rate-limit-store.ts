@@ -41,8 +41,8 @@ const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/Loc
  * idempotency and anti-abuse are separate mechanisms). While Redis does not answer (down, hung
  * past the 200 ms deadline, not connected yet) a request is counted in this process's memory
  * instead, by the plugin's own in-process store: each process then enforces the budget alone,
- * so a user gets at most one budget per process, never an unlimited one (issue 18: with
- * skipOnError the limits vanished). It never reports an error to the plugin.
+ * so a user gets at most one budget per process, never an unlimited one (the plugin's
+ * skipOnError would let every request through). It never reports an error to the plugin.
  */
 export function redisRateLimitStore(redis: RedisClient) {
   return class RedisRateLimitStore {

@@ -269,7 +269,7 @@ function displayAddress(url: string, seed: ReturnType<typeof parseClusterUrl>): 
 
 /**
  * Opens the client and connects in the background, so a Redis that is down at start never
- * holds up the service (issue 18): until it is connected, and its maxmemory-policy checked,
+ * holds up the service: until it is connected, and its maxmemory-policy checked,
  * every command is refused at once and reads fall back to PostgreSQL. Connection attempts go on,
  * 50 ms to 1 s apart, until it answers or the client is closed.
  */

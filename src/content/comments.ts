@@ -324,7 +324,7 @@ function validateBody(body: unknown): void {
 }
 
 async function readPost(client: PoolClient, postId: string): Promise<PostRow> {
-  // A deleted post (a tombstone, issue 11) is gone for comments as for every other read.
+  // A deleted post (a tombstone: its body erased, its row kept) is gone for comments as for every other read.
   const { rows } = await client.query<PostRow>("SELECT author, visibility, part FROM post WHERE post_id = $1 AND deleted_at IS NULL", [postId]);
   if (!rows[0]) throw new PostNotFoundError(postId);
   return rows[0];

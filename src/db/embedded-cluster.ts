@@ -20,7 +20,7 @@ export interface ClusterOptions {
   onLog?: (line: string) => void;
 }
 
-/** The superuser password of a cluster started without one (test clusters; the service's embedded cluster before issue 18). */
+/** The superuser password of a cluster started without one (test clusters; the service's embedded cluster before it had a password of its own). */
 export const DEFAULT_SUPERUSER_PASSWORD = "postgres";
 
 export interface OsUser {

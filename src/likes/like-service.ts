@@ -77,7 +77,7 @@ export interface LikeServiceOptions {
  * Lock order is fact row -> like_seq row of one partition, so writers of different partitions
  * never queue behind one another.
  *
- * Group commit (issue 22, docs/write-path.md "Group commit"): writes of one partition that
+ * Group commit (docs/write-path.md "Group commit"): writes of one partition that
  * arrive while LIKE_BATCHES_IN_FLIGHT batches of it are running go together as one
  * like_set_batch call, which decides each of them on its own, in arrival order,
  * and answers each with its own row; one commit per batch. A write to an idle partition goes at once.

@@ -85,7 +85,7 @@ export interface RelationServiceOptions {
  * trip. The deterministic race tests pause inside those functions, at their hook points
  * (ledger_hook), so they race the statements production runs (docs/testing.md).
  *
- * Group commit (issue 22, docs/write-path.md "Group commit"): follows, unfollows and decisions
+ * Group commit (docs/write-path.md "Group commit"): follows, unfollows and decisions
  * of one followee partition that arrive while RELATION_BATCHES_IN_FLIGHT batches of it are
  * running go together as one relation_set_batch call, which decides each on its
  * own in arrival order, passes the same hook points, and answers each with its own row. A write
@@ -276,7 +276,7 @@ export class RelationService {
     try {
       row = await withStatementRetry(async () => (await this.pool.query<WriteRow>({ ...statement, values })).rows[0]!);
     } catch (err) {
-      // An error path: one more read names exactly the missing accounts, never the caller who exists (issue 11).
+      // An error path: one more read names exactly the missing accounts, never the caller who exists.
       if (err instanceof ForeignKeyViolationError && /^relation_follow(er|ee)_fkey$/.test(err.constraint ?? "")) {
         throw await accountNotFound(this.pool, [a, b]);
       }

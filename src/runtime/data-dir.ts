@@ -47,8 +47,8 @@ export function checkDataDirectory(dataDir: string): void {
 const PRIVATE_FILES = ["jwt-secret", SUPERUSER_PASSWORD_FILE, APP_PASSWORD_FILE, "pg-port", "postgresql.log", "owner.pid"];
 
 /**
- * Makes the data directory private (issue 18: the port file and the server's log were 0644,
- * the directory 0755) and its files 0600, also those of a directory made by an older version.
+ * Makes the data directory private (other local users could read the port file and the server's
+ * log, 0644, in a 0755 directory) and its files 0600, also those of a directory made by an older version.
  * Not root: the server runs as this process's user, so the directory is 0700. Root: the server
  * runs as the OS user `postgres`, which must reach `pg/` (its own, mode 0700) through the data
  * directory. The directory then keeps its owner, gets the group `postgres` and mode 0710: the

@@ -6,7 +6,7 @@ import { LedgerError } from "../errors.ts";
 import { readOrCreateSecret } from "./secret.ts";
 
 /**
- * Who may use the service's embedded PostgreSQL (issue 18): the superuser `postgres` has a
+ * Who may use the service's embedded PostgreSQL (docs/security.md, "The embedded PostgreSQL"): the superuser `postgres` has a
  * random password that only the process starting the cluster uses, to set up the role the
  * service runs as, `ledger_app`: LOGIN, no superuser, no CREATEDB / CREATEROLE / REPLICATION /
  * BYPASSRLS, owner of the schema `public` and of everything the migrations made in it. Both
@@ -41,7 +41,7 @@ export async function embeddedSuperuserUrl(dataDir: string, port: number): Promi
   return embeddedUrl(port, SUPERUSER, await readOrCreateSecret(dataDir, SUPERUSER_PASSWORD_FILE));
 }
 
-/** The superuser password is neither the data directory's nor the one of data directories made before issue 18. */
+/** The superuser password is neither the data directory's nor the old default `postgres` of data directories made before they were locked down. */
 export class EmbeddedAccessError extends LedgerError {
   constructor(message: string) {
     super("EMBEDDED_ACCESS", message);
@@ -124,7 +124,7 @@ const ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION
  * Run by the process that starts the embedded cluster, before it migrates. Brings any data
  * directory to the locked state and returns what it had to change (nothing on every start
  * after the first): connects as the superuser with the data directory's password, or, for a
- * data directory made before issue 18, with the old default `postgres`; creates `ledger_app`
+ * data directory made before they were locked down, with the old default `postgres`; creates `ledger_app`
  * (or resets its attributes and password), hands it the schema and every object in it, and
  * only then, last, sets the superuser's new password. All of it is one transaction, so a
  * crash leaves the old state, and the next start (the password files are written before)

@@ -9,7 +9,7 @@ export function summarizeRetention(report: RetentionReport): Record<string, unkn
 }
 
 /**
- * The service's periodic retention (issue 8): `social-ledger prune` every `everyMs`, as a loop
+ * The service's periodic retention (docs/retention.md): `social-ledger prune` every `everyMs`, as a loop
  * like the consumers' (one line when it starts failing and one when it recovers). Safe under
  * live traffic: dedup keys at or below the watermarks and outbox events at or below the proven
  * boundary go (docs/retention.md), and a running rebuild makes it skip that kind.

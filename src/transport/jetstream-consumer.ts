@@ -197,7 +197,7 @@ export class JetStreamPartitionConsumer {
    * the relay had published by then, the broker has had those events for a whole interval and not
    * got them through, so they are applied from the outbox (the gaps first), through the same
    * applyBatch. Events above that position are left to the broker: the relay has not published them
-   * (or has only just), and filling them would race the broker's copy (issue 23).
+   * (or has only just), and filling them would race the broker's copy.
    */
   private async fillGapIfStalled(): Promise<number> {
     if (Date.now() - this.lastCheckAt < this.config.gapCheckMs) return 0;

@@ -10,7 +10,7 @@ interface IdJson {
 const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false };
 
 /**
- * Issue 18, item 3 (docs/api.md, "What a blocked user learns"): to a user it blocks, an account
+ * What a blocked user learns (docs/api.md, "What a blocked user learns"): to a user it blocks, an account
  * answers every route that names it exactly as an account that does not exist (status, code, and
  * the message with the id in it), writes nothing, and no answer carries blockedBy; a block is the
  * one write that stays allowed.

@@ -1,5 +1,5 @@
 /**
- * Regression tests for the defects a new client developer found (issue 11): text that
+ * Regression tests for the defects a new client developer found: text that
  * PostgreSQL cannot store, account updates that changed what they did not name, follow requests
  * left pending by an unlock, unlikes pinned by a block, error bodies in fastify's shape, and
  * metrics that only counted what the scraped process did itself.

@@ -8,7 +8,7 @@ interface IdJson {
 }
 
 /**
- * Issue 18, item 2: what a caller may not see answers exactly as what does not exist (status,
+ * What a caller may not see answers exactly as what does not exist (status,
  * code, and the message with the id it names), and writes nothing.
  */
 function assertSameAsUnknown(res: ApiResponse, id: string, unknown: ApiResponse, unknownId: string, label: string): void {

@@ -1,5 +1,5 @@
 /**
- * Answers that match what docs/api.md says (issue 23, "Docs and CLI that match"): a wrong
+ * Answers that match what docs/api.md says: a wrong
  * method is 405 with Allow, `me` is never the other account of a relation route, and a post
  * body needs a character that is not whitespace, as a comment's does. Over real HTTP.
  */

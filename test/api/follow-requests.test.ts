@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { assertError, createAccounts, ok, startApi, type Relationship, type RelationOutcome } from "./harness.ts";
 
-/** Issue 11, defect 4: a private account sees who asked to follow it, and decides from there. */
+/** A private account sees who asked to follow it, and decides from there. */
 
 interface RequestPage {
   requests: { accountId: string; requestedAt: string }[];

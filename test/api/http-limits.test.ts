@@ -6,7 +6,7 @@ import { HTTP_TIMEOUTS } from "../../src/api/app.ts";
 import { MAX_INPUT_DEPTH } from "../../src/api/request-text.ts";
 import { assertError, createAccounts, ok, startApi, type ApiHarness, type PostJson } from "./harness.ts";
 
-/** Issue 18 items 8, 9 and 12: slow clients are cut off, deep bodies are a 400, PATCH passes CORS. */
+/** Slow clients are cut off, deep bodies are a 400, PATCH passes CORS. */
 
 interface RawExchange {
   socket: Socket;

@@ -7,7 +7,7 @@ import { signToken } from "../../src/api/auth.ts";
 import { InvalidInputError } from "../../src/errors.ts";
 import { assertError, createAccounts, ok, startApi } from "./harness.ts";
 
-/** Issue 11, defect 8: who the caller is, and what the errors say about the accounts involved. */
+/** Who the caller is, and what the errors say about the accounts involved. */
 
 test("api a token whose subject is 'me' is refused (401), and signToken refuses to mint one", async (t) => {
   const h = await startApi();

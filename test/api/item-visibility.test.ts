@@ -12,7 +12,7 @@ interface LikerPage {
 }
 
 /**
- * Issue 18, item 1: a comment, as a likeable item, is exactly as visible as the comment itself
+ * A comment, as a likeable item, is exactly as visible as the comment itself
  * (the SQL function item_state). Every hidden case must answer what a missing item answers, on
  * every like route, and write nothing.
  */

@@ -5,7 +5,7 @@ import {
   type BlockPage, type FollowerPage, type FollowingPage, type LikedItemPage, type Profile, type Relationship, type RelationOutcome,
 } from "./harness.ts";
 
-/** Issue 11, "what is missing": the lists, the profile, batch relationships, writes that answer the relationship. */
+/** What a client needs beyond writes: the lists, the profile, batch relationships, writes that answer the relationship. */
 
 const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false };
 

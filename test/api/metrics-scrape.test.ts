@@ -17,7 +17,7 @@ import { openLedger } from "../../src/ledger.ts";
 import { assertError, startApi } from "./harness.ts";
 
 /**
- * Issue 18 item 13: /metrics answers from memory (the figures from the database are read on a
+ * /metrics answers from memory (the figures from the database are read on a
  * timer) and can require a bearer token. The statements are counted by the database itself:
  * pg_stat_statements on a cluster of the test's own, with the metrics reading as a role of
  * their own, so nothing else the process or the test runs is counted with them.

@@ -1,5 +1,5 @@
 /**
- * Issue 20, part 1: which claims of a provider token name the user and make an admin
+ * Which claims of a provider token name the user and make an admin
  * (LEDGER_JWT_USER_CLAIM, LEDGER_JWT_ADMIN_CLAIM, LEDGER_JWT_ADMIN_VALUE), over real HTTP. The
  * user claim's value must be a valid user id (else 401 TOKEN_USER_CLAIM_INVALID); the admin
  * claim may be a value or an array of them (groups); everybody else is refused the admin routes.

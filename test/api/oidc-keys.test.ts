@@ -1,5 +1,5 @@
 /**
- * Issue 20, part 1: the identity provider's keys over time. A rotation is picked up without a
+ * The identity provider's keys over time. A rotation is picked up without a
  * restart; a flood of unknown kids costs the provider at most one request per cooldown (the
  * control: with no cooldown, one request each); a provider that is down at start does not keep
  * the service from starting, and its tokens get 401 TOKEN_KEY_UNAVAILABLE until it answers; a

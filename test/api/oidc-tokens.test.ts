@@ -1,5 +1,5 @@
 /**
- * Issue 20, part 1: tokens of the product's identity provider (LEDGER_JWKS_URL), over real HTTP
+ * Tokens of the product's identity provider (LEDGER_JWKS_URL), over real HTTP
  * against a JWKS the test serves itself. Every algorithm the service takes works; every way a
  * token can be wrong is 401 with a code of its own, writes nothing, and costs the provider no
  * request; an HS256 token is refused, also the classic forgery with the provider's public key as

@@ -4,7 +4,7 @@ import { readSide, readSideClean, writeSide, writeSideClean } from "../../src/li
 import { assertError, createAccounts, ok, startApi, type LikedItemPage, type PostJson } from "./harness.ts";
 
 /**
- * Issue 11: deleting a post. The post becomes a tombstone (body erased) and it and its item
+ * Deleting a post. The post becomes a tombstone (body erased) and it and its item
  * are missing for every reader; its like facts, outbox events and counts stay in the ledger
  * (docs/api.md), so the audits still hold.
  */

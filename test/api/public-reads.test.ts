@@ -5,7 +5,7 @@ import {
   type FollowerPage, type LikeCount, type LikerPage, type PostJson, type PostRead, type Profile,
 } from "./harness.ts";
 
-/** Issue 11: public data without a token, reads rate-limited (per IP without a token), CORS. */
+/** Public data without a token, reads rate-limited (per IP without a token), CORS. */
 
 test("api public reads without a token: counts, likers and PUBLIC posts, profiles and lists of accounts that do not hide them; FOLLOWERS and SELF posts look missing; writes and 'me' need a token", async (t) => {
   const h = await startApi();

@@ -187,7 +187,7 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
       assert.equal(res.text, missingPost.text, `${context}${query}: never leak existence`);
       assert.equal(res.headers.get("content-length"), missingPost.headers.get("content-length"));
     }
-    // A like given before the block may still be taken back (issue 11, defect 9); after that, and
+    // A like given before the block may still be taken back; after that, and
     // for everyone who had none, an unlike is refused like a missing item.
     if (likedBefore) assert.equal(ok(await who.delete<LikeOutcome>(`/v1/items/${id}/likes/me`)).outcome, "CHANGED", `${context}: retracting its own like`);
     for (const res of [await who.put(`/v1/items/${id}/likes/me`), await who.delete(`/v1/items/${id}/likes/me`)]) {

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { assertError, createAccounts, ok, startApi, type PostJson } from "./harness.ts";
 
 /**
- * Issue 18 item 10: the comment routes follow the API's conventions (public reads without a
+ * The comment routes follow the API's conventions (public reads without a
  * token, limit clamped, Link), and every route is rate limited, says so in its headers and
  * declares its 429.
  */

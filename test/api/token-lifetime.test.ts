@@ -5,7 +5,7 @@ import { signToken } from "../../src/api/auth.ts";
 import { MAX_TOKEN_TTL_S } from "../../src/config.ts";
 import { assertError, ok, startApi } from "./harness.ts";
 
-/** Issue 18 item 11: a token's lifetime is bounded (LEDGER_JWT_MAX_TTL_SECONDS), however far its exp lies. */
+/** A token's lifetime is bounded (LEDGER_JWT_MAX_TTL_SECONDS), however far its exp lies. */
 
 const now = () => Math.floor(Date.now() / 1000);
 

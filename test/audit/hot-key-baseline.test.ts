@@ -1,5 +1,5 @@
 /**
- * Issue 22: the periodic audit checks a hot item by induction from its stored baseline
+ * The periodic audit checks a hot item by induction from its stored baseline
  * (audit_key_baseline; src/audit/key-baseline.ts) instead of recounting all its
  * likes at every run that touches it. With the threshold at 50 likes:
  *  - over runs with live likes and unlikes (and a run that does not touch it) the runs stay clean

@@ -1,5 +1,5 @@
 /**
- * Issue 22: the periodic audit (incrementalAudit) checks the targets changed since its last run
+ * The periodic audit (incrementalAudit) checks the targets changed since its last run
  * and a rotating sample of the others. A drift injected by a direct UPDATE into a target that
  * changed since the last run is found by the next run; the same drift in an untouched target is
  * not (by design: nothing about that target moved), but the sample finds it when its turn comes,

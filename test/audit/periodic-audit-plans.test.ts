@@ -1,5 +1,5 @@
 /**
- * Issue 22 ("nothing periodic is O(history)"): three statements of the periodic audit read what
+ * Nothing periodic may grow with the history: three statements of the periodic audit read what
  * changed, not their whole table, once the tables are large enough for the planner to prefer a
  * scan. Over 20,000 likes (one per item, as like_set writes them), 80,000 like_count rows and
  * 20,000 follows, and a handful of live likes and follows through the ledger, EXPLAIN ANALYZE counts the rows each

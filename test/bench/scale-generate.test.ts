@@ -1,5 +1,5 @@
 /**
- * The scale bench's generator (issue 22, bench/scale-generate.ts) leaves the state live writes
+ * The scale bench's generator (bench/scale-generate.ts) leaves the state live writes
  * would: the full audit is clean after it, and stays clean after live writes on the generated
  * facts, a drain and a prune. The negative controls skip one table's write each: the audit sees
  * every one of them.

@@ -1,5 +1,5 @@
 /**
- * Issue 10: comment counts in the Redis count layer, the third registered counter kind. Over HTTP
+ * Comment counts in the Redis count layer, the third registered counter kind. Over HTTP
  * with a real redis-server: the count of a post comes from Redis (backfilled on its first read,
  * then fed from comment_outbox), replies and tombstones included; an increment lost after the
  * commit (hook point cache.beforeIncrement) is an undercount the reconciliation reports as +1

@@ -1,5 +1,5 @@
 /**
- * Issue 10: Redis under memory pressure with a volatile-* policy, which the service accepts at
+ * Redis under memory pressure with a volatile-* policy, which the service accepts at
  * start (only allkeys-* is refused). Counters, the feeder's cursor and the reconciled boundary
  * carry no TTL, so such a policy never evicts them; what carries one is the log of increments
  * fed to a counter that is not in Redis yet (EXPIRE 600) and the rate-limit windows. These tests

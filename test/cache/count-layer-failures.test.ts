@@ -1,5 +1,5 @@
 /**
- * Issue 18, item 4: ids may contain `:` (src/ids.ts), and under the first key encoding the log
+ * Ids may contain `:` (src/ids.ts), and under the first key encoding the log
  * of target X (`sl:cnt:<kind>:X:log`) was the counter of target `X:log`, so X's install failed
  * with a Lua error (`sep` nil) that aborted the reconciliation of that kind and of every kind
  * after it, with nothing logged or counted. Here: colliding ids each count exactly; a counter

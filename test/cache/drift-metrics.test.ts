@@ -1,5 +1,5 @@
 /**
- * Issue 10: the drift of a database rebuild run by another process (`social-ledger rebuild` as a
+ * The drift of a database rebuild run by another process (`social-ledger rebuild` as a
  * child) shows on the service's /metrics, with its kind, sign and origin, because the histogram
  * is rebuilt from count_drift_history at scrape; the HTTP route's rebuild feeds the same figures.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 10: the in-process cache in front of Redis is single-flight. 200 concurrent reads of one
+ * The in-process cache in front of Redis is single-flight. 200 concurrent reads of one
  * hot key that Redis does not hold yet make one backfill (one truth query) and two Redis reads;
  * negative control: without the local cache every concurrent miss backfills on its own.
  */

@@ -1,8 +1,8 @@
 /**
  * With REDIS_URL, the per-user write budget lives in the count layer's Redis, so two API
- * processes share one budget (issue 10; seed 004: anti-abuse is its own mechanism). Without
+ * processes share one budget (the likes seed: anti-abuse is its own mechanism). Without
  * Redis each process counts alone (the negative control). While Redis is down or hung, each
- * process counts in its own memory (issue 18: with skipOnError the limits vanished), never a 5xx.
+ * process counts in its own memory (with the plugin's skipOnError the limits would vanish), never a 5xx.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,5 +1,5 @@
 /**
- * Issue 22: the reconciler installs a batch of targets in one pipelined round trip, and a target
+ * The reconciler installs a batch of targets in one pipelined round trip, and a target
  * whose install fails in that batch fails alone. One batch holds good targets, a drifted one
  * (overcounted by a direct HINCRBY) and a malformed one (a log entry that is not `<part>:<seq>`):
  * the report names exactly the drift and the failure, the good ones are installed, the malformed

@@ -1,5 +1,5 @@
 /**
- * Issue 22: the reconciler is paced like the other background jobs (src/workers/pacer.ts). Over
+ * The reconciler is paced like the other background jobs (src/workers/pacer.ts). Over
  * 1,200 changed counters, a batch's size follows the time budget from the last full batch (×2 or
  * ÷2 per batch, within [MIN_PACED_RECONCILE_BATCH, batchSize]) and after each batch but the last
  * the run rests in proportion to it per the duty, and really waits that long: the run's wall time

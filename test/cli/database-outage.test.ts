@@ -1,5 +1,5 @@
 /**
- * The service survives its database dying (issue 7), with real processes: `serve` as a child,
+ * The service survives its database dying, with real processes: `serve` as a child,
  * its PostgreSQL killed with -9 (embedded) or stopped with `-m immediate` (external, through
  * DATABASE_URL) while concurrent like/unlike clients run over HTTP. While the database is down
  * every answer is 503 DATABASE_UNAVAILABLE with Retry-After, never a 500; afterwards service

@@ -1,5 +1,5 @@
 /**
- * Issue 18, item 7: who can use the service's embedded PostgreSQL and read its data directory.
+ * Who can use the service's embedded PostgreSQL and read its data directory.
  * `serve` runs as a child process on a data directory of the test's own: a fresh one, and one
  * made the way the service made it before (superuser postgres/postgres, the migrations run
  * as that superuser, the port file and the server's log 0644, the directory 0755). Every
@@ -159,7 +159,7 @@ async function assertLocked(t: TestContext, dataDir: string, serviceAsRoot = asR
   }
 }
 
-test("issue 18 item 7: serve on a fresh data directory: postgres/postgres is refused, the service runs as ledger_app (no superuser, no COPY TO PROGRAM), every file is private", { timeout: 180_000 }, async (t) => {
+test("embedded access: serve on a fresh data directory: postgres/postgres is refused, the service runs as ledger_app (no superuser, no COPY TO PROGRAM), every file is private", { timeout: 180_000 }, async (t) => {
   const { dataDir, serve } = await serveLab(t, "ledger-access-fresh-", { LOG_LEVEL: "info" });
   const server = serve("serve");
   await server.waitFor(LISTENING, 90_000);
@@ -167,7 +167,7 @@ test("issue 18 item 7: serve on a fresh data directory: postgres/postgres is ref
   assert.deepEqual(await server.stop("SIGTERM"), { code: 0, signal: null }, server.stderr);
 });
 
-test("issue 18 item 7: a data directory made before the fix is locked down at the next start and keeps its data; the start after that changes nothing", { timeout: 180_000 }, async (t) => {
+test("embedded access: a data directory made before the fix is locked down at the next start and keeps its data; the start after that changes nothing", { timeout: 180_000 }, async (t) => {
   const { dataDir, env, serve } = await serveLab(t, "ledger-access-upgrade-", { LOG_LEVEL: "info" });
   await oldStyleDataDir(dataDir);
   const port = await embeddedPort(dataDir);
@@ -200,7 +200,7 @@ test("issue 18 item 7: a data directory made before the fix is locked down at th
   assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
 });
 
-test("issue 18 item 7: serve killed in the middle of locking an old data directory leaves it as it was, and the next start finishes the job", { timeout: 180_000 }, async (t) => {
+test("embedded access: serve killed in the middle of locking an old data directory leaves it as it was, and the next start finishes the job", { timeout: 180_000 }, async (t) => {
   const { dataDir, serve } = await serveLab(t, "ledger-access-crash-", { LOG_LEVEL: "info" });
   await oldStyleDataDir(dataDir, { preparedTransactions: true });
   const port = await embeddedPort(dataDir);
@@ -243,7 +243,7 @@ test("issue 18 item 7: serve killed in the middle of locking an old data directo
   assert.deepEqual(await server2.stop("SIGTERM"), { code: 0, signal: null }, server2.stderr);
 });
 
-test("issue 18 item 7: serve run by a user other than root runs its PostgreSQL as that user, in a 0700 data directory, locked the same way", { timeout: 180_000 }, async (t) => {
+test("embedded access: serve run by a user other than root runs its PostgreSQL as that user, in a 0700 data directory, locked the same way", { timeout: 180_000 }, async (t) => {
   if (!asRoot) {
     t.skip("starting serve as another user needs root (the tests above run as this user)");
     return;

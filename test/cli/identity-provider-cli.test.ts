@@ -1,5 +1,5 @@
 /**
- * Issue 20, part 1, as real child processes: `social-ledger token` refuses to mint under a JWKS
+ * Provider tokens as real child processes: `social-ledger token` refuses to mint under a JWKS
  * setup (exit 2, `social-ledger token: ...`, no secret generated); an incomplete provider setup
  * stops serve before it starts anything; and serve with a provider that is down at start
  * listens, answers 401 TOKEN_KEY_UNAVAILABLE, and takes the provider's tokens once it answers,

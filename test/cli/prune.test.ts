@@ -1,5 +1,5 @@
 /**
- * `social-ledger prune` as a child process (issue 8's retention): a bad margin is exit 2 and
+ * `social-ledger prune` as a child process (docs/retention.md): a bad margin is exit 2 and
  * deletes nothing; the default margin (a day, 10,000 events) prunes the dedup keys and keeps every
  * young event; LEDGER_RETENTION_KEEP_EVENTS and --keep-seconds 0 keep only the newest events per
  * partition; --keep-last 0 prunes every outbox to its watermark, and `social-ledger audit` stays clean.

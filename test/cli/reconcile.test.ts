@@ -1,5 +1,5 @@
 /**
- * `social-ledger reconcile` as a child process (issue 10): against a count layer whose Redis
+ * `social-ledger reconcile` as a child process: against a count layer whose Redis
  * counter was bumped by a blind replay, it reports the drift with its sign (truth − shown = −3),
  * repairs it, and exits 0; a second run visits nothing; without REDIS_URL it exits 2 and says why.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 18, item 5: a Redis that does not answer at start used to hang `serve` forever without a
+ * A Redis that does not answer at start must not hold up `serve`; it once hung it forever without a
  * word (it never listened, and SIGTERM left owner.pid behind). Here serve is a real child process
  * on an embedded data directory with REDIS_URL pointing at a port nobody listens on: it listens,
  * logs the count layer `degraded`, answers a like count from PostgreSQL marked `degraded`, and

@@ -9,8 +9,8 @@ import { createTestDatabase } from "../support/test-db.ts";
 import { CliChild, childEnv, runCli } from "./cli-child.ts";
 
 /**
- * Issue 18 item 13: `serve --metrics-port` moves /metrics off the API's port, and
- * LEDGER_METRICS_TOKEN protects it there too; issue 18 item 11: `token --ttl` refuses a lifetime
+ * `serve --metrics-port` moves /metrics off the API's port, and
+ * LEDGER_METRICS_TOKEN protects it there too; `token --ttl` refuses a lifetime
  * serve would refuse.
  */
 

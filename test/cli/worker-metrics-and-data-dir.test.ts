@@ -1,5 +1,5 @@
 /**
- * Operator-facing defects of issue 11 with real processes: a standalone `worker` exposes the
+ * Operator-facing defects with real processes: a standalone `worker` exposes the
  * same metrics as `serve` (with --metrics-port) and logs in serve's format; a data directory
  * the embedded PostgreSQL cannot reach is refused in one line, before anything is created.
  */

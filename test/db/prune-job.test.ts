@@ -1,5 +1,5 @@
 /**
- * The service prunes dedup keys by itself (issue 8's periodic retention job): with
+ * The service prunes dedup keys by itself (its periodic retention job): with
  * LEDGER_PRUNE_EVERY_SECONDS=1 a running service leaves no processed_event row at or below the
  * watermark once its consumers have applied the events; with 0 (the negative control) they stay.
  * With the retention margin at 0 the same job empties the outbox too (docs/retention.md).

@@ -1,5 +1,5 @@
 /**
- * Group commit of like writes (issue 22; like_set_batch; src/db/group-commit.ts):
+ * Group commit of like writes (docs/write-path.md; like_set_batch; src/db/group-commit.ts):
  * every write of a batch is decided on its own, in arrival order (a missing item amid good
  * rows, a like then an unlike of one pair); concurrent batches over overlapping pairs keep each
  * partition's numbering gapless with one event per CHANGED and exact counts, without a deadlock

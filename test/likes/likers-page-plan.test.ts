@@ -1,5 +1,5 @@
 /**
- * Issue 22 (scale): a deep page of an item's likers costs its page, not its depth. The likers
+ * A deep page of an item's likers costs its page, not its depth. The likers
  * list pages on (changed_at DESC, user_id ASC); the cursor's time must bound the index scan of
  * like_fact_likers. The scale bench found the earlier form (one OR of `<` and `=`) applied as a
  * filter: a page at depth 50,000 read 50,001 rows. Here EXPLAIN ANALYZE of the statement
@@ -15,7 +15,7 @@ import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 const LIKERS = 3000;
 const PAGE = 20;
 
-/** The form before issue 22: the bound inside an OR, which the planner applies as a filter. */
+/** The earlier form: the bound inside an OR, which the planner applies as a filter. */
 const OLD_LIKERS_PAGE_SQL = LIKERS_PAGE_SQL.replace(
   /AND \(\$2::timestamptz IS NULL OR \(changed_at <= \$2::timestamptz AND \(changed_at < \$2::timestamptz OR user_id > \$3::text\)\)\)/,
   "AND ($2::timestamptz IS NULL OR changed_at < $2::timestamptz OR (changed_at = $2::timestamptz AND user_id > $3::text))",

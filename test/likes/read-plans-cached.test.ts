@@ -1,5 +1,5 @@
 /**
- * Issue 22: the hot reads of likes and comments are not planned on every call. N reads of each
+ * The hot reads of likes and comments are not planned on every call. N reads of each
  * kind on one connection are counted by pg_stat_statements (track_planning on): `plans` stays at
  * the plan cache's five custom trials plus its generic plan, not N. The data is skewed (one hot
  * item or post with half of all events, 100 cold ones, a backlog above the watermarks), the case

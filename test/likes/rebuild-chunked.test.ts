@@ -8,7 +8,7 @@ import { UNPACED } from "../../src/workers/pacer.ts";
 import { factCount, likesFixture, user, type LikesFixture } from "./fixture.ts";
 
 /**
- * The rebuild of an item with more likes than one chunk (issue 22's hot item, at test size):
+ * The rebuild of an item with more likes than one chunk (a hot item, at test size):
  * chunks of 25 along like_fact_likers, with live likes and unlikes committed and applied while
  * the rebuild is parked between two chunks (hook point rebuild.afterChunk).
  */

@@ -1,5 +1,5 @@
 /**
- * Import (issue 20): the live writes' rules hold for imported facts, checked with SQL of the
+ * Import: the live writes' rules hold for imported facts, checked with SQL of the
  * test's own next to the project's audit; the same file twice changes nothing; an export imported
  * into an empty database gives the same facts, counts and export (round trip).
  */

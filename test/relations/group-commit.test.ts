@@ -1,5 +1,5 @@
 /**
- * Group commit of relation writes (issue 22; relation_set_batch;
+ * Group commit of relation writes (docs/write-path.md; relation_set_batch;
  * RelationService's batchers): every write of a batch is decided on its own, in arrival order,
  * with the single functions' outcomes, reasons and codes (a missing account amid good rows, a
  * private account, a block, a decision, a follow, an unfollow and a follow again of one pair);

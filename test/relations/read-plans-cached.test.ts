@@ -1,5 +1,5 @@
 /**
- * Issue 22: the hot relation reads (a relationship, a follower count) are not planned on every
+ * The hot relation reads (a relationship, a follower count) are not planned on every
  * call. N reads of each on one connection, counted by pg_stat_statements (track_planning on):
  * `plans` stays at the plan cache's five custom trials plus the generic plan it keeps. The
  * negative control is the relationship read as it was (two unnamed statements, which the

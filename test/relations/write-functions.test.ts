@@ -52,7 +52,7 @@ test("P=4 follow, decide, unfollow, block and unblock are one statement each (a 
   for (const [label, call] of calls) {
     const n = await statementsOf(call);
     counts.push(`${label}:${n}`);
-    // The error path of a missing account reads which of the two is missing, to name only that one (issue 11).
+    // The error path of a missing account reads which of the two is missing, to name only that one.
     assert.equal(n, label === "missing account" ? 2 : 1, `${label} is ${label === "missing account" ? "two statements" : "one statement"}`);
   }
   assert.equal(await statementsOf(() => f.rel.follow(acct(5), acct(5))), 0, "a self-follow is answered without a statement");

@@ -1,6 +1,6 @@
 /**
- * Reads on a real streaming replica, guarded by freshness tokens (issue 14 part 2,
- * docs/read-replicas.md). The test starts its own primary, makes a hot standby of it from the
+ * Reads on a real streaming replica, guarded by freshness tokens
+ * (docs/read-replicas.md). The test starts its own primary, makes a hot standby of it from the
  * embedded binaries (test/support/standby.ts: pg_backup_start/stop around a copy of the data
  * directory, standby.signal, primary_conninfo) and holds the standby's replay back with
  * recovery_min_apply_delay, so "the replica lags" is a fact the test sets, not a race.
