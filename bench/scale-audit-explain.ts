@@ -1,6 +1,6 @@
 /**
  * `node --import tsx bench/scale-audit-explain.ts [--sizes 100000,1000000]` (issue 22 diagnosis):
- * per size, generates the scale population (bench/scale-generate.ts), seeds the periodic audit's
+ * per size, generates the scale population (support/scale-population.ts), seeds the periodic audit's
  * cursors at the generated positions (as bench/scale.ts --skip-full-audit does), writes the same
  * fixed change at every size, then runs the periodic audit once with every SELECT of its snapshot
  * run first as EXPLAIN (ANALYZE, BUFFERS), printing each statement's time and its plan nodes that
@@ -26,7 +26,7 @@ import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { openLedger, type Ledger } from "../src/ledger.ts";
-import { generatePopulation, type Population } from "./scale-generate.ts";
+import { generatePopulation, type Population } from "../support/scale-population.ts";
 import { seedAuditCursors } from "./scale-jobs.ts";
 
 const { values: v } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, out: { type: "string", default: "/tmp/scale-audit-explain" }, likes: { type: "string", default: "2000" }, follows: { type: "string", default: "200" }, "as-bench": { type: "boolean", default: false }, variants: { type: "boolean", default: false }, hot: { type: "boolean", default: false }, "recount-above": { type: "string", default: "10000" } } });

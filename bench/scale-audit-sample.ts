@@ -1,6 +1,6 @@
 /**
  * What one target of the periodic audit's rotating sample costs (issue 22): on a generated
- * population (bench/scale-generate.ts), the two incremental like statements of the periodic audit
+ * population (support/scale-population.ts), the two incremental like statements of the periodic audit
  * (src/audit/incremental-invariants.ts) over an empty event range, with a sample of one item:
  * the hot item (N/10 likes) and an ordinary one (10 likes), and with a sample of 10,000 ordinary
  * items (a run over many changed items: it must stay linear in them), alternating, each timed.
@@ -17,7 +17,7 @@ import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool } from "../src/db/pool.ts";
 import { openLedger } from "../src/ledger.ts";
-import { generatePopulation, itemId } from "./scale-generate.ts";
+import { generatePopulation, itemId } from "../support/scale-population.ts";
 
 const { values: v } = parseArgs({ options: { likes: { type: "string" }, rounds: { type: "string" }, partitions: { type: "string" } } });
 const likes = Number(v.likes ?? 1_000_000);
