@@ -210,7 +210,9 @@ export function finishOpenApi(doc: OpenApiDocument): void {
           if (!response.description || response.description === "Default Response") response.description = `Error. \`error.code\` is one of: ${list}.`;
           const [firstCode, firstMeaning] = Object.entries(codes)[0]!;
           const json = response.content?.["application/json"];
-          if (json && json.example === undefined) json.example = { error: { code: firstCode, message: firstMeaning } };
+          // The schema's other required fields too (/healthz's 503 carries `database`).
+          const rest = json?.schema ? exampleOf(json.schema, schemas) as Record<string, unknown> : {};
+          if (json && json.example === undefined) json.example = { ...rest, error: { code: firstCode, message: firstMeaning } };
         } else {
           if (!response.description || response.description === "Default Response") response.description = op.summary ?? "Success";
           const json = response.content?.["application/json"];

@@ -104,9 +104,9 @@ export const lagQuery = {
 
 /** What the fields of a derived count mean, for the OpenAPI document. */
 export const countFields = {
-  lag: { type: "integer", description: "events written but not yet applied by the consumer, over the partitions the count reads" },
-  stale: { type: "boolean", description: "lag > allowedLag: the count may be behind by more than the caller accepted" },
-  pendingForItem: { type: "integer", description: "unapplied events of this item: the exact error bound, |count - truth| <= pendingForItem" },
+  lag: { type: "integer", description: "events written but not yet applied by the consumer, over the partitions the count reads (present when source is database)" },
+  stale: { type: "boolean", description: "lag > allowedLag: the count may be behind by more than the caller accepted (present when source is database)" },
+  pendingForItem: { type: "integer", description: "unapplied events of this item: the exact error bound, |count - truth| <= pendingForItem (present when source is database)" },
 } as const;
 
 export const relationshipProperties = {
@@ -134,7 +134,7 @@ export const countQuery = {
 /** Where a count came from (docs/cache.md): Redis with the age of its last reconciliation, or the database. */
 export const countSource = {
   source: { type: "string", enum: ["cache", "database"], description: "cache: the Redis count layer (REDIS_URL), database: PostgreSQL with lag and stale" },
-  reconciledAgeMs: { type: "integer", description: "from the cache: milliseconds since this counter was last reconciled with the facts" },
+  reconciledAgeMs: { type: "integer", description: "present when source is cache: milliseconds since this counter was last reconciled with the facts" },
   degraded: { type: "boolean", enum: [true], description: "present (true) when the Redis count layer was asked and did not answer (down, hung, still connecting): this answer is the database's" },
 } as const;
 

@@ -249,11 +249,14 @@ database gives the same facts and counts. Posts and comments are not exported (n
     .argument("<userId>", "the acting user (the token's sub)", parseUserId)
     .option("--admin", "add role=admin (admin routes, setup for other users)")
     .addOption(new Option("--ttl <seconds>", "lifetime in seconds (every token expires)").argParser(positiveInteger("--ttl", MAX_TOKEN_TTL_S)).default(30 * 24 * 3600, "2592000, 30 days"))
+    .option("--create-secret", "create the data directory's secret when there is none yet (to mint before serve first starts there)")
     .addHelpText("after", `
-Signs with LEDGER_JWT_SECRET, or with the secret kept in the data directory (created on first use),
-which is what serve verifies with. Example:
+Signs with LEDGER_JWT_SECRET, or with the secret serve keeps in its data directory (LEDGER_DATA_DIR,
+./data), which is what serve verifies with, and says on stderr which one it used. Without that file
+(run elsewhere than the service's data directory) it is refused, exit 2, unless --create-secret.
+Example:
   curl -H "Authorization: Bearer $(social-ledger token alice)" http://127.0.0.1:8080/v1/items/x/likes/me`)
-    .action(async (userId: string, opts: { admin?: boolean; ttl: number }) => {
+    .action(async (userId: string, opts: { admin?: boolean; ttl: number; createSecret?: boolean }) => {
       const { token } = await import("./commands/token.ts");
       setExitCode(await token(userId, opts));
     });

@@ -256,7 +256,7 @@ CREATE TABLE import_stage (
   at timestamp with time zone,
   CONSTRAINT import_stage_kind_check CHECK ((kind = ANY (ARRAY['account'::text, 'item'::text, 'like'::text, 'follow'::text, 'block'::text]))),
   CONSTRAINT import_stage_pkey PRIMARY KEY (run_id, kind, ord),
-  CONSTRAINT import_stage_state_check CHECK ((state = ANY (ARRAY['ACTIVE'::text, 'PENDING'::text])))
+  CONSTRAINT import_stage_state_check CHECK ((state = ANY (ARRAY['ACTIVE'::text, 'PENDING'::text, 'ERASED'::text])))
 );
 
 CREATE TABLE item (
@@ -593,15 +593,17 @@ CREATE TABLE retention_hold (
 CREATE TABLE webhook_block_event (
   part integer NOT NULL,
   seq bigint NOT NULL,
-  blocker text NOT NULL,
-  blocked text NOT NULL,
+  blocker text,
+  blocked text,
   state text NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
   CONSTRAINT webhook_block_event_part_fkey FOREIGN KEY (part) REFERENCES webhook_block_seq(part),
   CONSTRAINT webhook_block_event_pkey PRIMARY KEY (part, seq),
   CONSTRAINT webhook_block_event_seq_check CHECK ((seq > 0)),
-  CONSTRAINT webhook_block_event_state_check CHECK ((state = ANY (ARRAY['BLOCKED'::text, 'UNBLOCKED'::text])))
+  CONSTRAINT webhook_block_event_state_check CHECK ((((state = ANY (ARRAY['BLOCKED'::text, 'UNBLOCKED'::text])) AND (blocker IS NOT NULL) AND (blocked IS NOT NULL)) OR ((state = 'ERASED'::text) AND (blocker IS NULL) AND (blocked IS NULL))))
 );
+CREATE INDEX webhook_block_event_blocked ON public.webhook_block_event USING btree (blocked);
+CREATE INDEX webhook_block_event_blocker ON public.webhook_block_event USING btree (blocker);
 
 CREATE TABLE webhook_block_seq (
   part integer NOT NULL,
@@ -732,16 +734,29 @@ CREATE OR REPLACE FUNCTION public.comment_counted(deleted_at timestamp with time
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT deleted_at IS NULL $function$;
 
+CREATE OR REPLACE FUNCTION public.erasure_erased_refuse(p_account text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'SLE02',
+    MESSAGE = 'account ' || p_account || ' was erased: its id can never act again, and no new fact may name it';
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.erasure_guard_account()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  IF OLD.erased_state = 'ERASING' AND NOT erasure_writing() THEN
+  IF erasure_writing() THEN
+    RETURN NEW;
+  END IF;
+  IF OLD.erased_state = 'ERASING' THEN
     PERFORM erasure_refuse(OLD.account_id);
   END IF;
-  IF OLD.erased_state = 'ERASED' AND NEW.erased_state IS NULL THEN
-    DELETE FROM account_erasure WHERE account_id = OLD.account_id;
+  IF OLD.erased_state = 'ERASED' THEN
+    PERFORM erasure_erased_refuse(OLD.account_id);
   END IF;
   RETURN NEW;
 END
@@ -768,8 +783,7 @@ BEGIN
   IF p_op <> 'INSERT' THEN
     RETURN;
   END IF;
-  RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation', CONSTRAINT = p_constraints[v_hit.ord],
-    MESSAGE = 'account ' || v_hit.account_id || ' was erased';
+  PERFORM erasure_erased_refuse(v_hit.account_id);
 END
 $function$;
 
@@ -778,9 +792,15 @@ CREATE OR REPLACE FUNCTION public.erasure_guard_block()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  IF NOT erasure_writing() THEN
-    PERFORM erasure_guard_accounts(ARRAY[NEW.blocker, NEW.blocked], ARRAY['block_blocker_fkey', 'block_blocked_fkey'], TG_OP);
+  IF erasure_writing() THEN
+    RETURN NEW;
   END IF;
+  IF TG_OP = 'INSERT' AND current_setting('ledger.tombstone_blocks', true) = 'on'
+     AND EXISTS (SELECT 1 FROM account a WHERE a.account_id = NEW.blocked AND a.erased_state = 'ERASED') THEN
+    PERFORM erasure_guard_accounts(ARRAY[NEW.blocker], ARRAY['block_blocker_fkey'], TG_OP);
+    RETURN NEW;
+  END IF;
+  PERFORM erasure_guard_accounts(ARRAY[NEW.blocker, NEW.blocked], ARRAY['block_blocker_fkey', 'block_blocked_fkey'], TG_OP);
   RETURN NEW;
 END
 $function$;
@@ -808,7 +828,13 @@ AS $function$
 DECLARE
   v_author text;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) OR erasure_writing() THEN
+  IF erasure_writing() THEN
+    RETURN NEW;
+  END IF;
+  IF EXISTS (SELECT 1 FROM account a WHERE a.account_id = NEW.user_id AND a.erased_state = 'ERASED') THEN
+    PERFORM erasure_erased_refuse(NEW.user_id);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) THEN
     RETURN NEW;
   END IF;
   IF EXISTS (SELECT 1 FROM account_erasure WHERE account_id = NEW.user_id AND finished_at IS NULL) THEN
@@ -833,6 +859,20 @@ BEGIN
   END IF;
   RETURN NEW;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.erasure_leftovers()
+ RETURNS TABLE(account_id text, what text, n bigint)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT a.account_id, r.phase, r.n FROM account a CROSS JOIN LATERAL erasure_remaining(a.account_id) r
+   WHERE a.erased_state = 'ERASED' AND r.n > 0
+  UNION ALL
+  SELECT a.account_id, 'block_events', e.n FROM account a
+   CROSS JOIN LATERAL (SELECT (SELECT count(*) FROM webhook_block_event x WHERE x.blocker = a.account_id)
+                            + (SELECT count(*) FROM webhook_block_event x WHERE x.blocked = a.account_id) AS n) e
+   WHERE a.erased_state = 'ERASED' AND e.n > 0
 $function$;
 
 CREATE OR REPLACE FUNCTION public.erasure_refuse(p_account text)
@@ -860,7 +900,7 @@ AS $function$
     AND NOT EXISTS (SELECT 1 FROM comment c WHERE c.comment_id = f.item_id AND c.author = p_account)
   UNION ALL SELECT 'following', count(*) FROM relation WHERE follower = p_account AND state <> 'REMOVED'
   UNION ALL SELECT 'followers', count(*) FROM relation WHERE followee = p_account AND state <> 'REMOVED'
-  UNION ALL SELECT 'blocks', count(*) FROM block WHERE blocker = p_account OR blocked = p_account
+  UNION ALL SELECT 'blocks', count(*) FROM block WHERE blocker = p_account
 $function$;
 
 CREATE OR REPLACE FUNCTION public.erasure_remove_relations(p_followers text[], p_followees text[], p_versions bigint[], p_partitions integer)
@@ -909,12 +949,16 @@ BEGIN
   IF NOT FOUND THEN
     RETURN 'NOT_FOUND';
   END IF;
-  IF v_state IS NOT NULL THEN
-    RETURN CASE v_state WHEN 'ERASED' THEN 'ERASED' ELSE 'RUNNING' END;
+  IF v_state = 'ERASING' THEN
+    RETURN 'RUNNING';
+  END IF;
+  SELECT sum(r.n) INTO v_total FROM erasure_remaining(p_account) r;
+  IF v_state = 'ERASED' AND v_total = 0
+     AND NOT EXISTS (SELECT 1 FROM webhook_block_event x WHERE x.blocker = p_account OR x.blocked = p_account) THEN
+    RETURN 'ERASED';
   END IF;
   PERFORM set_config('ledger.erasure', p_account, true);
   UPDATE account SET erased_state = 'ERASING' WHERE account_id = p_account;
-  SELECT sum(r.n) INTO v_total FROM erasure_remaining(p_account) r;
   INSERT INTO account_erasure (account_id, requested_by, phase, total) VALUES (p_account, p_requested_by, 'posts', v_total)
     ON CONFLICT (account_id) DO UPDATE SET requested_by = EXCLUDED.requested_by, phase = 'posts', cursor_id = NULL, total = EXCLUDED.total,
       done = 0, batches = 0, started_at = now(), updated_at = now(), finished_at = NULL;
@@ -1028,11 +1072,11 @@ BEGIN
     END IF;
     v_facts := v_picked;
   WHEN 'blocks' THEN
-    -- Blocks have no outbox (relation_unblock deletes the row and writes no event).
+    -- The blocks it made. A block made against it is its blocker's decision and data: it stays,
+    -- and the account, a tombstone, can never lift it. (The block outbox's trigger writes the
+    -- deletions' events redacted: the account is ERASING.)
     WITH picked AS (
-      SELECT b.blocker, b.blocked FROM block b WHERE b.blocker = p_account
-      UNION ALL SELECT b.blocker, b.blocked FROM block b WHERE b.blocked = p_account
-      LIMIT p_limit),
+      SELECT b.blocker, b.blocked FROM block b WHERE b.blocker = p_account LIMIT p_limit),
     del AS (DELETE FROM block b USING picked WHERE b.blocker = picked.blocker AND b.blocked = picked.blocked RETURNING 1)
     SELECT count(*) INTO v_picked FROM del;
     v_facts := v_picked;
@@ -1054,6 +1098,9 @@ BEGIN
       UPDATE account_erasure a SET total = a.total + v_left WHERE a.account_id = p_account;
     ELSE
       UPDATE account SET erased_state = 'ERASED', private = false, hide_collections = false WHERE account_id = p_account;
+      -- Its block history: who it blocked and who blocked it is no webhook's to replay.
+      UPDATE webhook_block_event x SET blocker = NULL, blocked = NULL, state = 'ERASED' WHERE x.blocker = p_account;
+      UPDATE webhook_block_event x SET blocker = NULL, blocked = NULL, state = 'ERASED' WHERE x.blocked = p_account;
     END IF;
   END IF;
   -- A batch's commit does not wait for its WAL flush (it would hold the sequence rows through
@@ -1271,6 +1318,7 @@ DECLARE
   -- An unlike on a HIDDEN item: allowed only while the pair is liked (decided in apply order).
   v_if_liked   boolean[] := array_fill(false, ARRAY[n]);
   v_erasing    boolean := EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) AND NOT erasure_writing();
+  v_erased     text[];
   v_state      text;
   v_who        text;
   v_pair       record;
@@ -1295,8 +1343,13 @@ BEGIN
     RETURN;
   END IF;
 
+  v_erased := ARRAY(SELECT a.account_id FROM account a WHERE a.account_id = ANY (p_users) AND a.erased_state = 'ERASED' AND NOT erasure_writing());
   -- What each write may do, decided before any lock, as like_set_if_visible and the erasure guard do.
   FOR i IN 1 .. n LOOP
+    IF p_users[i] = ANY (v_erased) THEN
+      o_outcome[i] := 'REJECTED'; o_code[i] := 'ACCOUNT_ERASED'; o_account[i] := p_users[i];
+      CONTINUE;
+    END IF;
     IF p_checked[i] THEN
       v_state := item_state(p_users[i], p_items[i], 'TRUTH');
       IF v_state = 'MISSING'
@@ -1909,15 +1962,18 @@ AS $function$
 DECLARE
   v_blocker text := CASE WHEN TG_OP = 'INSERT' THEN NEW.blocker ELSE OLD.blocker END;
   v_blocked text := CASE WHEN TG_OP = 'INSERT' THEN NEW.blocked ELSE OLD.blocked END;
+  v_erased  boolean;
   v_part    integer;
   v_seq     bigint;
 BEGIN
   SELECT ledger_partition(v_blocker, c.partitions) INTO v_part FROM ledger_config c;
+  v_erased := EXISTS (SELECT 1 FROM account a WHERE a.account_id IN (v_blocker, v_blocked) AND a.erased_state IS NOT NULL);
   INSERT INTO webhook_block_seq AS s (part, last) VALUES (v_part, 1)
     ON CONFLICT (part) DO UPDATE SET last = s.last + 1
     RETURNING s.last INTO v_seq;
   INSERT INTO webhook_block_event (part, seq, blocker, blocked, state)
-    VALUES (v_part, v_seq, v_blocker, v_blocked, CASE WHEN TG_OP = 'INSERT' THEN 'BLOCKED' ELSE 'UNBLOCKED' END);
+    VALUES (v_part, v_seq, CASE WHEN NOT v_erased THEN v_blocker END, CASE WHEN NOT v_erased THEN v_blocked END,
+            CASE WHEN v_erased THEN 'ERASED' WHEN TG_OP = 'INSERT' THEN 'BLOCKED' ELSE 'UNBLOCKED' END);
   RETURN NULL;
 END
 $function$;

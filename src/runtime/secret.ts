@@ -29,6 +29,11 @@ export async function readOrCreateSecret(dataDir: string, name: string): Promise
   return (await readFile(file, "utf8")).trim();
 }
 
+/** Where the HS256 secret comes from: LEDGER_JWT_SECRET, or the file the data directory keeps it in. */
+export function jwtSecretSource(config: Config): { kind: "environment" } | { kind: "file"; file: string } {
+  return config.jwtSecret !== undefined ? { kind: "environment" } : { kind: "file", file: path.resolve(config.dataDir, "jwt-secret") };
+}
+
 /**
  * The HS256 secret: LEDGER_JWT_SECRET when set (at least 32 bytes), else one generated once
  * and kept (mode 0600) in the data directory, so the embedded default works with no setup

@@ -150,3 +150,15 @@ test("api auth: a non-admin gets 403 FORBIDDEN on admin routes and PUT /v1/items
   assert.deepEqual(ok(await alice.get("/v1/accounts/me/relationships/bob")),
     { following: false, requested: false, followedBy: true, requestedBy: false, blocking: false });
 });
+
+test("api auth: a token signed with another secret (minted with another data directory) is 401 with a message that names the likely cause", async (t) => {
+  const h = await startApi();
+  t.after(() => h.close());
+  const foreign = await signToken(new Uint8Array(randomBytes(32)), "alice");
+  const refused = assertError(await h.request("GET", "/v1/accounts/me/likes", { token: foreign }), 401, "UNAUTHENTICATED");
+  assert.match(refused.error.message, /^invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED: the token was signed with another secret than this service's/);
+  assert.match(refused.error.message, /LEDGER_DATA_DIR/);
+  // Other refusals keep their own message: an expired token of the right secret says nothing of secrets.
+  const expired = await new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setIssuer("social-ledger").setIssuedAt(1).setExpirationTime(2).sign(h.secret);
+  assert.doesNotMatch(assertError(await h.request("GET", "/v1/accounts/me/likes", { token: expired }), 401, "UNAUTHENTICATED").error.message, /secret/);
+});

@@ -3,7 +3,9 @@
  * independent validator), every operation has a unique operationId and described responses,
  * every body is a named component, and the answers of a walk over every operation of the API
  * (successes and errors of every kind, 413, 415, 429 and 431 included) have a status the
- * document declares for their route, a body its schema accepts, and only headers it declares.
+ * document declares for their route, a body its schema accepts (required fields included), and
+ * only headers it declares; every object a response carries lists its always-present fields as
+ * required.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -89,6 +91,76 @@ test("api contract: /openapi.json is a valid OpenAPI 3.0 document; every operati
   // A reply's parentId is an id like any other: its length is bounded in the document, not only by the write.
   assert.equal((doc.components.schemas.CommentDraft!.properties!.parentId as { maxLength?: number }).maxLength, 128);
   t.diagnostic(`note ${ids.size} operations, e.g. ${[...ids.keys()].slice(0, 4).join(", ")}`);
+});
+
+interface SchemaNode {
+  $ref?: string;
+  type?: string;
+  properties?: Record<string, SchemaNode>;
+  required?: string[];
+  items?: SchemaNode;
+  additionalProperties?: boolean | SchemaNode;
+  oneOf?: SchemaNode[];
+  anyOf?: SchemaNode[];
+  allOf?: SchemaNode[];
+}
+
+/**
+ * The object schemas reachable from the document's responses (through $ref, properties, items,
+ * additionalProperties and combinators) that declare properties but no `required`: a generated
+ * client would type each of their fields as optional (`count?: number`). Maps (only
+ * additionalProperties) have no fixed fields and are not objects of this kind.
+ */
+function objectsWithoutRequired(doc: Document): string[] {
+  const schemas = doc.components.schemas as Record<string, SchemaNode>;
+  const seen = new Set<string>();
+  const found: string[] = [];
+  const visit = (node: SchemaNode | undefined, where: string) => {
+    if (!node || typeof node !== "object") return;
+    if (node.$ref) {
+      const name = node.$ref.split("/").at(-1)!;
+      if (!seen.has(name)) {
+        seen.add(name);
+        visit(schemas[name], name);
+      }
+      return;
+    }
+    if (node.properties && Object.keys(node.properties).length > 0) {
+      if (!node.required || node.required.length === 0) found.push(where);
+      for (const name of node.required ?? []) if (!(name in node.properties)) found.push(`${where}: required ${name} is no property`);
+      for (const [name, property] of Object.entries(node.properties)) visit(property, `${where}.${name}`);
+    }
+    if (node.items) visit(node.items, `${where}[]`);
+    if (typeof node.additionalProperties === "object") visit(node.additionalProperties, `${where}.*`);
+    for (const branch of [...(node.oneOf ?? []), ...(node.anyOf ?? []), ...(node.allOf ?? [])]) visit(branch, where);
+  };
+  for (const [path, ops] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      for (const [status, response] of Object.entries(op.responses ?? {})) {
+        for (const [type, media] of Object.entries(response.content ?? {})) visit(media.schema as SchemaNode, `${method.toUpperCase()} ${path} ${status} ${type}`);
+      }
+    }
+  }
+  return [...new Set(found)].sort();
+}
+
+test("api contract: every object a response carries lists what it always has as required (LikeCount's count, PostRead's post, ...); the check catches a schema whose required was dropped", async (t) => {
+  const h = await startApi();
+  t.after(() => h.close());
+  const doc = (await h.request<Document>("GET", "/openapi.json")).body;
+  assert.deepEqual(objectsWithoutRequired(doc), []);
+  const schemas = doc.components.schemas as Record<string, SchemaNode>;
+  for (const [name, fields] of Object.entries({
+    LikeCount: ["count", "source"], FollowerCount: ["count", "source"], CommentCount: ["count", "source"],
+    PostRead: ["post", "decidedBy"], LikeState: ["liked", "version"], ItemCreated: ["id"],
+  })) assert.deepEqual(schemas[name]!.required, fields, name);
+  // Negative control: the same document with LikeCount's required dropped.
+  const dropped = structuredClone(doc);
+  delete (dropped.components.schemas as Record<string, SchemaNode>).LikeCount!.required;
+  assert.deepEqual(objectsWithoutRequired(dropped), ["LikeCount"]);
+  const nested = structuredClone(doc);
+  delete ((nested.components.schemas as Record<string, SchemaNode>).DashboardState!.properties!.thresholds!).required;
+  assert.deepEqual(objectsWithoutRequired(nested), ["DashboardState.thresholds"]);
 });
 
 /** The response headers the service sends (CORS aside): each one an answer carries must be declared for its route and status. */
@@ -301,8 +373,12 @@ test("api contract: the answers of a walk over every operation, successes and er
   const countAnswer = recorded.find((a) => a.path === "/v1/items/item-1/like-count" && a.status === 200)!;
   const errorAnswer = recorded.find((a) => a.status === 404)!;
   const pageAnswer = recorded.find((a) => a.path === "/v1/items/item-1/likes" && a.headers.link !== undefined)!;
+  const countless = { ...(countAnswer.body as Record<string, unknown>) };
+  delete countless.count;
   const broken = [
     { ...countAnswer, body: { ...(countAnswer.body as object), count: "1" } },
+    // A required field missing: the walk checks with the document's required lists.
+    { ...countAnswer, body: countless },
     { ...errorAnswer, body: { error: { message: "no code" } } },
     { ...countAnswer, status: 418 },
     { ...countAnswer, headers: { ...countAnswer.headers, "retry-after": "1" } },

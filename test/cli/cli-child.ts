@@ -3,8 +3,8 @@
  * for the process tests. Synchronisation is on stdout lines and process exits, each with a
  * deadline; nothing sleeps.
  */
-import { spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { processState } from "../../src/runtime/process-state.ts";
@@ -20,6 +20,19 @@ export function childEnv(vars: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of SCRUBBED) delete env[name];
   return { ...env, ...vars };
+}
+
+/** The environment of a user's shell: childEnv without the npm_* variables of the `npm test` running the tests. */
+export function userEnv(vars: Record<string, string>): NodeJS.ProcessEnv {
+  const env = childEnv(vars);
+  for (const name of Object.keys(env)) if (/^npm_/i.test(name)) delete env[name];
+  return env;
+}
+
+/** npm's and npx's own scripts (npm-cli.js, npx-cli.js): what the `npm` and `npx` commands run, to run under this node. */
+export function npmScript(name: "npm" | "npx"): string {
+  const npm = realpathSync(execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim());
+  return path.join(path.dirname(npm), `${name}-cli.js`);
 }
 
 export type { Exit } from "../support/line-child.ts";

@@ -64,7 +64,7 @@ test("serve on a fresh data dir: token, like over HTTP, count caught up, audit, 
   const { dataDir, env, serve } = await serveLab(t, "ledger-cli-serve-", { LOG_LEVEL: "warn" });
   const pgData = path.join(dataDir, "pg");
 
-  const [admin, alice] = await Promise.all([runCli(["token", "admin", "--admin"], env), runCli(["token", "alice"], env)]);
+  const [admin, alice] = await Promise.all([runCli(["token", "admin", "--admin", "--create-secret"], env), runCli(["token", "alice", "--create-secret"], env)]);
   for (const minted of [admin, alice]) {
     assert.equal(minted.code, 0, minted.stderr);
     assert.match(minted.stdout, /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\n$/, "only the token on stdout");

@@ -44,7 +44,7 @@ test("token under LEDGER_JWKS_URL: exit 2 with 'social-ledger token: ...', nothi
   assert.equal(existsSync(path.join(dataDir, "jwt-secret")), false, "no HS256 secret was generated");
   assert.equal(existsSync(path.join(dataDir, "pg")), false, "serve started no PostgreSQL");
   // Control: the same data directory without a provider mints a token (the refusal is the provider's).
-  const minted = await runCli(["token", "alice"], env({}));
+  const minted = await runCli(["token", "alice", "--create-secret"], env({}));
   assert.equal(minted.code, 0, minted.stderr);
   assert.match(minted.stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/);
 });

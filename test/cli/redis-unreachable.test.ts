@@ -28,7 +28,7 @@ type CountBody = { count: number; source: string; degraded?: boolean };
 
 test("serve with REDIS_URL to a closed port listens, counts degraded from PostgreSQL, stops cleanly; later Redis on that port: 'up' logged, counts from Redis", { timeout: 240_000 }, async (t) => {
   const { dataDir, env, redis, serve } = await lab(t);
-  const [admin, alice] = await Promise.all([runCli(["token", "admin", "--admin"], env), runCli(["token", "alice"], env)]);
+  const [admin, alice] = await Promise.all([runCli(["token", "admin", "--admin", "--create-secret"], env), runCli(["token", "alice", "--create-secret"], env)]);
   assert.equal(admin.code, 0, admin.stderr);
   const [adminToken, aliceToken] = [admin.stdout.trim(), alice.stdout.trim()];
 

@@ -46,7 +46,7 @@ test("token --ttl above LEDGER_JWT_MAX_TTL_SECONDS is refused with exit code 2 (
   assert.equal(refused.code, 2, refused.stderr);
   assert.match(refused.stderr, /LEDGER_JWT_MAX_TTL_SECONDS/);
   assert.equal(refused.stdout, "");
-  const minted = await runCli(["token", "alice", "--ttl", "3600"], env);
+  const minted = await runCli(["token", "alice", "--ttl", "3600", "--create-secret"], env);
   assert.equal(minted.code, 0, minted.stderr);
   assert.match(minted.stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/);
 });

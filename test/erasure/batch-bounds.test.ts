@@ -69,7 +69,7 @@ async function eraseInBatches(t: TestContext, blocksWithoutLimit: boolean): Prom
   for (const blocked of ids("blocked-")) await ledger.relations.block("eve", blocked);
   assert.deepEqual(Object.values(await eveFacts(db.pool)), KINDS.map(() => EACH), "the world: five facts of every kind");
   if (blocksWithoutLimit) {
-    await replaceFunctionText(db.pool, "erasure_step(text,integer,integer)", [["\n      LIMIT p_limit),\n    del AS (DELETE FROM block", "),\n    del AS (DELETE FROM block"]]);
+    await replaceFunctionText(db.pool, "erasure_step(text,integer,integer)", [[" LIMIT p_limit),\n    del AS (DELETE FROM block", "),\n    del AS (DELETE FROM block"]]);
   }
 
   const erasure = await ErasureService.open(db.pool, { hooks: ledger.hooks, batchSize: BATCH, pacing: UNPACED });

@@ -37,11 +37,11 @@ export class LineChild {
     readonly name: string,
     /** Arguments after the node executable. */
     readonly argv: readonly string[],
-    /** `uid` / `gid` (as root): run the child as that OS user. */
-    options: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number },
+    /** `uid` / `gid` (as root): run the child as that OS user; `detached`: in a process group of its own. */
+    options: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number; detached?: boolean },
   ) {
     this.proc = spawn(process.execPath, [...argv], {
-      cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"],
+      cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], detached: options.detached ?? false,
       ...(options.uid === undefined ? {} : { uid: options.uid, gid: options.gid }),
     });
     this.proc.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.stderr += chunk));

@@ -22,6 +22,12 @@ export async function signToken(secret: Uint8Array, userId: string, options: { a
 }
 
 /**
+ * The likely cause of a signature that does not verify: the token was minted with another
+ * secret, mostly by `social-ledger token` run with another data directory than the service's.
+ */
+export const WRONG_SECRET_HINT = "the token was signed with another secret than this service's; `social-ledger token` signs with LEDGER_JWT_SECRET or the jwt-secret file of LEDGER_DATA_DIR (it names the one it used on stderr): mint it with the service's LEDGER_DATA_DIR or LEDGER_JWT_SECRET";
+
+/**
  * The embedded default: HS256 tokens of `social-ledger token`, under the generated secret (or
  * LEDGER_JWT_SECRET). Every refusal is 401 UNAUTHENTICATED naming jose's code. The key is
  * imported once.
@@ -41,6 +47,7 @@ export class Hs256Check implements TokenCheck {
       if ("problem" in read) throw unauthenticated(read.problem);
       return { caller: read.caller, exp: payload.exp!, nbf: payload.nbf, iat: payload.iat };
     } catch (err) {
+      if (err instanceof joseErrors.JWSSignatureVerificationFailed) throw unauthenticated(`invalid token: ${err.code}: ${WRONG_SECRET_HINT}`);
       if (err instanceof joseErrors.JOSEError) throw unauthenticated(`invalid token: ${err.code}`);
       throw err;
     }

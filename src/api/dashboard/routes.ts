@@ -28,28 +28,28 @@ const dashboardResponse = named("DashboardState", {
     now: integer,
     sampleMs: integer,
     partitions: integer,
-    thresholds: { type: "object", properties: { lagMs: integer, consumerFailures: integer } },
+    thresholds: { type: "object", required: ["lagMs", "consumerFailures"], properties: { lagMs: integer, consumerFailures: integer } },
     status: {
-      type: "object",
+      type: "object", required: ["state", "reasons", "partitions"],
       properties: {
         state: { type: "string", enum: ["ok", "alarm"] },
         reasons: { type: "array", items: { type: "string" } },
         partitions: {
           type: "array", description: "The partitions behind the lag alarms: watermark stalled, or lag growing at every sample",
-          items: { type: "object", properties: { view: { type: "string" }, part: integer, rule: { type: "string", enum: ["stalled", "growing"] } } },
+          items: { type: "object", required: ["view", "part", "rule"], properties: { view: { type: "string" }, part: integer, rule: { type: "string", enum: ["stalled", "growing"] } } },
         },
       },
     },
     samples: { type: "array", description: "Oldest first; docs/dashboard.md describes a sample", items: { type: "object", additionalProperties: true } },
     consumers: {
       type: "array",
-      items: { type: "object", properties: { name: { type: "string" }, kind: { type: "string" }, failedInARow: integer } },
+      items: { type: "object", required: ["name", "kind", "failedInARow"], properties: { name: { type: "string" }, kind: { type: "string" }, failedInARow: integer } },
     },
     audit: { ...nullableObject, description: "The last audit (periodic or through GET /v1/admin/audit), null before the first" },
     drift: { type: "object", description: "Rebuild runs per counter kind, from the database", additionalProperties: true },
     watermarks: {
       type: "array",
-      items: { type: "object", properties: { view: { type: "string" }, part: integer, appliedUpto: integer, lag: integer, at: integer } },
+      items: { type: "object", required: ["view", "part", "appliedUpto", "lag", "at"], properties: { view: { type: "string" }, part: integer, appliedUpto: integer, lag: integer, at: integer } },
     },
     cache: { type: "object", description: "The Redis count layer (REDIS_URL): configured, and state up or degraded (counts then come from PostgreSQL); configured=false: no cache", additionalProperties: true },
   },

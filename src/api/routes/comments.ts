@@ -42,9 +42,11 @@ const commentDeletion = namedWriteAnswer("CommentDeletion", {
 });
 
 const commentCount = named("CommentCount", {
-  type: "object",
+  type: "object", required: ["count", "source"],
   properties: {
-    count: { type: "integer" }, lag: { type: "integer" }, pendingForPost: { type: "integer" }, stale: { type: "boolean" }, ...countSource,
+    count: { type: "integer" }, lag: { type: "integer", description: "present when source is database" },
+    pendingForPost: { type: "integer", description: "present when source is database: the exact error bound" },
+    stale: { type: "boolean", description: "present when source is database" }, ...countSource,
   },
 });
 

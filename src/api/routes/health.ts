@@ -15,19 +15,23 @@ export interface DatabaseHealth {
 }
 
 const databaseHealthSchema = named("DatabaseHealth", {
-  type: "object",
+  type: "object", required: ["kind", "state", "since", "restarts"],
   properties: {
     kind: { type: "string", enum: ["embedded", "embedded-shared", "external"] },
     state: { type: "string", enum: ["up", "restarting", "failed"] },
     since: { type: "string", format: "date-time" },
     restarts: { type: "integer" },
-    lastExit: { type: "string" },
+    lastExit: { type: "string", description: "how the embedded PostgreSQL last exited; absent until it did" },
   },
 });
-const liveness = named("Liveness", { type: "object", properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema } });
-const notLive = named("LivenessError", { ...errorSchema, properties: { ...errorSchema.properties, database: databaseHealthSchema } });
+const liveness = named("Liveness", {
+  type: "object", required: ["status"],
+  // database: absent only in an app built without a database supervisor (tests); serve always has one.
+  properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema },
+});
+const notLive = named("LivenessError", { ...errorSchema, required: [...errorSchema.required, "database"], properties: { ...errorSchema.properties, database: databaseHealthSchema } });
 const readiness = named("Readiness", {
-  type: "object", properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } },
+  type: "object", required: ["status", "migrations", "counts"], properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } },
 });
 
 /**

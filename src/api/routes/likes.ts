@@ -11,10 +11,10 @@ import type { Ledger } from "../../ledger.ts";
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
 
-const itemCreated = namedWriteAnswer("ItemCreated", { type: "object", properties: { id: { type: "string" } } });
-const likeState = named("LikeState", { type: "object", properties: { liked: { type: "boolean" }, version: { type: "integer" } } });
+const itemCreated = namedWriteAnswer("ItemCreated", { type: "object", required: ["id"], properties: { id: { type: "string" } } });
+const likeState = named("LikeState", { type: "object", required: ["liked", "version"], properties: { liked: { type: "boolean" }, version: { type: "integer" } } });
 const likeCount = named("LikeCount", {
-  type: "object",
+  type: "object", required: ["count", "source"],
   properties: { count: { type: "integer", description: "the derived like count" }, ...countFields, ...countSource },
 });
 const likerPage = pageOf("LikerPage", "likers", named("Liker", {

@@ -23,7 +23,7 @@ export async function readPublicPost(db: Pool, postId: string): Promise<Post | u
 }
 
 const postRead = named("PostRead", {
-  type: "object",
+  type: "object", required: ["post", "decidedBy"],
   properties: {
     post,
     decidedBy: {

@@ -57,7 +57,7 @@ const relationshipList = named("RelationshipList", {
   type: "array",
   items: named("AccountRelationship", { type: "object", required: ["id", ...relationship.required], properties: { id: { type: "string" }, ...relationshipProperties } }),
 });
-const followerCountSchema = named("FollowerCount", { type: "object", properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } });
+const followerCountSchema = named("FollowerCount", { type: "object", required: ["count", "source"], properties: { count: { type: "integer" }, lag: countFields.lag, stale: countFields.stale, ...countSource } });
 const followerPage = pageOf("FollowerPage", "followers", accountSince);
 const followingPage = pageOf("FollowingPage", "following", accountSince);
 const followRequestPage = pageOf("FollowRequestPage", "requests", named("FollowRequest", accountRow("requestedAt")));
