@@ -1,6 +1,6 @@
 /**
  * Issue 14's Redis Cluster figure for `npm run bench`: count reads from one redis-server against
- * a local Redis Cluster (3 masters + 3 replicas, test/support/redis-cluster.ts), side by side on the
+ * a local Redis Cluster (3 masters + 3 replicas, support/redis-cluster.ts), side by side on the
  * same database and items, without the in-process cache. On one node a read is one HMGET of one
  * hash; on the cluster it is the base and N bucket keys, one pipelined round trip per master, so
  * the cluster is also measured with a smaller N.
@@ -11,8 +11,8 @@ import { CountReader } from "../src/cache/count-reader.ts";
 import { CountStore } from "../src/cache/count-store.ts";
 import { LIKE_COUNTS } from "../src/cache/counter-kinds.ts";
 import { connectRedis, type RedisClient } from "../src/cache/redis-connection.ts";
-import { TestRedis } from "../test/support/redis-server.ts";
-import { TestRedisCluster } from "../test/support/redis-cluster.ts";
+import { TestRedis } from "../support/redis-server.ts";
+import { TestRedisCluster } from "../support/redis-cluster.ts";
 import { runFixedCount } from "./load.ts";
 import type { CountLayerRow } from "./count-layer.ts";
 

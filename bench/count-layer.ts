@@ -19,7 +19,7 @@ import { LIKE_COUNTS } from "../src/cache/counter-kinds.ts";
 import { Reconciler } from "../src/cache/reconciler.ts";
 import { connectRedis } from "../src/cache/redis-connection.ts";
 import type { LikeService } from "../src/likes/like-service.ts";
-import { TestRedis } from "../test/support/redis-server.ts";
+import { TestRedis } from "../support/redis-server.ts";
 import { runHttp, runFixedCount, type Figures, type HttpLoad } from "./load.ts";
 
 export interface CountLayerRow {

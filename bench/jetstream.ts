@@ -14,7 +14,7 @@ import { OutboxRelay } from "../src/transport/outbox-relay.ts";
 import { loadTransportConfig } from "../src/transport/transport-config.ts";
 import { transportKinds } from "../src/transport/transport-kinds.ts";
 import { transportLag } from "../src/transport/relay-watermark.ts";
-import { TestNats } from "../test/support/nats-server.ts";
+import { TestNats } from "../support/nats-server.ts";
 import type { Figures } from "./load.ts";
 
 export interface JetStreamRow {

@@ -30,7 +30,7 @@ import { connectRedis } from "../src/cache/redis-connection.ts";
 import { Hooks } from "../src/hooks.ts";
 import { createWorkers, openLedger, type Ledger } from "../src/ledger.ts";
 import { DEFAULT_PACING, UNPACED, type PacingOptions } from "../src/workers/pacer.ts";
-import { TestRedis } from "../test/support/redis-server.ts";
+import { TestRedis } from "../support/redis-server.ts";
 import { BenchCluster } from "./bench-cluster.ts";
 import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from "./live-traffic.ts";
 

@@ -1,6 +1,6 @@
 /**
  * Reads on a streaming replica for `npm run bench` (issue 14 part 2): a hot standby of the
- * benchmark cluster (test/support/standby.ts), then count reads and likers pages on the primary
+ * benchmark cluster (support/standby.ts), then count reads and likers pages on the primary
  * and on the replica side by side, through the library and through HTTP with the replica router,
  * and the cost of presenting a freshness token the replica has already replayed.
  */
@@ -13,7 +13,7 @@ import type { Ledger } from "../src/ledger.ts";
 import { listLikers } from "../src/likes/like-reads.ts";
 import { ReplicaRouter } from "../src/replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../src/replicas/wal-position.ts";
-import { TestStandby } from "../test/support/standby.ts";
+import { TestStandby } from "../support/standby.ts";
 import { runHttp, runFixedCount, type Figures } from "./load.ts";
 
 export interface ReplicaReadRow {

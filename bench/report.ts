@@ -57,7 +57,7 @@ export function machineInfo(): Record<string, unknown> {
   };
 }
 
-/** Writes bench/results/<ISO timestamp>.json (colons replaced, for file systems that refuse them). */
+/** Writes DIR/<ISO timestamp>.json (colons replaced, for file systems that refuse them). */
 export async function writeResults(dir: string, startedAt: Date, body: Record<string, unknown>): Promise<string> {
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, `${startedAt.toISOString().replace(/:/g, "-")}.json`);

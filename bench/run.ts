@@ -2,7 +2,7 @@
  * `npm run bench`: figures, not a timed test. In one run, on its own embedded PostgreSQL 16
  * cluster (free port, temporary directory, removed at the end), measures like throughput and
  * latency through the library and through HTTP, count reads, and the consumer's apply rate,
- * prints a table and writes bench/results/<timestamp>.json.
+ * prints a table and writes .tmp/bench-results/<timestamp>.json (git-ignored; RESULTS_DIR).
  *
  *   node --import tsx bench/run.ts [--quick] [--partitions P] [--compare-partitions]
  *        [--workers N] [--connections C] [--ops n] [--requests n] [--reads n] [--skip-replica] [--history n]
@@ -37,6 +37,9 @@ import {
 import { auditTargets, printSummary } from "./summary.ts";
 import { PGBENCH_MISSING, findPgbench, pgbenchInsertKind, pgbenchRows } from "./pgbench.ts";
 import { commentCountReadPhase, commentCreatePhase, drainPhase, httpReads, interleavedReadPhase, readPhase } from "./read-phases.ts";
+
+/** Where a run's JSON goes: outside the source tree's tracked files (.gitignore has .tmp/). */
+const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
 
 function redisServerAvailable(): boolean {
   return ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].some((p) => existsSync(p));
@@ -220,7 +223,7 @@ async function main(o: Opts): Promise<void> {
 
   const figures = printSummary(rows, retention, [...auditLines, ...failedPhases, ...(pgbench ? [] : [PGBENCH_MISSING])], o, loadAtStart);
 
-  const file = await writeResults(path.join(path.dirname(fileURLToPath(import.meta.url)), "results"), startedAt, {
+  const file = await writeResults(RESULTS_DIR, startedAt, {
     startedAt: startedAt.toISOString(),
     seconds: Math.round(seconds * 10) / 10,
     machine: { ...machineInfo(), loadAvgAtStart: loadAtStart, partitions: o.partitions },

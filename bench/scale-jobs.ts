@@ -13,7 +13,7 @@ import type { RebuildReport } from "../src/likes/like-rebuild.ts";
 import { pruneRetained, type RetentionReport } from "../src/retention/retention.ts";
 import type { ReconcileBench } from "./scale-reconcile.ts";
 import type { LiveLoad, UnderJob } from "./scale-live.ts";
-import type { Population } from "./scale-generate.ts";
+import type { Population } from "../support/scale-population.ts";
 
 export interface JobFigures {
   rebuild: UnderJob<RebuildReport>;
@@ -41,7 +41,7 @@ const AUDIT_SECTIONS: [section: string, sequence: string][] = [
 /**
  * With --skip-full-audit, right after generation: the periodic audit's cursors at the generated
  * positions, as a clean first (full) run would leave them. The generated state is clean by
- * test/bench/scale-generate.test.ts (the full audit after generating); the bench's own events
+ * test/bench/scale-population.test.ts (the full audit after generating); the bench's own events
  * are then all audited incrementally by the periodic audit's runs.
  */
 export async function seedAuditCursors(ledger: Ledger): Promise<void> {

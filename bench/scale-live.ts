@@ -6,7 +6,7 @@
 import { readCount } from "../src/likes/like-audit.ts";
 import type { Ledger } from "../src/ledger.ts";
 import { percentile } from "./load.ts";
-import { itemId, type Population } from "./scale-generate.ts";
+import { itemId, type Population } from "../support/scale-population.ts";
 
 export interface Latencies {
   n: number;

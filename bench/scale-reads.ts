@@ -9,7 +9,7 @@ import { listLikers } from "../src/likes/like-reads.ts";
 import { cursorTimeSql, encodeCursor } from "../src/pagination.ts";
 import { listFollowers } from "../src/relations/relation-reads.ts";
 import { runFixedCount, type Figures } from "./load.ts";
-import { itemId, type Population } from "./scale-generate.ts";
+import { itemId, type Population } from "../support/scale-population.ts";
 
 export interface ReadFigures {
   writes: Figures;

@@ -10,7 +10,7 @@ import { LIKE_COUNTS } from "../src/cache/counter-kinds.ts";
 import { Reconciler, type ReconcileReport } from "../src/cache/reconciler.ts";
 import type { RedisClient } from "../src/cache/redis-connection.ts";
 import type { Ledger } from "../src/ledger.ts";
-import { itemId, type Population } from "./scale-generate.ts";
+import { itemId, type Population } from "../support/scale-population.ts";
 
 /** The K counters' targets: items 2..K+1 (the hot item stays out: its truth read alone is N/10 rows). */
 const target = (k: number) => itemId(2 + k);

@@ -3,7 +3,7 @@ import os from "node:os";
 import type { Figures } from "./load.ts";
 import type { JobFigures } from "./scale-jobs.ts";
 import { ratio, type UnderJob } from "./scale-live.ts";
-import type { Population } from "./scale-generate.ts";
+import type { Population } from "../support/scale-population.ts";
 import type { ReadFigures } from "./scale-reads.ts";
 import type { SizeFigures } from "./scale-size.ts";
 import type { StartupFigure } from "./scale-startup.ts";

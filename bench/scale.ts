@@ -1,6 +1,6 @@
 /**
  * `npm run bench:scale -- --likes N` (issue 22): on an embedded PostgreSQL of its own, generates
- * a population of N likes (bench/scale-generate.ts) at each size of --sizes (default N/10 and N,
+ * a population of N likes (support/scale-population.ts) at each size of --sizes (default N/10 and N,
  * smallest first, each in a database of its own, dropped after), and measures on it the request
  * path (scale-reads.ts), the background jobs under live traffic (scale-jobs.ts), the service's
  * start-up (scale-startup.ts) and the bytes per like (scale-size.ts); prints them and issue 22's
@@ -22,8 +22,8 @@ import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool } from "../src/db/pool.ts";
 import { createWorkers, openLedger } from "../src/ledger.ts";
-import { TestRedis } from "../test/support/redis-server.ts";
-import { generatePopulation, population } from "./scale-generate.ts";
+import { TestRedis } from "../support/redis-server.ts";
+import { generatePopulation, population } from "../support/scale-population.ts";
 import { jobFigures, seedAuditCursors } from "./scale-jobs.ts";
 import { LiveLoad } from "./scale-live.ts";
 import { readFigures } from "./scale-reads.ts";

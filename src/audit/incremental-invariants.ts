@@ -72,7 +72,7 @@ export function counterReadSideIncrementalSql(s: CounterSpec): string {
   -- Each key's facts counted once, all its partitions at a time: "= ANY (ARRAY(...))" is a value
   -- the planner pushes into countedSql's GROUP BY (an index range per key), and per_row joins the
   -- result (one row per key and partition) instead of scanning it per row. Counted per (key,
-  -- partition), a hot key's facts were read once per partition (16x; bench/scale-audit-sample.ts).
+  -- partition), a hot key's facts were read once per partition (16x; docs/decisions/0016-periodic-audit-statements.md).
   facts AS (
     SELECT t.key, t.part, t.n FROM (${s.countedSql}) t WHERE t.key = ANY (ARRAY(SELECT key FROM keys EXCEPT SELECT key FROM inducted))
     UNION ALL
@@ -89,7 +89,7 @@ export function counterReadSideIncrementalSql(s: CounterSpec): string {
       FROM keys k CROSS JOIN wm
       -- The count rows of the keys only: joined to the whole table, the planner (estimating a few
       -- hundred keys) hashed every count row, a scan that grew with the history (705k rows at 1M likes;
-      -- bench/scale-audit-explain.ts).
+      -- docs/decisions/0016-periodic-audit-statements.md).
       LEFT JOIN (SELECT * FROM ${s.count} WHERE ${s.keyColumn} = ANY (ARRAY(SELECT key FROM keys))) c ON c.${s.keyColumn} = k.key AND c.part = wm.part
       LEFT JOIN facts x ON x.key = k.key AND x.part = wm.part),
   per_key AS (

@@ -11,9 +11,9 @@ import { Gate, Hooks } from "../../src/hooks.ts";
 import { startService } from "../../src/runtime/service.ts";
 import { loadJwtSecret } from "../../src/runtime/secret.ts";
 import { launchChromium } from "../support/browser.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
 const ARTIFACTS = path.resolve("test-artifacts", "dashboard");

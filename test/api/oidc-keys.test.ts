@@ -10,7 +10,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { freePort } from "../../src/db/embedded-cluster.ts";
 import type { JwksOptions } from "../../src/api/auth.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { assertError, ok, startApi, type ApiHarness } from "./harness.ts";
 import { TestProvider, type ProviderKey } from "../support/identity-provider.ts";
 

@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createAccounts, ok, startApi, type ApiHarness } from "../api/harness.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 interface CountBody { count: number; source: "cache" | "database"; reconciledAgeMs?: number; pendingForPost?: number }
 

@@ -20,7 +20,7 @@ import { Reconciler } from "../../src/cache/reconciler.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, evictedKeys, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 interface Lab {
   db: TestDatabase;

@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ok, startApi, type ApiHarness, type Client } from "../api/harness.ts";
-import { pollUntil } from "../support/poll.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { pollUntil } from "../../support/poll.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 interface CountBody { count: number; source: "cache" | "database"; reconciledAgeMs?: number; lag?: number }
 

@@ -15,7 +15,7 @@ import { CountStore } from "../../src/cache/count-store.ts";
 import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 interface Lab {
   db: TestDatabase;

@@ -12,9 +12,9 @@ import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { ParkFirst } from "../support/park-first.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 interface Lab {
   db: TestDatabase;

@@ -12,7 +12,7 @@ import { CountReader } from "../../src/cache/count-reader.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 async function hmgetCalls(redis: RedisClient): Promise<number> {
   const match = /cmdstat_hmget:calls=(\d+)/.exec(await redis.sendCommand<string>(["INFO", "commandstats"]));

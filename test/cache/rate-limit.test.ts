@@ -6,8 +6,8 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { TestRedis } from "../support/redis-server.ts";
-import { startApi, type ApiHarness } from "./../api/harness.ts";
+import { TestRedis } from "../../support/redis-server.ts";
+import { startApi, type ApiHarness } from "../api/harness.ts";
 
 async function twoApis(redisUrl: string | undefined): Promise<[ApiHarness, ApiHarness]> {
   const options = { writesPerMinute: 3, ...(redisUrl ? { redisUrl } : {}) };

@@ -19,7 +19,7 @@ import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis } from "../../src/cache/redis-connection.ts";
 import { installBatchAllOrNothing } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 async function lab(t: { after: (fn: () => Promise<void>) => void }) {
   const db = await createTestDatabase({ partitions: 2 });

@@ -20,7 +20,7 @@ import { Reconciler } from "../../src/cache/reconciler.ts";
 import { connectRedis } from "../../src/cache/redis-connection.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 const BUCKETS = 4;
 

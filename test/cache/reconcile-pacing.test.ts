@@ -22,7 +22,7 @@ import { InvalidInputError } from "../../src/errors.ts";
 import { Hooks } from "../../src/hooks.ts";
 import { MAX_REST_MS, UNPACED, type PacingOptions } from "../../src/workers/pacer.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 const PARTITIONS = 2;
 const ITEMS = 1200;

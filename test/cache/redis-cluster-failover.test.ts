@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ok, startApi, type ApiHarness, type Client } from "../api/harness.ts";
-import { pollUntil } from "../support/poll.ts";
-import { TestRedisCluster } from "../support/redis-cluster.ts";
+import { pollUntil } from "../../support/poll.ts";
+import { TestRedisCluster } from "../../support/redis-cluster.ts";
 
 interface CountBody { count: number; source: "cache" | "database" }
 

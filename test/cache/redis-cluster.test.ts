@@ -10,7 +10,7 @@ import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, parseClusterUrl, RedisUrlError, routingKey, type RedisClient } from "../../src/cache/redis-connection.ts";
 import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
-import { TestRedisCluster } from "../support/redis-cluster.ts";
+import { TestRedisCluster } from "../../support/redis-cluster.ts";
 import { ParkFirst } from "../support/park-first.ts";
 
 // One cluster (3 masters, 3 replicas) for the store tests of this file; each test flushes it.

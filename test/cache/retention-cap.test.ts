@@ -19,7 +19,7 @@ import { NotificationFeed } from "../../src/notifications/notification-consumer.
 import { RelationProjector } from "../../src/relations/projector.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 
 async function scenario(t: { after: (fn: () => Promise<void>) => void }, withCap: boolean) {
   const db = await createTestDatabase({ partitions: 2 });

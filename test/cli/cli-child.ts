@@ -78,7 +78,7 @@ export function postmasterPid(pgData: string): number | undefined {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-export { pollUntil } from "../support/poll.ts";
+export { pollUntil } from "../../support/poll.ts";
 
 /** A small JSON-over-HTTP client for the service under test. */
 export function httpClient(base: string) {

@@ -12,7 +12,7 @@ import { openCountLayer } from "../../src/cache/count-layer.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { CountStore } from "../../src/cache/count-store.ts";
 import { openLedger } from "../../src/ledger.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { childEnv, runCli } from "./cli-child.ts";
 

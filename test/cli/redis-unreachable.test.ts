@@ -10,7 +10,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import path from "node:path";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 import { httpClient, pollUntil, runCli } from "./cli-child.ts";
 import { serveLab, type ServeLab } from "./serve-lab.ts";
 

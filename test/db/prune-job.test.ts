@@ -12,7 +12,7 @@ import { loadConfig } from "../../src/config.ts";
 import { fullAudit } from "../../src/api/routes/admin.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { startService } from "../../src/runtime/service.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 async function run(pruneEverySeconds: string, margin: Record<string, string> = {}): Promise<{ keys: number; applied: number; outbox: number; clean: boolean }> {

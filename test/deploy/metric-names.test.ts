@@ -16,9 +16,9 @@ import { signToken } from "../../src/api/auth.ts";
 import { freePort } from "../../src/db/embedded-cluster.ts";
 import { startApi } from "../api/harness.ts";
 import { CliChild, childEnv, httpClient } from "../cli/cli-child.ts";
-import { TestNats } from "../support/nats-server.ts";
-import { pollUntil } from "../support/poll.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestNats } from "../../support/nats-server.ts";
+import { pollUntil } from "../../support/poll.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { dashboardPanels, loadRules, missing, parseScrape, promtool, selectors, type Scrape, type Selector } from "./promql-names.ts";
 

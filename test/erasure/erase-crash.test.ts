@@ -16,7 +16,7 @@ import path from "node:path";
 import { fullAudit } from "../../src/api/routes/admin.ts";
 import { HOOK_LOCK_CLASS, SqlHook } from "../support/sql-hooks.ts";
 import { CliChild, childEnv, processAlive, runCli } from "../cli/cli-child.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { buildWorld, drain, nonZero, readCounts } from "./fixture.ts";
 
 const POINT = "erasure.beforeCommit.likes";

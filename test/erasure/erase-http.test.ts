@@ -16,7 +16,7 @@ import { freePort } from "../../src/db/embedded-cluster.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { startService } from "../../src/runtime/service.ts";
 import { createAccounts, ok, startApi } from "../api/harness.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { buildWorld, drain, expectCounts, nonZero, readCounts } from "./fixture.ts";
 
 test("DELETE /v1/accounts/{id}: self or admin (another user 403, no token 401), 200 when done at once, a repeat 200, unknown 404; the erased account is 404 on every route", async (t) => {

@@ -4,7 +4,7 @@ import { formatResult } from "../../src/likes/types.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
 import type { Pool } from "../../src/db/pool.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { count, likesFixture, user } from "./fixture.ts";
 
 /**

@@ -15,7 +15,7 @@ import { Readable } from "node:stream";
 import { openCountLayer } from "../../src/cache/count-layer.ts";
 import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { importFacts } from "../../src/portability/import.ts";
-import { TestRedis } from "../support/redis-server.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { BIN, REPO_ROOT, childEnv, runCli } from "../cli/cli-child.ts";
 

@@ -1,7 +1,7 @@
 /**
  * Reads on a real streaming replica, guarded by freshness tokens
  * (docs/read-replicas.md). The test starts its own primary, makes a hot standby of it from the
- * embedded binaries (test/support/standby.ts: pg_backup_start/stop around a copy of the data
+ * embedded binaries (support/standby.ts: pg_backup_start/stop around a copy of the data
  * directory, standby.signal, primary_conninfo) and holds the standby's replay back with
  * recovery_min_apply_delay, so "the replica lags" is a fact the test sets, not a race.
  */
@@ -25,7 +25,7 @@ import { ReplicaMetrics } from "../../src/replicas/replica-metrics.ts";
 import { ReplicaRouter, type ReplicaRouterOptions } from "../../src/replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../../src/replicas/wal-position.ts";
 import { readLivePost } from "../../src/content/posts.ts";
-import { TestStandby } from "../support/standby.ts";
+import { TestStandby } from "../../support/standby.ts";
 
 /** Long enough that nothing committed after it is replayed while a test looks. */
 const HOLD_BACK_MS = 3_600_000;

@@ -17,8 +17,8 @@ import { loadTransportConfig, type TransportConfig } from "../../src/transport/t
 import { TRANSPORT_KINDS, transportKinds } from "../../src/transport/transport-kinds.ts";
 import { TransportMetrics } from "../../src/transport/transport-metrics.ts";
 import { transportLag } from "../../src/transport/relay-watermark.ts";
-import { TestNats } from "../support/nats-server.ts";
-import { pollUntil } from "../support/poll.ts";
+import { TestNats } from "../../support/nats-server.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { assertConverged, assertDedupKeysComplete, setUp, totalLag, writeSome, ITEMS, USERS } from "./workload.ts";
 

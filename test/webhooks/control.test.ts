@@ -15,7 +15,7 @@ import { WebhookMetrics } from "../../src/webhooks/webhook-metrics.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { auditWebhooks } from "../../src/webhooks/webhook-audit.ts";
 import { refresherOf } from "../../src/metrics-refresh.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { FAST_RETRIES, webhookLab, type WebhookLab } from "./fixture.ts";
 
 const NO_MARGIN = { keepLast: 0, keepSeconds: 0 };

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { EVENT_TYPES } from "../../src/webhooks/webhook-events.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { auditWebhooks } from "../../src/webhooks/webhook-audit.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { withDeadline } from "../support/line-child.ts";
 import { assertContiguous, FAST_RETRIES, webhookLab } from "./fixture.ts";
 import { seqsByPartition, signersOf, TestReceiver } from "./receiver.ts";

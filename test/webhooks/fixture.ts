@@ -8,7 +8,7 @@ import type { TestContext } from "node:test";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { WebhookDelivery, type DeliveryOptions } from "../../src/webhooks/delivery-worker.ts";
 import { EndpointRegistry, type RegistryOptions } from "../../src/webhooks/endpoint-registry.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { TestReceiver } from "./receiver.ts";
 

@@ -14,7 +14,7 @@ import { REPO_ROOT, httpClient } from "../cli/cli-child.ts";
 import { serveLab } from "../cli/serve-lab.ts";
 import { LineChild } from "../support/line-child.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { EndpointRegistry } from "../../src/webhooks/endpoint-registry.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { deliveryProblems } from "./delivery-check.ts";

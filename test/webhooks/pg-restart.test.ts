@@ -11,7 +11,7 @@ import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { EndpointRegistry } from "../../src/webhooks/endpoint-registry.ts";
 import { PartitionWorker } from "../../src/workers/partition-worker.ts";
 import { crashLab } from "../support/crash-cluster.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { deliveryProblems } from "./delivery-check.ts";
 import { FAST_RETRIES } from "./fixture.ts";
 import { TestReceiver } from "./receiver.ts";

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 
 /** HMAC-SHA256 (RFC 2104) from SHA-256 alone. */
 export function hmacSha256(key: Buffer, message: string): Buffer {

@@ -5,7 +5,7 @@ import { once } from "node:events";
 import os from "node:os";
 import path from "node:path";
 import { connect } from "@nats-io/transport-node";
-import { freePort } from "../../src/db/embedded-cluster.ts";
+import { freePort } from "../src/db/embedded-cluster.ts";
 import { pollUntil } from "./poll.ts";
 
 /** Debian's binary (`apt-get install nats-server`, which .ci/run does when it is missing). */

@@ -1,5 +1,5 @@
 /**
- * Writes the scale bench's population (bench/scale-sql.ts) into a migrated, initialised ledger
+ * Writes the scale bench's population (support/scale-population-sql.ts) into a migrated, initialised ledger
  * database, set-based and in big sorted chunks, leaving every table as live writes followed by a
  * prune would: facts, baselines, projection, counts, notifications; the sequences and watermarks
  * stay at 0 because no event is written outside the blocks (which go through relation_block and
@@ -10,7 +10,7 @@
 import type { Pool, PoolClient } from "../src/db/pool.ts";
 import { readPartitions } from "../src/db/ledger-config.ts";
 import type { Ledger } from "../src/ledger.ts";
-import * as sql from "./scale-sql.ts";
+import * as sql from "./scale-population-sql.ts";
 
 /** The tables the generator writes, each by one kind of statement; a test may skip one (its negative control). */
 export type GeneratedTable = "like_fact" | "like_outbox_pruned" | "like_count" | "relation" | "relation_event_pruned" | "proj_follower" | "proj_count" | "notification";

@@ -1,5 +1,5 @@
 /**
- * The set-based statements of the scale bench's generator (bench/scale-generate.ts): each writes
+ * The set-based statements of the scale bench's generator (support/scale-population.ts): each writes
  * one table's rows for a range of a generated population, in the table's key order, exactly as
  * the import's apply (src/portability/import-sql.ts) writes a fact without history: version 1,
  * its baseline in the *_pruned table (one event outside the outbox, as retention leaves a pruned

@@ -1,5 +1,5 @@
 /**
- * The scale bench's generator (bench/scale-generate.ts) leaves the state live writes
+ * The scale bench's generator (support/scale-population.ts) leaves the state live writes
  * would: the full audit is clean after it, and stays clean after live writes on the generated
  * facts, a drain and a prune. The negative controls skip one table's write each: the audit sees
  * every one of them.
@@ -12,7 +12,7 @@ import { readCount } from "../../src/likes/like-audit.ts";
 import { listLikers } from "../../src/likes/like-reads.ts";
 import { followerCount } from "../../src/relations/relation-reads.ts";
 import { pruneRetained } from "../../src/retention/retention.ts";
-import { accountId, generatePopulation, secondaryIndexes, type GeneratedTable } from "../../bench/scale-generate.ts";
+import { accountId, generatePopulation, secondaryIndexes, type GeneratedTable } from "../../support/scale-population.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 test("a generated population of 20k likes passes the full audit, before and after live writes and a prune", { timeout: 120_000 }, async (t) => {

@@ -2,7 +2,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { appendFile, chmod, chown, cp, readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import pg from "pg";
-import { freePort, type EmbeddedCluster } from "../../src/db/embedded-cluster.ts";
+import { freePort, type EmbeddedCluster } from "../src/db/embedded-cluster.ts";
 import { pollUntil } from "./poll.ts";
 
 /** The embedded package's server binary (it ships no pg_basebackup, so the copy is ours). */
