@@ -1,8 +1,32 @@
 #!/usr/bin/env node
-// The `social-ledger` command. The service runs from its TypeScript sources through tsx (a
-// runtime dependency), so this launcher only registers tsx's ESM loader and hands over to
-// src/cli/index.ts, which parses the arguments and sets the exit code.
-import { register } from "tsx/esm/api";
+// The `social-ledger` command. It runs the compiled build (`npm run build`, dist/) when there is
+// one and no file under src/ is newer than the build's start; otherwise the TypeScript sources
+// through tsx (a runtime dependency), so an edit is never hidden behind an old build. Either way
+// cli/index parses the arguments and sets the exit code.
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 
-register();
-await import("../src/cli/index.ts");
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+
+/** Whether dist/ holds a complete build (scripts/build.ts writes build.json last) of the sources as they are. */
+function buildIsCurrent() {
+  let stamp;
+  try {
+    stamp = JSON.parse(readFileSync(path.join(ROOT, "dist", "build.json"), "utf8"));
+  } catch {
+    return false;
+  }
+  const sources = path.join(ROOT, "src");
+  // Directories too: their time changes when a file is added, renamed or removed.
+  const paths = [sources, ...readdirSync(sources, { recursive: true }).map((p) => path.join(sources, p))];
+  return paths.every((p) => statSync(p).mtimeMs < stamp.sourcesAsOfMs);
+}
+
+if (buildIsCurrent()) {
+  await import("../dist/cli/index.js");
+} else {
+  const { register } = await import("tsx/esm/api");
+  register();
+  await import("../src/cli/index.ts");
+}
