@@ -138,7 +138,7 @@ test("the compiled server under plain node: no loader, /healthz, /readyz and a l
   assert.equal(log.at(-1)?.msg, "stopped");
 });
 
-test("bin/social-ledger.mjs runs the build while it is current, and the TypeScript sources once a source is newer or the build is incomplete", { timeout: 120_000 }, async () => {
+test("bin/social-ledger.mjs runs the build while it is current, and the TypeScript sources once a source is newer or the build is incomplete; without src/, the build", { timeout: 120_000 }, async () => {
   await mkdir(path.join(root, "bin"));
   await cp(path.join(REPO_ROOT, "bin", "social-ledger.mjs"), path.join(root, "bin", "social-ledger.mjs"));
   const sources = path.join(root, "src");
@@ -172,4 +172,7 @@ test("bin/social-ledger.mjs runs the build while it is current, and the TypeScri
   assert.equal(await bin(), "0.0.0-the-build");
   await rm(path.join(dist, "build.json"));
   assert.equal(await bin(), version, "a build without its stamp (unfinished, or under way): the sources run");
+  await writeFile(path.join(dist, "build.json"), JSON.stringify({ sourcesAsOfMs: builtFrom }));
+  await rm(sources, { recursive: true });
+  assert.equal(await bin(), "0.0.0-the-build", "no src/ (an image that holds only the build): the build runs");
 });
