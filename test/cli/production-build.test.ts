@@ -6,7 +6,8 @@
  * embedded PostgreSQL in a new LEDGER_DATA_DIR, answers /healthz, /readyz and a like (tokens from
  * the compiled CLI), logs its start-up time, and on SIGTERM exits 0 with its PostgreSQL gone.
  * Node 20 cannot load a `.ts` module without a loader, so a server that answers under such a
- * command line ran JavaScript only. bin/social-ledger.mjs runs a build only while it is current.
+ * command line ran JavaScript only. bin/social-ledger.mjs runs a build only while it is current;
+ * `npm start` (the sources through tsx) logs its start-up time as well.
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,6 +17,7 @@ import { cp, mkdir, readFile, readdir, rm, utimes, writeFile } from "node:fs/pro
 import path from "node:path";
 import { clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { LineChild, withDeadline, type Exit } from "../support/line-child.ts";
+import { createTestDatabase } from "../support/test-db.ts";
 import { httpClient, npmScript, pollUntil, postmasterPid, processAlive, REPO_ROOT, userEnv, type CliResult } from "./cli-child.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
@@ -175,4 +177,18 @@ test("bin/social-ledger.mjs runs the build while it is current, and the TypeScri
   await writeFile(path.join(dist, "build.json"), JSON.stringify({ sourcesAsOfMs: builtFrom }));
   await rm(sources, { recursive: true });
   assert.equal(await bin(), "0.0.0-the-build", "no src/ (an image that holds only the build): the build runs");
+});
+
+test("npm start (the sources through tsx) logs its start-up time too, as not compiled", { timeout: 120_000 }, async (t) => {
+  const db = await createTestDatabase({ partitions: 2 });
+  t.after(() => db.close());
+  const server = new LineChild("npm start", [npmScript("npm"), "start"], { cwd: REPO_ROOT, env: userEnv({ DATABASE_URL: db.url, PORT: String(await freePort()), LOG_LEVEL: "info" }) });
+  t.after(async () => {
+    if (server.alive()) await server.stop("SIGKILL");
+  });
+  const started = JSON.parse(await server.waitFor(/"startupMs":/, 90_000)) as { msg: string; startupMs: number; compiled: boolean };
+  assert.equal(started.compiled, false);
+  assert.match(started.msg, /^started in \d+ ms from process start \(TypeScript sources through tsx\)$/);
+  t.diagnostic(`note npm start listened ${started.startupMs} ms after its node process started (DATABASE_URL, migrated)`);
+  assert.deepEqual(await server.stop("SIGTERM"), { code: 0, signal: null }, server.stderr);
 });
