@@ -1,5 +1,6 @@
 /**
- * `npm start`: the service on its defaults, exactly `social-ledger serve`. With DATABASE_URL it
+ * `npm start` (these sources through tsx) and `npm run start:prod` (the build, dist/server.js): the
+ * service on its defaults, exactly `social-ledger serve`. With DATABASE_URL it
  * uses that PostgreSQL; otherwise an embedded PostgreSQL 16 whose data lives in LEDGER_DATA_DIR
  * (./data) and survives restarts. HTTP on PORT (8080), consumers in the same process. A start
  * that fails says why in one line on stderr and exits non-zero.

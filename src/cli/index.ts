@@ -1,6 +1,7 @@
 /**
  * Entry point of `social-ledger` (bin/social-ledger.mjs), also runnable as
- * `node --import tsx src/cli/index.ts <command> ...`.
+ * `node --import tsx src/cli/index.ts <command> ...`, and built (`npm run build`) as
+ * `node dist/cli/index.js <command> ...`.
  */
 import { runCli } from "./program.ts";
 

@@ -6,7 +6,7 @@
  * Exit codes: 0 success; 1 failure (or `audit` found a violation); 2 bad arguments or
  * configuration, reported on stderr before anything is written.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
 import { ENVIRONMENT, MAX_TOKEN_TTL_S } from "../config.ts";
 import { LedgerError } from "../errors.ts";
@@ -33,13 +33,16 @@ Exit codes: 0 success; 1 runtime failure (audit: a violation; reconcile: Redis f
 2 bad input or usage (arguments, configuration, an item or post that does not exist).`;
 }
 
+/**
+ * The package's version, from the nearest package.json above this file: src/cli/ runs from the
+ * sources, a build's cli/ from dist/ (or the directory `npm run build -- --out-dir` named).
+ */
 function version(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version?: string };
-    return pkg.version ?? "0.0.0";
-  } catch {
-    return "0.0.0";
+  for (let dir = new URL("./", import.meta.url); dir.pathname !== "/"; dir = new URL("../", dir)) {
+    const file = new URL("package.json", dir);
+    if (existsSync(file)) return (JSON.parse(readFileSync(file, "utf8")) as { version?: string }).version ?? "0.0.0";
   }
+  return "0.0.0";
 }
 
 export function buildProgram(setExitCode: (code: number) => void): Command {
