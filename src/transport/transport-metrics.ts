@@ -1,3 +1,4 @@
+import type { NatsConnection } from "@nats-io/transport-node";
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { refresherOf } from "../metrics-refresh.ts";
@@ -8,6 +9,8 @@ export class TransportMetrics {
   readonly published: client.Counter<"kind" | "result">;
   readonly deadLetters: client.Counter<"kind" | "reason">;
   readonly gapFilled: client.Counter<"kind">;
+  /** The broker connection ledger_nats_connected reports; none until the process has connected. */
+  private nats: { connection: NatsConnection; connected: boolean } | undefined;
 
   constructor(registry: client.Registry, pool: Pool) {
     this.published = new client.Counter({
@@ -26,6 +29,16 @@ export class TransportMetrics {
       this.gapFilled.inc({ kind }, 0);
       for (const reason of ["malformed", "verification", "attempts"]) this.deadLetters.inc({ kind, reason }, 0);
     }
+    const connection = () => this.nats;
+    new client.Gauge({
+      name: "ledger_nats_connected", help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
+      registers: [registry],
+      collect() {
+        this.reset();
+        const nats = connection();
+        if (nats) this.set(nats.connected && !nats.connection.isClosed() ? 1 : 0);
+      },
+    });
     // Read on the registry's refresh timer, never by a scrape (src/metrics-refresh.ts).
     let lagRows: Awaited<ReturnType<typeof transportLag>> = [];
     refresherOf(registry).add(async () => {
@@ -39,6 +52,21 @@ export class TransportMetrics {
         const rows = lagRows;
         for (const r of rows) if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
       },
+    });
+  }
+
+  /** Follows the connection's status events for ledger_nats_connected (no request to the broker at scrape time). */
+  watchConnection(connection: NatsConnection): void {
+    const nats = { connection, connected: !connection.isClosed() };
+    this.nats = nats;
+    void (async () => {
+      for await (const status of connection.status()) {
+        if (status.type === "disconnect") nats.connected = false;
+        if (status.type === "reconnect") nats.connected = true;
+      }
+    })().catch(() => undefined);
+    void connection.closed().finally(() => {
+      nats.connected = false;
     });
   }
 }
