@@ -17,7 +17,7 @@ import { TestRedis } from "../support/redis-server.ts";
 
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
 const ARTIFACTS = path.resolve("test-artifacts", "dashboard");
-const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-runtime", "plot-drift", "plot-cache"];
+const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift", "plot-cache"];
 /** The service's default partition count (a new database gets 16): the size the page must stay readable at. */
 const PARTITIONS = 16;
 /** A desktop screen: the whole state must be readable at it without scrolling. */

@@ -121,22 +121,6 @@ function sampleSpecs() {
       axes: [{ label: "ms" }],
       scales: { y: { range: fromZero(10) } },
     },
-    "plot-runtime": {
-      series: [
-        line("event loop p99 ms", color(0)),
-        line("event loop max ms", color(0), { dash: [5, 3] }),
-        line("checkouts waiting", color(1), { scale: "pool" }),
-        line("checkouts >100 ms/s", color(3), { scale: "pool", dash: [2, 3] }),
-      ],
-      values: [
-        rate((r) => (r.eventLoop ? r.eventLoop.p99Ms : null)),
-        rate((r) => (r.eventLoop ? r.eventLoop.maxMs : null)),
-        (s) => (s.pool ? s.pool.waiting : null),
-        rate((r) => (r.checkouts ? r.checkouts.slowPerSec : null)),
-      ],
-      axes: [{ label: "ms" }, { label: "pool", scale: "pool" }],
-      scales: { y: { range: fromZero(20) }, pool: { range: fromZero(1) } },
-    },
     "plot-cache": {
       series: [
         ...COUNT_KINDS.map((k, i) => sparseLine(`${k} hit %`, color(i), { scale: "percent" })),
