@@ -9,10 +9,12 @@ export class TransportMetrics {
   readonly published: client.Counter<"kind" | "result">;
   readonly deadLetters: client.Counter<"kind" | "reason">;
   readonly gapFilled: client.Counter<"kind">;
+  private readonly registry: client.Registry;
   /** The broker connection ledger_nats_connected reports; none until the process has connected. */
   private nats: { connection: NatsConnection; connected: boolean } | undefined;
 
   constructor(registry: client.Registry, pool: Pool) {
+    this.registry = registry;
     this.published = new client.Counter({
       name: "ledger_transport_published_total", help: "Outbox events the relay published, stored or dropped as duplicates by JetStream",
       labelNames: ["kind", "result"], registers: [registry],
@@ -29,16 +31,6 @@ export class TransportMetrics {
       this.gapFilled.inc({ kind }, 0);
       for (const reason of ["malformed", "verification", "attempts"]) this.deadLetters.inc({ kind, reason }, 0);
     }
-    const connection = () => this.nats;
-    new client.Gauge({
-      name: "ledger_nats_connected", help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
-      registers: [registry],
-      collect() {
-        this.reset();
-        const nats = connection();
-        if (nats) this.set(nats.connected && !nats.connection.isClosed() ? 1 : 0);
-      },
-    });
     // Read on the registry's refresh timer, never by a scrape (src/metrics-refresh.ts).
     let lagRows: Awaited<ReturnType<typeof transportLag>> = [];
     refresherOf(registry).add(async () => {
@@ -58,6 +50,18 @@ export class TransportMetrics {
   /** Follows the connection's status events for ledger_nats_connected (no request to the broker at scrape time). */
   watchConnection(connection: NatsConnection): void {
     const nats = { connection, connected: !connection.isClosed() };
+    // Registered with the first connection: a gauge without labels reads 0 from its creation, which would look like an outage.
+    if (!this.nats) {
+      const current = () => this.nats;
+      new client.Gauge({
+        name: "ledger_nats_connected", help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
+        registers: [this.registry],
+        collect() {
+          const watched = current();
+          this.set(watched && watched.connected && !watched.connection.isClosed() ? 1 : 0);
+        },
+      });
+    }
     this.nats = nats;
     void (async () => {
       for await (const status of connection.status()) {
