@@ -5,6 +5,8 @@ import { OutcomeCounter } from "./outcome-counter.ts";
 import { transactionStats } from "../db/transaction.ts";
 import { readNotificationWatermarks, type NotificationWatermark } from "../notifications/notification-audit.ts";
 import { refresherOf } from "../metrics-refresh.ts";
+import { registerPoolMetrics } from "../db/pool-metrics.ts";
+import { registerProcessMetrics } from "../runtime/process-metrics.ts";
 
 /** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_SECONDS). */
 export const METRICS_REFRESH_MS = 10_000;
@@ -32,6 +34,9 @@ export class LedgerMetrics {
     name: "ledger_consumer_failures_total", help: "Consumer passes that failed and will be retried", labelNames: ["consumer"], registers: [this.registry],
   });
   constructor(pool: Pool) {
+    // Every command that serves /metrics (serve, worker, webhook-worker, relay) builds one of these on its pool.
+    registerProcessMetrics(this.registry);
+    registerPoolMetrics(this.registry, pool);
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
     for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications"]) this.consumerFailures.inc({ consumer }, 0);
     // What describes the database (lag, watermarks, rebuild drift) comes from the database,

@@ -1,4 +1,6 @@
+import { performance } from "node:perf_hooks";
 import pg from "pg";
+import { CheckoutWaits } from "./checkout-waits.ts";
 import { mapPgError } from "./errors.ts";
 
 export type Pool = pg.Pool;
@@ -18,9 +20,32 @@ export interface PoolOptions {
 
 /**
  * A pg.Pool whose one-shot `query` rejects with the typed errors of errors.ts, so reads
- * outside withTransaction (which maps its own errors) fail the same way writes do.
+ * outside withTransaction (which maps its own errors) fail the same way writes do, and which
+ * times every checkout (pool.query checks out through connect too) for the pool's metrics.
  */
 class MappedPool extends pg.Pool {
+  readonly checkoutWaits = new CheckoutWaits();
+
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- forwards both forms of pg.Pool#connect (callback, promise) unchanged
+  override connect(...args: any[]): any {
+    const started = performance.now();
+    const observe = () => this.checkoutWaits.observe((performance.now() - started) / 1000);
+    const callback = args[0] as ((err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) | undefined;
+    if (typeof callback === "function") {
+      return super.connect((err, client, done) => {
+        observe();
+        callback(err, client, done);
+      });
+    }
+    return super.connect().then((client) => {
+      observe();
+      return client;
+    }, (err: unknown) => {
+      observe();
+      throw err;
+    });
+  }
+
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- forwards every overload of pg.Pool#query unchanged
   override query(...args: any[]): any {
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -49,6 +74,11 @@ export function createPool(options: PoolOptions): Pool {
   // for its whole life; the statement on it fails anyway, and that failure is what is handled.
   pool.on("connect", (client) => client.on("error", () => undefined));
   return pool;
+}
+
+/** How long this pool's checkouts waited; undefined for a pool createPool did not make. */
+export function checkoutWaitsOf(pool: Pool): CheckoutWaits | undefined {
+  return pool instanceof MappedPool ? pool.checkoutWaits : undefined;
 }
 
 /** The server process id of a pooled connection, for matching it in pg_locks / pg_stat_activity. */

@@ -34,6 +34,7 @@ export interface JetStreamWorkerOptions extends JetStreamConsumerEvents, Partiti
 /** `worker --transport nats`: creates the streams and the durable consumers if missing, and one consumer loop per kind and partition. */
 export async function openJetStreamWorkers(ledger: Ledger, config: TransportConfig, options: JetStreamWorkerOptions): Promise<JetStreamWorkers> {
   const nc = await connectNats(config, "social-ledger-worker");
+  options.metrics?.watchConnection(nc);
   try {
     const jsm = await jetstreamManager(nc);
     await ensureStreams(jsm, config);
@@ -88,6 +89,7 @@ export async function openRelay(
   },
 ): Promise<RelayRuntime> {
   const nc = await connectNats(config, "social-ledger-relay");
+  options.metrics?.watchConnection(nc);
   try {
     await ensureStreams(await jetstreamManager(nc), config);
     const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, {

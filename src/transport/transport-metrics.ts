@@ -1,3 +1,4 @@
+import type { NatsConnection } from "@nats-io/transport-node";
 import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { refresherOf } from "../metrics-refresh.ts";
@@ -8,8 +9,12 @@ export class TransportMetrics {
   readonly published: client.Counter<"kind" | "result">;
   readonly deadLetters: client.Counter<"kind" | "reason">;
   readonly gapFilled: client.Counter<"kind">;
+  private readonly registry: client.Registry;
+  /** The broker connection ledger_nats_connected reports; none until the process has connected. */
+  private nats: { connection: NatsConnection; connected: boolean } | undefined;
 
   constructor(registry: client.Registry, pool: Pool) {
+    this.registry = registry;
     this.published = new client.Counter({
       name: "ledger_transport_published_total", help: "Outbox events the relay published, stored or dropped as duplicates by JetStream",
       labelNames: ["kind", "result"], registers: [registry],
@@ -39,6 +44,33 @@ export class TransportMetrics {
         const rows = lagRows;
         for (const r of rows) if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
       },
+    });
+  }
+
+  /** Follows the connection's status events for ledger_nats_connected (no request to the broker at scrape time). */
+  watchConnection(connection: NatsConnection): void {
+    const nats = { connection, connected: !connection.isClosed() };
+    // Registered with the first connection: a gauge without labels reads 0 from its creation, which would look like an outage.
+    if (!this.nats) {
+      const current = () => this.nats;
+      new client.Gauge({
+        name: "ledger_nats_connected", help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
+        registers: [this.registry],
+        collect() {
+          const watched = current();
+          this.set(watched && watched.connected && !watched.connection.isClosed() ? 1 : 0);
+        },
+      });
+    }
+    this.nats = nats;
+    void (async () => {
+      for await (const status of connection.status()) {
+        if (status.type === "disconnect") nats.connected = false;
+        if (status.type === "reconnect") nats.connected = true;
+      }
+    })().catch(() => undefined);
+    void connection.closed().finally(() => {
+      nats.connected = false;
     });
   }
 }

@@ -16,6 +16,7 @@ function series(points: [lag: number, appliedUpto: number][], t0 = 0): Sample[] 
     },
     rates: null,
     failedInARow: { like_count: 0, follower_projection: 0, comment_count: 0 },
+    pool: { connections: 1, idle: 1, max: 10, waiting: 0 },
   }));
 }
 
@@ -131,6 +132,13 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.equal(perInterval(rates.requests.relations.perSec), 1);
   assert.equal(typeof rates.requests.likes.p99Ms, "number");
   assert.equal(rates.requests.posts.p99Ms, null, "no post request in the interval");
+  // The runtime: this process's event-loop delay over the interval and its PostgreSQL pool.
+  assert.ok(rates.eventLoop.p99Ms > 0 && rates.eventLoop.maxMs >= rates.eventLoop.p99Ms, JSON.stringify(rates.eventLoop));
+  assert.ok(perInterval(rates.checkouts.perSec) >= 4, `the interval's requests checked out connections: ${JSON.stringify(rates.checkouts)}`);
+  assert.equal(rates.checkouts.slowPerSec, 0, "none waited over 100 ms: the pool had idle connections");
+  assert.equal(newest.pool.max, 10);
+  assert.equal(newest.pool.waiting, 0);
+  assert.ok(newest.pool.connections >= 1 && newest.pool.idle <= newest.pool.connections, JSON.stringify(newest.pool));
   const commentLag = newest.views!.comment_count.lag;
   assert.equal(commentLag[0]! + commentLag[1]!, 1, "one comment, no consumer ran");
   assert.deepEqual(first.watermarks.map((w) => `${w.view}/${w.part}:${w.lag}`).sort(),

@@ -63,7 +63,12 @@ async function scrapeRealProcesses(t: test.TestContext): Promise<Scrape[]> {
   assert.equal((await call("GET", "/v1/items/item-1/like-count")).status, 200);
   const served = await pollUntil("the like applied by serve's consumer", () => scrape(`${address}/metrics`),
     (text) => /^ledger_consumer_events_total\{consumer="like_count",verdict="applied"\} 1$/m.test(text));
-  return [parseScrape(served), parseScrape(await scrape(`http://127.0.0.1:${metricsPort}/metrics`))];
+  const worked = await scrape(`http://127.0.0.1:${metricsPort}/metrics`);
+  // The connection states: the worker's broker connection is up; serve has none (no series, not a 0).
+  assert.match(worked, /^ledger_nats_connected 1$/m);
+  assert.doesNotMatch(served, /^ledger_nats_connected/m);
+  assert.match(served, /^ledger_redis_up 1$/m);
+  return [parseScrape(served), parseScrape(worked)];
 }
 
 test("every metric and label value that deploy/prometheus/rules.yml and deploy/grafana/social-ledger.json read is on a real /metrics of serve or worker --transport nats", { timeout: 180_000 }, async (t) => {

@@ -36,7 +36,7 @@ async function testVariant(from: string, to: string): Promise<{ code: number | n
   }
 }
 
-test("negative controls: rules that alert on any lag, sum the figures every process exports alike, or count a single failure fail the unit tests", async () => {
+test("negative controls: rules that alert on any lag, sum the figures every process exports alike, count a single failure, or raise a runtime alarm at a blip or a busy pool fail the unit tests", async () => {
   const variants: { what: string; from: string; to: string; fails: RegExp }[] = [
     {
       what: "stalled without the standing-still watermark (lag alone is an alarm)",
@@ -67,6 +67,18 @@ test("negative controls: rules that alert on any lag, sum the figures every proc
       from: "and on (view, partition) max by (view, partition) (deriv(ledger_lag_events[15m])) > 0\n",
       to: "",
       fails: /alertname: LedgerLagGrowing/,
+    },
+    {
+      what: "an event-loop delay alarm without its 5 minutes (a GC pause or one slow scrape interval raises it)",
+      from: "expr: ledger_nodejs_eventloop_lag_p99_seconds > 0.1\n        for: 5m",
+      to: "expr: ledger_nodejs_eventloop_lag_p99_seconds > 0.1\n        for: 0m",
+      fails: /alertname: LedgerEventLoopDelayHigh/,
+    },
+    {
+      what: "a pool alarm at a busy but sufficient pool (5 % of checkouts slow)",
+      from: "expr: ledger_instance:db_pool_slow_checkouts:ratio5m > 0.1",
+      to: "expr: ledger_instance:db_pool_slow_checkouts:ratio5m > 0.01",
+      fails: /alertname: LedgerDatabasePoolWaits/,
     },
   ];
   for (const v of variants) {

@@ -1,4 +1,6 @@
-import type { Pool } from "../../db/pool.ts";
+import { monitorEventLoopDelay, type IntervalHistogram } from "node:perf_hooks";
+import { CHECKOUT_WAIT_BUCKETS } from "../../db/checkout-waits.ts";
+import { checkoutWaitsOf, type Pool } from "../../db/pool.ts";
 import { readWatermarks, type LedgerMetrics } from "../metrics.ts";
 import { evaluateStatus, type AlarmThresholds } from "./alarms.ts";
 import { cacheRates, readCacheLookups, type CacheLookupTotals } from "./cache-rates.ts";
@@ -6,7 +8,7 @@ import { RequestRecorder, ROUTE_GROUPS, type RouteGroup } from "./request-record
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import type { CounterSpec } from "../../counters/counter-spec.ts";
 import { LIKE_COUNTER } from "../../likes/like-spec.ts";
-import { COUNTER_VIEWS, VIEWS, type ConsumerLoopState, type CounterView, type DashboardStatus, type DriftRun, type LastAudit, type Rates, type Sample, type ViewName, type ViewSample } from "./types.ts";
+import { COUNTER_VIEWS, VIEWS, type ConsumerLoopState, type CounterView, type DashboardStatus, type DriftRun, type LastAudit, type PoolSample, type Rates, type Sample, type ViewName, type ViewSample } from "./types.ts";
 
 export interface SamplerOptions {
   /** Time between samples (default 5 s). */
@@ -42,7 +44,13 @@ interface Totals {
   absorbed: Record<ViewName, number>;
   failures: Record<ViewName, number>;
   cacheLookups: CacheLookupTotals;
+  checkouts: number;
+  slowCheckouts: number;
 }
+
+/** A checkout that waited longer than this for a connection counts as slow (the alert LedgerDatabasePoolWaits' bound). */
+const SLOW_CHECKOUT_SECONDS = 0.1;
+const SLOW_BUCKET = CHECKOUT_WAIT_BUCKETS.indexOf(SLOW_CHECKOUT_SECONDS);
 
 function isView(value: unknown): value is ViewName {
   return (VIEWS as readonly unknown[]).includes(value);
@@ -77,6 +85,12 @@ export class DashboardSampler {
   private running = false;
   private nextAuditAt = 0;
   private failing = { sample: false, audit: false };
+  /**
+   * The event loop's delay since the previous sample (its own monitor: /metrics' restarts at every
+   * scrape). On from the first sample (the timer's or a test's) until stop.
+   */
+  private readonly eventLoop: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });
+  private eventLoopOn = false;
 
   constructor(private readonly sources: SamplerSources, private readonly options: SamplerOptions = {}) {
     this.sampleMs = options.sampleMs ?? 5_000;
@@ -103,6 +117,8 @@ export class DashboardSampler {
   async stop(): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    this.eventLoop.disable();
+    this.eventLoopOn = false;
     await this.inFlight;
   }
 
@@ -150,18 +166,35 @@ export class DashboardSampler {
   async sampleOnce(): Promise<void> {
     const totals = await this.readTotals();
     const requests = this.requests.take();
+    const eventLoop = this.takeEventLoopDelay();
+    const { pool } = this.sources;
+    const poolNow: PoolSample = { connections: pool.totalCount, idle: pool.idleCount, max: pool.options.max ?? 10, waiting: pool.waitingCount };
     const views = await this.readViews();
     const sample: Sample = {
       t: totals.at,
       views,
-      rates: this.previous ? rates(this.previous, totals, requests) : null,
+      rates: this.previous ? rates(this.previous, totals, requests, eventLoop) : null,
       failedInARow: perView(),
+      pool: poolNow,
     };
     for (const loop of this.consumers()) sample.failedInARow[loop.kind] = Math.max(sample.failedInARow[loop.kind], loop.failedInARow);
     this.previous = totals;
     this.samples.push(sample);
     if (this.samples.length > this.capacity) this.samples.splice(0, this.samples.length - this.capacity);
     if (views !== null) await this.auditWhenDue(totals.at);
+  }
+
+  /** p99 and max of the event-loop delay since the previous call, in ms (0 at the first). */
+  private takeEventLoopDelay(): { p99Ms: number; maxMs: number } {
+    const h = this.eventLoop;
+    if (!this.eventLoopOn) {
+      h.enable();
+      this.eventLoopOn = true;
+    }
+    if (h.count === 0) return { p99Ms: 0, maxMs: 0 };
+    const figures = { p99Ms: round(h.percentile(99) / 1e6), maxMs: round(h.max / 1e6) };
+    h.reset();
+    return figures;
   }
 
   private report(what: "sample" | "audit", err: unknown): void {
@@ -230,7 +263,14 @@ export class DashboardSampler {
       absorbed: perView(),
       failures: perView(),
       cacheLookups: await readCacheLookups(metrics.registry),
+      checkouts: 0,
+      slowCheckouts: 0,
     };
+    const waits = checkoutWaitsOf(this.sources.pool);
+    if (waits) {
+      totals.checkouts = waits.count;
+      totals.slowCheckouts = waits.count - waits.buckets.slice(0, SLOW_BUCKET + 1).reduce((a, b) => a + b, 0);
+    }
     for (const { labels, value } of (await metrics.outcomes.get()).values) {
       const outcome = labels.outcome;
       if (outcome === "CHANGED" || outcome === "NOOP" || outcome === "REJECTED") totals.outcomes[outcome] += value;
@@ -253,7 +293,7 @@ export class DashboardSampler {
 
 const round = (n: number) => Math.round(n * 100) / 100;
 
-function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecorder["take"]>): Rates {
+function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecorder["take"]>, eventLoop: Rates["eventLoop"]): Rates {
   const seconds = Math.max(0.001, (after.at - before.at) / 1000);
   const perSec = (a: number, b: number) => round((b - a) / seconds);
   const likeRequests = after.likeRequests - before.likeRequests;
@@ -272,5 +312,7 @@ function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecord
     uniqueInsertRatio: likeRequests > 0 ? round((after.likeChanged - before.likeChanged) / likeRequests) : null,
     countCache: cacheRates(before.cacheLookups, after.cacheLookups, seconds),
     requests: Object.fromEntries(ROUTE_GROUPS.map((g) => [g, { perSec: round(requests[g].requests / seconds), p99Ms: requests[g].p99Ms === null ? null : round(requests[g].p99Ms) }])) as Rates["requests"],
+    eventLoop,
+    checkouts: { perSec: perSec(before.checkouts, after.checkouts), slowPerSec: perSec(before.slowCheckouts, after.slowCheckouts) },
   };
 }

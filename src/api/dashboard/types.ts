@@ -29,6 +29,19 @@ export interface Rates {
   /** The Redis count layer's lookups of this process per counter kind (empty without REDIS_URL). */
   countCache: CacheRates;
   requests: Record<RouteGroup, { perSec: number; p99Ms: number | null }>;
+  /** This process's event-loop delay over the interval (ms): its 99th percentile and its worst. */
+  eventLoop: { p99Ms: number; maxMs: number };
+  /** Checkouts of the PostgreSQL pool per second, and those that waited over 100 ms for a connection. */
+  checkouts: { perSec: number; slowPerSec: number };
+}
+
+/** The PostgreSQL pool of this process at a sample. */
+export interface PoolSample {
+  connections: number;
+  idle: number;
+  max: number;
+  /** Checkouts waiting for a connection (every connection checked out). */
+  waiting: number;
 }
 
 export interface Sample {
@@ -40,6 +53,7 @@ export interface Sample {
   rates: Rates | null;
   /** The longest run of failed passes among this process's consumer loops, per kind. */
   failedInARow: Record<ViewName, number>;
+  pool: PoolSample;
 }
 
 export interface ConsumerLoopState {
