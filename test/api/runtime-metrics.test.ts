@@ -8,7 +8,7 @@ import { LedgerMetrics } from "../../src/api/metrics.ts";
 import { CHECKOUT_WAIT_BUCKETS } from "../../src/db/checkout-waits.ts";
 import type { Pool, PoolClient } from "../../src/db/pool.ts";
 import { openLedger } from "../../src/ledger.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 /**

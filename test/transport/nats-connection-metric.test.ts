@@ -5,8 +5,8 @@ import { createPool } from "../../src/db/pool.ts";
 import { closeNats, connectNats } from "../../src/transport/jetstream-setup.ts";
 import { loadTransportConfig } from "../../src/transport/transport-config.ts";
 import { TransportMetrics } from "../../src/transport/transport-metrics.ts";
-import { TestNats } from "../support/nats-server.ts";
-import { pollUntil } from "../support/poll.ts";
+import { TestNats } from "../../support/nats-server.ts";
+import { pollUntil } from "../../support/poll.ts";
 
 /**
  * ledger_nats_connected follows the process's broker connection from its status events: 1 while
