@@ -138,7 +138,7 @@ type PageEntry = { key: string; counts: number[] | null };
  * changed_at would put it in a range already read, is invisible to every chunk and is summed
  * by the install from the events above S_p). Counting each chunk in a fresh snapshot instead
  * loses or double-counts exactly those moves (the negative control,
- * src/likes/negative-controls.ts ChunksOutsideSnapshotRebuild). The chunks take no lock but
+ * test/likes/negative-controls.ts ChunksOutsideSnapshotRebuild). The chunks take no lock but
  * the snapshot connection's AccessShare, so live writes never wait on them. Hook point:
  * rebuild.afterChunk {key, chunk, rows} after each chunk's read.
  */

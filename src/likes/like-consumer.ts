@@ -23,7 +23,7 @@ export function toCountEvent(e: LikeEvent): CountEvent {
 /**
  * How a batch of one partition's events takes effect (figure 32-2), with the watermark row and
  * every count row of the batch already locked: src/counters' CounterApply in the like's terms,
- * so that the negative controls (src/likes/negative-controls.ts) can be written against it.
+ * so that the negative controls (test/likes/negative-controls.ts) can be written against it.
  */
 export type ApplyBatch = (client: PoolClient, part: number, events: readonly LikeEvent[]) => Promise<ConsumeStats>;
 

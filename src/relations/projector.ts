@@ -33,7 +33,7 @@ export function toRelationEvent(row: EventRow): RelationEvent {
   return { part: row.part, seq: row.seq, follower: row.follower, followee: row.followee, state: row.state, version: row.version, createdAt: row.created_at };
 }
 
-/** How one event changes the projection; the naive variant lives in negative-controls.ts. */
+/** How one event changes the projection; the naive variant lives in test/relations/negative-controls.ts. */
 export type ProjectStep = (client: PoolClient, event: RelationEvent) => Promise<Verdict>;
 
 /**

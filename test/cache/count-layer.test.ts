@@ -10,7 +10,7 @@ import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
 import { FOLLOWER_COUNTS, LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, type RedisClient } from "../../src/cache/redis-connection.ts";
-import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
+import { naiveRecountAndOverwrite } from "./negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { pollUntil } from "../../support/poll.ts";
 import { ParkFirst } from "../support/park-first.ts";

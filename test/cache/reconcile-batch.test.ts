@@ -17,7 +17,7 @@ import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler, type BatchInstall, type ReconcileReport } from "../../src/cache/reconciler.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis } from "../../src/cache/redis-connection.ts";
-import { installBatchAllOrNothing } from "../../src/cache/negative-controls.ts";
+import { installBatchAllOrNothing } from "./negative-controls.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { TestRedis } from "../../support/redis-server.ts";
 

@@ -8,7 +8,7 @@ import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
 import { connectRedis, parseClusterUrl, RedisUrlError, routingKey, type RedisClient } from "../../src/cache/redis-connection.ts";
-import { naiveRecountAndOverwrite } from "../../src/cache/negative-controls.ts";
+import { naiveRecountAndOverwrite } from "./negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { TestRedisCluster } from "../../support/redis-cluster.ts";
 import { ParkFirst } from "../support/park-first.ts";

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { setNaive } from "../../src/likes/negative-controls.ts";
+import { setNaive } from "./negative-controls.ts";
 import { readSide } from "../../src/likes/like-audit.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { runWorkers, seededRandom } from "../support/concurrency.ts";

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { applyWithoutDedup } from "../../src/likes/negative-controls.ts";
+import { applyWithoutDedup } from "./negative-controls.ts";
 import { readSide, readSideClean } from "../../src/likes/like-audit.ts";
 import { addStats } from "../../src/likes/like-consumer.ts";
 import { seededRandom, shuffle } from "../support/concurrency.ts";

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Gate } from "../../src/hooks.ts";
-import { installOverwrite } from "../../src/likes/negative-controls.ts";
+import { installOverwrite } from "./negative-controls.ts";
 import { readFactPage, readSnapshotHeader } from "../../src/likes/like-rebuild.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
 import { factCount, likesFixture, user, type LikesFixture } from "./fixture.ts";

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { Gate, type HookContext } from "../../src/hooks.ts";
 import { LIKE_COUNTER } from "../../src/likes/like-spec.ts";
 import { LikeRebuild } from "../../src/likes/like-rebuild.ts";
-import { ChunksOutsideSnapshotRebuild } from "../../src/likes/negative-controls.ts";
+import { ChunksOutsideSnapshotRebuild } from "./negative-controls.ts";
 import { UNPACED } from "../../src/workers/pacer.ts";
 import { factCount, likesFixture, user, type LikesFixture } from "./fixture.ts";
 

@@ -6,13 +6,13 @@
  * older one (and a duplicate of the newest); and, in one batch, the newest and an older one of
  * the same pair. After each delivery the pair's row keeps the newest version and state, and the
  * view equals the facts. The negative control delivers the same events through the apply without
- * its guards (src/notifications/negative-controls.ts): the late event overwrites, and the same
+ * its guards (test/notifications/negative-controls.ts): the late event overwrites, and the same
  * checks see it.
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import type { Pool } from "../../src/db/pool.ts";
-import { applyWithoutGuards } from "../../src/notifications/negative-controls.ts";
+import { applyWithoutGuards } from "./negative-controls.ts";
 import { NotificationFeed, type NotificationEvent } from "../../src/notifications/notification-consumer.ts";
 import type { Ledger } from "../../src/ledger.ts";
 import { factRows, notificationFixture, viewRows } from "./fixture.ts";

@@ -8,7 +8,7 @@ import type { Pool } from "../../src/db/pool.ts";
 import { RECIPIENT_LOCK_SPACE } from "../../src/notifications/notification-sources.ts";
 import { IS_HOOK_WAIT } from "../support/sql-hooks.ts";
 import { pollUntil } from "../../support/poll.ts";
-import { installOverwrite } from "../../src/notifications/negative-controls.ts";
+import { installOverwrite } from "./negative-controls.ts";
 import { readSnapshotSeqs, readTruthRows } from "../../src/notifications/notification-rebuild.ts";
 import { drainAll, factRows, notificationFixture, viewRows, viewRowsWithIds } from "./fixture.ts";
 

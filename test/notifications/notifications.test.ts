@@ -5,7 +5,7 @@ import type { Ledger } from "../../src/ledger.ts";
 import { auditNotifications, notificationAuditClean } from "../../src/notifications/notification-audit.ts";
 import { NotificationFeed } from "../../src/notifications/notification-consumer.ts";
 import { listNotificationGroups, markRead, unreadCount, type NotificationGroup } from "../../src/notifications/notification-reads.ts";
-import { applyWithoutGuards } from "../../src/notifications/negative-controls.ts";
+import { applyWithoutGuards } from "./negative-controls.ts";
 import { pruneRetained } from "../../src/retention/retention.ts";
 import {
   backdateFollow, backdateLike, drainAll, factRows, notificationFixture, redeliverEverything, scalar, viewRows, viewRowsWithIds,

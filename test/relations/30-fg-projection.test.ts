@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { projectNaive } from "../../src/relations/negative-controls.ts";
+import { projectNaive } from "./negative-controls.ts";
 import { formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
 import { seededRandom, shuffle } from "../support/concurrency.ts";
 import { acct, allRelationEvents, deliverRelations, relationsFixture, scalar } from "./fixture.ts";

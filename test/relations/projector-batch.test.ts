@@ -8,7 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { projectNaive } from "../../src/relations/negative-controls.ts";
+import { projectNaive } from "./negative-controls.ts";
 import { projectVersioned, type RelationProjector } from "../../src/relations/projector.ts";
 import { formatDiff, projectionDiff } from "../../src/relations/relation-audit.ts";
 import type { RelationEvent } from "../../src/relations/types.ts";

@@ -20,7 +20,7 @@ import { initLedger } from "../../src/db/ledger-config.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createPool, type Pool } from "../../src/db/pool.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
-import { canReadWithPermissionsOnReplica } from "../../src/replicas/negative-controls.ts";
+import { canReadWithPermissionsOnReplica } from "./negative-controls.ts";
 import { ReplicaMetrics } from "../../src/replicas/replica-metrics.ts";
 import { ReplicaRouter, type ReplicaRouterOptions } from "../../src/replicas/replica-router.ts";
 import { parseLsn, readWalPosition } from "../../src/replicas/wal-position.ts";

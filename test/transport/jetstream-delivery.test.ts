@@ -12,7 +12,7 @@ import { Gate, Hooks } from "../../src/hooks.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { connectNats, durableName, eventSubject, messageId } from "../../src/transport/jetstream-setup.ts";
 import { openJetStreamWorkers, openRelay, type JetStreamWorkerOptions } from "../../src/transport/jetstream-runtime.ts";
-import { ackBeforeApply, trustBrokerWithoutDedup } from "../../src/transport/negative-controls.ts";
+import { ackBeforeApply, trustBrokerWithoutDedup } from "./negative-controls.ts";
 import { loadTransportConfig, type TransportConfig } from "../../src/transport/transport-config.ts";
 import { TRANSPORT_KINDS, transportKinds } from "../../src/transport/transport-kinds.ts";
 import { TransportMetrics } from "../../src/transport/transport-metrics.ts";

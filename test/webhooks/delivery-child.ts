@@ -1,11 +1,11 @@
 /**
  * A webhook delivery loop as a child process of its own, over DATABASE_URL, that a test kills
  * with -9: `real` runs the delivery worker, `advance-before-send` the negative control's mutant
- * (src/webhooks/negative-controls.ts). Prints "ready" once its loop runs.
+ * (test/webhooks/negative-controls.ts). Prints "ready" once its loop runs.
  */
 import { createPool } from "../../src/db/pool.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
-import { AdvanceBeforeSendDelivery } from "../../src/webhooks/negative-controls.ts";
+import { AdvanceBeforeSendDelivery } from "./negative-controls.ts";
 import { PartitionWorker } from "../../src/workers/partition-worker.ts";
 import { FAST_RETRIES } from "./fixture.ts";
 

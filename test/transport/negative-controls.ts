@@ -2,7 +2,7 @@
  * Deliberately wrong ways to consume from the broker, kept only so tests can show what the real
  * consumer guards against. Never use them.
  */
-import type { DeliveryStrategy } from "./jetstream-consumer.ts";
+import type { DeliveryStrategy } from "../../src/transport/jetstream-consumer.ts";
 
 /** Acks every message on receipt, then applies: a crash (or a failed apply) in between loses the events for the broker for good. */
 export const ackBeforeApply: DeliveryStrategy = async (c, msgs) => {

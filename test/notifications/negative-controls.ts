@@ -1,11 +1,11 @@
 /**
  * A deliberately wrong apply, kept only so tests can show that the checks catch it. Never use it.
  */
-import { NOTIFICATION_COLUMNS, withIdAndGroup } from "./notification-sources.ts";
-import type { NotificationApply } from "./notification-consumer.ts";
-import type { TruthRow } from "./notification-rebuild.ts";
-import type { Pool } from "../db/pool.ts";
-import { withTransaction } from "../db/transaction.ts";
+import { NOTIFICATION_COLUMNS, withIdAndGroup } from "../../src/notifications/notification-sources.ts";
+import type { NotificationApply } from "../../src/notifications/notification-consumer.ts";
+import type { TruthRow } from "../../src/notifications/notification-rebuild.ts";
+import type { Pool } from "../../src/db/pool.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
 
 /**
  * The apply without its guards: every delivered event takes effect (the seen table is written

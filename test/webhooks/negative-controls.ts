@@ -2,9 +2,9 @@
  * A deliberately wrong delivery, kept only so a test can show that its checks catch the bug
  * (test/webhooks/kill-delivery.test.ts). Never use it.
  */
-import { withTransaction } from "../db/transaction.ts";
-import { CLAIM_SQL, WebhookDelivery, type Claim } from "./delivery-worker.ts";
-import { deliverable, readEvents } from "./webhook-events.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
+import { CLAIM_SQL, WebhookDelivery, type Claim } from "../../src/webhooks/delivery-worker.ts";
+import { deliverable, readEvents } from "../../src/webhooks/webhook-events.ts";
 
 /** Moves the cursor past the event and commits before sending it: a crash in between loses the event. */
 export class AdvanceBeforeSendDelivery extends WebhookDelivery {

@@ -2,7 +2,7 @@
  * Deliberately wrong variants from chapter 30, kept only so tests can show what they break.
  * Not exported from src/relations/index.ts; never use them.
  */
-import type { ProjectStep } from "./projector.ts";
+import type { ProjectStep } from "../../src/relations/projector.ts";
 
 /** 30-G's applyNaive: overwrite in arrival order, no version comparison, no dedup. */
 export const projectNaive: ProjectStep = async (client, e) => {

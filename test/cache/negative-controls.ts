@@ -1,8 +1,8 @@
-import type { Pool } from "../db/pool.ts";
-import { Hooks } from "../hooks.ts";
-import type { CountStore } from "./count-store.ts";
-import type { CounterKind } from "./counter-kinds.ts";
-import type { BatchInstall } from "./reconciler.ts";
+import type { Pool } from "../../src/db/pool.ts";
+import { Hooks } from "../../src/hooks.ts";
+import type { CountStore } from "../../src/cache/count-store.ts";
+import type { CounterKind } from "../../src/cache/counter-kinds.ts";
+import type { BatchInstall } from "../../src/cache/reconciler.ts";
 
 /**
  * Seed 003's naive repair, kept to show what the split counter prevents: recount the facts and

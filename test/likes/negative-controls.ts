@@ -2,11 +2,11 @@
  * Deliberately wrong variants from chapter 32, kept only so tests can show that they drift
  * and that the checks catch it. Not exported from the package entry point; never use them.
  */
-import { CounterRebuild } from "../counters/counter-rebuild.ts";
-import type { Pool, PoolClient } from "../db/pool.ts";
-import { withTransaction } from "../db/transaction.ts";
-import { validateId } from "../ids.ts";
-import type { ApplyBatch } from "./like-consumer.ts";
+import { CounterRebuild } from "../../src/counters/counter-rebuild.ts";
+import type { Pool, PoolClient } from "../../src/db/pool.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
+import { validateId } from "../../src/ids.ts";
+import type { ApplyBatch } from "../../src/likes/like-consumer.ts";
 
 /**
  * 32-F's setNaive: the request path adds or subtracts one without reading the old state.

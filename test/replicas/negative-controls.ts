@@ -2,9 +2,9 @@
  * Deliberately wrong read routing, kept only so tests can show what the real routing prevents.
  * Never used by the service.
  */
-import type { Pool } from "../db/pool.ts";
-import { PostService } from "../content/posts.ts";
-import type { ReadDecision, ReadMode } from "../content/post-types.ts";
+import type { Pool } from "../../src/db/pool.ts";
+import { PostService } from "../../src/content/posts.ts";
+import type { ReadDecision, ReadMode } from "../../src/content/post-types.ts";
 
 /**
  * Statement-level balancing (what a proxy such as pgpool does with reads): a statement that
