@@ -104,7 +104,7 @@ test("the connection lost in the middle of the COPY: ConnectionLostError, nothin
   assert.deepEqual((await db.pool.query("SELECT count(*)::int AS n FROM copied")).rows, [{ n: 0 }]);
 });
 
-test("a server that stops reading stops the source: what waits in the socket's buffer stays under one chunk or two", { timeout: 60_000 }, async (t) => {
+test("a server that stops reading stops the reading of the source: it goes as far as the socket's buffers take, not to its end", { timeout: 60_000 }, async (t) => {
   const db = await createTestDatabase({ partitions: null, poolSize: 3 });
   t.after(() => db.close());
   // The server sends CopyInResponse, then its statement trigger waits on a lock the test holds:
@@ -137,8 +137,9 @@ test("a server that stops reading stops the source: what waits in the socket's b
     const pulledWhileBlocked = pulled;
     await holder.query("SELECT pg_advisory_unlock(7340033)");
     assert.equal(await copying, total * 256);
-    assert.ok(mostQueued <= 2 * chunk.length, `at most two chunks queued in the client, saw ${(mostQueued / 2 ** 20).toFixed(1)} MB`);
+    // Without backpressure the whole source is read (into the COPY stream's or the socket's buffer) while the server reads nothing.
     assert.ok(pulledWhileBlocked < total, `the source was read to its end (${pulledWhileBlocked} chunks) while the server read nothing`);
+    assert.ok(mostQueued <= 2 * chunk.length, `at most two chunks queued in the socket's buffer, saw ${(mostQueued / 2 ** 20).toFixed(1)} MB`);
   } finally {
     holder.release();
     client.release();
