@@ -12,7 +12,7 @@ import { ConnectionLostError, DatabaseError } from "../../src/db/errors.ts";
 import { backendPid, type PoolClient } from "../../src/db/pool.ts";
 import { copyIn } from "../../src/portability/copy-in.ts";
 import { waitForLockWait } from "../support/pg-locks.ts";
-import { pollUntil } from "../support/poll.ts";
+import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 async function* chunks(...texts: string[]): AsyncGenerator<string> {
