@@ -10,7 +10,15 @@ export default tseslint.config(
     files: ["src/api/dashboard/public/**/*.js"],
     languageOptions: {
       sourceType: "module",
-      globals: { window: "readonly", document: "readonly", fetch: "readonly", setTimeout: "readonly", clearTimeout: "readonly", ResizeObserver: "readonly", uPlot: "readonly" },
+      globals: {
+        window: "readonly",
+        document: "readonly",
+        fetch: "readonly",
+        setTimeout: "readonly",
+        clearTimeout: "readonly",
+        ResizeObserver: "readonly",
+        uPlot: "readonly",
+      },
     },
   },
   {

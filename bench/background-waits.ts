@@ -29,13 +29,21 @@ const SAMPLE_SQL = `
    WHERE a.datname = $1 AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend' AND a.state = 'active'
    GROUP BY 1, 2`;
 
-export function sampleBackgroundWaits(pool: Pool, database: string, backgroundQuery: string, everyMs = 5): { stop(): Promise<BackgroundWaits> } {
+export function sampleBackgroundWaits(
+  pool: Pool,
+  database: string,
+  backgroundQuery: string,
+  everyMs = 5,
+): { stop(): Promise<BackgroundWaits> } {
   const result: BackgroundWaits = { live: new Map(), background: new Map(), samples: 0 };
   let running = true;
   const loop = (async () => {
     while (running) {
-      const { rows } = await pool.query<{ background: boolean; what: string; n: number }>(
-        { name: "bench_background_waits", text: SAMPLE_SQL, values: [database, backgroundQuery] });
+      const { rows } = await pool.query<{ background: boolean; what: string; n: number }>({
+        name: "bench_background_waits",
+        text: SAMPLE_SQL,
+        values: [database, backgroundQuery],
+      });
       result.samples++;
       for (const { background, what, n } of rows) {
         const into = background ? result.background : result.live;
@@ -57,5 +65,9 @@ export function sampleBackgroundWaits(pool: Pool, database: string, backgroundQu
 export function formatShares(counts: Map<string, number>, top = 4): string {
   const total = [...counts.values()].reduce((a, b) => a + b, 0);
   if (total === 0) return "(no samples)";
-  return [...counts].sort((a, b) => b[1] - a[1]).slice(0, top).map(([what, n]) => `${what} ${Math.round((100 * n) / total)}%`).join(", ");
+  return [...counts]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([what, n]) => `${what} ${Math.round((100 * n) / total)}%`)
+    .join(", ");
 }

@@ -14,7 +14,10 @@ import { withTransaction } from "../src/db/transaction.ts";
  */
 export function chapterSetLiked(pool: Pool, userId: string, itemId: string, want: boolean): Promise<boolean> {
   return withTransaction(pool, async (client) => {
-    await client.query("INSERT INTO like_fact (user_id, item_id, liked, version) VALUES ($1, $2, false, 0) ON CONFLICT DO NOTHING", [userId, itemId]);
+    await client.query(
+      "INSERT INTO like_fact (user_id, item_id, liked, version) VALUES ($1, $2, false, 0) ON CONFLICT DO NOTHING",
+      [userId, itemId],
+    );
     const { rows } = await client.query<{ liked: boolean; version: number }>(
       "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2 FOR UPDATE",
       [userId, itemId],
@@ -22,8 +25,13 @@ export function chapterSetLiked(pool: Pool, userId: string, itemId: string, want
     const current = rows[0]!;
     if (current.liked === want) return false;
     const version = current.version + 1;
-    await client.query("UPDATE like_fact SET liked = $3, version = $4, changed_at = now() WHERE user_id = $1 AND item_id = $2", [userId, itemId, want, version]);
-    const seq = (await client.query<{ last: number }>("UPDATE like_seq SET last = last + 1 WHERE part = 0 RETURNING last")).rows[0]!.last;
+    await client.query(
+      "UPDATE like_fact SET liked = $3, version = $4, changed_at = now() WHERE user_id = $1 AND item_id = $2",
+      [userId, itemId, want, version],
+    );
+    const seq = (
+      await client.query<{ last: number }>("UPDATE like_seq SET last = last + 1 WHERE part = 0 RETURNING last")
+    ).rows[0]!.last;
     await client.query(
       "INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES (0, $1, $2, $3, $4, $5)",
       [seq, userId, itemId, want ? 1 : -1, version],
@@ -33,7 +41,9 @@ export function chapterSetLiked(pool: Pool, userId: string, itemId: string, want
 }
 
 export async function createRawInsertTable(pool: Pool): Promise<void> {
-  await pool.query("CREATE TABLE bench_raw_insert (id bigint PRIMARY KEY, user_id text NOT NULL, item_id text NOT NULL)");
+  await pool.query(
+    "CREATE TABLE bench_raw_insert (id bigint PRIMARY KEY, user_id text NOT NULL, item_id text NOT NULL)",
+  );
 }
 
 /** One autocommit INSERT of a distinct row: the floor a write with a durable commit cannot beat. */

@@ -9,12 +9,18 @@ import { initLedger } from "../src/db/ledger-config.ts";
 export class BenchCluster {
   private readonly pools: Pool[] = [];
 
-  private constructor(readonly cluster: EmbeddedCluster, private readonly root: string) {}
+  private constructor(
+    readonly cluster: EmbeddedCluster,
+    private readonly root: string,
+  ) {}
 
   /** Starts a cluster in a new temporary directory named after `prefix`. */
   static async start(prefix: string, settings?: Record<string, string>): Promise<BenchCluster> {
     const root = await clusterTempDir(prefix);
-    const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), ...(settings ? { settings } : {}) });
+    const cluster = await EmbeddedCluster.start({
+      dataDir: path.join(root, "pgdata"),
+      ...(settings ? { settings } : {}),
+    });
     return new BenchCluster(cluster, root);
   }
 
@@ -37,7 +43,11 @@ export class BenchCluster {
 
   /** Another pool to database `name`, ended by stop(). */
   pool(name: string, max: number, applicationName?: string): Pool {
-    const pool = createPool({ connectionString: this.cluster.connectionString(name), max, ...(applicationName ? { applicationName } : {}) });
+    const pool = createPool({
+      connectionString: this.cluster.connectionString(name),
+      max,
+      ...(applicationName ? { applicationName } : {}),
+    });
     this.pools.push(pool);
     return pool;
   }

@@ -17,7 +17,9 @@ import { runFixedCount } from "./load.ts";
 import type { CountLayerRow } from "./count-layer.ts";
 
 export async function clusterCountRows(
-  pool: Pool, o: { reads: number; workers: number; items: readonly string[]; hotItem: string; buckets?: number }, signal?: AbortSignal,
+  pool: Pool,
+  o: { reads: number; workers: number; items: readonly string[]; hotItem: string; buckets?: number },
+  signal?: AbortSignal,
 ): Promise<CountLayerRow[]> {
   const buckets = o.buckets ?? 16;
   const single = await TestRedis.start();
@@ -25,7 +27,11 @@ export async function clusterCountRows(
   const clients: RedisClient[] = [];
   try {
     const rows: CountLayerRow[] = [];
-    const variants = [["one node", single.url, buckets], ["cluster, 3 masters", cluster.url, buckets], ["cluster, 3 masters", cluster.url, 4]] as const;
+    const variants = [
+      ["one node", single.url, buckets],
+      ["cluster, 3 masters", cluster.url, buckets],
+      ["cluster, 3 masters", cluster.url, 4],
+    ] as const;
     for (const [label, url, n] of variants) {
       const redis = await connectRedis(url);
       clients.push(redis);
@@ -36,8 +42,16 @@ export async function clusterCountRows(
       const read = (item: (k: number) => string) =>
         runFixedCount(o.reads, o.workers, (k) => reader.read(LIKE_COUNTS, item(k), { allowedLag: 16 }), signal);
       rows.push(
-        { op: `count read (Redis ${label}, N=${n})`, figures: await read((k) => o.items[k % o.items.length]!), note: `${o.items.length} items, ${n} buckets, no local cache` },
-        { op: `hot count read (Redis ${label}, N=${n})`, figures: await read(() => o.hotItem), note: `one key, ${n} buckets, no local cache` },
+        {
+          op: `count read (Redis ${label}, N=${n})`,
+          figures: await read((k) => o.items[k % o.items.length]!),
+          note: `${o.items.length} items, ${n} buckets, no local cache`,
+        },
+        {
+          op: `hot count read (Redis ${label}, N=${n})`,
+          figures: await read(() => o.hotItem),
+          note: `one key, ${n} buckets, no local cache`,
+        },
       );
       // Each run uses its own key space: a store with another N must not read the previous one's counters.
       await redis.flushAll();

@@ -29,7 +29,10 @@ export interface CountLayerRow {
 }
 
 export async function countLayerRows(
-  pool: Pool, likes: LikeService, o: { reads: number; workers: number; items: readonly string[]; hotItem: string }, signal?: AbortSignal,
+  pool: Pool,
+  likes: LikeService,
+  o: { reads: number; workers: number; items: readonly string[]; hotItem: string },
+  signal?: AbortSignal,
 ): Promise<CountLayerRow[]> {
   const server = await TestRedis.start();
   const redis = await connectRedis(server.url);
@@ -46,9 +49,21 @@ export async function countLayerRows(
     const spread = (k: number) => o.items[k % o.items.length]!;
     const rows: CountLayerRow[] = [
       { op: "count read (PostgreSQL)", figures: await read(database, spread), note: `${o.items.length} items` },
-      { op: "count read (Redis)", figures: await read(redisOnly, spread), note: `${o.items.length} items, no local cache` },
-      { op: "hot count read (Redis)", figures: await read(redisOnly, () => o.hotItem), note: "one key, no local cache" },
-      { op: "hot count read (Redis + local)", figures: await read(withLocal, () => o.hotItem), note: "one key, 250 ms local TTL" },
+      {
+        op: "count read (Redis)",
+        figures: await read(redisOnly, spread),
+        note: `${o.items.length} items, no local cache`,
+      },
+      {
+        op: "hot count read (Redis)",
+        figures: await read(redisOnly, () => o.hotItem),
+        note: "one key, no local cache",
+      },
+      {
+        op: "hot count read (Redis + local)",
+        figures: await read(withLocal, () => o.hotItem),
+        note: "one key, 250 ms local TTL",
+      },
     ];
     const reconciler = new Reconciler(pool, store);
     await reconciler.reconcile(LIKE_COUNTS); // the boundary of the runs below starts here
@@ -65,7 +80,14 @@ export async function countLayerRows(
       const seconds = (performance.now() - t0) / 1000;
       rows.push({
         op: `reconcile ${changed} changed`,
-        figures: { ops: report.visited, seconds, opsPerSec: report.visited / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+        figures: {
+          ops: report.visited,
+          seconds,
+          opsPerSec: report.visited / seconds,
+          p50Ms: Number.NaN,
+          p99Ms: Number.NaN,
+          errors: 0,
+        },
         note: `${(seconds * 1000).toFixed(1)} ms for ${report.visited} changed counters, ${report.drifted.length} drifted`,
       });
     }
@@ -84,7 +106,9 @@ export async function countLayerRows(
  * and skips it on error, and a hung Redis costs one command deadline, then a breaker.
  */
 export async function redisOutageWriteRows(
-  ledger: Ledger, o: { requests: number; connections: number; items: readonly string[] }, onInstance?: (i: HttpLoad | undefined) => void,
+  ledger: Ledger,
+  o: { requests: number; connections: number; items: readonly string[] },
+  onInstance?: (i: HttpLoad | undefined) => void,
 ): Promise<CountLayerRow[]> {
   const server = await TestRedis.start();
   const metrics = new LedgerMetrics(ledger.pool);
@@ -92,21 +116,37 @@ export async function redisOutageWriteRows(
   for (const w of counts.workers) w.start();
   const secret = new Uint8Array(randomBytes(32));
   const app = await buildApp({
-    ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
-    writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000,
+    ledger,
+    jwtSecret: secret,
+    logger: false,
+    metrics,
+    counts: counts.reader,
+    countsState: counts.state,
+    rateLimitRedis: counts.redis,
+    writesPerMinute: 1_000_000_000,
+    readsPerMinute: 1_000_000_000,
   });
   try {
     const url = await app.listen({ port: 0, host: "127.0.0.1" });
     const users = 200;
     const amount = Math.max(200, Math.round(o.requests / 2));
     const writes = async (phase: string): Promise<Figures> => {
-      const auth = await Promise.all(Array.from({ length: users }, (_, n) => signToken(secret, `rw-${phase}-${n}`).then((t) => `Bearer ${t}`)));
+      const auth = await Promise.all(
+        Array.from({ length: users }, (_, n) => signToken(secret, `rw-${phase}-${n}`).then((t) => `Bearer ${t}`)),
+      );
       return runHttp({
-        url, amount, connections: o.connections, onInstance,
+        url,
+        amount,
+        connections: o.connections,
+        onInstance,
         build: (k) => {
           const user = k % users;
           const like = Math.floor(k / users) % 2 === 0;
-          return { method: like ? "PUT" : "DELETE", path: `/v1/items/${o.items[user % o.items.length]!}/likes/me`, authorization: auth[user]! };
+          return {
+            method: like ? "PUT" : "DELETE",
+            path: `/v1/items/${o.items[user % o.items.length]!}/likes/me`,
+            authorization: auth[user]!,
+          };
         },
       });
     };
@@ -125,12 +165,17 @@ export async function redisOutageWriteRows(
     const hungState = counts.state();
     server.resume();
     const up3 = await writes("up3");
-    const vs = (f: Figures, a: Figures, b: Figures) => `${(f.opsPerSec / ((a.opsPerSec + b.opsPerSec) / 2)).toFixed(2)}x the mean of the runs with Redis up around it`;
+    const vs = (f: Figures, a: Figures, b: Figures) =>
+      `${(f.opsPerSec / ((a.opsPerSec + b.opsPerSec) / 2)).toFixed(2)}x the mean of the runs with Redis up around it`;
     const rows: CountLayerRow[] = [
       { op: "HTTP writes, Redis up (1)", figures: up1, note: "count layer up" },
       { op: "HTTP writes, Redis killed", figures: killed, note: `count layer ${killedState}, ${vs(killed, up1, up2)}` },
       { op: "HTTP writes, Redis up (2)", figures: up2, note: "restarted empty" },
-      { op: "HTTP writes, Redis hung (SIGSTOP)", figures: hung, note: `count layer ${hungState}, ${vs(hung, up2, up3)}` },
+      {
+        op: "HTTP writes, Redis hung (SIGSTOP)",
+        figures: hung,
+        note: `count layer ${hungState}, ${vs(hung, up2, up3)}`,
+      },
       { op: "HTTP writes, Redis up (3)", figures: up3, note: "resumed" },
     ];
     return rows;

@@ -45,11 +45,18 @@ export interface HttpClientReport {
 const HEADER_END = Buffer.from("\r\n\r\n");
 
 function requestBytes(host: string, spec: HttpRequestSpec): Buffer {
-  return Buffer.from(`${spec.method} ${spec.path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: ${spec.authorization}\r\ncontent-length: 0\r\n\r\n`);
+  return Buffer.from(
+    `${spec.method} ${spec.path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: ${spec.authorization}\r\ncontent-length: 0\r\n\r\n`,
+  );
 }
 
 /** One connection: sends the next request when the previous response is complete. */
-function connection(url: URL, take: () => number | undefined, job: HttpClientJob, report: HttpClientReport): Promise<void> {
+function connection(
+  url: URL,
+  take: () => number | undefined,
+  job: HttpClientJob,
+  report: HttpClientReport,
+): Promise<void> {
   return new Promise((resolve) => {
     const socket = net.connect(Number(url.port), url.hostname);
     socket.setNoDelay(true);

@@ -29,14 +29,31 @@ import { openLedger } from "../src/ledger.ts";
 import { copyIn } from "../src/portability/copy-in.ts";
 import { importFacts } from "../src/portability/import.ts";
 
-const { values } = parseArgs({ options: { likes: { type: "string" }, items: { type: "string" }, partitions: { type: "string" }, "batch-size": { type: "string" }, "batch-ms": { type: "string" }, quick: { type: "boolean" }, profile: { type: "boolean" }, resumable: { type: "boolean" } } });
+const { values } = parseArgs({
+  options: {
+    likes: { type: "string" },
+    items: { type: "string" },
+    partitions: { type: "string" },
+    "batch-size": { type: "string" },
+    "batch-ms": { type: "string" },
+    quick: { type: "boolean" },
+    profile: { type: "boolean" },
+    resumable: { type: "boolean" },
+  },
+});
 const LIKES = Number(values.likes ?? 100_000);
 const ITEMS = Number(values.items ?? 10_007);
 const P = Number(values.partitions ?? 16);
 const BATCH = Number(values["batch-size"] ?? 20_000);
 const BATCH_MS = Number(values["batch-ms"] ?? 1_000);
 const USERS = Math.max(1, Math.ceil(LIKES / 10));
-for (const [name, n] of [["--likes", LIKES], ["--items", ITEMS], ["--partitions", P], ["--batch-size", BATCH], ["--batch-ms", BATCH_MS]] as const) {
+for (const [name, n] of [
+  ["--likes", LIKES],
+  ["--items", ITEMS],
+  ["--partitions", P],
+  ["--batch-size", BATCH],
+  ["--batch-ms", BATCH_MS],
+] as const) {
   if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${name} must be a positive integer`);
 }
 
@@ -47,7 +64,8 @@ function pair(k: number): [string, string] {
 
 async function writeFile(file: string): Promise<void> {
   const out = createWriteStream(file);
-  const write = (text: string): Promise<void> => (out.write(text) ? Promise.resolve() : new Promise<void>((resolve) => out.once("drain", () => resolve())));
+  const write = (text: string): Promise<void> =>
+    out.write(text) ? Promise.resolve() : new Promise<void>((resolve) => out.once("drain", () => resolve()));
   for (let i = 0; i < ITEMS; i++) await write(`{"kind":"item","id":"item-${i}"}\n`);
   let chunk = "";
   for (let k = 0; k < LIKES; k++) {
@@ -77,14 +95,22 @@ async function* copyRows(): AsyncGenerator<string> {
 
 /** pg_stat_statements for the totals, auto_explain for the plan of every statement over half a second. */
 const PROFILE_SETTINGS = {
-  shared_preload_libraries: "pg_stat_statements,auto_explain", "pg_stat_statements.track": "all",
-  "auto_explain.log_min_duration": "500ms", "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on", "auto_explain.log_triggers": "on",
+  shared_preload_libraries: "pg_stat_statements,auto_explain",
+  "pg_stat_statements.track": "all",
+  "auto_explain.log_min_duration": "500ms",
+  "auto_explain.log_analyze": "on",
+  "auto_explain.log_buffers": "on",
+  "auto_explain.log_nested_statements": "on",
+  "auto_explain.log_triggers": "on",
 };
 
 const root = await clusterTempDir("social-ledger-import-bench-");
-const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata"), settings: { max_connections: "50", ...(values.profile ? PROFILE_SETTINGS : {}) },
+const cluster = await EmbeddedCluster.start({
+  dataDir: path.join(root, "pgdata"),
+  settings: { max_connections: "50", ...(values.profile ? PROFILE_SETTINGS : {}) },
   // With --profile, the server's log (auto_explain's plans) goes to stderr.
-  ...(values.profile ? { onLog: (line: string) => process.stderr.write(line) } : {}) });
+  ...(values.profile ? { onLog: (line: string) => process.stderr.write(line) } : {}),
+});
 const pools: Pool[] = [];
 try {
   const file = path.join(root, "likes.ndjson");
@@ -106,14 +132,20 @@ try {
   const steps: [string, number][] = [];
   const started = performance.now();
   const report = await importFacts(pool, createReadStream(file), {
-    batchSize: BATCH, batchMillis: BATCH_MS, emptyLedger: values.resumable ? "never" : "auto", onTiming: (step, ms) => steps.push([step, ms]),
+    batchSize: BATCH,
+    batchMillis: BATCH_MS,
+    emptyLedger: values.resumable ? "never" : "auto",
+    onTiming: (step, ms) => steps.push([step, ms]),
   });
   const importSeconds = (performance.now() - started) / 1000;
   const written = report.applied.likes ?? 0;
-  const { rows: profile } = values.profile ? await pool.query<{ ms: number; calls: number; rows: number; query: string }>(
-    `SELECT round(total_exec_time)::int AS ms, calls::int, rows::int, regexp_replace(left(query, 110), '\\s+', ' ', 'g') AS query
+  const { rows: profile } = values.profile
+    ? await pool.query<{ ms: number; calls: number; rows: number; query: string }>(
+        `SELECT round(total_exec_time)::int AS ms, calls::int, rows::int, regexp_replace(left(query, 110), '\\s+', ' ', 'g') AS query
        FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel
-      ORDER BY total_exec_time DESC LIMIT 14`) : { rows: [] };
+      ORDER BY total_exec_time DESC LIMIT 14`,
+      )
+    : { rows: [] };
 
   await plain.query("CREATE TABLE plain_like (user_id text NOT NULL, item_id text NOT NULL)");
   const client = await plain.connect();
@@ -143,23 +175,30 @@ try {
 
   const audit = await fullAudit(await openLedger(pool));
   const { rows } = await pool.query<{ liked: number; counted: number }>(
-    "SELECT (SELECT count(*) FROM like_fact WHERE liked)::int AS liked, (SELECT coalesce(sum(n), 0) FROM like_count)::int AS counted");
+    "SELECT (SELECT count(*) FROM like_fact WHERE liked)::int AS liked, (SELECT coalesce(sum(n), 0) FROM like_count)::int AS counted",
+  );
   const importRate = written / importSeconds;
   const copyRate = copied / copySeconds;
   const indexedRate = indexedCopied / indexedSeconds;
   process.stdout.write(
     `import bench: ${LIKES} likes over ${ITEMS} items and ${USERS} users, P=${P}, batches of at most ${BATCH} lines and about ${BATCH_MS} ms, one embedded cluster\n` +
-    `  import (file -> checks -> COPY staging -> apply with counts): ${written} likes in ${importSeconds.toFixed(2)} s = ${importRate.toFixed(0)} facts/s\n` +
-    `  plain COPY of the same rows into a two-column table:        ${copied} rows in ${copySeconds.toFixed(2)} s = ${copyRate.toFixed(0)} rows/s\n` +
-    `  COPY of the same rows into like_fact's shape with its 3 indexes: ${indexedCopied} rows in ${indexedSeconds.toFixed(2)} s = ${indexedRate.toFixed(0)} rows/s\n` +
-    `  ratio import / COPY: ${(importRate / copyRate).toFixed(2)} (goal >= 0.3); import / indexed COPY: ${(importRate / indexedRate).toFixed(2)}\n` +
-    `  path: ${report.path}; where the import's ${importSeconds.toFixed(2)} s went (steps over 10 ms):\n` +
-    steps.filter(([, ms]) => ms >= 10).map(([step, ms]) => `    ${(ms / 1000).toFixed(2).padStart(7)} s  ${step}\n`).join("") +
-    `  afterwards: like_fact liked ${rows[0]!.liked}, sum(like_count) ${rows[0]!.counted}, audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
+      `  import (file -> checks -> COPY staging -> apply with counts): ${written} likes in ${importSeconds.toFixed(2)} s = ${importRate.toFixed(0)} facts/s\n` +
+      `  plain COPY of the same rows into a two-column table:        ${copied} rows in ${copySeconds.toFixed(2)} s = ${copyRate.toFixed(0)} rows/s\n` +
+      `  COPY of the same rows into like_fact's shape with its 3 indexes: ${indexedCopied} rows in ${indexedSeconds.toFixed(2)} s = ${indexedRate.toFixed(0)} rows/s\n` +
+      `  ratio import / COPY: ${(importRate / copyRate).toFixed(2)} (goal >= 0.3); import / indexed COPY: ${(importRate / indexedRate).toFixed(2)}\n` +
+      `  path: ${report.path}; where the import's ${importSeconds.toFixed(2)} s went (steps over 10 ms):\n` +
+      steps
+        .filter(([, ms]) => ms >= 10)
+        .map(([step, ms]) => `    ${(ms / 1000).toFixed(2).padStart(7)} s  ${step}\n`)
+        .join("") +
+      `  afterwards: like_fact liked ${rows[0]!.liked}, sum(like_count) ${rows[0]!.counted}, audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
   );
   if (profile.length > 0) {
     process.stdout.write("  pg_stat_statements, the import's top-level statements by total time (ms, calls, rows):\n");
-    for (const r of profile) process.stdout.write(`    ${String(r.ms).padStart(8)} ${String(r.calls).padStart(6)} ${String(r.rows).padStart(8)}  ${r.query}\n`);
+    for (const r of profile)
+      process.stdout.write(
+        `    ${String(r.ms).padStart(8)} ${String(r.calls).padStart(6)} ${String(r.rows).padStart(8)}  ${r.query}\n`,
+      );
   }
   if (!audit.clean || rows[0]!.liked !== written || rows[0]!.counted !== written) process.exitCode = 1;
 } finally {

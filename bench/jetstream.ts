@@ -28,18 +28,25 @@ function throughput(events: number, seconds: number): Figures {
 }
 
 async function likeLag(ledger: Ledger): Promise<number> {
-  return (await transportLag(ledger.pool)).filter((r) => r.kind === "likes").reduce((a, r) => a + r.last - r.applied, 0);
+  return (await transportLag(ledger.pool))
+    .filter((r) => r.kind === "likes")
+    .reduce((a, r) => a + r.last - r.applied, 0);
 }
 
 /** Exactly `events` like events: first likes of users of their own (`js<round>-<k>`) over `items`, 8 concurrent writers. */
 async function writeBacklog(ledger: Ledger, events: number, items: readonly string[], round: number): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: 8 }, async () => {
-    for (let k = next++; k < events; k = next++) await ledger.likes.like(`js${round}-${k}`, items[k % items.length]!);
-  }));
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      for (let k = next++; k < events; k = next++) await ledger.likes.like(`js${round}-${k}`, items[k % items.length]!);
+    }),
+  );
 }
 
-export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSize: number; items: readonly string[] }): Promise<JetStreamRow[]> {
+export async function jetstreamRows(
+  ledger: Ledger,
+  o: { events: number; batchSize: number; items: readonly string[] },
+): Promise<JetStreamRow[]> {
   const nats = await TestNats.start();
   const rows: JetStreamRow[] = [];
   try {
@@ -50,21 +57,30 @@ export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSi
     await writeBacklog(ledger, o.events, o.items, 0);
     const backlogPolling = await likeLag(ledger);
     let t0 = performance.now();
-    await Promise.all(parts.map(async (part) => {
-      for (;;) {
-        const events = await ledger.likeConsumer.fetchPending(part, o.batchSize);
-        if (events.length === 0) return;
-        await ledger.likeConsumer.applyBatch(events);
-      }
-    }));
+    await Promise.all(
+      parts.map(async (part) => {
+        for (;;) {
+          const events = await ledger.likeConsumer.fetchPending(part, o.batchSize);
+          if (events.length === 0) return;
+          await ledger.likeConsumer.applyBatch(events);
+        }
+      }),
+    );
     await ledger.likeConsumer.drain(); // a watermark left behind by a racing batch (drainPartitions' rule)
-    rows.push({ op: "consumer drain, polling the outbox", figures: throughput(backlogPolling, (performance.now() - t0) / 1000), note: `backlog ${backlogPolling}, ${parts.length} loop(s), batch ${o.batchSize}` });
+    rows.push({
+      op: "consumer drain, polling the outbox",
+      figures: throughput(backlogPolling, (performance.now() - t0) / 1000),
+      note: `backlog ${backlogPolling}, ${parts.length} loop(s), batch ${o.batchSize}`,
+    });
 
     const config = loadTransportConfig({ NATS_URL: nats.url, LEDGER_NATS_STREAM: "BENCH" });
     const nc = await connectNats(config, "bench-relay");
     try {
       await ensureStreams(await jetstreamManager(nc), config);
-      const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, { kinds: ["likes"], batchSize: 1000 });
+      const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, {
+        kinds: ["likes"],
+        batchSize: 1000,
+      });
       await relay.init(); // starts at the consumer's watermark: nothing before this backlog is published
       await writeBacklog(ledger, o.events, o.items, 1);
       const backlog = await likeLag(ledger);
@@ -72,15 +88,28 @@ export async function jetstreamRows(ledger: Ledger, o: { events: number; batchSi
       while ((await relay.passOnce()) > 0);
       const relaySeconds = (performance.now() - t0) / 1000;
       relay.close();
-      rows.push({ op: "relay publish to JetStream", figures: throughput(backlog, relaySeconds), note: `${backlog} events, batches of 1000, acked by the stream` });
+      rows.push({
+        op: "relay publish to JetStream",
+        figures: throughput(backlog, relaySeconds),
+        note: `${backlog} events, batches of 1000, acked by the stream`,
+      });
 
-      const workers = await openJetStreamWorkers(ledger, config, { partitions: parts, batchSize: o.batchSize, kinds: ["likes"], gapFill: false });
+      const workers = await openJetStreamWorkers(ledger, config, {
+        partitions: parts,
+        batchSize: o.batchSize,
+        kinds: ["likes"],
+        gapFill: false,
+      });
       t0 = performance.now();
       for (const l of workers.loops) l.start();
       while ((await likeLag(ledger)) > 0) await new Promise((resolve) => setTimeout(resolve, 20));
       const seconds = (performance.now() - t0) / 1000;
       await workers.close();
-      rows.push({ op: "consumer drain, JetStream pull", figures: throughput(backlog, seconds), note: `backlog ${backlog}, ${parts.length} durable consumer(s), batch ${o.batchSize}, same applyBatch` });
+      rows.push({
+        op: "consumer drain, JetStream pull",
+        figures: throughput(backlog, seconds),
+        note: `backlog ${backlog}, ${parts.length} durable consumer(s), batch ${o.batchSize}, same applyBatch`,
+      });
     } finally {
       await nc.close();
     }

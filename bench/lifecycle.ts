@@ -33,7 +33,13 @@ async function within<T>(ms: number, promise: Promise<T>): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
   try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -75,8 +81,13 @@ export function cleanup(): Promise<void> {
     if (started.sampler) await within(5_000, started.sampler.end());
     try {
       // Interrupted during initdb or startup: let it finish, then stop it like any other.
-      const cluster = started.cluster ?? (started.starting &&
-        (await Promise.race([started.starting.catch(() => undefined), new Promise<undefined>((r) => setTimeout(r, 120_000))])));
+      const cluster =
+        started.cluster ??
+        (started.starting &&
+          (await Promise.race([
+            started.starting.catch(() => undefined),
+            new Promise<undefined>((r) => setTimeout(r, 120_000)),
+          ])));
       if (cluster) await stopCluster(cluster);
     } finally {
       if (started.root) await rm(started.root, { recursive: true, force: true });

@@ -42,7 +42,8 @@ export async function liveTraffic(
   await Promise.all([
     ...Array.from({ length: options.writers }, async (_, w) => {
       for (let i = 0; !stopped; i++) {
-        const item = also.length > 0 && i % 10 === 9 ? also[(i / 10) % also.length | 0]! : `live-${w}-${i % perWriter}`;
+        const item =
+          also.length > 0 && i % 10 === 9 ? also[((i / 10) % also.length) | 0]! : `live-${w}-${i % perWriter}`;
         const like = Math.floor(i / perWriter) % 2 === 0;
         const t0 = performance.now();
         await (like ? ledger.likes.like(`live-user-${w}`, item) : ledger.likes.unlike(`live-user-${w}`, item));
@@ -62,7 +63,10 @@ export async function liveTraffic(
 
 /** Two windows' latencies as one sorted sample. */
 export function pooled(a: Latencies, b: Latencies): Latencies {
-  return { writes: [...a.writes, ...b.writes].sort((x, y) => x - y), reads: [...a.reads, ...b.reads].sort((x, y) => x - y) };
+  return {
+    writes: [...a.writes, ...b.writes].sort((x, y) => x - y),
+    reads: [...a.reads, ...b.reads].sort((x, y) => x - y),
+  };
 }
 
 export function describe(label: string, sorted: readonly number[]): string {

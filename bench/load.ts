@@ -9,7 +9,9 @@ import type { HttpClientJob, HttpClientReport, HttpRequestSpec } from "./http-cl
 import { threadCpuMs } from "./thread-cpu.ts";
 
 function cpuUsPerOp(before: number | undefined, after: number | undefined, ops: number): { mainCpuUsPerOp?: number } {
-  return before === undefined || after === undefined || ops === 0 ? {} : { mainCpuUsPerOp: (1000 * (after - before)) / ops };
+  return before === undefined || after === undefined || ops === 0
+    ? {}
+    : { mainCpuUsPerOp: (1000 * (after - before)) / ops };
 }
 
 export interface Figures {
@@ -40,16 +42,24 @@ export function mergeFigures(runs: readonly Figures[]): Figures {
   const seconds = runs.reduce((a, f) => a + f.seconds, 0);
   const all = Float64Array.from(runs.flatMap((f) => [...(f.latencyMs ?? [])])).sort();
   const weighted = (key: "mainCpuUsPerOp" | "clientCpuUsPerOp") =>
-    runs.every((f) => f[key] !== undefined) && ops > 0 ? { [key]: runs.reduce((a, f) => a + f[key]! * f.ops, 0) / ops } : {};
+    runs.every((f) => f[key] !== undefined) && ops > 0
+      ? { [key]: runs.reduce((a, f) => a + f[key]! * f.ops, 0) / ops }
+      : {};
   const statusCodes: Record<string, number> = {};
-  for (const f of runs) for (const [code, n] of Object.entries(f.statusCodes ?? {})) statusCodes[code] = (statusCodes[code] ?? 0) + n;
+  for (const f of runs)
+    for (const [code, n] of Object.entries(f.statusCodes ?? {})) statusCodes[code] = (statusCodes[code] ?? 0) + n;
   const firstError = runs.find((f) => f.firstError !== undefined)?.firstError;
   return {
-    ops, seconds, opsPerSec: ops / seconds, p50Ms: percentile(all, 50), p99Ms: percentile(all, 99),
+    ops,
+    seconds,
+    opsPerSec: ops / seconds,
+    p50Ms: percentile(all, 50),
+    p99Ms: percentile(all, 99),
     errors: runs.reduce((a, f) => a + f.errors, 0),
     ...(runs.some((f) => f.statusCodes) ? { statusCodes } : {}),
     ...(firstError === undefined ? {} : { firstError }),
-    ...weighted("mainCpuUsPerOp"), ...weighted("clientCpuUsPerOp"),
+    ...weighted("mainCpuUsPerOp"),
+    ...weighted("clientCpuUsPerOp"),
   };
 }
 
@@ -88,7 +98,12 @@ export function runForSeconds(
   first = 0,
 ): Promise<Figures> {
   const deadline = performance.now() + 1000 * seconds;
-  return runWorkers(concurrency, () => performance.now() < deadline, (k) => op(first + k), signal);
+  return runWorkers(
+    concurrency,
+    () => performance.now() < deadline,
+    (k) => op(first + k),
+    signal,
+  );
 }
 
 async function runWorkers(
@@ -121,9 +136,15 @@ async function runWorkers(
   const sorted = Float64Array.from(latencies).sort();
   const done = sorted.length;
   return {
-    ops: done, seconds, opsPerSec: done / seconds,
-    p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
-    errors, ...(firstError === undefined ? {} : { firstError }), ...cpuUsPerOp(cpu0, threadCpuMs(), done), latencyMs: sorted,
+    ops: done,
+    seconds,
+    opsPerSec: done / seconds,
+    p50Ms: percentile(sorted, 50),
+    p99Ms: percentile(sorted, 99),
+    errors,
+    ...(firstError === undefined ? {} : { firstError }),
+    ...cpuUsPerOp(cpu0, threadCpuMs(), done),
+    latencyMs: sorted,
   };
 }
 
@@ -163,9 +184,13 @@ export async function runInterleaved(
     const sorted = Float64Array.from(latencies[kind]!).sort();
     const firstError = firstErrors[kind];
     return {
-      ops: sorted.length, seconds, opsPerSec: sorted.length / seconds,
-      p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
-      errors: errors[kind]!, ...(firstError === undefined ? {} : { firstError }),
+      ops: sorted.length,
+      seconds,
+      opsPerSec: sorted.length / seconds,
+      p50Ms: percentile(sorted, 50),
+      p99Ms: percentile(sorted, 99),
+      errors: errors[kind]!,
+      ...(firstError === undefined ? {} : { firstError }),
     };
   });
 }
@@ -177,7 +202,9 @@ let clientThread: Promise<Worker> | undefined;
 /** The HTTP client's worker thread (bench/http-client.ts), started once and kept for later runs. */
 function httpClientThread(): Promise<Worker> {
   clientThread ??= new Promise<Worker>((resolve, reject) => {
-    const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), { workerData: { entry: new URL("./http-client.ts", import.meta.url).href } });
+    const worker = new Worker(new URL("./ts-worker.mjs", import.meta.url), {
+      workerData: { entry: new URL("./http-client.ts", import.meta.url).href },
+    });
     worker.unref();
     worker.once("error", reject);
     worker.on("message", (message: { ready?: boolean }) => message.ready && resolve(worker));
@@ -205,12 +232,14 @@ export interface HttpLoad {
  * sends requests `first`, `first + 1`, ... of a cycle of `cycle` built requests (request k is
  * built request k mod cycle).
  */
-export async function runHttp(options: {
-  url: string;
-  connections: number;
-  build: (k: number) => HttpRequestSpec;
-  onInstance?: (load: HttpLoad | undefined) => void;
-} & ({ amount: number } | { seconds: number; cycle: number; first: number })): Promise<Figures> {
+export async function runHttp(
+  options: {
+    url: string;
+    connections: number;
+    build: (k: number) => HttpRequestSpec;
+    onInstance?: (load: HttpLoad | undefined) => void;
+  } & ({ amount: number } | { seconds: number; cycle: number; first: number }),
+): Promise<Figures> {
   const timed = "seconds" in options;
   const specs = Array.from({ length: timed ? options.cycle : options.amount }, (_, k) => options.build(k));
   const job: HttpClientJob = timed
@@ -245,9 +274,14 @@ export async function runHttp(options: {
   const ops = report.statuses.length;
   const seconds = report.elapsedMs / 1000;
   return {
-    ops, seconds, opsPerSec: ops / seconds,
-    p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99),
-    errors: report.errors, statusCodes, ...(report.firstError === undefined ? {} : { firstError: report.firstError }),
+    ops,
+    seconds,
+    opsPerSec: ops / seconds,
+    p50Ms: percentile(sorted, 50),
+    p99Ms: percentile(sorted, 99),
+    errors: report.errors,
+    statusCodes,
+    ...(report.firstError === undefined ? {} : { firstError: report.firstError }),
     ...cpuUsPerOp(cpu0, cpu1, ops),
     ...(report.clientCpuMs === undefined || ops === 0 ? {} : { clientCpuUsPerOp: (1000 * report.clientCpuMs) / ops }),
     latencyMs: sorted,

@@ -28,9 +28,25 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
 export const SIZES = {
   // pgbenchSeconds: -T of each pgbench variant (bench/pgbench.ts); at least 3 s, also in the quick run.
   // chunkSeconds: each write row of the alternating phase runs WRITE_CHUNKS chunks of this long.
-  default: { ops: 6000, requests: 4000, reads: 3000, warmupOps: 1500, warmupRequests: 800, pgbenchSeconds: 5, chunkSeconds: 2.5 },
+  default: {
+    ops: 6000,
+    requests: 4000,
+    reads: 3000,
+    warmupOps: 1500,
+    warmupRequests: 800,
+    pgbenchSeconds: 5,
+    chunkSeconds: 2.5,
+  },
   // p99 of a read phase is its 1 % tail: 2000 reads leave 20 samples above it.
-  quick: { ops: 1200, requests: 800, reads: 2000, warmupOps: 500, warmupRequests: 200, pgbenchSeconds: 3, chunkSeconds: 1 },
+  quick: {
+    ops: 1200,
+    requests: 800,
+    reads: 2000,
+    warmupOps: 500,
+    warmupRequests: 200,
+    pgbenchSeconds: 3,
+    chunkSeconds: 1,
+  },
 };
 
 /** Users per path (library users and HTTP users are distinct), items of the mixed variant. */
@@ -95,7 +111,9 @@ export function parseOptions() {
   }
   const size = parsed.quick ? SIZES.quick : SIZES.default;
   // A list ("1,4,16") runs each setting on its own database of the one cluster, side by side.
-  const list = [...new Set((parsed.partitions ?? "1").split(",").map((p) => positiveInt("partitions", p, 1, MAX_PARTITIONS)))];
+  const list = [
+    ...new Set((parsed.partitions ?? "1").split(",").map((p) => positiveInt("partitions", p, 1, MAX_PARTITIONS))),
+  ];
   const partitions = list.length === 1 && parsed["compare-partitions"] ? [list[0]!, list[0] === 4 ? 1 : 4] : list;
   return {
     partitions,
@@ -109,7 +127,14 @@ export function parseOptions() {
     // The retention figure: skipped unless asked for, a small history in the quick run.
     // The scale bench's size, or 0: the figures of this bench.
     scale: parsed.scale === undefined ? 0 : positiveInt("scale", parsed.scale, 0, 100_000_000),
-    history: parsed.history === "0" ? 0 : parsed.history !== undefined ? positiveInt("history", parsed.history, 0, 100_000_000) : parsed.quick ? 20_000 : 0,
+    history:
+      parsed.history === "0"
+        ? 0
+        : parsed.history !== undefined
+          ? positiveInt("history", parsed.history, 0, 100_000_000)
+          : parsed.quick
+            ? 20_000
+            : 0,
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
     pgbenchSeconds: size.pgbenchSeconds,

@@ -24,7 +24,12 @@ import { walPosition, type WriteKind } from "./write-phases.ts";
 
 const run = promisify(execFile);
 const PGBENCH_APPLICATION = "social-ledger-bench-pgbench";
-const CANDIDATES = ["/usr/bin/pgbench", "/usr/local/bin/pgbench", "/usr/lib/postgresql/16/bin/pgbench", "/usr/lib/postgresql/15/bin/pgbench"];
+const CANDIDATES = [
+  "/usr/bin/pgbench",
+  "/usr/local/bin/pgbench",
+  "/usr/lib/postgresql/16/bin/pgbench",
+  "/usr/lib/postgresql/15/bin/pgbench",
+];
 
 /** Where pgbench is, or undefined (the rows and their ratios are then skipped, and the run says so). */
 export function findPgbench(): string | undefined {
@@ -35,7 +40,6 @@ export const PGBENCH_MISSING =
   `pgbench not found (looked in ${CANDIDATES.join(", ")}): the pgbench baseline rows and the ratios against them are skipped ` +
   "(Debian/Ubuntu: apt-get install postgresql-client)";
 
-
 interface Variant {
   op: string;
   clients: number;
@@ -44,10 +48,25 @@ interface Variant {
 }
 
 const VARIANTS: readonly Variant[] = [
-  { op: OP.pgbenchInsert1, clients: 1, script: "INSERT INTO bench_pgbench_insert (client) VALUES (:client_id);\n", writes: true },
-  { op: OP.pgbenchInsert16, clients: 16, script: "INSERT INTO bench_pgbench_insert (client) VALUES (:client_id);\n", writes: true },
+  {
+    op: OP.pgbenchInsert1,
+    clients: 1,
+    script: "INSERT INTO bench_pgbench_insert (client) VALUES (:client_id);\n",
+    writes: true,
+  },
+  {
+    op: OP.pgbenchInsert16,
+    clients: 16,
+    script: "INSERT INTO bench_pgbench_insert (client) VALUES (:client_id);\n",
+    writes: true,
+  },
   // The row the library's primary-key baseline reads (read-phases.ts): one item by its key.
-  { op: OP.pgbenchSelect16, clients: 16, script: `\\set k random(0, ${ITEMS - 1})\nSELECT item_id, created_at FROM item WHERE item_id = 'item-' || :k;\n`, writes: false },
+  {
+    op: OP.pgbenchSelect16,
+    clients: 16,
+    script: `\\set k random(0, ${ITEMS - 1})\nSELECT item_id, created_at FROM item WHERE item_id = 'item-' || :k;\n`,
+    writes: false,
+  },
 ];
 
 /** pgbench's per-transaction log lines: "client_id transaction_no time script_no time_epoch time_us", time in µs. */
@@ -70,29 +89,65 @@ const command = (v: Variant, seconds: number) => `pgbench -c ${v.clients} -j ${t
  * One pgbench run of a variant: its figures (latencies kept, so that chunks merge), and the WAL it
  * wrote. `applicationName` decides which wait-event sampler counts its backends.
  */
-async function runPgbench(pgbench: string, cluster: EmbeddedCluster, t: Target, v: Variant, seconds: number, applicationName: string): Promise<{ figures: Figures; wal: number }> {
+async function runPgbench(
+  pgbench: string,
+  cluster: EmbeddedCluster,
+  t: Target,
+  v: Variant,
+  seconds: number,
+  applicationName: string,
+): Promise<{ figures: Figures; wal: number }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), "social-ledger-pgbench-"));
   try {
     const script = path.join(dir, "script.sql");
     await writeFile(script, v.script);
     const url = new URL(cluster.connectionString(t.database));
     const args = [
-      "-n", "-M", "prepared", "-c", String(v.clients), "-j", String(threads(v)), "-T", String(seconds), "-f", script,
-      "-l", "--log-prefix", path.join(dir, "log"), "-h", url.hostname, "-p", url.port, "-U", decodeURIComponent(url.username), t.database,
+      "-n",
+      "-M",
+      "prepared",
+      "-c",
+      String(v.clients),
+      "-j",
+      String(threads(v)),
+      "-T",
+      String(seconds),
+      "-f",
+      script,
+      "-l",
+      "--log-prefix",
+      path.join(dir, "log"),
+      "-h",
+      url.hostname,
+      "-p",
+      url.port,
+      "-U",
+      decodeURIComponent(url.username),
+      t.database,
     ];
     const wal0 = await walPosition();
     const { stdout } = await run(pgbench, args, {
       env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password), PGAPPNAME: applicationName },
-      signal: abort.signal, maxBuffer: 1 << 20,
+      signal: abort.signal,
+      maxBuffer: 1 << 20,
     });
     const wal = (await walPosition()) - wal0;
     const processed = Number(/number of transactions actually processed: (\d+)/.exec(stdout)?.[1]);
     const failed = Number(/number of failed transactions: (\d+)/.exec(stdout)?.[1] ?? 0);
     const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(stdout)?.[1]);
-    if (!Number.isFinite(processed) || !Number.isFinite(tps) || processed === 0) throw new Error(`pgbench printed no figures:\n${stdout}`);
+    if (!Number.isFinite(processed) || !Number.isFinite(tps) || processed === 0)
+      throw new Error(`pgbench printed no figures:\n${stdout}`);
     const latencyMs = await latenciesMs(dir);
     return {
-      figures: { ops: processed, seconds: processed / tps, opsPerSec: tps, p50Ms: percentile(latencyMs, 50), p99Ms: percentile(latencyMs, 99), errors: failed, latencyMs },
+      figures: {
+        ops: processed,
+        seconds: processed / tps,
+        opsPerSec: tps,
+        p50Ms: percentile(latencyMs, 50),
+        p99Ms: percentile(latencyMs, 99),
+        errors: failed,
+        latencyMs,
+      },
       wal,
     };
   } finally {
@@ -100,15 +155,34 @@ async function runPgbench(pgbench: string, cluster: EmbeddedCluster, t: Target, 
   }
 }
 
-async function variantRow(pgbench: string, cluster: EmbeddedCluster, t: Target, v: Variant, seconds: number): Promise<Row> {
+async function variantRow(
+  pgbench: string,
+  cluster: EmbeddedCluster,
+  t: Target,
+  v: Variant,
+  seconds: number,
+): Promise<Row> {
   const waits = sampleWaits(started.sampler!, t.database, PGBENCH_APPLICATION);
   const { figures, wal } = await runPgbench(pgbench, cluster, t, v, seconds, PGBENCH_APPLICATION);
   const waited = await waits.stop();
   const walPerOp = wal / figures.ops;
-  const note = [command(v, seconds), ...(v.writes ? [`WAL ${Math.round(walPerOp)} B/op`] : []), formatWaits(waited)].filter((x) => x !== "");
+  const note = [
+    command(v, seconds),
+    ...(v.writes ? [`WAL ${Math.round(walPerOp)} B/op`] : []),
+    formatWaits(waited),
+  ].filter((x) => x !== "");
   return {
-    op: v.op, path: "pgbench", partitions: t.partitions, figures, note: note.join(", "),
-    extra: { clients: v.clients, seconds, ...(v.writes ? { walBytesPerOp: walPerOp } : {}), waitSamples: Object.fromEntries(waited) },
+    op: v.op,
+    path: "pgbench",
+    partitions: t.partitions,
+    figures,
+    note: note.join(", "),
+    extra: {
+      clients: v.clients,
+      seconds,
+      ...(v.writes ? { walBytesPerOp: walPerOp } : {}),
+      waitSamples: Object.fromEntries(waited),
+    },
   };
 }
 
@@ -120,12 +194,21 @@ async function variantRow(pgbench: string, cluster: EmbeddedCluster, t: Target, 
  * and measured half the rate of a 3 s run. Its backends carry the bench's application name, so
  * the phase's wait sampler counts them.
  */
-export function pgbenchInsertKind(pgbench: string, cluster: EmbeddedCluster, t: Target, seconds: number, chunks: number): WriteKind {
+export function pgbenchInsertKind(
+  pgbench: string,
+  cluster: EmbeddedCluster,
+  t: Target,
+  seconds: number,
+  chunks: number,
+): WriteKind {
   const v = VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!;
   const perChunk = Math.max(3, Math.ceil(seconds / chunks));
   let tableReady: Promise<unknown> | undefined;
   return {
-    op: v.op, path: "pgbench", rawInsert: true, describe: `${command(v, perChunk)} per chunk`,
+    op: v.op,
+    path: "pgbench",
+    rawInsert: true,
+    describe: `${command(v, perChunk)} per chunk`,
     run: async () => {
       tableReady ??= createTable(t);
       await tableReady;
@@ -135,13 +218,21 @@ export function pgbenchInsertKind(pgbench: string, cluster: EmbeddedCluster, t: 
 }
 
 function createTable(t: Target): Promise<unknown> {
-  return t.pool.query("CREATE TABLE IF NOT EXISTS bench_pgbench_insert (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, client integer NOT NULL)");
+  return t.pool.query(
+    "CREATE TABLE IF NOT EXISTS bench_pgbench_insert (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, client integer NOT NULL)",
+  );
 }
 
 /** The pgbench rows not run in chunks (INSERT at 1 client, primary-key SELECT at 16), one variant after the other. */
-export async function pgbenchRows(pgbench: string, cluster: EmbeddedCluster, t: Target, seconds: number): Promise<Row[]> {
+export async function pgbenchRows(
+  pgbench: string,
+  cluster: EmbeddedCluster,
+  t: Target,
+  seconds: number,
+): Promise<Row[]> {
   await createTable(t);
   const rows: Row[] = [];
-  for (const v of VARIANTS.filter((x) => x.op !== OP.pgbenchInsert16)) rows.push(await variantRow(pgbench, cluster, t, v, seconds));
+  for (const v of VARIANTS.filter((x) => x.op !== OP.pgbenchInsert16))
+    rows.push(await variantRow(pgbench, cluster, t, v, seconds));
   return rows;
 }

@@ -50,61 +50,190 @@ function changedPerSec(row: Row): number {
 export function ratios(rows: readonly Row[]): Ratio[] {
   const out: Ratio[] = [];
   for (const partitions of [...new Set(rows.map((r) => r.partitions))]) {
-    const find = (op: string, path: Row["path"] = "library") => rows.find((r) => r.op === op && r.path === path && r.partitions === partitions);
+    const find = (op: string, path: Row["path"] = "library") =>
+      rows.find((r) => r.op === op && r.path === path && r.partitions === partitions);
     const add = (figure: string, value: number | undefined, goal: string, met: (v: number) => boolean) => {
       if (value !== undefined && Number.isFinite(value)) out.push({ figure, partitions, value, goal, met: met(value) });
     };
-    const pair = (a: Row | undefined, b: Row | undefined, f: (a: Row, b: Row) => number) => (a && b ? f(a, b) : undefined);
+    const pair = (a: Row | undefined, b: Row | undefined, f: (a: Row, b: Row) => number) =>
+      a && b ? f(a, b) : undefined;
     const p99 = (a: Row, b: Row) => a.figures.p99Ms / b.figures.p99Ms;
     // Issue 22 tightened the 16-worker goal from issue 8's 1.5 to 1.2.
-    add("like-count read p99 ÷ primary-key SELECT p99, backlog pending, 16 workers", pair(find(OP.readBacklog), find(OP.pkBacklog), p99), "≤ 1.2", (v) => v <= 1.2);
-    add("like-count read p99 ÷ primary-key SELECT p99, drained, 16 workers", pair(find(OP.readDrained), find(OP.pkDrained), p99), "≤ 1.2", (v) => v <= 1.2);
-    add("like-count read p99 ÷ primary-key SELECT p99, backlog pending, 1 worker", pair(find(OP.readBacklogAlone), find(OP.pkBacklogAlone), p99), "≤ 1.5", (v) => v <= 1.5);
-    add("like-count read p99 ÷ primary-key SELECT p99, drained, 1 worker", pair(find(OP.readDrainedAlone), find(OP.pkDrainedAlone), p99), "≤ 1.5", (v) => v <= 1.5);
+    add(
+      "like-count read p99 ÷ primary-key SELECT p99, backlog pending, 16 workers",
+      pair(find(OP.readBacklog), find(OP.pkBacklog), p99),
+      "≤ 1.2",
+      (v) => v <= 1.2,
+    );
+    add(
+      "like-count read p99 ÷ primary-key SELECT p99, drained, 16 workers",
+      pair(find(OP.readDrained), find(OP.pkDrained), p99),
+      "≤ 1.2",
+      (v) => v <= 1.2,
+    );
+    add(
+      "like-count read p99 ÷ primary-key SELECT p99, backlog pending, 1 worker",
+      pair(find(OP.readBacklogAlone), find(OP.pkBacklogAlone), p99),
+      "≤ 1.5",
+      (v) => v <= 1.5,
+    );
+    add(
+      "like-count read p99 ÷ primary-key SELECT p99, drained, 1 worker",
+      pair(find(OP.readDrainedAlone), find(OP.pkDrainedAlone), p99),
+      "≤ 1.5",
+      (v) => v <= 1.5,
+    );
     // The median of the one-worker run is the least noisy of these on a shared machine.
     const p50 = (a: Row, b: Row) => a.figures.p50Ms / b.figures.p50Ms;
-    add("like-count read p50 ÷ primary-key SELECT p50, backlog pending, 1 worker", pair(find(OP.readBacklogAlone), find(OP.pkBacklogAlone), p50), "≤ 1.5", (v) => v <= 1.5);
-    add("like-count read p50 ÷ primary-key SELECT p50, drained, 1 worker", pair(find(OP.readDrainedAlone), find(OP.pkDrainedAlone), p50), "≤ 1.5", (v) => v <= 1.5);
+    add(
+      "like-count read p50 ÷ primary-key SELECT p50, backlog pending, 1 worker",
+      pair(find(OP.readBacklogAlone), find(OP.pkBacklogAlone), p50),
+      "≤ 1.5",
+      (v) => v <= 1.5,
+    );
+    add(
+      "like-count read p50 ÷ primary-key SELECT p50, drained, 1 worker",
+      pair(find(OP.readDrainedAlone), find(OP.pkDrainedAlone), p50),
+      "≤ 1.5",
+      (v) => v <= 1.5,
+    );
     // Against pgbench on the same database of the same run (bench/pgbench.ts): the C client's floor.
     const pgInsert = find(OP.pgbenchInsert16, "pgbench");
     const pgSelect = find(OP.pgbenchSelect16, "pgbench");
     const walOf = (r: Row) => Number(r.extra?.walBytesPerOp);
-    add("like/unlike WAL B/op (mixed) ÷ pgbench INSERT WAL B/op", pair(find(OP.mixed), pgInsert, (a, b) => walOf(a) / walOf(b)), "", () => true);
+    add(
+      "like/unlike WAL B/op (mixed) ÷ pgbench INSERT WAL B/op",
+      pair(find(OP.mixed), pgInsert, (a, b) => walOf(a) / walOf(b)),
+      "",
+      () => true,
+    );
     // Group commit (issue 22): the batched library row and the one-call-per-write row of the same chunks.
     const walPerChange = (r: Row) => Number(r.extra?.walBytesPerChange);
     const unbatched = find(OP.mixedUnbatched);
-    add("like CHANGED/s batched ÷ pgbench INSERT/s (16 clients)", pair(find(OP.mixed), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
-    add("like CHANGED/s unbatched ÷ pgbench INSERT/s (16 clients)", pair(unbatched, pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
-    add("like CHANGED/s batched ÷ unbatched", pair(find(OP.mixed), unbatched, (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
-    add("like CHANGED/s two lanes ÷ one batcher per partition", pair(find(OP.mixedLanes), find(OP.mixed), (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
-    add("like CHANGED/s two lanes ÷ pgbench INSERT/s (16 clients)", pair(find(OP.mixedLanes), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
-    add("WAL B per like batched ÷ pgbench INSERT WAL B/op", pair(find(OP.mixed), pgInsert, (a, b) => walPerChange(a) / walOf(b)), "≤ 2", (v) => v <= 2);
-    add("WAL B per like unbatched ÷ pgbench INSERT WAL B/op", pair(unbatched, pgInsert, (a, b) => walPerChange(a) / walOf(b)), "", () => true);
-    add("like-count read p99 (16 workers, backlog) ÷ pgbench primary-key SELECT p99 (16 clients)", pair(find(OP.readBacklog), pgSelect, p99), "", () => true);
-    add("node-postgres raw INSERT/s (library workers) ÷ pgbench INSERT/s (16 clients)", pair(find(OP.rawInsert), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec), "", () => true);
-    add("consumer apply events/s ÷ library write CHANGED/s (mixed)", pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
-    add("follow/unfollow CHANGED/s batched ÷ unbatched", pair(find(OP.follow), find(OP.followUnbatched), (a, b) => changedPerSec(a) / changedPerSec(b)), "", () => true);
-    add("follower projector events/s ÷ follow/unfollow CHANGED/s", pair(find(OP.projectorDrain), find(OP.follow), (a, b) => a.figures.opsPerSec / changedPerSec(b)), "≥ 1.5", (v) => v >= 1.5);
-    add("likes on one hot item ÷ likes over 100 items (library)", pair(find(OP.hot), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.9", (v) => v >= 0.9);
-    add("HTTP like/s ÷ library like/s (mixed)", pair(find(OP.mixed, "HTTP"), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec), "≥ 0.7", (v) => v >= 0.7);
+    add(
+      "like CHANGED/s batched ÷ pgbench INSERT/s (16 clients)",
+      pair(find(OP.mixed), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec),
+      "",
+      () => true,
+    );
+    add(
+      "like CHANGED/s unbatched ÷ pgbench INSERT/s (16 clients)",
+      pair(unbatched, pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec),
+      "",
+      () => true,
+    );
+    add(
+      "like CHANGED/s batched ÷ unbatched",
+      pair(find(OP.mixed), unbatched, (a, b) => changedPerSec(a) / changedPerSec(b)),
+      "",
+      () => true,
+    );
+    add(
+      "like CHANGED/s two lanes ÷ one batcher per partition",
+      pair(find(OP.mixedLanes), find(OP.mixed), (a, b) => changedPerSec(a) / changedPerSec(b)),
+      "",
+      () => true,
+    );
+    add(
+      "like CHANGED/s two lanes ÷ pgbench INSERT/s (16 clients)",
+      pair(find(OP.mixedLanes), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec),
+      "",
+      () => true,
+    );
+    add(
+      "WAL B per like batched ÷ pgbench INSERT WAL B/op",
+      pair(find(OP.mixed), pgInsert, (a, b) => walPerChange(a) / walOf(b)),
+      "≤ 2",
+      (v) => v <= 2,
+    );
+    add(
+      "WAL B per like unbatched ÷ pgbench INSERT WAL B/op",
+      pair(unbatched, pgInsert, (a, b) => walPerChange(a) / walOf(b)),
+      "",
+      () => true,
+    );
+    add(
+      "like-count read p99 (16 workers, backlog) ÷ pgbench primary-key SELECT p99 (16 clients)",
+      pair(find(OP.readBacklog), pgSelect, p99),
+      "",
+      () => true,
+    );
+    add(
+      "node-postgres raw INSERT/s (library workers) ÷ pgbench INSERT/s (16 clients)",
+      pair(find(OP.rawInsert), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec),
+      "",
+      () => true,
+    );
+    add(
+      "consumer apply events/s ÷ library write CHANGED/s (mixed)",
+      pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)),
+      "≥ 1.5",
+      (v) => v >= 1.5,
+    );
+    add(
+      "follow/unfollow CHANGED/s batched ÷ unbatched",
+      pair(find(OP.follow), find(OP.followUnbatched), (a, b) => changedPerSec(a) / changedPerSec(b)),
+      "",
+      () => true,
+    );
+    add(
+      "follower projector events/s ÷ follow/unfollow CHANGED/s",
+      pair(find(OP.projectorDrain), find(OP.follow), (a, b) => a.figures.opsPerSec / changedPerSec(b)),
+      "≥ 1.5",
+      (v) => v >= 1.5,
+    );
+    add(
+      "likes on one hot item ÷ likes over 100 items (library)",
+      pair(find(OP.hot), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec),
+      "≥ 0.9",
+      (v) => v >= 0.9,
+    );
+    add(
+      "HTTP like/s ÷ library like/s (mixed)",
+      pair(find(OP.mixed, "HTTP"), find(OP.mixed), (a, b) => a.figures.opsPerSec / b.figures.opsPerSec),
+      "≥ 0.7",
+      (v) => v >= 0.7,
+    );
   }
   // Across databases: the best partition setting against the two baselines.
   const mixed = rows.filter((r) => r.op === OP.mixed && r.path === "library");
-  const best = mixed.reduce<Row | undefined>((b, r) => (b === undefined || changedPerSec(r) > changedPerSec(b) ? r : b), undefined);
+  const best = mixed.reduce<Row | undefined>(
+    (b, r) => (b === undefined || changedPerSec(r) > changedPerSec(b) ? r : b),
+    undefined,
+  );
   const chapter = rows.find((r) => r.op === OP.chapter);
   const raw = best && rows.find((r) => r.op === OP.rawInsert && r.partitions === best.partitions);
   if (best && chapter) {
     const value = changedPerSec(best) / changedPerSec(chapter);
-    out.push({ figure: "like/unlike CHANGED/s, best P ÷ the chapter's transaction (P=1)", partitions: best.partitions, value, goal: "≥ 8", met: value >= 8 });
+    out.push({
+      figure: "like/unlike CHANGED/s, best P ÷ the chapter's transaction (P=1)",
+      partitions: best.partitions,
+      value,
+      goal: "≥ 8",
+      met: value >= 8,
+    });
   }
   if (best && raw) {
     const value = changedPerSec(best) / changedPerSec(raw);
-    out.push({ figure: "like/unlike CHANGED/s, best P ÷ raw INSERT rows/s (node-postgres)", partitions: best.partitions, value, goal: "≥ 0.4", met: value >= 0.4 });
+    out.push({
+      figure: "like/unlike CHANGED/s, best P ÷ raw INSERT rows/s (node-postgres)",
+      partitions: best.partitions,
+      value,
+      goal: "≥ 0.4",
+      met: value >= 0.4,
+    });
   }
-  const pgbench = best && rows.find((r) => r.op === OP.pgbenchInsert16 && r.path === "pgbench" && r.partitions === best.partitions);
+  const pgbench =
+    best && rows.find((r) => r.op === OP.pgbenchInsert16 && r.path === "pgbench" && r.partitions === best.partitions);
   if (best && pgbench) {
     const value = changedPerSec(best) / pgbench.figures.opsPerSec;
-    out.push({ figure: "like/unlike CHANGED/s, best P ÷ pgbench INSERT/s (16 clients)", partitions: best.partitions, value, goal: "≥ 1.0", met: value >= 1 });
+    out.push({
+      figure: "like/unlike CHANGED/s, best P ÷ pgbench INSERT/s (16 clients)",
+      partitions: best.partitions,
+      value,
+      goal: "≥ 1.0",
+      met: value >= 1,
+    });
   }
   return out;
 }
@@ -112,6 +241,9 @@ export function ratios(rows: readonly Row[]): Ratio[] {
 export function formatRatios(list: readonly Ratio[]): string {
   const width = Math.max(...list.map((r) => r.figure.length));
   return list
-    .map((r) => `${r.figure.padEnd(width)}  P=${r.partitions}  ${r.value.toFixed(2).padStart(6)}  ${r.goal === "" ? "(no goal)" : `goal ${r.goal.padEnd(5)}  ${r.met ? "met" : "NOT MET"}`}`)
+    .map(
+      (r) =>
+        `${r.figure.padEnd(width)}  P=${r.partitions}  ${r.value.toFixed(2).padStart(6)}  ${r.goal === "" ? "(no goal)" : `goal ${r.goal.padEnd(5)}  ${r.met ? "met" : "NOT MET"}`}`,
+    )
     .join("\n");
 }

@@ -31,32 +31,54 @@ import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from 
 
 const { values } = parseArgs({
   options: {
-    "hot-likes": { type: "string", default: "200000" }, items: { type: "string", default: "2000" }, "likes-per-item": { type: "string", default: "10" },
-    writers: { type: "string", default: "4" }, readers: { type: "string", default: "2" }, partitions: { type: "string", default: "16" },
-    "idle-seconds": { type: "string", default: "6" }, variants: { type: "string", default: "unpaced,paced" },
-    "budget-ms": { type: "string", default: String(DEFAULT_PACING.budgetMs) }, duty: { type: "string", default: String(DEFAULT_PACING.duty) },
+    "hot-likes": { type: "string", default: "200000" },
+    items: { type: "string", default: "2000" },
+    "likes-per-item": { type: "string", default: "10" },
+    writers: { type: "string", default: "4" },
+    readers: { type: "string", default: "2" },
+    partitions: { type: "string", default: "16" },
+    "idle-seconds": { type: "string", default: "6" },
+    variants: { type: "string", default: "unpaced,paced" },
+    "budget-ms": { type: "string", default: String(DEFAULT_PACING.budgetMs) },
+    duty: { type: "string", default: String(DEFAULT_PACING.duty) },
   },
 });
 const n = (name: keyof typeof values) => {
   const v = Number(values[name]);
-  if (!Number.isSafeInteger(v) || v < 0) throw new Error(`--${name} must be a non-negative integer, got ${values[name]}`);
+  if (!Number.isSafeInteger(v) || v < 0)
+    throw new Error(`--${name} must be a non-negative integer, got ${values[name]}`);
   return v;
 };
-const HOT = n("hot-likes"), ITEMS = n("items"), PER_ITEM = n("likes-per-item"), WRITERS = n("writers"), READERS = n("readers");
-const PARTITIONS = n("partitions"), IDLE_S = n("idle-seconds");
+const HOT = n("hot-likes"),
+  ITEMS = n("items"),
+  PER_ITEM = n("likes-per-item"),
+  WRITERS = n("writers"),
+  READERS = n("readers");
+const PARTITIONS = n("partitions"),
+  IDLE_S = n("idle-seconds");
 const VARIANTS: Record<string, { pacing: PacingOptions; chunkRows?: number }> = {
-  unpaced: { pacing: UNPACED }, paced: { pacing: { budgetMs: n("budget-ms"), duty: Number(values.duty) } },
+  unpaced: { pacing: UNPACED },
+  paced: { pacing: { budgetMs: n("budget-ms"), duty: Number(values.duty) } },
   "one-statement": { pacing: UNPACED, chunkRows: 10_000_000 },
 };
-const variants = String(values.variants).split(",").map((v) => v.trim());
-for (const v of variants) if (!(v in VARIANTS)) throw new Error(`--variants: unknown variant ${v} (unpaced, paced, one-statement)`);
+const variants = String(values.variants)
+  .split(",")
+  .map((v) => v.trim());
+for (const v of variants)
+  if (!(v in VARIANTS)) throw new Error(`--variants: unknown variant ${v} (unpaced, paced, one-statement)`);
 
 /**
  * `pairs` liked facts, the g-th of item `item(g)` by user `<users><g / perUser>`, with their outbox
  * events numbered on in each user's partition as like_set numbers them, in one statement (200k
  * like_set calls would take minutes).
  */
-async function seedLikes(pool: Pool, item: (g: string) => string, users: string, pairs: number, perUser: number): Promise<void> {
+async function seedLikes(
+  pool: Pool,
+  item: (g: string) => string,
+  users: string,
+  pairs: number,
+  perUser: number,
+): Promise<void> {
   await pool.query(
     `WITH f AS (
        INSERT INTO like_fact (user_id, item_id, liked, version)
@@ -66,10 +88,19 @@ async function seedLikes(pool: Pool, item: (g: string) => string, users: string,
      moved AS (UPDATE like_seq q SET last = q.last + c.n FROM (SELECT part, count(*) AS n FROM f GROUP BY part) c WHERE q.part = c.part RETURNING q.part, q.last, c.n)
      INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
      SELECT nb.part, m.last - m.n + nb.k, nb.user_id, nb.item_id, 1, 1 FROM numbered nb JOIN moved m USING (part)`,
-    [pairs, users, PARTITIONS, perUser]);
+    [pairs, users, PARTITIONS, perUser],
+  );
 }
 
-interface VariantResult { variant: string; pacing: PacingOptions; seconds: number; keys: number; idle: Latencies; during: Latencies; waits: BackgroundWaits }
+interface VariantResult {
+  variant: string;
+  pacing: PacingOptions;
+  seconds: number;
+  keys: number;
+  idle: Latencies;
+  during: Latencies;
+  waits: BackgroundWaits;
+}
 
 const root = await clusterTempDir("social-ledger-bench-rebuild-");
 const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
@@ -86,15 +117,21 @@ try {
     const t0 = performance.now();
     for (let w = 0; w < WRITERS; w++) for (let i = 0; i < 50; i++) await ledger.likes.createItem(`live-${w}-${i}`);
     await pool.query("INSERT INTO item (item_id, kind) VALUES ('hot', 'plain')");
-    await pool.query("INSERT INTO item (item_id, kind) SELECT 'item-' || i, 'plain' FROM generate_series(0, $1::int - 1) i", [ITEMS]);
+    await pool.query(
+      "INSERT INTO item (item_id, kind) SELECT 'item-' || i, 'plain' FROM generate_series(0, $1::int - 1) i",
+      [ITEMS],
+    );
     await seedLikes(pool, () => "'hot'", "fan-", HOT, 1);
     await seedLikes(pool, (g) => `'item-' || (${g} % ${ITEMS})`, "reader-", ITEMS * PER_ITEM, ITEMS);
     await pool.query("VACUUM ANALYZE");
     await ledger.likeConsumer.drain(2000);
-    process.stdout.write(`seeded 'hot' with ${HOT} likes and ${ITEMS} items with ${PER_ITEM} likes each in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+    process.stdout.write(
+      `seeded 'hot' with ${HOT} likes and ${ITEMS} items with ${PER_ITEM} likes each in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
     const workers = createWorkers(ledger, { loops: 1, idleMs: 50 });
     for (const w of workers) w.start();
-    const traffic = (stop: Promise<void>) => liveTraffic(ledger, stop, { writers: WRITERS, readers: READERS, alsoLike: ["hot"] });
+    const traffic = (stop: Promise<void>) =>
+      liveTraffic(ledger, stop, { writers: WRITERS, readers: READERS, alsoLike: ["hot"] });
     const results: VariantResult[] = [];
     for (const v of variants) {
       const { pacing, chunkRows } = VARIANTS[v]!;
@@ -111,12 +148,21 @@ try {
       const busy = await during;
       const waits = await sampler.stop();
       const idleAfter = await traffic(after(IDLE_S * 1000));
-      results.push({ variant: v, pacing, seconds, keys: report.itemsChecked, idle: pooled(idle, idleAfter), during: busy, waits });
+      results.push({
+        variant: v,
+        pacing,
+        seconds,
+        keys: report.itemsChecked,
+        idle: pooled(idle, idleAfter),
+        during: busy,
+        waits,
+      });
     }
     for (const w of workers) await w.stop();
     await ledger.likeConsumer.drain(2000);
     const { rows } = await pool.query<{ facts: number; counted: number }>(
-      "SELECT (SELECT count(*) FROM like_fact WHERE item_id = 'hot' AND liked)::int AS facts, (SELECT sum(n) FROM like_count WHERE item_id = 'hot')::int AS counted");
+      "SELECT (SELECT count(*) FROM like_fact WHERE item_id = 'hot' AND liked)::int AS facts, (SELECT sum(n) FROM like_count WHERE item_id = 'hot')::int AS counted",
+    );
     const audit = await fullAudit(ledger);
     const lines: string[] = [];
     for (const r of results) {
@@ -125,15 +171,20 @@ try {
         `rebuild: ${r.keys} items in ${r.seconds.toFixed(2)} s, ${Math.round(r.keys / r.seconds)} items/s`,
         `live writes: ${ratioLine(r.idle.writes, r.during.writes)}`,
         `live reads:  ${ratioLine(r.idle.reads, r.during.reads)}`,
-        `  ${describe("writes idle:  ", r.idle.writes)}`, `  ${describe("writes during:", r.during.writes)}`,
-        `  ${describe("reads idle:   ", r.idle.reads)}`, `  ${describe("reads during: ", r.during.reads)}`,
+        `  ${describe("writes idle:  ", r.idle.writes)}`,
+        `  ${describe("writes during:", r.during.writes)}`,
+        `  ${describe("reads idle:   ", r.idle.reads)}`,
+        `  ${describe("reads during: ", r.during.reads)}`,
         `  live backends waited on (${r.waits.samples} samples): ${formatShares(r.waits.live, 5)}`,
       );
     }
     lines.push(
       `\n'hot' after draining: ${rows[0]!.counted} counted, ${rows[0]!.facts} liked facts${rows[0]!.counted === rows[0]!.facts ? "" : " (DIFFERENT)"}`,
       `audit after draining: ${audit.clean ? "clean" : "NOT CLEAN " + JSON.stringify(audit)}`,
-      `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (${os.cpus().length} cores)`,
+      `load average at the end: ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(" ")} (${os.cpus().length} cores)`,
     );
     process.stdout.write(lines.join("\n") + "\n");
     if (!audit.clean || rows[0]!.counted !== rows[0]!.facts) process.exitCode = 1;

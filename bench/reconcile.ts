@@ -36,71 +36,106 @@ import { after, describe, liveTraffic, pooled, ratioLine, type Latencies } from 
 
 const { values } = parseArgs({
   options: {
-    counters: { type: "string", default: "100000" }, rounds: { type: "string", default: "2" },
-    "batch-size": { type: "string", default: "500" }, partitions: { type: "string", default: "8" },
-    variants: { type: "string" }, live: { type: "boolean", default: false },
-    writers: { type: "string", default: "4" }, readers: { type: "string", default: "2" }, "idle-seconds": { type: "string", default: "5" },
-    "budget-ms": { type: "string", default: String(DEFAULT_PACING.budgetMs) }, duty: { type: "string", default: String(DEFAULT_PACING.duty) },
+    counters: { type: "string", default: "100000" },
+    rounds: { type: "string", default: "2" },
+    "batch-size": { type: "string", default: "500" },
+    partitions: { type: "string", default: "8" },
+    variants: { type: "string" },
+    live: { type: "boolean", default: false },
+    writers: { type: "string", default: "4" },
+    readers: { type: "string", default: "2" },
+    "idle-seconds": { type: "string", default: "5" },
+    "budget-ms": { type: "string", default: String(DEFAULT_PACING.budgetMs) },
+    duty: { type: "string", default: String(DEFAULT_PACING.duty) },
   },
 });
-const n = (name: "counters" | "rounds" | "batch-size" | "partitions" | "writers" | "readers" | "idle-seconds" | "budget-ms") => {
+const n = (
+  name: "counters" | "rounds" | "batch-size" | "partitions" | "writers" | "readers" | "idle-seconds" | "budget-ms",
+) => {
   const v = Number(values[name]);
-  if (!Number.isSafeInteger(v) || v < 0 || (v === 0 && name !== "budget-ms")) throw new Error(`--${name} must be a positive integer, got ${values[name]}`);
+  if (!Number.isSafeInteger(v) || v < 0 || (v === 0 && name !== "budget-ms"))
+    throw new Error(`--${name} must be a positive integer, got ${values[name]}`);
   return v;
 };
-const COUNTERS = n("counters"), ROUNDS = n("rounds"), BATCH = n("batch-size"), PARTITIONS = n("partitions");
-const LIVE = values.live, WRITERS = n("writers"), READERS = n("readers"), IDLE_S = n("idle-seconds");
+const COUNTERS = n("counters"),
+  ROUNDS = n("rounds"),
+  BATCH = n("batch-size"),
+  PARTITIONS = n("partitions");
+const LIVE = values.live,
+  WRITERS = n("writers"),
+  READERS = n("readers"),
+  IDLE_S = n("idle-seconds");
 const PACED: PacingOptions = { budgetMs: n("budget-ms"), duty: Number(values.duty) };
 
 /** The install before issue 22: one script per target, each awaited before the next. */
 const oneByOne: BatchInstall = async (store, kind, entries, bound) => {
   const out: PromiseSettledResult<Awaited<ReturnType<CountStore["install"]>>>[] = [];
   for (const e of entries) {
-    out.push(await store.install(kind, e.target, e.truth, bound, true).then(
-      (value) => ({ status: "fulfilled" as const, value }), (reason: unknown) => ({ status: "rejected" as const, reason })));
+    out.push(
+      await store.install(kind, e.target, e.truth, bound, true).then(
+        (value) => ({ status: "fulfilled" as const, value }),
+        (reason: unknown) => ({ status: "rejected" as const, reason }),
+      ),
+    );
   }
   return out;
 };
 
 const VARIANTS: Record<string, { install: BatchInstall; pacing: PacingOptions }> = {
-  "one-by-one": { install: oneByOne, pacing: UNPACED }, unpaced: { install: installBatch, pacing: UNPACED }, paced: { install: installBatch, pacing: PACED },
+  "one-by-one": { install: oneByOne, pacing: UNPACED },
+  unpaced: { install: installBatch, pacing: UNPACED },
+  paced: { install: installBatch, pacing: PACED },
 };
 const variants = (values.variants ?? (LIVE ? "unpaced,paced" : "one-by-one,unpaced")).split(",").map((v) => v.trim());
-for (const v of variants) if (!(v in VARIANTS)) throw new Error(`--variants: unknown variant ${v} (${Object.keys(VARIANTS).join(", ")})`);
+for (const v of variants)
+  if (!(v in VARIANTS)) throw new Error(`--variants: unknown variant ${v} (${Object.keys(VARIANTS).join(", ")})`);
 
-interface LiveFigures { idle: Latencies; during: Latencies; cachedIdle: number[]; cachedDuring: number[] }
+interface LiveFigures {
+  idle: Latencies;
+  during: Latencies;
+  cachedIdle: number[];
+  cachedDuring: number[];
+}
 
 /** Readers of the reconciled counters through Redis (what the HTTP count routes serve) until `stop`; their sorted latencies. */
 async function cachedReads(reader: CountReader, stop: Promise<void>): Promise<number[]> {
   let stopped = false;
   void stop.then(() => (stopped = true));
   const out: number[] = [];
-  await Promise.all(Array.from({ length: READERS }, async (_, r) => {
-    for (let i = 0; !stopped; i++) {
-      const t0 = performance.now();
-      await reader.read(LIKE_COUNTS, `rc-${1 + ((i * 7919 + r * 104_729) % COUNTERS)}`, { allowedLag: 1_000_000 });
-      out.push(performance.now() - t0);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: READERS }, async (_, r) => {
+      for (let i = 0; !stopped; i++) {
+        const t0 = performance.now();
+        await reader.read(LIKE_COUNTS, `rc-${1 + ((i * 7919 + r * 104_729) % COUNTERS)}`, { allowedLag: 1_000_000 });
+        out.push(performance.now() - t0);
+      }
+    }),
+  );
   return out.sort((a, b) => a - b);
 }
 
 const bench = await BenchCluster.start("social-ledger-bench-reconcile-");
 const server = await TestRedis.start();
 try {
-  const pool = await bench.ledgerDatabase("bench_reconcile", { partitions: PARTITIONS, max: LIVE ? WRITERS + READERS + 12 : 4 });
+  const pool = await bench.ledgerDatabase("bench_reconcile", {
+    partitions: PARTITIONS,
+    max: LIVE ? WRITERS + READERS + 12 : 4,
+  });
   // A long deadline: this measures cost, and the machine it runs on is shared (the 200 ms default is for serving).
   const redis = await connectRedis(server.url, { commandTimeoutMs: 10_000 });
   try {
     const store = new CountStore(redis, 16);
     const t0 = performance.now();
-    await pool.query("INSERT INTO item (item_id, kind) SELECT 'rc-' || i, 'plain' FROM generate_series(1, $1::int) i", [COUNTERS]);
+    await pool.query("INSERT INTO item (item_id, kind) SELECT 'rc-' || i, 'plain' FROM generate_series(1, $1::int) i", [
+      COUNTERS,
+    ]);
     // Through the write function, server-side, 5,000 per statement (one transaction of 100k grew slower than linear).
     const likeAll = async (user: string) => {
       for (let from = 1; from <= COUNTERS; from += 5000) {
         await pool.query(
           "SELECT count(*) FROM generate_series($1::int, $2::int) i, LATERAL like_set($3, 'rc-' || i, true, ledger_partition($3, $4))",
-          [from, Math.min(COUNTERS, from + 4999), user, PARTITIONS]);
+          [from, Math.min(COUNTERS, from + 4999), user, PARTITIONS],
+        );
       }
     };
     await likeAll("u-0");
@@ -108,13 +143,22 @@ try {
     const positions = (await pool.query<{ part: number; last: number }>(LIKE_COUNTS.positionsSql)).rows;
     const bound = positions.map((p) => p.last);
     for (let i = 1; i <= COUNTERS; i += 200) {
-      const entries = Array.from({ length: Math.min(200, COUNTERS - i + 1) }, (_, k) => ({ target: `rc-${i + k}`, truth: 1 }));
-      for (const r of await store.installBatch("likes", entries, bound, false)) if (r.status === "rejected") throw r.reason;
+      const entries = Array.from({ length: Math.min(200, COUNTERS - i + 1) }, (_, k) => ({
+        target: `rc-${i + k}`,
+        truth: 1,
+      }));
+      for (const r of await store.installBatch("likes", entries, bound, false))
+        if (r.status === "rejected") throw r.reason;
     }
     const feeder = new CountFeeder(pool, store, LIKE_COUNTS, { batchSize: 5000 });
     await feeder.pollOnce();
-    await redis.hSet(reconciledKey("likes"), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
-    process.stdout.write(`seeded ${COUNTERS} items with one like each and their counters in Redis in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+    await redis.hSet(
+      reconciledKey("likes"),
+      Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])),
+    );
+    process.stdout.write(
+      `seeded ${COUNTERS} items with one like each and their counters in Redis in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
 
     // --live: the ledger's writers and consumers, as the service runs them, and readers of counts from PostgreSQL and from Redis.
     let ledger: Ledger | undefined;
@@ -129,7 +173,10 @@ try {
     }
     const cachedReader = new CountReader(pool, store, { localTtlMs: 0 });
     const window = async (stop: Promise<void>) => {
-      const [live, cached] = await Promise.all([liveTraffic(ledger!, stop, { writers: WRITERS, readers: READERS }), cachedReads(cachedReader, stop)]);
+      const [live, cached] = await Promise.all([
+        liveTraffic(ledger!, stop, { writers: WRITERS, readers: READERS }),
+        cachedReads(cachedReader, stop),
+      ]);
       return { live, cached };
     };
 
@@ -158,7 +205,13 @@ try {
         const hooks = new Hooks();
         let batches = 1;
         hooks.on("reconcile.betweenBatches", () => void batches++);
-        const reconciler = new Reconciler(pool, store, { batchSize: BATCH, alertThreshold: Infinity, install: timed, pacing: VARIANTS[variant]!.pacing, hooks });
+        const reconciler = new Reconciler(pool, store, {
+          batchSize: BATCH,
+          alertThreshold: Infinity,
+          install: timed,
+          pacing: VARIANTS[variant]!.pacing,
+          hooks,
+        });
         const idleBefore = ledger ? await window(after(IDLE_S * 1000)) : undefined;
         let finished!: () => void;
         const done = new Promise<void>((resolve) => (finished = resolve));
@@ -169,28 +222,51 @@ try {
         const busy = await during;
         const idleAfter = ledger ? await window(after(IDLE_S * 1000)) : undefined;
         // With --live the live items changed too (those the ledger's writers liked are visited; absent from Redis, they are not installed).
-        if ((LIVE ? report.visited < COUNTERS : report.visited !== COUNTERS) || report.installed !== COUNTERS || report.drifted.length > 0 || report.failed.length > 0) {
-          throw new Error(`round ${round}: unexpected report ${JSON.stringify({ ...report, drifted: report.drifted.length, failed: report.failed.slice(0, 3) })}`);
+        if (
+          (LIVE ? report.visited < COUNTERS : report.visited !== COUNTERS) ||
+          report.installed !== COUNTERS ||
+          report.drifted.length > 0 ||
+          report.failed.length > 0
+        ) {
+          throw new Error(
+            `round ${round}: unexpected report ${JSON.stringify({ ...report, drifted: report.drifted.length, failed: report.failed.slice(0, 3) })}`,
+          );
         }
         const line = {
-          variant, ms, msPerCounter: ms / COUNTERS, batches,
-          live: idleBefore && idleAfter && busy
-            ? { idle: pooled(idleBefore.live, idleAfter.live), during: busy.live, cachedIdle: [...idleBefore.cached, ...idleAfter.cached].sort((a, b) => a - b), cachedDuring: busy.cached }
-            : undefined,
+          variant,
+          ms,
+          msPerCounter: ms / COUNTERS,
+          batches,
+          live:
+            idleBefore && idleAfter && busy
+              ? {
+                  idle: pooled(idleBefore.live, idleAfter.live),
+                  during: busy.live,
+                  cachedIdle: [...idleBefore.cached, ...idleAfter.cached].sort((a, b) => a - b),
+                  cachedDuring: busy.cached,
+                }
+              : undefined,
         };
         results.push(line);
-        process.stdout.write(`round ${round + 1} ${variant.padEnd(10)} ${COUNTERS} changed counters in ${(ms / 1000).toFixed(2)} s, ${batches} batches: ` +
-          `${line.msPerCounter.toFixed(4)} ms per counter, of which Redis installs ${(installMs / COUNTERS).toFixed(4)} (fed in ${fedSeconds.toFixed(1)} s) load ${loadavg()[0]!.toFixed(1)}\n`);
+        process.stdout.write(
+          `round ${round + 1} ${variant.padEnd(10)} ${COUNTERS} changed counters in ${(ms / 1000).toFixed(2)} s, ${batches} batches: ` +
+            `${line.msPerCounter.toFixed(4)} ms per counter, of which Redis installs ${(installMs / COUNTERS).toFixed(4)} (fed in ${fedSeconds.toFixed(1)} s) load ${loadavg()[0]!.toFixed(1)}\n`,
+        );
         if (line.live) {
           const l = line.live;
-          process.stdout.write([
-            `  live writes:         ${ratioLine(l.idle.writes, l.during.writes)}`,
-            `  count reads (PG):    ${ratioLine(l.idle.reads, l.during.reads)}`,
-            `  count reads (Redis): ${ratioLine(l.cachedIdle, l.cachedDuring)}`,
-            `    ${describe("writes idle:        ", l.idle.writes)}`, `    ${describe("writes during:      ", l.during.writes)}`,
-            `    ${describe("PG reads idle:      ", l.idle.reads)}`, `    ${describe("PG reads during:    ", l.during.reads)}`,
-            `    ${describe("Redis reads idle:   ", l.cachedIdle)}`, `    ${describe("Redis reads during: ", l.cachedDuring)}`,
-          ].join("\n") + "\n");
+          process.stdout.write(
+            [
+              `  live writes:         ${ratioLine(l.idle.writes, l.during.writes)}`,
+              `  count reads (PG):    ${ratioLine(l.idle.reads, l.during.reads)}`,
+              `  count reads (Redis): ${ratioLine(l.cachedIdle, l.cachedDuring)}`,
+              `    ${describe("writes idle:        ", l.idle.writes)}`,
+              `    ${describe("writes during:      ", l.during.writes)}`,
+              `    ${describe("PG reads idle:      ", l.idle.reads)}`,
+              `    ${describe("PG reads during:    ", l.during.reads)}`,
+              `    ${describe("Redis reads idle:   ", l.cachedIdle)}`,
+              `    ${describe("Redis reads during: ", l.cachedDuring)}`,
+            ].join("\n") + "\n",
+          );
         }
       }
     } finally {
@@ -200,23 +276,32 @@ try {
       const xs = results.filter((r) => r.variant === v).map((r) => r.msPerCounter);
       return xs.reduce((a, b) => a + b, 0) / xs.length;
     };
-    const pacing = (v: string) => (VARIANTS[v]!.pacing.budgetMs === 0 ? `batches of ${BATCH} back to back` : `budget ${VARIANTS[v]!.pacing.budgetMs} ms, duty ${VARIANTS[v]!.pacing.duty}`);
+    const pacing = (v: string) =>
+      VARIANTS[v]!.pacing.budgetMs === 0
+        ? `batches of ${BATCH} back to back`
+        : `budget ${VARIANTS[v]!.pacing.budgetMs} ms, duty ${VARIANTS[v]!.pacing.duty}`;
     const seen = [...new Set(variants)];
     if (LIVE && ROUNDS > 1) {
       // Every round's windows of a variant as one sample: a single idle window moves with the machine's load.
       const sorted = (xs: number[][]) => xs.flat().sort((x, y) => x - y);
       for (const v of seen) {
         const ls = results.filter((r) => r.variant === v).map((r) => r.live!);
-        process.stdout.write([
-          `${v}, ${ls.length} rounds pooled:`,
-          `  live writes:         ${ratioLine(sorted(ls.map((l) => l.idle.writes)), sorted(ls.map((l) => l.during.writes)))}`,
-          `  count reads (PG):    ${ratioLine(sorted(ls.map((l) => l.idle.reads)), sorted(ls.map((l) => l.during.reads)))}`,
-          `  count reads (Redis): ${ratioLine(sorted(ls.map((l) => l.cachedIdle)), sorted(ls.map((l) => l.cachedDuring)))}`,
-        ].join("\n") + "\n");
+        process.stdout.write(
+          [
+            `${v}, ${ls.length} rounds pooled:`,
+            `  live writes:         ${ratioLine(sorted(ls.map((l) => l.idle.writes)), sorted(ls.map((l) => l.during.writes)))}`,
+            `  count reads (PG):    ${ratioLine(sorted(ls.map((l) => l.idle.reads)), sorted(ls.map((l) => l.during.reads)))}`,
+            `  count reads (Redis): ${ratioLine(sorted(ls.map((l) => l.cachedIdle)), sorted(ls.map((l) => l.cachedDuring)))}`,
+          ].join("\n") + "\n",
+        );
       }
     }
-    process.stdout.write(`mean ms per counter: ${seen.map((v) => `${v} (${pacing(v)}) ${mean(v).toFixed(4)}`).join(", ")}` +
-      `${seen.length === 2 ? `: ${(mean(seen[0]!) / mean(seen[1]!)).toFixed(2)}x` : ""} (${PARTITIONS} partitions, load ${loadavg().map((l) => l.toFixed(1)).join(" ")})\n`);
+    process.stdout.write(
+      `mean ms per counter: ${seen.map((v) => `${v} (${pacing(v)}) ${mean(v).toFixed(4)}`).join(", ")}` +
+        `${seen.length === 2 ? `: ${(mean(seen[0]!) / mean(seen[1]!)).toFixed(2)}x` : ""} (${PARTITIONS} partitions, load ${loadavg()
+          .map((l) => l.toFixed(1))
+          .join(" ")})\n`,
+    );
   } finally {
     await redis.close().catch(() => {});
   }

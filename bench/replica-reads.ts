@@ -27,10 +27,18 @@ export interface ReplicaReadRow {
 export class ReplicaBench {
   private standby: Promise<TestStandby> | undefined;
 
-  constructor(private readonly cluster: EmbeddedCluster, private readonly dir: string, private readonly settings: Record<string, string>) {}
+  constructor(
+    private readonly cluster: EmbeddedCluster,
+    private readonly dir: string,
+    private readonly settings: Record<string, string>,
+  ) {}
 
   private started(): Promise<TestStandby> {
-    this.standby ??= TestStandby.fromPrimary(this.cluster, { dataDir: path.join(this.dir, "standby"), name: "bench_standby", settings: this.settings });
+    this.standby ??= TestStandby.fromPrimary(this.cluster, {
+      dataDir: path.join(this.dir, "standby"),
+      name: "bench_standby",
+      settings: this.settings,
+    });
     return this.standby;
   }
 
@@ -41,15 +49,36 @@ export class ReplicaBench {
 
   async rows(
     target: { database: string; pool: Pool; ledger: Ledger; jwtSecret: Uint8Array; baseUrl: string },
-    o: { reads: number; requests: number; workers: number; connections: number; items: readonly string[]; authorization: string },
+    o: {
+      reads: number;
+      requests: number;
+      workers: number;
+      connections: number;
+      items: readonly string[];
+      authorization: string;
+    },
     signal?: AbortSignal,
   ): Promise<ReplicaReadRow[]> {
     const standby = await this.started();
     await standby.catchUp();
-    const replica = createPool({ connectionString: standby.connectionString(target.database), max: o.workers + 4, applicationName: "social-ledger-bench-replica" });
-    const router = new ReplicaRouter(target.pool, [{ name: "replica-0", pool: replica }], { maxLagMs: 5_000, tokenWaitMs: 100, checkEveryMs: 1_000 });
+    const replica = createPool({
+      connectionString: standby.connectionString(target.database),
+      max: o.workers + 4,
+      applicationName: "social-ledger-bench-replica",
+    });
+    const router = new ReplicaRouter(target.pool, [{ name: "replica-0", pool: replica }], {
+      maxLagMs: 5_000,
+      tokenWaitMs: 100,
+      checkEveryMs: 1_000,
+    });
     await router.start();
-    const app = await buildApp({ ledger: target.ledger, jwtSecret: target.jwtSecret, logger: false, readsPerMinute: 1_000_000_000, replicas: router });
+    const app = await buildApp({
+      ledger: target.ledger,
+      jwtSecret: target.jwtSecret,
+      logger: false,
+      readsPerMinute: 1_000_000_000,
+      replicas: router,
+    });
     try {
       const url = await app.listen({ port: 0, host: "127.0.0.1" });
       const item = (k: number) => o.items[k % o.items.length]!;
@@ -58,22 +87,47 @@ export class ReplicaBench {
       await standby.catchUp();
       const count = (pool: Pool) => (k: number) => LIKE_COUNTS.readDatabase(pool, item(k), 16);
       const library = (op: string, run: (k: number) => Promise<unknown>, note: string) =>
-        runFixedCount(o.reads, o.workers, run, signal).then((figures): ReplicaReadRow => ({ op, path: "library", figures, note }));
-      const http = (op: string, base: string, note: string) => runHttp({
-        url: base, amount: o.requests, connections: o.connections,
-        build: (k) => ({ method: "GET", path: `/v1/items/${item(k)}/like-count`, authorization: o.authorization }),
-      }).then((figures): ReplicaReadRow => ({ op, path: "HTTP", figures, note }));
+        runFixedCount(o.reads, o.workers, run, signal).then((figures): ReplicaReadRow => ({
+          op,
+          path: "library",
+          figures,
+          note,
+        }));
+      const http = (op: string, base: string, note: string) =>
+        runHttp({
+          url: base,
+          amount: o.requests,
+          connections: o.connections,
+          build: (k) => ({ method: "GET", path: `/v1/items/${item(k)}/like-count`, authorization: o.authorization }),
+        }).then((figures): ReplicaReadRow => ({ op, path: "HTTP", figures, note }));
       const rows: ReplicaReadRow[] = [];
       // Primary and replica take turns (A B B A), so neither always meets a warmer machine.
       rows.push(await library("count read (primary)", count(target.pool), `${o.items.length} items`));
-      rows.push(await library("count read (replica)", count(replica), `${o.items.length} items, hot standby on the same machine`));
-      rows.push(await library("count read (routed, token)", (k) => router.read(token, (pool) => count(pool)(k)), "token already replayed: the replica answers"));
-      rows.push(await library("likers page (replica)", (k) => listLikers(replica, item(k), { limit: 20 }), "20 per page"));
-      rows.push(await library("likers page (primary)", (k) => listLikers(target.pool, item(k), { limit: 20 }), "20 per page"));
+      rows.push(
+        await library(
+          "count read (replica)",
+          count(replica),
+          `${o.items.length} items, hot standby on the same machine`,
+        ),
+      );
+      rows.push(
+        await library(
+          "count read (routed, token)",
+          (k) => router.read(token, (pool) => count(pool)(k)),
+          "token already replayed: the replica answers",
+        ),
+      );
+      rows.push(
+        await library("likers page (replica)", (k) => listLikers(replica, item(k), { limit: 20 }), "20 per page"),
+      );
+      rows.push(
+        await library("likers page (primary)", (k) => listLikers(target.pool, item(k), { limit: 20 }), "20 per page"),
+      );
       // The benchmark's own app has no router: every read there is on the primary. The routed app
       // is new: a warm-up (not reported) first, as the benchmark's own app had one.
       await http("warm-up", url, "");
-      const routedNote = () => `DATABASE_REPLICA_URLS set, no token, replica lag ${router.state("replica-0")?.lagMs ?? "?"} ms at the last check`;
+      const routedNote = () =>
+        `DATABASE_REPLICA_URLS set, no token, replica lag ${router.state("replica-0")?.lagMs ?? "?"} ms at the last check`;
       rows.push(await http("GET like-count (primary)", target.baseUrl, "no replicas configured"));
       rows.push(await http("GET like-count (routed: replica)", url, routedNote()));
       rows.push(await http("GET like-count (routed: replica)", url, routedNote()));

@@ -27,18 +27,30 @@ export function formatTable(rows: readonly Row[]): string {
   const header = ["op", "path", "P", "ops", "ops/s", "p50 ms", "p99 ms", "note"];
   const right = [false, false, true, true, true, true, true, false];
   const cells = rows.map((r) => [
-    r.op, r.path, String(r.partitions), fmt(r.figures.ops, 0), fmt(r.figures.opsPerSec, 0),
-    fmt(r.figures.p50Ms, 2), fmt(r.figures.p99Ms, 2), r.note,
+    r.op,
+    r.path,
+    String(r.partitions),
+    fmt(r.figures.ops, 0),
+    fmt(r.figures.opsPerSec, 0),
+    fmt(r.figures.p50Ms, 2),
+    fmt(r.figures.p99Ms, 2),
+    r.note,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   const line = (c: readonly string[]) =>
-    c.map((v, i) => (right[i] ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ").trimEnd();
+    c
+      .map((v, i) => (right[i] ? v.padStart(widths[i]!) : v.padEnd(widths[i]!)))
+      .join("  ")
+      .trimEnd();
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...cells.map(line)].join("\n");
 }
 
 function gitCommit(): string | undefined {
   try {
-    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
   } catch {
     return undefined;
   }

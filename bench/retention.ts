@@ -91,16 +91,29 @@ const FACTS_SQL = `
     FROM generate_series(0, least($2::bigint, $1::bigint) - 1) AS j
     CROSS JOIN LATERAL (SELECT ($1::bigint - 1 - j) / $2::bigint + 1 AS events) e`;
 
-async function openVariant(cluster: EmbeddedCluster, admin: Pool, name: Variant["name"], o: RetentionBenchOptions, register: (pool: Pool) => void): Promise<Variant> {
+async function openVariant(
+  cluster: EmbeddedCluster,
+  admin: Pool,
+  name: Variant["name"],
+  o: RetentionBenchOptions,
+  register: (pool: Pool) => void,
+): Promise<Variant> {
   const database = `bench_history_${name}`;
   await admin.query(`CREATE DATABASE ${database}`);
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: o.workers + 4, applicationName: "social-ledger-bench" });
+  const pool = createPool({
+    connectionString: cluster.connectionString(database),
+    max: o.workers + 4,
+    applicationName: "social-ledger-bench",
+  });
   register(pool);
   await migrate(pool);
   await initLedger(pool, { partitions: o.partitions });
   const ledger = await openLedger(pool);
   const { pairs, items } = historyShape(o.history);
-  await pool.query("INSERT INTO item (item_id, kind) SELECT 'hist-' || n, 'plain' FROM generate_series(0, $1::int - 1) AS n", [items]);
+  await pool.query(
+    "INSERT INTO item (item_id, kind) SELECT 'hist-' || n, 'plain' FROM generate_series(0, $1::int - 1) AS n",
+    [items],
+  );
   const t0 = performance.now();
   for (let lo = 0; lo < o.history; lo += CHUNK) {
     await pool.query(OUTBOX_CHUNK_SQL, [lo, Math.min(o.history, lo + CHUNK), pairs, o.partitions]);
@@ -143,12 +156,18 @@ const PK_READ = "SELECT item_id, created_at FROM item WHERE item_id = $1";
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MB`;
 
 export async function retentionFigures(
-  cluster: EmbeddedCluster, admin: Pool, o: RetentionBenchOptions, register: (pool: Pool) => void, progress: (line: string) => void,
+  cluster: EmbeddedCluster,
+  admin: Pool,
+  o: RetentionBenchOptions,
+  register: (pool: Pool) => void,
+  progress: (line: string) => void,
 ): Promise<RetentionFigures> {
   const variants: Variant[] = [];
   for (const name of ["kept", "pruned"] as const) {
     const v = await openVariant(cluster, admin, name, o, register);
-    progress(`history ${name}: ${o.history} events generated in ${v.generateSeconds.toFixed(1)} s, consumed in ${v.drainSeconds.toFixed(1)} s`);
+    progress(
+      `history ${name}: ${o.history} events generated in ${v.generateSeconds.toFixed(1)} s, consumed in ${v.drainSeconds.toFixed(1)} s`,
+    );
     variants.push(v);
   }
   const [kept, pruned] = variants as [Variant, Variant];
@@ -168,8 +187,14 @@ export async function retentionFigures(
   for (const v of variants) sizes[v.name] = await tableSizes(v.pool);
   const { items } = historyShape(o.history);
   const rows: Row[] = [];
-  const row = (v: Variant, op: string, figures: Figures, note: string, extra: Record<string, unknown> = {}): Row =>
-    ({ op: `${op}, ${o.history} events ${v.name}`, path: "library", partitions: o.partitions, figures, note, extra: { variant: v.name, history: o.history, ...extra } });
+  const row = (v: Variant, op: string, figures: Figures, note: string, extra: Record<string, unknown> = {}): Row => ({
+    op: `${op}, ${o.history} events ${v.name}`,
+    path: "library",
+    partitions: o.partitions,
+    figures,
+    note,
+    extra: { variant: v.name, history: o.history, ...extra },
+  });
   // Writes in four rounds, ABBA (kept, pruned, pruned, kept), each variant's rate from its two
   // rounds; reads of both variants interleaved on one worker, so both meet the same load.
   const written: Record<string, Row> = {};
@@ -185,10 +210,21 @@ export async function retentionFigures(
     const ops = a.ops + b.ops;
     const seconds = a.seconds + b.seconds;
     const figures: Figures = {
-      ops, seconds, opsPerSec: ops / seconds, p50Ms: (a.p50Ms + b.p50Ms) / 2, p99Ms: Math.max(a.p99Ms, b.p99Ms), errors: a.errors + b.errors,
+      ops,
+      seconds,
+      opsPerSec: ops / seconds,
+      p50Ms: (a.p50Ms + b.p50Ms) / 2,
+      p99Ms: Math.max(a.p99Ms, b.p99Ms),
+      errors: a.errors + b.errors,
     };
     const changed = changedBy[v.name]!;
-    written[v.name] = row(v, "like/unlike", figures, `CHANGED ${((100 * changed) / Math.max(1, ops)).toFixed(0)}%, two ABBA rounds (p50 their mean, p99 their max)`, { changed });
+    written[v.name] = row(
+      v,
+      "like/unlike",
+      figures,
+      `CHANGED ${((100 * changed) / Math.max(1, ops)).toFixed(0)}%, two ABBA rounds (p50 their mean, p99 their max)`,
+      { changed },
+    );
     progress(`${written[v.name]!.op}: ${Math.round(figures.opsPerSec)} ops/s`);
   }
   for (const v of variants) await v.ledger.likeConsumer.drain();
@@ -199,9 +235,17 @@ export async function retentionFigures(
     (k) => pruned.pool.query(PK_READ, [`hist-${k % items}`]),
   ]);
   const read: Record<string, Row[]> = {};
-  for (const [v, count, pk] of [[kept, keptCount!, keptPk!], [pruned, prunedCount!, prunedPk!]] as const) {
+  for (const [v, count, pk] of [
+    [kept, keptCount!, keptPk!],
+    [pruned, prunedCount!, prunedPk!],
+  ] as const) {
     read[v.name] = [
-      row(v, "count read, 1 worker interleaved", count, `÷ PK p99 ${(count.p99Ms / pk.p99Ms).toFixed(2)}, p50 ${(count.p50Ms / pk.p50Ms).toFixed(2)}`),
+      row(
+        v,
+        "count read, 1 worker interleaved",
+        count,
+        `÷ PK p99 ${(count.p99Ms / pk.p99Ms).toFixed(2)}, p50 ${(count.p50Ms / pk.p50Ms).toFixed(2)}`,
+      ),
       row(v, "primary-key SELECT, 1 worker interleaved", pk, ""),
     ];
     progress(`${read[v.name]![0]!.op}: p99 ${count.p99Ms.toFixed(2)} ms`);
@@ -215,17 +259,25 @@ export async function retentionFigures(
     audits[`history ${v.name}`] = { clean: writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 };
   }
 
-  const lines = [`retention (issue 8): after ${o.history} like events of history, P=${o.partitions}, the same phases with the history kept and pruned (newest ${DEFAULT_MARGIN.keepLast} kept)`];
+  const lines = [
+    `retention (issue 8): after ${o.history} like events of history, P=${o.partitions}, the same phases with the history kept and pruned (newest ${DEFAULT_MARGIN.keepLast} kept)`,
+  ];
   const sizeCols = TABLES.map((t) => t);
   lines.push(["variant", "write CHANGED/s", "count p50 ms", "count p99 ms", "PK p99 ms", ...sizeCols].join(" | "));
   for (const v of variants) {
     const w = written[v.name]!;
     const [c, pk] = read[v.name]!;
     const changedPerSec = Number(w.extra!.changed) / w.figures.seconds;
-    lines.push([
-      v.name, Math.round(changedPerSec).toString(), c!.figures.p50Ms.toFixed(3), c!.figures.p99Ms.toFixed(3), pk!.figures.p99Ms.toFixed(3),
-      ...sizes[v.name]!.map((s) => `${s.rows} rows ${mb(s.bytes)}`),
-    ].join(" | "));
+    lines.push(
+      [
+        v.name,
+        Math.round(changedPerSec).toString(),
+        c!.figures.p50Ms.toFixed(3),
+        c!.figures.p99Ms.toFixed(3),
+        pk!.figures.p99Ms.toFixed(3),
+        ...sizes[v.name]!.map((s) => `${s.rows} rows ${mb(s.bytes)}`),
+      ].join(" | "),
+    );
   }
   const ratio = (a: number, b: number) => (a / b).toFixed(2);
   const wk = Number(written.kept!.extra!.changed) / written.kept!.figures.seconds;

@@ -27,16 +27,46 @@ import { OP } from "./ratios.ts";
 import { machineInfo, problems, progress, writeResults, type Row } from "./report.ts";
 import { formatWaits, sampleWaits } from "./wait-events.ts";
 import { Aborted, abort, checkAbort, cleanup, started } from "./lifecycle.ts";
-import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, httpUser, item, parseOptions, type Opts } from "./options.ts";
+import {
+  BENCH_APPLICATION,
+  HOT_ITEM,
+  ITEMS,
+  USERS,
+  WRITE_CHUNKS,
+  httpUser,
+  item,
+  parseOptions,
+  type Opts,
+} from "./options.ts";
 import { openTarget, type Target } from "./target.ts";
 import { parseScaleOptions, runScale } from "./scale.ts";
 import {
-  WRITE_OPS, alternatingWrites, chapterWrites, followPhase, httpWrites, batchNote, lagUnderLoadPhase, libraryWrites, projectorDrainPhase, rawInserts,
-  otherServiceWrites, timedHttpWrites, timedLibraryWrites, walPosition, type Chunk,
+  WRITE_OPS,
+  alternatingWrites,
+  chapterWrites,
+  followPhase,
+  httpWrites,
+  batchNote,
+  lagUnderLoadPhase,
+  libraryWrites,
+  projectorDrainPhase,
+  rawInserts,
+  otherServiceWrites,
+  timedHttpWrites,
+  timedLibraryWrites,
+  walPosition,
+  type Chunk,
 } from "./write-phases.ts";
 import { auditTargets, printSummary } from "./summary.ts";
 import { PGBENCH_MISSING, findPgbench, pgbenchInsertKind, pgbenchRows } from "./pgbench.ts";
-import { commentCountReadPhase, commentCreatePhase, drainPhase, httpReads, interleavedReadPhase, readPhase } from "./read-phases.ts";
+import {
+  commentCountReadPhase,
+  commentCreatePhase,
+  drainPhase,
+  httpReads,
+  interleavedReadPhase,
+  readPhase,
+} from "./read-phases.ts";
 
 /** Where a run's JSON goes: outside the source tree's tracked files (.gitignore has .tmp/). */
 const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
@@ -63,15 +93,23 @@ async function main(o: Opts): Promise<void> {
   checkAbort();
   const cluster = started.cluster;
   started.admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
-  started.sampler = createPool({ connectionString: cluster.connectionString("postgres"), max: 1, applicationName: "social-ledger-bench-sampler" });
+  started.sampler = createPool({
+    connectionString: cluster.connectionString("postgres"),
+    max: 1,
+    applicationName: "social-ledger-bench-sampler",
+  });
   const pg: Record<string, string> = {};
   for (const setting of ["server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections"]) {
     const { rows } = await started.admin.query<Record<string, string>>(`SHOW ${setting}`);
     pg[setting] = Object.values(rows[0]!)[0]!;
   }
-  process.stderr.write(`  PostgreSQL ${pg.server_version} on 127.0.0.1:${cluster.port} (fsync ${pg.fsync}, synchronous_commit ${pg.synchronous_commit})\n`);
+  process.stderr.write(
+    `  PostgreSQL ${pg.server_version} on 127.0.0.1:${cluster.port} (fsync ${pg.fsync}, synchronous_commit ${pg.synchronous_commit})\n`,
+  );
   const pgbench = findPgbench();
-  process.stderr.write(`  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 3 s)` : PGBENCH_MISSING}\n`);
+  process.stderr.write(
+    `  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 3 s)` : PGBENCH_MISSING}\n`,
+  );
 
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const poolSize = Math.max(o.workers, o.connections) + 4;
@@ -117,19 +155,46 @@ async function main(o: Opts): Promise<void> {
     }
     rows.push(...targets.flatMap((t) => done.filter((r) => r.partitions === t.partitions)));
   };
-  await phase((t) => alternatingWrites(t, [
-    { op: OP.rawInsert, path: "library", run: (chunk) => rawInserts(t, o, chunk), rawInsert: true },
-    { op: OP.mixed, path: "library", run: (chunk) => timedLibraryWrites(t, o, false, chunk), extraNote: () => batchNote(t) },
-    { op: OP.mixedUnbatched, path: "library", run: (chunk) => otherServiceWrites(t.likesUnbatched, "nb", o, chunk) },
-    // Lanes share a batcher among partitions: P > 1 only (at P = 1 it is the row above it).
-    ...(t.partitions > 1 ? [{ op: OP.mixedLanes, path: "library" as const, run: (chunk: Chunk) => otherServiceWrites(t.likesLanes, "ln", o, chunk), extraNote: () => batchNote(t, "lanes") }] : []),
-    // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
-    ...(t.partitions === 1 ? [{ op: OP.chapter, path: "library" as const, run: (chunk: Chunk) => chapterWrites(t, o, chunk) }] : []),
-    { op: OP.hot, path: "library", run: (chunk) => timedLibraryWrites(t, o, true, chunk) },
-    { op: OP.mixed, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, false, chunk) },
-    { op: OP.hot, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, true, chunk) },
-    ...(pgbench ? [pgbenchInsertKind(pgbench, cluster, t, o.pgbenchSeconds, WRITE_CHUNKS)] : []),
-  ], WRITE_CHUNKS, o.chunkSeconds));
+  await phase((t) =>
+    alternatingWrites(
+      t,
+      [
+        { op: OP.rawInsert, path: "library", run: (chunk) => rawInserts(t, o, chunk), rawInsert: true },
+        {
+          op: OP.mixed,
+          path: "library",
+          run: (chunk) => timedLibraryWrites(t, o, false, chunk),
+          extraNote: () => batchNote(t),
+        },
+        {
+          op: OP.mixedUnbatched,
+          path: "library",
+          run: (chunk) => otherServiceWrites(t.likesUnbatched, "nb", o, chunk),
+        },
+        // Lanes share a batcher among partitions: P > 1 only (at P = 1 it is the row above it).
+        ...(t.partitions > 1
+          ? [
+              {
+                op: OP.mixedLanes,
+                path: "library" as const,
+                run: (chunk: Chunk) => otherServiceWrites(t.likesLanes, "ln", o, chunk),
+                extraNote: () => batchNote(t, "lanes"),
+              },
+            ]
+          : []),
+        // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
+        ...(t.partitions === 1
+          ? [{ op: OP.chapter, path: "library" as const, run: (chunk: Chunk) => chapterWrites(t, o, chunk) }]
+          : []),
+        { op: OP.hot, path: "library", run: (chunk) => timedLibraryWrites(t, o, true, chunk) },
+        { op: OP.mixed, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, false, chunk) },
+        { op: OP.hot, path: "HTTP", run: (chunk) => timedHttpWrites(t, o, true, chunk) },
+        ...(pgbench ? [pgbenchInsertKind(pgbench, cluster, t, o.pgbenchSeconds, WRITE_CHUNKS)] : []),
+      ],
+      WRITE_CHUNKS,
+      o.chunkSeconds,
+    ),
+  );
   // The other raw baselines by PostgreSQL's own C client (its 16-client INSERT ran in the chunks above).
   if (pgbench) await phase((t) => pgbenchRows(pgbench, cluster, t, o.pgbenchSeconds));
   // 16 workers: count reads and primary-key reads interleaved on the same workers, so both
@@ -160,59 +225,135 @@ async function main(o: Opts): Promise<void> {
     }
   };
   // Issue 10: the Redis count layer next to the PostgreSQL read (skipped without redis-server).
-  if (redisServerAvailable()) await sidePhase("Redis count layer", async () => {
-    await phase(async (t) => {
-      const made = await countLayerRows(t.pool, t.ledger.likes, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
-      // The reconciliation rows wrote likes: the audit at the end expects a drained count.
-      await t.ledger.likeConsumer.drain();
-      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+  if (redisServerAvailable())
+    await sidePhase("Redis count layer", async () => {
+      await phase(async (t) => {
+        const made = await countLayerRows(
+          t.pool,
+          t.ledger.likes,
+          {
+            reads: o.reads,
+            workers: o.workers,
+            items: Array.from({ length: ITEMS }, (_, k) => item(k)),
+            hotItem: HOT_ITEM,
+          },
+          abort.signal,
+        );
+        // The reconciliation rows wrote likes: the audit at the end expects a drained count.
+        await t.ledger.likeConsumer.drain();
+        return made.map((r): Row => ({
+          op: r.op,
+          path: "library",
+          partitions: t.partitions,
+          figures: r.figures,
+          note: [r.note, ...problems(r.figures)].join(", "),
+        }));
+      });
+      // Issue 10: "Redis unreachable for a while: writes keep their throughput", measured.
+      await phase(async (t) => {
+        const made = await redisOutageWriteRows(
+          t.ledger,
+          { requests: o.requests, connections: o.connections, items: Array.from({ length: ITEMS }, (_, k) => item(k)) },
+          (i) => (started.cannon = i),
+        );
+        await t.ledger.likeConsumer.drain();
+        return made.map((r): Row => ({
+          op: r.op,
+          path: "HTTP",
+          partitions: t.partitions,
+          figures: r.figures,
+          note: [r.note, ...problems(r.figures)].join(", "),
+        }));
+      });
     });
-    // Issue 10: "Redis unreachable for a while: writes keep their throughput", measured.
-    await phase(async (t) => {
-      const made = await redisOutageWriteRows(t.ledger, { requests: o.requests, connections: o.connections, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }, (i) => (started.cannon = i));
-      await t.ledger.likeConsumer.drain();
-      return made.map((r): Row => ({ op: r.op, path: "HTTP", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
-    });
-  });
 
   // Issue 14: reads on a hot standby of this cluster next to the same reads on the primary.
-  if (!o.skipReplica) await sidePhase("streaming replica", async () => {
-    const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "200" });
-    try {
-      await phase(async (t) => (await replicas.rows(t, { ...o, items: Array.from({ length: ITEMS }, (_, k) => item(k)), authorization: t.auth[0]! }, abort.signal))
-        .map((r): Row => ({ op: r.op, path: r.path, partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") })));
-    } finally {
-      await replicas.stop();
-    }
-  });
+  if (!o.skipReplica)
+    await sidePhase("streaming replica", async () => {
+      const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "200" });
+      try {
+        await phase(async (t) =>
+          (
+            await replicas.rows(
+              t,
+              { ...o, items: Array.from({ length: ITEMS }, (_, k) => item(k)), authorization: t.auth[0]! },
+              abort.signal,
+            )
+          ).map((r): Row => ({
+            op: r.op,
+            path: r.path,
+            partitions: t.partitions,
+            figures: r.figures,
+            note: [r.note, ...problems(r.figures)].join(", "),
+          })),
+        );
+      } finally {
+        await replicas.stop();
+      }
+    });
 
   // Issue 14: count reads from one Redis node against a local Redis Cluster (skipped without redis-cli).
-  if (redisServerAvailable() && ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"].some((p) => existsSync(p))) await sidePhase("Redis Cluster", async () => {
-    await phase(async (t) => {
-      const made = await clusterCountRows(t.pool, { reads: o.reads, workers: o.workers, items: Array.from({ length: ITEMS }, (_, k) => item(k)), hotItem: HOT_ITEM }, abort.signal);
-      return made.map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: [r.note, ...problems(r.figures)].join(", ") }));
+  if (redisServerAvailable() && ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"].some((p) => existsSync(p)))
+    await sidePhase("Redis Cluster", async () => {
+      await phase(async (t) => {
+        const made = await clusterCountRows(
+          t.pool,
+          {
+            reads: o.reads,
+            workers: o.workers,
+            items: Array.from({ length: ITEMS }, (_, k) => item(k)),
+            hotItem: HOT_ITEM,
+          },
+          abort.signal,
+        );
+        return made.map((r): Row => ({
+          op: r.op,
+          path: "library",
+          partitions: t.partitions,
+          figures: r.figures,
+          note: [r.note, ...problems(r.figures)].join(", "),
+        }));
+      });
     });
-  });
 
   // Issue 14: consumers over JetStream next to direct polling (skipped without nats-server).
-  if (existsSync("/usr/sbin/nats-server")) await sidePhase("JetStream", async () => {
-    await phase(async (t) => (await jetstreamRows(t.ledger, { events: 2 * o.ops, batchSize: 200, items: Array.from({ length: ITEMS }, (_, k) => item(k)) }))
-      .map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: r.note })));
-  });
+  if (existsSync("/usr/sbin/nats-server"))
+    await sidePhase("JetStream", async () => {
+      await phase(async (t) =>
+        (
+          await jetstreamRows(t.ledger, {
+            events: 2 * o.ops,
+            batchSize: 200,
+            items: Array.from({ length: ITEMS }, (_, k) => item(k)),
+          })
+        ).map((r): Row => ({ op: r.op, path: "library", partitions: t.partitions, figures: r.figures, note: r.note })),
+      );
+    });
 
   await phase((t) => followPhase(t, o));
   await phase((t) => projectorDrainPhase(t));
 
   const commentPosts = new Map<number, string>();
-  for (const t of targets) commentPosts.set(t.partitions, (await t.ledger.posts.createPost("acct0", "PUBLIC", "bench post")).postId);
+  for (const t of targets)
+    commentPosts.set(t.partitions, (await t.ledger.posts.createPost("acct0", "PUBLIC", "bench post")).postId);
   await phase((t) => commentCreatePhase(t, o, commentPosts.get(t.partitions)!));
   await phase((t) => commentCountReadPhase(t, o, commentPosts.get(t.partitions)!));
 
   let retention: RetentionFigures | undefined;
   if (o.history > 0) {
-    retention = await retentionFigures(cluster, started.admin, {
-      history: o.history, partitions: o.partitions[0]!, workers: o.workers, ops: o.ops, reads: o.reads,
-    }, (pool) => started.pools.push(pool), (line) => process.stderr.write(`  ${line}\n`));
+    retention = await retentionFigures(
+      cluster,
+      started.admin,
+      {
+        history: o.history,
+        partitions: o.partitions[0]!,
+        workers: o.workers,
+        ops: o.ops,
+        reads: o.reads,
+      },
+      (pool) => started.pools.push(pool),
+      (line) => process.stderr.write(`  ${line}\n`),
+    );
     checkAbort();
     rows.push(...retention.rows);
   }
@@ -221,7 +362,13 @@ async function main(o: Opts): Promise<void> {
   const { audits, auditLines } = await auditTargets(targets, retention);
   const seconds = (performance.now() - t0) / 1000;
 
-  const figures = printSummary(rows, retention, [...auditLines, ...failedPhases, ...(pgbench ? [] : [PGBENCH_MISSING])], o, loadAtStart);
+  const figures = printSummary(
+    rows,
+    retention,
+    [...auditLines, ...failedPhases, ...(pgbench ? [] : [PGBENCH_MISSING])],
+    o,
+    loadAtStart,
+  );
 
   const file = await writeResults(RESULTS_DIR, startedAt, {
     startedAt: startedAt.toISOString(),
@@ -240,7 +387,8 @@ async function main(o: Opts): Promise<void> {
   });
   process.stdout.write(`results: ${path.relative(process.cwd(), file)} (run took ${seconds.toFixed(0)} s)\n`);
   // A run with a side phase missing printed what it had, but is not a complete run.
-  if (failedPhases.length > 0 || !Object.values(audits).every((a) => (a as { clean: boolean }).clean)) process.exitCode = 1;
+  if (failedPhases.length > 0 || !Object.values(audits).every((a) => (a as { clean: boolean }).clean))
+    process.exitCode = 1;
 }
 
 const options = parseOptions();
@@ -256,4 +404,3 @@ try {
   await cleanup();
 }
 process.exit(abort.signal.aborted ? 130 : (process.exitCode ?? 0));
-

@@ -34,8 +34,13 @@ async function settle(ledger: Ledger): Promise<void> {
 
 /** Sections of audit_cursor and the sequence each follows (src/audit/incremental-audit.ts). */
 const AUDIT_SECTIONS: [section: string, sequence: string][] = [
-  ["likes", "like_seq"], ["relations", "event_seq"], ["comments", "comment_seq"], ["notifications.likes", "like_seq"],
-  ["notifications.relations", "event_seq"], ["notifications.comments", "comment_seq"], ["webhooks", "webhook_block_seq"],
+  ["likes", "like_seq"],
+  ["relations", "event_seq"],
+  ["comments", "comment_seq"],
+  ["notifications.likes", "like_seq"],
+  ["notifications.relations", "event_seq"],
+  ["notifications.comments", "comment_seq"],
+  ["webhooks", "webhook_block_seq"],
 ];
 
 /**
@@ -48,7 +53,9 @@ export async function seedAuditCursors(ledger: Ledger): Promise<void> {
   for (const [section, sequence] of AUDIT_SECTIONS) {
     await ledger.pool.query(
       `INSERT INTO audit_cursor (section, part, audited_upto) SELECT $1, part, last FROM ${sequence}
-       ON CONFLICT (section, part) DO UPDATE SET audited_upto = EXCLUDED.audited_upto`, [section]);
+       ON CONFLICT (section, part) DO UPDATE SET audited_upto = EXCLUDED.audited_upto`,
+      [section],
+    );
   }
 }
 
@@ -61,21 +68,37 @@ async function timed<T>(name: string, step: () => Promise<T>): Promise<T> {
 }
 
 export async function jobFigures(
-  ledger: Ledger, pop: Population, live: LiveLoad, reconcile: ReconcileBench, changed: readonly number[], options: { fullAudit: boolean },
+  ledger: Ledger,
+  pop: Population,
+  live: LiveLoad,
+  reconcile: ReconcileBench,
+  changed: readonly number[],
+  options: { fullAudit: boolean },
 ): Promise<JobFigures> {
-  const rebuild = await timed("rebuild (idle window, then job)", () => live.under(() => ledger.likeRebuild.rebuild({ items: [pop.hotItem] })));
+  const rebuild = await timed("rebuild (idle window, then job)", () =>
+    live.under(() => ledger.likeRebuild.rebuild({ items: [pop.hotItem] })),
+  );
   const runs: JobFigures["reconcile"] = [];
   await timed("reconcile: install counters in Redis", () => reconcile.prepare(pop, Math.max(...changed)));
   for (const k of changed) {
     await timed(`reconcile: one like on each of ${k} counters`, () => reconcile.change(k));
-    runs.push({ changed: k, run: await timed(`reconcile ${k} (idle window, then job)`, () => live.under(() => reconcile.reconcile())) });
+    runs.push({
+      changed: k,
+      run: await timed(`reconcile ${k} (idle window, then job)`, () => live.under(() => reconcile.reconcile())),
+    });
   }
   await timed("settle", () => settle(ledger));
-  const audit = options.fullAudit ? await timed("full audit (idle window, then job)", () => live.under(() => fullAudit(ledger))) : undefined;
+  const audit = options.fullAudit
+    ? await timed("full audit (idle window, then job)", () => live.under(() => fullAudit(ledger)))
+    : undefined;
   await timed("periodic audit, first run (sets its cursors)", () => incrementalAudit(ledger.pool));
   await timed("settle", () => settle(ledger));
-  const periodicAudit = await timed("periodic audit (idle window, then job)", () => live.under(() => incrementalAudit(ledger.pool)));
+  const periodicAudit = await timed("periodic audit (idle window, then job)", () =>
+    live.under(() => incrementalAudit(ledger.pool)),
+  );
   await timed("settle", () => settle(ledger));
-  const prune = await timed("prune (idle window, then job)", () => live.under(() => pruneRetained(ledger.pool, { keepLast: 0, keepSeconds: 0 })));
+  const prune = await timed("prune (idle window, then job)", () =>
+    live.under(() => pruneRetained(ledger.pool, { keepLast: 0, keepSeconds: 0 })),
+  );
   return { rebuild, audit, periodicAudit, reconcile: runs, prune };
 }

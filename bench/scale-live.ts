@@ -29,10 +29,20 @@ function summary(latencies: number[]): Latencies {
 }
 
 export class LiveLoad {
-  private constructor(private readonly ledger: Ledger, private readonly pop: Population, private readonly writers: number, private readonly idleMs: number) {}
+  private constructor(
+    private readonly ledger: Ledger,
+    private readonly pop: Population,
+    private readonly writers: number,
+    private readonly idleMs: number,
+  ) {}
 
-  static async open(ledger: Ledger, pop: Population, options: { writers: number; idleSeconds: number }): Promise<LiveLoad> {
-    for (let w = 0; w < options.writers; w++) for (let i = 0; i < LIVE_ITEMS; i++) await ledger.likes.createItem(`live-${w}-${i}`);
+  static async open(
+    ledger: Ledger,
+    pop: Population,
+    options: { writers: number; idleSeconds: number },
+  ): Promise<LiveLoad> {
+    for (let w = 0; w < options.writers; w++)
+      for (let i = 0; i < LIVE_ITEMS; i++) await ledger.likes.createItem(`live-${w}-${i}`);
     return new LiveLoad(ledger, pop, options.writers, options.idleSeconds * 1000);
   }
 
@@ -46,7 +56,9 @@ export class LiveLoad {
       for (let i = 0; !stopped; i++) {
         const item = `live-${w}-${i % LIVE_ITEMS}`;
         const t0 = performance.now();
-        await (Math.floor(i / LIVE_ITEMS) % 2 === 0 ? this.ledger.likes.like(`live-user-${w}`, item) : this.ledger.likes.unlike(`live-user-${w}`, item));
+        await (Math.floor(i / LIVE_ITEMS) % 2 === 0
+          ? this.ledger.likes.like(`live-user-${w}`, item)
+          : this.ledger.likes.unlike(`live-user-${w}`, item));
         writes.push(performance.now() - t0);
       }
     };

@@ -35,22 +35,34 @@ const LIKER_AT = `SELECT ${cursorTimeSql("changed_at")} AS at, user_id AS id FRO
 const FOLLOWER_AT = `SELECT ${cursorTimeSql("since")} AS at, follower AS id FROM proj_follower WHERE followee = $1 AND state = 'ACTIVE'
                       ORDER BY since DESC, follower DESC OFFSET $2 LIMIT 1`;
 
-export async function readFigures(ledger: Ledger, pop: Population, o: { writes: number; reads: number; workers: number }): Promise<ReadFigures> {
+export async function readFigures(
+  ledger: Ledger,
+  pop: Population,
+  o: { writes: number; reads: number; workers: number },
+): Promise<ReadFigures> {
   const { pool, likes } = ledger;
   // Fresh pairs: 1000 writer users, each on items it does not like yet.
   const writes = await runFixedCount(o.writes, o.workers, (k) =>
-    likes.like(`wr${k % 1000}`, itemId(2 + ((Math.floor(k / 1000) * 7919 + k) % (pop.items - 1)))));
-  const countReads = await runFixedCount(o.reads, o.workers, (k) => readCount(pool, itemId(1 + ((k * 7919) % pop.items)), 1_000_000_000));
+    likes.like(`wr${k % 1000}`, itemId(2 + ((Math.floor(k / 1000) * 7919 + k) % (pop.items - 1)))),
+  );
+  const countReads = await runFixedCount(o.reads, o.workers, (k) =>
+    readCount(pool, itemId(1 + ((k * 7919) % pop.items)), 1_000_000_000),
+  );
   const likersDepth = Math.floor(pop.accounts / 2);
   const followersDepth = Math.floor(pop.accounts / 4);
   const likerCursor = await cursorAt(ledger, LIKER_AT, pop.hotItem, likersDepth);
   const followerCursor = await cursorAt(ledger, FOLLOWER_AT, pop.hub, followersDepth);
   const pages = Math.max(200, Math.floor(o.reads / 5));
   return {
-    writes, countReads, likersDepth, followersDepth,
+    writes,
+    countReads,
+    likersDepth,
+    followersDepth,
     likersFirst: await runFixedCount(pages, o.workers, () => listLikers(pool, pop.hotItem, {})),
     likersDeep: await runFixedCount(pages, o.workers, () => listLikers(pool, pop.hotItem, { cursor: likerCursor })),
     followersFirst: await runFixedCount(pages, o.workers, () => listFollowers(pool, pop.hub, {})),
-    followersDeep: await runFixedCount(pages, o.workers, () => listFollowers(pool, pop.hub, { cursor: followerCursor })),
+    followersDeep: await runFixedCount(pages, o.workers, () =>
+      listFollowers(pool, pop.hub, { cursor: followerCursor }),
+    ),
   };
 }

@@ -26,7 +26,10 @@ export class ReconcileBench {
   private readonly feeder: CountFeeder;
   readonly reconciler: Reconciler;
 
-  constructor(private readonly ledger: Ledger, redis: RedisClient) {
+  constructor(
+    private readonly ledger: Ledger,
+    redis: RedisClient,
+  ) {
     this.store = new CountStore(redis, 16);
     this.feeder = new CountFeeder(ledger.pool, this.store, LIKE_COUNTS);
     this.reconciler = new Reconciler(ledger.pool, this.store);
@@ -34,7 +37,8 @@ export class ReconcileBench {
 
   /** Installs the K counters from the database (as backfilling reads would) and sets the reconciler's boundary. */
   async prepare(pop: Population, k: number): Promise<void> {
-    if (k > pop.items - 1) throw new Error(`${k} changed counters need ${k + 1} items, the population has ${pop.items}`);
+    if (k > pop.items - 1)
+      throw new Error(`${k} changed counters need ${k + 1} items, the population has ${pop.items}`);
     await this.store.redis.flushAll();
     await this.feeder.pollOnce(); // the feeder's cursor starts at the present
     const { rows: positions } = await this.ledger.pool.query<{ last: number }>(LIKE_COUNTS.positionsSql);
@@ -43,7 +47,9 @@ export class ReconcileBench {
     for (let i = 0; i < k; i += 50) {
       const targets = Array.from({ length: Math.min(50, k - i) }, (_, j) => target(i + j));
       const { rows } = await this.ledger.pool.query<{ item_id: string; n: number }>(
-        "SELECT t AS item_id, coalesce((SELECT sum(n) FROM like_count c WHERE c.item_id = t), 0)::int AS n FROM unnest($1::text[]) t", [targets]);
+        "SELECT t AS item_id, coalesce((SELECT sum(n) FROM like_count c WHERE c.item_id = t), 0)::int AS n FROM unnest($1::text[]) t",
+        [targets],
+      );
       await Promise.all(rows.map((r) => this.store.install(LIKE_COUNTS.name, r.item_id, r.n, bound, false)));
     }
     await this.reconciler.reconcile(LIKE_COUNTS);

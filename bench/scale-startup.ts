@@ -21,18 +21,28 @@ export interface StartupFigure {
 export async function startupFigure(databaseUrl: string, timeoutMs = 600_000): Promise<StartupFigure> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: "warn" };
-  for (const name of ["REDIS_URL", "NATS_URL", "DATABASE_REPLICA_URLS", "LEDGER_DATA_DIR", "NODE_OPTIONS"]) delete env[name];
+  for (const name of ["REDIS_URL", "NATS_URL", "DATABASE_REPLICA_URLS", "LEDGER_DATA_DIR", "NODE_OPTIONS"])
+    delete env[name];
   const t0 = performance.now();
-  const child = spawn(process.execPath, ["--import", "tsx", "src/server.ts"], { cwd: REPO_ROOT, env, stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", "src/server.ts"], {
+    cwd: REPO_ROOT,
+    env,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   // Its stderr is shown only when it fails to become ready (the last lines say why).
   let stderr = "";
   child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString("utf8")).slice(-4000)));
   const exited = once(child, "exit");
   try {
     for (;;) {
-      if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode} before it was ready:\n${stderr}`);
-      if (performance.now() - t0 > timeoutMs) throw new Error(`the service was not ready within ${timeoutMs / 1000} s:\n${stderr}`);
-      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status === 200, () => false);
+      if (child.exitCode !== null)
+        throw new Error(`the service exited with ${child.exitCode} before it was ready:\n${stderr}`);
+      if (performance.now() - t0 > timeoutMs)
+        throw new Error(`the service was not ready within ${timeoutMs / 1000} s:\n${stderr}`);
+      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (ok) break;
       // A readiness probe's interval, as an orchestrator polls it: the figure's resolution.
       await new Promise((resolve) => setTimeout(resolve, 50));

@@ -57,24 +57,48 @@ export function parseScaleOptions(argv: readonly string[], likesDefault?: number
   const { values: v } = parseArgs({
     args: [...argv],
     options: {
-      likes: { type: "string" }, sizes: { type: "string" }, partitions: { type: "string" }, writes: { type: "string" },
-      reads: { type: "string" }, workers: { type: "string" }, writers: { type: "string" }, "idle-seconds": { type: "string" },
-      reconcile: { type: "string" }, chunk: { type: "string" }, "skip-startup": { type: "boolean", default: false },
+      likes: { type: "string" },
+      sizes: { type: "string" },
+      partitions: { type: "string" },
+      writes: { type: "string" },
+      reads: { type: "string" },
+      workers: { type: "string" },
+      writers: { type: "string" },
+      "idle-seconds": { type: "string" },
+      reconcile: { type: "string" },
+      chunk: { type: "string" },
+      "skip-startup": { type: "boolean", default: false },
       "skip-full-audit": { type: "boolean", default: false },
     },
   });
   const likes = positive("likes", v.likes, likesDefault ?? 10_000_000);
-  const sizes = v.sizes === undefined ? [Math.max(100, Math.floor(likes / 10)), likes] : v.sizes.split(",").map((t) => positive("sizes", t, 0));
+  const sizes =
+    v.sizes === undefined
+      ? [Math.max(100, Math.floor(likes / 10)), likes]
+      : v.sizes.split(",").map((t) => positive("sizes", t, 0));
   return {
-    likes, sizes: [...new Set(sizes)].sort((a, b) => a - b), partitions: positive("partitions", v.partitions, 16),
-    writes: positive("writes", v.writes, 20_000), reads: positive("reads", v.reads, 5_000), workers: positive("workers", v.workers, 8),
-    writers: positive("writers", v.writers, 4), idleSeconds: positive("idle-seconds", v["idle-seconds"], 3),
-    reconcile: positive("reconcile", v.reconcile, 100_000), chunk: positive("chunk", v.chunk, 1_000_000), startup: !v["skip-startup"],
+    likes,
+    sizes: [...new Set(sizes)].sort((a, b) => a - b),
+    partitions: positive("partitions", v.partitions, 16),
+    writes: positive("writes", v.writes, 20_000),
+    reads: positive("reads", v.reads, 5_000),
+    workers: positive("workers", v.workers, 8),
+    writers: positive("writers", v.writers, 4),
+    idleSeconds: positive("idle-seconds", v["idle-seconds"], 3),
+    reconcile: positive("reconcile", v.reconcile, 100_000),
+    chunk: positive("chunk", v.chunk, 1_000_000),
+    startup: !v["skip-startup"],
     fullAudit: !v["skip-full-audit"],
   };
 }
 
-async function measureSize(cluster: EmbeddedCluster, redisUrl: string, likes: number, o: ScaleOptions, changed: number[]): Promise<SizeRun> {
+async function measureSize(
+  cluster: EmbeddedCluster,
+  redisUrl: string,
+  likes: number,
+  o: ScaleOptions,
+  changed: number[],
+): Promise<SizeRun> {
   const database = `bench_scale_${likes}`;
   const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
   await admin.query(`DROP DATABASE IF EXISTS ${database}`);
@@ -89,7 +113,11 @@ async function measureSize(cluster: EmbeddedCluster, redisUrl: string, likes: nu
     const ledger = await openLedger(pool);
     process.stdout.write(`generating ${likes} likes ...\n`);
     const g0 = performance.now();
-    const pop = await generatePopulation(ledger, { likes, chunk: o.chunk, onProgress: (line) => process.stdout.write(line + "\n") });
+    const pop = await generatePopulation(ledger, {
+      likes,
+      chunk: o.chunk,
+      onProgress: (line) => process.stdout.write(line + "\n"),
+    });
     const generateSeconds = (performance.now() - g0) / 1000;
     if (!o.fullAudit) await seedAuditCursors(ledger);
     // Right after generation: the state of N likes with their history pruned, none of the bench's own events.
@@ -101,7 +129,14 @@ async function measureSize(cluster: EmbeddedCluster, redisUrl: string, likes: nu
       const live = await LiveLoad.open(ledger, pop, { writers: o.writers, idleSeconds: o.idleSeconds });
       const reads = await readFigures(ledger, pop, { writes: o.writes, reads: o.reads, workers: o.workers });
       process.stdout.write("  request path measured\n");
-      const jobs = await jobFigures(ledger, pop, live, new ReconcileBench(ledger, redis), [...new Set(changed.map((k) => Math.min(k, pop.items - 1)))], { fullAudit: o.fullAudit });
+      const jobs = await jobFigures(
+        ledger,
+        pop,
+        live,
+        new ReconcileBench(ledger, redis),
+        [...new Set(changed.map((k) => Math.min(k, pop.items - 1)))],
+        { fullAudit: o.fullAudit },
+      );
       process.stdout.write("  jobs measured\n");
       const run: SizeRun = { pop, generateSeconds, reads, jobs, size };
       for (const w of workers) await w.stop();
@@ -131,7 +166,8 @@ export async function runScale(o: ScaleOptions): Promise<void> {
     const runs: SizeRun[] = [];
     for (const likes of o.sizes) runs.push(await measureSize(cluster, redis.url, likes, o, changed));
     process.stdout.write(formatGoals(runs) + "\n");
-    if (runs.some((r) => r.jobs.audit?.result.clean === false || !r.jobs.periodicAudit.result.clean)) process.exitCode = 1;
+    if (runs.some((r) => r.jobs.audit?.result.clean === false || !r.jobs.periodicAudit.result.clean))
+      process.exitCode = 1;
   } finally {
     await redis.kill();
     await cluster.stop();

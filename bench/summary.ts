@@ -9,28 +9,41 @@ import type { RetentionFigures } from "./retention.ts";
 import type { Target } from "./target.ts";
 
 /** The figures of a run that broke an invariant mean nothing: check both sides of every database. */
-export async function auditTargets(targets: readonly Target[], retention: RetentionFigures | undefined): Promise<{ audits: Record<string, unknown>; auditLines: string[] }> {
+export async function auditTargets(
+  targets: readonly Target[],
+  retention: RetentionFigures | undefined,
+): Promise<{ audits: Record<string, unknown>; auditLines: string[] }> {
   const audits: Record<string, unknown> = { ...retention?.audits };
   const auditLines: string[] = [];
   for (const t of targets) {
     const w = await writeSide(t.pool);
     const r = await readSide(t.pool);
     const projection = await projectionDiff(t.pool);
-    const clean = writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 && formatDiff(projection) === "0,0,0";
+    const clean =
+      writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 && formatDiff(projection) === "0,0,0";
     audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r, projection };
     auditLines.push(
       `audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} like events, ${r.countMismatchItems} count mismatches after drain; ` +
         `follower projection diff ${formatDiff(projection)})`,
     );
   }
-  for (const [name, audit] of Object.entries(retention?.audits ?? {})) auditLines.push(`audit ${name}: ${audit.clean ? "clean" : "VIOLATIONS"}`);
+  for (const [name, audit] of Object.entries(retention?.audits ?? {}))
+    auditLines.push(`audit ${name}: ${audit.clean ? "clean" : "VIOLATIONS"}`);
   return { audits, auditLines };
 }
 
 /** Prints the table, the ratios (returned for the results file), the retention summary and the notes. */
-export function printSummary(rows: Row[], retention: RetentionFigures | undefined, auditLines: readonly string[], o: Opts, loadAtStart: readonly number[]): ReturnType<typeof ratios> {
+export function printSummary(
+  rows: Row[],
+  retention: RetentionFigures | undefined,
+  auditLines: readonly string[],
+  o: Opts,
+  loadAtStart: readonly number[],
+): ReturnType<typeof ratios> {
   const figures = ratios(rows);
-  process.stdout.write(`\n${formatTable(rows)}\n\nratios (the goals of issues 8 and 22), each from rows of this run:\n${formatRatios(figures)}\n\n`);
+  process.stdout.write(
+    `\n${formatTable(rows)}\n\nratios (the goals of issues 8 and 22), each from rows of this run:\n${formatRatios(figures)}\n\n`,
+  );
   if (retention) process.stdout.write(`${retention.summary}\n\n`);
   process.stdout.write(
     [

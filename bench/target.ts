@@ -32,26 +32,52 @@ export interface Target {
   jwtSecret: Uint8Array;
 }
 
-export async function openTarget(cluster: EmbeddedCluster, partitions: number, poolSize: number, httpTokens: string[]): Promise<Target> {
+export async function openTarget(
+  cluster: EmbeddedCluster,
+  partitions: number,
+  poolSize: number,
+  httpTokens: string[],
+): Promise<Target> {
   const database = `bench_p${partitions}`;
   await started.admin!.query(`CREATE DATABASE ${database}`);
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: poolSize, applicationName: BENCH_APPLICATION });
+  const pool = createPool({
+    connectionString: cluster.connectionString(database),
+    max: poolSize,
+    applicationName: BENCH_APPLICATION,
+  });
   started.pools.push(pool);
   await migrate(pool);
   await initLedger(pool, { partitions });
   const ledger = await openLedger(pool);
   const secret = randomBytes(32);
-  const app = await buildApp({ ledger, jwtSecret: secret, logger: false, writesPerMinute: 1_000_000_000, readsPerMinute: 1_000_000_000 });
+  const app = await buildApp({
+    ledger,
+    jwtSecret: secret,
+    logger: false,
+    writesPerMinute: 1_000_000_000,
+    readsPerMinute: 1_000_000_000,
+  });
   started.apps.push(app);
-  const target: Target = { partitions, database, pool, ledger, likesUnbatched: await LikeService.open(pool, { batchMax: 1 }), likesLanes: await LikeService.open(pool, { lanes: 2 }), relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }), app, baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }), auth: [], jwtSecret: secret };
+  const target: Target = {
+    partitions,
+    database,
+    pool,
+    ledger,
+    likesUnbatched: await LikeService.open(pool, { batchMax: 1 }),
+    likesLanes: await LikeService.open(pool, { lanes: 2 }),
+    relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }),
+    app,
+    baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }),
+    auth: [],
+    jwtSecret: secret,
+  };
   for (let n = 0; n < ITEMS; n++) await ledger.likes.createItem(item(n));
   await ledger.likes.createItem(HOT_ITEM);
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
   await createRawInsertTable(pool);
-  await pool.query(
-    "INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n",
-    [USERS],
-  );
+  await pool.query("INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n", [
+    USERS,
+  ]);
   for (let n = 0; n < httpTokens.length; n++) target.auth.push(`Bearer ${await signToken(secret, httpTokens[n]!)}`);
   return target;
 }

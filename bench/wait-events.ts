@@ -24,7 +24,11 @@ export function sampleWaits(pool: Pool, database: string, applicationName: strin
   let running = true;
   const loop = (async () => {
     while (running) {
-      const { rows } = await pool.query<{ what: string; n: number }>({ name: "bench_wait_sample", text: SAMPLE_SQL, values: [database, applicationName] });
+      const { rows } = await pool.query<{ what: string; n: number }>({
+        name: "bench_wait_sample",
+        text: SAMPLE_SQL,
+        values: [database, applicationName],
+      });
       for (const { what, n } of rows) counts.set(what, (counts.get(what) ?? 0) + n);
       await new Promise((resolve) => setTimeout(resolve, everyMs));
     }
@@ -43,6 +47,9 @@ export function formatWaits(counts: Map<string, number>, top = 3): string {
   const busy = [...counts].filter(([what]) => what !== "client");
   const total = [...counts.values()].reduce((a, b) => a + b, 0);
   if (total === 0) return "";
-  const shares = busy.sort((a, b) => b[1] - a[1]).slice(0, top).map(([what, n]) => `${what} ${Math.round((100 * n) / total)}%`);
+  const shares = busy
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([what, n]) => `${what} ${Math.round((100 * n) / total)}%`);
   return `backends: ${[...shares, `client ${Math.round((100 * (counts.get("client") ?? 0)) / total)}%`].join(", ")}`;
 }

@@ -7,7 +7,17 @@ import { readCount } from "../src/likes/like-audit.ts";
 import { chapterSetLiked, rawInsert } from "./baselines.ts";
 import { abort, checkAbort, started } from "./lifecycle.ts";
 import { mergeFigures, runFixedCount, runForSeconds, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
-import { BENCH_APPLICATION, HOT_ITEM, ITEMS, USERS, WRITE_CHUNKS, item, libUser, toggle, type Opts } from "./options.ts";
+import {
+  BENCH_APPLICATION,
+  HOT_ITEM,
+  ITEMS,
+  USERS,
+  WRITE_CHUNKS,
+  item,
+  libUser,
+  toggle,
+  type Opts,
+} from "./options.ts";
 import { OP } from "./ratios.ts";
 import { cpuNote, problems, type Row } from "./report.ts";
 import { eventsWritten, type Target } from "./target.ts";
@@ -26,7 +36,12 @@ export interface Chunk {
  */
 const TIMED_TOGGLE_OPS = 2 * USERS;
 
-function likeToggle(t: Target, hot: boolean, ops: number, itemOf?: (j: number) => string): (k: number) => Promise<unknown> {
+function likeToggle(
+  t: Target,
+  hot: boolean,
+  ops: number,
+  itemOf?: (j: number) => string,
+): (k: number) => Promise<unknown> {
   return (k) => {
     const { j, like } = toggle(k, ops, USERS);
     const user = libUser(j % USERS);
@@ -36,7 +51,13 @@ function likeToggle(t: Target, hot: boolean, ops: number, itemOf?: (j: number) =
 }
 
 /** `ops` like/unlike toggles through the library (the warm-up). */
-export function libraryWrites(t: Target, o: Opts, hot: boolean, ops = o.ops, itemOf?: (j: number) => string): Promise<Figures> {
+export function libraryWrites(
+  t: Target,
+  o: Opts,
+  hot: boolean,
+  ops = o.ops,
+  itemOf?: (j: number) => string,
+): Promise<Figures> {
   return runFixedCount(ops, o.workers, likeToggle(t, hot, ops, itemOf), abort.signal);
 }
 
@@ -52,25 +73,43 @@ export function timedLibraryWrites(t: Target, o: Opts, hot: boolean, chunk: Chun
  * commit) and LEDGER_WRITE_LANES = 2.
  */
 export function otherServiceWrites(likes: LikeService, userPrefix: string, o: Opts, chunk: Chunk): Promise<Figures> {
-  return runForSeconds(chunk.seconds, o.workers, (k) => {
-    const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
-    const user = `${userPrefix}${j % USERS}`;
-    const itemId = item(j % ITEMS);
-    return like ? likes.like(user, itemId) : likes.unlike(user, itemId);
-  }, abort.signal, chunk.first);
+  return runForSeconds(
+    chunk.seconds,
+    o.workers,
+    (k) => {
+      const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
+      const user = `${userPrefix}${j % USERS}`;
+      const itemId = item(j % ITEMS);
+      return like ? likes.like(user, itemId) : likes.unlike(user, itemId);
+    },
+    abort.signal,
+    chunk.first,
+  );
 }
 
 /** The chapter's transaction with the same toggle pattern, users of its own (P = 1 databases only). */
 export function chapterWrites(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
-  return runForSeconds(chunk.seconds, o.workers, async (k) => {
-    const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
-    await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like);
-  }, abort.signal, chunk.first);
+  return runForSeconds(
+    chunk.seconds,
+    o.workers,
+    async (k) => {
+      const { j, like } = toggle(k, TIMED_TOGGLE_OPS, USERS);
+      await chapterSetLiked(t.pool, `cu${j % USERS}`, item(j % ITEMS), like);
+    },
+    abort.signal,
+    chunk.first,
+  );
 }
 
 let rawInsertIds = 0;
 export function rawInserts(t: Target, o: Opts, chunk: Chunk): Promise<Figures> {
-  return runForSeconds(chunk.seconds, o.workers, (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)), abort.signal, chunk.first);
+  return runForSeconds(
+    chunk.seconds,
+    o.workers,
+    (k) => rawInsert(t.pool, ++rawInsertIds, libUser(k % USERS), item(k % ITEMS)),
+    abort.signal,
+    chunk.first,
+  );
 }
 
 /** One kind of write of the alternating write phase. */
@@ -96,8 +135,20 @@ export interface WriteKind {
  * seconds apart (other processes' load came and went between phases and moved the ratios by 2x).
  * Per kind: events written, WAL, wait events and CPU summed over its chunks.
  */
-export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], chunks: number, seconds: number): Promise<Row[]> {
-  const acc = kinds.map(() => ({ runs: [] as Figures[], next: 0, changed: 0, wal: 0, retries: 0, waits: new Map<string, number>() }));
+export async function alternatingWrites(
+  t: Target,
+  kinds: readonly WriteKind[],
+  chunks: number,
+  seconds: number,
+): Promise<Row[]> {
+  const acc = kinds.map(() => ({
+    runs: [] as Figures[],
+    next: 0,
+    changed: 0,
+    wal: 0,
+    retries: 0,
+    waits: new Map<string, number>(),
+  }));
   for (let c = 0; c < chunks; c++) {
     for (let n = 0; n < kinds.length; n++) {
       const index = (n + c) % kinds.length;
@@ -122,13 +173,31 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
     const a = acc[index]!;
     const figures = mergeFigures(a.runs);
     const note = [
-      kind.describe ?? (kind.rawInsert ? "distinct rows, autocommit" : `CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`),
-      ...cpuNote(figures), `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`, ...(kind.extraNote ? [kind.extraNote()] : []), formatWaits(a.waits), ...problems(figures),
+      kind.describe ??
+        (kind.rawInsert
+          ? "distinct rows, autocommit"
+          : `CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`),
+      ...cpuNote(figures),
+      `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`,
+      ...(kind.extraNote ? [kind.extraNote()] : []),
+      formatWaits(a.waits),
+      ...problems(figures),
     ];
     if (a.retries > 0) note.push(`${a.retries} tx retries`);
     return {
-      op: kind.op, path: kind.path, partitions: t.partitions, figures, note: note.join(", "),
-      extra: { changed: a.changed, txRetries: a.retries, walBytesPerOp: a.wal / Math.max(1, figures.ops), walBytesPerChange: a.wal / Math.max(1, a.changed), waitSamples: Object.fromEntries(a.waits), chunks },
+      op: kind.op,
+      path: kind.path,
+      partitions: t.partitions,
+      figures,
+      note: note.join(", "),
+      extra: {
+        changed: a.changed,
+        txRetries: a.retries,
+        walBytesPerOp: a.wal / Math.max(1, figures.ops),
+        walBytesPerChange: a.wal / Math.max(1, a.changed),
+        waitSamples: Object.fromEntries(a.waits),
+        chunks,
+      },
     };
   });
 }
@@ -141,12 +210,18 @@ export async function alternatingWrites(t: Target, kinds: readonly WriteKind[], 
  */
 function followWrites(t: Target, o: Opts, unbatched: boolean, chunk: Chunk): Promise<Figures> {
   const relations = unbatched ? t.relationsUnbatched : t.ledger.relations;
-  return runForSeconds(chunk.seconds, o.workers, (k) => {
-    const { j, like: follow } = toggle(k, TIMED_TOGGLE_OPS, USERS);
-    const follower = `acct${j % USERS}`;
-    const followee = `acct${(j * 7 + (unbatched ? 2 : 1)) % USERS}`;
-    return follow ? relations.follow(follower, followee) : relations.unfollow(follower, followee);
-  }, abort.signal, chunk.first);
+  return runForSeconds(
+    chunk.seconds,
+    o.workers,
+    (k) => {
+      const { j, like: follow } = toggle(k, TIMED_TOGGLE_OPS, USERS);
+      const follower = `acct${j % USERS}`;
+      const followee = `acct${(j * 7 + (unbatched ? 2 : 1)) % USERS}`;
+      return follow ? relations.follow(follower, followee) : relations.unfollow(follower, followee);
+    },
+    abort.signal,
+    chunk.first,
+  );
 }
 
 async function relationEventsWritten(pool: Pool): Promise<number> {
@@ -157,7 +232,9 @@ async function relationEventsWritten(pool: Pool): Promise<number> {
 /** Follows batched (the ledger's RelationService) and unbatched, in alternating timed chunks (issue 22's side by side). */
 export function followPhase(t: Target, o: Opts): Promise<Row[]> {
   const kind = (unbatched: boolean): WriteKind => ({
-    op: unbatched ? OP.followUnbatched : OP.follow, path: "library", events: relationEventsWritten,
+    op: unbatched ? OP.followUnbatched : OP.follow,
+    path: "library",
+    events: relationEventsWritten,
     run: (chunk) => followWrites(t, o, unbatched, chunk),
     ...(unbatched ? {} : { extraNote: () => batchNote(t, "relations") }),
   });
@@ -170,14 +247,21 @@ export async function projectorDrainPhase(t: Target): Promise<Row> {
   const seconds = (performance.now() - t0) / 1000;
   const events = verdicts.applied + verdicts.stale + verdicts.dup;
   return {
-    op: OP.projectorDrain, path: "library", partitions: t.partitions,
+    op: OP.projectorDrain,
+    path: "library",
+    partitions: t.partitions,
     figures: { ops: events, seconds, opsPerSec: events / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
     note: `applied ${verdicts.applied}, stale ${verdicts.stale}, dup ${verdicts.dup}`,
     extra: { ...verdicts },
   };
 }
 
-function httpToggle(t: Target, hot: boolean, amount: number, itemOf?: (j: number) => string): (k: number) => HttpRequestSpec {
+function httpToggle(
+  t: Target,
+  hot: boolean,
+  amount: number,
+  itemOf?: (j: number) => string,
+): (k: number) => HttpRequestSpec {
   const users = t.auth.length;
   return (k) => {
     const { j, like } = toggle(k, amount, users);
@@ -187,16 +271,33 @@ function httpToggle(t: Target, hot: boolean, amount: number, itemOf?: (j: number
 }
 
 /** `amount` like/unlike requests over HTTP (the warm-up). */
-export function httpWrites(t: Target, o: Opts, hot: boolean, amount = o.requests, itemOf?: (j: number) => string): Promise<Figures> {
-  return runHttp({ url: t.baseUrl, amount, connections: o.connections, onInstance: (i) => (started.cannon = i), build: httpToggle(t, hot, amount, itemOf) });
+export function httpWrites(
+  t: Target,
+  o: Opts,
+  hot: boolean,
+  amount = o.requests,
+  itemOf?: (j: number) => string,
+): Promise<Figures> {
+  return runHttp({
+    url: t.baseUrl,
+    amount,
+    connections: o.connections,
+    onInstance: (i) => (started.cannon = i),
+    build: httpToggle(t, hot, amount, itemOf),
+  });
 }
 
 /** One chunk of the HTTP like/unlike row: the cycle of requests likes, then unlikes, every HTTP user's pair. */
 export function timedHttpWrites(t: Target, o: Opts, hot: boolean, chunk: Chunk): Promise<Figures> {
   const cycle = 2 * t.auth.length;
   return runHttp({
-    url: t.baseUrl, seconds: chunk.seconds, cycle, first: chunk.first % cycle, connections: o.connections,
-    onInstance: (i) => (started.cannon = i), build: httpToggle(t, hot, cycle),
+    url: t.baseUrl,
+    seconds: chunk.seconds,
+    cycle,
+    first: chunk.first % cycle,
+    connections: o.connections,
+    onInstance: (i) => (started.cannon = i),
+    build: httpToggle(t, hot, cycle),
   });
 }
 
@@ -217,10 +318,17 @@ export async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   })();
-  const figures = await runFixedCount(2 * o.ops, o.workers, (k) => {
-    const { j, like } = toggle(k, 2 * o.ops, USERS);
-    return like ? t.ledger.likes.like(`lag${j % USERS}`, item(j % ITEMS)) : t.ledger.likes.unlike(`lag${j % USERS}`, item(j % ITEMS));
-  }, abort.signal);
+  const figures = await runFixedCount(
+    2 * o.ops,
+    o.workers,
+    (k) => {
+      const { j, like } = toggle(k, 2 * o.ops, USERS);
+      return like
+        ? t.ledger.likes.like(`lag${j % USERS}`, item(j % ITEMS))
+        : t.ledger.likes.unlike(`lag${j % USERS}`, item(j % ITEMS));
+    },
+    abort.signal,
+  );
   writing = false;
   await sampler;
   const t0 = performance.now();
@@ -232,22 +340,40 @@ export async function lagUnderLoadPhase(t: Target, o: Opts): Promise<Row> {
   const maxLag = Math.max(0, ...samples);
   const lastLag = samples[samples.length - 1] ?? 0;
   return {
-    op: OP.lagUnderLoad, path: "library", partitions: t.partitions, figures,
-    note: [`lag max ${maxLag}, last ${lastLag} over ${samples.length} samples, caught up ${Math.round(catchUpMs)} ms after the writers stopped`, ...problems(figures)].join(", "),
+    op: OP.lagUnderLoad,
+    path: "library",
+    partitions: t.partitions,
+    figures,
+    note: [
+      `lag max ${maxLag}, last ${lastLag} over ${samples.length} samples, caught up ${Math.round(catchUpMs)} ms after the writers stopped`,
+      ...problems(figures),
+    ].join(", "),
     extra: { lagSamples: samples, maxLag, lastLag, catchUpMs },
   };
 }
 
-export const WRITE_OPS: ReadonlySet<string> = new Set([OP.rawInsert, OP.mixed, OP.mixedUnbatched, OP.mixedLanes, OP.chapter, OP.hot, OP.follow]);
+export const WRITE_OPS: ReadonlySet<string> = new Set([
+  OP.rawInsert,
+  OP.mixed,
+  OP.mixedUnbatched,
+  OP.mixedLanes,
+  OP.chapter,
+  OP.hot,
+  OP.follow,
+]);
 
 /** The cluster's current WAL insert position, in bytes. */
 export async function walPosition(): Promise<number> {
-  const { rows } = await started.admin!.query<{ lsn: string }>("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
+  const { rows } = await started.admin!.query<{ lsn: string }>(
+    "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn",
+  );
   return Number(rows[0]!.lsn);
 }
 
 /** Group commit's batches of the target's batched LikeService (or RelationService) so far (warm-up and HTTP rows included). */
 export function batchNote(t: Target, service: "likes" | "relations" | "lanes" = "likes"): string {
   const s = service === "lanes" ? t.likesLanes.batchStats() : t.ledger[service].batchStats();
-  return s ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}` : "unbatched";
+  return s
+    ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}`
+    : "unbatched";
 }

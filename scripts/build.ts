@@ -24,7 +24,12 @@ function outDirFromArgs(args: string[]): string {
   const dir = path.resolve(ROOT, at >= 0 ? (args[at + 1] ?? "") : "dist");
   // It is emptied: never the repository, its sources, or anything outside it.
   const relative = path.relative(ROOT, dir);
-  if (relative === "" || relative.startsWith("..") || path.isAbsolute(relative) || ["src", "test", "scripts", "bench", "bin", "node_modules", "docs", "deploy"].includes(relative.split(path.sep)[0]!)) {
+  if (
+    relative === "" ||
+    relative.startsWith("..") ||
+    path.isAbsolute(relative) ||
+    ["src", "test", "scripts", "bench", "bin", "node_modules", "docs", "deploy"].includes(relative.split(path.sep)[0]!)
+  ) {
     throw new Error(`--out-dir must be a new directory inside ${ROOT} (dist, .tmp/...), not ${dir}`);
   }
   return dir;
@@ -34,7 +39,11 @@ function run(command: string, args: string[]): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd: ROOT, stdio: "inherit" });
     child.on("error", reject);
-    child.on("exit", (code, signal) => (code === 0 ? resolve() : reject(new Error(`${path.basename(args[0] ?? command)} failed (${signal ?? `exit code ${code}`})`))));
+    child.on("exit", (code, signal) =>
+      code === 0
+        ? resolve()
+        : reject(new Error(`${path.basename(args[0] ?? command)} failed (${signal ?? `exit code ${code}`})`)),
+    );
   });
 }
 
@@ -45,5 +54,10 @@ await mkdir(outDir, { recursive: true });
 const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
 await run(process.execPath, [tsc, "-p", "tsconfig.build.json", "--outDir", outDir]);
 await cp(SOURCES, outDir, { recursive: true, filter: (source) => !source.endsWith(".ts") });
-await writeFile(path.join(outDir, BUILD_STAMP), `${JSON.stringify({ sourcesAsOfMs: startedAt, builtAt: new Date().toISOString() })}\n`);
-process.stderr.write(`built ${path.relative(ROOT, outDir)}/ in ${((Date.now() - startedAt) / 1000).toFixed(1)} s; start it with: npm run start:prod (node ${path.relative(ROOT, outDir)}/server.js)\n`);
+await writeFile(
+  path.join(outDir, BUILD_STAMP),
+  `${JSON.stringify({ sourcesAsOfMs: startedAt, builtAt: new Date().toISOString() })}\n`,
+);
+process.stderr.write(
+  `built ${path.relative(ROOT, outDir)}/ in ${((Date.now() - startedAt) / 1000).toFixed(1)} s; start it with: npm run start:prod (node ${path.relative(ROOT, outDir)}/server.js)\n`,
+);

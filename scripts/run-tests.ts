@@ -50,13 +50,23 @@ try {
   const files = selected.length > 0 ? selected : await findTests("test");
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", "--test", "--test-concurrency=2", `--test-timeout=${TEST_TIMEOUT_MS}`, "--test-reporter=spec", ...files],
+    [
+      "--import",
+      "tsx",
+      "--test",
+      "--test-concurrency=2",
+      `--test-timeout=${TEST_TIMEOUT_MS}`,
+      "--test-reporter=spec",
+      ...files,
+    ],
     {
       stdio: "inherit",
       env: { ...process.env, LEDGER_TEST_PG_URL: cluster.connectionString("postgres") },
     },
   );
-  exitCode = await new Promise<number>((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+  exitCode = await new Promise<number>((resolve) =>
+    child.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0))),
+  );
 } finally {
   await cluster.stop();
   await rm(root, { recursive: true, force: true });

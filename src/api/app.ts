@@ -39,7 +39,10 @@ import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
 const OPTIONAL_BODIES: [path: string, method: string][] = [
-  ["/v1/accounts/{id}", "put"], ["/v1/admin/rebuild", "post"], ["/v1/admin/notifications/rebuild", "post"], ["/v1/admin/webhooks/{id}/rotate-secret", "post"],
+  ["/v1/accounts/{id}", "put"],
+  ["/v1/admin/rebuild", "post"],
+  ["/v1/admin/notifications/rebuild", "post"],
+  ["/v1/admin/webhooks/{id}/rotate-secret", "post"],
 ];
 
 export interface AppOptions {
@@ -102,7 +105,13 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   // A scrape reads memory only: the figures from the database are read on this timer.
   app.addHook("onReady", async () => app.metrics.startRefreshing(opts.metricsRefreshMs ?? METRICS_REFRESH_MS));
   app.addHook("onClose", async () => app.metrics.stopRefreshing());
-  app.decorate("counts", opts.counts ?? new CountReader(opts.ledger.pool, undefined, { metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool) }));
+  app.decorate(
+    "counts",
+    opts.counts ??
+      new CountReader(opts.ledger.pool, undefined, {
+        metrics: new CacheMetrics(app.metrics.registry, undefined, opts.ledger.pool),
+      }),
+  );
   // Named schemas (schemas.ts `named`, used by the routes as $ref) serialize the answers, validate
   // the bodies, and are the OpenAPI document's components under their names.
   const shared = namedSchemas();
@@ -123,14 +132,25 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   // is nesting no route takes (8,000 levels overflowed the recursive walk this replaced: a 500).
   // The hooks run on every request: callback hooks, so none costs a promise and a microtask turn.
   app.addHook("preValidation", (request, _reply, done) => {
-    const problem = findInputProblem(request.body, "body") ?? findInputProblem(request.query, "querystring") ?? findInputProblem(request.params, "params");
+    const problem =
+      findInputProblem(request.body, "body") ??
+      findInputProblem(request.query, "querystring") ??
+      findInputProblem(request.params, "params");
     done(problem ? new HttpError(400, "INVALID_INPUT", problem) : undefined);
   });
   app.setNotFoundHandler((request, reply) => {
     const allowed = routeTable.allowedFor(request.url.split("?")[0] ?? "");
     // A route of this method that answered "not found" itself (a static file that is not there) stays a 404.
     if (allowed.length > 0 && !allowed.includes(request.method)) {
-      void reply.status(405).header("allow", allowed.join(", ")).send(errorBody("METHOD_NOT_ALLOWED", `${request.method} is not a method of ${request.url.split("?")[0]}; it answers ${allowed.join(", ")}`));
+      void reply
+        .status(405)
+        .header("allow", allowed.join(", "))
+        .send(
+          errorBody(
+            "METHOD_NOT_ALLOWED",
+            `${request.method} is not a method of ${request.url.split("?")[0]}; it answers ${allowed.join(", ")}`,
+          ),
+        );
       return;
     }
     void reply.status(404).send(errorBody("NOT_FOUND", `no route ${request.method} ${request.url.split("?")[0]}`));
@@ -149,14 +169,23 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     writeRateLimit: budgetHook(budgetStore("writes", opts.rateLimitRedis), opts.writesPerMinute ?? 600, perCaller),
     readRateLimit: budgetHook(budgetStore("reads", opts.rateLimitRedis), opts.readsPerMinute ?? 6000, perCaller),
   };
-  const documentRateLimit = budgetHook(budgetStore("documents", opts.rateLimitRedis), opts.documentsPerMinute ?? numericDefault("LEDGER_DOCS_PER_MINUTE"), perAddress);
-  const refusals = new RefusalBudget(budgetStore("refusals", opts.rateLimitRedis), opts.authFailuresPerMinute ?? numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"));
+  const documentRateLimit = budgetHook(
+    budgetStore("documents", opts.rateLimitRedis),
+    opts.documentsPerMinute ?? numericDefault("LEDGER_DOCS_PER_MINUTE"),
+    perAddress,
+  );
+  const refusals = new RefusalBudget(
+    budgetStore("refusals", opts.rateLimitRedis),
+    opts.authFailuresPerMinute ?? numericDefault("LEDGER_AUTH_FAILURES_PER_MINUTE"),
+  );
 
   await app.register(swagger, {
     openapi: {
       openapi: "3.0.3",
       info: {
-        title: "social-ledger", version: "1", description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.",
+        title: "social-ledger",
+        version: "1",
+        description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.",
         // package.json is private and names no license: none is granted.
         license: { name: "UNLICENSED", url: "https://docs.npmjs.com/cli/v11/configuring-npm/package-json#license" },
       },
@@ -165,16 +194,25 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       components: {
         securitySchemes: {
           bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" },
-          metricsToken: { type: "http", scheme: "bearer", description: "LEDGER_METRICS_TOKEN (no JWT); /metrics is open when it is not set" },
+          metricsToken: {
+            type: "http",
+            scheme: "bearer",
+            description: "LEDGER_METRICS_TOKEN (no JWT); /metrics is open when it is not set",
+          },
         },
       },
     },
     // Components are named by their $id (schemas.ts `named`), not def-0, def-1, ...
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === "string" ? json.$id : `def-${i}`) },
+    refResolver: {
+      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === "string" ? json.$id : `def-${i}`),
+    },
     // The generator marks every body as required; these two accept none.
     transformObject: (documentObject) => {
       if (!("openapiObject" in documentObject)) return documentObject.swaggerObject;
-      const paths = (documentObject.openapiObject.paths ?? {}) as Record<string, Record<string, { requestBody?: { required?: boolean } }>>;
+      const paths = (documentObject.openapiObject.paths ?? {}) as Record<
+        string,
+        Record<string, { requestBody?: { required?: boolean } }>
+      >;
       for (const [path, method] of OPTIONAL_BODIES) {
         const body = paths[path]?.[method]?.requestBody;
         if (body) body.required = false;
@@ -200,12 +238,22 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
       origin: opts.corsOrigins.includes("*") ? "*" : [...opts.corsOrigins],
       methods: ["GET", "PUT", "POST", "PATCH", "DELETE"],
       allowedHeaders: ["authorization", "content-type", "x-request-id", FRESHNESS_HEADER],
-      exposedHeaders: ["link", "retry-after", "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", FRESHNESS_HEADER, READ_FROM_HEADER],
+      exposedHeaders: [
+        "link",
+        "retry-after",
+        "x-request-id",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        FRESHNESS_HEADER,
+        READ_FROM_HEADER,
+      ],
       maxAge: 600,
     });
   }
   await app.register(authPlugin, {
-    ...(opts.jwks ? { jwks: opts.jwks } : { secret: opts.jwtSecret }), ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }),
+    ...(opts.jwks ? { jwks: opts.jwks } : { secret: opts.jwtSecret }),
+    ...(opts.jwtMaxTtlSeconds === undefined ? {} : { maxTtlSeconds: opts.jwtMaxTtlSeconds }),
     refusals,
   });
 
@@ -218,7 +266,10 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
     metrics.http.record(request.method, route, reply.statusCode, ms / 1000);
     app.dashboard.recordRequest(routeGroup(options.schema?.tags?.[0]), ms);
     // One line per request at info (fastify's own request logging, two lines each, is off).
-    request.log.info({ method: request.method, url: request.url, route, status: reply.statusCode, ms: Math.round(ms * 10) / 10 }, "request");
+    request.log.info(
+      { method: request.method, url: request.url, route, status: reply.statusCode, ms: Math.round(ms * 10) / 10 },
+      "request",
+    );
     done();
   });
   // A request in flight when close() starts would keep its keep-alive connection open after
@@ -231,7 +282,11 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   });
   app.addHook("onRequest", (_request, reply, done) => {
     // A callback hook that answers does not call done().
-    if (closing) return void reply.status(503).header("retry-after", "1").send(errorBody("SHUTTING_DOWN", "the server is shutting down; retry on another connection"));
+    if (closing)
+      return void reply
+        .status(503)
+        .header("retry-after", "1")
+        .send(errorBody("SHUTTING_DOWN", "the server is shutting down; retry on another connection"));
     done();
   });
   app.addHook("onSend", (request, reply, _payload, done) => {
@@ -245,8 +300,12 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   });
 
   await app.register(readRouting, { primary: opts.ledger.pool, ...(opts.replicas ? { router: opts.replicas } : {}) });
-  await app.register(healthRoutes, { databaseHealth: opts.databaseHealth, countsState: opts.countsState ?? (() => "off") });
-  if (opts.metricsOnApi !== false) await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
+  await app.register(healthRoutes, {
+    databaseHealth: opts.databaseHealth,
+    countsState: opts.countsState ?? (() => "off"),
+  });
+  if (opts.metricsOnApi !== false)
+    await app.register(metricsRoutes, { metrics: app.metrics, token: opts.metricsToken });
   await app.register(likeRoutes, limits);
   await app.register(relationRoutes, limits);
   await app.register(erasureRoutes, limits);
@@ -255,8 +314,16 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(notificationRoutes, limits);
   await app.register(adminRoutes, limits);
   await app.register(webhookRoutes, { ...limits, ...(opts.webhooks ? { registry: opts.webhooks } : {}) });
-  await app.register(dashboardRoutes, { countsState: opts.countsState ?? (() => "off"), readRateLimit: limits.readRateLimit, documentRateLimit });
-  app.get("/openapi.json", { schema: { hide: true }, config: { auth: "none" }, onRequest: documentRateLimit }, async () => app.swagger());
+  await app.register(dashboardRoutes, {
+    countsState: opts.countsState ?? (() => "off"),
+    readRateLimit: limits.readRateLimit,
+    documentRateLimit,
+  });
+  app.get(
+    "/openapi.json",
+    { schema: { hide: true }, config: { auth: "none" }, onRequest: documentRateLimit },
+    async () => app.swagger(),
+  );
 });
 
 /** How long a client may take (ms): node's defaults let a request trickle in for ever. */
@@ -273,7 +340,13 @@ export interface HttpTimeouts {
   checkEveryMs: number;
 }
 
-export const HTTP_TIMEOUTS: HttpTimeouts = { headersMs: 10_000, requestMs: 30_000, idleMs: 120_000, keepAliveMs: 72_000, checkEveryMs: 1_000 };
+export const HTTP_TIMEOUTS: HttpTimeouts = {
+  headersMs: 10_000,
+  requestMs: 30_000,
+  idleMs: 120_000,
+  keepAliveMs: 72_000,
+  checkEveryMs: 1_000,
+};
 
 export interface BuildOptions extends AppOptions {
   /** pino options, or false for no logs (tests). */
@@ -291,7 +364,11 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     requestTimeout: timeouts.requestMs,
     connectionTimeout: timeouts.idleMs,
     keepAliveTimeout: timeouts.keepAliveMs,
-    http: { headersTimeout: timeouts.headersMs, requestTimeout: timeouts.requestMs, connectionsCheckingInterval: timeouts.checkEveryMs },
+    http: {
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.requestMs,
+      connectionsCheckingInterval: timeouts.checkEveryMs,
+    },
     return503OnClosing: false,
     logController: new LogController({ disableRequestLogging: true }),
     clientErrorHandler: handleClientError,
@@ -303,7 +380,10 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     // our error shape instead of fastify's default body; these replies skip the onSend hook,
     // so the request id is set here.
     frameworkErrors: (err, request, reply) => {
-      void (reply as FastifyReply).status(400).header("x-request-id", request.id).send(errorBody("INVALID_INPUT", err.message));
+      void (reply as FastifyReply)
+        .status(400)
+        .header("x-request-id", request.id)
+        .send(errorBody("INVALID_INPUT", err.message));
     },
     genReqId: (request) => {
       const given = request.headers["x-request-id"];

@@ -48,15 +48,25 @@ export interface AuthOptions {
 /** The provider's keys and the check of its tokens; the app logs what happens to the keys and fetches them once at start. */
 function providerCheck(app: FastifyInstance, jwks: JwksOptions): ProviderCheck {
   const keys = new ProviderKeys({
-    url: jwks.url, cooldownMs: jwks.cooldownMs, cacheMaxAgeMs: jwks.cacheMaxAgeMs, ...(jwks.timeoutMs === undefined ? {} : { timeoutMs: jwks.timeoutMs }),
-    onFetchFailed: (reason) => app.log.warn({ jwks: { url: jwks.url, reason } }, "the identity provider's keys could not be fetched; tokens with a key of the last fetched set still work, others get 401 TOKEN_KEY_UNAVAILABLE"),
+    url: jwks.url,
+    cooldownMs: jwks.cooldownMs,
+    cacheMaxAgeMs: jwks.cacheMaxAgeMs,
+    ...(jwks.timeoutMs === undefined ? {} : { timeoutMs: jwks.timeoutMs }),
+    onFetchFailed: (reason) =>
+      app.log.warn(
+        { jwks: { url: jwks.url, reason } },
+        "the identity provider's keys could not be fetched; tokens with a key of the last fetched set still work, others get 401 TOKEN_KEY_UNAVAILABLE",
+      ),
     onKeysChanged: (kids) => app.log.info({ jwks: { url: jwks.url, kids } }, "fetched the identity provider's keys"),
   });
   // Not awaited: a provider that is down must not keep the service from starting.
   app.addHook("onReady", async () => void keys.warmUp());
   const { userClaim, adminClaim, adminValue } = jwks;
   return new ProviderCheck(keys, {
-    issuer: jwks.issuer, audience: jwks.audience, claims: { userClaim, adminClaim, adminValue }, ...(jwks.tokenTypes ? { tokenTypes: jwks.tokenTypes } : {}),
+    issuer: jwks.issuer,
+    audience: jwks.audience,
+    claims: { userClaim, adminClaim, adminValue },
+    ...(jwks.tokenTypes ? { tokenTypes: jwks.tokenTypes } : {}),
   });
 }
 
@@ -79,7 +89,8 @@ export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) 
     if (mode === "none") return done();
     // A 401 of this hook draws on the address's budget of refusals; other errors pass as they are.
     const answer = refusals
-      ? (err?: Error) => (err instanceof HttpError && err.statusCode === 401 ? refusals.count(request, reply, err, done) : done(err))
+      ? (err?: Error) =>
+          err instanceof HttpError && err.statusCode === 401 ? refusals.count(request, reply, err, done) : done(err)
       : done;
     const header = request.headers.authorization;
     const remembered = tokens.remembered(header);

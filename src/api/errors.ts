@@ -18,7 +18,8 @@ export const forbidden = (message: string) => new HttpError(403, "FORBIDDEN", me
  * Missing, or not visible to the caller: the two are indistinguishable on purpose. The codes
  * are the library's (ITEM_NOT_FOUND, ...), so a missing target reads the same on every route.
  */
-export const notFound = (what: "item" | "post" | "account" | "comment") => new HttpError(404, `${what.toUpperCase()}_NOT_FOUND`, `${what} not found`);
+export const notFound = (what: "item" | "post" | "account" | "comment") =>
+  new HttpError(404, `${what.toUpperCase()}_NOT_FOUND`, `${what} not found`);
 
 /** Stable library codes -> HTTP status. Anything unlisted is a 500. */
 const STATUS_BY_CODE: Record<string, number> = {
@@ -48,9 +49,19 @@ const STATUS_BY_CODE: Record<string, number> = {
 
 /** Our codes for the 4xx answers of fastify and its plugins (e.g. @fastify/static's 403 for a path that leaves its root). */
 const CODE_BY_STATUS: Record<number, string> = {
-  400: "INVALID_INPUT", 401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
-  406: "NOT_ACCEPTABLE", 408: "REQUEST_TIMEOUT", 411: "LENGTH_REQUIRED", 413: "PAYLOAD_TOO_LARGE", 414: "URI_TOO_LONG",
-  415: "UNSUPPORTED_MEDIA_TYPE", 429: "RATE_LIMITED", 431: "HEADERS_TOO_LARGE",
+  400: "INVALID_INPUT",
+  401: "UNAUTHENTICATED",
+  403: "FORBIDDEN",
+  404: "NOT_FOUND",
+  405: "METHOD_NOT_ALLOWED",
+  406: "NOT_ACCEPTABLE",
+  408: "REQUEST_TIMEOUT",
+  411: "LENGTH_REQUIRED",
+  413: "PAYLOAD_TOO_LARGE",
+  414: "URI_TOO_LONG",
+  415: "UNSUPPORTED_MEDIA_TYPE",
+  429: "RATE_LIMITED",
+  431: "HEADERS_TOO_LARGE",
 };
 
 /**
@@ -61,17 +72,25 @@ const CODE_BY_STATUS: Record<number, string> = {
 export function handleClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === "ECONNRESET" || socket.destroyed) return;
   const [status, code, message] =
-    err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? [408, "REQUEST_TIMEOUT", "the request was not received in time"]
-    : err.code === "HPE_HEADER_OVERFLOW" ? [431, "HEADERS_TOO_LARGE", "the request headers are too large"]
-    : [400, "INVALID_INPUT", "the request could not be parsed as HTTP"];
+    err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? [408, "REQUEST_TIMEOUT", "the request was not received in time"]
+      : err.code === "HPE_HEADER_OVERFLOW"
+        ? [431, "HEADERS_TOO_LARGE", "the request headers are too large"]
+        : [400, "INVALID_INPUT", "the request could not be parsed as HTTP"];
   const body = JSON.stringify(errorBody(code, message));
   if (socket.writable) {
-    socket.write(`HTTP/1.1 ${status} ${STATUS_TEXT[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_TEXT[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
   socket.destroy(err);
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large" };
+const STATUS_TEXT: Record<number, string> = {
+  400: "Bad Request",
+  408: "Request Timeout",
+  431: "Request Header Fields Too Large",
+};
 
 export interface ErrorBody {
   error: { code: string; message: string };
@@ -90,7 +109,9 @@ export const DATABASE_RETRY_AFTER_S = 2;
  * creating a post sets a target state, so repeating it is safe.
  */
 export function databaseUnavailable(reply: FastifyReply): FastifyReply {
-  return reply.status(503).header("retry-after", String(DATABASE_RETRY_AFTER_S))
+  return reply
+    .status(503)
+    .header("retry-after", String(DATABASE_RETRY_AFTER_S))
     .send(errorBody("DATABASE_UNAVAILABLE", `the database is unavailable; retry after ${DATABASE_RETRY_AFTER_S} s`));
 }
 
@@ -108,7 +129,9 @@ export function handleError(err: FastifyError | Error, request: FastifyRequest, 
   if (err instanceof LedgerError) {
     const status = STATUS_BY_CODE[err.code] ?? 500;
     if (status >= 500) request.log.error({ err }, "ledger error");
-    void reply.status(status).send(errorBody(status >= 500 ? "INTERNAL" : err.code, status >= 500 ? "internal error" : err.message));
+    void reply
+      .status(status)
+      .send(errorBody(status >= 500 ? "INTERNAL" : err.code, status >= 500 ? "internal error" : err.message));
     return;
   }
   const fe = err as FastifyError;

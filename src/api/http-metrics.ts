@@ -19,7 +19,13 @@ interface CollectedMetric {
   help: string;
   type: "counter" | "histogram";
   aggregator: "sum";
-  get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: client.MetricValueWithName<string>[] }>;
+  get(): Promise<{
+    name: string;
+    help: string;
+    type: string;
+    aggregator: string;
+    values: client.MetricValueWithName<string>[];
+  }>;
   reset(): void;
 }
 
@@ -34,15 +40,24 @@ export class HttpRequestMetrics {
   private readonly routes = new Map<string, Map<string, RouteSeries>>();
 
   constructor(registry: client.Registry) {
-    const metric = (name: string, help: string, type: CollectedMetric["type"], values: () => client.MetricValueWithName<string>[]): CollectedMetric => ({
-      name, help, type, aggregator: "sum",
+    const metric = (
+      name: string,
+      help: string,
+      type: CollectedMetric["type"],
+      values: () => client.MetricValueWithName<string>[],
+    ): CollectedMetric => ({
+      name,
+      help,
+      type,
+      aggregator: "sum",
       get: async () => ({ name, help, type, aggregator: "sum", values: values() }),
       reset: () => this.routes.clear(),
     });
     for (const m of [
       metric("http_requests_total", "HTTP requests by route and status", "counter", () => this.requestValues()),
       metric("http_request_duration_seconds", "HTTP request duration", "histogram", () => this.durationValues()),
-    ]) registry.registerMetric(m as unknown as client.Metric);
+    ])
+      registry.registerMetric(m as unknown as client.Metric);
   }
 
   record(method: string, route: string, status: number, seconds: number): void {
@@ -66,7 +81,8 @@ export class HttpRequestMetrics {
   private requestValues(): client.MetricValueWithName<string>[] {
     const values: client.MetricValueWithName<string>[] = [];
     for (const series of this.allSeries()) {
-      for (const [status, value] of series.statuses) values.push({ labels: { ...series.labels, status: String(status) }, value });
+      for (const [status, value] of series.statuses)
+        values.push({ labels: { ...series.labels, status: String(status) }, value });
     }
     return values;
   }

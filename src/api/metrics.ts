@@ -26,19 +26,25 @@ export class LedgerMetrics {
   /** CHANGED / NOOP / REJECTED per operation: CHANGED over all is seed 004's "unique insert rate". */
   readonly outcomes = new OutcomeCounter(this.registry);
   readonly consumerEvents = new client.Counter({
-    name: "ledger_consumer_events_total", help: "Events handled by this process's consumers, by verdict",
-    labelNames: ["consumer", "verdict"], registers: [this.registry],
+    name: "ledger_consumer_events_total",
+    help: "Events handled by this process's consumers, by verdict",
+    labelNames: ["consumer", "verdict"],
+    registers: [this.registry],
   });
   /** Seed 004's "count update failure rate": consumer passes that failed (and were retried). */
   readonly consumerFailures = new client.Counter({
-    name: "ledger_consumer_failures_total", help: "Consumer passes that failed and will be retried", labelNames: ["consumer"], registers: [this.registry],
+    name: "ledger_consumer_failures_total",
+    help: "Consumer passes that failed and will be retried",
+    labelNames: ["consumer"],
+    registers: [this.registry],
   });
   constructor(pool: Pool) {
     // Every command that serves /metrics (serve, worker, webhook-worker, relay) builds one of these on its pool.
     registerProcessMetrics(this.registry);
     registerPoolMetrics(this.registry, pool);
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
-    for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications"]) this.consumerFailures.inc({ consumer }, 0);
+    for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications"])
+      this.consumerFailures.inc({ consumer }, 0);
     // What describes the database (lag, watermarks, rebuild drift) comes from the database,
     // whichever process wrote it: a rebuild run by the CLI counts too.
     this.refresher.add(async () => {
@@ -46,51 +52,85 @@ export class LedgerMetrics {
     });
     const figures = () => this.figures;
     new client.Gauge({
-      name: "ledger_scrape_database_up", help: "1 when the last refresh of the database figures could read the database", registers: [this.registry],
+      name: "ledger_scrape_database_up",
+      help: "1 when the last refresh of the database figures could read the database",
+      registers: [this.registry],
       collect() {
         this.set(figures() ? 1 : 0);
       },
     });
     new client.Gauge({
-      name: "ledger_watermark", help: "Contiguous watermark per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
+      name: "ledger_watermark",
+      help: "Contiguous watermark per view and partition",
+      labelNames: ["view", "partition"],
+      registers: [this.registry],
       collect() {
         this.reset();
-        for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
-        for (const r of figures()?.notificationWatermarks ?? []) this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures()?.watermarks ?? [])
+          this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures()?.notificationWatermarks ?? [])
+          this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.appliedUpto);
       },
     });
     new client.Gauge({
-      name: "ledger_lag_events", help: "Unprocessed events per view and partition", labelNames: ["view", "partition"], registers: [this.registry],
+      name: "ledger_lag_events",
+      help: "Unprocessed events per view and partition",
+      labelNames: ["view", "partition"],
+      registers: [this.registry],
       collect() {
         this.reset();
-        for (const r of figures()?.watermarks ?? []) this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
-        for (const r of figures()?.notificationWatermarks ?? []) this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.lag);
+        for (const r of figures()?.watermarks ?? [])
+          this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
+        for (const r of figures()?.notificationWatermarks ?? [])
+          this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.lag);
       },
     });
     // Counters whose value is a total kept elsewhere (the database, this process's retry
     // counter) are set at collect time; reset + inc is prom-client's way to set a counter.
-    const totalFrom = (name: string, help: string, read: () => number | undefined) => new client.Counter({
-      name, help, registers: [this.registry],
-      collect() {
-        const value = read();
-        if (value === undefined) return;
-        this.reset();
-        this.inc(value);
-      },
-    });
-    totalFrom("ledger_rebuild_runs_total", "Rebuild runs recorded in like_rebuild_run (by any process)", () => figures()?.rebuild.runs);
-    totalFrom("ledger_rebuild_drift_abs_total", "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)", () => figures()?.rebuild.driftAbs);
-    totalFrom("ledger_rebuild_drifted_items_total", "Items whose count a rebuild found drifted (like_rebuild_run, by any process)", () => figures()?.rebuild.driftedItems);
+    const totalFrom = (name: string, help: string, read: () => number | undefined) =>
+      new client.Counter({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          const value = read();
+          if (value === undefined) return;
+          this.reset();
+          this.inc(value);
+        },
+      });
+    totalFrom(
+      "ledger_rebuild_runs_total",
+      "Rebuild runs recorded in like_rebuild_run (by any process)",
+      () => figures()?.rebuild.runs,
+    );
+    totalFrom(
+      "ledger_rebuild_drift_abs_total",
+      "Sum of |drift| corrected by rebuilds (like_rebuild_run, by any process)",
+      () => figures()?.rebuild.driftAbs,
+    );
+    totalFrom(
+      "ledger_rebuild_drifted_items_total",
+      "Items whose count a rebuild found drifted (like_rebuild_run, by any process)",
+      () => figures()?.rebuild.driftedItems,
+    );
     // A negative count is an invariant violation: shown as it is (never clamped) and counted here.
     new client.Gauge({
-      name: "ledger_negative_counts", help: "Derived count rows below zero (an invariant violation; the audit names them)", labelNames: ["view"], registers: [this.registry],
+      name: "ledger_negative_counts",
+      help: "Derived count rows below zero (an invariant violation; the audit names them)",
+      labelNames: ["view"],
+      registers: [this.registry],
       collect() {
         const current = figures();
         this.reset();
         if (current) this.set({ view: "comment_count" }, current.negativeCommentCounts);
       },
     });
-    totalFrom("ledger_transaction_retries_total", "Whole-transaction retries on 40001/40P01 in this process", () => transactionStats.retries);
+    totalFrom(
+      "ledger_transaction_retries_total",
+      "Whole-transaction retries on 40001/40P01 in this process",
+      () => transactionStats.retries,
+    );
   }
 
   /** Reads every figure of this registry that comes from the database or Redis now (tests; the timer does it otherwise). */
@@ -147,5 +187,10 @@ export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> 
     pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment_count WHERE n < 0"),
   ]);
   const r = rebuild.rows[0]!;
-  return { watermarks, notificationWatermarks, rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items }, negativeCommentCounts: negative.rows[0]!.n };
+  return {
+    watermarks,
+    notificationWatermarks,
+    rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items },
+    negativeCommentCounts: negative.rows[0]!.n,
+  };
 }

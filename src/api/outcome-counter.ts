@@ -14,7 +14,10 @@ export class OutcomeCounter {
   constructor(registry: client.Registry) {
     const pending = this.pending;
     this.counter = new client.Counter({
-      name: "ledger_operation_outcomes_total", help: "Write outcomes per operation", labelNames: ["operation", "outcome"], registers: [registry],
+      name: "ledger_operation_outcomes_total",
+      help: "Write outcomes per operation",
+      labelNames: ["operation", "outcome"],
+      registers: [registry],
       collect() {
         for (const [operation, outcomes] of pending) {
           for (const [outcome, n] of outcomes) {

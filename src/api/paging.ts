@@ -8,7 +8,10 @@ export interface PageQuery {
 
 /** The library's page options from a list's query: a limit above the maximum is clamped (as Mastodon does), not refused. */
 export function pageOptions(query: PageQuery): PageQuery {
-  return { limit: Math.min(query.limit, MAX_PAGE_SIZE), ...(query.cursor === undefined ? {} : { cursor: query.cursor }) };
+  return {
+    limit: Math.min(query.limit, MAX_PAGE_SIZE),
+    ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
+  };
 }
 
 /**
@@ -16,7 +19,12 @@ export function pageOptions(query: PageQuery): PageQuery {
  * the same path and query (the clamped limit, the next cursor). The target is a relative
  * reference, resolved against the request's own URL, so no Host header is trusted.
  */
-export function sendPage<T extends { nextCursor?: string }>(request: FastifyRequest, reply: FastifyReply, page: T, query: PageQuery): T {
+export function sendPage<T extends { nextCursor?: string }>(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  page: T,
+  query: PageQuery,
+): T {
   if (page.nextCursor !== undefined) {
     const [path, search] = request.url.split("?", 2) as [string, string | undefined];
     const params = new URLSearchParams(search);

@@ -14,12 +14,19 @@ interface BudgetStore {
   incr(key: string, callback: (err: Error | null, result?: Counted) => void, timeWindow: number, max: number): void;
 }
 
-const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/LocalStore.js") as new (continueExceeding?: boolean, exponentialBackoff?: boolean, cache?: number) => BudgetStore;
+const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/LocalStore.js") as new (
+  continueExceeding?: boolean,
+  exponentialBackoff?: boolean,
+  cache?: number,
+) => BudgetStore;
 
 export const WINDOW_MS = 60_000;
 
 /** The store of one budget: its keys in Redis when the count layer has one (shared by every API process), else in this process. */
-export function budgetStore(budget: "writes" | "reads" | "documents" | "refusals", redis: RedisClient | undefined): BudgetStore {
+export function budgetStore(
+  budget: "writes" | "reads" | "documents" | "refusals",
+  redis: RedisClient | undefined,
+): BudgetStore {
   if (!redis) return new LocalStore(false, false, 5000);
   const Store = redisRateLimitStore(redis);
   return new Store(undefined).child({ ledgerBudget: budget });
@@ -58,15 +65,20 @@ function rateLimited(reply: FastifyReply, resetS: number): HttpError {
  */
 export function budgetHook(store: BudgetStore, max: number, keyOf: (request: FastifyRequest) => string): RateLimit {
   return (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => {
-    store.incr(keyOf(request), (err, counted) => {
-      // Neither store reports errors (the Redis one counts in this process while Redis does not
-      // answer); if one did, the request fails (500) rather than going unlimited.
-      if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
-      const resetS = Math.ceil(counted.ttl / 1000);
-      setHeaders(reply, max, max - counted.current, resetS);
-      if (counted.current <= max) return done();
-      done(rateLimited(reply, resetS));
-    }, WINDOW_MS, max);
+    store.incr(
+      keyOf(request),
+      (err, counted) => {
+        // Neither store reports errors (the Redis one counts in this process while Redis does not
+        // answer); if one did, the request fails (500) rather than going unlimited.
+        if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
+        const resetS = Math.ceil(counted.ttl / 1000);
+        setHeaders(reply, max, max - counted.current, resetS);
+        if (counted.current <= max) return done();
+        done(rateLimited(reply, resetS));
+      },
+      WINDOW_MS,
+      max,
+    );
   };
 }
 
@@ -86,7 +98,11 @@ const OVER_ADDRESSES = 10_000;
 export class RefusalBudget {
   private readonly over = new LRUCache<string, number>({ max: OVER_ADDRESSES });
 
-  constructor(private readonly store: BudgetStore, readonly max: number, private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly store: BudgetStore,
+    readonly max: number,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /** The 429 for an address over its budget (its headers set), or undefined when a token from it may be checked. */
   refuseEarly(request: FastifyRequest, reply: FastifyReply): HttpError | undefined {
@@ -106,13 +122,18 @@ export class RefusalBudget {
   /** Counts a refusal (`refusal`, a 401) of the request's address and answers it, or a 429 once the address is over. */
   count(request: FastifyRequest, reply: FastifyReply, refusal: Error, done: HookHandlerDoneFunction): void {
     const key = perAddress(request);
-    this.store.incr(key, (err, counted) => {
-      if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
-      const resetS = Math.ceil(counted.ttl / 1000);
-      setHeaders(reply, this.max, this.max - counted.current, resetS);
-      if (counted.current <= this.max) return done(refusal);
-      this.over.set(key, this.now() + counted.ttl);
-      done(rateLimited(reply, resetS));
-    }, WINDOW_MS, this.max);
+    this.store.incr(
+      key,
+      (err, counted) => {
+        if (err || !counted) return done(err ?? new Error("the rate limit store answered nothing"));
+        const resetS = Math.ceil(counted.ttl / 1000);
+        setHeaders(reply, this.max, this.max - counted.current, resetS);
+        if (counted.current <= this.max) return done(refusal);
+        this.over.set(key, this.now() + counted.ttl);
+        done(rateLimited(reply, resetS));
+      },
+      WINDOW_MS,
+      this.max,
+    );
   }
 }

@@ -13,10 +13,11 @@ export const READ_FROM_HEADER = "x-ledger-read-from";
 const WRITE_METHODS = new Set(["PUT", "POST", "DELETE", "PATCH"]);
 
 const FRESHNESS_QUERY = {
-  type: "string", pattern: LSN_PATTERN, maxLength: 17,
+  type: "string",
+  pattern: LSN_PATTERN,
+  maxLength: 17,
   description: `a freshness token a write answered (also accepted as the ${FRESHNESS_HEADER} header): the read is served by a replica only once it has replayed it, else by the primary`,
 } as const;
-
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -60,7 +61,8 @@ function documentFreshness(route: RouteOptions): void {
   if (methods.some((m) => WRITE_METHODS.has(m)) && route.schema.response) {
     const response = { ...(route.schema.response as Record<string, unknown>) };
     for (const status of Object.keys(response)) {
-      if (/^2\d\d$/.test(status)) response[status] = withProperty(response[status], "freshness", freshnessField.freshness);
+      if (/^2\d\d$/.test(status))
+        response[status] = withProperty(response[status], "freshness", freshnessField.freshness);
     }
     route.schema = { ...route.schema, response };
   }
@@ -70,7 +72,8 @@ function documentFreshness(route: RouteOptions): void {
 function presentedToken(request: FastifyRequest): bigint | undefined {
   const header = request.headers[FRESHNESS_HEADER];
   const fromQuery = (request.query as { freshness?: unknown } | undefined)?.freshness;
-  const text = typeof header === "string" && header !== "" ? header : typeof fromQuery === "string" ? fromQuery : undefined;
+  const text =
+    typeof header === "string" && header !== "" ? header : typeof fromQuery === "string" ? fromQuery : undefined;
   return text === undefined ? undefined : parseLsn(text);
 }
 
@@ -89,7 +92,9 @@ export const readRouting = fp(async (app: FastifyInstance, opts: { primary: Pool
   app.addHook("onRoute", documentFreshness);
   const router = opts.router;
   const served = new WeakMap<FastifyRequest, string>();
-  app.decorate("readFrom", async function readFrom<T>(request: FastifyRequest, read: (pool: Pool) => Promise<T>): Promise<T> {
+  app.decorate("readFrom", async function readFrom<
+    T,
+  >(request: FastifyRequest, read: (pool: Pool) => Promise<T>): Promise<T> {
     const token = presentedToken(request);
     if (!router) return read(opts.primary);
     const { value, server } = await router.read(token, read);

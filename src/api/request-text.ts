@@ -56,7 +56,8 @@ export function findInputProblem(value: unknown, where: string): string | undefi
       if (keyProblem) return `${pathOf(next)}: a key ${keyProblem}`;
     }
     // Pushed in reverse, so the first value is looked at first.
-    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], key: entries[i]![0], parent: next, depth: next.depth + 1 });
+    for (let i = entries.length - 1; i >= 0; i--)
+      stack.push({ value: entries[i]![1], key: entries[i]![0], parent: next, depth: next.depth + 1 });
   }
   return undefined;
 }

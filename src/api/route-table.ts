@@ -29,7 +29,11 @@ export class RouteTable {
       // The CORS preflight's catch-all would make every unknown path "exist".
       if (route.url === "*") return;
       const methods = Array.isArray(route.method) ? route.method : [route.method];
-      const entry = this.routes.get(route.url) ?? { url: route.url, methods: new Set<string>(), pattern: patternOf(route.url) };
+      const entry = this.routes.get(route.url) ?? {
+        url: route.url,
+        methods: new Set<string>(),
+        pattern: patternOf(route.url),
+      };
       for (const method of methods) entry.methods.add(method.toUpperCase());
       this.routes.set(route.url, entry);
     });

@@ -28,20 +28,28 @@ export const LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$";
 /** What a write's success answers carry with read replicas (src/api/read-routing.ts adds it). */
 export const freshnessField = {
   freshness: {
-    type: "string", pattern: LSN_PATTERN,
-    description: "only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state",
+    type: "string",
+    pattern: LSN_PATTERN,
+    description:
+      "only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state",
   },
 } as const;
 
 /** A named schema of a write's success answer: it names the `freshness` field the answer may carry. */
-export function namedWriteAnswer<N extends string>(name: N, schema: { type: string; properties: Record<string, unknown> } & Record<string, unknown>) {
+export function namedWriteAnswer<N extends string>(
+  name: N,
+  schema: { type: string; properties: Record<string, unknown> } & Record<string, unknown>,
+) {
   return named(name, { ...schema, properties: { ...schema.properties, ...freshnessField } });
 }
 
 export const id = { type: "string", minLength: 1, maxLength: MAX_ID_LENGTH, pattern: ID_PATTERN.source } as const;
 
 export const idParams = {
-  type: "object", required: ["id"], additionalProperties: false, properties: { id },
+  type: "object",
+  required: ["id"],
+  additionalProperties: false,
+  properties: { id },
 } as const;
 
 export const errorSchema = {
@@ -49,7 +57,8 @@ export const errorSchema = {
   required: ["error"],
   properties: {
     error: {
-      type: "object", required: ["code", "message"],
+      type: "object",
+      required: ["code", "message"],
       properties: { code: { type: "string" }, message: { type: "string" } },
     },
   },
@@ -70,43 +79,76 @@ export function errors(...statuses: number[]): Record<number, typeof errorRef> {
  * (`additionalProperties: false` with the query validator's removeAdditional, app.ts).
  */
 export const pageQuery = {
-  type: "object", additionalProperties: false,
+  type: "object",
+  additionalProperties: false,
   properties: {
-    limit: { type: "integer", minimum: 1, default: 50, description: `page size; above ${MAX_PAGE_SIZE} it is clamped to ${MAX_PAGE_SIZE}` },
-    cursor: { type: "string", minLength: 1, maxLength: 512, description: "nextCursor of the previous page (also in its Link rel=\"next\" header)" },
+    limit: {
+      type: "integer",
+      minimum: 1,
+      default: 50,
+      description: `page size; above ${MAX_PAGE_SIZE} it is clamped to ${MAX_PAGE_SIZE}`,
+    },
+    cursor: {
+      type: "string",
+      minLength: 1,
+      maxLength: 512,
+      description: 'nextCursor of the previous page (also in its Link rel="next" header)',
+    },
   },
 } as const;
 
 /** A named page of `key` rows (a named row schema): the rows, and nextCursor unless it is the last page (also in Link rel=next). */
 export function pageOf<N extends string>(name: N, key: string, row: { $ref: string }) {
   return named(name, {
-    type: "object", required: [key],
-    properties: { [key]: { type: "array", items: row }, nextCursor: { type: "string", description: "the cursor of the next page; absent on the last page" } },
+    type: "object",
+    required: [key],
+    properties: {
+      [key]: { type: "array", items: row },
+      nextCursor: { type: "string", description: "the cursor of the next page; absent on the last page" },
+    },
   });
 }
 
-export const accountRow = (timeField: string) => ({
-  type: "object", required: ["accountId", timeField],
-  properties: { accountId: { type: "string" }, [timeField]: { type: "string", format: "date-time" } },
-} as const);
+export const accountRow = (timeField: string) =>
+  ({
+    type: "object",
+    required: ["accountId", timeField],
+    properties: { accountId: { type: "string" }, [timeField]: { type: "string", format: "date-time" } },
+  }) as const;
 /** An account in a list (followers, following, blocks) with when the relation began. */
 export const accountSince = named("AccountSince", accountRow("since"));
 
 export const lagQuery = {
-  type: "object", additionalProperties: false,
+  type: "object",
+  additionalProperties: false,
   properties: {
     allowedLag: {
-      type: "integer", minimum: 0, default: 16,
-      description: "how many unprocessed events (of the count's partitions) the caller accepts; a larger lag answers stale: true, never an error",
+      type: "integer",
+      minimum: 0,
+      default: 16,
+      description:
+        "how many unprocessed events (of the count's partitions) the caller accepts; a larger lag answers stale: true, never an error",
     },
   },
 } as const;
 
 /** What the fields of a derived count mean, for the OpenAPI document. */
 export const countFields = {
-  lag: { type: "integer", description: "events written but not yet applied by the consumer, over the partitions the count reads (present when source is database)" },
-  stale: { type: "boolean", description: "lag > allowedLag: the count may be behind by more than the caller accepted (present when source is database)" },
-  pendingForItem: { type: "integer", description: "unapplied events of this item: the exact error bound, |count - truth| <= pendingForItem (present when source is database)" },
+  lag: {
+    type: "integer",
+    description:
+      "events written but not yet applied by the consumer, over the partitions the count reads (present when source is database)",
+  },
+  stale: {
+    type: "boolean",
+    description:
+      "lag > allowedLag: the count may be behind by more than the caller accepted (present when source is database)",
+  },
+  pendingForItem: {
+    type: "integer",
+    description:
+      "unapplied events of this item: the exact error bound, |count - truth| <= pendingForItem (present when source is database)",
+  },
 } as const;
 
 export const relationshipProperties = {
@@ -118,47 +160,75 @@ export const relationshipProperties = {
 } as const;
 
 export const relationship = {
-  type: "object", required: Object.keys(relationshipProperties), properties: relationshipProperties,
+  type: "object",
+  required: Object.keys(relationshipProperties),
+  properties: relationshipProperties,
 } as const;
 export const relationshipRef = named("Relationship", relationship);
 
 /** A count read: the lag it may have, and `exact` to insist on the database read with its error bound. */
 export const countQuery = {
-  type: "object", additionalProperties: false,
+  type: "object",
+  additionalProperties: false,
   properties: {
     allowedLag: lagQuery.properties.allowedLag,
-    exact: { type: "boolean", default: false, description: "true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer" },
+    exact: {
+      type: "boolean",
+      default: false,
+      description:
+        "true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer",
+    },
   },
 } as const;
 
 /** Where a count came from (docs/cache.md): Redis with the age of its last reconciliation, or the database. */
 export const countSource = {
-  source: { type: "string", enum: ["cache", "database"], description: "cache: the Redis count layer (REDIS_URL), database: PostgreSQL with lag and stale" },
-  reconciledAgeMs: { type: "integer", description: "present when source is cache: milliseconds since this counter was last reconciled with the facts" },
-  degraded: { type: "boolean", enum: [true], description: "present (true) when the Redis count layer was asked and did not answer (down, hung, still connecting): this answer is the database's" },
+  source: {
+    type: "string",
+    enum: ["cache", "database"],
+    description: "cache: the Redis count layer (REDIS_URL), database: PostgreSQL with lag and stale",
+  },
+  reconciledAgeMs: {
+    type: "integer",
+    description: "present when source is cache: milliseconds since this counter was last reconciled with the facts",
+  },
+  degraded: {
+    type: "boolean",
+    enum: [true],
+    description:
+      "present (true) when the Redis count layer was asked and did not answer (down, hung, still connecting): this answer is the database's",
+  },
 } as const;
 
 export const likeOutcome = namedWriteAnswer("LikeOutcome", {
-  type: "object", required: ["outcome", "liked", "version", "seq"],
+  type: "object",
+  required: ["outcome", "liked", "version", "seq"],
   properties: {
     outcome: { type: "string", enum: ["CHANGED", "NOOP"] },
-    liked: { type: "boolean" }, version: { type: "integer" }, seq: { type: "integer" },
+    liked: { type: "boolean" },
+    version: { type: "integer" },
+    seq: { type: "integer" },
   },
 });
 
 export const relationOutcome = namedWriteAnswer("RelationOutcome", {
-  type: "object", required: ["outcome", "state", "version", "seq", "relationship"],
+  type: "object",
+  required: ["outcome", "state", "version", "seq", "relationship"],
   properties: {
     outcome: { type: "string", enum: ["CHANGED", "NOOP"] },
     state: { type: "string", enum: ["ACTIVE", "PENDING", "REMOVED"] },
-    version: { type: "integer" }, seq: { type: "integer" }, reason: { type: "string" },
+    version: { type: "integer" },
+    seq: { type: "integer" },
+    reason: { type: "string" },
     relationship: relationshipRef,
   },
   description: "the write's outcome; relationship: my relationship to the account after the write, from the truth",
 });
 
 export const postBody = named("PostDraft", {
-  type: "object", required: ["visibility", "body"], additionalProperties: false,
+  type: "object",
+  required: ["visibility", "body"],
+  additionalProperties: false,
   properties: {
     visibility: { type: "string", enum: ["PUBLIC", "FOLLOWERS", "SELF"] },
     body: { type: "string", minLength: 1, maxLength: MAX_BODY_LENGTH },
@@ -166,10 +236,15 @@ export const postBody = named("PostDraft", {
 });
 
 export const post = namedWriteAnswer("Post", {
-  type: "object", required: ["id", "author", "visibility", "body", "aclToken", "createdAt"],
+  type: "object",
+  required: ["id", "author", "visibility", "body", "aclToken", "createdAt"],
   properties: {
-    id: { type: "string" }, author: { type: "string" }, visibility: { type: "string" }, body: { type: "string" },
-    aclToken: { type: "integer" }, createdAt: { type: "string", format: "date-time" },
+    id: { type: "string" },
+    author: { type: "string" },
+    visibility: { type: "string" },
+    body: { type: "string" },
+    aclToken: { type: "integer" },
+    createdAt: { type: "string", format: "date-time" },
   },
 });
 

@@ -3,17 +3,32 @@ import { withTransaction } from "../db/transaction.ts";
 import { readSide, writeSide, type ReadSideAudit, type WriteSideAudit } from "../likes/like-audit.ts";
 import { auditCounter, type CounterAudit } from "../counters/counter-audit.ts";
 import { COMMENT_COUNTER } from "../content/comment-spec.ts";
-import { auditRelations, projectionDiff, type ProjectionDiff, type RelationAudit } from "../relations/relation-audit.ts";
+import {
+  auditRelations,
+  projectionDiff,
+  type ProjectionDiff,
+  type RelationAudit,
+} from "../relations/relation-audit.ts";
 import { auditNotifications, type NotificationAudit } from "../notifications/notification-audit.ts";
 import { auditWebhooks, type WebhookAudit } from "../webhooks/webhook-audit.ts";
 import {
-  COMMENT_AUDIT_INCREMENTAL_SQL, LIKE_READ_SIDE_INCREMENTAL_SQL, LIKE_WRITE_SIDE_INCREMENTAL_SQL, NOTIFICATION_AUDIT_INCREMENTAL_SQL,
-  PROJECTION_DIFF_INCREMENTAL, RELATION_INVARIANTS_INCREMENTAL, WEBHOOK_INVARIANTS_INCREMENTAL,
+  COMMENT_AUDIT_INCREMENTAL_SQL,
+  LIKE_READ_SIDE_INCREMENTAL_SQL,
+  LIKE_WRITE_SIDE_INCREMENTAL_SQL,
+  NOTIFICATION_AUDIT_INCREMENTAL_SQL,
+  PROJECTION_DIFF_INCREMENTAL,
+  RELATION_INVARIANTS_INCREMENTAL,
+  WEBHOOK_INVARIANTS_INCREMENTAL,
 } from "./incremental-invariants.ts";
 import { DEFAULT_RECOUNT_ABOVE, storeKeyBaselines, type KeyBaselines } from "./key-baseline.ts";
 
 /** The outboxes the periodic audit follows: retention kind, sequence table. */
-const OUTBOXES = { likes: "like_seq", relations: "event_seq", comments: "comment_seq", blocks: "webhook_block_seq" } as const;
+const OUTBOXES = {
+  likes: "like_seq",
+  relations: "event_seq",
+  comments: "comment_seq",
+  blocks: "webhook_block_seq",
+} as const;
 type Outbox = keyof typeof OUTBOXES;
 
 /**
@@ -87,16 +102,33 @@ const camel = (row: Record<string, unknown>) =>
 function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
   switch (section) {
     case "likes": {
-      const w = r.likes.writeSide, s = r.likes.readSide;
-      return w.lastSeq === w.outboxRows && w.seqGapPartitions === 0 && w.versionMismatchPairs === 0 && w.deltaSumMismatchItems === 0 &&
-        w.misplacedEvents === 0 && s.exactViolations === 0 && s.boundViolations === 0 && !s.unprocessedOverLag;
+      const w = r.likes.writeSide,
+        s = r.likes.readSide;
+      return (
+        w.lastSeq === w.outboxRows &&
+        w.seqGapPartitions === 0 &&
+        w.versionMismatchPairs === 0 &&
+        w.deltaSumMismatchItems === 0 &&
+        w.misplacedEvents === 0 &&
+        s.exactViolations === 0 &&
+        s.boundViolations === 0 &&
+        !s.unprocessedOverLag
+      );
     }
     case "relations":
-      return Object.values(r.relations.invariants).every((n) => n === 0) &&
-        (r.relations.projectionDiff === null || Object.values(r.relations.projectionDiff).every((n) => n === 0));
+      return (
+        Object.values(r.relations.invariants).every((n) => n === 0) &&
+        (r.relations.projectionDiff === null || Object.values(r.relations.projectionDiff).every((n) => n === 0))
+      );
     case "comments": {
       const c = r.comments;
-      return c.seqGapPartitions === 0 && c.deltaSumMismatchKeys === 0 && c.boundViolations === 0 && c.negativeCounts === 0 && (c.lag > 0 || c.countMismatchKeys === 0);
+      return (
+        c.seqGapPartitions === 0 &&
+        c.deltaSumMismatchKeys === 0 &&
+        c.boundViolations === 0 &&
+        c.negativeCounts === 0 &&
+        (c.lag > 0 || c.countMismatchKeys === 0)
+      );
     }
     case "notifications": {
       const n = r.notifications;
@@ -123,13 +155,21 @@ function sectionClean(section: Section, r: PeriodicAuditReport): boolean {
  * not history); a like fact of a hot item changed without an event is not seen by a run that audits
  * the item by induction, only by the sample's recount or the full audit.
  */
-export async function incrementalAudit(pool: Pool, options: IncrementalAuditOptions = {}): Promise<PeriodicAuditReport> {
+export async function incrementalAudit(
+  pool: Pool,
+  options: IncrementalAuditOptions = {},
+): Promise<PeriodicAuditReport> {
   const sampleSize = options.sample ?? 100;
   const recountAbove = options.recountAbove ?? DEFAULT_RECOUNT_ABOVE;
   const threshold = Number.isFinite(recountAbove) ? recountAbove : null;
-  const { report, samples, baselines } = await withTransaction(pool, (client) => auditSnapshot(client, sampleSize, threshold), { isolation: "REPEATABLE READ", readOnly: true });
+  const { report, samples, baselines } = await withTransaction(
+    pool,
+    (client) => auditSnapshot(client, sampleSize, threshold),
+    { isolation: "REPEATABLE READ", readOnly: true },
+  );
   // Sections without a usable cursor: their full forms, after the snapshot (they read a later one, which covers at least `to`).
-  if (report.scope.likes.mode === "full") report.likes = { writeSide: await writeSide(pool), readSide: await readSide(pool) };
+  if (report.scope.likes.mode === "full")
+    report.likes = { writeSide: await writeSide(pool), readSide: await readSide(pool) };
   if (report.scope.comments.mode === "full") report.comments = await auditCounter(pool, COMMENT_COUNTER);
   if (report.scope.notifications.mode === "full") report.notifications = await auditNotifications(pool);
   if (report.scope.webhooks.mode === "full") report.webhooks = await auditWebhooks(pool);
@@ -151,14 +191,29 @@ export async function incrementalAudit(pool: Pool, options: IncrementalAuditOpti
 async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: number | null) {
   const positions = {} as Record<Outbox, { part: number; last: number }[]>;
   for (const outbox of Object.keys(OUTBOXES) as Outbox[]) {
-    positions[outbox] = (await client.query<{ part: number; last: number }>(`SELECT part, last FROM ${OUTBOXES[outbox]} ORDER BY part`)).rows;
+    positions[outbox] = (
+      await client.query<{ part: number; last: number }>(`SELECT part, last FROM ${OUTBOXES[outbox]} ORDER BY part`)
+    ).rows;
   }
-  const cursors = new Map((await client.query<{ section: string; part: number; audited_upto: number }>("SELECT section, part, audited_upto FROM audit_cursor")).rows
-    .map((c) => [`${c.section}/${c.part}`, c.audited_upto]));
-  const floors = new Map((await client.query<{ kind: string; part: number; pruned_upto: number }>("SELECT kind, part, pruned_upto FROM retention_floor")).rows
-    .map((f) => [`${f.kind}/${f.part}`, f.pruned_upto]));
-  const sampleAfter = new Map((await client.query<{ section: string; after_key: string }>("SELECT section, after_key FROM audit_sample")).rows
-    .map((s) => [s.section, s.after_key]));
+  const cursors = new Map(
+    (
+      await client.query<{ section: string; part: number; audited_upto: number }>(
+        "SELECT section, part, audited_upto FROM audit_cursor",
+      )
+    ).rows.map((c) => [`${c.section}/${c.part}`, c.audited_upto]),
+  );
+  const floors = new Map(
+    (
+      await client.query<{ kind: string; part: number; pruned_upto: number }>(
+        "SELECT kind, part, pruned_upto FROM retention_floor",
+      )
+    ).rows.map((f) => [`${f.kind}/${f.part}`, f.pruned_upto]),
+  );
+  const sampleAfter = new Map(
+    (
+      await client.query<{ section: string; after_key: string }>("SELECT section, after_key FROM audit_sample")
+    ).rows.map((s) => [s.section, s.after_key]),
+  );
 
   const scope = {} as Record<Section, SectionScope>;
   const samples = {} as Record<Section, string[]>;
@@ -179,9 +234,19 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
       }
       ranges[outbox] = range;
     }
-    samples[section] = full || !sampleFrom || sampleSize === 0 ? [] :
-      (await client.query<{ key: string }>(sampleFrom, [sampleAfter.get(section) ?? "", sampleSize])).rows.map((r) => r.key);
-    scope[section] = { mode: full ? "full" : "incremental", ranges, sampled: samples[section].length, held: false, inducted: 0 };
+    samples[section] =
+      full || !sampleFrom || sampleSize === 0
+        ? []
+        : (await client.query<{ key: string }>(sampleFrom, [sampleAfter.get(section) ?? "", sampleSize])).rows.map(
+            (r) => r.key,
+          );
+    scope[section] = {
+      mode: full ? "full" : "incremental",
+      ranges,
+      sampled: samples[section].length,
+      held: false,
+      inducted: 0,
+    };
   }
 
   const args = (section: "likes" | "relations" | "comments", sample: string[] = []) => {
@@ -194,39 +259,61 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
   const report = { clean: false, scope } as PeriodicAuditReport;
   let baselines: KeyBaselines | null = null;
   const { rows: caught } = await client.query<{ caught_up: boolean }>(
-    "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)");
+    "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
+  );
   const projectionCaughtUp = caught[0]!.caught_up;
   report.relations = { invariants: {} as RelationAudit, projectionCaughtUp, projectionDiff: null };
   if (scope.likes.mode === "incremental") {
     // $5: the threshold of the hot keys audited by induction (key-baseline.ts).
-    const writeSideRow = await one<WriteSideAudit>(LIKE_WRITE_SIDE_INCREMENTAL_SQL, [...args("likes", samples.likes), threshold]);
-    const { countMismatchKeys, baselines: computed, droppedBaselines, inductedKeys, ...readRest } =
-      await one<ReadSideAudit & KeyBaselines & { countMismatchKeys: number; inductedKeys: number }>(LIKE_READ_SIDE_INCREMENTAL_SQL, [...args("likes", samples.likes), threshold]);
+    const writeSideRow = await one<WriteSideAudit>(LIKE_WRITE_SIDE_INCREMENTAL_SQL, [
+      ...args("likes", samples.likes),
+      threshold,
+    ]);
+    const {
+      countMismatchKeys,
+      baselines: computed,
+      droppedBaselines,
+      inductedKeys,
+      ...readRest
+    } = await one<ReadSideAudit & KeyBaselines & { countMismatchKeys: number; inductedKeys: number }>(
+      LIKE_READ_SIDE_INCREMENTAL_SQL,
+      [...args("likes", samples.likes), threshold],
+    );
     report.likes = { writeSide: writeSideRow, readSide: { ...readRest, countMismatchItems: countMismatchKeys } };
     scope.likes.inducted = inductedKeys;
     baselines = { baselines: computed, droppedBaselines };
   }
-  if (scope.comments.mode === "incremental") report.comments = await one<CounterAudit>(COMMENT_AUDIT_INCREMENTAL_SQL, args("comments", samples.comments));
+  if (scope.comments.mode === "incremental")
+    report.comments = await one<CounterAudit>(COMMENT_AUDIT_INCREMENTAL_SQL, args("comments", samples.comments));
   if (scope.relations.mode === "incremental") {
     for (const [name, sql] of Object.entries(RELATION_INVARIANTS_INCREMENTAL)) {
-      (report.relations.invariants as Record<string, number>)[name] = (await client.query<{ n: number }>(sql, bind(sql, args("relations")))).rows[0]!.n;
+      (report.relations.invariants as Record<string, number>)[name] = (
+        await client.query<{ n: number }>(sql, bind(sql, args("relations")))
+      ).rows[0]!.n;
     }
     if (projectionCaughtUp) {
       const diff = {} as Record<string, number>;
-      for (const [name, sql] of Object.entries(PROJECTION_DIFF_INCREMENTAL)) diff[name] = (await client.query<{ n: number }>(sql, bind(sql, args("relations", samples.relations)))).rows[0]!.n;
+      for (const [name, sql] of Object.entries(PROJECTION_DIFF_INCREMENTAL))
+        diff[name] = (
+          await client.query<{ n: number }>(sql, bind(sql, args("relations", samples.relations)))
+        ).rows[0]!.n;
       report.relations.projectionDiff = diff as ProjectionDiff;
     }
   }
   if (scope.notifications.mode === "incremental") {
     const n = scope.notifications.ranges;
-    report.notifications = await one<NotificationAudit>(NOTIFICATION_AUDIT_INCREMENTAL_SQL, (["likes", "relations", "comments"] as const)
-      .flatMap((o) => [n[o]!.parts, n[o]!.from, n[o]!.to]));
+    report.notifications = await one<NotificationAudit>(
+      NOTIFICATION_AUDIT_INCREMENTAL_SQL,
+      (["likes", "relations", "comments"] as const).flatMap((o) => [n[o]!.parts, n[o]!.from, n[o]!.to]),
+    );
   }
   if (scope.webhooks.mode === "incremental") {
     const b = scope.webhooks.ranges.blocks!;
     const webhooks = {} as Record<string, number>;
     for (const [name, sql] of Object.entries(WEBHOOK_INVARIANTS_INCREMENTAL)) {
-      webhooks[name] = (await client.query<{ n: number }>(sql, name === "blockSequenceViolations" ? [b.parts, b.from, b.to] : [])).rows[0]!.n;
+      webhooks[name] = (
+        await client.query<{ n: number }>(sql, name === "blockSequenceViolations" ? [b.parts, b.from, b.to] : [])
+      ).rows[0]!.n;
     }
     report.webhooks = webhooks as WebhookAudit;
   }
@@ -238,8 +325,16 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
  * the last key). The likes' key baselines move with their cursors, in the same transaction, and
  * only when the section was clean: a run that found drift stores no truth it computed.
  */
-async function storeCursors(pool: Pool, report: PeriodicAuditReport, samples: Record<Section, string[]>, sampleSize: number, baselines: KeyBaselines | null): Promise<void> {
-  const sections: string[] = [], parts: number[] = [], upto: number[] = [];
+async function storeCursors(
+  pool: Pool,
+  report: PeriodicAuditReport,
+  samples: Record<Section, string[]>,
+  sampleSize: number,
+  baselines: KeyBaselines | null,
+): Promise<void> {
+  const sections: string[] = [],
+    parts: number[] = [],
+    upto: number[] = [];
   for (const section of Object.keys(SECTIONS) as Section[]) {
     const scope = report.scope[section];
     if (scope.held) continue;
@@ -251,17 +346,24 @@ async function storeCursors(pool: Pool, report: PeriodicAuditReport, samples: Re
       });
     }
   }
-  const sampled = sampleSize === 0 ? [] : (Object.keys(SECTIONS) as Section[]).filter((s) => SECTIONS[s].sampleFrom && report.scope[s].mode === "incremental");
+  const sampled =
+    sampleSize === 0
+      ? []
+      : (Object.keys(SECTIONS) as Section[]).filter(
+          (s) => SECTIONS[s].sampleFrom && report.scope[s].mode === "incremental",
+        );
   await withTransaction(pool, async (client) => {
     await client.query(
       `INSERT INTO audit_cursor AS c (section, part, audited_upto)
        SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])
        ON CONFLICT (section, part) DO UPDATE SET audited_upto = greatest(c.audited_upto, EXCLUDED.audited_upto)`,
-      [sections, parts, upto]);
+      [sections, parts, upto],
+    );
     await client.query(
       `INSERT INTO audit_sample (section, after_key) SELECT * FROM unnest($1::text[], $2::text[])
        ON CONFLICT (section) DO UPDATE SET after_key = EXCLUDED.after_key`,
-      [sampled, sampled.map((s) => samples[s].length < sampleSize ? "" : samples[s].at(-1)!)]);
+      [sampled, sampled.map((s) => (samples[s].length < sampleSize ? "" : samples[s].at(-1)!))],
+    );
     if (baselines && report.scope.likes.mode === "incremental" && !report.scope.likes.held) {
       await storeKeyBaselines(client, "likes", report.scope.likes.ranges.likes!, baselines);
     }

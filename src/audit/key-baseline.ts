@@ -40,18 +40,26 @@ export interface KeyBaselines {
  * keys that fell below the threshold lose theirs.
  */
 export async function storeKeyBaselines(
-  client: PoolClient, section: string, range: { parts: number[]; from: number[]; to: number[] }, computed: KeyBaselines,
+  client: PoolClient,
+  section: string,
+  range: { parts: number[]; from: number[]; to: number[] },
+  computed: KeyBaselines,
 ): Promise<void> {
   await client.query(
     `UPDATE audit_key_baseline b SET upto = r.hi FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS r(part, lo, hi)
       WHERE b.section = $1 AND b.part = r.part AND b.upto = r.lo AND r.hi > r.lo`,
-    [section, range.parts, range.from, range.to]);
+    [section, range.parts, range.from, range.to],
+  );
   await client.query(
     `INSERT INTO audit_key_baseline AS b (section, key, part, truth, upto)
      SELECT $1, x.key, x.part, x.truth, r.hi
        FROM jsonb_to_recordset($2::jsonb) AS x(key text, part int, truth bigint)
        JOIN unnest($3::int[], $4::bigint[]) AS r(part, hi) ON r.part = x.part
      ON CONFLICT (section, key, part) DO UPDATE SET truth = EXCLUDED.truth, upto = EXCLUDED.upto WHERE b.upto <= EXCLUDED.upto`,
-    [section, JSON.stringify(computed.baselines), range.parts, range.to]);
-  await client.query("DELETE FROM audit_key_baseline WHERE section = $1 AND key = ANY ($2::text[])", [section, computed.droppedBaselines]);
+    [section, JSON.stringify(computed.baselines), range.parts, range.to],
+  );
+  await client.query("DELETE FROM audit_key_baseline WHERE section = $1 AND key = ANY ($2::text[])", [
+    section,
+    computed.droppedBaselines,
+  ]);
 }

@@ -26,7 +26,12 @@ export class CountFeeder {
     private readonly pool: Pool,
     private readonly store: CountStore,
     private readonly kind: CounterKind,
-    private readonly options: { hooks?: Hooks; metrics?: CacheMetrics; batchSize?: number; failures?: FailureSink } = {},
+    private readonly options: {
+      hooks?: Hooks;
+      metrics?: CacheMetrics;
+      batchSize?: number;
+      failures?: FailureSink;
+    } = {},
   ) {}
 
   /** One pass over every partition; returns the number of events handled. Throws when Redis is unreachable. */
@@ -50,12 +55,19 @@ export class CountFeeder {
     if (Object.keys(stored).length === 0) {
       // No cursor: Redis is new or was flushed, so it holds no counters either; every counter
       // will be backfilled from the facts on its first read. Start at the present.
-      await redis.hSet(cursorKey(this.kind.name), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+      await redis.hSet(
+        cursorKey(this.kind.name),
+        Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])),
+      );
       return 0;
     }
     const parts = positions.map((p) => p.part);
     const cursors = parts.map((p) => Number(stored[String(p)] ?? 0));
-    const { rows } = await this.pool.query<CountEvent>(this.kind.eventsSql, [parts, cursors, this.options.batchSize ?? 500]);
+    const { rows } = await this.pool.query<CountEvent>(this.kind.eventsSql, [
+      parts,
+      cursors,
+      this.options.batchSize ?? 500,
+    ]);
     const advanced = new Map<number, number>();
     try {
       for (const e of rows) {
@@ -74,7 +86,10 @@ export class CountFeeder {
       }
     } finally {
       if (advanced.size > 0) {
-        await redis.hSet(cursorKey(this.kind.name), Object.fromEntries([...advanced].map(([p, s]) => [String(p), String(s)])));
+        await redis.hSet(
+          cursorKey(this.kind.name),
+          Object.fromEntries([...advanced].map(([p, s]) => [String(p), String(s)])),
+        );
       }
     }
     return rows.length;
@@ -88,7 +103,13 @@ export class CountFeeder {
     } catch (err) {
       if (!(err instanceof MalformedCounterError)) throw err;
       await this.store.drop(this.kind.name, e.target);
-      this.options.failures?.failed({ kind: this.kind.name, step: "increment", target: e.target, error: err, dropped: true });
+      this.options.failures?.failed({
+        kind: this.kind.name,
+        step: "increment",
+        target: e.target,
+        error: err,
+        dropped: true,
+      });
       return false;
     }
   }

@@ -28,10 +28,12 @@ export const counterLogKey = (kind: string, target: string) => `${V}:log:${kind}
 export const clusterBaseKey = (kind: string, target: string) => `${V}:cnt:{${kind}:${target}}`;
 
 /** Cluster: bucket i of a counter (d, w<part>), a hash tag of its own, shared only with its log. */
-export const clusterBucketKey = (kind: string, target: string, bucket: number) => `${V}:bkt:{${kind}:${target}#${bucket}}`;
+export const clusterBucketKey = (kind: string, target: string, bucket: number) =>
+  `${V}:bkt:{${kind}:${target}#${bucket}}`;
 
 /** Cluster: bucket i's log, in the bucket's slot. */
-export const clusterBucketLogKey = (kind: string, target: string, bucket: number) => `${V}:log:{${kind}:${target}#${bucket}}`;
+export const clusterBucketLogKey = (kind: string, target: string, bucket: number) =>
+  `${V}:log:{${kind}:${target}#${bucket}}`;
 
 /** The feeder's cursor per partition: every event <= it has been through the hot path. */
 export const cursorKey = (kind: string) => `${V}:feed:${kind}`;

@@ -10,7 +10,14 @@ import { CountStore } from "./count-store.ts";
 import { COUNTER_KINDS } from "./counter-kinds.ts";
 import { failureSink, type LayerLog } from "./layer-failures.ts";
 import { Reconciler, type ReconcileReport } from "./reconciler.ts";
-import { EvictingRedisError, evictedKeys, openRedis, RedisUnreachableError, settlesWithin, type RedisClient } from "./redis-connection.ts";
+import {
+  EvictingRedisError,
+  evictedKeys,
+  openRedis,
+  RedisUnreachableError,
+  settlesWithin,
+  type RedisClient,
+} from "./redis-connection.ts";
 
 export interface CountLayerOptions {
   /** REDIS_URL (`redis+cluster://host:port,...` for a Redis Cluster); undefined: every read goes to PostgreSQL and nothing else here runs. */
@@ -65,14 +72,24 @@ export interface CountLayer {
 /** Some kinds of a feeder pass or a reconciliation failed; the others completed (and are in `reports`). */
 export class CountLayerRunError extends Error {
   readonly code = "COUNT_LAYER_RUN_FAILED";
-  constructor(what: string, readonly failures: { kind: string; error: unknown }[], readonly reports: ReconcileReport[] = []) {
-    super(`${what} failed for ${failures.map((f) => `${f.kind} (${f.error instanceof Error ? f.error.message : String(f.error)})`).join(", ")}`);
+  constructor(
+    what: string,
+    readonly failures: { kind: string; error: unknown }[],
+    readonly reports: ReconcileReport[] = [],
+  ) {
+    super(
+      `${what} failed for ${failures.map((f) => `${f.kind} (${f.error instanceof Error ? f.error.message : String(f.error)})`).join(", ")}`,
+    );
     this.name = "CountLayerRunError";
   }
 }
 
 /** Runs `each` for every kind in a row; one kind's failure never stops the kinds after it. */
-async function everyKind<T>(what: string, each: (kind: (typeof COUNTER_KINDS)[number]) => Promise<T>, reportsOf: (done: T[]) => ReconcileReport[] = () => []): Promise<T[]> {
+async function everyKind<T>(
+  what: string,
+  each: (kind: (typeof COUNTER_KINDS)[number]) => Promise<T>,
+  reportsOf: (done: T[]) => ReconcileReport[] = () => [],
+): Promise<T[]> {
   const done: T[] = [];
   const failures: { kind: string; error: unknown }[] = [];
   for (const kind of COUNTER_KINDS) {
@@ -89,8 +106,17 @@ async function everyKind<T>(what: string, each: (kind: (typeof COUNTER_KINDS)[nu
 export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}): Promise<CountLayer> {
   if (!options.redisUrl) {
     const metrics = options.registry ? new CacheMetrics(options.registry, undefined, pool) : undefined;
-    return { reader: new CountReader(pool, undefined, { metrics }), redis: undefined, reconciler: undefined, workers: [], hooks: options.hooks ?? new Hooks(), state: () => "off",
-      watchState: (listener) => listener("off", undefined), feed: async () => 0, reconcile: async () => [], close: async () => {},
+    return {
+      reader: new CountReader(pool, undefined, { metrics }),
+      redis: undefined,
+      reconciler: undefined,
+      workers: [],
+      hooks: options.hooks ?? new Hooks(),
+      state: () => "off",
+      watchState: (listener) => listener("off", undefined),
+      feed: async () => 0,
+      reconcile: async () => [],
+      close: async () => {},
     };
   }
   const opened = openRedis(options.redisUrl, { allowEviction: options.allowEviction });
@@ -108,7 +134,11 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     }
     // Connecting goes on in the background; an evicting Redis found then is refused for good.
     opened.ready.catch((err: unknown) => {
-      if (err instanceof EvictingRedisError) log("error", `count layer: Redis at ${opened.address} refused: ${err.message}; counts stay on PostgreSQL until restarted`);
+      if (err instanceof EvictingRedisError)
+        log(
+          "error",
+          `count layer: Redis at ${opened.address} refused: ${err.message}; counts stay on PostgreSQL until restarted`,
+        );
     });
   }
   const metrics = options.registry
@@ -118,12 +148,26 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
   const hooks = options.hooks ?? new Hooks();
   const store = new CountStore(redis, options.buckets ?? 16, { hooks });
   const reader = new CountReader(pool, store, { metrics, localTtlMs: options.localTtlMs, hooks, failures });
-  const reconciler = new Reconciler(pool, store, { hooks, metrics, onAlert: options.onAlert, failures, ...(options.pacing ? { pacing: options.pacing } : {}) });
-  const feeders = new Map(COUNTER_KINDS.map((kind) => [kind.name, new CountFeeder(pool, store, kind, { hooks, metrics, failures })]));
+  const reconciler = new Reconciler(pool, store, {
+    hooks,
+    metrics,
+    onAlert: options.onAlert,
+    failures,
+    ...(options.pacing ? { pacing: options.pacing } : {}),
+  });
+  const feeders = new Map(
+    COUNTER_KINDS.map((kind) => [kind.name, new CountFeeder(pool, store, kind, { hooks, metrics, failures })]),
+  );
   const interval = options.reconcileIntervalMs ?? 60_000;
   let nextReconcile = Date.now() + interval;
-  const feed = async () => (await everyKind("count feeder pass", (kind) => feeders.get(kind.name)!.pollOnce())).reduce((sum, n) => sum + n, 0);
-  const reconcile = () => everyKind("reconciliation", (kind) => reconciler.reconcile(kind), (reports) => reports);
+  const feed = async () =>
+    (await everyKind("count feeder pass", (kind) => feeders.get(kind.name)!.pollOnce())).reduce((sum, n) => sum + n, 0);
+  const reconcile = () =>
+    everyKind(
+      "reconciliation",
+      (kind) => reconciler.reconcile(kind),
+      (reports) => reports,
+    );
   const workers = [
     new PartitionWorker("count-feeder", feed),
     new PartitionWorker("count-reconciler", async () => {
@@ -135,7 +179,14 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
   ];
   const state = (): CountLayerState => (redis.isReady ? "up" : "degraded");
   return {
-    reader, redis, reconciler, workers, hooks, feed, reconcile, state,
+    reader,
+    redis,
+    reconciler,
+    workers,
+    hooks,
+    feed,
+    reconcile,
+    state,
     watchState(listener) {
       let reported: CountLayerState | undefined;
       const report = (now: CountLayerState, reason: string | undefined) => {

@@ -59,13 +59,21 @@ export class CountReader {
   }
 
   /** `database` is where the database path reads (a replica the API's read routing chose); the primary by default. */
-  async read(kind: CounterKind, target: string, options: { allowedLag: number; exact?: boolean }, database: Pool = this.pool): Promise<CountAnswer> {
+  async read(
+    kind: CounterKind,
+    target: string,
+    options: { allowedLag: number; exact?: boolean },
+    database: Pool = this.pool,
+  ): Promise<CountAnswer> {
     validateId("target", target);
     validateNonNegativeInteger("allowedLag", options.allowedLag);
     let degraded = false;
     if (this.store && !options.exact) {
       const cached = await this.readCached(kind, target).catch(() => undefined);
-      this.options.metrics?.cacheLookups.inc({ kind: kind.name, result: cached ? (cached.backfilled ? "miss" : "hit") : "fallback" });
+      this.options.metrics?.cacheLookups.inc({
+        kind: kind.name,
+        result: cached ? (cached.backfilled ? "miss" : "hit") : "fallback",
+      });
       if (cached) {
         this.options.metrics?.countReads.inc({ kind: kind.name, source: "cache" });
         return { source: "cache", count: cached.count, reconciledAgeMs: Math.max(0, Date.now() - cached.reconciledAt) };
@@ -102,7 +110,10 @@ export class CountReader {
       return undefined;
     });
     if (cached) return { ...cached, backfilled: false };
-    const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [[target], null]);
+    const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>(kind.truthSql, [
+      [target],
+      null,
+    ]);
     const row = rows[0]!;
     await (this.options.hooks ?? NO_HOOKS).at("cache.beforeBackfill", { kind: kind.name, target, truth: row.n });
     await store.install(kind.name, target, row.n, row.bound.map(Number), false);

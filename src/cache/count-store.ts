@@ -64,12 +64,16 @@ return 1`;
  * bounds (the new base absorbs them) and sum the ones above into `above`.
  */
 function settleLogLua(boundsAt: number, checkBounds = true): string {
-  return `${checkBounds ? `if exists then
+  return `${
+    checkBounds
+      ? `if exists then
   for p = ${boundsAt}, #ARGV do
     if hint(KEYS[1], 'w' .. (p - ${boundsAt})) > tonumber(ARGV[p]) then return {3, 0} end
   end
 end
-` : ""}local above, absorbed = 0, {}
+`
+      : ""
+  }local above, absorbed = 0, {}
 local log = redis.call('HGETALL', KEYS[2])
 for i = 1, #log, 2 do
   local field = log[i]
@@ -170,8 +174,7 @@ export interface CachedCount {
 }
 
 export type InstallOutcome =
-  | { status: "installed"; displayedSettled: number }
-  | { status: "created" | "absent" | "superseded" };
+  { status: "installed"; displayedSettled: number } | { status: "created" | "absent" | "superseded" };
 
 const OUTCOMES = ["installed", "created", "absent", "superseded"] as const;
 
@@ -182,22 +185,31 @@ const INSTALL_SHA = createHash("sha1").update(INSTALL_LUA, "utf8").digest("hex")
 
 /** An install script's {status, displayed} reply. */
 function installOutcome([status, displayed]: [number, number]): InstallOutcome {
-  return status === 0 ? { status: "installed", displayedSettled: displayed } : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };
+  return status === 0
+    ? { status: "installed", displayedSettled: displayed }
+    : { status: OUTCOMES[status]! as "created" | "absent" | "superseded" };
 }
 
 /** A field as read: absent is 0, anything but an integer is a malformed counter (never summed into a count as NaN). */
 function integerField(kind: string, target: string, field: string, value: string | null | undefined): number {
   if (value === null || value === undefined) return 0;
-  if (!/^-?\d+$/.test(value)) throw new MalformedCounterError(kind, target, `field ${field} holds ${JSON.stringify(value)}`);
+  if (!/^-?\d+$/.test(value))
+    throw new MalformedCounterError(kind, target, `field ${field} holds ${JSON.stringify(value)}`);
   return Number(value);
 }
 
 /** A count script refused a counter whose fields are not what this layer writes (COUNT_MALFORMED). */
 export class MalformedCounterError extends Error {
   readonly code = "COUNT_MALFORMED";
-  constructor(readonly kind: string, readonly target: string, reply: string) {
+  constructor(
+    readonly kind: string,
+    readonly target: string,
+    reply: string,
+  ) {
     // Redis appends where the script failed (" script: <sha>, on @user_script:<line>."): not the reader's business.
-    super(`the Redis counter of ${kind} ${JSON.stringify(target)} is malformed: ${reply.replace(/^COUNT_MALFORMED /, "").replace(/ script: \w+, on @user_script:\d+\.$/, "")}`);
+    super(
+      `the Redis counter of ${kind} ${JSON.stringify(target)} is malformed: ${reply.replace(/^COUNT_MALFORMED /, "").replace(/ script: \w+, on @user_script:\d+\.$/, "")}`,
+    );
     this.name = "MalformedCounterError";
   }
 }
@@ -209,7 +221,11 @@ export class MalformedCounterError extends Error {
 export class CountStore {
   private readonly hooks: Hooks;
 
-  constructor(readonly redis: RedisClient, readonly buckets: number, options: { hooks?: Hooks } = {}) {
+  constructor(
+    readonly redis: RedisClient,
+    readonly buckets: number,
+    options: { hooks?: Hooks } = {},
+  ) {
     this.hooks = options.hooks ?? new Hooks();
   }
 
@@ -243,14 +259,18 @@ export class CountStore {
       return;
     }
     await this.redis.sendCommand(["DEL", clusterBaseKey(kind, target)]);
-    await Promise.all(Array.from({ length: this.buckets }, (_, i) =>
-      this.redis.sendCommand(["DEL", clusterBucketKey(kind, target, i), clusterBucketLogKey(kind, target, i)])));
+    await Promise.all(
+      Array.from({ length: this.buckets }, (_, i) =>
+        this.redis.sendCommand(["DEL", clusterBucketKey(kind, target, i), clusterBucketLogKey(kind, target, i)]),
+      ),
+    );
   }
 
   /** A script's COUNT_MALFORMED refusal as a typed error; any other failure as it came. */
   private script<T>(kind: string, target: string, args: readonly string[]): Promise<T> {
     return this.redis.sendCommand<T>(args).catch((err: unknown) => {
-      if (err instanceof Error && err.message.startsWith("COUNT_MALFORMED")) throw new MalformedCounterError(kind, target, err.message);
+      if (err instanceof Error && err.message.startsWith("COUNT_MALFORMED"))
+        throw new MalformedCounterError(kind, target, err.message);
       throw err;
     });
   }
@@ -265,13 +285,30 @@ export class CountStore {
   }
 
   /** Applies one event's delta once (idempotent per part:seq); false when skipped. */
-  async increment(kind: string, target: string, part: number, seq: number, actor: string, delta: number): Promise<boolean> {
+  async increment(
+    kind: string,
+    target: string,
+    part: number,
+    seq: number,
+    actor: string,
+    delta: number,
+  ): Promise<boolean> {
     const bucket = this.bucketOf(actor);
-    const [key, log, field] = this.redis.topology === "cluster"
-      ? [clusterBucketKey(kind, target, bucket), clusterBucketLogKey(kind, target, bucket), "d"]
-      : [counterKey(kind, target), counterLogKey(kind, target), `b${bucket}`];
+    const [key, log, field] =
+      this.redis.topology === "cluster"
+        ? [clusterBucketKey(kind, target, bucket), clusterBucketLogKey(kind, target, bucket), "d"]
+        : [counterKey(kind, target), counterLogKey(kind, target), `b${bucket}`];
     const applied = await this.script<number>(kind, target, [
-      "EVAL", INCREMENT_LUA, "2", key, log, String(part), String(seq), field, String(delta), `${part}:${seq}`,
+      "EVAL",
+      INCREMENT_LUA,
+      "2",
+      key,
+      log,
+      String(part),
+      String(seq),
+      field,
+      String(delta),
+      `${part}:${seq}`,
     ]);
     return applied === 1;
   }
@@ -288,34 +325,63 @@ export class CountStore {
    * handle every reply before it (about 0.1-0.4 ms each on a loaded machine), so 500 at once
    * missed the deadline in the bench and opened the breaker.
    */
-  async installBatch(kind: string, entries: readonly { target: string; truth: number }[], bound: readonly number[], onlyExisting: boolean): Promise<PromiseSettledResult<InstallOutcome>[]> {
+  async installBatch(
+    kind: string,
+    entries: readonly { target: string; truth: number }[],
+    bound: readonly number[],
+    onlyExisting: boolean,
+  ): Promise<PromiseSettledResult<InstallOutcome>[]> {
     const out: PromiseSettledResult<InstallOutcome>[] = [];
     for (let i = 0; i < entries.length; i += PIPELINE_DEPTH) {
-      out.push(...await this.installSlice(kind, entries.slice(i, i + PIPELINE_DEPTH), bound, onlyExisting));
+      out.push(...(await this.installSlice(kind, entries.slice(i, i + PIPELINE_DEPTH), bound, onlyExisting)));
     }
     return out;
   }
 
-  private installSlice(kind: string, entries: readonly { target: string; truth: number }[], bound: readonly number[], onlyExisting: boolean): Promise<PromiseSettledResult<InstallOutcome>[]> {
+  private installSlice(
+    kind: string,
+    entries: readonly { target: string; truth: number }[],
+    bound: readonly number[],
+    onlyExisting: boolean,
+  ): Promise<PromiseSettledResult<InstallOutcome>[]> {
     if (this.redis.topology === "cluster") {
       return Promise.allSettled(entries.map((e) => this.installSplit(kind, e.target, e.truth, bound, onlyExisting)));
     }
     const now = String(Date.now());
     const tail = [String(this.buckets), onlyExisting ? "1" : "0", ...bound.map(String)];
-    const argsOf = (e: { target: string; truth: number }) => ["2", counterKey(kind, e.target), counterLogKey(kind, e.target), String(e.truth), now, ...tail];
-    return Promise.allSettled(entries.map(async (e) => {
-      const reply = await this.script<[number, number]>(kind, e.target, ["EVALSHA", INSTALL_SHA, ...argsOf(e)]).catch((err: unknown) => {
-        if (err instanceof Error && err.message.startsWith("NOSCRIPT")) return this.script<[number, number]>(kind, e.target, ["EVAL", INSTALL_LUA, ...argsOf(e)]);
-        throw err;
-      });
-      return installOutcome(reply);
-    }));
+    const argsOf = (e: { target: string; truth: number }) => [
+      "2",
+      counterKey(kind, e.target),
+      counterLogKey(kind, e.target),
+      String(e.truth),
+      now,
+      ...tail,
+    ];
+    return Promise.allSettled(
+      entries.map(async (e) => {
+        const reply = await this.script<[number, number]>(kind, e.target, ["EVALSHA", INSTALL_SHA, ...argsOf(e)]).catch(
+          (err: unknown) => {
+            if (err instanceof Error && err.message.startsWith("NOSCRIPT"))
+              return this.script<[number, number]>(kind, e.target, ["EVAL", INSTALL_LUA, ...argsOf(e)]);
+            throw err;
+          },
+        );
+        return installOutcome(reply);
+      }),
+    );
   }
 
   /** Installs truth as base for the events <= bound, keeping the live increments above it. */
-  install(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
+  install(
+    kind: string,
+    target: string,
+    truth: number,
+    bound: readonly number[],
+    onlyExisting: boolean,
+  ): Promise<InstallOutcome> {
     return this.redis.topology === "cluster"
-      ? this.installSplit(kind, target, truth, bound, onlyExisting) : this.installHash(kind, target, truth, bound, onlyExisting);
+      ? this.installSplit(kind, target, truth, bound, onlyExisting)
+      : this.installHash(kind, target, truth, bound, onlyExisting);
   }
 
   /** base and every bucket in one HMGET: one round trip. */
@@ -333,17 +399,37 @@ export class CountStore {
   private async readSplit(kind: string, target: string): Promise<CachedCount | undefined> {
     const [base, ...deltas] = await Promise.all([
       this.redis.sendCommand<(string | null)[]>(["HMGET", this.counterKey(kind, target), "base", "at"]),
-      ...Array.from({ length: this.buckets }, (_, i) => this.redis.sendCommand<string | null>(["HGET", this.bucketKey(kind, target, i), "d"])),
+      ...Array.from({ length: this.buckets }, (_, i) =>
+        this.redis.sendCommand<string | null>(["HGET", this.bucketKey(kind, target, i), "d"]),
+      ),
     ]);
     // A bucket missing next to a base (its node lost it) would hide its whole delta: absent, so backfilled.
-    if (base![0] === null || base![0] === undefined || deltas.some((d) => d === null || d === undefined)) return undefined;
-    const count = deltas.reduce((sum, d, i) => sum + integerField(kind, target, `#${i} d`, d), integerField(kind, target, "base", base![0]));
+    if (base![0] === null || base![0] === undefined || deltas.some((d) => d === null || d === undefined))
+      return undefined;
+    const count = deltas.reduce(
+      (sum, d, i) => sum + integerField(kind, target, `#${i} d`, d),
+      integerField(kind, target, "base", base![0]),
+    );
     return { count, reconciledAt: integerField(kind, target, "at", base![1]) };
   }
 
-  private async installHash(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
+  private async installHash(
+    kind: string,
+    target: string,
+    truth: number,
+    bound: readonly number[],
+    onlyExisting: boolean,
+  ): Promise<InstallOutcome> {
     const [status, displayed] = await this.script<[number, number]>(kind, target, [
-      "EVAL", INSTALL_LUA, "2", counterKey(kind, target), counterLogKey(kind, target), String(truth), String(Date.now()), String(this.buckets), onlyExisting ? "1" : "0",
+      "EVAL",
+      INSTALL_LUA,
+      "2",
+      counterKey(kind, target),
+      counterLogKey(kind, target),
+      String(truth),
+      String(Date.now()),
+      String(this.buckets),
+      onlyExisting ? "1" : "0",
       ...bound.map(String),
     ]);
     return installOutcome([status, displayed]);
@@ -355,16 +441,38 @@ export class CountStore {
    * a concurrent install with a newer boundary makes this one superseded at whichever step it
    * meets it (w never decreases), and an older one is refused the same way.
    */
-  private async installSplit(kind: string, target: string, truth: number, bound: readonly number[], onlyExisting: boolean): Promise<InstallOutcome> {
-    const frozen = await Promise.all(Array.from({ length: this.buckets }, (_, i) => {
-      return this.script<[number, number]>(kind, target, [
-        "EVAL", FREEZE_BUCKET_LUA, "2", clusterBucketKey(kind, target, i), clusterBucketLogKey(kind, target, i), onlyExisting ? "1" : "0", ...bound.map(String)]);
-    }));
+  private async installSplit(
+    kind: string,
+    target: string,
+    truth: number,
+    bound: readonly number[],
+    onlyExisting: boolean,
+  ): Promise<InstallOutcome> {
+    const frozen = await Promise.all(
+      Array.from({ length: this.buckets }, (_, i) => {
+        return this.script<[number, number]>(kind, target, [
+          "EVAL",
+          FREEZE_BUCKET_LUA,
+          "2",
+          clusterBucketKey(kind, target, i),
+          clusterBucketLogKey(kind, target, i),
+          onlyExisting ? "1" : "0",
+          ...bound.map(String),
+        ]);
+      }),
+    );
     if (frozen.some(([status]) => status === 3)) return { status: "superseded" };
     await this.hooks.at("cache.afterFreeze", { kind, target });
     const settled = frozen.reduce((sum, [, s]) => sum + Number(s), 0);
     const [status, displayed] = await this.script<[number, number]>(kind, target, [
-      "EVAL", INSTALL_BASE_LUA, "1", clusterBaseKey(kind, target), String(truth), String(settled), String(Date.now()), onlyExisting ? "1" : "0",
+      "EVAL",
+      INSTALL_BASE_LUA,
+      "1",
+      clusterBaseKey(kind, target),
+      String(truth),
+      String(settled),
+      String(Date.now()),
+      onlyExisting ? "1" : "0",
       ...bound.map(String),
     ]);
     return installOutcome([status, displayed]);

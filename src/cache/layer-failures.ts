@@ -40,22 +40,40 @@ export function failureSink(count: (kind: string, step: LayerStep) => void, log:
   return {
     failed(f) {
       count(f.kind, f.step);
-      const fields = { kind: f.kind, step: f.step, reason: reasonOf(f.error), ...(f.target !== undefined ? { target: f.target, dropped: f.dropped ?? false } : {}) };
+      const fields = {
+        kind: f.kind,
+        step: f.step,
+        reason: reasonOf(f.error),
+        ...(f.target !== undefined ? { target: f.target, dropped: f.dropped ?? false } : {}),
+      };
       if (f.target !== undefined) {
-        log("warn", `count layer: ${f.step} of ${f.kind} target ${JSON.stringify(f.target)} failed${f.dropped ? "; counter dropped, the next read backfills it from the facts" : ""}`, fields);
+        log(
+          "warn",
+          `count layer: ${f.step} of ${f.kind} target ${JSON.stringify(f.target)} failed${f.dropped ? "; counter dropped, the next read backfills it from the facts" : ""}`,
+          fields,
+        );
         return;
       }
       const key = `${f.kind}/${f.step}`;
       const inARow = (streaks.get(key) ?? 0) + 1;
       streaks.set(key, inARow);
-      if (inARow === 1) log("warn", `count layer: ${f.step} of ${f.kind} failed; retrying (every failure counts in ledger_count_layer_failures_total)`, fields);
+      if (inARow === 1)
+        log(
+          "warn",
+          `count layer: ${f.step} of ${f.kind} failed; retrying (every failure counts in ledger_count_layer_failures_total)`,
+          fields,
+        );
     },
     succeeded(kind, step) {
       const key = `${kind}/${step}`;
       const inARow = streaks.get(key);
       if (inARow === undefined) return;
       streaks.delete(key);
-      log("info", `count layer: ${step} of ${kind} works again after ${inARow} failed attempt(s)`, { kind, step, failed: inARow });
+      log("info", `count layer: ${step} of ${kind} works again after ${inARow} failed attempt(s)`, {
+        kind,
+        step,
+        failed: inARow,
+      });
     },
   };
 }

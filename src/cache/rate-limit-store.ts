@@ -32,8 +32,11 @@ interface InProcessStore {
   incr(key: string, callback: Callback, timeWindow: number, max: number): void;
   read(key: string, callback: Callback, timeWindow: number, max: number): void;
 }
-const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/LocalStore.js") as
-  new (continueExceeding?: boolean, exponentialBackoff?: boolean, cache?: number) => InProcessStore;
+const LocalStore = createRequire(import.meta.url)("@fastify/rate-limit/store/LocalStore.js") as new (
+  continueExceeding?: boolean,
+  exponentialBackoff?: boolean,
+  cache?: number,
+) => InProcessStore;
 
 /**
  * A @fastify/rate-limit store in the Redis of the count layer (node-redis; the plugin's own
@@ -67,10 +70,9 @@ export function redisRateLimitStore(redis: RedisClient) {
     }
 
     private run(script: string, key: string, args: string[], callback: Callback, inProcess: () => void): void {
-      redis.sendCommand<[number, number]>(["EVAL", script, "1", this.prefix + key, ...args]).then(
-        ([current, ttl]) => callback(null, { current, ttl }),
-        inProcess,
-      );
+      redis
+        .sendCommand<[number, number]>(["EVAL", script, "1", this.prefix + key, ...args])
+        .then(([current, ttl]) => callback(null, { current, ttl }), inProcess);
     }
   };
 }

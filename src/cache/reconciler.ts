@@ -33,11 +33,15 @@ export interface ReconcileReport {
 
 /** Installs a batch's truths at one boundary: one outcome per entry, in order (a failure is that entry's alone). */
 export type BatchInstall = (
-  store: CountStore, kind: string, entries: readonly { target: string; truth: number }[], bound: readonly number[],
+  store: CountStore,
+  kind: string,
+  entries: readonly { target: string; truth: number }[],
+  bound: readonly number[],
 ) => Promise<PromiseSettledResult<InstallOutcome>[]>;
 
 /** The reconciler's install: CountStore.installBatch, over counters that exist (a run creates none). */
-export const installBatch: BatchInstall = (store, kind, entries, bound) => store.installBatch(kind, entries, bound, true);
+export const installBatch: BatchInstall = (store, kind, entries, bound) =>
+  store.installBatch(kind, entries, bound, true);
 
 /** The default (and largest) batch: one truth statement and ten pipelined slices of installs. */
 export const DEFAULT_RECONCILE_BATCH = 500;
@@ -100,7 +104,8 @@ export class Reconciler {
     private readonly options: ReconcilerOptions = {},
   ) {
     const batchSize = options.batchSize ?? DEFAULT_RECONCILE_BATCH;
-    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new InvalidInputError("batchSize", `must be a positive integer, got ${batchSize}`);
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+      throw new InvalidInputError("batchSize", `must be a positive integer, got ${batchSize}`);
     this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, batchSize, Math.min(batchSize, MIN_PACED_RECONCILE_BATCH));
   }
 
@@ -126,25 +131,42 @@ export class Reconciler {
     // drift, so the boundary is the lower of the outbox position and the feeder's cursor.
     const bound = positions.map((p) => Math.min(p.last, Number(cursor[String(p.part)] ?? p.last)));
     const { rows: changed } = await this.pool.query<{ target: string }>(kind.changedSql, [
-      parts, parts.map((p) => Number(previous[String(p)] ?? 0)), bound,
+      parts,
+      parts.map((p) => Number(previous[String(p)] ?? 0)),
+      bound,
     ]);
     const report: ReconcileReport = { kind: kind.name, visited: changed.length, installed: 0, drifted: [], failed: [] };
     const install = this.options.install ?? installBatch;
     const truthStatement = { name: `reconcile-truth-${kind.name}`, text: kind.truthSql };
-    for (let i = 0; i < changed.length; ) {
+    for (let i = 0; i < changed.length;) {
       const size = this.pacer.size(kind.name);
       const targets = changed.slice(i, i + size).map((r) => r.target);
       i += targets.length;
       const t0 = performance.now();
-      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>({ ...truthStatement, values: [targets, bound] });
+      const { rows } = await this.pool.query<{ target: string; n: number; bound: string[] }>({
+        ...truthStatement,
+        values: [targets, bound],
+      });
       const readMs = performance.now() - t0;
       await hooks.at("reconcile.beforeInstall", { kind: kind.name, targets });
       const t1 = performance.now();
       // One statement gave every row the same boundary (its snapshot's), so the batch installs at rows[0]'s.
       const batchBound = rows[0]?.bound.map(Number) ?? [];
-      const outcomes = rows.length === 0 ? [] : await install(this.store, kind.name, rows.map((r) => ({ target: r.target, truth: r.n })), batchBound);
-      const failed = rows.flatMap((row, j) => outcomes[j]!.status === "rejected" ? [{ target: row.target, error: (outcomes[j] as PromiseRejectedResult).reason }] : []);
-      report.failed.push(...await Promise.all(failed.map((f) => this.dropFailed(kind.name, f.target, f.error))));
+      const outcomes =
+        rows.length === 0
+          ? []
+          : await install(
+              this.store,
+              kind.name,
+              rows.map((r) => ({ target: r.target, truth: r.n })),
+              batchBound,
+            );
+      const failed = rows.flatMap((row, j) =>
+        outcomes[j]!.status === "rejected"
+          ? [{ target: row.target, error: (outcomes[j] as PromiseRejectedResult).reason }]
+          : [],
+      );
+      report.failed.push(...(await Promise.all(failed.map((f) => this.dropFailed(kind.name, f.target, f.error)))));
       // The batch's own work (a test parked at the hook point is not its cost).
       const ms = readMs + performance.now() - t1;
       rows.forEach((row, j) => {
@@ -152,7 +174,8 @@ export class Reconciler {
         if (outcome.status !== "fulfilled" || outcome.value.status !== "installed") return;
         report.installed++;
         const drift = row.n - outcome.value.displayedSettled;
-        if (drift !== 0) report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.value.displayedSettled, drift });
+        if (drift !== 0)
+          report.drifted.push({ target: row.target, truth: row.n, displayed: outcome.value.displayedSettled, drift });
       });
       // A short batch (the last) says nothing about what a full one costs.
       this.pacer.record(kind.name, size, ms, targets.length === size);
@@ -163,7 +186,10 @@ export class Reconciler {
       await (restMs > 0 ? rest(restMs) : new Promise((resolve) => setImmediate(resolve)));
     }
     if (report.failed.every((f) => f.dropped)) {
-      await redis.hSet(reconciledKey(kind.name), Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])));
+      await redis.hSet(
+        reconciledKey(kind.name),
+        Object.fromEntries(parts.map((p, i) => [String(p), String(bound[i])])),
+      );
     }
     await recordDrift(this.pool, kind.name, "reconcile", report.drifted);
     this.options.metrics?.reconciledTargets.inc({ kind: kind.name }, report.installed);
@@ -174,20 +200,39 @@ export class Reconciler {
   }
 
   private async dropFailed(kind: string, target: string, err: unknown): Promise<FailedTarget> {
-    const dropped = await this.store.drop(kind, target).then(() => true, () => false);
+    const dropped = await this.store.drop(kind, target).then(
+      () => true,
+      () => false,
+    );
     this.options.failures?.failed({ kind, step: "install", target, error: err, dropped });
     return { target, reason: reasonOf(err), dropped };
   }
 }
 
 /** The database rebuild's drift in the same figures (count_drift_history, hence the histogram), whichever process ran it. */
-export function recordRebuildDrift(pool: Pool, drifted: readonly { itemId: string; oldN: number; newN: number }[]): Promise<void> {
-  return recordCounterRebuildDrift(pool, "likes", drifted.map((d) => ({ key: d.itemId, oldN: d.oldN, newN: d.newN })));
+export function recordRebuildDrift(
+  pool: Pool,
+  drifted: readonly { itemId: string; oldN: number; newN: number }[],
+): Promise<void> {
+  return recordCounterRebuildDrift(
+    pool,
+    "likes",
+    drifted.map((d) => ({ key: d.itemId, oldN: d.oldN, newN: d.newN })),
+  );
 }
 
 /** The same for any counter's rebuild (CounterRebuild reports its drifted keys). */
-export function recordCounterRebuildDrift(pool: Pool, kind: string, drifted: readonly { key: string; oldN: number; newN: number }[]): Promise<void> {
-  return recordDrift(pool, kind, "rebuild", drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })));
+export function recordCounterRebuildDrift(
+  pool: Pool,
+  kind: string,
+  drifted: readonly { key: string; oldN: number; newN: number }[],
+): Promise<void> {
+  return recordDrift(
+    pool,
+    kind,
+    "rebuild",
+    drifted.map((d) => ({ target: d.key, truth: d.newN, displayed: d.oldN, drift: d.newN - d.oldN })),
+  );
 }
 
 /**
@@ -195,7 +240,12 @@ export function recordCounterRebuildDrift(pool: Pool, kind: string, drifted: rea
  * every serving process is rebuilt from it at scrape (cache-metrics.ts), so a drift found by a
  * CLI process reaches the service's /metrics too.
  */
-export async function recordDrift(pool: Pool, kind: string, origin: string, drifted: readonly DriftRecord[]): Promise<void> {
+export async function recordDrift(
+  pool: Pool,
+  kind: string,
+  origin: string,
+  drifted: readonly DriftRecord[],
+): Promise<void> {
   if (drifted.length === 0) return;
   await pool.query(
     `INSERT INTO count_drift_history (kind, origin, target, truth, displayed)

@@ -3,8 +3,10 @@ import { createClient, createCluster } from "redis";
 /** Raised at start when Redis could evict count keys: a count must never silently shrink. */
 export class EvictingRedisError extends Error {
   constructor(readonly policy: string) {
-    super(`Redis maxmemory-policy is ${policy}: it may evict count keys and counts would silently shrink. ` +
-      "Set maxmemory-policy to noeviction or a volatile-* policy, or start with LEDGER_REDIS_ALLOW_EVICTION=1 to accept it.");
+    super(
+      `Redis maxmemory-policy is ${policy}: it may evict count keys and counts would silently shrink. ` +
+        "Set maxmemory-policy to noeviction or a volatile-* policy, or start with LEDGER_REDIS_ALLOW_EVICTION=1 to accept it.",
+    );
     this.name = "EvictingRedisError";
   }
 }
@@ -39,7 +41,11 @@ export class RedisUnavailableError extends Error {
 /** Redis did not become usable within the wait (connection refused, unreachable host, hung server). */
 export class RedisUnreachableError extends Error {
   readonly code = "REDIS_UNREACHABLE";
-  constructor(readonly address: string, readonly ms: number, reason: string | undefined) {
+  constructor(
+    readonly address: string,
+    readonly ms: number,
+    reason: string | undefined,
+  ) {
     super(`Redis at ${address} did not answer within ${ms} ms${reason ? ` (last error: ${reason})` : ""}`);
     this.name = "RedisUnreachableError";
   }
@@ -94,16 +100,22 @@ export function routingKey(args: readonly string[]): string | undefined {
 }
 
 /** `redis+cluster://[user:password@]host:port,host:port` (or `rediss+cluster://` for TLS): the seed nodes of a cluster. */
-export function parseClusterUrl(url: string): { tls: boolean; username?: string; password?: string; nodes: { host: string; port: number }[] } | undefined {
+export function parseClusterUrl(
+  url: string,
+): { tls: boolean; username?: string; password?: string; nodes: { host: string; port: number }[] } | undefined {
   const match = /^(rediss?)\+cluster:\/\/(?:([^@]*)@)?([^/?#]*)/.exec(url);
   if (!match) return undefined;
   const [, scheme, auth, hosts] = match;
-  const nodes = hosts!.split(",").filter((h) => h.length > 0).map((h) => {
-    const at = h.lastIndexOf(":");
-    const port = at < 0 ? 6379 : Number(h.slice(at + 1));
-    if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new RedisUrlError(`REDIS_URL: bad port in cluster node "${h}"`);
-    return { host: at < 0 ? h : h.slice(0, at), port };
-  });
+  const nodes = hosts!
+    .split(",")
+    .filter((h) => h.length > 0)
+    .map((h) => {
+      const at = h.lastIndexOf(":");
+      const port = at < 0 ? 6379 : Number(h.slice(at + 1));
+      if (!Number.isInteger(port) || port <= 0 || port > 65535)
+        throw new RedisUrlError(`REDIS_URL: bad port in cluster node "${h}"`);
+      return { host: at < 0 ? h : h.slice(0, at), port };
+    });
   if (nodes.length === 0) throw new RedisUrlError("REDIS_URL: a redis+cluster:// URL needs at least one host:port");
   let username: string | undefined;
   let password: string | undefined;
@@ -179,7 +191,12 @@ function singleNode(url: string, options: RedisOptions): Connectable {
  * connections are destroyed. A client that is not connected (still trying) is destroyed at once:
  * with the offline queue disabled nothing can be in flight, and close() would wait for the connect.
  */
-async function closeWithin(client: { readonly isOpen: boolean; readonly isReady: boolean; close(): Promise<unknown>; destroy(): unknown }): Promise<void> {
+async function closeWithin(client: {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  close(): Promise<unknown>;
+  destroy(): unknown;
+}): Promise<void> {
   if (!client.isOpen) return;
   if (!client.isReady) {
     try {
@@ -191,7 +208,10 @@ async function closeWithin(client: { readonly isOpen: boolean; readonly isReady:
   }
   let timer: NodeJS.Timeout | undefined;
   const closed = await Promise.race([
-    client.close().then(() => true, () => true),
+    client.close().then(
+      () => true,
+      () => true,
+    ),
     new Promise<false>((resolve) => (timer = setTimeout(resolve, 1000, false))),
   ]);
   clearTimeout(timer);
@@ -199,7 +219,11 @@ async function closeWithin(client: { readonly isOpen: boolean; readonly isReady:
 }
 
 function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options: RedisOptions): Connectable {
-  const socket = { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy, ...(seed.tls ? { tls: true as const } : {}) };
+  const socket = {
+    connectTimeout: options.connectTimeoutMs ?? 1000,
+    reconnectStrategy,
+    ...(seed.tls ? { tls: true as const } : {}),
+  };
   const client = createCluster({
     rootNodes: seed.nodes.map((n) => ({ socket: { ...socket, host: n.host, port: n.port } })),
     defaults: { disableOfflineQueue: true, username: seed.username, password: seed.password, socket },
@@ -211,8 +235,9 @@ function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options:
   });
   client.on("error", () => {});
   client.on("node-error", () => {});
-  const send = <T>(args: readonly string[]) => client.sendCommand(routingKey(args), false, args as string[]) as Promise<T>;
-  const masters = () => client.isReady ? client.masters : [];
+  const send = <T>(args: readonly string[]) =>
+    client.sendCommand(routingKey(args), false, args as string[]) as Promise<T>;
+  const masters = () => (client.isReady ? client.masters : []);
   const onEveryNode = <T>(args: readonly string[]) =>
     Promise.all(masters().map(async (m) => (await client.nodeClient(m)).sendCommand(args as string[]) as Promise<T>));
   const redis: RedisClient = {
@@ -236,7 +261,8 @@ function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options:
     redis,
     connect: async () => void (await client.connect()),
     watch: (listener) => {
-      for (const event of ["connect", "disconnect", "node-ready", "node-reconnecting", "node-disconnect"]) client.on(event, () => listener());
+      for (const event of ["connect", "disconnect", "node-ready", "node-reconnecting", "node-disconnect"])
+        client.on(event, () => listener());
       client.on("node-error", (err: Error) => listener(err));
     },
   };
@@ -278,14 +304,21 @@ export function openRedis(url: string, options: RedisOptions = {}): OpenedRedis 
   const { redis: unguarded, connect, watch } = seed ? cluster(seed, options) : singleNode(url, options);
   const timeoutMs = options.commandTimeoutMs ?? 200;
   const listeners: ((ready: boolean, reason: string | undefined) => void)[] = [];
-  const gate = { admitted: false, closed: false, lastError: undefined as string | undefined, reported: false, wake: () => {} };
+  const gate = {
+    admitted: false,
+    closed: false,
+    lastError: undefined as string | undefined,
+    reported: false,
+    wake: () => {},
+  };
   // Deferred: node-redis emits some events before its own isReady reflects them.
-  const changed = () => setImmediate(() => {
-    const now = redis.isReady;
-    if (now === gate.reported) return;
-    gate.reported = now;
-    for (const listener of listeners) listener(now, gate.lastError);
-  });
+  const changed = () =>
+    setImmediate(() => {
+      const now = redis.isReady;
+      if (now === gate.reported) return;
+      gate.reported = now;
+      for (const listener of listeners) listener(now, gate.lastError);
+    });
   const noted = (err?: unknown) => {
     if (err !== undefined) gate.lastError = err instanceof Error ? err.message : String(err);
     changed();
@@ -299,14 +332,15 @@ export function openRedis(url: string, options: RedisOptions = {}): OpenedRedis 
       gate.wake();
     },
   });
-  const pause = (ms: number) => new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    timer.unref();
-    gate.wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-  });
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      timer.unref();
+      gate.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
   const untilClosed = async <T>(attempt: () => Promise<T>): Promise<T> => {
     for (let backoff = 50; ; backoff = Math.min(backoff * 2, 1000)) {
       if (gate.closed) throw new RedisUnavailableError("the Redis client was closed before it connected");
@@ -332,14 +366,23 @@ export function openRedis(url: string, options: RedisOptions = {}): OpenedRedis 
     changed();
   })();
   ready.catch(() => {});
-  return { redis, ready, onChange: (listener) => void listeners.push(listener), lastError: () => gate.lastError, address: displayAddress(url, seed) };
+  return {
+    redis,
+    ready,
+    onChange: (listener) => void listeners.push(listener),
+    lastError: () => gate.lastError,
+    address: displayAddress(url, seed),
+  };
 }
 
 /** `promise`, or a RedisTimeoutError after `ms`. */
 async function withinMs<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new RedisTimeoutError(ms)), ms)))]);
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new RedisTimeoutError(ms)), ms))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -349,7 +392,10 @@ async function withinMs<T>(promise: Promise<T>, ms: number): Promise<T> {
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([promise.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)))]);
+    return await Promise.race([
+      promise.then(() => true),
+      new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -405,7 +451,8 @@ interface Gate {
 function withDeadline(inner: RedisClient, timeoutMs: number, gate: Gate): RedisClient {
   const guard = { answering: true, probing: false, retryAt: 0, backoffMs: 50 };
   const bounded = <T>(command: () => Promise<T>): Promise<T> => {
-    if (!gate.admitted()) return Promise.reject(new RedisUnavailableError("Redis is not connected yet (connecting in the background)"));
+    if (!gate.admitted())
+      return Promise.reject(new RedisUnavailableError("Redis is not connected yet (connecting in the background)"));
     let probe = false;
     if (!guard.answering) {
       if (guard.probing || Date.now() < guard.retryAt) return Promise.reject(new RedisUnavailableError());

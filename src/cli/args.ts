@@ -35,14 +35,16 @@ export function parsePartitions(raw: string): number[] {
   }
   const parts = fields.map(Number);
   const tooLarge = parts.find((p) => p >= MAX_PARTITIONS);
-  if (tooLarge !== undefined) throw new InvalidArgumentError(`partition ${tooLarge} is out of range (a ledger has at most ${MAX_PARTITIONS})`);
+  if (tooLarge !== undefined)
+    throw new InvalidArgumentError(`partition ${tooLarge} is out of range (a ledger has at most ${MAX_PARTITIONS})`);
   return [...new Set(parts)].sort((a, b) => a - b);
 }
 
 /** `--items a,b,c`: distinct item ids in the order given. */
 export function parseItems(raw: string): string[] {
   const fields = raw.split(",").map((f) => f.trim());
-  if (fields.some((f) => f === "")) throw new InvalidArgumentError("expected a comma-separated list of item ids such as item-1,item-2");
+  if (fields.some((f) => f === ""))
+    throw new InvalidArgumentError("expected a comma-separated list of item ids such as item-1,item-2");
   return [...new Set(fields.map((f) => idOrThrow("itemId", f)))];
 }
 
@@ -51,7 +53,8 @@ export function positiveInteger(name: string, max: number): (raw: string) => num
   return (raw) => {
     if (!/^\d+$/.test(raw.trim())) throw new InvalidArgumentError(`${name} must be a positive integer`);
     const value = Number(raw);
-    if (!Number.isSafeInteger(value) || value < 1 || value > max) throw new InvalidArgumentError(`${name} must be an integer in 1..${max}`);
+    if (!Number.isSafeInteger(value) || value < 1 || value > max)
+      throw new InvalidArgumentError(`${name} must be an integer in 1..${max}`);
     return value;
   };
 }
@@ -65,7 +68,8 @@ export function nonNegativeInteger(name: string, max: number): (raw: string) => 
   return (raw) => {
     if (!/^\d+$/.test(raw.trim())) throw new InvalidArgumentError(`${name} must be a non-negative integer`);
     const value = Number(raw);
-    if (!Number.isSafeInteger(value) || value > max) throw new InvalidArgumentError(`${name} must be an integer in 0..${max}`);
+    if (!Number.isSafeInteger(value) || value > max)
+      throw new InvalidArgumentError(`${name} must be an integer in 0..${max}`);
     return value;
   };
 }

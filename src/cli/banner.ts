@@ -7,7 +7,11 @@ import type { Service } from "../runtime/service.ts";
  * What `npm start` and `social-ledger serve` print once the API listens. With an identity
  * provider (`jwks`), tokens come from it: `social-ledger token` would only say it cannot mint.
  */
-export function serviceBanner(service: Pick<Service, "address" | "database" | "workers" | "metricsAddress">, jwks?: Config["jwks"], startup?: { ms: number; compiled: boolean }): string {
+export function serviceBanner(
+  service: Pick<Service, "address" | "database" | "workers" | "metricsAddress">,
+  jwks?: Config["jwks"],
+  startup?: { ms: number; compiled: boolean },
+): string {
   const { address, database } = service;
   const token = jwks
     ? `  tokens:    from the identity provider ${jwks.issuer} (aud ${jwks.audience.join(", ")}; keys: ${jwks.url})\n`
@@ -20,7 +24,9 @@ export function serviceBanner(service: Pick<Service, "address" | "database" | "w
     `  consumers: ${service.workers.length > 0 ? "like counter, follower projector, comment counter and notifications in this process" : "none in this process (run `social-ledger worker`)"}\n` +
     (service.metricsAddress ? `  metrics:   ${service.metricsAddress}\n` : "") +
     token +
-    (startup ? `  started:   in ${(startup.ms / 1000).toFixed(1)} s, ${startup.compiled ? "compiled JavaScript (npm run build)" : "TypeScript sources through tsx (production: npm run build, npm run start:prod)"}\n` : "")
+    (startup
+      ? `  started:   in ${(startup.ms / 1000).toFixed(1)} s, ${startup.compiled ? "compiled JavaScript (npm run build)" : "TypeScript sources through tsx (production: npm run build, npm run start:prod)"}\n`
+      : "")
   );
 }
 

@@ -9,7 +9,10 @@ export class CommentNotFoundError extends LedgerError {
 /** Editing another account's comment, or deleting it without being its author or the post's author. */
 export class NotCommentAuthorError extends LedgerError {
   constructor(action: string) {
-    super("NOT_COMMENT_AUTHOR", `only the comment's author${action === "delete" ? " or the post's author" : ""} may ${action} it`);
+    super(
+      "NOT_COMMENT_AUTHOR",
+      `only the comment's author${action === "delete" ? " or the post's author" : ""} may ${action} it`,
+    );
   }
 }
 

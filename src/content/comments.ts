@@ -10,7 +10,12 @@ import { PostNotFoundError } from "./post-errors.ts";
 import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
 import { READ_MODES, type ReadMode } from "./post-types.ts";
 import { validateText } from "../text.ts";
-import { CommentDeletedError, CommentNotFoundError, IdempotencyKeyReusedError, NotCommentAuthorError } from "./comment-errors.ts";
+import {
+  CommentDeletedError,
+  CommentNotFoundError,
+  IdempotencyKeyReusedError,
+  NotCommentAuthorError,
+} from "./comment-errors.ts";
 
 export const MAX_COMMENT_LENGTH = 10_000;
 /** Depth of a top-level comment is 0; a reply deeper than this is refused (the table's CHECK says the same). */
@@ -61,14 +66,23 @@ interface CommentRow {
   idempotency_key: string | null;
 }
 
-const COMMENT_COLUMNS = "c.comment_id, c.post_id, c.parent_id, c.depth, c.author, c.body, c.deleted_at, c.edit_count, c.created_at, c.edited_at, c.idempotency_key";
+const COMMENT_COLUMNS =
+  "c.comment_id, c.post_id, c.parent_id, c.depth, c.author, c.body, c.deleted_at, c.edit_count, c.created_at, c.edited_at, c.idempotency_key";
 
 function toComment(r: CommentRow): Comment {
   const deleted = r.deleted_at !== null;
   return {
-    id: r.comment_id, postId: r.post_id, parentId: r.parent_id, depth: r.depth,
-    author: deleted ? null : r.author, body: deleted ? null : r.body, deleted,
-    editCount: r.edit_count, createdAt: r.created_at, editedAt: r.edited_at, replyCount: r.reply_count ?? 0,
+    id: r.comment_id,
+    postId: r.post_id,
+    parentId: r.parent_id,
+    depth: r.depth,
+    author: deleted ? null : r.author,
+    body: deleted ? null : r.body,
+    deleted,
+    editCount: r.edit_count,
+    createdAt: r.created_at,
+    editedAt: r.edited_at,
+    replyCount: r.reply_count ?? 0,
   };
 }
 
@@ -124,7 +138,12 @@ export class CommentService {
    * visibility is checked in the truth, and its seq is inside the comment's acl_token.
    * A retried create with the same idempotency key returns the first comment, created: false.
    */
-  async create(author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string; ensureAuthor?: boolean } = {}): Promise<Comment & { created: boolean }> {
+  async create(
+    author: string,
+    postId: string,
+    body: string,
+    options: { parentId?: string; idempotencyKey?: string; ensureAuthor?: boolean } = {},
+  ): Promise<Comment & { created: boolean }> {
     validateId("author", author);
     validateId("postId", postId);
     validateBody(body);
@@ -138,7 +157,10 @@ export class CommentService {
       const post = await readPost(client, postId);
       // The API's token users comment without creating an account first; rolled back with a failed create.
       if (options.ensureAuthor) await client.query(ENSURE_ACCOUNT_SQL, [author]);
-      const { rows: token } = await client.query<{ last: number }>("SELECT last FROM event_seq WHERE part = $1 FOR SHARE", [post.part]);
+      const { rows: token } = await client.query<{ last: number }>(
+        "SELECT last FROM event_seq WHERE part = $1 FOR SHARE",
+        [post.part],
+      );
       const aclToken = token[0]!.last;
       await this.hooks.at("comment.afterToken", { author, postId, aclToken, pid: backendPid(client) });
       if (!(await mayReadInTruth(client, author, post))) throw new PostNotFoundError(postId);
@@ -149,7 +171,17 @@ export class CommentService {
          SELECT g.id, $1, $2, $3, coalesce($4, g.id), $5, $6, $7, $8, $9, 1 FROM (SELECT gen_random_uuid()::text AS id) g
          ON CONFLICT (author, idempotency_key) DO NOTHING
          RETURNING ${COMMENT_COLUMNS}, 0 AS reply_count, comment_counted(c.deleted_at) AS counted`,
-        [postId, author, options.parentId ?? null, parent?.root_id ?? null, parent ? parent.depth + 1 : 0, body, part, aclToken, options.idempotencyKey ?? null],
+        [
+          postId,
+          author,
+          options.parentId ?? null,
+          parent?.root_id ?? null,
+          parent ? parent.depth + 1 : 0,
+          body,
+          part,
+          aclToken,
+          options.idempotencyKey ?? null,
+        ],
       );
       const row = inserted[0];
       if (!row) return { ...(await this.readRetried(client, author, postId, body, options)), created: false };
@@ -199,7 +231,8 @@ export class CommentService {
         [commentId, caller],
       );
       const updated = rows[0]!;
-      if (updated.delta !== 0) await this.writeEvent(client, updated.part, commentId, updated.post_id, updated.delta, updated.version);
+      if (updated.delta !== 0)
+        await this.writeEvent(client, updated.part, commentId, updated.post_id, updated.delta, updated.version);
       return { outcome: updated.delta !== 0 ? "CHANGED" : "NOOP", comment: toComment(updated) };
     });
   }
@@ -217,23 +250,39 @@ export class CommentService {
   }
 
   /** Top-level comments of a post as `reader` may see them, each with its reply count (keyset on created_at, id). */
-  async listTopLevel(reader: string | null, postId: string, options: { order?: CommentOrder; limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
+  async listTopLevel(
+    reader: string | null,
+    postId: string,
+    options: { order?: CommentOrder; limit?: number; cursor?: string; mode?: ReadMode } = {},
+  ): Promise<CommentPage> {
     validateId("postId", postId);
     const order = options.order ?? "newest";
-    if (order !== "newest" && order !== "oldest") throw new InvalidInputError("order", `must be newest or oldest, got ${JSON.stringify(order)}`);
+    if (order !== "newest" && order !== "oldest")
+      throw new InvalidInputError("order", `must be newest or oldest, got ${JSON.stringify(order)}`);
     return this.list(reader, "c.post_id = $1 AND c.parent_id IS NULL", postId, order, options);
   }
 
   /** Direct replies of a comment, oldest first. */
-  async listReplies(reader: string | null, commentId: string, options: { limit?: number; cursor?: string; mode?: ReadMode } = {}): Promise<CommentPage> {
+  async listReplies(
+    reader: string | null,
+    commentId: string,
+    options: { limit?: number; cursor?: string; mode?: ReadMode } = {},
+  ): Promise<CommentPage> {
     validateId("commentId", commentId);
     return this.list(reader, "c.parent_id = $1", commentId, "oldest", options);
   }
 
-  private async list(reader: string | null, where: string, anchor: string, order: CommentOrder, options: { limit?: number; cursor?: string; mode?: ReadMode }): Promise<CommentPage> {
+  private async list(
+    reader: string | null,
+    where: string,
+    anchor: string,
+    order: CommentOrder,
+    options: { limit?: number; cursor?: string; mode?: ReadMode },
+  ): Promise<CommentPage> {
     if (reader !== null) validateId("reader", reader);
     const mode = options.mode ?? "TRUTH";
-    if (!READ_MODES.includes(mode)) throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
+    if (!READ_MODES.includes(mode))
+      throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
     const limit = validateLimit(options.limit);
     const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
     const [cmp, dir] = order === "newest" ? ["<", "DESC"] : [">", "ASC"];
@@ -261,8 +310,20 @@ export class CommentService {
    * limit. A parent the writer may not see is the same 404 as an unknown id, wherever it is; only
    * a comment they may see (item_state) is "on another post".
    */
-  private async readParent(client: PoolClient, author: string, postId: string, parentId: string): Promise<{ root_id: string; depth: number }> {
-    const { rows } = await client.query<{ post_id: string; root_id: string; depth: number; deleted_at: Date | null; visible: boolean; visible_elsewhere: boolean }>(
+  private async readParent(
+    client: PoolClient,
+    author: string,
+    postId: string,
+    parentId: string,
+  ): Promise<{ root_id: string; depth: number }> {
+    const { rows } = await client.query<{
+      post_id: string;
+      root_id: string;
+      depth: number;
+      deleted_at: Date | null;
+      visible: boolean;
+      visible_elsewhere: boolean;
+    }>(
       `SELECT c.post_id, c.root_id, c.depth, c.deleted_at,
               NOT EXISTS (SELECT 1 FROM block b WHERE (b.blocker = $2 AND b.blocked = c.author) OR (b.blocker = c.author AND b.blocked = $2)) AS visible,
               c.post_id <> $3 AND item_state($2, c.comment_id, 'TRUTH') = 'VISIBLE' AS visible_elsewhere
@@ -270,15 +331,23 @@ export class CommentService {
       [parentId, author, postId],
     );
     const parent = rows[0];
-    if (!parent || (parent.post_id === postId ? !parent.visible : !parent.visible_elsewhere)) throw new CommentNotFoundError(parentId);
+    if (!parent || (parent.post_id === postId ? !parent.visible : !parent.visible_elsewhere))
+      throw new CommentNotFoundError(parentId);
     if (parent.post_id !== postId) throw new InvalidInputError("parentId", "is a comment on another post");
     if (parent.deleted_at !== null) throw new CommentDeletedError(parentId);
-    if (parent.depth + 1 > MAX_COMMENT_DEPTH) throw new InvalidInputError("parentId", `replies may nest at most ${MAX_COMMENT_DEPTH} levels deep`);
+    if (parent.depth + 1 > MAX_COMMENT_DEPTH)
+      throw new InvalidInputError("parentId", `replies may nest at most ${MAX_COMMENT_DEPTH} levels deep`);
     return { root_id: parent.root_id, depth: parent.depth };
   }
 
   /** The comment a retried create made first; the retry must ask for the same comment. */
-  private async readRetried(client: PoolClient, author: string, postId: string, body: string, options: { parentId?: string; idempotencyKey?: string }): Promise<Comment> {
+  private async readRetried(
+    client: PoolClient,
+    author: string,
+    postId: string,
+    body: string,
+    options: { parentId?: string; idempotencyKey?: string },
+  ): Promise<Comment> {
     const { rows } = await client.query<CommentRow>(
       `SELECT ${COMMENT_COLUMNS}, (SELECT count(*) FROM counted_comment r WHERE r.parent_id = c.comment_id)::int AS reply_count
          FROM comment c WHERE c.author = $1 AND c.idempotency_key = $2`,
@@ -286,7 +355,11 @@ export class CommentService {
     );
     const first = rows[0]!;
     const firstBody = first.body;
-    if (first.post_id !== postId || first.parent_id !== (options.parentId ?? null) || (firstBody !== null && firstBody !== body)) {
+    if (
+      first.post_id !== postId ||
+      first.parent_id !== (options.parentId ?? null) ||
+      (firstBody !== null && firstBody !== body)
+    ) {
       throw new IdempotencyKeyReusedError();
     }
     return toComment(first);
@@ -296,7 +369,11 @@ export class CommentService {
    * The comment locked FOR UPDATE with its post, if `caller` may see it (else the same 404 as
    * missing). A comment of a deleted post is gone with the post, as for every read.
    */
-  private async lockVisible(client: PoolClient, caller: string, commentId: string): Promise<{ row: CommentRow; post: PostRow }> {
+  private async lockVisible(
+    client: PoolClient,
+    caller: string,
+    commentId: string,
+  ): Promise<{ row: CommentRow; post: PostRow }> {
     const { rows } = await client.query<CommentRow & PostRow & { post_author: string }>(
       `SELECT ${COMMENT_COLUMNS}, 0 AS reply_count, p.author AS post_author, p.visibility, p.part
          FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.comment_id = $1 AND p.deleted_at IS NULL FOR UPDATE OF c`,
@@ -309,7 +386,14 @@ export class CommentService {
     return { row: r, post };
   }
 
-  private async writeEvent(client: PoolClient, part: number, commentId: string, postId: string, delta: number, version: number): Promise<void> {
+  private async writeEvent(
+    client: PoolClient,
+    part: number,
+    commentId: string,
+    postId: string,
+    delta: number,
+    version: number,
+  ): Promise<void> {
     await client.query(
       `WITH s AS (UPDATE comment_seq SET last = last + 1 WHERE part = $1 RETURNING last)
        INSERT INTO comment_outbox (part, seq, comment_id, post_id, delta, version) SELECT $1, s.last, $2, $3, $4, $5 FROM s`,
@@ -325,7 +409,10 @@ function validateBody(body: unknown): void {
 
 async function readPost(client: PoolClient, postId: string): Promise<PostRow> {
   // A deleted post (a tombstone: its body erased, its row kept) is gone for comments as for every other read.
-  const { rows } = await client.query<PostRow>("SELECT author, visibility, part FROM post WHERE post_id = $1 AND deleted_at IS NULL", [postId]);
+  const { rows } = await client.query<PostRow>(
+    "SELECT author, visibility, part FROM post WHERE post_id = $1 AND deleted_at IS NULL",
+    [postId],
+  );
   if (!rows[0]) throw new PostNotFoundError(postId);
   return rows[0];
 }

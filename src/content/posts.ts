@@ -42,14 +42,27 @@ export class PostService {
   ) {}
 
   static async open(pool: Pool, options: { hooks?: Hooks; tokenRead?: TokenRead } = {}): Promise<PostService> {
-    return new PostService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), options.tokenRead ?? "share");
+    return new PostService(
+      pool,
+      await readPartitions(pool),
+      options.hooks ?? new Hooks(),
+      options.tokenRead ?? "share",
+    );
   }
 
   /** `ensureAuthor`: create the author's account (public, defaults) in the same transaction when it does not exist (the API's token users). */
-  async createPost(author: string, visibility: Visibility, body: string, options: { ensureAuthor?: boolean } = {}): Promise<Post> {
+  async createPost(
+    author: string,
+    visibility: Visibility,
+    body: string,
+    options: { ensureAuthor?: boolean } = {},
+  ): Promise<Post> {
     validateId("author", author);
     if (!VISIBILITIES.includes(visibility)) {
-      throw new InvalidInputError("visibility", `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`);
+      throw new InvalidInputError(
+        "visibility",
+        `must be one of ${VISIBILITIES.join(", ")}, got ${JSON.stringify(visibility)}`,
+      );
     }
     validateText("body", body, MAX_BODY_LENGTH);
     // As a comment's: a post of nothing but whitespace says nothing (docs/api.md).
@@ -60,7 +73,9 @@ export class PostService {
         if (options.ensureAuthor) await client.query(ENSURE_ACCOUNT_SQL, [author]);
         const lock = this.tokenRead === "share" ? " FOR SHARE" : "";
         await this.hooks.at("post.beforeToken", { author, pid: backendPid(client) });
-        const { rows } = await client.query<{ last: number }>(`SELECT last FROM event_seq WHERE part = $1${lock}`, [part]);
+        const { rows } = await client.query<{ last: number }>(`SELECT last FROM event_seq WHERE part = $1${lock}`, [
+          part,
+        ]);
         const aclToken = rows[0]!.last;
         await this.hooks.at("post.afterToken", { author, aclToken });
         const { rows: ids } = await client.query<{ id: string }>("SELECT gen_random_uuid()::text AS id");
@@ -74,7 +89,8 @@ export class PostService {
         return { postId, author, visibility, body, part, aclToken, createdAt: inserted.rows[0]!.created_at };
       });
     } catch (err) {
-      if (err instanceof ForeignKeyViolationError && err.constraint === "post_author_fkey") throw new AccountNotFoundError(author);
+      if (err instanceof ForeignKeyViolationError && err.constraint === "post_author_fkey")
+        throw new AccountNotFoundError(author);
       throw err;
     }
   }
@@ -110,7 +126,8 @@ export class PostService {
    */
   async canRead(reader: string, postId: string, mode: ReadMode): Promise<ReadDecision> {
     validateId("reader", reader);
-    if (!READ_MODES.includes(mode)) throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
+    if (!READ_MODES.includes(mode))
+      throw new InvalidInputError("mode", `must be one of ${READ_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
     const post = await this.getPost(postId);
     if (reader === post.author) return { allowed: true, source: "author" };
     if (post.visibility === "SELF") return { allowed: false, source: "truth" };
@@ -130,7 +147,8 @@ export class PostService {
         );
         const { applied_upto: watermark, last } = rows[0]!;
         const token = mode === "CONTENT_TOKEN" ? post.aclToken : last;
-        if (watermark >= token) return { allowed: await followsInProjection(this.pool, reader, post.author), source: "projection" };
+        if (watermark >= token)
+          return { allowed: await followsInProjection(this.pool, reader, post.author), source: "projection" };
         return { allowed: await followsInTruth(this.pool, reader, post.author), source: "fallback-truth" };
       }
     }
@@ -143,12 +161,30 @@ export class PostService {
  */
 export async function readLivePost(db: Pool | PoolClient, postId: string): Promise<Post | undefined> {
   validateId("postId", postId);
-  const { rows } = await db.query<{ post_id: string; author: string; visibility: Visibility; body: string; part: number; acl_token: number; created_at: Date }>(
+  const { rows } = await db.query<{
+    post_id: string;
+    author: string;
+    visibility: Visibility;
+    body: string;
+    part: number;
+    acl_token: number;
+    created_at: Date;
+  }>(
     "SELECT post_id, author, visibility, body, part, acl_token, created_at FROM post WHERE post_id = $1 AND deleted_at IS NULL",
     [postId],
   );
   const r = rows[0];
-  return r && { postId: r.post_id, author: r.author, visibility: r.visibility, body: r.body, part: r.part, aclToken: r.acl_token, createdAt: r.created_at };
+  return (
+    r && {
+      postId: r.post_id,
+      author: r.author,
+      visibility: r.visibility,
+      body: r.body,
+      part: r.part,
+      aclToken: r.acl_token,
+      createdAt: r.created_at,
+    }
+  );
 }
 
 /** ACTIVE in the relation table; a block always leaves the relation REMOVED (invariant 3). */

@@ -55,20 +55,31 @@ export async function auditCounter(pool: Pool, spec: CounterSpec): Promise<Count
   const { rows } = await pool.query<Record<string, number>>(counterAuditSql(spec));
   const r = rows[0]!;
   return {
-    lag: r.lag!, seqGapPartitions: r.seq_gap_partitions!, deltaSumMismatchKeys: r.delta_sum_mismatch_keys!,
-    boundViolations: r.bound_violations!, countMismatchKeys: r.count_mismatch_keys!, negativeCounts: r.negative_counts!,
+    lag: r.lag!,
+    seqGapPartitions: r.seq_gap_partitions!,
+    deltaSumMismatchKeys: r.delta_sum_mismatch_keys!,
+    boundViolations: r.bound_violations!,
+    countMismatchKeys: r.count_mismatch_keys!,
+    negativeCounts: r.negative_counts!,
   };
 }
 
 /** Clean: no gap, deltas match the facts, every count within its bound, no negative count (and exact when lag is 0). */
 export function counterAuditClean(a: CounterAudit): boolean {
-  return a.seqGapPartitions === 0 && a.deltaSumMismatchKeys === 0 && a.boundViolations === 0 && a.negativeCounts === 0 &&
-    (a.lag > 0 || a.countMismatchKeys === 0);
+  return (
+    a.seqGapPartitions === 0 &&
+    a.deltaSumMismatchKeys === 0 &&
+    a.boundViolations === 0 &&
+    a.negativeCounts === 0 &&
+    (a.lag > 0 || a.countMismatchKeys === 0)
+  );
 }
 
 export function formatCounterAudit(kind: string, a: CounterAudit): string {
-  return `${kind}: lag=${a.lag} seq_gap_partitions=${a.seqGapPartitions} delta_sum_mismatch_keys=${a.deltaSumMismatchKeys} ` +
-    `bound_violations=${a.boundViolations} count_mismatch_keys=${a.countMismatchKeys} negative_counts=${a.negativeCounts}`;
+  return (
+    `${kind}: lag=${a.lag} seq_gap_partitions=${a.seqGapPartitions} delta_sum_mismatch_keys=${a.deltaSumMismatchKeys} ` +
+    `bound_violations=${a.boundViolations} count_mismatch_keys=${a.countMismatchKeys} negative_counts=${a.negativeCounts}`
+  );
 }
 
 /**
@@ -130,9 +141,15 @@ export async function readCounterSide(pool: Pool, spec: CounterSpec): Promise<Co
   const { rows } = await pool.query(counterReadSideSql(spec));
   const r = rows[0] as Record<string, number> & { unprocessed_over_lag: boolean };
   return {
-    lastSeq: r.last_seq!, watermark: r.watermark!, lag: r.lag!, unprocessed: r.unprocessed!,
-    countMismatchKeys: r.count_mismatch_keys!, maxAbsErr: r.max_abs_err!, exactViolations: r.exact_violations!,
-    boundViolations: r.bound_violations!, unprocessedOverLag: r.unprocessed_over_lag,
+    lastSeq: r.last_seq!,
+    watermark: r.watermark!,
+    lag: r.lag!,
+    unprocessed: r.unprocessed!,
+    countMismatchKeys: r.count_mismatch_keys!,
+    maxAbsErr: r.max_abs_err!,
+    exactViolations: r.exact_violations!,
+    boundViolations: r.bound_violations!,
+    unprocessedOverLag: r.unprocessed_over_lag,
   };
 }
 

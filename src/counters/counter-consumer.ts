@@ -73,10 +73,12 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
       FROM fresh`;
   return async (client, part, events) => {
     const distinct = [...new Map(events.map((e) => [e.seq, e])).values()];
-    const { rows } = await client.query<{ applied: number; covered: number }>(
-      sql,
-      [part, distinct.map((e) => e.seq), distinct.map((e) => e.key), distinct.map((e) => e.delta)],
-    );
+    const { rows } = await client.query<{ applied: number; covered: number }>(sql, [
+      part,
+      distinct.map((e) => e.seq),
+      distinct.map((e) => e.key),
+      distinct.map((e) => e.delta),
+    ]);
     const { applied, covered } = rows[0]!;
     return { applied, covered, dup: events.length - applied - covered };
   };
@@ -95,7 +97,13 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
 export class CounterConsumer {
   private readonly hooks: Hooks;
   private readonly apply: CounterApply;
-  private readonly sql: { fetchPending: string; fetchRange: string; fetchSeqs: string; createRows: string; lockRows: string };
+  private readonly sql: {
+    fetchPending: string;
+    fetchRange: string;
+    fetchSeqs: string;
+    createRows: string;
+    lockRows: string;
+  };
 
   constructor(
     private readonly pool: Pool,
@@ -133,18 +141,24 @@ export class CounterConsumer {
    */
   async applyBatch(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
-    return inPartitionBatch(this.pool, watermarkTablesOf(this.spec), part, async (client) => {
-      const checked = await this.requireOutboxMatch(client, part, events);
-      const expired = events.length - checked.length;
-      // Count rows are created and locked in key order, the same for every consumer, and a
-      // rebuild install locks only the rows of one key: no lock cycle can form.
-      const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-      await client.query(this.sql.createRows, [keys, part]);
-      await client.query(this.sql.lockRows, [keys, part]);
-      await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { part, events, pid: backendPid(client) });
-      const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
-      return { ...stats, dup: stats.dup + expired, expired };
-    }, (pid) => this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { part, events, pid }));
+    return inPartitionBatch(
+      this.pool,
+      watermarkTablesOf(this.spec),
+      part,
+      async (client) => {
+        const checked = await this.requireOutboxMatch(client, part, events);
+        const expired = events.length - checked.length;
+        // Count rows are created and locked in key order, the same for every consumer, and a
+        // rebuild install locks only the rows of one key: no lock cycle can form.
+        const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+        await client.query(this.sql.createRows, [keys, part]);
+        await client.query(this.sql.lockRows, [keys, part]);
+        await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { part, events, pid: backendPid(client) });
+        const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
+        return { ...stats, dup: stats.dup + expired, expired };
+      },
+      (pid) => this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { part, events, pid }),
+    );
   }
 
   /**
@@ -153,7 +167,11 @@ export class CounterConsumer {
    */
   async fetchPending(part: number, limit: number): Promise<CountEvent[]> {
     // A named statement is parsed and planned once per connection.
-    const { rows } = await this.pool.query<OutboxRow>({ name: `${this.spec.kind}_fetch_pending`, text: this.sql.fetchPending, values: [part, limit] });
+    const { rows } = await this.pool.query<OutboxRow>({
+      name: `${this.spec.kind}_fetch_pending`,
+      text: this.sql.fetchPending,
+      values: [part, limit],
+    });
     return rows.map(toEvent);
   }
 
@@ -179,15 +197,26 @@ export class CounterConsumer {
    * above the retention floor (read in the same statement as the rows, so a prune committing
    * meanwhile is seen whole or not at all); the ones at or below it are pruned duplicates.
    */
-  private async requireOutboxMatch(client: PoolClient, part: number, events: readonly CountEvent[]): Promise<CountEvent[]> {
-    const { rows } = await client.query<OutboxRow & { floor: number }>(this.sql.fetchSeqs, [part, events.map((e) => e.seq), this.spec.kind]);
+  private async requireOutboxMatch(
+    client: PoolClient,
+    part: number,
+    events: readonly CountEvent[],
+  ): Promise<CountEvent[]> {
+    const { rows } = await client.query<OutboxRow & { floor: number }>(this.sql.fetchSeqs, [
+      part,
+      events.map((e) => e.seq),
+      this.spec.kind,
+    ]);
     const floor = rows[0]!.floor;
     const stored = new Map(rows.filter((r) => r.seq !== null).map((r) => [r.seq, toEvent(r)]));
     const kept = events.filter((e) => e.seq > floor);
     for (const e of kept) {
       const s = stored.get(e.seq);
       if (!s || s.factId !== e.factId || s.key !== e.key || s.delta !== e.delta || s.version !== e.version) {
-        throw new InvalidInputError("events", `event ${part}:${e.seq} ${s ? "does not match" : "is not in"} the outbox`);
+        throw new InvalidInputError(
+          "events",
+          `event ${part}:${e.seq} ${s ? "does not match" : "is not in"} the outbox`,
+        );
       }
     }
     return kept;

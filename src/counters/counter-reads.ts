@@ -36,13 +36,20 @@ export function readCountSql(s: CounterSpec): string {
          AND NOT EXISTS (SELECT 1 FROM ${s.processed} pe WHERE pe.part = o.part AND pe.seq = o.seq OFFSET 0)) p`;
 }
 
-export async function readCounter(pool: Pool, spec: CounterSpec, key: string, allowedLag: number): Promise<CountReading> {
+export async function readCounter(
+  pool: Pool,
+  spec: CounterSpec,
+  key: string,
+  allowedLag: number,
+): Promise<CountReading> {
   validateId(spec.keyName, key);
   validateNonNegativeInteger("allowedLag", allowedLag);
   // A named statement is parsed once per connection and, by the shape of readCountSql, planned
   // at most six times (five custom trials and the generic plan it then keeps).
   const { rows } = await pool.query<{ n: number; lag: number; pending: number }>({
-    name: `${spec.kind}_read_count`, text: readCountSql(spec), values: [key],
+    name: `${spec.kind}_read_count`,
+    text: readCountSql(spec),
+    values: [key],
   });
   const r = rows[0]!;
   return { n: r.n, lag: r.lag, pending: r.pending, stale: r.lag > allowedLag };

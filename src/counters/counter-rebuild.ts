@@ -15,7 +15,11 @@ export class CounterRebuildInProgressError extends LedgerError {
 
 /** Keys asked for by a rebuild that do not exist; carries them. */
 export class UnknownCounterKeysError extends LedgerError {
-  constructor(readonly keys: string[], code = "KEY_NOT_FOUND", what = "key") {
+  constructor(
+    readonly keys: string[],
+    code = "KEY_NOT_FOUND",
+    what = "key",
+  ) {
     super(code, `unknown ${what}(s): ${keys.slice(0, 5).join(", ")}${keys.length > 5 ? ", ..." : ""}`);
   }
 }
@@ -95,7 +99,13 @@ export async function readCountedPage(
 }
 
 /** The next page of keys after `after` (keyset by key, optionally only `keys`). */
-async function readPageKeys(client: PoolClient, s: CounterSpec, after: string, keys: readonly string[] | undefined, limit: number): Promise<string[]> {
+async function readPageKeys(
+  client: PoolClient,
+  s: CounterSpec,
+  after: string,
+  keys: readonly string[] | undefined,
+  limit: number,
+): Promise<string[]> {
   const { rows } = await client.query<{ key: string }>(
     `SELECT k.key FROM (${s.keysSql}) k
       WHERE k.key > $1 AND ($2::text[] IS NULL OR k.key = ANY ($2))
@@ -152,12 +162,18 @@ export class CounterRebuild {
   constructor(
     protected readonly pool: Pool,
     readonly spec: CounterSpec,
-    options: { hooks?: Hooks; unknownKeys?: (keys: string[]) => Error; pacing?: PacingOptions; chunkRows?: number } = {},
+    options: {
+      hooks?: Hooks;
+      unknownKeys?: (keys: string[]) => Error;
+      pacing?: PacingOptions;
+      chunkRows?: number;
+    } = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
     this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, PAGE_SIZE, MIN_PAGE_SIZE);
     const chunkRows = options.chunkRows ?? CHUNK_ROWS;
-    if (!Number.isSafeInteger(chunkRows) || chunkRows < 1) throw new InvalidInputError("chunkRows", `must be a positive integer, got ${chunkRows}`);
+    if (!Number.isSafeInteger(chunkRows) || chunkRows < 1)
+      throw new InvalidInputError("chunkRows", `must be a positive integer, got ${chunkRows}`);
     this.chunkPacer = new Pacer(options.pacing ?? DEFAULT_PACING, chunkRows, Math.min(MIN_CHUNK_ROWS, chunkRows));
     this.unknownKeys = options.unknownKeys ?? ((keys) => new UnknownCounterKeysError(keys));
   }
@@ -172,49 +188,61 @@ export class CounterRebuild {
     let keysChecked = 0;
     // The snapshot transaction stays open while keys are installed on other connections, so
     // keys are streamed page by page instead of held in memory all at once.
-    const snapshot = await withTransaction(this.pool, async (snap) => {
-      // One rebuild at a time: each holds a snapshot connection and needs a second one per
-      // install, so unbounded concurrent rebuilds could starve the pool.
-      const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [s.rebuildLockKey]);
-      if (!lock[0]!.ok) throw new CounterRebuildInProgressError(s.kind);
-      const header = await readCounterSnapshot(snap, s);
-      await assertSnapshotNotPruned(this.pool, s.kind, header.snapshotSeqs);
-      if (keys) {
-        const { rows } = await snap.query<{ key: string }>(
-          `SELECT x AS key FROM unnest($1::text[]) AS x WHERE NOT EXISTS (SELECT 1 FROM (${s.keysSql}) k WHERE k.key = x)`,
-          [keys],
-        );
-        if (rows.length > 0) throw this.unknownKeys(rows.map((r) => r.key));
-      }
-      await this.hooks.at(`${s.hookPrefix}rebuild.afterSnapshot`, { snapshotSeqs: header.snapshotSeqs });
-      for (let after = ""; ; ) {
-        const size = this.pacer.size("page");
-        const t0 = performance.now();
-        const page = await this.readPage(snap, header.partitions, after, keys, size);
-        const readMs = performance.now() - t0;
-        this.pacer.record("page", size, readMs, page.length === size);
-        if (page.length === 0) break;
-        await rest(this.pacer.restMs(readMs));
-        for (const entry of page) {
-          const key = entry.key;
-          const counts = entry.counts ?? await this.countInChunks(snap, key, header.partitions);
-          const t1 = performance.now();
-          const d = await this.installKey(key, counts, header);
-          keysChecked++;
-          if (d.drift !== 0) drifted.push(d);
-          await rest(this.pacer.restMs(performance.now() - t1));
+    const snapshot = await withTransaction(
+      this.pool,
+      async (snap) => {
+        // One rebuild at a time: each holds a snapshot connection and needs a second one per
+        // install, so unbounded concurrent rebuilds could starve the pool.
+        const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [
+          s.rebuildLockKey,
+        ]);
+        if (!lock[0]!.ok) throw new CounterRebuildInProgressError(s.kind);
+        const header = await readCounterSnapshot(snap, s);
+        await assertSnapshotNotPruned(this.pool, s.kind, header.snapshotSeqs);
+        if (keys) {
+          const { rows } = await snap.query<{ key: string }>(
+            `SELECT x AS key FROM unnest($1::text[]) AS x WHERE NOT EXISTS (SELECT 1 FROM (${s.keysSql}) k WHERE k.key = x)`,
+            [keys],
+          );
+          if (rows.length > 0) throw this.unknownKeys(rows.map((r) => r.key));
         }
-        after = page[page.length - 1]!.key;
-      }
-      return header;
-    }, { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 });
+        await this.hooks.at(`${s.hookPrefix}rebuild.afterSnapshot`, { snapshotSeqs: header.snapshotSeqs });
+        for (let after = ""; ;) {
+          const size = this.pacer.size("page");
+          const t0 = performance.now();
+          const page = await this.readPage(snap, header.partitions, after, keys, size);
+          const readMs = performance.now() - t0;
+          this.pacer.record("page", size, readMs, page.length === size);
+          if (page.length === 0) break;
+          await rest(this.pacer.restMs(readMs));
+          for (const entry of page) {
+            const key = entry.key;
+            const counts = entry.counts ?? (await this.countInChunks(snap, key, header.partitions));
+            const t1 = performance.now();
+            const d = await this.installKey(key, counts, header);
+            keysChecked++;
+            if (d.drift !== 0) drifted.push(d);
+            await rest(this.pacer.restMs(performance.now() - t1));
+          }
+          after = page[page.length - 1]!.key;
+        }
+        return header;
+      },
+      { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 },
+    );
     const totalAbsDrift = drifted.reduce((sum, d) => sum + Math.abs(d.drift), 0);
     const runId = await this.recordRun(snapshot.snapshotSeqs, keysChecked, drifted, totalAbsDrift);
     return { runId, snapshotSeqs: snapshot.snapshotSeqs, keysChecked, drifted, totalAbsDrift };
   }
 
   /** One page of keys with their counts, read in the snapshot; with spec.chunk, a key above the cap gets null. */
-  private async readPage(snap: PoolClient, partitions: number, after: string, keys: readonly string[] | undefined, size: number): Promise<PageEntry[]> {
+  private async readPage(
+    snap: PoolClient,
+    partitions: number,
+    after: string,
+    keys: readonly string[] | undefined,
+    size: number,
+  ): Promise<PageEntry[]> {
     const chunk = this.spec.chunk;
     if (!chunk) return readCountedPage(snap, this.spec, partitions, after, keys, size);
     const page = await readPageKeys(snap, this.spec, after, keys, size);
@@ -224,7 +252,10 @@ export class CounterRebuild {
     const { rows } = await snap.query<{ key: string; part: number; n: string }>(chunk.cappedSql, [page, cap]);
     for (const r of rows) counts.get(r.key)![r.part] = Number(r.n);
     // A key whose first `cap` facts were all there was may have more: counted in chunks instead.
-    return page.map((key) => ({ key, counts: counts.get(key)!.reduce((a, b) => a + b, 0) >= cap ? null : counts.get(key)! }));
+    return page.map((key) => ({
+      key,
+      counts: counts.get(key)!.reduce((a, b) => a + b, 0) >= cap ? null : counts.get(key)!,
+    }));
   }
 
   /** One key's counted facts per partition, chunk by chunk along spec.chunk's cursor, in the snapshot `snap`. */
@@ -239,7 +270,12 @@ export class CounterRebuild {
       const read = Number(rows[0]?.rows ?? 0);
       this.chunkPacer.record("chunk", size, ms, read === size);
       for (const r of rows) counts[r.part]! += Number(r.n);
-      await this.hooks.at(`${this.spec.hookPrefix}rebuild.afterChunk`, { key, [this.spec.keyName]: key, chunk, rows: read });
+      await this.hooks.at(`${this.spec.hookPrefix}rebuild.afterChunk`, {
+        key,
+        [this.spec.keyName]: key,
+        chunk,
+        rows: read,
+      });
       if (read < size) return counts;
       cursor = rows[0]!.last;
       await rest(this.chunkPacer.restMs(ms));
@@ -248,7 +284,11 @@ export class CounterRebuild {
 
   /** One chunk of a key's facts after `cursor`, at most `limit`: per partition (part, n), with the chunk's last cursor and size. */
   protected readChunk(snap: PoolClient, key: string, cursor: readonly string[], limit: number) {
-    return snap.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [key, cursor, limit]);
+    return snap.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [
+      key,
+      cursor,
+      limit,
+    ]);
   }
 
   /** Installs the baseline of one key: counts[p] = counted facts of partition p at the snapshot. */
@@ -265,10 +305,13 @@ export class CounterRebuild {
       await client.query(`SELECT part FROM ${s.count} WHERE ${s.keyColumn} = $1 ORDER BY part FOR UPDATE`, [key]);
       // Read only after the locks: a consumer that held a row and committed meanwhile is
       // visible to this new statement (READ COMMITTED), so its APPLIED events are summed.
-      const { rows } = await client.query<{ part: number; n: number; base_seq: number; applied_after: number; pending_in_window: number }>(
-        installStateSql(s),
-        [key, snapshot.snapshotSeqs],
-      );
+      const { rows } = await client.query<{
+        part: number;
+        n: number;
+        base_seq: number;
+        applied_after: number;
+        pending_in_window: number;
+      }>(installStateSql(s), [key, snapshot.snapshotSeqs]);
       let oldN = 0;
       let newN = 0;
       let drift = 0;
@@ -301,7 +344,12 @@ export class CounterRebuild {
     });
   }
 
-  private async recordRun(snapshotSeqs: number[], keysChecked: number, drifted: KeyDrift[], totalAbsDrift: number): Promise<number> {
+  private async recordRun(
+    snapshotSeqs: number[],
+    keysChecked: number,
+    drifted: KeyDrift[],
+    totalAbsDrift: number,
+  ): Promise<number> {
     const s = this.spec;
     const [checked, driftedColumn] = s.rebuildRunColumns;
     return withTransaction(this.pool, async (client) => {
@@ -314,7 +362,13 @@ export class CounterRebuild {
         await client.query(
           `INSERT INTO ${s.rebuildDrift} (run_id, ${s.keyColumn}, old_n, new_n, drift)
            SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[])`,
-          [runId, drifted.map((d) => d.key), drifted.map((d) => d.oldN), drifted.map((d) => d.newN), drifted.map((d) => d.drift)],
+          [
+            runId,
+            drifted.map((d) => d.key),
+            drifted.map((d) => d.oldN),
+            drifted.map((d) => d.newN),
+            drifted.map((d) => d.drift),
+          ],
         );
       }
       return runId;

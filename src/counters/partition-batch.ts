@@ -27,7 +27,8 @@ function sumTally(t: Record<string, number>): number {
 export function partitionOfBatch(events: readonly { part: number }[]): number {
   const part = events[0]?.part;
   if (part === undefined) throw new InvalidInputError("events", "a batch needs at least one event");
-  if (events.some((e) => e.part !== part)) throw new InvalidInputError("events", "a batch must hold events of one partition");
+  if (events.some((e) => e.part !== part))
+    throw new InvalidInputError("events", "a batch must hold events of one partition");
   return part;
 }
 

@@ -58,7 +58,7 @@ export async function drainPartitions(
   pollOnce: (parts: number[]) => Promise<number>,
 ): Promise<void> {
   const parts = Array.from({ length: await readPartitions(pool) }, (_, p) => p);
-  for (let idlePasses = 0; ; ) {
+  for (let idlePasses = 0; ;) {
     if ((await pollOnce(parts)) > 0) {
       idlePasses = 0;
       continue;
@@ -73,6 +73,7 @@ export async function drainPartitions(
         await advanceWatermark(client, t, part);
       });
     }
-    if (++idlePasses > 3) throw new Error(`${name} drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
+    if (++idlePasses > 3)
+      throw new Error(`${name} drain stalled: partitions ${rows.map((r) => r.part).join(",")} cannot advance`);
   }
 }

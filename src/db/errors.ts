@@ -41,7 +41,12 @@ export class AccountBeingErasedError extends DatabaseError {}
  */
 export class AccountErasedError extends DatabaseError {
   static of(accountId: string): AccountErasedError {
-    return new AccountErasedError("ACCOUNT_ERASED", `account ${accountId} was erased: its id can never act again, and no new fact may name it`, undefined, "SLE02");
+    return new AccountErasedError(
+      "ACCOUNT_ERASED",
+      `account ${accountId} was erased: its id can never act again, and no new fact may name it`,
+      undefined,
+      "SLE02",
+    );
   }
 }
 
@@ -65,7 +70,9 @@ function isDroppedSocket(err: unknown): boolean {
   const message = String((err as PgErrorShape | null)?.message ?? "");
   const code = (err as PgErrorShape | null)?.code;
   return (
-    /Connection terminated|connection ended|Client has encountered a connection error|terminating connection|timeout exceeded when trying to connect/i.test(message) ||
+    /Connection terminated|connection ended|Client has encountered a connection error|terminating connection|timeout exceeded when trying to connect/i.test(
+      message,
+    ) ||
     (typeof code === "string" && DROPPED_SOCKET_CODES.has(code))
   );
 }
@@ -92,7 +99,10 @@ export function mapPgError(err: unknown): unknown {
     case "40P01":
       return new TransactionConflictError("TRANSACTION_CONFLICT", message, err, sqlState);
   }
-  if ((sqlState && (sqlState.startsWith("08") || /^57P0[123]$/.test(sqlState))) || (!sqlState && isDroppedSocket(err))) {
+  if (
+    (sqlState && (sqlState.startsWith("08") || /^57P0[123]$/.test(sqlState))) ||
+    (!sqlState && isDroppedSocket(err))
+  ) {
     return new ConnectionLostError("CONNECTION_LOST", message, err, sqlState ?? "08006");
   }
   if (sqlState) return new DatabaseError("DATABASE_ERROR", message, err, sqlState, constraint);

@@ -31,8 +31,10 @@ export class GroupCommit<I, O> {
     private readonly run: RunBatch<I, O>,
     private readonly options: GroupCommitOptions,
   ) {
-    if (!Number.isSafeInteger(options.maxBatch) || options.maxBatch < 1) throw new RangeError("maxBatch must be a positive integer");
-    if (!Number.isSafeInteger(options.maxInFlight) || options.maxInFlight < 1) throw new RangeError("maxInFlight must be a positive integer");
+    if (!Number.isSafeInteger(options.maxBatch) || options.maxBatch < 1)
+      throw new RangeError("maxBatch must be a positive integer");
+    if (!Number.isSafeInteger(options.maxInFlight) || options.maxInFlight < 1)
+      throw new RangeError("maxInFlight must be a positive integer");
   }
 
   submit(input: I): Promise<O> {
@@ -56,7 +58,8 @@ export class GroupCommit<I, O> {
   private async send(batch: Waiting<I, O>[]): Promise<void> {
     try {
       const outputs = await this.run(batch.map((w) => w.input));
-      if (outputs.length !== batch.length) throw new Error(`a batch of ${batch.length} writes returned ${outputs.length} answers`);
+      if (outputs.length !== batch.length)
+        throw new Error(`a batch of ${batch.length} writes returned ${outputs.length} answers`);
       batch.forEach((w, i) => w.resolve(outputs[i]!));
     } catch (err) {
       for (const w of batch) w.reject(err);

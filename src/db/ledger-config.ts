@@ -6,8 +6,15 @@ export const MAX_PARTITIONS = 1024;
 
 /** Tables with one row per partition, created by initLedger (fixed names, never user input). */
 const PARTITIONED_ROW_TABLES = [
-  "like_seq", "counter_watermark", "event_seq", "proj_watermark", "comment_seq", "comment_watermark",
-  "notification_like_watermark", "notification_relation_watermark", "notification_comment_watermark",
+  "like_seq",
+  "counter_watermark",
+  "event_seq",
+  "proj_watermark",
+  "comment_seq",
+  "comment_watermark",
+  "notification_like_watermark",
+  "notification_relation_watermark",
+  "notification_comment_watermark",
 ] as const;
 
 /**
@@ -15,7 +22,10 @@ const PARTITIONED_ROW_TABLES = [
  * sequence and watermark rows. Calling it again with the same P is a no-op; with another P
  * it fails, because events already carry partition numbers computed from the old P.
  */
-export async function initLedger(pool: Pool, options: { partitions?: number; partitionsOfNew?: number } = {}): Promise<number> {
+export async function initLedger(
+  pool: Pool,
+  options: { partitions?: number; partitionsOfNew?: number } = {},
+): Promise<number> {
   const wanted = options.partitions;
 
   if (wanted !== undefined && (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS)) {
@@ -27,10 +37,9 @@ export async function initLedger(pool: Pool, options: { partitions?: number; par
     throw new InvalidInputError("partitionsOfNew", `must be an integer in 1..${MAX_PARTITIONS}, got ${String(ofNew)}`);
   }
   return withTransaction(pool, async (client) => {
-    await client.query(
-      "INSERT INTO ledger_config (partitions) VALUES ($1) ON CONFLICT (singleton) DO NOTHING",
-      [ofNew],
-    );
+    await client.query("INSERT INTO ledger_config (partitions) VALUES ($1) ON CONFLICT (singleton) DO NOTHING", [
+      ofNew,
+    ]);
     const { rows } = await client.query<{ partitions: number }>("SELECT partitions FROM ledger_config");
     const partitions = rows[0]!.partitions;
     if (wanted !== undefined && partitions !== wanted) {
@@ -40,10 +49,9 @@ export async function initLedger(pool: Pool, options: { partitions?: number; par
     }
     // Sequences before the watermarks that reference them.
     for (const table of PARTITIONED_ROW_TABLES) {
-      await client.query(
-        `INSERT INTO ${table} (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`,
-        [partitions],
-      );
+      await client.query(`INSERT INTO ${table} (part) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`, [
+        partitions,
+      ]);
     }
     // These tables keep exactly P rows for life; without statistics the planner assumes a
     // couple of thousand, and plans the reads that join them (lag, pendingForItem) for that.

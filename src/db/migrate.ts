@@ -72,7 +72,8 @@ export interface AppliedMigration {
   checksum: string | null;
 }
 
-const NEVER = "a migration already applied is never renamed, renumbered, edited or reverted; a change is a new migration";
+const NEVER =
+  "a migration already applied is never renamed, renumbered, edited or reverted; a change is a new migration";
 
 function short(checksum: string): string {
   return `sha256 ${checksum.slice(0, 12)}`;
@@ -89,34 +90,53 @@ function differenceOf(row: AppliedMigration, files: readonly Migration[]): Migra
   if (file && file.name === row.name) {
     const checksum = migrationChecksum(file.sql);
     if (row.checksum === null || row.checksum === checksum) return undefined;
-    return new MigrationHistoryError(row.name, "edited",
-      `migration ${row.name} was edited after it was applied (applied text ${short(row.checksum)}, file now ${short(checksum)}); ${NEVER}`);
+    return new MigrationHistoryError(
+      row.name,
+      "edited",
+      `migration ${row.name} was edited after it was applied (applied text ${short(row.checksum)}, file now ${short(checksum)}); ${NEVER}`,
+    );
   }
   const moved = files.find((m) => m.id !== row.id && unnumbered(m.name) === unnumbered(row.name));
   if (moved) {
-    return new MigrationHistoryError(row.name, "renumbered",
+    return new MigrationHistoryError(
+      row.name,
+      "renumbered",
       `migration ${row.name} was applied as number ${row.id} but the files now have it as ${moved.name}` +
-        (file ? ` and give number ${row.id} to ${file.name}` : "") + `; ${NEVER}`);
+        (file ? ` and give number ${row.id} to ${file.name}` : "") +
+        `; ${NEVER}`,
+    );
   }
   if (!file) {
-    return new MigrationHistoryError(row.name, "unknown",
+    return new MigrationHistoryError(
+      row.name,
+      "unknown",
       `migration ${row.name} (number ${row.id}) is applied but is not among this code's ${files.length} migrations: ` +
-        `the database was migrated by newer code, or the migration was reverted or removed; ${NEVER}`);
+        `the database was migrated by newer code, or the migration was reverted or removed; ${NEVER}`,
+    );
   }
   if (row.checksum !== null && row.checksum === migrationChecksum(file.sql)) {
-    return new MigrationHistoryError(row.name, "renamed",
-      `migration ${row.name} was applied under that name and is now named ${file.name} (same text); ${NEVER}`);
+    return new MigrationHistoryError(
+      row.name,
+      "renamed",
+      `migration ${row.name} was applied under that name and is now named ${file.name} (same text); ${NEVER}`,
+    );
   }
-  return new MigrationHistoryError(row.name, "removed",
+  return new MigrationHistoryError(
+    row.name,
+    "removed",
     `migration ${row.name} is applied but no file has that name any more (reverted, removed or renamed): ` +
-      `number ${row.id} is now ${file.name}, which was never applied; ${NEVER}`);
+      `number ${row.id} is now ${file.name}, which was never applied; ${NEVER}`,
+  );
 }
 
 /**
  * The first way (in migration order) the applied rows differ from the files, or undefined.
  * A row without a checksum (applied before checksums were recorded) is compared by name only.
  */
-export function historyDifference(applied: readonly AppliedMigration[], files: readonly Migration[]): MigrationHistoryError | undefined {
+export function historyDifference(
+  applied: readonly AppliedMigration[],
+  files: readonly Migration[],
+): MigrationHistoryError | undefined {
   const rows = [...applied].sort((a, b) => a.id - b.id);
   for (const row of rows) {
     const difference = differenceOf(row, files);
@@ -126,8 +146,11 @@ export function historyDifference(applied: readonly AppliedMigration[], files: r
   const last = rows.at(-1);
   const skipped = last ? files.find((m) => m.id < last.id && !appliedIds.has(m.id)) : undefined;
   if (skipped && last) {
-    return new MigrationHistoryError(skipped.name, "skipped",
-      `migration ${skipped.name} is not applied but the later ${last.name} is: the history was changed by hand; ${NEVER}`);
+    return new MigrationHistoryError(
+      skipped.name,
+      "skipped",
+      `migration ${skipped.name} is not applied but the later ${last.name} is: the history was changed by hand; ${NEVER}`,
+    );
   }
   return undefined;
 }
@@ -181,7 +204,11 @@ async function readHistory(pool: Pool): Promise<{ rows: AppliedMigration[]; exis
  * it is now. Those rows were applied before checksums were recorded, so the text they ran
  * cannot be known; their names were checked, their text is trusted from here on.
  */
-async function recordMissingChecksums(pool: Pool, history: { rows: AppliedMigration[]; hasChecksum: boolean }, files: readonly Migration[]): Promise<void> {
+async function recordMissingChecksums(
+  pool: Pool,
+  history: { rows: AppliedMigration[]; hasChecksum: boolean },
+  files: readonly Migration[],
+): Promise<void> {
   if (!history.hasChecksum) {
     try {
       await pool.query("ALTER TABLE ledger_migration ADD COLUMN IF NOT EXISTS checksum text");
@@ -195,7 +222,9 @@ async function recordMissingChecksums(pool: Pool, history: { rows: AppliedMigrat
     if (row.checksum !== null) continue;
     const file = files.find((m) => m.id === row.id && m.name === row.name)!;
     await pool.query("UPDATE ledger_migration SET checksum = $1 WHERE id = $2 AND name = $3 AND checksum IS NULL", [
-      migrationChecksum(file.sql), row.id, row.name,
+      migrationChecksum(file.sql),
+      row.id,
+      row.name,
     ]);
   }
 }
@@ -239,7 +268,10 @@ export async function migrate(pool: Pool, migrations?: Migration[]): Promise<{ a
         [migration.id, migration.name, migrationChecksum(migration.sql)],
       );
       if (inserted.rowCount === 0) {
-        const { rows } = await client.query<AppliedMigration>("SELECT id, name, checksum FROM ledger_migration WHERE id = $1", [migration.id]);
+        const { rows } = await client.query<AppliedMigration>(
+          "SELECT id, name, checksum FROM ledger_migration WHERE id = $1",
+          [migration.id],
+        );
         const theirs = rows[0] && differenceOf(rows[0], all);
         if (theirs) throw theirs;
         return false;

@@ -9,16 +9,35 @@ import { checkoutWaitsOf, type Pool } from "./pool.ts";
  */
 export function registerPoolMetrics(registry: client.Registry, pool: Pool): void {
   const registers = [registry];
-  const gauge = (name: string, help: string, read: () => number) => new client.Gauge({
-    name, help, registers,
-    collect() {
-      this.set(read());
-    },
-  });
-  gauge("ledger_db_pool_connections", "Connections the PostgreSQL pool has open (idle and checked out)", () => pool.totalCount);
-  gauge("ledger_db_pool_idle_connections", "Open connections of the PostgreSQL pool that nobody has checked out", () => pool.idleCount);
-  gauge("ledger_db_pool_max_connections", "The most connections the PostgreSQL pool opens", () => pool.options.max ?? 10);
-  gauge("ledger_db_pool_waiting_checkouts", "Checkouts waiting for a connection of the PostgreSQL pool now (every connection is checked out)", () => pool.waitingCount);
+  const gauge = (name: string, help: string, read: () => number) =>
+    new client.Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(read());
+      },
+    });
+  gauge(
+    "ledger_db_pool_connections",
+    "Connections the PostgreSQL pool has open (idle and checked out)",
+    () => pool.totalCount,
+  );
+  gauge(
+    "ledger_db_pool_idle_connections",
+    "Open connections of the PostgreSQL pool that nobody has checked out",
+    () => pool.idleCount,
+  );
+  gauge(
+    "ledger_db_pool_max_connections",
+    "The most connections the PostgreSQL pool opens",
+    () => pool.options.max ?? 10,
+  );
+  gauge(
+    "ledger_db_pool_waiting_checkouts",
+    "Checkouts waiting for a connection of the PostgreSQL pool now (every connection is checked out)",
+    () => pool.waitingCount,
+  );
   const waits = checkoutWaitsOf(pool);
   if (!waits) return;
   const name = "ledger_db_pool_checkout_wait_seconds";
@@ -37,7 +56,10 @@ export function registerPoolMetrics(registry: client.Registry, pool: Pool): void
   };
   // The part of prom-client's metric interface its Registry uses; the figures live in the pool, so reset has nothing of its own.
   const metric = {
-    name, help, type: "histogram", aggregator: "sum",
+    name,
+    help,
+    type: "histogram",
+    aggregator: "sum",
     get: async () => ({ name, help, type: "histogram", aggregator: "sum", values: values() }),
     reset: () => undefined,
   };

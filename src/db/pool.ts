@@ -30,20 +30,24 @@ class MappedPool extends pg.Pool {
   override connect(...args: any[]): any {
     const started = performance.now();
     const observe = () => this.checkoutWaits.observe((performance.now() - started) / 1000);
-    const callback = args[0] as ((err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) | undefined;
+    const callback = args[0] as
+      ((err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) | undefined;
     if (typeof callback === "function") {
       return super.connect((err, client, done) => {
         observe();
         callback(err, client, done);
       });
     }
-    return super.connect().then((client) => {
-      observe();
-      return client;
-    }, (err: unknown) => {
-      observe();
-      throw err;
-    });
+    return super.connect().then(
+      (client) => {
+        observe();
+        return client;
+      },
+      (err: unknown) => {
+        observe();
+        throw err;
+      },
+    );
   }
 
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- forwards every overload of pg.Pool#query unchanged

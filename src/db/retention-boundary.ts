@@ -25,18 +25,36 @@ export type RetentionKind = "likes" | "relations" | "comments";
  */
 export const RETENTION_TABLES = {
   likes: {
-    outbox: "like_outbox", sequence: "like_seq", watermark: "counter_watermark", keys: "processed_event",
+    outbox: "like_outbox",
+    sequence: "like_seq",
+    watermark: "counter_watermark",
+    keys: "processed_event",
     notifications: { watermark: "notification_like_watermark", keys: "notification_like_seen" },
   },
   relations: {
-    outbox: "relation_event", sequence: "event_seq", watermark: "proj_watermark", keys: "proj_seen",
+    outbox: "relation_event",
+    sequence: "event_seq",
+    watermark: "proj_watermark",
+    keys: "proj_seen",
     notifications: { watermark: "notification_relation_watermark", keys: "notification_relation_seen" },
   },
   comments: {
-    outbox: "comment_outbox", sequence: "comment_seq", watermark: "comment_watermark", keys: "comment_processed",
+    outbox: "comment_outbox",
+    sequence: "comment_seq",
+    watermark: "comment_watermark",
+    keys: "comment_processed",
     notifications: { watermark: "notification_comment_watermark", keys: "notification_comment_seen" },
   },
-} as const satisfies Record<RetentionKind, { outbox: string; sequence: string; watermark: string; keys: string; notifications: { watermark: string; keys: string } }>;
+} as const satisfies Record<
+  RetentionKind,
+  {
+    outbox: string;
+    sequence: string;
+    watermark: string;
+    keys: string;
+    notifications: { watermark: string; keys: string };
+  }
+>;
 
 export const RETENTION_KINDS = Object.keys(RETENTION_TABLES) as RetentionKind[];
 
@@ -84,7 +102,14 @@ export async function computeBoundaries(
   part?: number,
 ): Promise<PartitionBoundary[]> {
   const t = RETENTION_TABLES[kind];
-  const { rows } = await client.query<{ part: number; last: number; watermark: number; floor: number; held: number | null; young: number | null }>(
+  const { rows } = await client.query<{
+    part: number;
+    last: number;
+    watermark: number;
+    floor: number;
+    held: number | null;
+    young: number | null;
+  }>(
     `SELECT s.part, s.last, least(w.applied_upto, coalesce(nw.applied_upto, 0)) AS watermark, coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
             CASE WHEN $2::float8 IS NOT NULL THEN
@@ -107,7 +132,16 @@ export async function computeBoundaries(
       margin ? r.last - margin.keepLast : Infinity,
       r.young === null ? Infinity : r.young - 1,
     );
-    return { kind, part: r.part, last: r.last, watermark: r.watermark, floor: r.floor, held: r.held, capped, boundary: Math.max(r.floor, bound) };
+    return {
+      kind,
+      part: r.part,
+      last: r.last,
+      watermark: r.watermark,
+      floor: r.floor,
+      held: r.held,
+      capped,
+      boundary: Math.max(r.floor, bound),
+    };
   });
 }
 
@@ -122,7 +156,10 @@ export async function readFloor(client: PoolClient, kind: RetentionKind, part: n
 
 export class RebuildSnapshotPrunedError extends LedgerError {
   constructor(kind: string, part: number) {
-    super("REBUILD_SNAPSHOT_PRUNED", `a ${kind} prune committed between this rebuild's snapshot and its lock (partition ${part}); run the rebuild again`);
+    super(
+      "REBUILD_SNAPSHOT_PRUNED",
+      `a ${kind} prune committed between this rebuild's snapshot and its lock (partition ${part}); run the rebuild again`,
+    );
   }
 }
 
@@ -134,7 +171,11 @@ export class RebuildSnapshotPrunedError extends LedgerError {
  * holds its lock (no prune can start any more), on a fresh statement that sees every committed
  * prune: a floor above S_p means that window happened, and the rebuild must not install.
  */
-export async function assertSnapshotNotPruned(pool: Pool, kind: string, snapshotSeqs: readonly number[]): Promise<void> {
+export async function assertSnapshotNotPruned(
+  pool: Pool,
+  kind: string,
+  snapshotSeqs: readonly number[],
+): Promise<void> {
   const { rows } = await pool.query<{ part: number; upto: number }>(
     "SELECT part, greatest(pruned_upto, keys_pruned_upto) AS upto FROM retention_floor WHERE kind = $1",
     [kind],
@@ -146,7 +187,10 @@ export async function assertSnapshotNotPruned(pool: Pool, kind: string, snapshot
 
 export class RetentionHoldBelowFloorError extends LedgerError {
   constructor(kind: string, part: number, upto: number, floor: number) {
-    super("RETENTION_HOLD_BELOW_FLOOR", `cannot hold ${kind} partition ${part} at ${upto}: events up to ${floor} are already pruned`);
+    super(
+      "RETENTION_HOLD_BELOW_FLOOR",
+      `cannot hold ${kind} partition ${part} at ${upto}: events up to ${floor} are already pruned`,
+    );
   }
 }
 
@@ -156,7 +200,13 @@ export class RetentionHoldBelowFloorError extends LedgerError {
  * It reads the floor FOR SHARE, which a prune holds FOR UPDATE while it deletes: either the
  * prune sees this hold, or this sees the prune's floor and refuses a position below it.
  */
-export async function holdRetention(client: PoolClient, holder: string, kind: RetentionKind, part: number, upto: number): Promise<void> {
+export async function holdRetention(
+  client: PoolClient,
+  holder: string,
+  kind: RetentionKind,
+  part: number,
+  upto: number,
+): Promise<void> {
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
   const { rows } = await client.query<{ pruned_upto: number }>(
     "SELECT pruned_upto FROM retention_floor WHERE kind = $1 AND part = $2 FOR SHARE",

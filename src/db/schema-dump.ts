@@ -32,15 +32,21 @@ async function lines(client: PoolClient, sql: string, params: unknown[] = [SCHEM
 }
 
 async function extensions(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     SELECT format('CREATE EXTENSION IF NOT EXISTS %I WITH SCHEMA %I;', e.extname, n.nspname) AS text
       FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
      WHERE e.extname <> 'plpgsql'
-     ORDER BY e.extname COLLATE "C"`, []);
+     ORDER BY e.extname COLLATE "C"`,
+    [],
+  );
 }
 
 async function types(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     SELECT CASE t.typtype
              WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s);', t.typname,
                (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid))
@@ -57,12 +63,15 @@ async function types(client: PoolClient): Promise<string[]> {
      WHERE t.typnamespace = $1::regnamespace
        AND (t.typtype IN ('e', 'd') OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
        AND ${NOT_FROM_EXTENSION("pg_type", "t.oid")}
-     ORDER BY t.typname COLLATE "C"`);
+     ORDER BY t.typname COLLATE "C"`,
+  );
 }
 
 /** Sequences of their own or of a serial column; an identity column's sequence is part of its column. */
 async function sequences(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     SELECT format('CREATE SEQUENCE %I AS %s INCREMENT BY %s MINVALUE %s MAXVALUE %s START WITH %s CACHE %s%s%s;',
              c.relname, format_type(s.seqtypid, NULL), s.seqincrement, s.seqmin, s.seqmax, s.seqstart, s.seqcache,
              CASE WHEN s.seqcycle THEN ' CYCLE' ELSE ' NO CYCLE' END,
@@ -73,7 +82,8 @@ async function sequences(client: PoolClient): Promise<string[]> {
       FROM pg_class c JOIN pg_sequence s ON s.seqrelid = c.oid
      WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'S'
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('i', 'e'))
-     ORDER BY c.relname COLLATE "C"`);
+     ORDER BY c.relname COLLATE "C"`,
+  );
 }
 
 /**
@@ -81,7 +91,9 @@ async function sequences(client: PoolClient): Promise<string[]> {
  * no constraint made), triggers, row security and policies, and comments.
  */
 async function tables(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     WITH tbl AS (
       SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.relispartition, c.relrowsecurity, c.relforcerowsecurity, c.reloptions
         FROM pg_class c
@@ -160,11 +172,14 @@ async function tables(client: PoolClient): Promise<string[]> {
            || ';'
            || coalesce((SELECT string_agg(E'\\n' || text, '' ORDER BY kind, name COLLATE "C") FROM extra WHERE relid = t.oid), '') AS text
       FROM tbl t
-     ORDER BY t.relname COLLATE "C"`);
+     ORDER BY t.relname COLLATE "C"`,
+  );
 }
 
 async function views(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     SELECT format(E'CREATE %sVIEW %I AS\\n%s', CASE c.relkind WHEN 'm' THEN 'MATERIALIZED ' ELSE '' END, c.relname,
                   rtrim(pg_get_viewdef(c.oid, true), E'; \\n') || ';')
            || coalesce((SELECT string_agg(E'\\n' || pg_get_indexdef(i.indexrelid) || ';', '' ORDER BY ic.relname COLLATE "C")
@@ -176,12 +191,15 @@ async function views(client: PoolClient): Promise<string[]> {
       FROM pg_class c
      WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('v', 'm')
        AND ${NOT_FROM_EXTENSION("pg_class", "c.oid")}
-     ORDER BY c.relname COLLATE "C"`);
+     ORDER BY c.relname COLLATE "C"`,
+  );
 }
 
 /** Functions and procedures, by name then argument types; aggregates have no pg_get_functiondef. */
 async function functions(client: PoolClient): Promise<string[]> {
-  return lines(client, `
+  return lines(
+    client,
+    `
     SELECT CASE WHEN p.prokind = 'a'
                 THEN format('-- aggregate %I(%s)', p.proname, pg_get_function_identity_arguments(p.oid))
                 ELSE rtrim(pg_get_functiondef(p.oid), E'\\n') || ';' END
@@ -191,7 +209,8 @@ async function functions(client: PoolClient): Promise<string[]> {
       FROM pg_proc p
      WHERE p.pronamespace = $1::regnamespace
        AND ${NOT_FROM_EXTENSION("pg_proc", "p.oid")}
-     ORDER BY p.proname COLLATE "C", pg_get_function_identity_arguments(p.oid) COLLATE "C"`);
+     ORDER BY p.proname COLLATE "C", pg_get_function_identity_arguments(p.oid) COLLATE "C"`,
+  );
 }
 
 /**

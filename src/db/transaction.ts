@@ -92,7 +92,10 @@ export async function withTransaction<T>(
  * Runs `work`, one autocommit statement (its own implicit transaction), with errors mapped and
  * the statement retried on serialization failure or deadlock, like withTransaction does.
  */
-export async function withStatementRetry<T>(work: () => Promise<T>, options: { maxAttempts?: number } = {}): Promise<T> {
+export async function withStatementRetry<T>(
+  work: () => Promise<T>,
+  options: { maxAttempts?: number } = {},
+): Promise<T> {
   const maxAttempts = options.maxAttempts ?? 5;
   for (let attempt = 1; ; attempt++) {
     let failure: unknown;

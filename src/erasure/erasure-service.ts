@@ -8,7 +8,17 @@ import { AccountNotFoundError } from "../relations/errors.ts";
 import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 
 /** The phases in the order an erasure runs them (docs/erasure.md). */
-export const ERASURE_PHASES = ["posts", "comments", "post_likes", "comment_likes", "likes", "following", "followers", "blocks", "done"] as const;
+export const ERASURE_PHASES = [
+  "posts",
+  "comments",
+  "post_likes",
+  "comment_likes",
+  "likes",
+  "following",
+  "followers",
+  "blocks",
+  "done",
+] as const;
 export type ErasurePhase = (typeof ERASURE_PHASES)[number];
 export type ErasureRequester = "self" | "admin" | "cli";
 
@@ -47,23 +57,39 @@ export interface ErasureBatch {
 }
 
 interface StatusRow {
-  account_id: string; phase: ErasurePhase; done: number; total: number; batches: number; requested_by: ErasureRequester;
-  started_at: Date; updated_at: Date; finished_at: Date | null;
+  account_id: string;
+  phase: ErasurePhase;
+  done: number;
+  total: number;
+  batches: number;
+  requested_by: ErasureRequester;
+  started_at: Date;
+  updated_at: Date;
+  finished_at: Date | null;
 }
 
 const STATUS_COLUMNS = "account_id, phase, done, total, batches, requested_by, started_at, updated_at, finished_at";
 
 function toStatus(r: StatusRow): ErasureStatus {
   return {
-    accountId: r.account_id, phase: r.phase, done: r.done, remaining: Math.max(0, r.total - r.done), total: r.total,
-    batches: r.batches, requestedBy: r.requested_by, startedAt: r.started_at, updatedAt: r.updated_at, finishedAt: r.finished_at,
+    accountId: r.account_id,
+    phase: r.phase,
+    done: r.done,
+    remaining: Math.max(0, r.total - r.done),
+    total: r.total,
+    batches: r.batches,
+    requestedBy: r.requested_by,
+    startedAt: r.started_at,
+    updatedAt: r.updated_at,
+    finishedAt: r.finished_at,
   };
 }
 
 export function validateBatchSize(value: unknown): number {
   validateNonNegativeInteger("batchSize", value);
   const n = value as number;
-  if (n < 1 || n > MAX_ERASURE_BATCH_SIZE) throw new InvalidInputError("batchSize", `must be between 1 and ${MAX_ERASURE_BATCH_SIZE}, got ${n}`);
+  if (n < 1 || n > MAX_ERASURE_BATCH_SIZE)
+    throw new InvalidInputError("batchSize", `must be between 1 and ${MAX_ERASURE_BATCH_SIZE}, got ${n}`);
   return n;
 }
 
@@ -87,7 +113,10 @@ export class ErasureService {
     readonly pacer: Pacer,
   ) {}
 
-  static async open(pool: Pool, options: { hooks?: Hooks; batchSize?: number; pacing?: PacingOptions } = {}): Promise<ErasureService> {
+  static async open(
+    pool: Pool,
+    options: { hooks?: Hooks; batchSize?: number; pacing?: PacingOptions } = {},
+  ): Promise<ErasureService> {
     const batchSize = validateBatchSize(options.batchSize ?? DEFAULT_ERASURE_BATCH_SIZE);
     const pacer = new Pacer(options.pacing ?? DEFAULT_PACING, batchSize, Math.min(batchSize, MIN_PACED_ERASURE_BATCH));
     return new ErasureService(pool, await readPartitions(pool), options.hooks ?? new Hooks(), batchSize, pacer);
@@ -103,8 +132,12 @@ export class ErasureService {
    */
   async start(accountId: string, requestedBy: ErasureRequester): Promise<ErasureStart> {
     validateId("accountId", accountId);
-    const { rows } = await withStatementRetry(() => this.pool.query<{ outcome: "NOT_FOUND" | ErasureStart["outcome"] }>(
-      "SELECT erasure_start($1, $2) AS outcome", [accountId, requestedBy]));
+    const { rows } = await withStatementRetry(() =>
+      this.pool.query<{ outcome: "NOT_FOUND" | ErasureStart["outcome"] }>("SELECT erasure_start($1, $2) AS outcome", [
+        accountId,
+        requestedBy,
+      ]),
+    );
     const outcome = rows[0]!.outcome;
     if (outcome === "NOT_FOUND") throw new AccountNotFoundError(accountId);
     return { outcome, status: (await this.status(accountId))! };
@@ -117,18 +150,45 @@ export class ErasureService {
    */
   async step(accountId: string, batchSize?: number): Promise<ErasureBatch> {
     validateId("accountId", accountId);
-    const size = batchSize === undefined ? this.pacer.size(this.lastPhase.get(accountId) ?? "posts") : validateBatchSize(batchSize);
+    const size =
+      batchSize === undefined
+        ? this.pacer.size(this.lastPhase.get(accountId) ?? "posts")
+        : validateBatchSize(batchSize);
     const t0 = performance.now();
-    const { rows } = await withStatementRetry(() => this.pool.query<{ phase: ErasurePhase; facts: number; next_phase: ErasurePhase; sequences_held_ms: number | null }>(
-      "SELECT phase, facts, next_phase, sequences_held_ms FROM erasure_step($1, $2, $3)", [accountId, size, this.partitions]));
+    const { rows } = await withStatementRetry(() =>
+      this.pool.query<{
+        phase: ErasurePhase;
+        facts: number;
+        next_phase: ErasurePhase;
+        sequences_held_ms: number | null;
+      }>("SELECT phase, facts, next_phase, sequences_held_ms FROM erasure_step($1, $2, $3)", [
+        accountId,
+        size,
+        this.partitions,
+      ]),
+    );
     const ms = performance.now() - t0;
     const r = rows[0]!;
-    const batch = { phase: r.phase, facts: r.facts, nextPhase: r.next_phase, size, ms, sequencesHeldMs: r.sequences_held_ms };
+    const batch = {
+      phase: r.phase,
+      facts: r.facts,
+      nextPhase: r.next_phase,
+      size,
+      ms,
+      sequencesHeldMs: r.sequences_held_ms,
+    };
     // Sized by how long it held what live writes wait for (the sequence rows), else by its whole duration.
-    if (batchSize === undefined) this.pacer.record(batch.phase, size, batch.sequencesHeldMs ?? ms, batch.phase === batch.nextPhase);
+    if (batchSize === undefined)
+      this.pacer.record(batch.phase, size, batch.sequencesHeldMs ?? ms, batch.phase === batch.nextPhase);
     if (batch.nextPhase === "done" || (batch.nextPhase as string) === "none") this.lastPhase.delete(accountId);
     else this.lastPhase.set(accountId, batch.nextPhase);
-    await this.hooks.at("erasure.betweenBatches", { accountId, phase: batch.phase, facts: batch.facts, nextPhase: batch.nextPhase, size });
+    await this.hooks.at("erasure.betweenBatches", {
+      accountId,
+      phase: batch.phase,
+      facts: batch.facts,
+      nextPhase: batch.nextPhase,
+      size,
+    });
     return batch;
   }
 
@@ -138,7 +198,10 @@ export class ErasureService {
   }
 
   /** Batches until the erasure is done (or `maxBatches` ran); the status afterwards. */
-  async run(accountId: string, options: { maxBatches?: number; onBatch?: (batch: ErasureBatch, status: ErasureStatus) => void } = {}): Promise<ErasureStatus> {
+  async run(
+    accountId: string,
+    options: { maxBatches?: number; onBatch?: (batch: ErasureBatch, status: ErasureStatus) => void } = {},
+  ): Promise<ErasureStatus> {
     for (let n = 0; options.maxBatches === undefined || n < options.maxBatches; n++) {
       const batch = await this.step(accountId);
       if (batch.phase === "done" || batch.nextPhase === "done" || (batch.phase as string) === "none") break;
@@ -153,7 +216,10 @@ export class ErasureService {
   /** The erasure's record, or null when none was started. */
   async status(accountId: string): Promise<ErasureStatus | null> {
     validateId("accountId", accountId);
-    const { rows } = await this.pool.query<StatusRow>(`SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE account_id = $1`, [accountId]);
+    const { rows } = await this.pool.query<StatusRow>(
+      `SELECT ${STATUS_COLUMNS} FROM account_erasure WHERE account_id = $1`,
+      [accountId],
+    );
     return rows[0] ? toStatus(rows[0]) : null;
   }
 
@@ -171,7 +237,8 @@ export class ErasureService {
   /** Accounts whose erasure is running, oldest first: the background job's work. */
   async running(): Promise<string[]> {
     const { rows } = await this.pool.query<{ account_id: string }>(
-      "SELECT account_id FROM account_erasure WHERE finished_at IS NULL ORDER BY started_at, account_id");
+      "SELECT account_id FROM account_erasure WHERE finished_at IS NULL ORDER BY started_at, account_id",
+    );
     return rows.map((r) => r.account_id);
   }
 }

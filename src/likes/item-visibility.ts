@@ -14,7 +14,9 @@ export async function itemState(db: Pool, reader: string | null, itemId: string)
   validateId("itemId", itemId);
   // Named: on every like read, so parsed and planned once per connection.
   const { rows } = await db.query<{ state: ItemState }>({
-    name: "item_state_truth", text: "SELECT item_state($1, $2, 'TRUTH') AS state", values: [reader, itemId],
+    name: "item_state_truth",
+    text: "SELECT item_state($1, $2, 'TRUTH') AS state",
+    values: [reader, itemId],
   });
   return rows[0]!.state;
 }

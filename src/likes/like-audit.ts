@@ -75,15 +75,23 @@ export async function writeSide(pool: Pool): Promise<WriteSideAudit> {
   const { rows } = await pool.query(WRITE_SIDE_SQL);
   const r = rows[0] as Record<string, number>;
   return {
-    lastSeq: r.last_seq!, outboxRows: r.outbox_rows!, seqGapPartitions: r.seq_gap_partitions!,
-    versionMismatchPairs: r.version_mismatch_pairs!, deltaSumMismatchItems: r.delta_sum_mismatch_items!,
+    lastSeq: r.last_seq!,
+    outboxRows: r.outbox_rows!,
+    seqGapPartitions: r.seq_gap_partitions!,
+    versionMismatchPairs: r.version_mismatch_pairs!,
+    deltaSumMismatchItems: r.delta_sum_mismatch_items!,
     misplacedEvents: r.misplaced_events!,
   };
 }
 
 export function writeSideClean(a: WriteSideAudit): boolean {
-  return a.lastSeq === a.outboxRows && a.seqGapPartitions === 0 && a.versionMismatchPairs === 0 &&
-    a.deltaSumMismatchItems === 0 && a.misplacedEvents === 0;
+  return (
+    a.lastSeq === a.outboxRows &&
+    a.seqGapPartitions === 0 &&
+    a.versionMismatchPairs === 0 &&
+    a.deltaSumMismatchItems === 0 &&
+    a.misplacedEvents === 0
+  );
 }
 
 /**
@@ -117,12 +125,16 @@ export function readSideClean(a: ReadSideAudit): boolean {
 }
 
 export function formatWriteSide(a: WriteSideAudit): string {
-  return `last_seq=${a.lastSeq} outbox_rows=${a.outboxRows} version_mismatch_pairs=${a.versionMismatchPairs} ` +
-    `delta_sum_mismatch_items=${a.deltaSumMismatchItems} seq_gap_partitions=${a.seqGapPartitions} misplaced_events=${a.misplacedEvents}`;
+  return (
+    `last_seq=${a.lastSeq} outbox_rows=${a.outboxRows} version_mismatch_pairs=${a.versionMismatchPairs} ` +
+    `delta_sum_mismatch_items=${a.deltaSumMismatchItems} seq_gap_partitions=${a.seqGapPartitions} misplaced_events=${a.misplacedEvents}`
+  );
 }
 
 export function formatReadSide(a: ReadSideAudit): string {
-  return `last_seq=${a.lastSeq} watermark=${a.watermark} lag=${a.lag} unprocessed=${a.unprocessed} ` +
+  return (
+    `last_seq=${a.lastSeq} watermark=${a.watermark} lag=${a.lag} unprocessed=${a.unprocessed} ` +
     `count_mismatch_items=${a.countMismatchItems} max_abs_err=${a.maxAbsErr} exact_violations=${a.exactViolations} ` +
-    `bound_violations=${a.boundViolations}`;
+    `bound_violations=${a.boundViolations}`
+  );
 }

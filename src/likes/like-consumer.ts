@@ -1,6 +1,10 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import {
-  addCounterStats, applyWithDedup as counterApplyWithDedup, CounterConsumer, emptyCounterStats, type CounterStats,
+  addCounterStats,
+  applyWithDedup as counterApplyWithDedup,
+  CounterConsumer,
+  emptyCounterStats,
+  type CounterStats,
 } from "../counters/counter-consumer.ts";
 import { watermarkTablesOf, type CountEvent } from "../counters/counter-spec.ts";
 import { drainBatches, pollPartitions } from "../counters/partition-batch.ts";
@@ -42,7 +46,10 @@ export const applyWithDedup: ApplyBatch = (client, part, events) => dedup(client
 export class LikeConsumer {
   private readonly counter: CounterConsumer;
 
-  constructor(private readonly pool: Pool, options: { hooks?: Hooks; applyBatch?: ApplyBatch } = {}) {
+  constructor(
+    private readonly pool: Pool,
+    options: { hooks?: Hooks; applyBatch?: ApplyBatch } = {},
+  ) {
     const { hooks, applyBatch } = options;
     this.counter = new CounterConsumer(pool, LIKE_COUNTER, {
       ...(hooks ? { hooks } : {}),

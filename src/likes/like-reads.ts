@@ -1,6 +1,14 @@
 import type { Pool } from "../db/pool.ts";
 import { validateId } from "../ids.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit, validateViewer, type ListOptions } from "../pagination.ts";
+import {
+  cursorTimeSql,
+  decodeCursor,
+  encodeCursor,
+  keysetPage,
+  validateLimit,
+  validateViewer,
+  type ListOptions,
+} from "../pagination.ts";
 import { notBlockedEitherWay } from "../relations/block-filter.ts";
 
 export interface LikerPage {
@@ -35,10 +43,13 @@ export async function listLikers(pool: Pool, itemId: string, options: ListOption
   const limit = validateLimit(options.limit);
   const viewer = validateViewer(options.viewer);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
-  const { rows } = await pool.query<{ user_id: string; changed_at: Date; at: string }>(
-    LIKERS_PAGE_SQL,
-    [itemId, after?.at ?? null, after?.id ?? null, limit + 1, viewer],
-  );
+  const { rows } = await pool.query<{ user_id: string; changed_at: Date; at: string }>(LIKERS_PAGE_SQL, [
+    itemId,
+    after?.at ?? null,
+    after?.id ?? null,
+    limit + 1,
+    viewer,
+  ]);
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
   return {
@@ -59,7 +70,11 @@ export interface LikedItemPage {
  * deleted post or comment, item_state MISSING) is left out: its like facts stay in the ledger,
  * but no reader sees the item any more (docs/api.md).
  */
-export async function listLikedItems(pool: Pool, userId: string, options: { limit?: number; cursor?: string } = {}): Promise<LikedItemPage> {
+export async function listLikedItems(
+  pool: Pool,
+  userId: string,
+  options: { limit?: number; cursor?: string } = {},
+): Promise<LikedItemPage> {
   validateId("userId", userId);
   const limit = validateLimit(options.limit);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
@@ -73,5 +88,8 @@ export async function listLikedItems(pool: Pool, userId: string, options: { limi
     [userId, after?.at ?? null, after?.id ?? null, limit + 1],
   );
   const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.at, id: r.item_id }));
-  return { likes: page.map((r) => ({ itemId: r.item_id, likedAt: r.changed_at })), ...(nextCursor ? { nextCursor } : {}) };
+  return {
+    likes: page.map((r) => ({ itemId: r.item_id, likedAt: r.changed_at })),
+    ...(nextCursor ? { nextCursor } : {}),
+  };
 }

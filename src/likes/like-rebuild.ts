@@ -1,6 +1,11 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import {
-  CounterRebuild, CounterRebuildInProgressError, readCountedPage, readCounterSnapshot, type CounterSnapshot, type KeyDrift,
+  CounterRebuild,
+  CounterRebuildInProgressError,
+  readCountedPage,
+  readCounterSnapshot,
+  type CounterSnapshot,
+  type KeyDrift,
 } from "../counters/counter-rebuild.ts";
 import { InvalidInputError, LedgerError } from "../errors.ts";
 import type { Hooks } from "../hooks.ts";
@@ -57,7 +62,10 @@ export class LikeRebuild {
 
   /** chunkRows: the most facts per chunk of a hot item (CHUNK_ROWS by default; tests make it small). */
   constructor(pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions; chunkRows?: number } = {}) {
-    this.counter = new CounterRebuild(pool, LIKE_COUNTER, { ...options, unknownKeys: (keys) => new UnknownItemsError(keys) });
+    this.counter = new CounterRebuild(pool, LIKE_COUNTER, {
+      ...options,
+      unknownKeys: (keys) => new UnknownItemsError(keys),
+    });
   }
 
   async rebuild(options: { items?: readonly string[] } = {}): Promise<RebuildReport> {
@@ -65,7 +73,13 @@ export class LikeRebuild {
       throw new InvalidInputError("items", "must be an array of item ids when given");
     }
     const r = await this.counter.rebuild(options.items ? { keys: options.items } : {});
-    return { runId: r.runId, snapshotSeqs: r.snapshotSeqs, itemsChecked: r.keysChecked, drifted: r.drifted.map(toItemDrift), totalAbsDrift: r.totalAbsDrift };
+    return {
+      runId: r.runId,
+      snapshotSeqs: r.snapshotSeqs,
+      itemsChecked: r.keysChecked,
+      drifted: r.drifted.map(toItemDrift),
+      totalAbsDrift: r.totalAbsDrift,
+    };
   }
 
   /** Installs the baseline of one item: counts[p] = liked facts of partition p at the snapshot. */
@@ -86,5 +100,8 @@ export async function readFactPage(
   after: string,
   items: readonly string[] | undefined,
 ): Promise<{ itemId: string; counts: number[] }[]> {
-  return (await readCountedPage(client, LIKE_COUNTER, partitions, after, items)).map((r) => ({ itemId: r.key, counts: r.counts }));
+  return (await readCountedPage(client, LIKE_COUNTER, partitions, after, items)).map((r) => ({
+    itemId: r.key,
+    counts: r.counts,
+  }));
 }

@@ -20,7 +20,10 @@ interface LikeSetRow {
 
 const LIKE_SET = { name: "like_set", text: "SELECT outcome, liked, version, seq FROM like_set($1, $2, $3, $4)" };
 /** like_set after item_state in the truth (like_set_if_visible): 'HIDDEN' and nothing written when the user may not (un)like it. */
-const LIKE_SET_IF_VISIBLE = { name: "like_set_if_visible", text: "SELECT outcome, liked, version, seq FROM like_set_if_visible($1, $2, $3, $4)" };
+const LIKE_SET_IF_VISIBLE = {
+  name: "like_set_if_visible",
+  text: "SELECT outcome, liked, version, seq FROM like_set_if_visible($1, $2, $3, $4)",
+};
 
 /** One answer of like_set_batch (src/db/schema.sql), ord being the write's position in the batch. */
 interface LikeBatchRow {
@@ -100,9 +103,12 @@ export class LikeService {
       for (let lane = 0; lane < lanes; lane++) {
         // A lane's batches may touch any of its partitions' sequence rows: two in flight could only queue on them.
         const shared = Math.ceil((partitions - lane) / lanes) > 1;
-        this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), {
-          maxBatch: batchMax, maxInFlight: options.batchesInFlight ?? (shared ? 1 : LIKE_BATCHES_IN_FLIGHT),
-        }));
+        this.batchers.push(
+          new GroupCommit((writes) => this.runBatch(writes), {
+            maxBatch: batchMax,
+            maxInFlight: options.batchesInFlight ?? (shared ? 1 : LIKE_BATCHES_IN_FLIGHT),
+          }),
+        );
       }
     }
   }
@@ -111,7 +117,11 @@ export class LikeService {
   batchStats(): { batches: number; writes: number; largest: number } | undefined {
     if (this.batchers.length === 0) return undefined;
     const all = this.batchers.map((b) => b.stats);
-    return { batches: all.reduce((n, s) => n + s.batches, 0), writes: all.reduce((n, s) => n + s.writes, 0), largest: Math.max(...all.map((s) => s.largest)) };
+    return {
+      batches: all.reduce((n, s) => n + s.batches, 0),
+      writes: all.reduce((n, s) => n + s.writes, 0),
+      largest: Math.max(...all.map((s) => s.largest)),
+    };
   }
 
   static async open(pool: Pool, options: LikeServiceOptions = {}): Promise<LikeService> {
@@ -141,7 +151,9 @@ export class LikeService {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const { rows } = await this.pool.query<{ liked: boolean; version: number }>({
-      name: "like_has_liked", text: "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2", values: [userId, itemId],
+      name: "like_has_liked",
+      text: "SELECT liked, version FROM like_fact WHERE user_id = $1 AND item_id = $2",
+      values: [userId, itemId],
     });
     return rows[0] ?? { liked: false, version: 0 };
   }
@@ -156,13 +168,22 @@ export class LikeService {
     return this.setLiked(userId, itemId, want, LIKE_SET_IF_VISIBLE);
   }
 
-  private async setLiked(userId: string, itemId: string, want: boolean, statement: { name: string; text: string } = LIKE_SET): Promise<LikeResult> {
+  private async setLiked(
+    userId: string,
+    itemId: string,
+    want: boolean,
+    statement: { name: string; text: string } = LIKE_SET,
+  ): Promise<LikeResult> {
     validateId("userId", userId);
     validateId("itemId", itemId);
     const part = this.partitionOf(userId);
     const batcher = this.batchers[part % Math.max(1, this.batchers.length)];
     if (!batcher) return this.setLikedAlone(userId, itemId, want, part, statement);
-    return batchResult(await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }), want, part);
+    return batchResult(
+      await batcher.submit({ userId, itemId, want, part, checked: statement === LIKE_SET_IF_VISIBLE }),
+      want,
+      part,
+    );
   }
 
   /**
@@ -173,11 +194,35 @@ export class LikeService {
   private async runBatch(writes: readonly LikeWrite[]): Promise<LikeBatchRow[]> {
     if (writes.length === 1) {
       const w = writes[0]!;
-      const r = await this.setLikedAlone(w.userId, w.itemId, w.want, w.part, w.checked ? LIKE_SET_IF_VISIBLE : LIKE_SET);
-      return [{ ord: 1, outcome: r.outcome, liked: r.liked, version: r.version, seq: r.seq, code: r.code ?? null, account: null }];
+      const r = await this.setLikedAlone(
+        w.userId,
+        w.itemId,
+        w.want,
+        w.part,
+        w.checked ? LIKE_SET_IF_VISIBLE : LIKE_SET,
+      );
+      return [
+        {
+          ord: 1,
+          outcome: r.outcome,
+          liked: r.liked,
+          version: r.version,
+          seq: r.seq,
+          code: r.code ?? null,
+          account: null,
+        },
+      ];
     }
-    const values = [writes.map((w) => w.userId), writes.map((w) => w.itemId), writes.map((w) => w.want), writes.map((w) => w.part), writes.map((w) => w.checked)];
-    const rows = await withStatementRetry(async () => (await this.pool.query<LikeBatchRow>({ ...LIKE_SET_BATCH, values })).rows);
+    const values = [
+      writes.map((w) => w.userId),
+      writes.map((w) => w.itemId),
+      writes.map((w) => w.want),
+      writes.map((w) => w.part),
+      writes.map((w) => w.checked),
+    ];
+    const rows = await withStatementRetry(
+      async () => (await this.pool.query<LikeBatchRow>({ ...LIKE_SET_BATCH, values })).rows,
+    );
     const byOrd: LikeBatchRow[] = [];
     for (const row of rows) byOrd[row.ord - 1] = row;
     return writes.map((_, i) => {
@@ -187,11 +232,19 @@ export class LikeService {
     });
   }
 
-  private async setLikedAlone(userId: string, itemId: string, want: boolean, part: number, statement: { name: string; text: string }): Promise<LikeResult> {
+  private async setLikedAlone(
+    userId: string,
+    itemId: string,
+    want: boolean,
+    part: number,
+    statement: { name: string; text: string },
+  ): Promise<LikeResult> {
     const values = [userId, itemId, want, part];
     let row: LikeSetRow;
     try {
-      row = await withStatementRetry(async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!);
+      row = await withStatementRetry(
+        async () => (await this.pool.query<LikeSetRow>({ ...statement, values })).rows[0]!,
+      );
     } catch (err) {
       if (err instanceof ForeignKeyViolationError && err.constraint === "like_fact_item_id_fkey") {
         // The placeholder insert is the function's first statement, so nothing was written.
@@ -209,8 +262,12 @@ function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult
   if (row.outcome === "REJECTED") {
     if (row.code === "ACCOUNT_BEING_ERASED") {
       // The same typed error as the guard's SQLSTATE SLE01 on the one-write path (erasure_refuse).
-      throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
-        `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
+      throw new AccountBeingErasedError(
+        "ACCOUNT_BEING_ERASED",
+        `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`,
+        undefined,
+        "SLE01",
+      );
     }
     // The guard's SQLSTATE SLE02 on the one-write path: a like by an erased account (erasure_guard_like).
     if (row.code === "ACCOUNT_ERASED") throw AccountErasedError.of(row.account ?? "?");
@@ -222,5 +279,13 @@ function batchResult(row: LikeBatchRow, want: boolean, part: number): LikeResult
 
 /** A missing item, and one the user may not see: the same answer, so it tells nothing. */
 function notFound(part: number): LikeResult {
-  return { outcome: "REJECTED", liked: false, version: 0, seq: 0, part, reason: "item does not exist", code: ITEM_NOT_FOUND };
+  return {
+    outcome: "REJECTED",
+    liked: false,
+    version: 0,
+    seq: 0,
+    part,
+    reason: "item does not exist",
+    code: ITEM_NOT_FOUND,
+  };
 }

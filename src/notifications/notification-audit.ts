@@ -45,9 +45,23 @@ export const NOTIFICATION_AUDIT_SQL = `
     FROM judged`;
 
 export async function auditNotifications(pool: Pool): Promise<NotificationAudit> {
-  const { rows } = await pool.query<{ extra: number; missing: number; differing: number; self_notifications: number; explained_by_pending: number; lag: number }>(NOTIFICATION_AUDIT_SQL);
+  const { rows } = await pool.query<{
+    extra: number;
+    missing: number;
+    differing: number;
+    self_notifications: number;
+    explained_by_pending: number;
+    lag: number;
+  }>(NOTIFICATION_AUDIT_SQL);
   const r = rows[0]!;
-  return { extra: r.extra, missing: r.missing, differing: r.differing, selfNotifications: r.self_notifications, explainedByPending: r.explained_by_pending, lag: r.lag };
+  return {
+    extra: r.extra,
+    missing: r.missing,
+    differing: r.differing,
+    selfNotifications: r.self_notifications,
+    explainedByPending: r.explained_by_pending,
+    lag: r.lag,
+  };
 }
 
 export function notificationAuditClean(a: NotificationAudit): boolean {
@@ -68,7 +82,12 @@ export interface NotificationWatermark {
 
 /** The notification view's lag: per source outbox and partition, its sequence and the view's contiguous watermark. */
 export async function readNotificationWatermarks(pool: Pool): Promise<NotificationWatermark[]> {
-  const { rows } = await pool.query<{ source: NotificationWatermark["source"]; part: number; last: number; applied_upto: number }>(
+  const { rows } = await pool.query<{
+    source: NotificationWatermark["source"];
+    part: number;
+    last: number;
+    applied_upto: number;
+  }>(
     `SELECT 'likes' AS source, s.part, s.last, w.applied_upto FROM like_seq s JOIN notification_like_watermark w USING (part)
      UNION ALL
      SELECT 'relations', s.part, s.last, w.applied_upto FROM event_seq s JOIN notification_relation_watermark w USING (part)
@@ -76,5 +95,11 @@ export async function readNotificationWatermarks(pool: Pool): Promise<Notificati
      SELECT 'comments', s.part, s.last, w.applied_upto FROM comment_seq s JOIN notification_comment_watermark w USING (part)
      ORDER BY 1, 2`,
   );
-  return rows.map((r) => ({ source: r.source, part: r.part, last: r.last, appliedUpto: r.applied_upto, lag: r.last - r.applied_upto }));
+  return rows.map((r) => ({
+    source: r.source,
+    part: r.part,
+    last: r.last,
+    appliedUpto: r.applied_upto,
+    lag: r.last - r.applied_upto,
+  }));
 }

@@ -1,9 +1,19 @@
-import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "../counters/partition-batch.ts";
+import {
+  addTally,
+  drainBatches,
+  inPartitionBatch,
+  partitionOfBatch,
+  pollPartitions,
+} from "../counters/partition-batch.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import {
-  LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, withIdAndGroup, type NotificationSource,
+  LOCK_RECIPIENTS_SQL,
+  NOTIFICATION_COLUMNS,
+  NOTIFICATION_SOURCES,
+  withIdAndGroup,
+  type NotificationSource,
 } from "./notification-sources.ts";
 
 /** A delivered outbox event: where it sits and the fingerprint of its row (notification-sources.ts). */
@@ -29,7 +39,12 @@ export function emptyNotificationStats(): NotificationStats {
  * register each event in the source's seen table in the same statement as its effect.
  * Replaceable only so that a negative control can show what breaks without the guards.
  */
-export type NotificationApply = (client: PoolClient, source: NotificationSource, part: number, seqs: readonly number[]) => Promise<NotificationStats>;
+export type NotificationApply = (
+  client: PoolClient,
+  source: NotificationSource,
+  part: number,
+  seqs: readonly number[],
+) => Promise<NotificationStats>;
 
 /**
  * The de-duplicating apply, one statement per batch: an event at or below the watermark, or
@@ -108,24 +123,36 @@ export class NotificationConsumer {
   }
 
   /** Applies a batch of one partition's events; events at or below the retention floor are pruned duplicates (`expired`). */
-  async applyBatch(events: readonly NotificationEvent[]): Promise<NotificationStats & { watermark: number; expired: number }> {
+  async applyBatch(
+    events: readonly NotificationEvent[],
+  ): Promise<NotificationStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const seqs = events.map((e) => e.seq);
     const source = this.source.name;
-    return inPartitionBatch(this.pool, this.source.tables, part, async (client) => {
-      const kept = await this.requireOutboxMatch(client, part, events);
-      const expired = events.length - kept.length;
-      const { rows } = await client.query<{ recipient: string }>(this.sql.recipients, [part, kept]);
-      await client.query(LOCK_RECIPIENTS_SQL, [rows.map((r) => r.recipient)]);
-      await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
-      const stats = kept.length > 0 ? await this.apply(client, this.source, part, kept) : emptyNotificationStats();
-      return { ...stats, dup: stats.dup + expired, expired };
-    }, (pid) => this.hooks.at("notifications.consumer.beforeCommit", { source, part, seqs, pid }));
+    return inPartitionBatch(
+      this.pool,
+      this.source.tables,
+      part,
+      async (client) => {
+        const kept = await this.requireOutboxMatch(client, part, events);
+        const expired = events.length - kept.length;
+        const { rows } = await client.query<{ recipient: string }>(this.sql.recipients, [part, kept]);
+        await client.query(LOCK_RECIPIENTS_SQL, [rows.map((r) => r.recipient)]);
+        await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
+        const stats = kept.length > 0 ? await this.apply(client, this.source, part, kept) : emptyNotificationStats();
+        return { ...stats, dup: stats.dup + expired, expired };
+      },
+      (pid) => this.hooks.at("notifications.consumer.beforeCommit", { source, part, seqs, pid }),
+    );
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark (no locks: the seen table absorbs overlaps). */
   async fetchPending(part: number, limit: number): Promise<NotificationEvent[]> {
-    const { rows } = await this.pool.query<EventRow>({ name: `notifications_${this.source.name}_fetch_pending`, text: this.sql.fetchPending, values: [part, limit] });
+    const { rows } = await this.pool.query<EventRow>({
+      name: `notifications_${this.source.name}_fetch_pending`,
+      text: this.sql.fetchPending,
+      values: [part, limit],
+    });
     return rows;
   }
 
@@ -139,12 +166,27 @@ export class NotificationConsumer {
   }
 
   async drain(batchSize = 200): Promise<NotificationStats> {
-    return drainBatches(this.pool, this.source.tables, `notifications(${this.source.name})`, this, emptyNotificationStats, batchSize);
+    return drainBatches(
+      this.pool,
+      this.source.tables,
+      `notifications(${this.source.name})`,
+      this,
+      emptyNotificationStats,
+      batchSize,
+    );
   }
 
   /** The delivered events must be the outbox's; returns the seqs above the retention floor. */
-  private async requireOutboxMatch(client: PoolClient, part: number, events: readonly NotificationEvent[]): Promise<number[]> {
-    const { rows } = await client.query<EventRow & { floor: number }>(this.sql.fetchSeqs, [part, events.map((e) => e.seq), this.source.name]);
+  private async requireOutboxMatch(
+    client: PoolClient,
+    part: number,
+    events: readonly NotificationEvent[],
+  ): Promise<number[]> {
+    const { rows } = await client.query<EventRow & { floor: number }>(this.sql.fetchSeqs, [
+      part,
+      events.map((e) => e.seq),
+      this.source.name,
+    ]);
     const floor = rows[0]!.floor;
     const stored = new Map(rows.filter((r) => r.seq !== null).map((r) => [r.seq, r.fingerprint]));
     const kept: number[] = [];
@@ -152,7 +194,10 @@ export class NotificationConsumer {
       if (e.seq <= floor) continue;
       const fingerprint = stored.get(e.seq);
       if (fingerprint === undefined || fingerprint !== e.fingerprint) {
-        throw new InvalidInputError("events", `event ${this.source.name} ${part}:${e.seq} ${fingerprint === undefined ? "is not in" : "does not match"} the outbox`);
+        throw new InvalidInputError(
+          "events",
+          `event ${this.source.name} ${part}:${e.seq} ${fingerprint === undefined ? "is not in" : "does not match"} the outbox`,
+        );
       }
       kept.push(e.seq);
     }

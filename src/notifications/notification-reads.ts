@@ -69,11 +69,16 @@ interface GroupRow {
  * recent notification id, keyset-paginated on it (the cursor carries that id). Groups are
  * formed from the visible rows only, so a count is exact over what the reader may see.
  */
-export async function listNotificationGroups(pool: Pool, reader: string, options: { limit?: number; cursor?: string } = {}): Promise<NotificationGroupPage> {
+export async function listNotificationGroups(
+  pool: Pool,
+  reader: string,
+  options: { limit?: number; cursor?: string } = {},
+): Promise<NotificationGroupPage> {
   validateId("reader", reader);
   const limit = validateLimit(options.limit);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
-  if (after && !NOTIFICATION_ID_PATTERN.test(after.id)) throw new InvalidInputError("cursor", "is not a cursor this service issued");
+  if (after && !NOTIFICATION_ID_PATTERN.test(after.id))
+    throw new InvalidInputError("cursor", "is not a cursor this service issued");
   const { rows } = await pool.query<GroupRow>(
     `WITH ${VISIBLE_CTE},
      groups AS (
@@ -92,10 +97,16 @@ export async function listNotificationGroups(pool: Pool, reader: string, options
   const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.latest_at_text, id: r.latest_id }));
   return {
     groups: page.map((r) => ({
-      groupKey: r.group_key, type: r.type, ...(r.item_id === null ? {} : { itemId: r.item_id }),
-      notificationsCount: r.n, sampleAccountIds: r.sample,
-      mostRecentNotificationId: r.latest_id, oldestNotificationId: r.oldest_id,
-      latestNotificationAt: r.latest_at, oldestNotificationAt: r.oldest_at, unread: r.unread,
+      groupKey: r.group_key,
+      type: r.type,
+      ...(r.item_id === null ? {} : { itemId: r.item_id }),
+      notificationsCount: r.n,
+      sampleAccountIds: r.sample,
+      mostRecentNotificationId: r.latest_id,
+      oldestNotificationId: r.oldest_id,
+      latestNotificationAt: r.latest_at,
+      oldestNotificationAt: r.oldest_at,
+      unread: r.unread,
     })),
     ...(nextCursor ? { nextCursor } : {}),
   };

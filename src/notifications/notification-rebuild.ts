@@ -5,7 +5,11 @@ import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 import {
-  LOCK_RECIPIENTS_SQL, NOTIFICATION_COLUMNS, NOTIFICATION_SOURCES, pendingEventSql, type NotificationSourceName,
+  LOCK_RECIPIENTS_SQL,
+  NOTIFICATION_COLUMNS,
+  NOTIFICATION_SOURCES,
+  pendingEventSql,
+  type NotificationSourceName,
 } from "./notification-sources.ts";
 
 export class NotificationRebuildInProgressError extends LedgerError {
@@ -83,18 +87,25 @@ export async function readTruthRows(client: PoolClient | Pool, recipients: reado
 export async function readSnapshotSeqs(client: PoolClient | Pool): Promise<NotificationSnapshot> {
   const seqs = {} as NotificationSnapshot;
   for (const s of NOTIFICATION_SOURCES) {
-    const { rows } = await client.query<{ part: number; last: number }>(`SELECT part, last FROM ${s.tables.sequence} ORDER BY part`);
+    const { rows } = await client.query<{ part: number; last: number }>(
+      `SELECT part, last FROM ${s.tables.sequence} ORDER BY part`,
+    );
     seqs[s.name] = [];
     for (const r of rows) seqs[s.name][r.part] = r.last;
   }
   return seqs;
 }
 
-const SOURCE_OF_ROW: Record<string, NotificationSourceName> = { like: "likes", relation: "relations", comment: "comments" };
+const SOURCE_OF_ROW: Record<string, NotificationSourceName> = {
+  like: "likes",
+  relation: "relations",
+  comment: "comments",
+};
 /** The most recipients per page of the snapshot read; pacing sizes pages below it (at least MIN_PAGE). */
 const PAGE = 500;
 const MIN_PAGE = 10;
-const keyOf = (r: { source: string; actor: string; subject: string }) => `${r.source}\u0000${r.actor}\u0000${r.subject}`;
+const keyOf = (r: { source: string; actor: string; subject: string }) =>
+  `${r.source}\u0000${r.actor}\u0000${r.subject}`;
 
 /**
  * The notification view rebuilt from the facts (notification_truth), the chapter-32 way: one
@@ -115,7 +126,10 @@ export class NotificationRebuild {
   private readonly hooks: Hooks;
   readonly pacer: Pacer;
 
-  constructor(private readonly pool: Pool, options: { hooks?: Hooks; pacing?: PacingOptions } = {}) {
+  constructor(
+    private readonly pool: Pool,
+    options: { hooks?: Hooks; pacing?: PacingOptions } = {},
+  ) {
     this.hooks = options.hooks ?? new Hooks();
     this.pacer = new Pacer(options.pacing ?? DEFAULT_PACING, PAGE, MIN_PAGE);
   }
@@ -127,39 +141,45 @@ export class NotificationRebuild {
     const only = options.recipients?.map((r) => validateId("recipients", r));
     const changed: RecipientInstall[] = [];
     let recipientsChecked = 0;
-    const snapshot = await withTransaction(this.pool, async (snap) => {
-      const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [NOTIFICATION_REBUILD_LOCK_KEY]);
-      if (!lock[0]!.ok) throw new NotificationRebuildInProgressError();
-      const seqs = await readSnapshotSeqs(snap);
-      await this.hooks.at("notifications.rebuild.afterSnapshot", { snapshotSeqs: seqs });
-      const { rows: recipients } = await snap.query<{ r: string }>(
-        `SELECT r FROM (SELECT recipient AS r FROM notification_truth UNION SELECT recipient FROM notification) x
+    const snapshot = await withTransaction(
+      this.pool,
+      async (snap) => {
+        const { rows: lock } = await snap.query<{ ok: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS ok", [
+          NOTIFICATION_REBUILD_LOCK_KEY,
+        ]);
+        if (!lock[0]!.ok) throw new NotificationRebuildInProgressError();
+        const seqs = await readSnapshotSeqs(snap);
+        await this.hooks.at("notifications.rebuild.afterSnapshot", { snapshotSeqs: seqs });
+        const { rows: recipients } = await snap.query<{ r: string }>(
+          `SELECT r FROM (SELECT recipient AS r FROM notification_truth UNION SELECT recipient FROM notification) x
           WHERE $1::text[] IS NULL OR r = ANY ($1) ORDER BY r`,
-        [only ?? null],
-      );
-      // Paced as the counter rebuild is (docs/counters.md "Pacing the rebuild"): pages sized to the
-      // budget from the last full page's read, a rest after each read and each install.
-      for (let i = 0; i < recipients.length; ) {
-        const size = this.pacer.size("page");
-        const page = recipients.slice(i, i + size).map((x) => x.r);
-        i += page.length;
-        const t0 = performance.now();
-        const truth = await readTruthRows(snap, page);
-        const readMs = performance.now() - t0;
-        this.pacer.record("page", size, readMs, page.length === size);
-        await rest(this.pacer.restMs(readMs));
-        const byRecipient = new Map<string, TruthRow[]>(page.map((r) => [r, []]));
-        for (const t of truth) byRecipient.get(t.recipient)!.push(t);
-        for (const [recipient, rows] of byRecipient) {
-          const t1 = performance.now();
-          const installed = await this.installRecipient(recipient, rows, seqs);
-          recipientsChecked++;
-          if (installed.rowsDrifted + installed.rowsPending > 0) changed.push(installed);
-          await rest(this.pacer.restMs(performance.now() - t1));
+          [only ?? null],
+        );
+        // Paced as the counter rebuild is (docs/counters.md "Pacing the rebuild"): pages sized to the
+        // budget from the last full page's read, a rest after each read and each install.
+        for (let i = 0; i < recipients.length;) {
+          const size = this.pacer.size("page");
+          const page = recipients.slice(i, i + size).map((x) => x.r);
+          i += page.length;
+          const t0 = performance.now();
+          const truth = await readTruthRows(snap, page);
+          const readMs = performance.now() - t0;
+          this.pacer.record("page", size, readMs, page.length === size);
+          await rest(this.pacer.restMs(readMs));
+          const byRecipient = new Map<string, TruthRow[]>(page.map((r) => [r, []]));
+          for (const t of truth) byRecipient.get(t.recipient)!.push(t);
+          for (const [recipient, rows] of byRecipient) {
+            const t1 = performance.now();
+            const installed = await this.installRecipient(recipient, rows, seqs);
+            recipientsChecked++;
+            if (installed.rowsDrifted + installed.rowsPending > 0) changed.push(installed);
+            await rest(this.pacer.restMs(performance.now() - t1));
+          }
         }
-      }
-      return seqs;
-    }, { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 });
+        return seqs;
+      },
+      { isolation: "REPEATABLE READ", readOnly: true, maxAttempts: 1 },
+    );
     const rowsDrifted = changed.reduce((n, c) => n + c.rowsDrifted, 0);
     const rowsPending = changed.reduce((n, c) => n + c.rowsPending, 0);
     const { rows } = await this.pool.query<{ run_id: number }>(
@@ -170,7 +190,11 @@ export class NotificationRebuild {
   }
 
   /** Installs one recipient's rows from its snapshot truth rows. */
-  async installRecipient(recipient: string, truth: readonly TruthRow[], snapshot: NotificationSnapshot): Promise<RecipientInstall> {
+  async installRecipient(
+    recipient: string,
+    truth: readonly TruthRow[],
+    snapshot: NotificationSnapshot,
+  ): Promise<RecipientInstall> {
     return withTransaction(this.pool, async (client) => {
       await client.query(LOCK_RECIPIENTS_SQL, [[recipient]]);
       await this.hooks.at("notifications.rebuild.beforeInstall", { recipient, pid: backendPid(client) });
@@ -192,7 +216,8 @@ export class NotificationRebuild {
           continue;
         }
         // Already what the facts say (the id carries the time): nothing to write.
-        if (cur && cur.version === t.version && cur.active === t.active && cur.type === t.type && cur.id === t.id) continue;
+        if (cur && cur.version === t.version && cur.active === t.active && cur.type === t.type && cur.id === t.id)
+          continue;
         install.push(t);
         if (!cur ? t.active : cur.active !== t.active || (t.active && cur.type !== t.type)) changedKeys.push(t);
       }
@@ -205,11 +230,14 @@ export class NotificationRebuild {
         if (cur.active) changedKeys.push(cur);
       }
       // Asked under the recipient lock: no batch can consume one of these pairs' events meanwhile.
-      const { rows: judged } = changedKeys.length === 0 ? { rows: [{ pending: 0 }] } : await client.query<{ pending: number }>(
-        `SELECT count(*) FILTER (WHERE ${pendingEventSql("k")})::int AS pending
+      const { rows: judged } =
+        changedKeys.length === 0
+          ? { rows: [{ pending: 0 }] }
+          : await client.query<{ pending: number }>(
+              `SELECT count(*) FILTER (WHERE ${pendingEventSql("k")})::int AS pending
            FROM unnest($1::text[], $2::text[], $3::text[]) AS k(source, actor, subject)`,
-        [changedKeys.map((k) => k.source), changedKeys.map((k) => k.actor), changedKeys.map((k) => k.subject)],
-      );
+              [changedKeys.map((k) => k.source), changedKeys.map((k) => k.actor), changedKeys.map((k) => k.subject)],
+            );
       const rowsPending = judged[0]!.pending;
       if (install.length > 0) {
         await client.query(
@@ -225,8 +253,15 @@ export class NotificationRebuild {
                   at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key, part = 0, seq = 0
             WHERE n.version <= EXCLUDED.version`,
           [
-            recipient, install.map((t) => t.source), install.map((t) => t.actor), install.map((t) => t.subject), install.map((t) => t.type),
-            install.map((t) => t.item_id), install.map((t) => t.active), install.map((t) => t.version), install.map((t) => t.at),
+            recipient,
+            install.map((t) => t.source),
+            install.map((t) => t.actor),
+            install.map((t) => t.subject),
+            install.map((t) => t.type),
+            install.map((t) => t.item_id),
+            install.map((t) => t.active),
+            install.map((t) => t.version),
+            install.map((t) => t.at),
           ],
         );
       }

@@ -69,7 +69,8 @@ export const COMMENT_SOURCE: NotificationSource = {
 export const NOTIFICATION_SOURCES: readonly NotificationSource[] = [LIKE_SOURCE, RELATION_SOURCE, COMMENT_SOURCE];
 
 /** Columns of a notification row, in the order candidatesSql yields them plus id and group_key. */
-export const NOTIFICATION_COLUMNS = "source, actor, subject, recipient, type, item_id, active, version, at, id, group_key, part, seq";
+export const NOTIFICATION_COLUMNS =
+  "source, actor, subject, recipient, type, item_id, active, version, at, id, group_key, part, seq";
 
 /** SQL: the candidates of `rows` (alias) with their id and group key, in NOTIFICATION_COLUMNS order. */
 export function withIdAndGroup(rows: string): string {
@@ -101,7 +102,8 @@ export const LOCK_RECIPIENTS_SQL = `
  * The audit and the rebuild's drift report both ask this.
  */
 export function pendingEventSql(k: string): string {
-  const unseen = (seen: string) => `o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM ${seen} s WHERE s.part = o.part AND s.seq = o.seq)`;
+  const unseen = (seen: string) =>
+    `o.seq > w.applied_upto AND NOT EXISTS (SELECT 1 FROM ${seen} s WHERE s.part = o.part AND s.seq = o.seq)`;
   return `CASE ${k}.source
     WHEN 'like' THEN EXISTS (SELECT 1 FROM like_outbox o JOIN notification_like_watermark w USING (part)
                               WHERE o.user_id = ${k}.actor AND o.item_id = ${k}.subject AND ${unseen("notification_like_seen")})

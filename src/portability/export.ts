@@ -9,7 +9,8 @@ const AT = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-D
 const PAGE = 5_000;
 
 /** The account `column` names is erased or being erased: none of its facts is exported (an erasure turns them off). */
-const ERASED = (column: string) => `EXISTS (SELECT 1 FROM account e WHERE e.account_id = ${column} AND e.erased_state IS NOT NULL)`;
+const ERASED = (column: string) =>
+  `EXISTS (SELECT 1 FROM account e WHERE e.account_id = ${column} AND e.erased_state IS NOT NULL)`;
 
 /** Keyset condition: (a, b) after ($1, $2), a range read on the table's primary key. */
 const after = (a: string, b: string) => `(${a}, ${b}) > ($1, $2)`;
@@ -40,8 +41,12 @@ const SECTIONS: readonly Section[] = [
                   OR EXISTS (SELECT 1 FROM relation r WHERE r.follower = $4 AND r.followee = x.account_id AND r.state <> 'REMOVED')
                   OR EXISTS (SELECT 1 FROM block k WHERE k.blocker = $4 AND k.blocked = x.account_id))
            ORDER BY x.account_id LIMIT $3`,
-    line: (r) => (r.erased ? { kind: "account", id: r.a, erased: true }
-      : r.own ? { kind: "account", id: r.a, private: r.private, hideCollections: r.hide } : { kind: "account", id: r.a }),
+    line: (r) =>
+      r.erased
+        ? { kind: "account", id: r.a, erased: true }
+        : r.own
+          ? { kind: "account", id: r.a, private: r.private, hideCollections: r.hide }
+          : { kind: "account", id: r.a },
     key: (r) => [r.a as string, ""],
   },
   {
@@ -86,21 +91,38 @@ const SECTIONS: readonly Section[] = [
  * backs up. Importing the output into an empty database gives the same facts and counts.
  * Returns the lines written.
  */
-export async function exportFacts(pool: Pool, out: NodeJS.WritableStream, options: { account?: string } = {}): Promise<number> {
+export async function exportFacts(
+  pool: Pool,
+  out: NodeJS.WritableStream,
+  options: { account?: string } = {},
+): Promise<number> {
   const account = options.account === undefined ? null : validateUserId("account", options.account);
   if (account !== null) {
-    const { rows } = await pool.query<{ erased_state: string | null }>("SELECT erased_state FROM account WHERE account_id = $1", [account]);
+    const { rows } = await pool.query<{ erased_state: string | null }>(
+      "SELECT erased_state FROM account WHERE account_id = $1",
+      [account],
+    );
     if (rows.length === 0) throw new AccountNotFoundError(account);
     // An erased account has no data left to export; one being erased has less every moment.
     if (rows[0]!.erased_state === "ERASED") throw AccountErasedError.of(account);
     if (rows[0]!.erased_state === "ERASING") {
-      throw new AccountBeingErasedError("ACCOUNT_BEING_ERASED", `account ${account} is being erased: it cannot be exported`, undefined, "SLE01");
+      throw new AccountBeingErasedError(
+        "ACCOUNT_BEING_ERASED",
+        `account ${account} is being erased: it cannot be exported`,
+        undefined,
+        "SLE01",
+      );
     }
   }
   let lines = 0;
   for (const section of SECTIONS) {
     for (let last: [string, string] = ["", ""]; ;) {
-      const { rows } = await pool.query<Record<string, string | boolean>>(section.sql, [last[0], last[1], PAGE, account]);
+      const { rows } = await pool.query<Record<string, string | boolean>>(section.sql, [
+        last[0],
+        last[1],
+        PAGE,
+        account,
+      ]);
       if (rows.length === 0) break;
       const chunk = rows.map((r) => JSON.stringify(section.line(r))).join("\n") + "\n";
       lines += rows.length;

@@ -28,12 +28,31 @@ const NOT_IMPORTABLE: Record<string, string> = {
 const ISO_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?(Z|[+-]\d{2}:\d{2})$/;
 
 function validateAt(value: unknown, now: number): string {
-  if (typeof value !== "string") throw new InvalidInputError("at", `must be an ISO-8601 date-time string, got ${typeof value}`);
+  if (typeof value !== "string")
+    throw new InvalidInputError("at", `must be an ISO-8601 date-time string, got ${typeof value}`);
   const m = ISO_DATE_TIME.exec(value);
-  if (!m) throw new InvalidInputError("at", `must be an ISO-8601 date-time with a zone, like 2024-05-01T12:00:00Z, got ${JSON.stringify(value.slice(0, 40))}`);
-  const [year, month, day, hour, minute, second] = [m[1], m[2], m[3], m[4], m[5], m[6] ?? "0"].map(Number) as [number, number, number, number, number, number];
+  if (!m)
+    throw new InvalidInputError(
+      "at",
+      `must be an ISO-8601 date-time with a zone, like 2024-05-01T12:00:00Z, got ${JSON.stringify(value.slice(0, 40))}`,
+    );
+  const [year, month, day, hour, minute, second] = [m[1], m[2], m[3], m[4], m[5], m[6] ?? "0"].map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   const calendar = new Date(Date.UTC(year, month - 1, day));
-  if (year < 1970 || calendar.getUTCMonth() !== month - 1 || calendar.getUTCDate() !== day || hour > 23 || minute > 59 || second > 59) {
+  if (
+    year < 1970 ||
+    calendar.getUTCMonth() !== month - 1 ||
+    calendar.getUTCDate() !== day ||
+    hour > 23 ||
+    minute > 59 ||
+    second > 59
+  ) {
     throw new InvalidInputError("at", `is not a valid date-time (from 1970 on): ${value}`);
   }
   if (Date.parse(value) > now) throw new InvalidInputError("at", `is in the future: ${value}`);
@@ -41,7 +60,8 @@ function validateAt(value: unknown, now: number): string {
 }
 
 function validateBoolean(field: string, value: unknown): boolean {
-  if (typeof value !== "boolean") throw new InvalidInputError(field, `must be true or false, got ${JSON.stringify(value)}`);
+  if (typeof value !== "boolean")
+    throw new InvalidInputError(field, `must be true or false, got ${JSON.stringify(value)}`);
   return value;
 }
 
@@ -62,7 +82,12 @@ const PLAIN_LIKE = new RegExp(`^\\{"kind":"like","user":"(${ID})","item":"(${ID}
 export function parseFactLine(text: string, now: number): FactLine {
   const like = PLAIN_LIKE.exec(text);
   if (like && !RESERVED_USER_IDS.includes(like[1]!)) {
-    return { kind: "like", user: like[1]!, item: like[2]!, ...(like[3] === undefined ? {} : { at: validateAt(like[3], now) }) };
+    return {
+      kind: "like",
+      user: like[1]!,
+      item: like[2]!,
+      ...(like[3] === undefined ? {} : { at: validateAt(like[3], now) }),
+    };
   }
   let value: unknown;
   try {
@@ -70,32 +95,50 @@ export function parseFactLine(text: string, now: number): FactLine {
   } catch {
     throw new InvalidInputError("line", "is not valid JSON");
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new InvalidInputError("line", "must be a JSON object");
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new InvalidInputError("line", "must be a JSON object");
   const o = value as Record<string, unknown>;
   const kind = o.kind;
   if (typeof kind !== "string" || !Object.hasOwn(FIELDS, kind)) {
     const known = Object.keys(FIELDS).join(", ");
-    throw new InvalidInputError("kind", typeof kind === "string" && NOT_IMPORTABLE[kind] ? NOT_IMPORTABLE[kind]! : `must be one of ${known}, got ${JSON.stringify(kind)}`);
+    throw new InvalidInputError(
+      "kind",
+      typeof kind === "string" && NOT_IMPORTABLE[kind]
+        ? NOT_IMPORTABLE[kind]!
+        : `must be one of ${known}, got ${JSON.stringify(kind)}`,
+    );
   }
   const spec = FIELDS[kind as FactLine["kind"]];
   for (const field of Object.keys(o)) {
     if (field !== "kind" && !spec.required.includes(field) && !spec.optional.includes(field)) {
-      throw new InvalidInputError(field, `is not a field of a ${kind} (allowed: ${[...spec.required, ...spec.optional].join(", ")})`);
+      throw new InvalidInputError(
+        field,
+        `is not a field of a ${kind} (allowed: ${[...spec.required, ...spec.optional].join(", ")})`,
+      );
     }
   }
-  for (const field of spec.required) if (!Object.hasOwn(o, field)) throw new InvalidInputError(field, `is required for a ${kind}`);
+  for (const field of spec.required)
+    if (!Object.hasOwn(o, field)) throw new InvalidInputError(field, `is required for a ${kind}`);
   const at = o.at === undefined ? {} : { at: validateAt(o.at, now) };
   switch (kind as FactLine["kind"]) {
     case "account":
       if (o.erased !== undefined) {
-        if (o.erased !== true) throw new InvalidInputError("erased", `must be true (the tombstone of an erased account) or absent, got ${JSON.stringify(o.erased)}`);
-        if (o.private !== undefined || o.hideCollections !== undefined) throw new InvalidInputError("erased", "an erased account's line has no settings");
+        if (o.erased !== true)
+          throw new InvalidInputError(
+            "erased",
+            `must be true (the tombstone of an erased account) or absent, got ${JSON.stringify(o.erased)}`,
+          );
+        if (o.private !== undefined || o.hideCollections !== undefined)
+          throw new InvalidInputError("erased", "an erased account's line has no settings");
         return { kind: "account", id: validateUserId("id", o.id), erased: true };
       }
       return {
-        kind: "account", id: validateUserId("id", o.id),
+        kind: "account",
+        id: validateUserId("id", o.id),
         ...(o.private === undefined ? {} : { private: validateBoolean("private", o.private) }),
-        ...(o.hideCollections === undefined ? {} : { hideCollections: validateBoolean("hideCollections", o.hideCollections) }),
+        ...(o.hideCollections === undefined
+          ? {}
+          : { hideCollections: validateBoolean("hideCollections", o.hideCollections) }),
       };
     case "item":
       return { kind: "item", id: validateId("id", o.id) };
@@ -105,7 +148,8 @@ export function parseFactLine(text: string, now: number): FactLine {
       const follower = validateUserId("follower", o.follower);
       const followee = validateUserId("followee", o.followee);
       if (follower === followee) throw new InvalidInputError("followee", "an account cannot follow itself");
-      if (o.state !== "ACTIVE" && o.state !== "PENDING") throw new InvalidInputError("state", `must be ACTIVE or PENDING, got ${JSON.stringify(o.state)}`);
+      if (o.state !== "ACTIVE" && o.state !== "PENDING")
+        throw new InvalidInputError("state", `must be ACTIVE or PENDING, got ${JSON.stringify(o.state)}`);
       return { kind: "follow", follower, followee, state: o.state, ...at };
     }
     case "block": {
@@ -126,11 +170,16 @@ const NULL = "\\N";
 export function stageRow(runId: number, line: number, f: FactLine): string {
   const cols: (string | boolean | undefined)[] = (() => {
     switch (f.kind) {
-      case "account": return [f.id, undefined, f.erased ? "ERASED" : undefined, f.private, f.hideCollections, undefined];
-      case "item": return [f.id, undefined, undefined, undefined, undefined, undefined];
-      case "like": return [f.user, f.item, undefined, undefined, undefined, f.at];
-      case "follow": return [f.follower, f.followee, f.state, undefined, undefined, f.at];
-      case "block": return [f.blocker, f.blocked, undefined, undefined, undefined, f.at];
+      case "account":
+        return [f.id, undefined, f.erased ? "ERASED" : undefined, f.private, f.hideCollections, undefined];
+      case "item":
+        return [f.id, undefined, undefined, undefined, undefined, undefined];
+      case "like":
+        return [f.user, f.item, undefined, undefined, undefined, f.at];
+      case "follow":
+        return [f.follower, f.followee, f.state, undefined, undefined, f.at];
+      case "block":
+        return [f.blocker, f.blocked, undefined, undefined, undefined, f.at];
     }
   })();
   return `${runId}\t${f.kind}\t${line}\t${cols.map((c) => (c === undefined ? NULL : String(c))).join("\t")}\n`;

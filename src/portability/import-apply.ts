@@ -27,15 +27,42 @@ const ASYNC_COMMIT = "SET LOCAL synchronous_commit = off";
 /** Advisory lock key of the apply: one import applies at a time ("importer" in ASCII). */
 const IMPORT_LOCK_KEY = 0x696d706f72746572n.toString();
 
-export type Phase = "accounts" | "items" | "blocks" | "follows" | "likes" | "follow_writes" | "like_writes" | "notifications" | "caches" | "done";
-const PHASES: readonly Phase[] = ["accounts", "items", "blocks", "follows", "likes", "follow_writes", "like_writes", "notifications", "caches", "done"];
+export type Phase =
+  | "accounts"
+  | "items"
+  | "blocks"
+  | "follows"
+  | "likes"
+  | "follow_writes"
+  | "like_writes"
+  | "notifications"
+  | "caches"
+  | "done";
+const PHASES: readonly Phase[] = [
+  "accounts",
+  "items",
+  "blocks",
+  "follows",
+  "likes",
+  "follow_writes",
+  "like_writes",
+  "notifications",
+  "caches",
+  "done",
+];
 
 /** Recipients per notification rebuild of the notifications phase (one snapshot each). */
 const NOTIFICATION_PAGE = 500;
 
 /** The staged kind each line-walking phase reads. */
 const KIND_OF: Partial<Record<Phase, string>> = {
-  accounts: "account", items: "item", blocks: "block", follows: "follow", likes: "like", follow_writes: "follow", like_writes: "like",
+  accounts: "account",
+  items: "item",
+  blocks: "block",
+  follows: "follow",
+  likes: "like",
+  follow_writes: "follow",
+  like_writes: "like",
 };
 
 /** What the apply wrote, per phase (rows written; a line already true in the database writes nothing). */
@@ -76,7 +103,11 @@ interface RunState {
  * the second time.
  */
 export class ImportApply {
-  constructor(private readonly pool: Pool, private readonly relations: RelationService, private readonly options: ApplyOptions = {}) {}
+  constructor(
+    private readonly pool: Pool,
+    private readonly relations: RelationService,
+    private readonly options: ApplyOptions = {},
+  ) {}
 
   async apply(runId: number): Promise<Applied> {
     const lock = await this.pool.connect();
@@ -110,14 +141,25 @@ export class ImportApply {
         await lock.query("SELECT pg_advisory_lock($1)", [REBUILD_LOCK_KEY]);
         holdsRebuildLock = true;
       }
-      if (phase !== "caches" && phase !== "notifications" && last?.phase !== phase) last = { phase, ord: await this.lastOrd(runId, KIND_OF[phase]!) };
+      if (phase !== "caches" && phase !== "notifications" && last?.phase !== phase)
+        last = { phase, ord: await this.lastOrd(runId, KIND_OF[phase]!) };
       // Every like line was written set-based: the like_writes phase would only probe and find each liked.
       const nothingLeft = phase === "like_writes" && state.likesLeft === 0;
-      const upto = phase === "caches" ? await this.dropCounters(runId)
-        : phase === "notifications" ? await this.rebuildNotifications(runId)
-        : nothingLeft || state.afterOrd >= last!.ord ? null : Math.min(state.afterOrd + size, last!.ord);
+      const upto =
+        phase === "caches"
+          ? await this.dropCounters(runId)
+          : phase === "notifications"
+            ? await this.rebuildNotifications(runId)
+            : nothingLeft || state.afterOrd >= last!.ord
+              ? null
+              : Math.min(state.afterOrd + size, last!.ord);
       if (upto === null) {
-        if (phase === "accounts") await this.addApplied(runId, "actors", (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written);
+        if (phase === "accounts")
+          await this.addApplied(
+            runId,
+            "actors",
+            (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written,
+          );
         if (holdsRebuildLock) {
           await lock.query("SELECT pg_advisory_unlock($1)", [REBUILD_LOCK_KEY]);
           holdsRebuildLock = false;
@@ -135,7 +177,10 @@ export class ImportApply {
         const started = performance.now();
         await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);
         const took = Math.max(1, performance.now() - started);
-        size = Math.max(Math.min(100, maxSize), Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)));
+        size = Math.max(
+          Math.min(100, maxSize),
+          Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)),
+        );
         this.options.onProgress?.(phase, upto, last!.ord);
       }
       state = await this.readState(runId);
@@ -181,34 +226,49 @@ export class ImportApply {
   }
 
   /** One batch of a phase; the cursor and the counts are written in the batch's own transaction where it has one. */
-  private async applyBatch(phase: Phase, range: [number, number, number, string], state: RunState, partitions: number): Promise<void> {
+  private async applyBatch(
+    phase: Phase,
+    range: [number, number, number, string],
+    state: RunState,
+    partitions: number,
+  ): Promise<void> {
     const [runId, , upto] = range;
     const at = state.importedAt;
-    const inBatch = (work: (client: PoolClient) => Promise<number>) => withTransaction(this.pool, async (client) => {
-      await client.query(ASYNC_COMMIT);
-      const written = await work(client);
-      await this.advance(client, runId, upto, phase, written);
-    });
+    const inBatch = (work: (client: PoolClient) => Promise<number>) =>
+      withTransaction(this.pool, async (client) => {
+        await client.query(ASYNC_COMMIT);
+        const written = await work(client);
+        await this.advance(client, runId, upto, phase, written);
+      });
     switch (phase) {
       case "accounts": {
         // Existing accounts the file changes go through PUT /v1/accounts/{id}'s path first (each
         // its own transaction, a no-op when already done), then the new ones in the batch.
-        const { rows: changed } = await this.pool.query<{ id: string; private: boolean | null; hide: boolean | null }>(sql.CHANGED_ACCOUNTS, range);
+        const { rows: changed } = await this.pool.query<{ id: string; private: boolean | null; hide: boolean | null }>(
+          sql.CHANGED_ACCOUNTS,
+          range,
+        );
         for (const c of changed) {
           if (c.private !== null) await this.relations.upsertAccount(c.id, { private: c.private });
           if (c.hide !== null) await setHideCollections(this.pool, c.id, c.hide);
         }
-        await inBatch(async (client) => changed.length + (await client.query<{ written: number }>(sql.INSERT_ACCOUNTS, range)).rows[0]!.written);
+        await inBatch(
+          async (client) =>
+            changed.length + (await client.query<{ written: number }>(sql.INSERT_ACCOUNTS, range)).rows[0]!.written,
+        );
         return;
       }
       case "items":
-        await inBatch(async (client) => (await client.query<{ written: number }>(sql.INSERT_ITEMS, range)).rows[0]!.written);
+        await inBatch(
+          async (client) => (await client.query<{ written: number }>(sql.INSERT_ITEMS, range)).rows[0]!.written,
+        );
         return;
       case "blocks":
         await inBatch(async (client) => {
           const { rows: fresh } = await client.query<{ a: string; b: string }>(sql.NEW_BLOCKS, range);
           const { rows } = await client.query<{ written: number }>(sql.APPLY_BLOCKS, [...range, at, partitions]);
-          if (fresh.length > 0) await client.query(sql.DATE_NEW_BLOCKS, [...range, at, fresh.map((f) => f.a), fresh.map((f) => f.b)]);
+          if (fresh.length > 0)
+            await client.query(sql.DATE_NEW_BLOCKS, [...range, at, fresh.map((f) => f.a), fresh.map((f) => f.b)]);
           await client.query("SET LOCAL ledger.tombstone_blocks = 'on'");
           const { rows: kept } = await client.query<{ written: number }>(sql.APPLY_TOMBSTONE_BLOCKS, [...range, at]);
           await client.query("SET LOCAL ledger.tombstone_blocks = ''");
@@ -217,29 +277,36 @@ export class ImportApply {
         return;
       case "follows":
         await inBatch(async (client) => {
-          for (const [i, text] of sql.LOCK_FOLLOW_PAIRS.entries()) await client.query(text, i === 3 ? [...range, partitions] : range);
+          for (const [i, text] of sql.LOCK_FOLLOW_PAIRS.entries())
+            await client.query(text, i === 3 ? [...range, partitions] : range);
           return (await client.query<{ written: number }>(sql.APPLY_FOLLOWS, [...range, at])).rows[0]!.written;
         });
         return;
       case "likes":
         await inBatch(async (client) => {
           await client.query(sql.LOCK_LIKE_WATERMARKS, [...range, partitions]);
-          const { written } = (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at])).rows[0]!;
+          const { written } = (await client.query<{ written: number }>(sql.APPLY_LIKES, [...range, partitions, at]))
+            .rows[0]!;
           // ord is dense, so the batch holds upto - after lines.
           const left = upto - range[1] - written;
-          if (left > 0) await client.query("UPDATE import_run SET likes_left = likes_left + $2 WHERE run_id = $1", [runId, left]);
+          if (left > 0)
+            await client.query("UPDATE import_run SET likes_left = likes_left + $2 WHERE run_id = $1", [runId, left]);
           return written;
         });
         return;
       case "follow_writes": {
         // Pairs with history: relation_follow itself (an event each), and an ACTIVE line towards
         // a private account is the follow approved, as its owner would approve it.
-        const { rows } = await this.pool.query<{ follower: string; followee: string; state: string }>(sql.UNSATISFIED_FOLLOWS, range);
+        const { rows } = await this.pool.query<{ follower: string; followee: string; state: string }>(
+          sql.UNSATISFIED_FOLLOWS,
+          range,
+        );
         let written = 0;
         for (const r of rows) {
           const result = await this.relations.follow(r.follower, r.followee);
           if (result.outcome === "CHANGED") written++;
-          if (r.state === "ACTIVE" && result.state === "PENDING") await this.relations.decide(r.followee, r.follower, true);
+          if (r.state === "ACTIVE" && result.state === "PENDING")
+            await this.relations.decide(r.followee, r.follower, true);
         }
         await withTransaction(this.pool, async (client) => {
           await client.query(ASYNC_COMMIT);
@@ -254,7 +321,8 @@ export class ImportApply {
         let hidden = 0;
         for (const r of rows) {
           const { rows: out } = await this.pool.query<{ outcome: string }>(
-            "SELECT outcome FROM like_set_if_visible($1, $2, true, $3)", [r.user_id, r.item_id, stablePartition(r.user_id, partitions)],
+            "SELECT outcome FROM like_set_if_visible($1, $2, true, $3)",
+            [r.user_id, r.item_id, stablePartition(r.user_id, partitions)],
           );
           if (out[0]!.outcome === "CHANGED") written++;
           else if (out[0]!.outcome === "HIDDEN") hidden++;
@@ -284,11 +352,21 @@ export class ImportApply {
   }
 
   private async readState(runId: number): Promise<RunState> {
-    const { rows } = await this.pool.query<{ phase: Phase; after_ord: string; imported_at: Date; applied: Applied; likes_left: string }>(
-      "SELECT phase, after_ord, imported_at, applied, likes_left FROM import_run WHERE run_id = $1", [runId],
-    );
+    const { rows } = await this.pool.query<{
+      phase: Phase;
+      after_ord: string;
+      imported_at: Date;
+      applied: Applied;
+      likes_left: string;
+    }>("SELECT phase, after_ord, imported_at, applied, likes_left FROM import_run WHERE run_id = $1", [runId]);
     const r = rows[0]!;
-    return { phase: r.phase, afterOrd: Number(r.after_ord), importedAt: r.imported_at, applied: r.applied, likesLeft: Number(r.likes_left) };
+    return {
+      phase: r.phase,
+      afterOrd: Number(r.after_ord),
+      importedAt: r.imported_at,
+      applied: r.applied,
+      likesLeft: Number(r.likes_left),
+    };
   }
 }
 

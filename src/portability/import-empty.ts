@@ -6,7 +6,10 @@ import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
 /** `--empty-ledger` on a ledger that holds items or likes (or an erasure running, or as a role that does not own the like tables): nothing was written. */
 export class LedgerNotEmptyError extends LedgerError {
   constructor(detail: string) {
-    super("LEDGER_NOT_EMPTY", `the empty-ledger import needs a ledger without items, likes or a running erasure (and the like tables' owner): ${detail}; import without --empty-ledger`);
+    super(
+      "LEDGER_NOT_EMPTY",
+      `the empty-ledger import needs a ledger without items, likes or a running erasure (and the like tables' owner): ${detail}; import without --empty-ledger`,
+    );
   }
 }
 
@@ -119,7 +122,8 @@ const LOAD_COUNTS = `
   SELECT b, ledger_partition(a, $1), count(*) FROM import_lines WHERE kind = 'like' GROUP BY 1, 2`;
 
 /** The point a test parks the load at, after the rows are in and before the index builds (docs/testing.md, "Hook points"). */
-const HOOK = "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
+const HOOK =
+  "SELECT ledger_hook('import.emptyLedgerLoaded', jsonb_build_object('likes', $1::int)) WHERE current_setting('ledger.test_hooks', true) = 'on'";
 
 export interface LikeSide {
   empty: boolean;
@@ -128,9 +132,18 @@ export interface LikeSide {
 }
 
 export async function likeSideState(client: PoolClient): Promise<LikeSide> {
-  const r = (await client.query<{ items: boolean; likes: boolean; history: boolean; erasing: boolean; not_owner: boolean }>(LIKE_SIDE_STATE)).rows[0]!;
-  const why = [r.items && "it has items", r.likes && "it has likes", r.history && "it has like history or counts", r.erasing && "an erasure is running",
-    r.not_owner && `the connected role does not own like_fact, like_outbox_pruned and like_count`].filter(Boolean);
+  const r = (
+    await client.query<{ items: boolean; likes: boolean; history: boolean; erasing: boolean; not_owner: boolean }>(
+      LIKE_SIDE_STATE,
+    )
+  ).rows[0]!;
+  const why = [
+    r.items && "it has items",
+    r.likes && "it has likes",
+    r.history && "it has like history or counts",
+    r.erasing && "an erasure is running",
+    r.not_owner && `the connected role does not own like_fact, like_outbox_pruned and like_count`,
+  ].filter(Boolean);
   return { empty: why.length === 0, detail: why.join(", ") };
 }
 
@@ -152,7 +165,12 @@ export interface EmptyLoad {
  * leaves nothing, and the ledger is as empty as before, so the same command starts again.
  * `timed` is called with each step's name and milliseconds.
  */
-export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, partitions: number, timed: (step: string, ms: number) => void): Promise<EmptyLoad> {
+export async function loadEmptyLikeSide(
+  client: PoolClient,
+  importedAt: Date,
+  partitions: number,
+  timed: (step: string, ms: number) => void,
+): Promise<EmptyLoad> {
   const step = async <T>(name: string, work: () => Promise<T>): Promise<T> => {
     const started = performance.now();
     try {
@@ -170,27 +188,40 @@ export async function loadEmptyLikeSide(client: PoolClient, importedAt: Date, pa
     for (const a of [...aside].reverse()) await client.query(a.drop);
     await client.query(GUARD_OFF);
   });
-  const items = await step("empty: items", async () => (await client.query<{ written: number }>(LOAD_ITEMS)).rows[0]!.written);
+  const items = await step(
+    "empty: items",
+    async () => (await client.query<{ written: number }>(LOAD_ITEMS)).rows[0]!.written,
+  );
   // The fact table's key first: built on the rows as the file gives them, it fails on a pair given
   // twice, and then the rows are loaded again with each pair's first line only.
   const key = aside.find((a) => a.drop.endsWith(` ${LIKE_FACT_KEY}`))!;
   await client.query("SAVEPOINT import_likes");
   let likes: number;
   try {
-    likes = await step("empty: like_fact insert", async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0);
+    likes = await step(
+      "empty: like_fact insert",
+      async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0,
+    );
     await step(`empty: restore ${LIKE_FACT_KEY}`, () => client.query(key.restore));
   } catch (err) {
     if (!(mapPgError(err) instanceof UniqueViolationError)) throw err;
     await client.query("ROLLBACK TO SAVEPOINT import_likes");
     await step("empty: drop the later lines of pairs given twice", () => client.query(DROP_LATER_LINES));
-    likes = await step("empty: like_fact insert, a pair's first line only", async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0);
+    likes = await step(
+      "empty: like_fact insert, a pair's first line only",
+      async () => (await client.query(LOAD_LIKES, [importedAt])).rowCount ?? 0,
+    );
     await step(`empty: restore ${LIKE_FACT_KEY}`, () => client.query(key.restore));
   }
   await client.query("RELEASE SAVEPOINT import_likes");
   await step("empty: history baselines", () => client.query(LOAD_BASELINES));
   await step("empty: like_count GROUP BY (item, partition)", () => client.query(LOAD_COUNTS, [partitions]));
   await client.query(HOOK, [likes]);
-  for (const a of aside.filter((x) => x !== key)) await step(`empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`, () => client.query(a.restore));
+  for (const a of aside.filter((x) => x !== key))
+    await step(
+      `empty: restore ${a.restore.replace(/^(CREATE (UNIQUE )?INDEX \S+|ALTER TABLE \S+ ADD CONSTRAINT \S+ (PRIMARY KEY|FOREIGN KEY|UNIQUE)).*$/s, "$1")}`,
+      () => client.query(a.restore),
+    );
   await client.query(GUARD_ON);
   return { items, likes };
 }

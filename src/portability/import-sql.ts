@@ -9,13 +9,15 @@
  */
 
 /** The range's lines of one kind; $4 the kind. */
-const RANGE = "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.ord > $2::bigint AND s.ord <= $3::bigint";
+const RANGE =
+  "FROM import_stage s WHERE s.run_id = $1::bigint AND s.kind = $4::text AND s.ord > $2::bigint AND s.ord <= $3::bigint";
 
 /** The staged line's `b` is an erased account (a tombstone). */
 const TOMBSTONE = "EXISTS (SELECT 1 FROM account t WHERE t.account_id = s.b AND t.erased_state = 'ERASED')";
 
 /** The last `ord` of a kind's staged lines (they are numbered 1..n): $1 run, $2 kind. */
-export const LAST_ORD = "SELECT coalesce(max(ord), 0)::bigint AS last FROM import_stage WHERE run_id = $1 AND kind = $2";
+export const LAST_ORD =
+  "SELECT coalesce(max(ord), 0)::bigint AS last FROM import_stage WHERE run_id = $1 AND kind = $2";
 
 /**
  * New accounts of the range, with the defaults of PUT /v1/accounts/{id}, and the tombstones of

@@ -19,7 +19,10 @@ export interface BadLine {
 
 /** A file with at least one bad line: nothing of it was imported (nothing was written at all). */
 export class BadLinesError extends LedgerError {
-  constructor(readonly badLines: readonly BadLine[], readonly total: number) {
+  constructor(
+    readonly badLines: readonly BadLine[],
+    readonly total: number,
+  ) {
     const listed = badLines.map((b) => `  line ${b.line}: ${b.message}`);
     if (total > badLines.length) listed.push(`  and ${total - badLines.length} more`);
     super("IMPORT_BAD_LINES", `${total} bad line(s), nothing was imported:\n${listed.join("\n")}`);
@@ -151,16 +154,22 @@ export interface StageOptions {
  * throws BadLinesError listing the first 20 by number: nothing was written. A file staged before
  * (same SHA-256) is not staged again: its run is returned to be resumed, or as done.
  */
-export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, options: StageOptions = {}): Promise<StagedRun> {
+export async function stageImport(
+  pool: Pool,
+  input: NodeJS.ReadableStream,
+  options: StageOptions = {},
+): Promise<StagedRun> {
   const now = options.now ?? new Date();
   const digest = createHash("sha256");
   // The digest sees the bytes the lines are read from; the pipe holds them back until the COPY reads.
-  const hashed = input.pipe(new Transform({
-    transform(chunk: Buffer, _encoding, done) {
-      digest.update(chunk);
-      done(null, chunk);
-    },
-  }));
+  const hashed = input.pipe(
+    new Transform({
+      transform(chunk: Buffer, _encoding, done) {
+        digest.update(chunk);
+        done(null, chunk);
+      },
+    }),
+  );
   const bad: BadLine[] = [];
   let badTotal = 0;
   let lines = 0;
@@ -173,89 +182,104 @@ export async function stageImport(pool: Pool, input: NodeJS.ReadableStream, opti
     timed(step, t - mark);
     mark = t;
   };
-  return withTransaction(pool, async (client) => {
-    if (mode === "require") {
-      // Refused before the file is read; asked again under the lock below.
-      const side = await likeSideState(client);
-      if (!side.empty) throw new LedgerNotEmptyError(side.detail);
-    }
-    const runId = Number((await client.query<{ id: string }>("SELECT nextval('import_run_id')::text AS id")).rows[0]!.id);
-    const rows = async function* (): AsyncGenerator<string> {
-      let chunk = "";
-      for await (const text of createInterface({ input: hashed, crlfDelay: Infinity })) {
-        lines++;
-        if (lines % 10_000 === 0) options.onLines?.(lines);
-        if (text.trim() === "") continue;
-        try {
-          chunk += stageRow(runId, lines, parseFactLine(text, now.getTime()));
-        } catch (err) {
-          if (!(err instanceof InvalidInputError)) throw err;
-          badTotal++;
-          if (bad.length < LISTED_BAD_LINES) bad.push({ line: lines, message: err.message });
-          continue;
-        }
-        if (chunk.length >= 256 * 1024) {
-          yield chunk;
-          chunk = "";
-        }
+  return withTransaction(
+    pool,
+    async (client) => {
+      if (mode === "require") {
+        // Refused before the file is read; asked again under the lock below.
+        const side = await likeSideState(client);
+        if (!side.empty) throw new LedgerNotEmptyError(side.detail);
       }
-      if (chunk.length > 0) yield chunk;
-    };
-    // A million lines are some 100 MB of temporary table: in local buffers of that size they are
-    // read back from memory (the default, 8 MB, writes them out and reads them again for every
-    // pass). A session that used a temporary table already cannot change the size; it keeps its own.
-    await client.query("SAVEPOINT temp_buffers");
-    try {
-      await client.query("SET temp_buffers = '256MB'");
-      await client.query("RELEASE SAVEPOINT temp_buffers");
-    } catch {
-      await client.query("ROLLBACK TO SAVEPOINT temp_buffers");
-    }
-    // The lines go first to a temporary table (no WAL, no index), where the cross-line checks
-    // read them; only a good file is then written to import_stage, once, sorted by its key.
-    await client.query(`CREATE TEMP TABLE import_lines ON COMMIT DROP AS
+      const runId = Number(
+        (await client.query<{ id: string }>("SELECT nextval('import_run_id')::text AS id")).rows[0]!.id,
+      );
+      const rows = async function* (): AsyncGenerator<string> {
+        let chunk = "";
+        for await (const text of createInterface({ input: hashed, crlfDelay: Infinity })) {
+          lines++;
+          if (lines % 10_000 === 0) options.onLines?.(lines);
+          if (text.trim() === "") continue;
+          try {
+            chunk += stageRow(runId, lines, parseFactLine(text, now.getTime()));
+          } catch (err) {
+            if (!(err instanceof InvalidInputError)) throw err;
+            badTotal++;
+            if (bad.length < LISTED_BAD_LINES) bad.push({ line: lines, message: err.message });
+            continue;
+          }
+          if (chunk.length >= 256 * 1024) {
+            yield chunk;
+            chunk = "";
+          }
+        }
+        if (chunk.length > 0) yield chunk;
+      };
+      // A million lines are some 100 MB of temporary table: in local buffers of that size they are
+      // read back from memory (the default, 8 MB, writes them out and reads them again for every
+      // pass). A session that used a temporary table already cannot change the size; it keeps its own.
+      await client.query("SAVEPOINT temp_buffers");
+      try {
+        await client.query("SET temp_buffers = '256MB'");
+        await client.query("RELEASE SAVEPOINT temp_buffers");
+      } catch {
+        await client.query("ROLLBACK TO SAVEPOINT temp_buffers");
+      }
+      // The lines go first to a temporary table (no WAL, no index), where the cross-line checks
+      // read them; only a good file is then written to import_stage, once, sorted by its key.
+      await client.query(`CREATE TEMP TABLE import_lines ON COMMIT DROP AS
       SELECT run_id, kind, line, a, b, state, private, hide, at FROM import_stage WITH NO DATA`);
-    mark = performance.now();
-    await copyIn(client, "COPY import_lines (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
-    options.onLines?.(lines);
-    lap("pass 1: read, parse and check lines, COPY into import_lines");
-    // The read rows are the planner's to know about (a hash join, not a nested loop per line).
-    await client.query("ANALYZE import_lines");
-    const cross = await crossLineErrors(client, runId);
-    lap("pass 1: ANALYZE and cross-line checks");
-    if (badTotal + cross.total > 0) {
-      const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
-      // Thrown inside the transaction: it rolls back, so not even the staged lines stay.
-      throw new BadLinesError(listed, badTotal + cross.total);
-    }
-    const hex = digest.digest("hex");
-    const { rows: found } = await client.query<{ run_id: string; lines: number; imported_at: Date; phase: string }>(
-      "SELECT run_id::text, lines, imported_at, phase FROM import_run WHERE digest = $1 FOR UPDATE", [hex],
-    );
-    const f = found[0];
-    if (f) {
-      // The same file again: its run holds its own staged lines (or is done); this copy goes with the transaction.
-      return { runId: Number(f.run_id), lines: f.lines, importedAt: f.imported_at, existing: f.phase === "done" ? "done" : "resumed", path: "resumable" } satisfies StagedRun;
-    }
-    let path: ImportPath = "resumable";
-    if (mode !== "never" && (mode === "require" || (await likeSideState(client)).empty)) {
-      const side = await lockLikeSide(client);
-      if (side.empty) path = "empty-ledger";
-      // A live write came between the two questions: auto goes the resumable way (the locks end with this transaction).
-      else if (mode === "require") throw new LedgerNotEmptyError(side.detail);
-      lap("empty: lock the like side");
-    }
-    const loaded = path === "empty-ledger" ? await loadEmptyLikeSide(client, now, partitions, timed) : undefined;
-    mark = performance.now();
-    await client.query("SET LOCAL work_mem = '256MB'");
-    await client.query(STAGE_SORTED, [loaded !== undefined]);
-    // ANALYZE in this transaction samples the staged rows, uncommitted as they are, for the apply's plans.
-    await client.query("ANALYZE import_stage");
-    await client.query("INSERT INTO import_run (run_id, digest, lines, imported_at, phase, applied) VALUES ($1, $2, $3, $4, 'accounts', $5)",
-      [runId, hex, lines, now, loaded ? { items: loaded.items, likes: loaded.likes } : {}]);
-    lap("staging: sorted insert into import_stage");
-    return { runId, lines, importedAt: now, existing: "none", path } satisfies StagedRun;
-  }, { maxAttempts: 1 });
+      mark = performance.now();
+      await copyIn(client, "COPY import_lines (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
+      options.onLines?.(lines);
+      lap("pass 1: read, parse and check lines, COPY into import_lines");
+      // The read rows are the planner's to know about (a hash join, not a nested loop per line).
+      await client.query("ANALYZE import_lines");
+      const cross = await crossLineErrors(client, runId);
+      lap("pass 1: ANALYZE and cross-line checks");
+      if (badTotal + cross.total > 0) {
+        const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
+        // Thrown inside the transaction: it rolls back, so not even the staged lines stay.
+        throw new BadLinesError(listed, badTotal + cross.total);
+      }
+      const hex = digest.digest("hex");
+      const { rows: found } = await client.query<{ run_id: string; lines: number; imported_at: Date; phase: string }>(
+        "SELECT run_id::text, lines, imported_at, phase FROM import_run WHERE digest = $1 FOR UPDATE",
+        [hex],
+      );
+      const f = found[0];
+      if (f) {
+        // The same file again: its run holds its own staged lines (or is done); this copy goes with the transaction.
+        return {
+          runId: Number(f.run_id),
+          lines: f.lines,
+          importedAt: f.imported_at,
+          existing: f.phase === "done" ? "done" : "resumed",
+          path: "resumable",
+        } satisfies StagedRun;
+      }
+      let path: ImportPath = "resumable";
+      if (mode !== "never" && (mode === "require" || (await likeSideState(client)).empty)) {
+        const side = await lockLikeSide(client);
+        if (side.empty) path = "empty-ledger";
+        // A live write came between the two questions: auto goes the resumable way (the locks end with this transaction).
+        else if (mode === "require") throw new LedgerNotEmptyError(side.detail);
+        lap("empty: lock the like side");
+      }
+      const loaded = path === "empty-ledger" ? await loadEmptyLikeSide(client, now, partitions, timed) : undefined;
+      mark = performance.now();
+      await client.query("SET LOCAL work_mem = '256MB'");
+      await client.query(STAGE_SORTED, [loaded !== undefined]);
+      // ANALYZE in this transaction samples the staged rows, uncommitted as they are, for the apply's plans.
+      await client.query("ANALYZE import_stage");
+      await client.query(
+        "INSERT INTO import_run (run_id, digest, lines, imported_at, phase, applied) VALUES ($1, $2, $3, $4, 'accounts', $5)",
+        [runId, hex, lines, now, loaded ? { items: loaded.items, likes: loaded.likes } : {}],
+      );
+      lap("staging: sorted insert into import_stage");
+      return { runId, lines, importedAt: now, existing: "none", path } satisfies StagedRun;
+    },
+    { maxAttempts: 1 },
+  );
 }
 
 async function crossLineErrors(client: PoolClient, runId: number): Promise<{ listed: BadLine[]; total: number }> {

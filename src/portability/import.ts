@@ -18,7 +18,11 @@ export interface ImportReport {
  * it with BadLinesError, nothing written), the second applies it (docs/import.md). The same file
  * again resumes its run where it stopped, or, once done, changes nothing.
  */
-export async function importFacts(pool: Pool, input: NodeJS.ReadableStream, options: StageOptions & ApplyOptions = {}): Promise<ImportReport> {
+export async function importFacts(
+  pool: Pool,
+  input: NodeJS.ReadableStream,
+  options: StageOptions & ApplyOptions = {},
+): Promise<ImportReport> {
   const staged = await stageImport(pool, input, options);
   const apply = new ImportApply(pool, await RelationService.open(pool), options);
   const applied = await apply.apply(staged.runId);

@@ -12,7 +12,10 @@ import { AccountNotFoundError } from "./errors.ts";
 export async function setHideCollections(pool: Pool, accountId: string, hide: boolean): Promise<void> {
   validateId("accountId", accountId);
   if (typeof hide !== "boolean") throw new InvalidInputError("hideCollections", "must be a boolean");
-  const { rowCount } = await pool.query("UPDATE account SET hide_collections = $2 WHERE account_id = $1 AND erased_state IS DISTINCT FROM 'ERASED'", [accountId, hide]);
+  const { rowCount } = await pool.query(
+    "UPDATE account SET hide_collections = $2 WHERE account_id = $1 AND erased_state IS DISTINCT FROM 'ERASED'",
+    [accountId, hide],
+  );
   if (rowCount === 0) throw new AccountNotFoundError(accountId);
 }
 
@@ -22,7 +25,8 @@ export async function setHideCollections(pool: Pool, accountId: string, hide: bo
  * and stays one: the write that follows is refused (AccountErasedError), as is one of an account
  * being erased.
  */
-export const ENSURE_ACCOUNT_SQL = "INSERT INTO account (account_id, private) VALUES ($1, false) ON CONFLICT (account_id) DO NOTHING";
+export const ENSURE_ACCOUNT_SQL =
+  "INSERT INTO account (account_id, private) VALUES ($1, false) ON CONFLICT (account_id) DO NOTHING";
 
 /**
  * Before a relation write of `actor` towards `other`: when the actor has no account yet and the
@@ -36,7 +40,9 @@ export async function ensureActingAccount(pool: Pool, actor: string, other: stri
   validateId("otherId", other);
   // An erased account is missing as the other side; one being erased exists (its write is refused as such).
   const { rows } = await pool.query<{ account_id: string; erased_state: string | null }>(
-    "SELECT account_id, erased_state FROM account WHERE account_id = ANY($1::text[])", [[actor, other]]);
+    "SELECT account_id, erased_state FROM account WHERE account_id = ANY($1::text[])",
+    [[actor, other]],
+  );
   if (rows.some((r) => r.account_id === actor && r.erased_state === "ERASED")) throw AccountErasedError.of(actor);
   const found = new Set(rows.filter((r) => r.erased_state !== "ERASED").map((r) => r.account_id));
   if (found.has(actor) || !found.has(other)) return;
@@ -46,6 +52,8 @@ export async function ensureActingAccount(pool: Pool, actor: string, other: stri
 /** The ids of `ids` whose accounts are erased (tombstones). */
 export async function erasedAccounts(db: Pool | PoolClient, ids: readonly string[]): Promise<string[]> {
   const { rows } = await db.query<{ account_id: string }>(
-    "SELECT account_id FROM account WHERE account_id = ANY($1::text[]) AND erased_state = 'ERASED' ORDER BY account_id", [ids]);
+    "SELECT account_id FROM account WHERE account_id = ANY($1::text[]) AND erased_state = 'ERASED' ORDER BY account_id",
+    [ids],
+  );
   return rows.map((r) => r.account_id);
 }

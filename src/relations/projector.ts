@@ -1,4 +1,10 @@
-import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "../counters/partition-batch.ts";
+import {
+  addTally,
+  drainBatches,
+  inPartitionBatch,
+  partitionOfBatch,
+  pollPartitions,
+} from "../counters/partition-batch.ts";
 import type { WatermarkTables } from "../counters/watermark.ts";
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
@@ -17,7 +23,11 @@ export function addVerdicts(into: VerdictCounts, from: VerdictCounts): VerdictCo
 }
 
 /** The follower projection's sequence, dedup keys and watermark (src/counters/watermark.ts). */
-export const RELATION_WATERMARK: WatermarkTables = { sequence: "event_seq", seen: "proj_seen", watermark: "proj_watermark" };
+export const RELATION_WATERMARK: WatermarkTables = {
+  sequence: "event_seq",
+  seen: "proj_seen",
+  watermark: "proj_watermark",
+};
 
 interface EventRow {
   part: number;
@@ -30,7 +40,15 @@ interface EventRow {
 }
 
 export function toRelationEvent(row: EventRow): RelationEvent {
-  return { part: row.part, seq: row.seq, follower: row.follower, followee: row.followee, state: row.state, version: row.version, createdAt: row.created_at };
+  return {
+    part: row.part,
+    seq: row.seq,
+    follower: row.follower,
+    followee: row.followee,
+    state: row.state,
+    version: row.version,
+    createdAt: row.created_at,
+  };
 }
 
 /** How one event changes the projection; the naive variant lives in test/relations/negative-controls.ts. */
@@ -42,7 +60,10 @@ export type ProjectStep = (client: PoolClient, event: RelationEvent) => Promise<
  * from the state actually replaced. proj_seen only feeds the contiguous watermark.
  */
 export const projectVersioned: ProjectStep = async (client, e) => {
-  const fresh = await client.query("INSERT INTO proj_seen (part, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING", [e.part, e.seq]);
+  const fresh = await client.query("INSERT INTO proj_seen (part, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING", [
+    e.part,
+    e.seq,
+  ]);
   if (fresh.rowCount === 0) return "dup";
   await client.query(
     `INSERT INTO proj_follower (followee, follower, state, version, since) VALUES ($1, $2, 'REMOVED', 0, $3)
@@ -84,7 +105,11 @@ export const projectVersioned: ProjectStep = async (client, e) => {
  * The stored rows are read in the statement's snapshot, taken after the watermark lock was
  * granted, and only projectors of this partition (which hold that lock) write them.
  */
-async function projectBatchVersioned(client: PoolClient, part: number, events: readonly RelationEvent[]): Promise<Verdict[]> {
+async function projectBatchVersioned(
+  client: PoolClient,
+  part: number,
+  events: readonly RelationEvent[],
+): Promise<Verdict[]> {
   const { rows } = await client.query<{ ord: number; applied: boolean }>(
     `WITH ev AS (
        SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
@@ -119,8 +144,13 @@ async function projectBatchVersioned(client: PoolClient, part: number, events: r
        RETURNING 1)
      SELECT ord::int, applied FROM judged`,
     [
-      part, events.map((e) => e.seq), events.map((e) => e.follower), events.map((e) => e.followee),
-      events.map((e) => e.state), events.map((e) => e.version), events.map((e) => e.createdAt),
+      part,
+      events.map((e) => e.seq),
+      events.map((e) => e.follower),
+      events.map((e) => e.followee),
+      events.map((e) => e.state),
+      events.map((e) => e.version),
+      events.map((e) => e.createdAt),
     ],
   );
   const verdicts: Verdict[] = events.map(() => "dup");
@@ -145,31 +175,55 @@ export class RelationProjector {
    * A redelivered event at or below the retention floor is `expired` (its row is pruned; it is
    * below the watermark, so a duplicate): verdict dup, touching nothing (docs/retention.md).
    */
-  async applyBatch(events: readonly RelationEvent[]): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
+  async applyBatch(
+    events: readonly RelationEvent[],
+  ): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const step = this.options.step;
-    const order = events.map((e, i) => ({ e, i })).sort((x, y) =>
-      x.e.followee < y.e.followee ? -1 : x.e.followee > y.e.followee ? 1 : x.e.follower < y.e.follower ? -1 : x.e.follower > y.e.follower ? 1 : x.i - y.i,
-    );
+    const order = events
+      .map((e, i) => ({ e, i }))
+      .sort((x, y) =>
+        x.e.followee < y.e.followee
+          ? -1
+          : x.e.followee > y.e.followee
+            ? 1
+            : x.e.follower < y.e.follower
+              ? -1
+              : x.e.follower > y.e.follower
+                ? 1
+                : x.i - y.i,
+      );
     // Projectors of one partition take turns (inPartitionBatch locks the watermark first), as
     // like consumers do. Locking the watermark last would let two of them take proj_seen keys,
     // proj_follower rows and proj_count rows in different orders and deadlock (a review found
     // and reproduced it).
-    return inPartitionBatch(this.pool, RELATION_WATERMARK, part, async (client) => {
-      const floor = await requireEventMatch(client, part, events);
-      const kept = events.map((e, i) => ({ e, i })).filter(({ e }) => e.seq > floor);
-      const verdicts: Verdict[] = events.map(() => "dup");
-      if (step) {
-        // A supplied step (a test's, or a negative control) runs event by event.
-        for (const { e, i } of order) if (e.seq > floor) verdicts[i] = await step(client, e);
-      } else if (kept.length > 0) {
-        const projected = await projectBatchVersioned(client, part, kept.map(({ e }) => e));
-        kept.forEach(({ i }, k) => { verdicts[i] = projected[k]!; });
-      }
-      const counts = emptyVerdicts();
-      for (const v of verdicts) counts[v]++;
-      return { ...counts, verdicts, expired: events.length - kept.length };
-    }, async (pid) => this.options.hooks?.at("projector.beforeCommit", { part, events, pid }));
+    return inPartitionBatch(
+      this.pool,
+      RELATION_WATERMARK,
+      part,
+      async (client) => {
+        const floor = await requireEventMatch(client, part, events);
+        const kept = events.map((e, i) => ({ e, i })).filter(({ e }) => e.seq > floor);
+        const verdicts: Verdict[] = events.map(() => "dup");
+        if (step) {
+          // A supplied step (a test's, or a negative control) runs event by event.
+          for (const { e, i } of order) if (e.seq > floor) verdicts[i] = await step(client, e);
+        } else if (kept.length > 0) {
+          const projected = await projectBatchVersioned(
+            client,
+            part,
+            kept.map(({ e }) => e),
+          );
+          kept.forEach(({ i }, k) => {
+            verdicts[i] = projected[k]!;
+          });
+        }
+        const counts = emptyVerdicts();
+        for (const v of verdicts) counts[v]++;
+        return { ...counts, verdicts, expired: events.length - kept.length };
+      },
+      async (pid) => this.options.hooks?.at("projector.beforeCommit", { part, events, pid }),
+    );
   }
 
   async fetchPending(part: number, limit: number): Promise<RelationEvent[]> {
@@ -221,8 +275,17 @@ async function requireEventMatch(client: PoolClient, part: number, events: reado
   for (const e of events) {
     if (e.seq <= floor) continue;
     const s = stored.get(e.seq);
-    if (!s || s.follower !== e.follower || s.followee !== e.followee || s.state !== e.state || s.version !== e.version) {
-      throw new InvalidInputError("events", `relation event ${part}:${e.seq} ${s ? "does not match" : "is not in"} relation_event`);
+    if (
+      !s ||
+      s.follower !== e.follower ||
+      s.followee !== e.followee ||
+      s.state !== e.state ||
+      s.version !== e.version
+    ) {
+      throw new InvalidInputError(
+        "events",
+        `relation event ${part}:${e.seq} ${s ? "does not match" : "is not in"} relation_event`,
+      );
     }
   }
   return floor;

@@ -1,6 +1,14 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError, PartitionConfigError } from "../errors.ts";
-import { cursorTimeSql, decodeCursor, encodeCursor, keysetPage, validateLimit, validateViewer, type ListOptions } from "../pagination.ts";
+import {
+  cursorTimeSql,
+  decodeCursor,
+  encodeCursor,
+  keysetPage,
+  validateLimit,
+  validateViewer,
+  type ListOptions,
+} from "../pagination.ts";
 import { notBlockedEitherWay } from "./block-filter.ts";
 import { validateId, validateNonNegativeInteger } from "../ids.ts";
 import type { Relationship, ViewerRelationship } from "./types.ts";
@@ -83,7 +91,13 @@ type PageOptions = { limit?: number; cursor?: string };
  * ($2 time, $3 account) as the keyset; $4 is the row limit. A list that hides the accounts in a
  * block with its viewer says `byViewer` and reads the viewer as $5 (null for nobody).
  */
-async function accountList(pool: Pool, sql: string, owner: string, options: ListOptions, byViewer = false): Promise<AccountListPage> {
+async function accountList(
+  pool: Pool,
+  sql: string,
+  owner: string,
+  options: ListOptions,
+  byViewer = false,
+): Promise<AccountListPage> {
   validateId("accountId", owner);
   const limit = validateLimit(options.limit);
   const viewer = validateViewer(options.viewer);
@@ -91,7 +105,10 @@ async function accountList(pool: Pool, sql: string, owner: string, options: List
   const values = [owner, after?.at ?? null, after?.id ?? null, limit + 1];
   const { rows } = await pool.query<ListRow>(sql, byViewer ? [...values, viewer] : values);
   const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.at, id: r.account_id }));
-  return { accounts: page.map((r) => ({ accountId: r.account_id, since: r.since })), ...(nextCursor ? { nextCursor } : {}) };
+  return {
+    accounts: page.map((r) => ({ accountId: r.account_id, since: r.since })),
+    ...(nextCursor ? { nextCursor } : {}),
+  };
 }
 
 /**
@@ -100,33 +117,46 @@ async function accountList(pool: Pool, sql: string, owner: string, options: List
  * account in a block with `viewer` (either way) is left out.
  */
 export function listFollowing(pool: Pool, accountId: string, options: ListOptions = {}): Promise<AccountListPage> {
-  return accountList(pool,
+  return accountList(
+    pool,
     `SELECT followee AS account_id, changed_at AS since, ${cursorTimeSql("changed_at")} AS at FROM relation
       WHERE follower = $1 AND state = 'ACTIVE'
         AND ($2::timestamptz IS NULL OR (changed_at, followee) < ($2::timestamptz, $3::text))
         AND ${notBlockedEitherWay("followee", "$5")}
       ORDER BY changed_at DESC, followee DESC
-      LIMIT $4`, accountId, options, true);
+      LIMIT $4`,
+    accountId,
+    options,
+    true,
+  );
 }
 
 /** The follow requests `accountId` has received and not yet decided (PENDING), newest first, from the truth. */
 export function listFollowRequests(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
-  return accountList(pool,
+  return accountList(
+    pool,
     `SELECT follower AS account_id, changed_at AS since, ${cursorTimeSql("changed_at")} AS at FROM relation
       WHERE followee = $1 AND state = 'PENDING'
         AND ($2::timestamptz IS NULL OR (changed_at, follower) < ($2::timestamptz, $3::text))
       ORDER BY changed_at DESC, follower DESC
-      LIMIT $4`, accountId, options);
+      LIMIT $4`,
+    accountId,
+    options,
+  );
 }
 
 /** The accounts `accountId` blocks, newest block first. */
 export function listBlocks(pool: Pool, accountId: string, options: PageOptions = {}): Promise<AccountListPage> {
-  return accountList(pool,
+  return accountList(
+    pool,
     `SELECT blocked AS account_id, created_at AS since, ${cursorTimeSql("created_at")} AS at FROM block
       WHERE blocker = $1
         AND ($2::timestamptz IS NULL OR (created_at, blocked) < ($2::timestamptz, $3::text))
       ORDER BY created_at DESC, blocked DESC
-      LIMIT $4`, accountId, options);
+      LIMIT $4`,
+    accountId,
+    options,
+  );
 }
 
 export interface Account {
@@ -139,7 +169,9 @@ export interface Account {
 export async function readAccount(db: Pool | PoolClient, accountId: string): Promise<Account | null> {
   validateId("accountId", accountId);
   const { rows } = await db.query<{ private: boolean; hide_collections: boolean }>(
-    "SELECT private, hide_collections FROM account WHERE account_id = $1 AND erased_state IS NULL", [accountId]);
+    "SELECT private, hide_collections FROM account WHERE account_id = $1 AND erased_state IS NULL",
+    [accountId],
+  );
   const row = rows[0];
   return row ? { id: accountId, private: row.private, hideCollections: row.hide_collections } : null;
 }
@@ -147,13 +179,19 @@ export async function readAccount(db: Pool | PoolClient, accountId: string): Pro
 /** How many accounts `accountId` follows, from the truth (exact). */
 export async function followingCount(pool: Pool, accountId: string): Promise<number> {
   validateId("accountId", accountId);
-  const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE follower = $1 AND state = 'ACTIVE'", [accountId]);
+  const { rows } = await pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM relation WHERE follower = $1 AND state = 'ACTIVE'",
+    [accountId],
+  );
   return rows[0]!.n;
 }
 
 /** The ids of `ids` that have no account: an error names only those, never the caller who exists. */
 export async function missingAccounts(db: Pool | PoolClient, ids: string[]): Promise<string[]> {
-  const { rows } = await db.query<{ account_id: string }>("SELECT account_id FROM account WHERE account_id = ANY ($1) AND erased_state IS NULL", [ids]);
+  const { rows } = await db.query<{ account_id: string }>(
+    "SELECT account_id FROM account WHERE account_id = ANY ($1) AND erased_state IS NULL",
+    [ids],
+  );
   return [...new Set(ids)].filter((id) => !rows.some((r) => r.account_id === id));
 }
 
@@ -163,7 +201,11 @@ export const MAX_RELATIONSHIPS = 40;
  * The Mastodon-shaped relationships of `viewer` towards each of `others` that exists (in the
  * order asked, once each), from the truth in one statement. Unknown ids are left out.
  */
-export async function relationships(pool: Pool, viewer: string, others: readonly string[]): Promise<(Relationship & { id: string })[]> {
+export async function relationships(
+  pool: Pool,
+  viewer: string,
+  others: readonly string[],
+): Promise<(Relationship & { id: string })[]> {
   validateId("accountId", viewer);
   if (!Array.isArray(others) || others.length > MAX_RELATIONSHIPS) {
     throw new InvalidInputError("id", `must be a list of at most ${MAX_RELATIONSHIPS} account ids`);
@@ -193,7 +235,11 @@ export async function relationships(pool: Pool, viewer: string, others: readonly
  * trials the plan cache keeps the generic one and a call is no longer planned (docs/write-path.md,
  * "Count reads"). relationships() answers a list and stays an ordinary query.
  */
-export async function pairRelationship(pool: Pool, a: string, b: string): Promise<{ aExists: boolean; bExists: boolean; relationship: Relationship }> {
+export async function pairRelationship(
+  pool: Pool,
+  a: string,
+  b: string,
+): Promise<{ aExists: boolean; bExists: boolean; relationship: Relationship }> {
   validateId("accountId", a);
   validateId("otherId", b);
   const { rows } = await pool.query<Relationship & { a_exists: boolean; b_exists: boolean }>({
@@ -213,8 +259,16 @@ export async function pairRelationship(pool: Pool, a: string, b: string): Promis
   });
   const r = rows[0]!;
   return {
-    aExists: r.a_exists, bExists: r.b_exists,
-    relationship: { following: r.following, requested: r.requested, followedBy: r.followedBy, requestedBy: r.requestedBy, blocking: r.blocking, blockedBy: r.blockedBy },
+    aExists: r.a_exists,
+    bExists: r.b_exists,
+    relationship: {
+      following: r.following,
+      requested: r.requested,
+      followedBy: r.followedBy,
+      requestedBy: r.requestedBy,
+      blocking: r.blocking,
+      blockedBy: r.blockedBy,
+    },
   };
 }
 
@@ -225,5 +279,11 @@ export async function pairRelationship(pool: Pool, a: string, b: string): Promis
  */
 export function asSeenByViewer(r: Relationship): ViewerRelationship | null {
   if (r.blockedBy && !r.blocking) return null;
-  return { following: r.following, requested: r.requested, followedBy: r.followedBy, requestedBy: r.requestedBy, blocking: r.blocking };
+  return {
+    following: r.following,
+    requested: r.requested,
+    followedBy: r.followedBy,
+    requestedBy: r.requestedBy,
+    blocking: r.blocking,
+  };
 }

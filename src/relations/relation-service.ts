@@ -103,7 +103,12 @@ export class RelationService {
     const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
     if (batchMax > 1) {
       for (let part = 0; part < partitions; part++) {
-        this.batchers.push(new GroupCommit((writes) => this.runBatch(writes), { maxBatch: batchMax, maxInFlight: RELATION_BATCHES_IN_FLIGHT }));
+        this.batchers.push(
+          new GroupCommit((writes) => this.runBatch(writes), {
+            maxBatch: batchMax,
+            maxInFlight: RELATION_BATCHES_IN_FLIGHT,
+          }),
+        );
       }
     }
   }
@@ -116,7 +121,11 @@ export class RelationService {
   batchStats(): { batches: number; writes: number; largest: number } | undefined {
     if (this.batchers.length === 0) return undefined;
     const all = this.batchers.map((b) => b.stats);
-    return { batches: all.reduce((n, s) => n + s.batches, 0), writes: all.reduce((n, s) => n + s.writes, 0), largest: Math.max(...all.map((s) => s.largest)) };
+    return {
+      batches: all.reduce((n, s) => n + s.batches, 0),
+      writes: all.reduce((n, s) => n + s.writes, 0),
+      largest: Math.max(...all.map((s) => s.largest)),
+    };
   }
 
   partitionOf(followee: string): number {
@@ -138,7 +147,9 @@ export class RelationService {
       // An erased account is a tombstone (docs/erasure.md): never created anew (the account
       // guard refuses any change of its row too, SLE02).
       const before = await client.query<{ private: boolean; erased_state: string | null }>(
-        "SELECT private, erased_state FROM account WHERE account_id = $1 FOR UPDATE", [accountId]);
+        "SELECT private, erased_state FROM account WHERE account_id = $1 FOR UPDATE",
+        [accountId],
+      );
       if (before.rows[0]?.erased_state === "ERASED") throw AccountErasedError.of(accountId);
       const { rows } = await client.query<{ private: boolean }>(
         `INSERT INTO account (account_id, private) VALUES ($1, coalesce($2, false))
@@ -167,27 +178,53 @@ export class RelationService {
   }
 
   follow(follower: string, followee: string): Promise<RelationResult> {
-    return this.batchedWrite({ op: "follow", a: follower, b: followee, approve: null }, "follower", "followee", rejected("cannot follow yourself", "SELF_FOLLOW"));
+    return this.batchedWrite(
+      { op: "follow", a: follower, b: followee, approve: null },
+      "follower",
+      "followee",
+      rejected("cannot follow yourself", "SELF_FOLLOW"),
+    );
   }
 
   unfollow(follower: string, followee: string): Promise<RelationResult> {
-    return this.batchedWrite({ op: "unfollow", a: follower, b: followee, approve: null }, "follower", "followee", rejected("cannot unfollow yourself", "SELF_FOLLOW"));
+    return this.batchedWrite(
+      { op: "unfollow", a: follower, b: followee, approve: null },
+      "follower",
+      "followee",
+      rejected("cannot unfollow yourself", "SELF_FOLLOW"),
+    );
   }
 
   /** The followee decides a pending request: approve -> ACTIVE, reject -> REMOVED. */
   async decide(followee: string, follower: string, approve: boolean): Promise<RelationResult> {
     if (typeof approve !== "boolean") throw new InvalidInputError("approve", "must be a boolean");
-    return this.batchedWrite({ op: "decide", a: followee, b: follower, approve }, "followee", "follower", rejected("no request from yourself", "NOT_PENDING"));
+    return this.batchedWrite(
+      { op: "decide", a: followee, b: follower, approve },
+      "followee",
+      "follower",
+      rejected("no request from yourself", "NOT_PENDING"),
+    );
   }
 
   /** blocker blocks blocked: writes the block row and removes both directions of the relation. */
   block(blocker: string, blocked: string): Promise<RelationResult> {
-    return this.callWrite("blocker", blocker, "blocked", blocked, rejected("cannot block yourself", "SELF_BLOCK"), WRITE_FUNCTIONS.block, [blocker, blocked, this.partitions]);
+    return this.callWrite(
+      "blocker",
+      blocker,
+      "blocked",
+      blocked,
+      rejected("cannot block yourself", "SELF_BLOCK"),
+      WRITE_FUNCTIONS.block,
+      [blocker, blocked, this.partitions],
+    );
   }
 
   /** Deletes the block row only; the relation stays REMOVED (invariant 4). */
   unblock(blocker: string, blocked: string): Promise<RelationResult> {
-    return this.callWrite("blocker", blocker, "blocked", blocked, undefined, WRITE_FUNCTIONS.unblock, [blocker, blocked]);
+    return this.callWrite("blocker", blocker, "blocked", blocked, undefined, WRITE_FUNCTIONS.unblock, [
+      blocker,
+      blocked,
+    ]);
   }
 
   /** The Mastodon-shaped relationship of a towards b, from the truth, in one statement (pairRelationship in relation-reads.ts). */
@@ -202,7 +239,12 @@ export class RelationService {
    * Follow, unfollow and decide: validated and self-targeted calls answered here, then through
    * the followee partition's batcher (group commit), or straight to the function when unbatched.
    */
-  private async batchedWrite(write: RelationWrite, nameA: string, nameB: string, self: RelationResult): Promise<RelationResult> {
+  private async batchedWrite(
+    write: RelationWrite,
+    nameA: string,
+    nameB: string,
+    self: RelationResult,
+  ): Promise<RelationResult> {
     validateId(nameA, write.a);
     validateId(nameB, write.b);
     if (write.a === write.b) return self;
@@ -215,7 +257,8 @@ export class RelationService {
 
   /** The single function of one batched write (a batch of one, or LEDGER_WRITE_BATCH_MAX = 1). */
   private callSingle(w: RelationWrite): Promise<RelationResult> {
-    if (w.op === "decide") return this.runWrite(w.a, w.b, WRITE_FUNCTIONS.decide, [w.a, w.b, w.approve, this.partitions]);
+    if (w.op === "decide")
+      return this.runWrite(w.a, w.b, WRITE_FUNCTIONS.decide, [w.a, w.b, w.approve, this.partitions]);
     return this.runWrite(w.a, w.b, WRITE_FUNCTIONS[w.op], [w.a, w.b, this.partitions]);
   }
 
@@ -227,7 +270,13 @@ export class RelationService {
    */
   private async runBatch(writes: readonly RelationWrite[]): Promise<(RelationResult | Error)[]> {
     if (writes.length === 1) return [await this.callSingle(writes[0]!)];
-    const values = [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve), this.partitions];
+    const values = [
+      writes.map((w) => w.op),
+      writes.map((w) => w.a),
+      writes.map((w) => w.b),
+      writes.map((w) => w.approve),
+      this.partitions,
+    ];
     const rows = await this.sendBatch(values);
     const byOrd: BatchRow[] = [];
     for (const row of rows) byOrd[row.ord - 1] = row;
@@ -245,11 +294,17 @@ export class RelationService {
   private async sendBatch(values: unknown[]): Promise<BatchRow[]> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await withStatementRetry(async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows);
+        return await withStatementRetry(
+          async () => (await this.pool.query<BatchRow>({ ...RELATION_SET_BATCH, values })).rows,
+        );
       } catch (err) {
         // The guard's INSERT trigger refused a placeholder whose erasure began after the batch's own check; nothing was written.
         // (Or an erasure that finished since: SLE02; the next run's check answers that row on its own too.)
-        if (!(err instanceof AccountBeingErasedError || err instanceof AccountErasedError) || attempt >= ERASURE_RACE_ATTEMPTS) throw err;
+        if (
+          !(err instanceof AccountBeingErasedError || err instanceof AccountErasedError) ||
+          attempt >= ERASURE_RACE_ATTEMPTS
+        )
+          throw err;
       }
     }
   }
@@ -260,7 +315,10 @@ export class RelationService {
    * a missing account (FK violation, or the function's ACCOUNT_NOT_FOUND) to AccountNotFoundError.
    */
   private async callWrite(
-    nameA: string, a: string, nameB: string, b: string,
+    nameA: string,
+    a: string,
+    nameB: string,
+    b: string,
     self: RelationResult | undefined,
     statement: { name: string; text: string },
     values: unknown[],
@@ -271,7 +329,12 @@ export class RelationService {
     return this.runWrite(a, b, statement, values);
   }
 
-  private async runWrite(a: string, b: string, statement: { name: string; text: string }, values: unknown[]): Promise<RelationResult> {
+  private async runWrite(
+    a: string,
+    b: string,
+    statement: { name: string; text: string },
+    values: unknown[],
+  ): Promise<RelationResult> {
     let row: WriteRow;
     try {
       row = await withStatementRetry(async () => (await this.pool.query<WriteRow>({ ...statement, values })).rows[0]!);
@@ -285,13 +348,24 @@ export class RelationService {
       throw err;
     }
     if (row.outcome === "ACCOUNT_NOT_FOUND") throw await notFoundOrErased(this.pool, a, row.reason);
-    const result: RelationResult = { outcome: row.outcome, state: row.state, version: row.version, seq: row.seq, reason: row.reason };
+    const result: RelationResult = {
+      outcome: row.outcome,
+      state: row.state,
+      version: row.version,
+      seq: row.seq,
+      reason: row.reason,
+    };
     return row.code === null ? result : { ...result, code: row.code };
   }
 
   /** An approval of the unlock: the state change and its event, by the write functions' own step (relation_write_event, which passes relation.afterEvent). */
   private async approve(client: PoolClient, follower: string, followee: string, version: number): Promise<void> {
-    await client.query("SELECT relation_write_event($1, $2, 'ACTIVE', $3, $4)", [follower, followee, version + 1, this.partitions]);
+    await client.query("SELECT relation_write_event($1, $2, 'ACTIVE', $3, $4)", [
+      follower,
+      followee,
+      version + 1,
+      this.partitions,
+    ]);
   }
 }
 
@@ -337,10 +411,20 @@ function batchAnswer(row: BatchRow): RelationResult | Error {
   if (row.outcome === "ACCOUNT_NOT_FOUND") return new AccountNotFoundError(row.reason);
   if (row.code === "ACCOUNT_BEING_ERASED") {
     // The same typed error as the guard's SQLSTATE SLE01 on the single call (erasure_refuse).
-    return new AccountBeingErasedError("ACCOUNT_BEING_ERASED",
-      `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`, undefined, "SLE01");
+    return new AccountBeingErasedError(
+      "ACCOUNT_BEING_ERASED",
+      `account ${row.account ?? "?"} is being erased: writes by or towards it are refused until the erasure completes`,
+      undefined,
+      "SLE01",
+    );
   }
-  const result: RelationResult = { outcome: row.outcome, state: row.state, version: row.version, seq: row.seq, reason: row.reason };
+  const result: RelationResult = {
+    outcome: row.outcome,
+    state: row.state,
+    version: row.version,
+    seq: row.seq,
+    reason: row.reason,
+  };
   return row.code === null ? result : { ...result, code: row.code };
 }
 

@@ -16,20 +16,33 @@ export class ReplicaMetrics {
   constructor(registry: client.Registry) {
     const registers = [registry];
     this.lagSeconds = new client.Gauge({
-      name: "ledger_replica_lag_seconds", help: "Replication lag per replica: 0 when it has replayed the primary's WAL position, else the age of the last commit it replayed (-1: unknown or down)",
-      labelNames: ["replica"], registers,
+      name: "ledger_replica_lag_seconds",
+      help: "Replication lag per replica: 0 when it has replayed the primary's WAL position, else the age of the last commit it replayed (-1: unknown or down)",
+      labelNames: ["replica"],
+      registers,
     });
     this.lagBytes = new client.Gauge({
-      name: "ledger_replica_lag_bytes", help: "Primary WAL position minus the replica's replay position at the last check (-1: unknown or down)",
-      labelNames: ["replica"], registers,
+      name: "ledger_replica_lag_bytes",
+      help: "Primary WAL position minus the replica's replay position at the last check (-1: unknown or down)",
+      labelNames: ["replica"],
+      registers,
     });
-    this.up = new client.Gauge({ name: "ledger_replica_up", help: "1 when the replica answered the last check as a standby", labelNames: ["replica"], registers });
+    this.up = new client.Gauge({
+      name: "ledger_replica_up",
+      help: "1 when the replica answered the last check as a standby",
+      labelNames: ["replica"],
+      registers,
+    });
     this.reads = new client.Counter({
-      name: "ledger_replica_reads_total", help: "Reads that may lag, by the server that answered (primary or a replica) and why it was chosen",
-      labelNames: ["server", "reason"], registers,
+      name: "ledger_replica_reads_total",
+      help: "Reads that may lag, by the server that answered (primary or a replica) and why it was chosen",
+      labelNames: ["server", "reason"],
+      registers,
     });
     this.tokenWaits = new client.Counter({
-      name: "ledger_replica_token_waits_total", help: "Reads with a freshness token that no replica had replayed yet, so they waited (up to LEDGER_REPLICA_TOKEN_WAIT_MS)", registers,
+      name: "ledger_replica_token_waits_total",
+      help: "Reads with a freshness token that no replica had replayed yet, so they waited (up to LEDGER_REPLICA_TOKEN_WAIT_MS)",
+      registers,
     });
   }
 

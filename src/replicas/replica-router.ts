@@ -76,16 +76,37 @@ export class ReplicaRouter {
   private checking: Promise<void> | undefined;
   private next = 0;
 
-  constructor(readonly primary: Pool, readonly replicas: readonly Replica[], private readonly options: ReplicaRouterOptions) {
-    for (const r of replicas) this.states.set(r.name, { name: r.name, up: false, lagBytes: null, lagMs: null, replayed: 0n, reason: "not checked yet" });
+  constructor(
+    readonly primary: Pool,
+    readonly replicas: readonly Replica[],
+    private readonly options: ReplicaRouterOptions,
+  ) {
+    for (const r of replicas)
+      this.states.set(r.name, {
+        name: r.name,
+        up: false,
+        lagBytes: null,
+        lagMs: null,
+        replayed: 0n,
+        reason: "not checked yet",
+      });
   }
 
   /** Pools for DATABASE_REPLICA_URLS, named replica-0, replica-1, ... in the order given. */
-  static fromUrls(primary: Pool, urls: readonly string[], options: ReplicaRouterOptions & { poolSize?: number }): ReplicaRouter {
+  static fromUrls(
+    primary: Pool,
+    urls: readonly string[],
+    options: ReplicaRouterOptions & { poolSize?: number },
+  ): ReplicaRouter {
     const replicas = urls.map((url, i) => ({
       name: `replica-${i}`,
       // A replica that is gone must fail fast: the read then goes to the primary.
-      pool: createPool({ connectionString: url, max: options.poolSize ?? 10, applicationName: "social-ledger-replica-read", connectionTimeoutMs: 1_000 }),
+      pool: createPool({
+        connectionString: url,
+        max: options.poolSize ?? 10,
+        applicationName: "social-ledger-replica-read",
+        connectionTimeoutMs: 1_000,
+      }),
     }));
     return new ReplicaRouter(primary, replicas, options);
   }
@@ -126,34 +147,50 @@ export class ReplicaRouter {
     } catch {
       // Without the primary's position the lag is unknown; the replicas' own answers still say whether they are up.
     }
-    await Promise.all(this.replicas.map(async (replica) => {
-      const state = this.states.get(replica.name)!;
-      try {
-        const { rows } = await replica.pool.query<{ standby: boolean; replay: string | null; since_ms: number | null }>(
-          `SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS replay,
+    await Promise.all(
+      this.replicas.map(async (replica) => {
+        const state = this.states.get(replica.name)!;
+        try {
+          const { rows } = await replica.pool.query<{
+            standby: boolean;
+            replay: string | null;
+            since_ms: number | null;
+          }>(
+            `SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS replay,
                   (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::float8 AS since_ms`,
-        );
-        const row = rows[0]!;
-        if (!row.standby || row.replay === null) {
-          // A promoted replica takes writes of its own: reading it could show state the primary never had.
-          Object.assign(state, { up: false, lagBytes: null, lagMs: null, reason: "not a standby (pg_is_in_recovery() is false)" });
-        } else {
-          const replayed = parseLsn(row.replay);
-          // A restarted standby may open at an older position than it had shown: take what it says now.
-          state.replayed = replayed;
-          const behind = primaryLsn === undefined ? null : primaryLsn > replayed ? primaryLsn - replayed : 0n;
+          );
+          const row = rows[0]!;
+          if (!row.standby || row.replay === null) {
+            // A promoted replica takes writes of its own: reading it could show state the primary never had.
+            Object.assign(state, {
+              up: false,
+              lagBytes: null,
+              lagMs: null,
+              reason: "not a standby (pg_is_in_recovery() is false)",
+            });
+          } else {
+            const replayed = parseLsn(row.replay);
+            // A restarted standby may open at an older position than it had shown: take what it says now.
+            state.replayed = replayed;
+            const behind = primaryLsn === undefined ? null : primaryLsn > replayed ? primaryLsn - replayed : 0n;
+            Object.assign(state, {
+              up: true,
+              lagBytes: behind === null ? null : Number(behind),
+              lagMs: behind === 0n ? 0 : row.since_ms === null ? null : Math.max(0, Math.round(row.since_ms)),
+              reason: undefined,
+            });
+          }
+        } catch (err) {
           Object.assign(state, {
-            up: true,
-            lagBytes: behind === null ? null : Number(behind),
-            lagMs: behind === 0n ? 0 : row.since_ms === null ? null : Math.max(0, Math.round(row.since_ms)),
-            reason: undefined,
+            up: false,
+            lagBytes: null,
+            lagMs: null,
+            reason: err instanceof Error ? err.message : String(err),
           });
         }
-      } catch (err) {
-        Object.assign(state, { up: false, lagBytes: null, lagMs: null, reason: err instanceof Error ? err.message : String(err) });
-      }
-      this.options.onState?.({ ...state });
-    }));
+        this.options.onState?.({ ...state });
+      }),
+    );
   }
 
   /** Whether a read without a token may use this replica: up, and its lag known and within the threshold. */
@@ -188,7 +225,8 @@ export class ReplicaRouter {
       const answers = await Promise.all(candidates.map((r) => this.readReplay(r)));
       const ready = candidates.find((_, i) => answers[i] !== undefined && answers[i]! >= token);
       if (ready) return { pool: ready.pool, server: ready.name, reason: "token-replayed" };
-      if (Date.now() >= deadline || candidates.every((r) => !this.states.get(r.name)!.up)) return primary("token-not-replayed");
+      if (Date.now() >= deadline || candidates.every((r) => !this.states.get(r.name)!.up))
+        return primary("token-not-replayed");
       if (round === 0) this.options.onTokenWait?.();
       await new Promise((resolve) => setTimeout(resolve, this.options.tokenPollMs ?? 5));
     }
@@ -197,7 +235,9 @@ export class ReplicaRouter {
   private async readReplay(replica: Replica): Promise<bigint | undefined> {
     const state = this.states.get(replica.name)!;
     try {
-      const { rows } = await replica.pool.query<{ replay: string | null }>("SELECT pg_last_wal_replay_lsn()::text AS replay");
+      const { rows } = await replica.pool.query<{ replay: string | null }>(
+        "SELECT pg_last_wal_replay_lsn()::text AS replay",
+      );
       const replay = rows[0]!.replay;
       if (replay === null) return undefined;
       const value = parseLsn(replay);
@@ -211,7 +251,12 @@ export class ReplicaRouter {
 
   private markDown(replica: Replica, err: unknown): void {
     const state = this.states.get(replica.name)!;
-    Object.assign(state, { up: false, lagBytes: null, lagMs: null, reason: err instanceof Error ? err.message : String(err) });
+    Object.assign(state, {
+      up: false,
+      lagBytes: null,
+      lagMs: null,
+      reason: err instanceof Error ? err.message : String(err),
+    });
     this.options.onState?.({ ...state });
   }
 
@@ -220,7 +265,10 @@ export class ReplicaRouter {
    * cancels it for a recovery conflict (40001/40P01 on a standby), is marked down until the
    * next check and the read runs again on the primary: the caller never sees a replica's failure.
    */
-  async read<T>(token: bigint | undefined, run: (pool: Pool) => Promise<T>): Promise<{ value: T; server: string; reason: RouteReason }> {
+  async read<T>(
+    token: bigint | undefined,
+    run: (pool: Pool) => Promise<T>,
+  ): Promise<{ value: T; server: string; reason: RouteReason }> {
     const route = await this.route(token);
     if (route.server !== "primary") {
       try {
@@ -229,7 +277,10 @@ export class ReplicaRouter {
         return { value, server: route.server, reason: route.reason };
       } catch (err) {
         if (!(err instanceof ConnectionLostError || err instanceof TransactionConflictError)) throw err;
-        this.markDown(this.replicas.find((r) => r.name === route.server)!, err);
+        this.markDown(
+          this.replicas.find((r) => r.name === route.server)!,
+          err,
+        );
         route.reason = "replica-failed";
       }
     }

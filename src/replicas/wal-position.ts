@@ -7,7 +7,11 @@ const LSN_TEXT = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/;
 /** The position's 64-bit value, for comparing positions without a database round trip. */
 export function parseLsn(text: string, field = "freshness"): bigint {
   const m = LSN_TEXT.exec(text);
-  if (!m) throw new InvalidInputError(field, `must be a WAL position such as 0/16B3748 (a freshness token a write answered), got ${JSON.stringify(text.slice(0, 40))}`);
+  if (!m)
+    throw new InvalidInputError(
+      field,
+      `must be a WAL position such as 0/16B3748 (a freshness token a write answered), got ${JSON.stringify(text.slice(0, 40))}`,
+    );
   return (BigInt(`0x${m[1]}`) << 32n) | BigInt(`0x${m[2]}`);
 }
 

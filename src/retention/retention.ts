@@ -4,7 +4,13 @@ import { LIKE_COUNTER } from "../likes/like-spec.ts";
 import { COMMENT_COUNTER } from "../content/comment-spec.ts";
 import { Hooks } from "../hooks.ts";
 import {
-  computeBoundaries, RETENTION_KINDS, type RetentionKind, RETENTION_TABLES, type PartitionBoundary, type RetentionCap, type RetentionMargin,
+  computeBoundaries,
+  RETENTION_KINDS,
+  type RetentionKind,
+  RETENTION_TABLES,
+  type PartitionBoundary,
+  type RetentionCap,
+  type RetentionMargin,
 } from "../db/retention-boundary.ts";
 import { LEGAL_TRANSITIONS, previousRelationStateSql } from "../relations/relation-audit.ts";
 import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
@@ -56,7 +62,9 @@ async function tryRebuildLock(client: PoolClient, kind: RetentionKind): Promise<
 async function pruneKeys(client: PoolClient, kind: RetentionKind): Promise<number> {
   const t = RETENTION_TABLES[kind];
   const n = t.notifications;
-  await client.query(`DELETE FROM ${n.keys} k USING ${n.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto`);
+  await client.query(
+    `DELETE FROM ${n.keys} k USING ${n.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto`,
+  );
   const { rows } = await client.query<{ n: number }>(
     `WITH gone AS (DELETE FROM ${t.keys} k USING ${t.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto RETURNING k.part),
      marked AS (
@@ -108,18 +116,28 @@ export const DEFAULT_MARGIN: RetentionMargin = { keepLast: 10_000, keepSeconds: 
 export const PRUNE_MIN_CHUNK = 2_000;
 
 export async function pruneRetained(pool: Pool, options: RetentionOptions = {}): Promise<RetentionReport> {
-  const margin: RetentionMargin = { keepLast: options.keepLast ?? DEFAULT_MARGIN.keepLast, keepSeconds: options.keepSeconds ?? DEFAULT_MARGIN.keepSeconds };
+  const margin: RetentionMargin = {
+    keepLast: options.keepLast ?? DEFAULT_MARGIN.keepLast,
+    keepSeconds: options.keepSeconds ?? DEFAULT_MARGIN.keepSeconds,
+  };
   const chunk = options.chunk ?? 20_000;
   const hooks = options.hooks ?? new Hooks();
   // At least PRUNE_MIN_CHUNK rows a chunk: a chunk's fixed cost (its bounds re-read) is tens of ms on a
   // loaded machine, and at 100 rows a chunk the prune ran at ~1,000 rows/s (bench:scale), slower than
   // the likes it must keep up with; the floor keeps a paced prune above the write rate it trails.
-  const pacer = new Pacer(options.pacing ?? DEFAULT_PACING, chunk, Math.min(chunk, PRUNE_MIN_CHUNK), Math.min(chunk, PRUNE_MIN_CHUNK));
+  const pacer = new Pacer(
+    options.pacing ?? DEFAULT_PACING,
+    chunk,
+    Math.min(chunk, PRUNE_MIN_CHUNK),
+    Math.min(chunk, PRUNE_MIN_CHUNK),
+  );
   const kinds: KindRetention[] = [];
   for (const kind of RETENTION_KINDS) {
     const report: KindRetention = { kind, keyRows: 0, outboxRows: 0, partitions: [] };
     kinds.push(report);
-    const keys = await withTransaction(pool, async (client) => (await tryRebuildLock(client, kind)) ? pruneKeys(client, kind) : undefined);
+    const keys = await withTransaction(pool, async (client) =>
+      (await tryRebuildLock(client, kind)) ? pruneKeys(client, kind) : undefined,
+    );
     if (keys === undefined) {
       report.skipped = "REBUILD_RUNNING";
       continue;
@@ -138,7 +156,9 @@ export async function pruneRetained(pool: Pool, options: RetentionOptions = {}):
       for (;;) {
         const size = pacer.size(kind);
         const t0 = performance.now();
-        const step = await withTransaction(pool, (client) => pruneOutboxChunk(client, kind, part, marginBound, caps, size, hooks));
+        const step = await withTransaction(pool, (client) =>
+          pruneOutboxChunk(client, kind, part, marginBound, caps, size, hooks),
+        );
         if (step === "BUSY") {
           report.skipped = "REBUILD_RUNNING";
           break;
@@ -159,7 +179,10 @@ export async function pruneRetained(pool: Pool, options: RetentionOptions = {}):
   return { kinds };
 }
 
-async function lowestCaps(kind: RetentionKind, caps: readonly RetentionCap[]): Promise<Map<number, number> | undefined> {
+async function lowestCaps(
+  kind: RetentionKind,
+  caps: readonly RetentionCap[],
+): Promise<Map<number, number> | undefined> {
   let lowest: Map<number, number> | undefined;
   for (const cap of caps) {
     const bounds = await cap(kind);
@@ -178,8 +201,13 @@ async function lowestCaps(kind: RetentionKind, caps: readonly RetentionCap[]): P
  * baseline.
  */
 async function pruneOutboxChunk(
-  client: PoolClient, kind: RetentionKind, part: number, marginBound: number,
-  caps: ReadonlyMap<number, number> | undefined, chunk: number, hooks: Hooks,
+  client: PoolClient,
+  kind: RetentionKind,
+  part: number,
+  marginBound: number,
+  caps: ReadonlyMap<number, number> | undefined,
+  chunk: number,
+  hooks: Hooks,
 ): Promise<"BUSY" | { rows: number; upto: number; boundary: PartitionBoundary }> {
   if (!(await tryRebuildLock(client, kind))) return "BUSY";
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
@@ -198,7 +226,12 @@ async function pruneOutboxChunk(
  * baseline and moves the floor, in one statement. It checks no boundary: pruneRetained calls it
  * with a proven one, and the negative controls with an unsafe one.
  */
-export async function deleteOutboxPrefix(client: PoolClient, kind: RetentionKind, part: number, upto: number): Promise<number> {
+export async function deleteOutboxPrefix(
+  client: PoolClient,
+  kind: RetentionKind,
+  part: number,
+  upto: number,
+): Promise<number> {
   await client.query("INSERT INTO retention_floor (kind, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [kind, part]);
   const { rows } = await client.query<{ n: number }>(PRUNE_SQL[kind], [part, upto]);
   return rows[0]?.n ?? 0;

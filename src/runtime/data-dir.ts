@@ -44,7 +44,14 @@ export function checkDataDirectory(dataDir: string): void {
 }
 
 /** Every file the service writes in the data directory besides the cluster (`pg/`, which initdb makes 0700). */
-const PRIVATE_FILES = ["jwt-secret", SUPERUSER_PASSWORD_FILE, APP_PASSWORD_FILE, "pg-port", "postgresql.log", "owner.pid"];
+const PRIVATE_FILES = [
+  "jwt-secret",
+  SUPERUSER_PASSWORD_FILE,
+  APP_PASSWORD_FILE,
+  "pg-port",
+  "postgresql.log",
+  "owner.pid",
+];
 
 /**
  * Makes the data directory private (other local users could read the port file and the server's
@@ -72,6 +79,8 @@ export async function secureDataDirectory(dataDir: string): Promise<void> {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code !== "EPERM") throw err;
-    throw new DataDirectoryError(`LEDGER_DATA_DIR ${dataDir}: cannot make it private to this user (${(err as Error).message}); run the service as the owner of the directory`);
+    throw new DataDirectoryError(
+      `LEDGER_DATA_DIR ${dataDir}: cannot make it private to this user (${(err as Error).message}); run the service as the owner of the directory`,
+    );
   }
 }

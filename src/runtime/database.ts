@@ -9,7 +9,13 @@ import { migrate } from "../db/migrate.ts";
 import { createPool, type Pool } from "../db/pool.ts";
 import type { DatabaseHealth } from "../api/routes/health.ts";
 import { checkDataDirectory, secureDataDirectory } from "./data-dir.ts";
-import { APP_ROLE, embeddedCredentials, embeddedUrl, secureEmbeddedRoles, type EmbeddedCredentials } from "./embedded-access.ts";
+import {
+  APP_ROLE,
+  embeddedCredentials,
+  embeddedUrl,
+  secureEmbeddedRoles,
+  type EmbeddedCredentials,
+} from "./embedded-access.ts";
 import { EmbeddedSupervisor, type SupervisorOptions } from "./embedded-supervisor.ts";
 import { isRunning } from "./process-state.ts";
 
@@ -63,7 +69,10 @@ function readPid(file: string): number | undefined {
  * not recovering, and its owner has finished `secureEmbeddedRoles`).
  */
 async function answers(port: number, credentials: EmbeddedCredentials): Promise<boolean> {
-  const client = new pg.Client({ connectionString: embeddedUrl(port, APP_ROLE, credentials.appPassword), connectionTimeoutMillis: 2_000 });
+  const client = new pg.Client({
+    connectionString: embeddedUrl(port, APP_ROLE, credentials.appPassword),
+    connectionTimeoutMillis: 2_000,
+  });
   client.on("error", () => undefined);
   try {
     await client.connect();
@@ -90,7 +99,13 @@ async function answers(port: number, credentials: EmbeddedCredentials): Promise<
  *   surviving backends, stays in force, and a start it refuses is retried.
  * Everything is retried until a deadline, so a start racing with a dying owner waits instead of failing.
  */
-async function acquireEmbedded(dataDir: string, pgData: string, port: number, credentials: EmbeddedCredentials, log: Log): Promise<EmbeddedCluster | undefined> {
+async function acquireEmbedded(
+  dataDir: string,
+  pgData: string,
+  port: number,
+  credentials: EmbeddedCredentials,
+  log: Log,
+): Promise<EmbeddedCluster | undefined> {
   const ownerFile = path.join(dataDir, "owner.pid");
   const lockFile = path.join(pgData, "postmaster.pid");
   const deadline = Date.now() + ACQUIRE_DEADLINE_MS;
@@ -114,14 +129,22 @@ async function acquireEmbedded(dataDir: string, pgData: string, port: number, cr
       try {
         // Claimed before the start, so no other process of ours takes the new server for an orphan.
         await writeFile(ownerFile, `${process.pid}\n`, { mode: 0o600 });
-        return await EmbeddedCluster.start({ dataDir: pgData, port, superuserPassword: credentials.superuserPassword, onLog: serverLog(dataDir) });
+        return await EmbeddedCluster.start({
+          dataDir: pgData,
+          port,
+          superuserPassword: credentials.superuserPassword,
+          onLog: serverLog(dataDir),
+        });
       } catch (err) {
         await releaseEmbedded(dataDir);
         if (!(err instanceof ClusterStartError)) throw err;
         lastReason = err.message;
       }
     }
-    if (Date.now() > deadline) throw new Error(`the embedded PostgreSQL in ${pgData} could not be started or reached within ${ACQUIRE_DEADLINE_MS / 1000} s: ${lastReason}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `the embedded PostgreSQL in ${pgData} could not be started or reached within ${ACQUIRE_DEADLINE_MS / 1000} s: ${lastReason}`,
+      );
     await new Promise((resolve) => setTimeout(resolve, ACQUIRE_POLL_MS));
   }
 }
@@ -139,7 +162,8 @@ function serverLog(dataDir: string): (text: string) => void {
 }
 
 async function releaseEmbedded(dataDir: string): Promise<void> {
-  if (readPid(path.join(dataDir, "owner.pid")) === process.pid) await rm(path.join(dataDir, "owner.pid"), { force: true });
+  if (readPid(path.join(dataDir, "owner.pid")) === process.pid)
+    await rm(path.join(dataDir, "owner.pid"), { force: true });
 }
 
 export interface OpenOptions {
@@ -175,8 +199,14 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     if (cluster) started = { port, credentials };
     url = embeddedUrl(port, APP_ROLE, credentials.appPassword);
   }
-  const supervisor = cluster ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log }) : undefined;
-  const pool = createPool({ connectionString: url, max: options.poolSize ?? 20, applicationName: options.applicationName ?? "social-ledger" });
+  const supervisor = cluster
+    ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log })
+    : undefined;
+  const pool = createPool({
+    connectionString: url,
+    max: options.poolSize ?? 20,
+    applicationName: options.applicationName ?? "social-ledger",
+  });
   const close = async () => {
     await supervisor?.stop();
     await pool.end();
@@ -184,7 +214,9 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     const exit = await cluster.stop();
     await releaseEmbedded(config.dataDir);
     if (exit && !exit.requested) {
-      throw new Error(`the embedded PostgreSQL had died (${exit.signal ?? `exit code ${exit.code}`}) and was not running at shutdown; it recovers from its WAL at the next start`);
+      throw new Error(
+        `the embedded PostgreSQL had died (${exit.signal ?? `exit code ${exit.code}`}) and was not running at shutdown; it recovers from its WAL at the next start`,
+      );
     }
   };
   let accessChanges: string[] = [];
@@ -192,7 +224,12 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     if (started) accessChanges = await secureEmbeddedRoles(config.dataDir, started.port, started.credentials);
     if (options.migrate ?? true) {
       await migrate(pool);
-      await initLedger(pool, config.partitions === undefined ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW } : { partitions: config.partitions });
+      await initLedger(
+        pool,
+        config.partitions === undefined
+          ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW }
+          : { partitions: config.partitions },
+      );
     }
   } catch (err) {
     await close().catch(() => undefined);

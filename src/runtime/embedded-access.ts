@@ -64,7 +64,11 @@ export function scramVerifier(password: string, iterations = 4096): string {
 const INVALID_PASSWORD = "28P01";
 
 async function connect(port: number, role: string, password: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: embeddedUrl(port, role, password), connectionTimeoutMillis: 5_000, application_name: "social-ledger-setup" });
+  const client = new pg.Client({
+    connectionString: embeddedUrl(port, role, password),
+    connectionTimeoutMillis: 5_000,
+    application_name: "social-ledger-setup",
+  });
   client.on("error", () => undefined);
   try {
     await client.connect();
@@ -130,7 +134,11 @@ const ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION
  * crash leaves the old state, and the next start (the password files are written before)
  * does it again.
  */
-export async function secureEmbeddedRoles(dataDir: string, port: number, credentials: EmbeddedCredentials): Promise<string[]> {
+export async function secureEmbeddedRoles(
+  dataDir: string,
+  port: number,
+  credentials: EmbeddedCredentials,
+): Promise<string[]> {
   let superuser: pg.Client;
   let legacyPassword = false;
   try {
@@ -162,14 +170,32 @@ export async function secureEmbeddedRoles(dataDir: string, port: number, credent
       [APP_ROLE],
     );
     if (role.rows.length === 0) {
-      await execute(`SELECT format('CREATE ROLE %I ${ROLE_ATTRIBUTES} PASSWORD %L', $1::text, $2::text) AS statement`, [APP_ROLE, scramVerifier(credentials.appPassword)], `created role ${APP_ROLE}`);
+      await execute(
+        `SELECT format('CREATE ROLE %I ${ROLE_ATTRIBUTES} PASSWORD %L', $1::text, $2::text) AS statement`,
+        [APP_ROLE, scramVerifier(credentials.appPassword)],
+        `created role ${APP_ROLE}`,
+      );
     } else {
-      if (!role.rows[0]!.locked) await execute(`SELECT format('ALTER ROLE %I ${ROLE_ATTRIBUTES}', $1::text) AS statement`, [APP_ROLE], `reset the attributes of ${APP_ROLE}`);
-      if (!appLogsIn) await execute("SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text) AS statement", [APP_ROLE, scramVerifier(credentials.appPassword)], `set the password of ${APP_ROLE}`);
+      if (!role.rows[0]!.locked)
+        await execute(
+          `SELECT format('ALTER ROLE %I ${ROLE_ATTRIBUTES}', $1::text) AS statement`,
+          [APP_ROLE],
+          `reset the attributes of ${APP_ROLE}`,
+        );
+      if (!appLogsIn)
+        await execute(
+          "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text) AS statement",
+          [APP_ROLE, scramVerifier(credentials.appPassword)],
+          `set the password of ${APP_ROLE}`,
+        );
     }
     await execute(OWNERSHIP_STATEMENTS, [APP_ROLE, SCHEMA], `gave ${APP_ROLE} the schema ${SCHEMA} and its objects`);
     if (legacyPassword) {
-      await execute("SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text) AS statement", [SUPERUSER, scramVerifier(credentials.superuserPassword)], `replaced the default password of ${SUPERUSER}`);
+      await execute(
+        "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text) AS statement",
+        [SUPERUSER, scramVerifier(credentials.superuserPassword)],
+        `replaced the default password of ${SUPERUSER}`,
+      );
     }
     await superuser.query("COMMIT");
     return changes;

@@ -67,15 +67,22 @@ export class EmbeddedSupervisor {
     const downAt = Date.now();
     this.setState("restarting");
     if (this.options.maxRestarts === 0) {
-      return this.fail(`the embedded PostgreSQL exited unexpectedly (${describeExit(exit)}); restarts are disabled (LEDGER_EMBEDDED_RESTARTS=0)`);
+      return this.fail(
+        `the embedded PostgreSQL exited unexpectedly (${describeExit(exit)}); restarts are disabled (LEDGER_EMBEDDED_RESTARTS=0)`,
+      );
     }
-    this.options.log("warn", "embedded PostgreSQL exited unexpectedly; restarting it", { exit: describeExit(exit), pid: exit.pid });
+    this.options.log("warn", "embedded PostgreSQL exited unexpectedly; restarting it", {
+      exit: describeExit(exit),
+      pid: exit.pid,
+    });
     const windowMs = this.options.windowMs ?? DEFAULT_WINDOW_MS;
     for (let attempt = 1; ; attempt++) {
       const now = Date.now();
       while (this.attempts.length > 0 && this.attempts[0]! < now - windowMs) this.attempts.shift();
       if (this.attempts.length >= this.options.maxRestarts) {
-        return this.fail(`the embedded PostgreSQL could not be kept running: ${this.attempts.length} start attempts within ${windowMs / 1000} s (LEDGER_EMBEDDED_RESTARTS=${this.options.maxRestarts}); last exit: ${this.lastExit}`);
+        return this.fail(
+          `the embedded PostgreSQL could not be kept running: ${this.attempts.length} start attempts within ${windowMs / 1000} s (LEDGER_EMBEDDED_RESTARTS=${this.options.maxRestarts}); last exit: ${this.lastExit}`,
+        );
       }
       await new Promise<void>((resolve) => {
         this.wakeDelay = resolve;
@@ -87,10 +94,17 @@ export class EmbeddedSupervisor {
         await this.cluster.restart();
         this.restarts++;
         this.setState("up");
-        this.options.log("info", "embedded PostgreSQL is running again", { downMs: Date.now() - downAt, attempt, pid: this.cluster.pid });
+        this.options.log("info", "embedded PostgreSQL is running again", {
+          downMs: Date.now() - downAt,
+          attempt,
+          pid: this.cluster.pid,
+        });
         return;
       } catch (err) {
-        this.options.log("warn", "embedded PostgreSQL restart attempt failed", { attempt, reason: (err as Error).message });
+        this.options.log("warn", "embedded PostgreSQL restart attempt failed", {
+          attempt,
+          reason: (err as Error).message,
+        });
       }
     }
   }

@@ -11,17 +11,21 @@ import { rest } from "../workers/pacer.ts";
  * erasure take turns on its row lock.
  */
 export function erasureJob(erasure: ErasureService, log: FastifyBaseLogger): PartitionWorker {
-  return new PartitionWorker("account-eraser", async () => {
-    const [accountId] = await erasure.running();
-    if (accountId === undefined) return 0;
-    const batch = await erasure.step(accountId);
-    if (batch.nextPhase === "done") log.info({ erasure: { accountId } }, "account erased");
-    else await rest(erasure.restAfter(batch));
-    // A batch that found nothing still moved the erasure on (to its next phase): keep going.
-    return batch.facts + 1;
-  }, {
-    idleMs: 1_000,
-    onFailing: (err) => log.warn({ reason: (err as Error).message }, "account erasure failed; retrying with backoff"),
-    onRecovered: () => log.info("account erasure resumed"),
-  });
+  return new PartitionWorker(
+    "account-eraser",
+    async () => {
+      const [accountId] = await erasure.running();
+      if (accountId === undefined) return 0;
+      const batch = await erasure.step(accountId);
+      if (batch.nextPhase === "done") log.info({ erasure: { accountId } }, "account erased");
+      else await rest(erasure.restAfter(batch));
+      // A batch that found nothing still moved the erasure on (to its next phase): keep going.
+      return batch.facts + 1;
+    },
+    {
+      idleMs: 1_000,
+      onFailing: (err) => log.warn({ reason: (err as Error).message }, "account erasure failed; retrying with backoff"),
+      onRecovered: () => log.info("account erasure resumed"),
+    },
+  );
 }

@@ -9,7 +9,10 @@ import { namedSchemas } from "../api/schemas.ts";
  * port). Same registry, names and labels as serve's /metrics, the same optional bearer token
  * (LEDGER_METRICS_TOKEN), and the database figures are read on a timer, never by a scrape.
  */
-export async function startMetricsServer(metrics: LedgerMetrics, options: { port: number; host: string; token?: string | undefined; refreshMs?: number }): Promise<FastifyInstance> {
+export async function startMetricsServer(
+  metrics: LedgerMetrics,
+  options: { port: number; host: string; token?: string | undefined; refreshMs?: number },
+): Promise<FastifyInstance> {
   const app = Fastify({ logger: false, requestTimeout: 10_000, connectionTimeout: 30_000 });
   // The route's 401 refers to the API's named error schema, which this instance must know too.
   for (const schema of namedSchemas()) app.addSchema(schema);

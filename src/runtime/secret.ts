@@ -31,7 +31,9 @@ export async function readOrCreateSecret(dataDir: string, name: string): Promise
 
 /** Where the HS256 secret comes from: LEDGER_JWT_SECRET, or the file the data directory keeps it in. */
 export function jwtSecretSource(config: Config): { kind: "environment" } | { kind: "file"; file: string } {
-  return config.jwtSecret !== undefined ? { kind: "environment" } : { kind: "file", file: path.resolve(config.dataDir, "jwt-secret") };
+  return config.jwtSecret !== undefined
+    ? { kind: "environment" }
+    : { kind: "file", file: path.resolve(config.dataDir, "jwt-secret") };
 }
 
 /**
@@ -41,7 +43,8 @@ export function jwtSecretSource(config: Config): { kind: "environment" } | { kin
  */
 export async function loadJwtSecret(config: Config): Promise<Uint8Array> {
   if (config.jwtSecret !== undefined) {
-    if (Buffer.byteLength(config.jwtSecret) < 32) throw new InvalidInputError("LEDGER_JWT_SECRET", "must be at least 32 bytes");
+    if (Buffer.byteLength(config.jwtSecret) < 32)
+      throw new InvalidInputError("LEDGER_JWT_SECRET", "must be at least 32 bytes");
     return new TextEncoder().encode(config.jwtSecret);
   }
   return new TextEncoder().encode(await readOrCreateSecret(config.dataDir, "jwt-secret"));

@@ -52,20 +52,33 @@ export interface ServiceOptions {
 export async function startService(config: Config, options: ServiceOptions = {}): Promise<Service> {
   // Lines of the database's supervision before the app (and its logger) exist go nowhere:
   // nothing is supervised until openDatabase returns.
-  let logDatabase: (level: "info" | "warn" | "error", message: string, fields?: Record<string, unknown>) => void = () => undefined;
+  let logDatabase: (level: "info" | "warn" | "error", message: string, fields?: Record<string, unknown>) => void = () =>
+    undefined;
   const database = await openDatabase(config, {
     applicationName: "social-ledger-serve",
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
-  const ledger = await openLedger(database.pool, { erasureBatchSize: config.erasureBatchSize, writeBatchMax: config.writeBatchMax, ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }), pacing: config.pacing, ...(options.hooks ? { hooks: options.hooks } : {}) });
+  const ledger = await openLedger(database.pool, {
+    erasureBatchSize: config.erasureBatchSize,
+    writeBatchMax: config.writeBatchMax,
+    ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }),
+    pacing: config.pacing,
+    ...(options.hooks ? { hooks: options.hooks } : {}),
+  });
   const metrics = new LedgerMetrics(database.pool);
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
   // A Redis that does not answer within the start wait never holds up the start: the layer
   // starts degraded (counts from PostgreSQL) and connects in the background.
   const counts = await openCountLayer(database.pool, {
-    redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets,
-    reconcileIntervalMs: config.reconcileIntervalMs, pacing: config.pacing, localTtlMs: config.countLocalTtlMs, registry: metrics.registry, onAlert: (report) => logAlert(report),
+    redisUrl: config.redisUrl,
+    allowEviction: config.redisAllowEviction,
+    buckets: config.countBuckets,
+    reconcileIntervalMs: config.reconcileIntervalMs,
+    pacing: config.pacing,
+    localTtlMs: config.countLocalTtlMs,
+    registry: metrics.registry,
+    onAlert: (report) => logAlert(report),
     log: (level, message, fields) => logCounts(level, message, fields),
   }).catch(async (err: unknown) => {
     await database.close();
@@ -73,26 +86,40 @@ export async function startService(config: Config, options: ServiceOptions = {})
   });
   const consumerLoops: PartitionWorker[] = [];
   let logDashboard: (err: unknown, what: string) => void = () => undefined;
-  const dashboard = new DashboardSampler({
-    pool: database.pool, metrics,
-    // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
-    audit: () => incrementalAudit(database.pool),
-    // The dashboard plots the counted views and the projection; the notification loops' health is in /metrics.
-    consumers: () => consumerLoops.flatMap((w) => {
-      const kind = consumerKindOf(w.name);
-      return kind === "notifications" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
-    }),
-    onError: (err, what) => logDashboard(err, what),
-  }, {
-    thresholds: { lagMs: config.dashboard.lagAlarmSeconds * 1000, consumerFailures: config.dashboard.consumerFailureAlarm },
-    auditEveryMs: config.dashboard.auditEverySeconds * 1000,
-    ...options.dashboard,
-  });
+  const dashboard = new DashboardSampler(
+    {
+      pool: database.pool,
+      metrics,
+      // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
+      audit: () => incrementalAudit(database.pool),
+      // The dashboard plots the counted views and the projection; the notification loops' health is in /metrics.
+      consumers: () =>
+        consumerLoops.flatMap((w) => {
+          const kind = consumerKindOf(w.name);
+          return kind === "notifications" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
+        }),
+      onError: (err, what) => logDashboard(err, what),
+    },
+    {
+      thresholds: {
+        lagMs: config.dashboard.lagAlarmSeconds * 1000,
+        consumerFailures: config.dashboard.consumerFailureAlarm,
+      },
+      auditEveryMs: config.dashboard.auditEverySeconds * 1000,
+      ...options.dashboard,
+    },
+  );
   const replicaMetrics = config.replicas.urls.length === 0 ? undefined : new ReplicaMetrics(metrics.registry);
-  const replicas = replicaMetrics && ReplicaRouter.fromUrls(database.pool, config.replicas.urls, {
-    maxLagMs: config.replicas.maxLagMs, tokenWaitMs: config.replicas.tokenWaitMs, checkEveryMs: config.replicas.checkEveryMs,
-    onState: replicaMetrics.onState, onRoute: replicaMetrics.onRoute, onTokenWait: replicaMetrics.onTokenWait,
-  });
+  const replicas =
+    replicaMetrics &&
+    ReplicaRouter.fromUrls(database.pool, config.replicas.urls, {
+      maxLagMs: config.replicas.maxLagMs,
+      tokenWaitMs: config.replicas.tokenWaitMs,
+      checkEveryMs: config.replicas.checkEveryMs,
+      onState: replicaMetrics.onState,
+      onRoute: replicaMetrics.onRoute,
+      onTokenWait: replicaMetrics.onTokenWait,
+    });
   // Whatever started before a later step fails (a port in use, a bad secret) is stopped again:
   // a failed start must not leave replica checks, Redis clients or an embedded PostgreSQL behind.
   const undoStart = async (err: unknown): Promise<never> => {
@@ -105,49 +132,105 @@ export async function startService(config: Config, options: ServiceOptions = {})
   await replicas?.start();
   const app = await buildApp({
     ...(replicas ? { replicas } : {}),
-    counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
-    ledger, metrics, dashboard, ...(config.jwks ? { jwks: config.jwks } : { jwtSecret: await loadJwtSecret(config) }), jwtMaxTtlSeconds: config.jwtMaxTtlSeconds, writesPerMinute: config.writesPerMinute,
-    readsPerMinute: config.readsPerMinute, documentsPerMinute: config.documentsPerMinute, authFailuresPerMinute: config.authFailuresPerMinute, corsOrigins: config.corsOrigins,
-    metricsToken: config.metricsToken, metricsRefreshMs: config.metricsRefreshSeconds * 1000, metricsOnApi: options.metricsPort === undefined,
-    databaseHealth: database.health, webhooks: registryOptionsOf(config.webhooks),
+    counts: counts.reader,
+    countsState: counts.state,
+    rateLimitRedis: counts.redis,
+    ledger,
+    metrics,
+    dashboard,
+    ...(config.jwks ? { jwks: config.jwks } : { jwtSecret: await loadJwtSecret(config) }),
+    jwtMaxTtlSeconds: config.jwtMaxTtlSeconds,
+    writesPerMinute: config.writesPerMinute,
+    readsPerMinute: config.readsPerMinute,
+    documentsPerMinute: config.documentsPerMinute,
+    authFailuresPerMinute: config.authFailuresPerMinute,
+    corsOrigins: config.corsOrigins,
+    metricsToken: config.metricsToken,
+    metricsRefreshMs: config.metricsRefreshSeconds * 1000,
+    metricsOnApi: options.metricsPort === undefined,
+    databaseHealth: database.health,
+    webhooks: registryOptionsOf(config.webhooks),
     logger: options.logger === false ? false : { level: logLevel() },
   }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
-  if (database.accessChanges.length > 0) logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });
-  logDashboard = (err, what) => app.log.warn({ reason: err instanceof Error ? err.message : String(err) }, `dashboard ${what} failed; retrying at the next sample`);
+  if (database.accessChanges.length > 0)
+    logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });
+  logDashboard = (err, what) =>
+    app.log.warn(
+      { reason: err instanceof Error ? err.message : String(err) },
+      `dashboard ${what} failed; retrying at the next sample`,
+    );
   logCounts = (level, message, fields = {}) => app.log[level]({ counts: fields }, message);
   counts.watchState((state, reason) => {
     if (state === "up") app.log.info({ counts: { state } }, "count layer up: counts are served from Redis");
-    if (state === "degraded") app.log.warn({ counts: { state, reason } }, "count layer degraded: Redis does not answer; counts are read from PostgreSQL");
+    if (state === "degraded")
+      app.log.warn(
+        { counts: { state, reason } },
+        "count layer degraded: Redis does not answer; counts are read from PostgreSQL",
+      );
   });
-  logAlert = (report) => app.log.warn({ drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } }, "count drift above threshold; repaired");
+  logAlert = (report) =>
+    app.log.warn(
+      { drift: { kind: report.kind, drifted: report.drifted.length, visited: report.visited } },
+      "count drift above threshold; repaired",
+    );
   const workers = options.workers === false ? [] : createWorkers(ledger, observeConsumers(metrics, app.log));
   consumerLoops.push(...workers);
-  const maintenance = options.workers === false || config.pruneEverySeconds === 0 ? [] : [pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
-    ...config.retention, pacing: config.pacing, caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
-  })];
+  const maintenance =
+    options.workers === false || config.pruneEverySeconds === 0
+      ? []
+      : [
+          pruneJob(database.pool, config.pruneEverySeconds * 1000, app.log, {
+            ...config.retention,
+            pacing: config.pacing,
+            caps: counts.redis ? [countLayerRetentionCap(counts.redis)] : [],
+          }),
+        ];
   // Webhook deliveries (docs/webhooks.md) run beside the consumers; `webhook-worker` runs them alone.
-  const webhookLoops = options.workers === false ? [] : startableWebhookLoops(database.pool, config.webhooks, metrics.registry, {
-    failing: (worker, err) => app.log.warn({ worker, reason: err instanceof Error ? err.message : String(err) }, "webhook delivery pass failed; retrying with backoff"),
-    recovered: (worker, outage) => app.log.info({ worker, ...outage }, "webhook delivery resumed"),
-  }, options.hooks);
+  const webhookLoops =
+    options.workers === false
+      ? []
+      : startableWebhookLoops(
+          database.pool,
+          config.webhooks,
+          metrics.registry,
+          {
+            failing: (worker, err) =>
+              app.log.warn(
+                { worker, reason: err instanceof Error ? err.message : String(err) },
+                "webhook delivery pass failed; retrying with backoff",
+              ),
+            recovered: (worker, outage) => app.log.info({ worker, ...outage }, "webhook delivery resumed"),
+          },
+          options.hooks,
+        );
   // Erasures are started by DELETE /v1/accounts/{id} and continued here, after a restart too.
   if (options.workers !== false) maintenance.push(erasureJob(ledger.erasure, app.log));
-  const address = await app.listen({ port: config.port, host: options.host ?? "127.0.0.1" })
+  const address = await app
+    .listen({ port: config.port, host: options.host ?? "127.0.0.1" })
     .catch(async (err: unknown) => {
       await app.close().catch(() => undefined);
       return undoStart(err);
     });
-  const metricsServer = options.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
-    port: options.metricsPort, host: options.metricsHost ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
-  }).catch(async (err: unknown) => {
-    await app.close().catch(() => undefined);
-    return undoStart(err);
-  });
+  const metricsServer =
+    options.metricsPort === undefined
+      ? undefined
+      : await startMetricsServer(metrics, {
+          port: options.metricsPort,
+          host: options.metricsHost ?? "127.0.0.1",
+          token: config.metricsToken,
+          refreshMs: config.metricsRefreshSeconds * 1000,
+        }).catch(async (err: unknown) => {
+          await app.close().catch(() => undefined);
+          return undoStart(err);
+        });
   for (const w of [...workers, ...counts.workers, ...maintenance, ...webhookLoops]) w.start();
   let stopping: Promise<void> | undefined;
   return {
-    app, address, database, workers,
+    app,
+    address,
+    database,
+    workers,
     metricsAddress: metricsServer && `http://${options.metricsHost ?? "127.0.0.1"}:${options.metricsPort}/metrics`,
     fatal: database.fatal,
     stop() {

@@ -5,7 +5,11 @@
  * stops as well and exits 1, so an outside supervisor sees a failure and restarts it. Started by
  * npm (`npx social-ledger serve`), it also stops when the process that started it goes away.
  */
-export async function runUntilSignal(stop: () => Promise<void>, log: (line: string, level?: "info" | "error") => void, options: { fatal?: Promise<Error> } = {}): Promise<void> {
+export async function runUntilSignal(
+  stop: () => Promise<void>,
+  log: (line: string, level?: "info" | "error") => void,
+  options: { fatal?: Promise<Error> } = {},
+): Promise<void> {
   const code = await new Promise<number>((resolve) => {
     let stoppingSince: number | undefined;
     const shutDown = (reason: string, exitCode: number) => {
@@ -39,7 +43,12 @@ export async function runUntilSignal(stop: () => Promise<void>, log: (line: stri
     // has finished. Its `exit` hook stays: it still stops a cluster if the process exits otherwise.
     for (const signal of ["SIGINT", "SIGTERM"] as const) process.removeAllListeners(signal);
     for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, onSignal);
-    watchNpmParent(() => shutDown("the npm process that started this one is gone: stopping (finishing in-flight requests and consumer batches)", 0));
+    watchNpmParent(() =>
+      shutDown(
+        "the npm process that started this one is gone: stopping (finishing in-flight requests and consumer batches)",
+        0,
+      ),
+    );
     void options.fatal?.then((err) => shutDown(`cannot go on: ${err.message}; stopping`, 1));
   });
   if (code === 0) log("stopped");

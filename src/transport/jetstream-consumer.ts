@@ -118,7 +118,8 @@ export class JetStreamPartitionConsumer {
     const consumer = await this.js.consumers.get(this.config.stream, this.name);
     // A pull request lasts 5 s; its idle heartbeats (half of that) tell the client of a lost broker, and it pulls again once back.
     const messages = await consumer.consume({
-      max_messages: this.options.batchSize * 2, expires: 5_000,
+      max_messages: this.options.batchSize * 2,
+      expires: 5_000,
       callback: (m) => {
         this.delivered.push(m);
         this.wake?.();
@@ -149,16 +150,26 @@ export class JetStreamPartitionConsumer {
     }
     if (typeof json !== "object" || json === null) throw new MalformedEventError(m.subject, "not an object");
     const e = json as Record<string, unknown>;
-    if (e.part !== this.part) throw new MalformedEventError(m.subject, `partition ${String(e.part)} on the subject of partition ${this.part}`);
-    if (!Number.isSafeInteger(e.seq) || (e.seq as number) < 1) throw new MalformedEventError(m.subject, "seq is not a positive integer");
+    if (e.part !== this.part)
+      throw new MalformedEventError(m.subject, `partition ${String(e.part)} on the subject of partition ${this.part}`);
+    if (!Number.isSafeInteger(e.seq) || (e.seq as number) < 1)
+      throw new MalformedEventError(m.subject, "seq is not a positive integer");
     return this.kind.revive(e);
   }
 
   /** Applies through the kind's consumer, between the beforeApply and afterApply hook points. */
   async apply(events: OutboxEvent[]): Promise<Record<string, number>> {
-    await this.hooks.at("transport.beforeApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
+    await this.hooks.at("transport.beforeApply", {
+      kind: this.kind.kind,
+      part: this.part,
+      seqs: events.map((e) => e.seq),
+    });
     const r = await this.kind.applyBatch(events);
-    await this.hooks.at("transport.afterApply", { kind: this.kind.kind, part: this.part, seqs: events.map((e) => e.seq) });
+    await this.hooks.at("transport.afterApply", {
+      kind: this.kind.kind,
+      part: this.part,
+      seqs: events.map((e) => e.seq),
+    });
     return r.verdicts;
   }
 
@@ -173,9 +184,13 @@ export class JetStreamPartitionConsumer {
     h.set("Ledger-Original-Subject", m.subject);
     h.set("Ledger-Stream-Seq", String(m.seq));
     h.set("Ledger-Delivery-Count", String(m.info.deliveryCount));
-    h.set("Ledger-Error", (error instanceof Error ? error.message : String(error)).slice(0, 500).replace(/[\r\n]/g, " "));
+    h.set(
+      "Ledger-Error",
+      (error instanceof Error ? error.message : String(error)).slice(0, 500).replace(/[\r\n]/g, " "),
+    );
     const stored = await this.js.publish(deadLetterSubject(this.config, this.kind.kind, this.part), m.data, {
-      headers: h, msgID: `${m.subject}:${m.seq}`,
+      headers: h,
+      msgID: `${m.subject}:${m.seq}`,
     });
     m.term();
     if (!stored.duplicate) this.options.onDeadLetter?.(this.kind.kind, this.part, reason, error);
@@ -214,7 +229,9 @@ export class JetStreamPartitionConsumer {
     this.lastWatermark = w;
     this.publishedAtLastCheck = published;
     if (heldBackUpto === 0) return 0;
-    const events = (await this.kind.fetchPending(this.part, this.options.batchSize)).filter((e) => e.seq <= heldBackUpto);
+    const events = (await this.kind.fetchPending(this.part, this.options.batchSize)).filter(
+      (e) => e.seq <= heldBackUpto,
+    );
     if (events.length === 0) return 0;
     const r = await this.kind.applyBatch(events);
     this.lastWatermark = r.watermark;

@@ -1,7 +1,15 @@
 import { connect, nanos, type NatsConnection } from "@nats-io/transport-node";
 import {
-  AckPolicy, DeliverPolicy, DiscardPolicy, JetStreamApiCodes, JetStreamApiError, RetentionPolicy, StorageType,
-  jetstreamManager, type ConsumerConfig, type JetStreamManager,
+  AckPolicy,
+  DeliverPolicy,
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  RetentionPolicy,
+  StorageType,
+  jetstreamManager,
+  type ConsumerConfig,
+  type JetStreamManager,
 } from "@nats-io/jetstream";
 import type { TransportConfig } from "./transport-config.ts";
 import { TRANSPORT_KINDS, type TransportKindName } from "./transport-kinds.ts";
@@ -11,7 +19,11 @@ export function eventSubject(config: Pick<TransportConfig, "stream">, kind: Tran
   return `${config.stream.toLowerCase()}.${kind}.${part}`;
 }
 
-export function deadLetterSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
+export function deadLetterSubject(
+  config: Pick<TransportConfig, "stream">,
+  kind: TransportKindName,
+  part: number,
+): string {
   return `${config.stream.toLowerCase()}.dlq.${kind}.${part}`;
 }
 
@@ -32,7 +44,11 @@ export function messageId(kind: TransportKindName, part: number, seq: number): s
 /** Connects, retrying forever (a broker restart is an outage to ride out, not a reason to exit). */
 export async function connectNats(config: TransportConfig, name: string): Promise<NatsConnection> {
   return connect({
-    servers: config.servers, name, maxReconnectAttempts: -1, reconnectTimeWait: 250, waitOnFirstConnect: true,
+    servers: config.servers,
+    name,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 250,
+    waitOnFirstConnect: true,
   });
 }
 
@@ -59,13 +75,26 @@ export async function ensureStreams(jsm: JetStreamManager, config: TransportConf
   const prefix = config.stream.toLowerCase();
   const streams = [
     {
-      name: config.stream, subjects: TRANSPORT_KINDS.map((k) => `${prefix}.${k}.*`),
-      duplicate_window: nanos(config.duplicateWindowSeconds * 1000), max_age: nanos(config.maxAgeSeconds * 1000),
+      name: config.stream,
+      subjects: TRANSPORT_KINDS.map((k) => `${prefix}.${k}.*`),
+      duplicate_window: nanos(config.duplicateWindowSeconds * 1000),
+      max_age: nanos(config.maxAgeSeconds * 1000),
     },
-    { name: deadLetterStream(config), subjects: [`${prefix}.dlq.>`], duplicate_window: nanos(120_000), max_age: nanos(config.maxAgeSeconds * 1000) },
+    {
+      name: deadLetterStream(config),
+      subjects: [`${prefix}.dlq.>`],
+      duplicate_window: nanos(120_000),
+      max_age: nanos(config.maxAgeSeconds * 1000),
+    },
   ];
   for (const s of streams) {
-    const cfg = { ...s, storage: StorageType.File, retention: RetentionPolicy.Limits, discard: DiscardPolicy.Old, num_replicas: 1 };
+    const cfg = {
+      ...s,
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      num_replicas: 1,
+    };
     try {
       await jsm.streams.info(s.name);
       await jsm.streams.update(s.name, cfg);
@@ -87,8 +116,14 @@ export async function ensureStreams(jsm: JetStreamManager, config: TransportConf
  * (ack_wait, then doubling); `max_deliver` bounds them, and the worker dead-letters a message on its
  * last delivery. Only features of nats-server 2.9 (one filter subject, no pause).
  */
-export function consumerConfig(config: TransportConfig, kind: TransportKindName, part: number): Partial<ConsumerConfig> {
-  const backoff = Array.from({ length: Math.min(4, config.maxDeliver - 1) }, (_, i) => nanos(config.ackWaitMs * 2 ** i));
+export function consumerConfig(
+  config: TransportConfig,
+  kind: TransportKindName,
+  part: number,
+): Partial<ConsumerConfig> {
+  const backoff = Array.from({ length: Math.min(4, config.maxDeliver - 1) }, (_, i) =>
+    nanos(config.ackWaitMs * 2 ** i),
+  );
   return {
     durable_name: durableName(config, kind, part),
     filter_subject: eventSubject(config, kind, part),
@@ -101,12 +136,22 @@ export function consumerConfig(config: TransportConfig, kind: TransportKindName,
   };
 }
 
-export async function ensureConsumer(jsm: JetStreamManager, config: TransportConfig, kind: TransportKindName, part: number): Promise<void> {
+export async function ensureConsumer(
+  jsm: JetStreamManager,
+  config: TransportConfig,
+  kind: TransportKindName,
+  part: number,
+): Promise<void> {
   const cfg = consumerConfig(config, kind, part);
   const name = cfg.durable_name!;
   try {
     await jsm.consumers.info(config.stream, name);
-    await jsm.consumers.update(config.stream, name, { ack_wait: cfg.ack_wait, backoff: cfg.backoff, max_deliver: cfg.max_deliver, max_ack_pending: cfg.max_ack_pending });
+    await jsm.consumers.update(config.stream, name, {
+      ack_wait: cfg.ack_wait,
+      backoff: cfg.backoff,
+      max_deliver: cfg.max_deliver,
+      max_ack_pending: cfg.max_ack_pending,
+    });
   } catch (err) {
     if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
     try {

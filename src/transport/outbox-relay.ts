@@ -64,7 +64,9 @@ export class OutboxRelay {
     this.leading = leading;
     if (!leading) return 0;
     // One statement finds the partitions with unpublished events, so an idle relay costs one query per pass.
-    const behind = (await transportLag(this.pool)).filter((r) => this.options.kinds.includes(r.kind) && r.published !== null && r.last > r.published);
+    const behind = (await transportLag(this.pool)).filter(
+      (r) => this.options.kinds.includes(r.kind) && r.published !== null && r.last > r.published,
+    );
     let published = 0;
     for (const { kind, part } of behind) published += await this.publishPartition(kind, part);
     return published;
@@ -84,9 +86,14 @@ export class OutboxRelay {
     await this.hooks.at("relay.beforePublish", { kind, part, from: from + 1, upto });
     const subject = eventSubject(this.config, kind, part);
     // Sent in seq order on one connection, so JetStream stores them in that order; the acks come back in any order.
-    const acks = await Promise.all(batch.map((e) => this.js.publish(subject, JSON.stringify(e), {
-      msgID: messageId(kind, part, e.seq), expect: { streamName: this.config.stream },
-    })));
+    const acks = await Promise.all(
+      batch.map((e) =>
+        this.js.publish(subject, JSON.stringify(e), {
+          msgID: messageId(kind, part, e.seq),
+          expect: { streamName: this.config.stream },
+        }),
+      ),
+    );
     await this.hooks.at("relay.afterPublish", { kind, part, from: from + 1, upto });
     await advanceRelayWatermark(this.pool, kind, part, upto);
     const duplicates = acks.filter((a) => a.duplicate).length;
@@ -107,7 +114,9 @@ export class OutboxRelay {
     const client = await this.pool.connect();
     client.on("error", () => undefined); // a dead lock connection is noticed by the next pass's SELECT 1
     try {
-      const { rows } = await client.query<{ ok: boolean }>("SELECT pg_try_advisory_lock($1) AS ok", [RELAY_LEADER_LOCK_KEY]);
+      const { rows } = await client.query<{ ok: boolean }>("SELECT pg_try_advisory_lock($1) AS ok", [
+        RELAY_LEADER_LOCK_KEY,
+      ]);
       if (rows[0]!.ok) {
         this.leader = client;
         return true;

@@ -29,7 +29,10 @@ export async function ensureRelayRows(pool: Pool, kind: TransportKindName): Prom
      ON CONFLICT DO NOTHING`,
     [kind],
   );
-  const { rows } = await pool.query<{ part: number }>("SELECT part FROM relay_watermark WHERE kind = $1 ORDER BY part", [kind]);
+  const { rows } = await pool.query<{ part: number }>(
+    "SELECT part FROM relay_watermark WHERE kind = $1 ORDER BY part",
+    [kind],
+  );
   for (const { part } of rows) await withTransaction(pool, (client) => holdRelayPosition(client, kind, part));
 }
 
@@ -54,7 +57,8 @@ async function holdRelayPosition(client: PoolClient, kind: TransportKindName, pa
 
 export async function readRelayWatermark(pool: Pool, kind: TransportKindName, part: number): Promise<number> {
   const { rows } = await pool.query<{ published_upto: number }>(
-    "SELECT published_upto FROM relay_watermark WHERE kind = $1 AND part = $2", [kind, part],
+    "SELECT published_upto FROM relay_watermark WHERE kind = $1 AND part = $2",
+    [kind, part],
   );
   return rows[0]?.published_upto ?? 0;
 }
@@ -64,7 +68,12 @@ export async function readRelayWatermark(pool: Pool, kind: TransportKindName, pa
  * transaction. Monotone (never lowers it): two relays that raced over the same range both published
  * a contiguous prefix, and the larger of the two is still a published prefix.
  */
-export async function advanceRelayWatermark(pool: Pool, kind: TransportKindName, part: number, upto: number): Promise<void> {
+export async function advanceRelayWatermark(
+  pool: Pool,
+  kind: TransportKindName,
+  part: number,
+  upto: number,
+): Promise<void> {
   await withTransaction(pool, async (client) => {
     await client.query(
       `UPDATE relay_watermark SET published_upto = $3, updated_at = now()
@@ -78,7 +87,8 @@ export async function advanceRelayWatermark(pool: Pool, kind: TransportKindName,
 /** The consumer's contiguous watermark of one partition (read without a lock: it only grows). */
 export async function consumerWatermark(pool: Pool, kind: TransportKindName, part: number): Promise<number> {
   const { rows } = await pool.query<{ applied_upto: number }>(
-    `SELECT applied_upto FROM ${KIND_TABLES[kind].watermark} WHERE part = $1`, [part],
+    `SELECT applied_upto FROM ${KIND_TABLES[kind].watermark} WHERE part = $1`,
+    [part],
   );
   return Number(rows[0]?.applied_upto ?? 0);
 }
@@ -100,11 +110,23 @@ export async function transportLag(pool: Pool): Promise<TransportLagRow[]> {
     const t = KIND_TABLES[kind];
     return `SELECT '${kind}'::text AS kind, s.part, s.last, w.applied_upto AS applied FROM ${t.sequence} s JOIN ${t.watermark} w USING (part)`;
   });
-  const { rows } = await pool.query<{ kind: TransportKindName; part: number; last: string; published: string | null; applied: string }>(
+  const { rows } = await pool.query<{
+    kind: TransportKindName;
+    part: number;
+    last: string;
+    published: string | null;
+    applied: string;
+  }>(
     `SELECT k.kind, k.part, k.last, r.published_upto AS published, k.applied
        FROM (${parts.join(" UNION ALL ")}) k
        LEFT JOIN relay_watermark r ON r.kind = k.kind AND r.part = k.part
       ORDER BY k.kind, k.part`,
   );
-  return rows.map((r) => ({ kind: r.kind, part: r.part, last: Number(r.last), published: r.published === null ? null : Number(r.published), applied: Number(r.applied) }));
+  return rows.map((r) => ({
+    kind: r.kind,
+    part: r.part,
+    last: Number(r.last),
+    published: r.published === null ? null : Number(r.published),
+    applied: Number(r.applied),
+  }));
 }

@@ -29,17 +29,52 @@ function integer(name: string, raw: string | undefined, fallback: number, min: n
 }
 
 export function loadTransportConfig(env: NodeJS.ProcessEnv = process.env): TransportConfig {
-  const servers = (env.NATS_URL ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
-  if (servers.length === 0) throw new TransportConfigError("--transport nats needs NATS_URL (e.g. nats://127.0.0.1:4222)");
+  const servers = (env.NATS_URL ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
+  if (servers.length === 0)
+    throw new TransportConfigError("--transport nats needs NATS_URL (e.g. nats://127.0.0.1:4222)");
   const stream = env.LEDGER_NATS_STREAM || "LEDGER";
-  if (!/^[A-Za-z0-9_-]{1,32}$/.test(stream)) throw new TransportConfigError(`LEDGER_NATS_STREAM must be 1-32 of A-Z a-z 0-9 _ -, got ${JSON.stringify(stream)}`);
+  if (!/^[A-Za-z0-9_-]{1,32}$/.test(stream))
+    throw new TransportConfigError(`LEDGER_NATS_STREAM must be 1-32 of A-Z a-z 0-9 _ -, got ${JSON.stringify(stream)}`);
   return {
     servers,
     stream,
-    ackWaitMs: integer("LEDGER_NATS_ACK_WAIT_MS", env.LEDGER_NATS_ACK_WAIT_MS, numericDefault("LEDGER_NATS_ACK_WAIT_MS"), 100, 3_600_000),
-    maxDeliver: integer("LEDGER_NATS_MAX_DELIVER", env.LEDGER_NATS_MAX_DELIVER, numericDefault("LEDGER_NATS_MAX_DELIVER"), 2, 1000),
-    duplicateWindowSeconds: integer("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS, numericDefault("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS"), 1, 86_400),
-    maxAgeSeconds: integer("LEDGER_NATS_MAX_AGE_SECONDS", env.LEDGER_NATS_MAX_AGE_SECONDS, numericDefault("LEDGER_NATS_MAX_AGE_SECONDS"), 60, 365 * 86_400),
-    gapCheckMs: integer("LEDGER_GAP_CHECK_MS", env.LEDGER_GAP_CHECK_MS, numericDefault("LEDGER_GAP_CHECK_MS"), 50, 3_600_000),
+    ackWaitMs: integer(
+      "LEDGER_NATS_ACK_WAIT_MS",
+      env.LEDGER_NATS_ACK_WAIT_MS,
+      numericDefault("LEDGER_NATS_ACK_WAIT_MS"),
+      100,
+      3_600_000,
+    ),
+    maxDeliver: integer(
+      "LEDGER_NATS_MAX_DELIVER",
+      env.LEDGER_NATS_MAX_DELIVER,
+      numericDefault("LEDGER_NATS_MAX_DELIVER"),
+      2,
+      1000,
+    ),
+    duplicateWindowSeconds: integer(
+      "LEDGER_NATS_DUPLICATE_WINDOW_SECONDS",
+      env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS,
+      numericDefault("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS"),
+      1,
+      86_400,
+    ),
+    maxAgeSeconds: integer(
+      "LEDGER_NATS_MAX_AGE_SECONDS",
+      env.LEDGER_NATS_MAX_AGE_SECONDS,
+      numericDefault("LEDGER_NATS_MAX_AGE_SECONDS"),
+      60,
+      365 * 86_400,
+    ),
+    gapCheckMs: integer(
+      "LEDGER_GAP_CHECK_MS",
+      env.LEDGER_GAP_CHECK_MS,
+      numericDefault("LEDGER_GAP_CHECK_MS"),
+      50,
+      3_600_000,
+    ),
   };
 }

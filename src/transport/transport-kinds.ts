@@ -57,7 +57,8 @@ export function transportKinds(ledger: Ledger): Record<TransportKindName, Transp
       },
       revive: (json) => {
         const createdAt = new Date(String(json.createdAt));
-        if (Number.isNaN(createdAt.getTime())) throw new MalformedEventError("relations", "createdAt is not a timestamp");
+        if (Number.isNaN(createdAt.getTime()))
+          throw new MalformedEventError("relations", "createdAt is not a timestamp");
         return { ...json, createdAt } as unknown as OutboxEvent;
       },
     },
@@ -66,7 +67,9 @@ export function transportKinds(ledger: Ledger): Record<TransportKindName, Transp
       fetchRange: (part, from, to) => ledger.commentConsumer.fetchRange(part, from, to),
       fetchPending: (part, limit) => ledger.commentConsumer.fetchPending(part, limit),
       applyBatch: async (events) => {
-        const r = await ledger.commentConsumer.applyBatch(events as Parameters<Ledger["commentConsumer"]["applyBatch"]>[0]);
+        const r = await ledger.commentConsumer.applyBatch(
+          events as Parameters<Ledger["commentConsumer"]["applyBatch"]>[0],
+        );
         return { verdicts: verdictsOf(r, ["applied", "covered", "dup"]), watermark: r.watermark };
       },
       revive: plain,

@@ -16,16 +16,22 @@ export class TransportMetrics {
   constructor(registry: client.Registry, pool: Pool) {
     this.registry = registry;
     this.published = new client.Counter({
-      name: "ledger_transport_published_total", help: "Outbox events the relay published, stored or dropped as duplicates by JetStream",
-      labelNames: ["kind", "result"], registers: [registry],
+      name: "ledger_transport_published_total",
+      help: "Outbox events the relay published, stored or dropped as duplicates by JetStream",
+      labelNames: ["kind", "result"],
+      registers: [registry],
     });
     this.deadLetters = new client.Counter({
-      name: "ledger_transport_dead_letters_total", help: "Messages moved to the dead-letter stream, by reason (malformed, verification, attempts)",
-      labelNames: ["kind", "reason"], registers: [registry],
+      name: "ledger_transport_dead_letters_total",
+      help: "Messages moved to the dead-letter stream, by reason (malformed, verification, attempts)",
+      labelNames: ["kind", "reason"],
+      registers: [registry],
     });
     this.gapFilled = new client.Counter({
-      name: "ledger_transport_gap_filled_events_total", help: "Events the relay had published that the broker did not get through for a whole gap-check interval, applied from the outbox",
-      labelNames: ["kind"], registers: [registry],
+      name: "ledger_transport_gap_filled_events_total",
+      help: "Events the relay had published that the broker did not get through for a whole gap-check interval, applied from the outbox",
+      labelNames: ["kind"],
+      registers: [registry],
     });
     for (const kind of ["likes", "relations", "comments"]) {
       this.gapFilled.inc({ kind }, 0);
@@ -37,12 +43,15 @@ export class TransportMetrics {
       lagRows = await transportLag(pool).catch(() => []);
     });
     new client.Gauge({
-      name: "ledger_transport_relay_lag_events", help: "Outbox events not yet published to JetStream, per kind and partition",
-      labelNames: ["kind", "partition"], registers: [registry],
+      name: "ledger_transport_relay_lag_events",
+      help: "Outbox events not yet published to JetStream, per kind and partition",
+      labelNames: ["kind", "partition"],
+      registers: [registry],
       collect() {
         this.reset();
         const rows = lagRows;
-        for (const r of rows) if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
+        for (const r of rows)
+          if (r.published !== null) this.set({ kind: r.kind, partition: String(r.part) }, r.last - r.published);
       },
     });
   }
@@ -54,7 +63,8 @@ export class TransportMetrics {
     if (!this.nats) {
       const current = () => this.nats;
       new client.Gauge({
-        name: "ledger_nats_connected", help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
+        name: "ledger_nats_connected",
+        help: "1 while this process's connection to the NATS broker is up, 0 while it is disconnected (reconnecting) or closed",
         registers: [this.registry],
         collect() {
           const watched = current();

@@ -19,26 +19,49 @@ import { WebhookUrlRefusedError } from "./webhook-errors.ts";
 export type RefusedRange = readonly [network: string, prefix: number, why: string];
 
 export const REFUSED_V4: readonly RefusedRange[] = [
-  ["0.0.0.0", 8, "unspecified"], ["10.0.0.0", 8, "private"], ["100.64.0.0", 10, "shared (CGNAT)"],
-  ["127.0.0.0", 8, "loopback"], ["169.254.0.0", 16, "link-local"], ["172.16.0.0", 12, "private"],
-  ["192.0.0.0", 24, "IETF protocol assignments"], ["192.0.2.0", 24, "documentation"], ["192.168.0.0", 16, "private"],
-  ["198.18.0.0", 15, "benchmarking"], ["198.51.100.0", 24, "documentation"], ["203.0.113.0", 24, "documentation"],
-  ["224.0.0.0", 4, "multicast"], ["240.0.0.0", 4, "reserved"],
+  ["0.0.0.0", 8, "unspecified"],
+  ["10.0.0.0", 8, "private"],
+  ["100.64.0.0", 10, "shared (CGNAT)"],
+  ["127.0.0.0", 8, "loopback"],
+  ["169.254.0.0", 16, "link-local"],
+  ["172.16.0.0", 12, "private"],
+  ["192.0.0.0", 24, "IETF protocol assignments"],
+  ["192.0.2.0", 24, "documentation"],
+  ["192.168.0.0", 16, "private"],
+  ["198.18.0.0", 15, "benchmarking"],
+  ["198.51.100.0", 24, "documentation"],
+  ["203.0.113.0", 24, "documentation"],
+  ["224.0.0.0", 4, "multicast"],
+  ["240.0.0.0", 4, "reserved"],
 ];
 
 /** Checked in this order (the first match names the reason), before the carrying forms and the global-unicast rule. */
 export const REFUSED_V6: readonly RefusedRange[] = [
-  ["::", 128, "unspecified"], ["::1", 128, "loopback"], ["::", 96, "IPv4-compatible (deprecated)"],
-  ["64:ff9b:1::", 48, "local-use NAT64"], ["100::", 64, "discard-only"],
-  ["2001:2::", 48, "benchmarking"], ["2001:20::", 28, "ORCHIDv2"], ["2001:db8::", 32, "documentation"], ["3fff::", 20, "documentation"],
-  ["fc00::", 7, "unique-local"], ["fe80::", 10, "link-local"], ["fec0::", 10, "site-local"], ["ff00::", 8, "multicast"],
+  ["::", 128, "unspecified"],
+  ["::1", 128, "loopback"],
+  ["::", 96, "IPv4-compatible (deprecated)"],
+  ["64:ff9b:1::", 48, "local-use NAT64"],
+  ["100::", 64, "discard-only"],
+  ["2001:2::", 48, "benchmarking"],
+  ["2001:20::", 28, "ORCHIDv2"],
+  ["2001:db8::", 32, "documentation"],
+  ["3fff::", 20, "documentation"],
+  ["fc00::", 7, "unique-local"],
+  ["fe80::", 10, "link-local"],
+  ["fec0::", 10, "site-local"],
+  ["ff00::", 8, "multicast"],
 ];
 
 /** The only IPv6 space a webhook may go to directly. */
 export const GLOBAL_UNICAST_V6: RefusedRange = ["2000::", 3, "outside global unicast 2000::/3"];
 
 /** An IPv6 form that carries IPv4 addresses: the addresses it would reach, from its 128 bits. */
-interface CarryingForm { network: string; prefix: number; name: string; inner: (a: bigint) => bigint[] }
+interface CarryingForm {
+  network: string;
+  prefix: number;
+  name: string;
+  inner: (a: bigint) => bigint[];
+}
 
 const low32 = (a: bigint, shift: number) => (a >> BigInt(shift)) & 0xffff_ffffn;
 export const CARRYING_V6: readonly CarryingForm[] = [
@@ -64,7 +87,10 @@ export function addressValue(text: string): bigint {
   }
   const [head, after] = rest.includes("::") ? (rest.split("::") as [string, string]) : [rest, undefined];
   const h = head === "" ? [] : head.split(":").map((g) => BigInt(parseInt(g, 16)));
-  const t = [...(after === undefined || after === "" ? [] : after.split(":").map((g) => BigInt(parseInt(g, 16)))), ...tail];
+  const t = [
+    ...(after === undefined || after === "" ? [] : after.split(":").map((g) => BigInt(parseInt(g, 16)))),
+    ...tail,
+  ];
   const groups = after === undefined ? [...h, ...t] : [...h, ...Array<bigint>(8 - h.length - t.length).fill(0n), ...t];
   return groups.reduce((n, g) => (n << 16n) | g, 0n);
 }
@@ -111,7 +137,9 @@ export function refusalOf(address: string): Refusal | undefined {
 export function refusedBecause(address: string): string | undefined {
   const refusal = refusalOf(address);
   if (!refusal) return undefined;
-  return refusal.inside ? `${refusal.why} (IPv4 ${refusal.inside.address} inside IPv6, ${refusal.inside.form})` : refusal.why;
+  return refusal.inside
+    ? `${refusal.why} (IPv4 ${refusal.inside.address} inside IPv6, ${refusal.inside.form})`
+    : refusal.why;
 }
 
 export interface ParsedTarget {
@@ -129,7 +157,8 @@ export function parseTarget(raw: string): ParsedTarget {
   } catch {
     throw new WebhookUrlRefusedError(raw, "not a URL");
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new WebhookUrlRefusedError(raw, `scheme ${url.protocol} (only http and https)`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new WebhookUrlRefusedError(raw, `scheme ${url.protocol} (only http and https)`);
   if (url.username !== "" || url.password !== "") throw new WebhookUrlRefusedError(raw, "credentials in the URL");
   if (url.hash !== "") throw new WebhookUrlRefusedError(raw, "a fragment");
   const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
@@ -151,7 +180,11 @@ const systemResolver: Resolver = (host) => lookup(host, { all: true, verbatim: t
  * the URL: which one a connection would take is not ours to choose). Returns the first address,
  * which the delivery pins.
  */
-export async function resolveTarget(raw: string, allowPrivate: boolean, resolver: Resolver = systemResolver): Promise<ResolvedTarget> {
+export async function resolveTarget(
+  raw: string,
+  allowPrivate: boolean,
+  resolver: Resolver = systemResolver,
+): Promise<ResolvedTarget> {
   const target = parseTarget(raw);
   let addresses: { address: string; family: number }[];
   if (target.literal) {
@@ -160,7 +193,10 @@ export async function resolveTarget(raw: string, allowPrivate: boolean, resolver
     try {
       addresses = await resolver(target.host);
     } catch (err) {
-      throw new WebhookUrlRefusedError(raw, `${target.host} does not resolve (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      throw new WebhookUrlRefusedError(
+        raw,
+        `${target.host} does not resolve (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+      );
     }
     if (addresses.length === 0) throw new WebhookUrlRefusedError(raw, `${target.host} resolves to no address`);
   }
@@ -170,7 +206,9 @@ export async function resolveTarget(raw: string, allowPrivate: boolean, resolver
       if (!refusal) continue;
       // A name's refusal gives the class of the address, never the address: the answer goes to an
       // admin, and naming what any host name resolves to would map the internal DNS for them.
-      const what = target.literal ? `${target.host} is refused: ${refusedBecause(address)!}` : `${target.host} resolves to a refused address: ${refusal.why}`;
+      const what = target.literal
+        ? `${target.host} is refused: ${refusedBecause(address)!}`
+        : `${target.host} resolves to a refused address: ${refusal.why}`;
       throw new WebhookUrlRefusedError(raw, `${what} (LEDGER_WEBHOOK_ALLOW_PRIVATE=1 allows it)`);
     }
   }

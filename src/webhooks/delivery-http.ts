@@ -19,13 +19,21 @@ export interface AttemptLimits {
   resolver?: Resolver;
 }
 
-export const DEFAULT_LIMITS: AttemptLimits = { connectTimeoutMs: 5_000, responseTimeoutMs: 10_000, maxResponseBytes: 64 * 1024, allowPrivate: false };
+export const DEFAULT_LIMITS: AttemptLimits = {
+  connectTimeoutMs: 5_000,
+  responseTimeoutMs: 10_000,
+  maxResponseBytes: 64 * 1024,
+  allowPrivate: false,
+};
 
-export type AttemptResult =
-  | { ok: true; status: number }
-  | { ok: false; status?: number; error: string };
+export type AttemptResult = { ok: true; status: number } | { ok: false; status?: number; error: string };
 
-export async function attempt(url: string, headers: Record<string, string>, body: string, limits: AttemptLimits): Promise<AttemptResult> {
+export async function attempt(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  limits: AttemptLimits,
+): Promise<AttemptResult> {
   let target;
   try {
     target = await resolveTarget(url, limits.allowPrivate, limits.resolver);
@@ -33,7 +41,10 @@ export async function attempt(url: string, headers: Record<string, string>, body
     return { ok: false, error: (err as Error).message };
   }
   const pinned: LookupFunction = (_host, options, callback) => {
-    if ((options as { all?: boolean }).all) (callback as unknown as (e: null, a: { address: string; family: number }[]) => void)(null, [{ address: target.address, family: target.family }]);
+    if ((options as { all?: boolean }).all)
+      (callback as unknown as (e: null, a: { address: string; family: number }[]) => void)(null, [
+        { address: target.address, family: target.family },
+      ]);
     else callback(null, target.address, target.family);
   };
   const transport = target.url.protocol === "https:" ? https : http;
@@ -47,12 +58,25 @@ export async function attempt(url: string, headers: Record<string, string>, body
       resolve(result);
     };
     const req = transport.request(target.url, {
-      method: "POST", lookup: pinned, agent: false,
-      headers: { ...headers, "content-type": "application/json", "content-length": String(Buffer.byteLength(body)), "user-agent": "social-ledger-webhooks/1" },
+      method: "POST",
+      lookup: pinned,
+      agent: false,
+      headers: {
+        ...headers,
+        "content-type": "application/json",
+        "content-length": String(Buffer.byteLength(body)),
+        "user-agent": "social-ledger-webhooks/1",
+      },
     });
-    const overall = setTimeout(() => finish({ ok: false, error: `no complete response within ${limits.responseTimeoutMs} ms` }), limits.responseTimeoutMs);
+    const overall = setTimeout(
+      () => finish({ ok: false, error: `no complete response within ${limits.responseTimeoutMs} ms` }),
+      limits.responseTimeoutMs,
+    );
     req.on("socket", (socket) => {
-      const connectTimer = setTimeout(() => finish({ ok: false, error: `no connection within ${limits.connectTimeoutMs} ms` }), limits.connectTimeoutMs);
+      const connectTimer = setTimeout(
+        () => finish({ ok: false, error: `no connection within ${limits.connectTimeoutMs} ms` }),
+        limits.connectTimeoutMs,
+      );
       socket.once("connect", () => clearTimeout(connectTimer));
       socket.once("secureConnect", () => clearTimeout(connectTimer));
       socket.once("close", () => clearTimeout(connectTimer));
@@ -64,7 +88,8 @@ export async function attempt(url: string, headers: Record<string, string>, body
       res.on("data", (chunk: Buffer) => {
         read += chunk.length;
         // The answer's body means nothing to us; a receiver that sends without end is cut off.
-        if (read > limits.maxResponseBytes) finish(verdict(status, `response body above ${limits.maxResponseBytes} bytes`));
+        if (read > limits.maxResponseBytes)
+          finish(verdict(status, `response body above ${limits.maxResponseBytes} bytes`));
       });
       res.on("end", () => finish(verdict(status)));
       res.on("error", (err) => finish({ ok: false, status, error: err.message }));

@@ -30,8 +30,15 @@ export interface DeliveryOptions {
 }
 
 export interface Claim {
-  endpoint_id: string; source: WebhookSource; part: number; delivered_upto: number; attempts: number;
-  url: string; events: string[]; secret: string; previous_secret: string | null;
+  endpoint_id: string;
+  source: WebhookSource;
+  part: number;
+  delivered_upto: number;
+  attempts: number;
+  url: string;
+  events: string[];
+  secret: string;
+  previous_secret: string | null;
 }
 
 /**
@@ -71,7 +78,10 @@ export class WebhookDelivery {
   protected readonly pageSize: number;
   readonly hooks: Hooks;
 
-  constructor(protected readonly pool: Pool, private readonly options: DeliveryOptions = {}) {
+  constructor(
+    protected readonly pool: Pool,
+    private readonly options: DeliveryOptions = {},
+  ) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.retryBaseMs = options.retryBaseMs ?? 1_000;
     this.maxBackoffMs = options.maxBackoffMs ?? 3_600_000;
@@ -93,43 +103,68 @@ export class WebhookDelivery {
 
   /** One cursor, one transaction: returns the events handled (sent, failed or passed over), 0 when nothing is due. */
   step(): Promise<number> {
-    return withTransaction(this.pool, async (client) => {
-      const { rows } = await client.query<Claim>(CLAIM_SQL);
-      const claim = rows[0];
-      if (!claim) return 0;
-      const page = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
-      // Only the gapless run right after the cursor: an event missing further on is reached as
-      // the next event in a later step, and stops the cursor there, never passed over.
-      const gap = page.findIndex((e, i) => e.seq !== claim.delivered_upto + 1 + i);
-      const events = gap < 0 ? page : page.slice(0, gap);
-      if (events.length === 0) {
-        // The next event is gone (deleted below this cursor's retention hold): never skip silently over what was lost.
-        await this.fail(client, claim, claim.delivered_upto, { ok: false, error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (deleted before this endpoint received it; it is not skipped)` });
-        return 1;
-      }
-      const index = events.findIndex((e) => deliverable(claim.events, e));
-      if (index < 0) {
-        await this.advance(client, claim, events.at(-1)!.seq);
-        return events.length;
-      }
-      const event = events[index]!;
-      const result = await this.send(claim, event);
-      await this.hooks.at("webhooks.afterResponse", { endpointId: claim.endpoint_id, source: claim.source, part: claim.part, seq: event.seq, ok: result.ok });
-      if (result.ok) await this.advance(client, claim, event.seq, result.status);
-      else await this.fail(client, claim, event.seq - 1, result);
-      this.options.onAttempt?.(claim.endpoint_id, result.ok ? "delivered" : "failed");
-      return index + 1;
-    }, { maxAttempts: 1 });
+    return withTransaction(
+      this.pool,
+      async (client) => {
+        const { rows } = await client.query<Claim>(CLAIM_SQL);
+        const claim = rows[0];
+        if (!claim) return 0;
+        const page = await readEvents(client, claim.source, claim.part, claim.delivered_upto, this.pageSize);
+        // Only the gapless run right after the cursor: an event missing further on is reached as
+        // the next event in a later step, and stops the cursor there, never passed over.
+        const gap = page.findIndex((e, i) => e.seq !== claim.delivered_upto + 1 + i);
+        const events = gap < 0 ? page : page.slice(0, gap);
+        if (events.length === 0) {
+          // The next event is gone (deleted below this cursor's retention hold): never skip silently over what was lost.
+          await this.fail(client, claim, claim.delivered_upto, {
+            ok: false,
+            error: `event ${claim.delivered_upto + 1} is no longer in the ${claim.source} outbox (deleted before this endpoint received it; it is not skipped)`,
+          });
+          return 1;
+        }
+        const index = events.findIndex((e) => deliverable(claim.events, e));
+        if (index < 0) {
+          await this.advance(client, claim, events.at(-1)!.seq);
+          return events.length;
+        }
+        const event = events[index]!;
+        const result = await this.send(claim, event);
+        await this.hooks.at("webhooks.afterResponse", {
+          endpointId: claim.endpoint_id,
+          source: claim.source,
+          part: claim.part,
+          seq: event.seq,
+          ok: result.ok,
+        });
+        if (result.ok) await this.advance(client, claim, event.seq, result.status);
+        else await this.fail(client, claim, event.seq - 1, result);
+        this.options.onAttempt?.(claim.endpoint_id, result.ok ? "delivered" : "failed");
+        return index + 1;
+      },
+      { maxAttempts: 1 },
+    );
   }
 
   protected async send(claim: Claim, event: WebhookEvent): Promise<AttemptResult> {
     const body = bodyOf(event);
     const timestamp = Math.floor(Date.now() / 1000);
     const secrets = claim.previous_secret ? [claim.secret, claim.previous_secret] : [claim.secret];
-    await this.hooks.at("webhooks.beforeSend", { endpointId: claim.endpoint_id, source: claim.source, part: claim.part, seq: event.seq });
-    return attempt(claim.url, {
-      "webhook-id": event.id, "webhook-timestamp": String(timestamp), "webhook-signature": signatureHeader(secrets, event.id, timestamp, body),
-    }, body, this.limits);
+    await this.hooks.at("webhooks.beforeSend", {
+      endpointId: claim.endpoint_id,
+      source: claim.source,
+      part: claim.part,
+      seq: event.seq,
+    });
+    return attempt(
+      claim.url,
+      {
+        "webhook-id": event.id,
+        "webhook-timestamp": String(timestamp),
+        "webhook-signature": signatureHeader(secrets, event.id, timestamp, body),
+      },
+      body,
+      this.limits,
+    );
   }
 
   /** The cursor and the endpoint's retention hold move together. */
@@ -144,13 +179,27 @@ export class WebhookDelivery {
   }
 
   /** The event stays next; the unsubscribed ones before it are passed over. */
-  private async fail(client: PoolClient, claim: Claim, upto: number, result: AttemptResult & { ok: false }): Promise<void> {
+  private async fail(
+    client: PoolClient,
+    claim: Claim,
+    upto: number,
+    result: AttemptResult & { ok: false },
+  ): Promise<void> {
     const attempts = upto === claim.delivered_upto ? claim.attempts + 1 : 1;
     await client.query(
       `UPDATE webhook_cursor SET delivered_upto = $4, attempts = $5, failing_since = coalesce(failing_since, now()),
               next_attempt_at = now() + make_interval(secs => $6::float8 / 1000), last_error = $7, last_status = $8
         WHERE endpoint_id = $1 AND source = $2 AND part = $3`,
-      [claim.endpoint_id, claim.source, claim.part, upto, attempts, this.backoffMs(attempts), result.error.slice(0, 500), result.status ?? null],
+      [
+        claim.endpoint_id,
+        claim.source,
+        claim.part,
+        upto,
+        attempts,
+        this.backoffMs(attempts),
+        result.error.slice(0, 500),
+        result.status ?? null,
+      ],
     );
     if (upto !== claim.delivered_upto) await this.hold(client, claim, upto);
   }
@@ -168,6 +217,13 @@ export class WebhookDelivery {
 }
 
 /** `loops` delivery loops over one WebhookDelivery: different endpoints and partitions proceed in parallel. */
-export function webhookWorkers(delivery: WebhookDelivery, loops: number, options: PartitionWorkerOptions = {}): PartitionWorker[] {
-  return Array.from({ length: Math.max(1, loops) }, (_, i) => new PartitionWorker(`webhook-delivery#${i}`, () => delivery.pass(), options));
+export function webhookWorkers(
+  delivery: WebhookDelivery,
+  loops: number,
+  options: PartitionWorkerOptions = {},
+): PartitionWorker[] {
+  return Array.from(
+    { length: Math.max(1, loops) },
+    (_, i) => new PartitionWorker(`webhook-delivery#${i}`, () => delivery.pass(), options),
+  );
 }

@@ -6,7 +6,12 @@ import { holdRetention, releaseRetention, RetentionHoldBelowFloorError } from ".
 import { resolveTarget, type Resolver } from "./address-policy.ts";
 import { EVENT_TYPES, SOURCES, WEBHOOK_SOURCES, type WebhookSource } from "./webhook-events.ts";
 import { newSecret } from "./webhook-signature.ts";
-import { ReplayBelowRetentionError, ReplayBeyondEndError, UnknownEventTypeError, WebhookNotFoundError } from "./webhook-errors.ts";
+import {
+  ReplayBelowRetentionError,
+  ReplayBeyondEndError,
+  UnknownEventTypeError,
+  WebhookNotFoundError,
+} from "./webhook-errors.ts";
 import { CURSOR_STATE_SQL, type CursorState } from "./cursor-state.ts";
 
 /**
@@ -48,15 +53,22 @@ export const holderOf = (endpointId: string) => `webhook:${endpointId}`;
 const MAX_URL_LENGTH = 2048;
 
 export function validateEvents(events: unknown): string[] {
-  if (!Array.isArray(events) || events.length === 0) throw new InvalidInputError("events", "a non-empty list of event types, or [\"*\"]");
+  if (!Array.isArray(events) || events.length === 0)
+    throw new InvalidInputError("events", 'a non-empty list of event types, or ["*"]');
   const unknown = events.filter((e) => e !== "*" && !(EVENT_TYPES as readonly unknown[]).includes(e));
   if (unknown.length > 0) throw new UnknownEventTypeError(unknown.map(String), EVENT_TYPES);
   return [...new Set(events as string[])].sort();
 }
 
 interface EndpointRow {
-  endpoint_id: string; url: string; events: string[]; paused: boolean; failing: boolean;
-  created_at: Date; updated_at: Date; previous_secret_until: Date | null;
+  endpoint_id: string;
+  url: string;
+  events: string[];
+  paused: boolean;
+  failing: boolean;
+  created_at: Date;
+  updated_at: Date;
+  previous_secret_until: Date | null;
 }
 
 const ENDPOINT_SQL = `
@@ -71,7 +83,10 @@ export class EndpointRegistry {
   readonly rotationGraceSeconds: number;
   private readonly resolver: Resolver | undefined;
 
-  constructor(private readonly pool: Pool, options: RegistryOptions = {}) {
+  constructor(
+    private readonly pool: Pool,
+    options: RegistryOptions = {},
+  ) {
     this.allowPrivate = options.allowPrivate ?? false;
     this.failingAfter = options.failingAfter ?? 5;
     this.rotationGraceSeconds = options.rotationGraceSeconds ?? 86_400;
@@ -79,7 +94,8 @@ export class EndpointRegistry {
   }
 
   private async checkUrl(url: unknown): Promise<string> {
-    if (typeof url !== "string" || url.length === 0 || url.length > MAX_URL_LENGTH) throw new InvalidInputError("url", `a URL of 1..${MAX_URL_LENGTH} characters`);
+    if (typeof url !== "string" || url.length === 0 || url.length > MAX_URL_LENGTH)
+      throw new InvalidInputError("url", `a URL of 1..${MAX_URL_LENGTH} characters`);
     await resolveTarget(url, this.allowPrivate, this.resolver);
     return url;
   }
@@ -91,7 +107,12 @@ export class EndpointRegistry {
     const id = `whe_${randomBytes(12).toString("hex")}`;
     const secret = newSecret();
     await withTransaction(this.pool, async (client) => {
-      await client.query("INSERT INTO webhook_endpoint (endpoint_id, url, events, secret) VALUES ($1, $2, $3, $4)", [id, url, events, secret]);
+      await client.query("INSERT INTO webhook_endpoint (endpoint_id, url, events, secret) VALUES ($1, $2, $3, $4)", [
+        id,
+        url,
+        events,
+        secret,
+      ]);
       for (const source of WEBHOOK_SOURCES) {
         // The partition's end as committed now: an event committing later has a higher seq.
         const { rows } = await client.query<{ part: number; last: number }>(
@@ -100,7 +121,10 @@ export class EndpointRegistry {
              LEFT JOIN ${SOURCES[source].sequence} s ON s.part = p.part ORDER BY p.part`,
         );
         for (const r of rows) {
-          await client.query("INSERT INTO webhook_cursor (endpoint_id, source, part, delivered_upto) VALUES ($1, $2, $3, $4)", [id, source, r.part, r.last]);
+          await client.query(
+            "INSERT INTO webhook_cursor (endpoint_id, source, part, delivered_upto) VALUES ($1, $2, $3, $4)",
+            [id, source, r.part, r.last],
+          );
           const kind = SOURCES[source].retentionKind;
           if (kind) await holdRetention(client, holderOf(id), kind, r.part, r.last);
         }
@@ -110,13 +134,23 @@ export class EndpointRegistry {
   }
 
   async list(): Promise<WebhookEndpoint[]> {
-    const { rows } = await this.pool.query<EndpointRow>(`${ENDPOINT_SQL} ORDER BY e.created_at, e.endpoint_id`, [this.failingAfter]);
+    const { rows } = await this.pool.query<EndpointRow>(`${ENDPOINT_SQL} ORDER BY e.created_at, e.endpoint_id`, [
+      this.failingAfter,
+    ]);
     const cursors = await this.cursors();
-    return rows.map((r) => this.toEndpoint(r, cursors.filter((c) => c.endpointId === r.endpoint_id)));
+    return rows.map((r) =>
+      this.toEndpoint(
+        r,
+        cursors.filter((c) => c.endpointId === r.endpoint_id),
+      ),
+    );
   }
 
   async get(id: string): Promise<WebhookEndpoint> {
-    const { rows } = await this.pool.query<EndpointRow>(`${ENDPOINT_SQL} WHERE e.endpoint_id = $2`, [this.failingAfter, id]);
+    const { rows } = await this.pool.query<EndpointRow>(`${ENDPOINT_SQL} WHERE e.endpoint_id = $2`, [
+      this.failingAfter,
+      id,
+    ]);
     if (rows.length === 0) throw new WebhookNotFoundError(id);
     return this.toEndpoint(rows[0]!, await this.cursors(id));
   }
@@ -129,19 +163,27 @@ export class EndpointRegistry {
 
   private toEndpoint(r: EndpointRow, cursors: CursorState[]): WebhookEndpoint {
     const backlog = cursors.reduce((n, c) => n + Math.max(0, c.last - c.deliveredUpto), 0);
-    const oldest = cursors.reduce<number | undefined>((age, c) => (c.oldestPendingSeconds === null ? age : Math.max(age ?? 0, c.oldestPendingSeconds)), undefined);
+    const oldest = cursors.reduce<number | undefined>(
+      (age, c) => (c.oldestPendingSeconds === null ? age : Math.max(age ?? 0, c.oldestPendingSeconds)),
+      undefined,
+    );
     return {
-      id: r.endpoint_id, url: r.url, events: r.events,
+      id: r.endpoint_id,
+      url: r.url,
+      events: r.events,
       status: r.paused ? "paused" : r.failing ? "failing" : "active",
-      createdAt: r.created_at.toISOString(), updatedAt: r.updated_at.toISOString(),
+      createdAt: r.created_at.toISOString(),
+      updatedAt: r.updated_at.toISOString(),
       ...(r.previous_secret_until ? { previousSecretValidUntil: r.previous_secret_until.toISOString() } : {}),
-      backlog, ...(oldest === undefined ? {} : { oldestPendingSeconds: Math.floor(oldest) }),
+      backlog,
+      ...(oldest === undefined ? {} : { oldestPendingSeconds: Math.floor(oldest) }),
     };
   }
 
   /** A changed URL or event list applies from the next delivery on. */
   async update(id: string, input: { url?: unknown; events?: unknown }): Promise<WebhookEndpoint> {
-    if (input.url === undefined && input.events === undefined) throw new InvalidInputError("body", "name url, events or both");
+    if (input.url === undefined && input.events === undefined)
+      throw new InvalidInputError("body", "name url, events or both");
     const events = input.events === undefined ? null : validateEvents(input.events);
     const url = input.url === undefined ? null : await this.checkUrl(input.url);
     const { rowCount } = await this.pool.query(
@@ -155,7 +197,10 @@ export class EndpointRegistry {
   /** Paused: nothing is sent, the backlog and its retention hold stay. Resumed: every cursor is due at once. */
   async setPaused(id: string, paused: boolean): Promise<WebhookEndpoint> {
     await withTransaction(this.pool, async (client) => {
-      const { rowCount } = await client.query("UPDATE webhook_endpoint SET paused = $2, updated_at = now() WHERE endpoint_id = $1", [id, paused]);
+      const { rowCount } = await client.query(
+        "UPDATE webhook_endpoint SET paused = $2, updated_at = now() WHERE endpoint_id = $1",
+        [id, paused],
+      );
       if (rowCount === 0) throw new WebhookNotFoundError(id);
       if (!paused) await client.query("UPDATE webhook_cursor SET next_attempt_at = now() WHERE endpoint_id = $1", [id]);
     });
@@ -172,7 +217,10 @@ export class EndpointRegistry {
   }
 
   /** A new secret (answered once); the old one signs too for the grace period. */
-  async rotateSecret(id: string, graceSeconds: number = this.rotationGraceSeconds): Promise<{ endpoint: WebhookEndpoint; secret: string }> {
+  async rotateSecret(
+    id: string,
+    graceSeconds: number = this.rotationGraceSeconds,
+  ): Promise<{ endpoint: WebhookEndpoint; secret: string }> {
     const secret = newSecret();
     const { rowCount } = await this.pool.query(
       `UPDATE webhook_endpoint SET previous_secret = CASE WHEN $3::float8 > 0 THEN secret END,
@@ -191,9 +239,13 @@ export class EndpointRegistry {
    * hold is set in the same transaction, under the floor's share lock, so a prune either sees it
    * or this sees the prune.
    */
-  async replay(id: string, input: { source: WebhookSource; partition: number; fromSeq: number }): Promise<WebhookEndpoint> {
+  async replay(
+    id: string,
+    input: { source: WebhookSource; partition: number; fromSeq: number },
+  ): Promise<WebhookEndpoint> {
     const { source, partition, fromSeq } = input;
-    if (!WEBHOOK_SOURCES.includes(source)) throw new InvalidInputError("source", `one of ${WEBHOOK_SOURCES.join(", ")}`);
+    if (!WEBHOOK_SOURCES.includes(source))
+      throw new InvalidInputError("source", `one of ${WEBHOOK_SOURCES.join(", ")}`);
     if (!Number.isSafeInteger(fromSeq) || fromSeq < 1) throw new InvalidInputError("fromSeq", "an integer >= 1");
     await withTransaction(this.pool, async (client) => {
       const { rows } = await client.query<{ delivered_upto: number }>(
@@ -212,7 +264,12 @@ export class EndpointRegistry {
           await holdRetention(client, holderOf(id), kind, partition, fromSeq - 1);
         } catch (err) {
           if (err instanceof RetentionHoldBelowFloorError) {
-            const floor = (await client.query<{ f: number }>("SELECT pruned_upto AS f FROM retention_floor WHERE kind = $1 AND part = $2", [kind, partition])).rows[0]!.f;
+            const floor = (
+              await client.query<{ f: number }>(
+                "SELECT pruned_upto AS f FROM retention_floor WHERE kind = $1 AND part = $2",
+                [kind, partition],
+              )
+            ).rows[0]!.f;
             throw new ReplayBelowRetentionError(source, partition, fromSeq, floor);
           }
           throw err;
@@ -234,6 +291,9 @@ export class EndpointRegistry {
 }
 
 export async function partitionEnd(client: PoolClient | Pool, source: WebhookSource, part: number): Promise<number> {
-  const { rows } = await client.query<{ last: number }>(`SELECT last FROM ${SOURCES[source].sequence} WHERE part = $1`, [part]);
+  const { rows } = await client.query<{ last: number }>(
+    `SELECT last FROM ${SOURCES[source].sequence} WHERE part = $1`,
+    [part],
+  );
   return rows[0]?.last ?? 0;
 }

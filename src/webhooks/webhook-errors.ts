@@ -17,20 +17,29 @@ export class WebhookUrlRefusedError extends LedgerError {
 /** An event type that no outbox produces. */
 export class UnknownEventTypeError extends LedgerError {
   constructor(types: readonly string[], known: readonly string[]) {
-    super("UNKNOWN_EVENT_TYPE", `unknown event type(s) ${types.map((t) => JSON.stringify(t)).join(", ")}; known: "*", ${known.join(", ")}`);
+    super(
+      "UNKNOWN_EVENT_TYPE",
+      `unknown event type(s) ${types.map((t) => JSON.stringify(t)).join(", ")}; known: "*", ${known.join(", ")}`,
+    );
   }
 }
 
 /** A replay from a position whose events retention has already pruned. */
 export class ReplayBelowRetentionError extends LedgerError {
   constructor(source: string, part: number, fromSeq: number, floor: number) {
-    super("REPLAY_BELOW_RETENTION", `cannot replay ${source} partition ${part} from seq ${fromSeq}: events up to ${floor} are pruned; the oldest position to replay from is ${floor + 1}`);
+    super(
+      "REPLAY_BELOW_RETENTION",
+      `cannot replay ${source} partition ${part} from seq ${fromSeq}: events up to ${floor} are pruned; the oldest position to replay from is ${floor + 1}`,
+    );
   }
 }
 
 /** A replay from a position the outbox has not reached. */
 export class ReplayBeyondEndError extends LedgerError {
   constructor(source: string, part: number, fromSeq: number, last: number) {
-    super("REPLAY_BEYOND_END", `cannot replay ${source} partition ${part} from seq ${fromSeq}: the partition's last event is ${last}`);
+    super(
+      "REPLAY_BEYOND_END",
+      `cannot replay ${source} partition ${part} from seq ${fromSeq}: the partition's last event is ${last}`,
+    );
   }
 }

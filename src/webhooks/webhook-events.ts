@@ -11,19 +11,31 @@ import { previousRelationStateSql } from "../relations/relation-audit.ts";
 export type WebhookSource = "likes" | "relations" | "comments" | "blocks";
 
 export const EVENT_TYPES = [
-  "like.created", "like.removed",
-  "follow.created", "follow.requested", "follow.removed", "follow.request_removed",
-  "block.created", "block.removed",
-  "comment.created", "comment.deleted",
+  "like.created",
+  "like.removed",
+  "follow.created",
+  "follow.requested",
+  "follow.removed",
+  "follow.request_removed",
+  "block.created",
+  "block.removed",
+  "comment.created",
+  "comment.deleted",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
 /** Which outbox each type comes from: a cursor whose source has no subscribed type advances without sending. */
 export const SOURCE_OF_TYPE: Record<EventType, WebhookSource> = {
-  "like.created": "likes", "like.removed": "likes",
-  "follow.created": "relations", "follow.requested": "relations", "follow.removed": "relations", "follow.request_removed": "relations",
-  "block.created": "blocks", "block.removed": "blocks",
-  "comment.created": "comments", "comment.deleted": "comments",
+  "like.created": "likes",
+  "like.removed": "likes",
+  "follow.created": "relations",
+  "follow.requested": "relations",
+  "follow.removed": "relations",
+  "follow.request_removed": "relations",
+  "block.created": "blocks",
+  "block.removed": "blocks",
+  "comment.created": "comments",
+  "comment.deleted": "comments",
 };
 
 export interface SourceTables {
@@ -104,28 +116,63 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
       break;
     case "relations":
       type = relationType(String(r.state), String(r.previous_state));
-      data = { follower: r.follower, followee: r.followee, state: r.state, previousState: r.previous_state, version: r.version, ...base };
+      data = {
+        follower: r.follower,
+        followee: r.followee,
+        state: r.state,
+        previousState: r.previous_state,
+        version: r.version,
+        ...base,
+      };
       break;
     case "comments":
       type = r.delta === 1 ? "comment.created" : "comment.deleted";
       data = {
-        commentId: r.comment_id, postId: r.post_id, author: r.author ?? null, parentId: r.parent_id ?? null,
-        ...(r.delta === -1 ? { deletedBy: r.deleted_by ?? null } : {}), version: r.version, ...base,
+        commentId: r.comment_id,
+        postId: r.post_id,
+        author: r.author ?? null,
+        parentId: r.parent_id ?? null,
+        ...(r.delta === -1 ? { deletedBy: r.deleted_by ?? null } : {}),
+        version: r.version,
+        ...base,
       };
       break;
     case "blocks":
       if (r.state === "ERASED") {
-        return { id: eventId(source, part, r.seq), source, part, seq: r.seq, type: "block.removed", occurredAt: r.created_at.toISOString(), data: base, redacted: true };
+        return {
+          id: eventId(source, part, r.seq),
+          source,
+          part,
+          seq: r.seq,
+          type: "block.removed",
+          occurredAt: r.created_at.toISOString(),
+          data: base,
+          redacted: true,
+        };
       }
       type = r.state === "BLOCKED" ? "block.created" : "block.removed";
       data = { blocker: r.blocker, blocked: r.blocked, blocking: r.state === "BLOCKED", ...base };
       break;
   }
-  return { id: eventId(source, part, r.seq), source, part, seq: r.seq, type, occurredAt: r.created_at.toISOString(), data };
+  return {
+    id: eventId(source, part, r.seq),
+    source,
+    part,
+    seq: r.seq,
+    type,
+    occurredAt: r.created_at.toISOString(),
+    data,
+  };
 }
 
 /** The partition's next events above `after`, in order. */
-export async function readEvents(client: PoolClient, source: WebhookSource, part: number, after: number, limit: number): Promise<WebhookEvent[]> {
+export async function readEvents(
+  client: PoolClient,
+  source: WebhookSource,
+  part: number,
+  after: number,
+  limit: number,
+): Promise<WebhookEvent[]> {
   const { rows } = await client.query<Row>(PAGE_SQL[source], [part, after, limit]);
   return rows.map((r) => toEvent(source, part, r));
 }

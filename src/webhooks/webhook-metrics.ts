@@ -21,28 +21,46 @@ export class WebhookMetrics {
 
   constructor(registry: Registry, pool: Pool, failingAfter: number) {
     this.deliveries = new client.Counter({
-      name: "ledger_webhook_deliveries_total", help: "Webhook delivery attempts by endpoint and result (delivered: a 2xx; failed: anything else, retried later)",
-      labelNames: ["endpoint", "result"], registers: [registry],
+      name: "ledger_webhook_deliveries_total",
+      help: "Webhook delivery attempts by endpoint and result (delivered: a 2xx; failed: anything else, retried later)",
+      labelNames: ["endpoint", "result"],
+      registers: [registry],
     });
     refresherOf(registry).add(async () => {
       this.figures = await readEndpointFigures(pool, failingAfter).catch(() => this.figures);
     });
     const figures = () => this.figures;
-    const perEndpoint = (name: string, help: string, value: (f: EndpointFigures) => number) => new client.Gauge({
-      name, help, labelNames: ["endpoint"], registers: [registry],
-      collect() {
-        this.reset();
-        for (const f of figures()) this.set({ endpoint: f.id }, value(f));
-      },
-    });
+    const perEndpoint = (name: string, help: string, value: (f: EndpointFigures) => number) =>
+      new client.Gauge({
+        name,
+        help,
+        labelNames: ["endpoint"],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const f of figures()) this.set({ endpoint: f.id }, value(f));
+        },
+      });
     perEndpoint("ledger_webhook_backlog_events", "Outbox events past no cursor of the endpoint yet", (f) => f.backlog);
-    perEndpoint("ledger_webhook_oldest_pending_seconds", "Age of the endpoint's oldest undelivered event (0: none)", (f) => f.oldestSeconds);
-    perEndpoint("ledger_webhook_endpoint_failing", "1 while an event of the endpoint has failed LEDGER_WEBHOOK_FAILING_AFTER attempts in a row", (f) => (f.status === "failing" ? 1 : 0));
+    perEndpoint(
+      "ledger_webhook_oldest_pending_seconds",
+      "Age of the endpoint's oldest undelivered event (0: none)",
+      (f) => f.oldestSeconds,
+    );
+    perEndpoint(
+      "ledger_webhook_endpoint_failing",
+      "1 while an event of the endpoint has failed LEDGER_WEBHOOK_FAILING_AFTER attempts in a row",
+      (f) => (f.status === "failing" ? 1 : 0),
+    );
     new client.Gauge({
-      name: "ledger_webhook_endpoints", help: "Registered webhook endpoints by status", labelNames: ["status"], registers: [registry],
+      name: "ledger_webhook_endpoints",
+      help: "Registered webhook endpoints by status",
+      labelNames: ["status"],
+      registers: [registry],
       collect() {
         this.reset();
-        for (const status of ["active", "paused", "failing"] as const) this.set({ status }, figures().filter((f) => f.status === status).length);
+        for (const status of ["active", "paused", "failing"] as const)
+          this.set({ status }, figures().filter((f) => f.status === status).length);
       },
     });
   }
@@ -54,7 +72,9 @@ export class WebhookMetrics {
 
 async function readEndpointFigures(pool: Pool, failingAfter: number): Promise<EndpointFigures[]> {
   const [endpoints, cursors] = await Promise.all([
-    pool.query<{ endpoint_id: string; paused: boolean }>("SELECT endpoint_id, paused FROM webhook_endpoint ORDER BY endpoint_id"),
+    pool.query<{ endpoint_id: string; paused: boolean }>(
+      "SELECT endpoint_id, paused FROM webhook_endpoint ORDER BY endpoint_id",
+    ),
     pool.query<CursorState>(CURSOR_STATE_SQL, [null]),
   ]);
   return endpoints.rows.map((e) => {

@@ -10,7 +10,11 @@ import { WebhookMetrics } from "./webhook-metrics.ts";
 /** What serve and webhook-worker build from LEDGER_WEBHOOK_*: the registry's policy, the delivery and its loops. */
 
 export function registryOptionsOf(config: WebhookConfig): RegistryOptions {
-  return { allowPrivate: config.allowPrivate, failingAfter: config.failingAfter, rotationGraceSeconds: config.rotationGraceSeconds };
+  return {
+    allowPrivate: config.allowPrivate,
+    failingAfter: config.failingAfter,
+    rotationGraceSeconds: config.rotationGraceSeconds,
+  };
 }
 
 export interface WebhookLoopLog {
@@ -19,15 +23,29 @@ export interface WebhookLoopLog {
 }
 
 /** The delivery loops of one process, counting their attempts in `registry`. */
-export function startableWebhookLoops(pool: Pool, config: WebhookConfig, registry: Registry, log: WebhookLoopLog, hooks?: Hooks): PartitionWorker[] {
+export function startableWebhookLoops(
+  pool: Pool,
+  config: WebhookConfig,
+  registry: Registry,
+  log: WebhookLoopLog,
+  hooks?: Hooks,
+): PartitionWorker[] {
   const metrics = new WebhookMetrics(registry, pool, config.failingAfter);
   const delivery = new WebhookDelivery(pool, {
-    limits: { allowPrivate: config.allowPrivate, responseTimeoutMs: config.timeoutMs, connectTimeoutMs: Math.min(5_000, config.timeoutMs) },
-    retryBaseMs: config.retryBaseMs, maxBackoffMs: config.maxBackoffSeconds * 1000,
-    onAttempt: metrics.onAttempt, ...(hooks ? { hooks } : {}),
+    limits: {
+      allowPrivate: config.allowPrivate,
+      responseTimeoutMs: config.timeoutMs,
+      connectTimeoutMs: Math.min(5_000, config.timeoutMs),
+    },
+    retryBaseMs: config.retryBaseMs,
+    maxBackoffMs: config.maxBackoffSeconds * 1000,
+    onAttempt: metrics.onAttempt,
+    ...(hooks ? { hooks } : {}),
   });
-  return config.loops === 0 ? [] : webhookWorkers(delivery, config.loops, {
-    onFailing: (err, worker) => log.failing(worker, err),
-    onRecovered: (worker, outage) => log.recovered(worker, outage),
-  });
+  return config.loops === 0
+    ? []
+    : webhookWorkers(delivery, config.loops, {
+        onFailing: (err, worker) => log.failing(worker, err),
+        onRecovered: (worker, outage) => log.recovered(worker, outage),
+      });
 }

@@ -27,6 +27,11 @@ export function sign(secret: string, id: string, timestampSeconds: number, body:
 }
 
 /** The webhook-signature header: a signature per secret (the current one first, then one in its rotation grace). */
-export function signatureHeader(secrets: readonly string[], id: string, timestampSeconds: number, body: string): string {
+export function signatureHeader(
+  secrets: readonly string[],
+  id: string,
+  timestampSeconds: number,
+  body: string,
+): string {
   return secrets.map((s) => sign(s, id, timestampSeconds, body)).join(" ");
 }

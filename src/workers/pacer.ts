@@ -27,7 +27,8 @@ export function validatePacing(p: PacingOptions): PacingOptions {
   if (!Number.isFinite(p.budgetMs) || p.budgetMs < 0 || p.budgetMs > 10_000) {
     throw new InvalidInputError("budgetMs", `must be between 0 and 10000 ms, got ${p.budgetMs}`);
   }
-  if (!Number.isFinite(p.duty) || p.duty <= 0 || p.duty > 1) throw new InvalidInputError("duty", `must be in (0, 1], got ${p.duty}`);
+  if (!Number.isFinite(p.duty) || p.duty <= 0 || p.duty > 1)
+    throw new InvalidInputError("duty", `must be in (0, 1], got ${p.duty}`);
   return p;
 }
 
@@ -49,7 +50,8 @@ export class Pacer {
     readonly startSize = Math.min(maxSize, 64),
   ) {
     this.options = validatePacing(options);
-    if (!(minSize >= 1 && minSize <= maxSize)) throw new InvalidInputError("minSize", `must be between 1 and ${maxSize}, got ${minSize}`);
+    if (!(minSize >= 1 && minSize <= maxSize))
+      throw new InvalidInputError("minSize", `must be between 1 and ${maxSize}, got ${minSize}`);
   }
 
   /** The size of the next batch of this kind. */

@@ -43,7 +43,10 @@ export class PartitionWorker {
 
   /** Full jitter over an exponential ceiling: a down database is not polled in lockstep by every loop. */
   private backoffMs(): number {
-    const ceiling = Math.min(this.options.maxBackoffMs ?? 10_000, (this.options.idleMs ?? 200) * 2 ** this.failedInARow);
+    const ceiling = Math.min(
+      this.options.maxBackoffMs ?? 10_000,
+      (this.options.idleMs ?? 200) * 2 ** this.failedInARow,
+    );
     return ceiling / 2 + (Math.random() * ceiling) / 2;
   }
 
@@ -55,7 +58,10 @@ export class PartitionWorker {
         this.passes++;
         this.processed += handled;
         if (this.failedInARow > 0) {
-          this.options.onRecovered?.(this.name, { failedPasses: this.failedInARow, ms: Date.now() - this.failingSince });
+          this.options.onRecovered?.(this.name, {
+            failedPasses: this.failedInARow,
+            ms: Date.now() - this.failingSince,
+          });
           this.failedInARow = 0;
         }
       } catch (err) {

@@ -17,22 +17,43 @@ const OTHER_ADDRESS = "127.0.0.2";
 function getFrom(h: ApiHarness, localAddress: string, path: string, token?: string): Promise<ApiResponse> {
   const url = new URL(path, h.baseUrl);
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname + url.search, localAddress, headers: token ? { authorization: `Bearer ${token}` } : {} }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        const headers = new Headers(Object.entries(res.headers).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)] as [string, string]])));
-        const json = (res.headers["content-type"] ?? "").includes("application/json") && text.length > 0;
-        resolve({ status: res.statusCode!, headers, text, body: json ? JSON.parse(text) : undefined });
-      });
-    });
+    const req = httpRequest(
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname + url.search,
+        localAddress,
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8");
+          const headers = new Headers(
+            Object.entries(res.headers).flatMap(([k, v]) =>
+              v === undefined ? [] : [[k, String(v)] as [string, string]],
+            ),
+          );
+          const json = (res.headers["content-type"] ?? "").includes("application/json") && text.length > 0;
+          resolve({ status: res.statusCode!, headers, text, body: json ? JSON.parse(text) : undefined });
+        });
+      },
+    );
     req.on("error", reject);
     req.end();
   });
 }
 
-const DOCUMENTS = ["/openapi.json", "/docs/json", "/docs", "/docs/static/swagger-ui.css", "/dashboard", "/dashboard/assets/dashboard.css", "/dashboard/vendor/uplot/uPlot.iife.min.js"];
+const DOCUMENTS = [
+  "/openapi.json",
+  "/docs/json",
+  "/docs",
+  "/docs/static/swagger-ui.css",
+  "/dashboard",
+  "/dashboard/assets/dashboard.css",
+  "/dashboard/vendor/uplot/uPlot.iife.min.js",
+];
 
 test("documents: /openapi.json, /docs and /dashboard with their files share a budget per client address; over it, 429 with Retry-After", async (t) => {
   const h = await startApi({ app: { documentsPerMinute: DOCUMENTS.length } });
@@ -73,10 +94,20 @@ test("refused tokens: 401s draw on a budget per client address; the one over it 
   assertError(over, 429, "RATE_LIMITED", "the refusal over the budget");
   assert.ok(Number(over.headers.get("retry-after")) > 0);
   // A valid token never checked before is not checked now: 429 at once.
-  assertError(await h.request("GET", "/v1/accounts/me/likes", { token: fresh }), 429, "RATE_LIMITED", "a new token from an address over its budget");
+  assertError(
+    await h.request("GET", "/v1/accounts/me/likes", { token: fresh }),
+    429,
+    "RATE_LIMITED",
+    "a new token from an address over its budget",
+  );
   // A token verified before keeps working; public reads without a token are not refusals.
   ok(await alice.get("/v1/accounts/me/likes"), 200, "a remembered token");
   // Another address: its own budget, its tokens checked.
-  assertError(await getFrom(h, OTHER_ADDRESS, "/v1/accounts/me/likes", garbage), 401, "UNAUTHENTICATED", "another address, a bad token");
+  assertError(
+    await getFrom(h, OTHER_ADDRESS, "/v1/accounts/me/likes", garbage),
+    401,
+    "UNAUTHENTICATED",
+    "another address, a bad token",
+  );
   ok(await getFrom(h, OTHER_ADDRESS, "/v1/accounts/me/likes", fresh), 200, "another address, a new valid token");
 });

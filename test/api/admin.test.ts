@@ -4,7 +4,13 @@ import { assertError, createAccounts, ok, startApi, type LikeCount } from "./har
 
 interface Status {
   partitions: number;
-  views: { view: "like_count" | "follower_projection" | "comment_count"; part: number; last: number; appliedUpto: number; lag: number }[];
+  views: {
+    view: "like_count" | "follower_projection" | "comment_count";
+    part: number;
+    last: number;
+    appliedUpto: number;
+    lag: number;
+  }[];
   transactionRetries: number;
 }
 interface Audit {
@@ -43,10 +49,20 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
 
   const before = ok(await admin.get<Status>("/v1/admin/status"));
   assert.equal(before.partitions, 4);
-  assert.deepEqual(before.views.map((v) => `${v.view}/${v.part}`).sort(),
-    ["comment_count/0", "comment_count/1", "comment_count/2", "comment_count/3",
-      "follower_projection/0", "follower_projection/1", "follower_projection/2", "follower_projection/3",
-      "like_count/0", "like_count/1", "like_count/2", "like_count/3"]);
+  assert.deepEqual(before.views.map((v) => `${v.view}/${v.part}`).sort(), [
+    "comment_count/0",
+    "comment_count/1",
+    "comment_count/2",
+    "comment_count/3",
+    "follower_projection/0",
+    "follower_projection/1",
+    "follower_projection/2",
+    "follower_projection/3",
+    "like_count/0",
+    "like_count/1",
+    "like_count/2",
+    "like_count/3",
+  ]);
   for (const v of before.views) {
     assert.deepEqual(Object.keys(v).sort(), ["appliedUpto", "lag", "last", "part", "view"]);
     assert.equal(v.lag, v.last - v.appliedUpto);
@@ -65,7 +81,10 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
 
   await h.drain();
   const after = ok(await admin.get<Status>("/v1/admin/status"));
-  assert.ok(after.views.every((v) => v.lag === 0 && v.appliedUpto === v.last), JSON.stringify(after.views));
+  assert.ok(
+    after.views.every((v) => v.lag === 0 && v.appliedUpto === v.last),
+    JSON.stringify(after.views),
+  );
   const audit = ok(await admin.get<Audit>("/v1/admin/audit"));
   t.diagnostic(`note audit after drain: clean=${audit.clean} writeSide=${JSON.stringify(audit.likes.writeSide)}`);
   assert.equal(audit.clean, true);
@@ -75,12 +94,17 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
 
   const healthy = ok(await admin.post<Rebuild>("/v1/admin/rebuild"));
   assert.deepEqual(Object.keys(healthy).sort(), ["drifted", "itemsChecked", "runId", "snapshotSeqs", "totalAbsDrift"]);
-  assert.deepEqual({ drifted: healthy.drifted, totalAbsDrift: healthy.totalAbsDrift }, { drifted: [], totalAbsDrift: 0 });
+  assert.deepEqual(
+    { drifted: healthy.drifted, totalAbsDrift: healthy.totalAbsDrift },
+    { drifted: [], totalAbsDrift: 0 },
+  );
   assert.equal(healthy.snapshotSeqs.length, 4);
   assert.ok(healthy.itemsChecked >= 2, `items checked: ${healthy.itemsChecked}`);
 
   // Corrupt one count behind the ledger's back: the audit sees it, the rebuild reports and repairs it.
-  await h.db.pool.query("UPDATE like_count SET n = n + 5 WHERE item_id = 'item-a' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'item-a')");
+  await h.db.pool.query(
+    "UPDATE like_count SET n = n + 5 WHERE item_id = 'item-a' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'item-a')",
+  );
   const reader = await h.as("user-02");
   assert.equal(ok(await reader.get<LikeCount>("/v1/items/item-a/like-count")).count, users.length + 5);
   const corrupted = ok(await admin.get<Audit>("/v1/admin/audit"));
@@ -90,12 +114,32 @@ test("api P=4 admin: status lists both views per partition with lag, audit is cl
   t.diagnostic(`note rebuild report: ${JSON.stringify(report)}`);
   assert.equal(report.runId, healthy.runId + 1);
   assert.equal(report.itemsChecked, 3, "every item asked for");
-  assert.deepEqual(report.drifted.map(({ itemId, oldN, newN, drift, skippedPartitions }) => ({ itemId, oldN, newN, drift, skippedPartitions })),
-    [{ itemId: "item-a", oldN: users.length + 5, newN: users.length, drift: -5, skippedPartitions: [] }]);
+  assert.deepEqual(
+    report.drifted.map(({ itemId, oldN, newN, drift, skippedPartitions }) => ({
+      itemId,
+      oldN,
+      newN,
+      drift,
+      skippedPartitions,
+    })),
+    [{ itemId: "item-a", oldN: users.length + 5, newN: users.length, drift: -5, skippedPartitions: [] }],
+  );
   assert.equal(report.totalAbsDrift, 5);
   assert.equal(ok(await admin.get<Audit>("/v1/admin/audit")).clean, true, "clean again after the rebuild");
-  assert.deepEqual(ok(await reader.get("/v1/items/item-a/like-count?allowedLag=0")), { count: users.length, lag: 0, pendingForItem: 0, stale: false, source: "database" });
-  assert.deepEqual(ok(await reader.get("/v1/items/item-b/like-count?allowedLag=0")), { count: users.length / 2 - 1, lag: 0, pendingForItem: 0, stale: false, source: "database" });
+  assert.deepEqual(ok(await reader.get("/v1/items/item-a/like-count?allowedLag=0")), {
+    count: users.length,
+    lag: 0,
+    pendingForItem: 0,
+    stale: false,
+    source: "database",
+  });
+  assert.deepEqual(ok(await reader.get("/v1/items/item-b/like-count?allowedLag=0")), {
+    count: users.length / 2 - 1,
+    lag: 0,
+    pendingForItem: 0,
+    stale: false,
+    source: "database",
+  });
   await h.app.metrics.refresh(); // the figures from the database are read on a timer, not by the scrape
   const metrics = (await h.request("GET", "/metrics")).text;
   assert.match(metrics, /^ledger_rebuild_drift_abs_total 5$/m);
@@ -127,20 +171,40 @@ test("api admin: the comment counts' rebuild reports and repairs a corrupted cou
   await h.drain();
 
   const healthy = ok<CommentRebuild>(await admin.post("/v1/admin/comment-counts/rebuild"));
-  assert.deepEqual({ drifted: healthy.drifted, totalAbsDrift: healthy.totalAbsDrift, parts: healthy.snapshotSeqs.length }, { drifted: [], totalAbsDrift: 0, parts: 4 });
+  assert.deepEqual(
+    { drifted: healthy.drifted, totalAbsDrift: healthy.totalAbsDrift, parts: healthy.snapshotSeqs.length },
+    { drifted: [], totalAbsDrift: 0, parts: 4 },
+  );
   assert.ok(healthy.postsChecked >= 2, `posts checked: ${healthy.postsChecked}`);
 
   // An undercount (a lost increment): the count shows 2 of 4 comments.
-  await h.db.pool.query("UPDATE comment_count SET n = n - 2 WHERE post_id = $1 AND part = (SELECT min(part) FROM comment_count WHERE post_id = $1)", [post.id]);
+  await h.db.pool.query(
+    "UPDATE comment_count SET n = n - 2 WHERE post_id = $1 AND part = (SELECT min(part) FROM comment_count WHERE post_id = $1)",
+    [post.id],
+  );
   assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 2);
-  assert.equal(ok<{ clean: boolean }>(await admin.get("/v1/admin/audit")).clean, false, "the audit sees the corruption");
+  assert.equal(
+    ok<{ clean: boolean }>(await admin.get("/v1/admin/audit")).clean,
+    false,
+    "the audit sees the corruption",
+  );
 
   assertError(await bob.post("/v1/admin/comment-counts/rebuild"), 403, "FORBIDDEN");
-  assertError(await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, "no-such-post"] }), 404, "POST_NOT_FOUND");
+  assertError(
+    await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, "no-such-post"] }),
+    404,
+    "POST_NOT_FOUND",
+  );
   assertError(await admin.post("/v1/admin/comment-counts/rebuild", { items: [post.id] }), 400, "INVALID_INPUT");
-  assert.equal(ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count, 2, "refused requests repaired nothing");
+  assert.equal(
+    ok<{ count: number }>(await bob.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)).count,
+    2,
+    "refused requests repaired nothing",
+  );
 
-  const report = ok<CommentRebuild>(await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, other.id] }));
+  const report = ok<CommentRebuild>(
+    await admin.post("/v1/admin/comment-counts/rebuild", { posts: [post.id, other.id] }),
+  );
   assert.equal(report.runId, healthy.runId + 1);
   assert.equal(report.postsChecked, 2);
   assert.deepEqual(report.drifted, [{ postId: post.id, oldN: 2, newN: 4, drift: 2, skippedPartitions: [] }]);
@@ -149,5 +213,9 @@ test("api admin: the comment counts' rebuild reports and repairs a corrupted cou
   assert.equal(ok<{ clean: boolean }>(await admin.get("/v1/admin/audit")).clean, true, "clean again after the rebuild");
   await h.app.metrics.refresh(); // the figures from the database are read on a timer, not by the scrape
   const metrics = (await h.request("GET", "/metrics")).text;
-  assert.match(metrics, /^ledger_count_drift_count\{kind="comments",sign="under",origin="rebuild"\} 1$/m, "the drift is in the shared figures with its kind and sign");
+  assert.match(
+    metrics,
+    /^ledger_count_drift_count\{kind="comments",sign="under",origin="rebuild"\} 1$/m,
+    "the drift is in the shared figures with its kind and sign",
+  );
 });

@@ -36,7 +36,11 @@ test("full audit: a follow committed between 'caught up' and the projection diff
 
   off();
   const lagging = await fullAudit(h.ledger);
-  assert.deepEqual([lagging.clean, lagging.relations.projectionCaughtUp, lagging.relations.projectionDiff], [true, false, null], "lag is no violation");
+  assert.deepEqual(
+    [lagging.clean, lagging.relations.projectionCaughtUp, lagging.relations.projectionDiff],
+    [true, false, null],
+    "lag is no violation",
+  );
   await h.drain();
   const drained = await fullAudit(h.ledger);
   assert.deepEqual([drained.clean, drained.relations.projectionCaughtUp], [true, true]);

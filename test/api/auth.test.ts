@@ -42,7 +42,11 @@ function protectedRoutes(postId: string): [string, string, unknown?, "public"?][
   ];
 }
 
-function jwt(secret: Uint8Array, claims: Record<string, unknown>, options: { sub?: string; iss?: string; exp?: number | string; alg?: string } = {}) {
+function jwt(
+  secret: Uint8Array,
+  claims: Record<string, unknown>,
+  options: { sub?: string; iss?: string; exp?: number | string; alg?: string } = {},
+) {
   const token = new SignJWT(claims).setProtectedHeader({ alg: options.alg ?? "HS256" }).setIssuedAt();
   if (options.sub !== undefined) token.setSubject(options.sub);
   token.setIssuer(options.iss ?? "social-ledger");
@@ -77,13 +81,35 @@ test("api auth: no token, malformed header, wrong secret, expired, alg none, for
     ["not a JWT", { authorization: "Bearer not-a-jwt" }],
     ["two segments", { authorization: `Bearer ${header}.${payload}` }],
     ["garbage segments", { authorization: "Bearer aaa.bbb.ccc" }],
-    ["wrong secret", { authorization: `Bearer ${await signToken(new Uint8Array(randomBytes(32)), "alice", { admin: true })}` }],
+    [
+      "wrong secret",
+      { authorization: `Bearer ${await signToken(new Uint8Array(randomBytes(32)), "alice", { admin: true })}` },
+    ],
     ["expired", { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", exp: now - 60 })}` }],
-    ["alg none", { authorization: `Bearer ${b64({ alg: "none", typ: "JWT" })}.${b64({ sub: "alice", iss: "social-ledger", role: "admin", exp: now + 3600 })}.` }],
-    ["alg none with the original signature", { authorization: `Bearer ${b64({ alg: "none" })}.${payload}.${valid.split(".")[2]}` }],
-    ["HS512 with the right secret", { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", alg: "HS512" })}` }],
-    ["HS384 with the right secret", { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", alg: "HS384" })}` }],
-    ["payload swapped (sub=admin-1, role admin)", { authorization: `Bearer ${header}.${b64({ sub: "admin-1", role: "admin", iss: "social-ledger", exp: now + 3600 })}.${valid.split(".")[2]}` }],
+    [
+      "alg none",
+      {
+        authorization: `Bearer ${b64({ alg: "none", typ: "JWT" })}.${b64({ sub: "alice", iss: "social-ledger", role: "admin", exp: now + 3600 })}.`,
+      },
+    ],
+    [
+      "alg none with the original signature",
+      { authorization: `Bearer ${b64({ alg: "none" })}.${payload}.${valid.split(".")[2]}` },
+    ],
+    [
+      "HS512 with the right secret",
+      { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", alg: "HS512" })}` },
+    ],
+    [
+      "HS384 with the right secret",
+      { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", alg: "HS384" })}` },
+    ],
+    [
+      "payload swapped (sub=admin-1, role admin)",
+      {
+        authorization: `Bearer ${header}.${b64({ sub: "admin-1", role: "admin", iss: "social-ledger", exp: now + 3600 })}.${valid.split(".")[2]}`,
+      },
+    ],
     ["another issuer", { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice", iss: "someone-else" })}` }],
     ["no subject", { authorization: `Bearer ${await jwt(h.secret, { role: "admin" })}` }],
     ["a subject that is not an id", { authorization: `Bearer ${await jwt(h.secret, {}, { sub: "alice smith" })}` }],
@@ -104,14 +130,28 @@ test("api auth: no token, malformed header, wrong secret, expired, alg none, for
   t.diagnostic(`note ${bad.length} bad credentials x ${routes.length} routes: all 401`);
 
   // Nothing was written by any of those requests.
-  const { rows } = await h.db.pool.query<{ likes: number; posts: number; relations: number; blocks: number; items: number }>(
+  const { rows } = await h.db.pool.query<{
+    likes: number;
+    posts: number;
+    relations: number;
+    blocks: number;
+    items: number;
+  }>(
     `SELECT (SELECT count(*) FROM like_fact)::int AS likes, (SELECT count(*) FROM post)::int AS posts,
-            (SELECT count(*) FROM relation)::int AS relations, (SELECT count(*) FROM block)::int AS blocks, (SELECT count(*) FROM item)::int AS items`);
+            (SELECT count(*) FROM relation)::int AS relations, (SELECT count(*) FROM block)::int AS blocks, (SELECT count(*) FROM item)::int AS items`,
+  );
   assert.deepEqual(rows[0], { likes: 0, posts: 1, relations: 0, blocks: 0, items: 2 });
 
   // The valid token works, so the failures above are about the credentials.
   assert.equal((await h.request("GET", "/v1/admin/status", { token: valid })).status, 200);
-  assert.equal((await h.request("GET", "/v1/admin/status", { headers: { authorization: `Bearer ${await jwt(h.secret, { role: "admin" }, { sub: "admin-2" })}` } })).status, 200);
+  assert.equal(
+    (
+      await h.request("GET", "/v1/admin/status", {
+        headers: { authorization: `Bearer ${await jwt(h.secret, { role: "admin" }, { sub: "admin-2" })}` },
+      })
+    ).status,
+    200,
+  );
 });
 
 test("api auth: a non-admin gets 403 FORBIDDEN on admin routes and PUT /v1/items, and acting for someone else is 403", async (t) => {
@@ -141,24 +181,54 @@ test("api auth: a non-admin gets 403 FORBIDDEN on admin routes and PUT /v1/items
   assert.equal(priv.rows[0]!.private, false, "bob did not change alice's account");
 
   // The same requests succeed for the user itself and for an admin.
-  assert.deepEqual(ok(await alice.put("/v1/accounts/alice", { private: true })), { id: "alice", private: true, hideCollections: false });
-  assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), { id: "alice", private: false, hideCollections: false });
+  assert.deepEqual(ok(await alice.put("/v1/accounts/alice", { private: true })), {
+    id: "alice",
+    private: true,
+    hideCollections: false,
+  });
+  assert.deepEqual(ok(await admin.put("/v1/accounts/alice", { private: false })), {
+    id: "alice",
+    private: false,
+    hideCollections: false,
+  });
   assert.deepEqual(ok(await admin.put("/v1/items/item-x")), { id: "item-x" });
   assert.equal((await admin.get("/v1/admin/status")).status, 200);
   // "me" routes always act as the token's subject: there is no way to name another actor.
   assert.equal(ok(await bob.put<{ state: string }>("/v1/accounts/me/following/alice")).state, "ACTIVE");
-  assert.deepEqual(ok(await alice.get("/v1/accounts/me/relationships/bob")),
-    { following: false, requested: false, followedBy: true, requestedBy: false, blocking: false });
+  assert.deepEqual(ok(await alice.get("/v1/accounts/me/relationships/bob")), {
+    following: false,
+    requested: false,
+    followedBy: true,
+    requestedBy: false,
+    blocking: false,
+  });
 });
 
 test("api auth: a token signed with another secret (minted with another data directory) is 401 with a message that names the likely cause", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const foreign = await signToken(new Uint8Array(randomBytes(32)), "alice");
-  const refused = assertError(await h.request("GET", "/v1/accounts/me/likes", { token: foreign }), 401, "UNAUTHENTICATED");
-  assert.match(refused.error.message, /^invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED: the token was signed with another secret than this service's/);
+  const refused = assertError(
+    await h.request("GET", "/v1/accounts/me/likes", { token: foreign }),
+    401,
+    "UNAUTHENTICATED",
+  );
+  assert.match(
+    refused.error.message,
+    /^invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED: the token was signed with another secret than this service's/,
+  );
   assert.match(refused.error.message, /LEDGER_DATA_DIR/);
   // Other refusals keep their own message: an expired token of the right secret says nothing of secrets.
-  const expired = await new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setIssuer("social-ledger").setIssuedAt(1).setExpirationTime(2).sign(h.secret);
-  assert.doesNotMatch(assertError(await h.request("GET", "/v1/accounts/me/likes", { token: expired }), 401, "UNAUTHENTICATED").error.message, /secret/);
+  const expired = await new SignJWT({})
+    .setProtectedHeader({ alg: "HS256" })
+    .setSubject("alice")
+    .setIssuer("social-ledger")
+    .setIssuedAt(1)
+    .setExpirationTime(2)
+    .sign(h.secret);
+  assert.doesNotMatch(
+    assertError(await h.request("GET", "/v1/accounts/me/likes", { token: expired }), 401, "UNAUTHENTICATED").error
+      .message,
+    /secret/,
+  );
 });

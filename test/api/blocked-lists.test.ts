@@ -9,22 +9,47 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createAccounts, ok, startApi, type ApiHarness, type ApiResponse, type Client, type FollowerPage, type FollowingPage, type LikerPage } from "./harness.ts";
+import {
+  createAccounts,
+  ok,
+  startApi,
+  type ApiHarness,
+  type ApiResponse,
+  type Client,
+  type FollowerPage,
+  type FollowingPage,
+  type LikerPage,
+} from "./harness.ts";
 
 interface IdJson {
   id: string;
 }
 
-const likers = (res: ApiResponse<LikerPage>) => ok(res).likers.map((l) => l.userId).sort();
-const followers = (res: ApiResponse<FollowerPage>) => ok(res).followers.map((f) => f.accountId).sort();
-const following = (res: ApiResponse<FollowingPage>) => ok(res).following.map((f) => f.accountId).sort();
+const likers = (res: ApiResponse<LikerPage>) =>
+  ok(res)
+    .likers.map((l) => l.userId)
+    .sort();
+const followers = (res: ApiResponse<FollowerPage>) =>
+  ok(res)
+    .followers.map((f) => f.accountId)
+    .sort();
+const following = (res: ApiResponse<FollowingPage>) =>
+  ok(res)
+    .following.map((f) => f.accountId)
+    .sort();
 
 test("api blocked lists: likers, followers, following, notification actors and comment authors leave out accounts in a block with the caller", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
   const admin = await h.as("admin-1", { admin: true });
   await createAccounts(admin, ["alice", "bob", "carol", "dave", "erin"]);
-  const [alice, bob, carol, dave, erin] = [await h.as("alice"), await h.as("bob"), await h.as("carol"), await h.as("dave"), await h.as("erin")];
+  const [alice, bob, carol, dave, erin] = [
+    await h.as("alice"),
+    await h.as("bob"),
+    await h.as("carol"),
+    await h.as("dave"),
+    await h.as("erin"),
+  ];
   ok(await admin.put("/v1/items/item-1"));
   const bobsPost = ok(await bob.post<IdJson>("/v1/posts", { visibility: "PUBLIC", body: "bob's" }), 201);
   const carolsPost = ok(await carol.post<IdJson>("/v1/posts", { visibility: "PUBLIC", body: "carol's" }), 201);
@@ -47,20 +72,42 @@ test("api blocked lists: likers, followers, following, notification actors and c
   assert.deepEqual(likers(await bob.get("/v1/items/item-1/likes")), ["dave"], "likers of a plain item");
   assert.deepEqual(followers(await bob.get("/v1/accounts/carol/followers")), ["bob", "dave"], "carol's followers");
   assert.deepEqual(following(await bob.get("/v1/accounts/carol/following")), ["dave"], "whom carol follows");
-  const notes = ok(await bob.get<{ groups: { type: string; sampleAccountIds: string[]; notificationsCount: number }[] }>("/v1/notifications")).groups;
-  assert.deepEqual(notes.filter((g) => g.type === "like").flatMap((g) => g.sampleAccountIds), ["dave"], "notification actors");
-  const comments = ok(await bob.get<{ comments: { author: string }[] }>(`/v1/posts/${carolsPost.id}/comments`)).comments;
+  const notes = ok(
+    await bob.get<{ groups: { type: string; sampleAccountIds: string[]; notificationsCount: number }[] }>(
+      "/v1/notifications",
+    ),
+  ).groups;
+  assert.deepEqual(
+    notes.filter((g) => g.type === "like").flatMap((g) => g.sampleAccountIds),
+    ["dave"],
+    "notification actors",
+  );
+  const comments = ok(
+    await bob.get<{ comments: { author: string }[] }>(`/v1/posts/${carolsPost.id}/comments`),
+  ).comments;
   assert.deepEqual(comments.map((c) => c.author).sort(), ["dave"], "comment authors");
 
   // The blocker sees the same rule from her side: bob is not listed to alice.
-  assert.deepEqual(followers(await alice.get("/v1/accounts/carol/followers")), ["alice", "dave", "erin"], "bob is left out for alice");
+  assert.deepEqual(
+    followers(await alice.get("/v1/accounts/carol/followers")),
+    ["alice", "dave", "erin"],
+    "bob is left out for alice",
+  );
 
   // Controls: the owner of the lists and a request without a token see everyone.
   assert.deepEqual(followers(await carol.get("/v1/accounts/carol/followers")), ["alice", "bob", "dave", "erin"]);
   assert.deepEqual(following(await carol.get("/v1/accounts/carol/following")), ["alice", "dave", "erin"]);
-  assert.deepEqual(likers(await h.request<LikerPage>("GET", `/v1/items/${bobsPost.id}/likes`)), ["alice", "dave", "erin"], "public data without a token");
+  assert.deepEqual(
+    likers(await h.request<LikerPage>("GET", `/v1/items/${bobsPost.id}/likes`)),
+    ["alice", "dave", "erin"],
+    "public data without a token",
+  );
   assert.deepEqual(likers(await carol.get("/v1/items/item-1/likes")), ["alice", "dave", "erin"]);
-  assert.deepEqual(following(await h.request<FollowingPage>("GET", "/v1/accounts/carol/following")), ["alice", "dave", "erin"]);
+  assert.deepEqual(following(await h.request<FollowingPage>("GET", "/v1/accounts/carol/following")), [
+    "alice",
+    "dave",
+    "erin",
+  ]);
 
   // An unblock shows them again (nothing was removed from the lists themselves).
   ok(await alice.delete("/v1/accounts/me/blocks/bob"));
@@ -69,7 +116,12 @@ test("api blocked lists: likers, followers, following, notification actors and c
 });
 
 /** Walks a list by its Link rel=next, `limit` per page; every page but the last must be full. */
-async function walk(who: Client, path: string, limit: number, read: (res: ApiResponse<never>) => string[]): Promise<{ ids: string[]; pages: number[] }> {
+async function walk(
+  who: Client,
+  path: string,
+  limit: number,
+  read: (res: ApiResponse<never>) => string[],
+): Promise<{ ids: string[]; pages: number[] }> {
   const ids: string[] = [];
   const pages: number[] = [];
   let next: string | null = `${path}?limit=${limit}`;
@@ -122,6 +174,10 @@ test("api blocked lists: pages stay full and linked while blockers are left out 
     assert.deepEqual(pages, [2, 2, 1], `${path}: full pages, got ${pages.join(", ")}`);
     // Control: without a token, the same walk lists every fan.
     const anonymous = { get: (p: string) => h.request("GET", p) } as unknown as Client;
-    assert.equal((await walk(anonymous, path, 2, read)).ids.length, shown.length + blockers.length, `${path}: everyone without a token`);
+    assert.equal(
+      (await walk(anonymous, path, 2, read)).ids.length,
+      shown.length + blockers.length,
+      `${path}: everyone without a token`,
+    );
   }
 });

@@ -1,13 +1,28 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { WriteGuard } from "../support/write-guard.ts";
-import { assertError, createAccounts, ok, startApi, type ApiResponse, type Client, type RelationOutcome, type Relationship } from "./harness.ts";
+import {
+  assertError,
+  createAccounts,
+  ok,
+  startApi,
+  type ApiResponse,
+  type Client,
+  type RelationOutcome,
+  type Relationship,
+} from "./harness.ts";
 
 interface IdJson {
   id: string;
 }
 
-const NOTHING: Relationship = { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false };
+const NOTHING: Relationship = {
+  following: false,
+  requested: false,
+  followedBy: false,
+  requestedBy: false,
+  blocking: false,
+};
 
 /**
  * What a blocked user learns (docs/api.md, "What a blocked user learns"): to a user it blocks, an account
@@ -17,7 +32,11 @@ const NOTHING: Relationship = { following: false, requested: false, followedBy: 
  */
 function assertAnswersAsGhost(res: ApiResponse, ghostRes: ApiResponse, label: string): void {
   assert.equal(res.status, ghostRes.status, `${label}: ${res.status} ${res.text}`);
-  assert.deepEqual(JSON.parse(res.text.replaceAll("alice", "<id>")), JSON.parse(ghostRes.text.replaceAll("ghost", "<id>")), `${label}: the same answer as for an unknown account`);
+  assert.deepEqual(
+    JSON.parse(res.text.replaceAll("alice", "<id>")),
+    JSON.parse(ghostRes.text.replaceAll("ghost", "<id>")),
+    `${label}: the same answer as for an unknown account`,
+  );
 }
 
 /** Each route that names an account, as `who` towards `target`. */
@@ -51,7 +70,9 @@ test("api blocked user: a blocker answers every account route as an unknown acco
   ok(await alice.put("/v1/accounts/me/blocks/bob"));
   await h.drain();
 
-  const guard = await WriteGuard.create(h.db.url, h.db.pool, { mustHave: ["relation", "relation_event", "block", "account"] });
+  const guard = await WriteGuard.create(h.db.url, h.db.pool, {
+    mustHave: ["relation", "relation_event", "block", "account"],
+  });
   t.after(() => guard.close());
   const before = await guard.snapshot();
   for (const [label, call] of routesTowards(bob, "alice")) {
@@ -63,7 +84,9 @@ test("api blocked user: a blocker answers every account route as an unknown acco
   assertError(await bob.get(`/v1/posts/${post.id}/comments`), 404, "POST_NOT_FOUND");
   assertError(await bob.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND");
   // A batch with the blocker and others: the blocker is left out, as an unknown id is.
-  assert.deepEqual(ok(await bob.get("/v1/accounts/me/relationships?id=carol&id=alice&id=ghost")), [{ id: "carol", ...NOTHING }]);
+  assert.deepEqual(ok(await bob.get("/v1/accounts/me/relationships?id=carol&id=alice&id=ghost")), [
+    { id: "carol", ...NOTHING },
+  ]);
   assert.deepEqual(await guard.snapshot(), before, "nothing written");
 
   // The blocker sees its own block (never blockedBy).
@@ -73,11 +96,20 @@ test("api blocked user: a blocker answers every account route as an unknown acco
   // Blocking back is always allowed and answers as any block does; from then on bob sees his own block.
   const back = ok(await bob.put<RelationOutcome & { relationship: Relationship }>("/v1/accounts/me/blocks/alice"));
   const control = ok(await bob.put<RelationOutcome & { relationship: Relationship }>("/v1/accounts/me/blocks/carol"));
-  assert.deepEqual([back.outcome, back.relationship], [control.outcome, control.relationship], "blocking a blocker answers as blocking anyone");
+  assert.deepEqual(
+    [back.outcome, back.relationship],
+    [control.outcome, control.relationship],
+    "blocking a blocker answers as blocking anyone",
+  );
   assert.deepEqual(back.relationship, { ...NOTHING, blocking: true });
   assert.deepEqual(ok(await bob.get("/v1/accounts/me/relationships/alice")), { ...NOTHING, blocking: true });
   assertError(await bob.put("/v1/accounts/me/following/alice"), 409, "BLOCKED", "bob's own block");
-  assertError(await bob.get("/v1/accounts/alice"), 404, "ACCOUNT_NOT_FOUND", "accounts in a block never see each other's profile");
+  assertError(
+    await bob.get("/v1/accounts/alice"),
+    404,
+    "ACCOUNT_NOT_FOUND",
+    "accounts in a block never see each other's profile",
+  );
   // Unblocking his own block answers, and alice is unknown to him again.
   assert.equal(ok(await bob.delete<RelationOutcome>("/v1/accounts/me/blocks/alice")).outcome, "CHANGED");
   assertError(await bob.get("/v1/accounts/me/relationships/alice"), 404, "ACCOUNT_NOT_FOUND");
@@ -100,10 +132,19 @@ test("api blocked user: a private blocker's pending request and decisions tell t
   // bob asks to follow alice, who is private; then she blocks him.
   assert.equal(ok(await bob.put<RelationOutcome>("/v1/accounts/me/following/alice")).state, "PENDING");
   ok(await alice.put("/v1/accounts/me/blocks/bob"));
-  assert.deepEqual(ok(await alice.get<{ requests: unknown[] }>("/v1/accounts/me/follow-requests")).requests, [], "the block removed the request");
+  assert.deepEqual(
+    ok(await alice.get<{ requests: unknown[] }>("/v1/accounts/me/follow-requests")).requests,
+    [],
+    "the block removed the request",
+  );
   assertError(await bob.put("/v1/accounts/me/following/alice"), 404, "ACCOUNT_NOT_FOUND", "no new request");
   assert.deepEqual(ok(await alice.get<{ requests: unknown[] }>("/v1/accounts/me/follow-requests")).requests, []);
   // Control: a private account that does not block bob gets the request.
   assert.equal(ok(await bob.put<RelationOutcome>("/v1/accounts/me/following/locked")).state, "PENDING");
-  assert.deepEqual(ok(await locked.get<{ requests: { accountId: string }[] }>("/v1/accounts/me/follow-requests")).requests.map((r) => r.accountId), ["bob"]);
+  assert.deepEqual(
+    ok(await locked.get<{ requests: { accountId: string }[] }>("/v1/accounts/me/follow-requests")).requests.map(
+      (r) => r.accountId,
+    ),
+    ["bob"],
+  );
 });

@@ -11,7 +11,17 @@ import { InvalidInputError } from "../../src/errors.ts";
 import { auditRelations, relationAuditClean } from "../../src/relations/relation-audit.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
-import { assertError, createAccounts, ok, startApi, type LikeOutcome, type PostJson, type PostRead, type RelationOutcome, type Relationship } from "./harness.ts";
+import {
+  assertError,
+  createAccounts,
+  ok,
+  startApi,
+  type LikeOutcome,
+  type PostJson,
+  type PostRead,
+  type RelationOutcome,
+  type Relationship,
+} from "./harness.ts";
 
 test("defect 1: NUL characters and unpaired surrogates in any text field are a 400 at the edge and write nothing; a paired surrogate round-trips", async (t) => {
   const h = await startApi();
@@ -26,7 +36,12 @@ test("defect 1: NUL characters and unpaired surrogates in any text field are a 4
     const error = assertError(res, 400, "INVALID_INPUT", JSON.stringify(body));
     assert.match(error.error.message, /^body\.body must not contain (NUL characters|unpaired UTF-16 surrogates)$/);
   }
-  assertError(await alice.get("/v1/items/x/like-count?allowedLag=1&note=%00"), 400, "INVALID_INPUT", "a NUL in the query string");
+  assertError(
+    await alice.get("/v1/items/x/like-count?allowedLag=1&note=%00"),
+    400,
+    "INVALID_INPUT",
+    "a NUL in the query string",
+  );
   assert.equal(await posts(), 0, "nothing written");
 
   const emoji = "paired \ud83d\ude00 stays";
@@ -34,7 +49,10 @@ test("defect 1: NUL characters and unpaired surrogates in any text field are a 4
   const read = ok(await alice.get<PostRead>(`/v1/posts/${created.id}`));
   assert.equal(read.post.body, emoji, "read back exactly as written");
 
-  await assert.rejects(h.ledger.posts.createPost("alice", "PUBLIC", "a\u0000b"), (err: unknown) => err instanceof InvalidInputError && err.field === "body");
+  await assert.rejects(
+    h.ledger.posts.createPost("alice", "PUBLIC", "a\u0000b"),
+    (err: unknown) => err instanceof InvalidInputError && err.field === "body",
+  );
   await assert.rejects(h.ledger.posts.createPost("alice", "PUBLIC", "x\ud800y"), InvalidInputError);
 });
 
@@ -43,12 +61,19 @@ test("defect 2: PUT /v1/accounts/{id} changes only what its body names: {} or no
   t.after(() => h.close());
   const eve = await h.as("eve");
   assert.equal(ok(await eve.put<{ private: boolean }>("/v1/accounts/eve", { private: true })).private, true);
-  for (const [what, res] of [["{}", await eve.put<{ private: boolean }>("/v1/accounts/eve", {})], ["no body", await eve.put<{ private: boolean }>("/v1/accounts/eve")]] as const) {
+  for (const [what, res] of [
+    ["{}", await eve.put<{ private: boolean }>("/v1/accounts/eve", {})],
+    ["no body", await eve.put<{ private: boolean }>("/v1/accounts/eve")],
+  ] as const) {
     assert.equal(ok(res).private, true, what);
   }
   const { rows } = await h.db.pool.query<{ private: boolean }>("SELECT private FROM account WHERE account_id = 'eve'");
   assert.deepEqual(rows, [{ private: true }]);
-  assert.equal(ok(await (await h.as("frank")).put<{ private: boolean }>("/v1/accounts/frank")).private, false, "creating with no body: a public account");
+  assert.equal(
+    ok(await (await h.as("frank")).put<{ private: boolean }>("/v1/accounts/frank")).private,
+    false,
+    "creating with no body: a public account",
+  );
 });
 
 test("defect 3: unlocking a private account approves its pending requests (one event each); a request left PENDING towards a public account is approved by following again", async (t) => {
@@ -57,13 +82,20 @@ test("defect 3: unlocking a private account approves its pending requests (one e
   const admin = await h.as("admin-1", { admin: true });
   await createAccounts(admin, ["a1", "a2", "a3", "late"]);
   await createAccounts(admin, ["star"], { private: true });
-  for (const id of ["a1", "a2", "a3"]) assert.equal(ok(await (await h.as(id)).put<RelationOutcome>("/v1/accounts/me/following/star")).state, "PENDING");
+  for (const id of ["a1", "a2", "a3"])
+    assert.equal(ok(await (await h.as(id)).put<RelationOutcome>("/v1/accounts/me/following/star")).state, "PENDING");
   const star = await h.as("star");
   assert.equal(ok(await star.put<{ private: boolean }>("/v1/accounts/star", { private: false })).private, false);
   for (const id of ["a1", "a2", "a3"]) {
-    assert.equal(ok(await (await h.as(id)).get<Relationship>("/v1/accounts/me/relationships/star")).following, true, id);
+    assert.equal(
+      ok(await (await h.as(id)).get<Relationship>("/v1/accounts/me/relationships/star")).following,
+      true,
+      id,
+    );
   }
-  const events = await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM relation_event WHERE followee = 'star' AND state = 'ACTIVE'");
+  const events = await h.db.pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM relation_event WHERE followee = 'star' AND state = 'ACTIVE'",
+  );
   assert.equal(events.rows[0]!.n, 3, "one ACTIVE event per approval");
 
   // A PENDING row towards a public account, as an older version (or the race the share lock closes) left it.
@@ -96,7 +128,11 @@ test("defect 3, concurrent: a follow request committing while the account is unl
   const request = fan.put<RelationOutcome>("/v1/accounts/me/following/star");
   try {
     const parked = await gate.parked();
-    assert.deepEqual([parked.context.follower, parked.context.followee, parked.context.state], ["fan", "star", "PENDING"], "the request is written (PENDING) and not yet committed");
+    assert.deepEqual(
+      [parked.context.follower, parked.context.followee, parked.context.state],
+      ["fan", "star", "PENDING"],
+      "the request is written (PENDING) and not yet committed",
+    );
     const unlock = star.put<{ private: boolean }>("/v1/accounts/star", { private: false });
     await waitForAnyLockWait(h.db.pool); // the unlock waits on the request's share lock of the account row
     await gate.release();
@@ -106,7 +142,11 @@ test("defect 3, concurrent: a follow request committing while the account is unl
     await gate.release(); // a failed assertion must not leave the request parked (close() would wait for it)
   }
   const rel = ok(await fan.get<Relationship>("/v1/accounts/me/relationships/star"));
-  assert.deepEqual([rel.following, rel.requested], [true, false], "the unlock saw the request after waiting for it and approved it");
+  assert.deepEqual(
+    [rel.following, rel.requested],
+    [true, false],
+    "the unlock saw the request after waiting for it and approved it",
+  );
 });
 
 test("defect 9: a like given before a block can be retracted by its author; an unlike with no like to retract still answers 404 to a reader the post is hidden from", async (t) => {
@@ -124,7 +164,12 @@ test("defect 9: a like given before a block can be retracted by its author; an u
   const retracted = ok(await fan.delete<LikeOutcome>(`/v1/items/${post.id}/likes/me`));
   assert.deepEqual([retracted.outcome, retracted.liked], ["CHANGED", false]);
   assertError(await fan.delete(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND", "nothing left to retract");
-  assertError(await (await h.as("stranger")).delete(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND", "no probing of hidden posts");
+  assertError(
+    await (await h.as("stranger")).delete(`/v1/items/${post.id}/likes/me`),
+    404,
+    "ITEM_NOT_FOUND",
+    "no probing of hidden posts",
+  );
   assertError(await fan.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND", "liking again stays forbidden");
 });
 
@@ -146,10 +191,16 @@ test("defect 7: every error has our {error: {code, message}} shape: a path leavi
   t.after(() => h.close());
   const alice = await h.as("alice");
   const port = Number(new URL(h.baseUrl).port);
-  const traversal = await rawRequest(port, "GET /docs/static/../../package.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const traversal = await rawRequest(
+    port,
+    "GET /docs/static/../../package.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+  );
   assert.match(traversal, /^HTTP\/1\.1 (403|404) /, traversal.split("\r\n")[0]);
   const status = Number(traversal.split(" ")[1]);
-  assert.deepEqual(Object.keys(JSON.parse(traversal.slice(traversal.indexOf("\r\n\r\n") + 4)).error), ["code", "message"]);
+  assert.deepEqual(Object.keys(JSON.parse(traversal.slice(traversal.indexOf("\r\n\r\n") + 4)).error), [
+    "code",
+    "message",
+  ]);
   assert.match(traversal, status === 403 ? /"code":"FORBIDDEN"/ : /"code":"NOT_FOUND"/);
 
   const huge = await rawRequest(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`);

@@ -30,7 +30,8 @@ async function setup(t: import("node:test").TestContext) {
   const admin = await h.as("admin", { admin: true });
   await createAccounts(admin, ["alice", "bob", "carol", "dave"]);
   const [alice, bob, carol, dave] = await Promise.all(["alice", "bob", "carol", "dave"].map((id) => h.as(id)));
-  const patch = async <T = unknown>(who: { token: string }, path: string, json: unknown) => h.request<T>("PATCH", path, { token: who.token, json });
+  const patch = async <T = unknown>(who: { token: string }, path: string, json: unknown) =>
+    h.request<T>("PATCH", path, { token: who.token, json });
   return { h, alice: alice!, bob: bob!, carol: carol!, dave: dave!, patch };
 }
 
@@ -47,25 +48,36 @@ test("comments API: thread, reply counts, keyset pages, edit counter, tombstones
   const { h, alice, bob, carol, patch } = await setup(t);
   const post = ok<PostJson>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
   const created: CommentJson[] = [];
-  for (let i = 0; i < 5; i++) created.push(ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201));
-  const reply = ok<CommentJson>(await carol.post(`/v1/posts/${post.id}/comments`, { body: "re", parentId: created[0]!.id }), 201);
+  for (let i = 0; i < 5; i++)
+    created.push(ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201));
+  const reply = ok<CommentJson>(
+    await carol.post(`/v1/posts/${post.id}/comments`, { body: "re", parentId: created[0]!.id }),
+    201,
+  );
   assert.deepEqual([reply.parentId, reply.depth], [created[0]!.id, 1]);
 
   const pages: CommentJson[] = [];
   let cursor: string | undefined;
   do {
-    const page = ok<CommentPage>(await carol.get(`/v1/posts/${post.id}/comments?order=oldest&limit=2${cursor ? `&cursor=${cursor}` : ""}`));
+    const page = ok<CommentPage>(
+      await carol.get(`/v1/posts/${post.id}/comments?order=oldest&limit=2${cursor ? `&cursor=${cursor}` : ""}`),
+    );
     pages.push(...page.comments);
     cursor = page.nextCursor;
     // A comment arriving while paging (newest order would show it first) never repeats or skips older rows.
     if (pages.length === 2) ok(await bob.post(`/v1/posts/${post.id}/comments`, { body: "late" }), 201);
   } while (cursor);
-  assert.deepEqual(pages.slice(0, 5).map((c) => c.body), ["c0", "c1", "c2", "c3", "c4"]);
+  assert.deepEqual(
+    pages.slice(0, 5).map((c) => c.body),
+    ["c0", "c1", "c2", "c3", "c4"],
+  );
   assert.equal(pages[0]!.replyCount, 1);
   const newest = ok<CommentPage>(await carol.get(`/v1/posts/${post.id}/comments?limit=1`));
   assert.equal(newest.comments[0]!.body, "late");
 
-  const edited = ok<CommentJson>(await patch<CommentJson>(bob, `/v1/comments/${created[1]!.id}`, { body: "c1 (edited)" }));
+  const edited = ok<CommentJson>(
+    await patch<CommentJson>(bob, `/v1/comments/${created[1]!.id}`, { body: "c1 (edited)" }),
+  );
   assert.deepEqual([edited.body, edited.editCount], ["c1 (edited)", 1]);
   assertError(await patch(carol, `/v1/comments/${created[1]!.id}`, { body: "not mine" }), 403, "NOT_COMMENT_AUTHOR");
 
@@ -77,17 +89,30 @@ test("comments API: thread, reply counts, keyset pages, edit counter, tombstones
   assert.equal(ok<{ outcome: string }>(await bob.delete(`/v1/comments/${created[0]!.id}`)).outcome, "NOOP");
   assertError(await patch(bob, `/v1/comments/${created[0]!.id}`, { body: "again" }), 409, "COMMENT_DELETED");
   const all = ok<CommentPage>(await carol.get(`/v1/posts/${post.id}/comments?order=oldest`)).comments;
-  assert.deepEqual(all.map((c) => c.body), [null, "c1 (edited)", "c3", "c4", "late"], "c2 gone, c0 a placeholder");
+  assert.deepEqual(
+    all.map((c) => c.body),
+    [null, "c1 (edited)", "c3", "c4", "late"],
+    "c2 gone, c0 a placeholder",
+  );
   assert.deepEqual([all[0]!.author, all[0]!.deleted, all[0]!.replyCount], [null, true, 1]);
   const replies = ok<CommentPage>(await alice.get(`/v1/comments/${created[0]!.id}/replies`)).comments;
-  assert.deepEqual(replies.map((c) => [c.body, c.author]), [["re", "carol"]]);
+  assert.deepEqual(
+    replies.map((c) => [c.body, c.author]),
+    [["re", "carol"]],
+  );
 
   // A comment is a likeable item through the likes ledger as it is.
   ok(await alice.put(`/v1/items/${reply.id}/likes/me`));
   const before = ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`));
   assert.ok(Math.abs(before.count - 5) <= before.pendingForPost, JSON.stringify(before));
   await h.drain();
-  assert.deepEqual(ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)), { count: 5, lag: 0, pendingForPost: 0, stale: false, source: "database" });
+  assert.deepEqual(ok<CommentCount>(await alice.get(`/v1/posts/${post.id}/comment-count?allowedLag=0`)), {
+    count: 5,
+    lag: 0,
+    pendingForPost: 0,
+    stale: false,
+    source: "database",
+  });
   assert.equal((await h.ledger.likes.hasLiked("alice", reply.id)).liked, true);
 });
 
@@ -98,8 +123,16 @@ test("comments API: a retried create with the same idempotency key makes one com
   const results = await Promise.all([send(), send(), send()]);
   const ids = new Set(results.map((r) => ok<CommentJson>(r, 201).id));
   assert.equal(ids.size, 1);
-  assertError(await bob.post(`/v1/posts/${post.id}/comments`, { body: "other", idempotencyKey: "k-1" }), 409, "IDEMPOTENCY_KEY_REUSED");
-  ok(await alice.post(`/v1/posts/${post.id}/comments`, { body: "once", idempotencyKey: "k-1" }), 201, "keys are per author");
+  assertError(
+    await bob.post(`/v1/posts/${post.id}/comments`, { body: "other", idempotencyKey: "k-1" }),
+    409,
+    "IDEMPOTENCY_KEY_REUSED",
+  );
+  ok(
+    await alice.post(`/v1/posts/${post.id}/comments`, { body: "once", idempotencyKey: "k-1" }),
+    201,
+    "keys are per author",
+  );
   await h.drain();
   assert.equal(ok<CommentCount>(await bob.get(`/v1/posts/${post.id}/comment-count`)).count, 2);
 });
@@ -116,12 +149,14 @@ test("comments API: a reader who may not see the post gets the post's 404 on eve
     await carol.get(`/v1/posts/${followers.id}/comments`),
     await carol.get(`/v1/posts/${followers.id}/comment-count`),
     await carol.get("/v1/posts/no-such-post/comments"),
-  ]) assertError(res, 404, "POST_NOT_FOUND");
+  ])
+    assertError(res, 404, "POST_NOT_FOUND");
   for (const res of [
     await carol.get(`/v1/comments/${c.id}/replies`),
     await carol.delete(`/v1/comments/${c.id}`),
     await patch(carol, `/v1/comments/${c.id}`, { body: "x" }),
-  ]) assertError(res, 404, "COMMENT_NOT_FOUND");
+  ])
+    assertError(res, 404, "COMMENT_NOT_FOUND");
 
   // Alice blocks bob: he can neither read nor comment; his comment is hidden from nobody else but...
   const pub = ok<PostJson>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "all" }), 201);
@@ -131,7 +166,11 @@ test("comments API: a reader who may not see the post gets the post's 404 on eve
   // ... a comment by an account that blocked the reader (or that the reader blocked) is hidden from that reader.
   const seenByCarol = ok<CommentPage>(await carol.get(`/v1/posts/${pub.id}/comments`)).comments.map((x) => x.author);
   assert.deepEqual(seenByCarol, ["bob"]);
-  assertError(await carol.post(`/v1/posts/${pub.id}/comments`, { body: "re", parentId: byDave.id }), 404, "COMMENT_NOT_FOUND");
+  assertError(
+    await carol.post(`/v1/posts/${pub.id}/comments`, { body: "re", parentId: byDave.id }),
+    404,
+    "COMMENT_NOT_FOUND",
+  );
   ok(await alice.put("/v1/accounts/me/blocks/bob"));
   assertError(await bob.get(`/v1/posts/${pub.id}/comments`), 404, "POST_NOT_FOUND");
   assertError(await bob.post(`/v1/posts/${pub.id}/comments`, { body: "x" }), 404, "POST_NOT_FOUND");
@@ -147,7 +186,11 @@ test("comments API: bad input gets a typed error and writes nothing", async (t) 
   const other = ok<PostJson>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "other" }), 201);
   const onOther = ok<CommentJson>(await bob.post(`/v1/posts/${other.id}/comments`, { body: "elsewhere" }), 201);
   let parent = ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: "d0" }), 201);
-  for (let d = 1; d <= 7; d++) parent = ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: `d${d}`, parentId: parent.id }), 201);
+  for (let d = 1; d <= 7; d++)
+    parent = ok<CommentJson>(
+      await bob.post(`/v1/posts/${post.id}/comments`, { body: `d${d}`, parentId: parent.id }),
+      201,
+    );
   assert.equal(parent.depth, 7);
   const before = await tableCounts(h);
   const cases: [string, Promise<ApiResponse>, number, string][] = [
@@ -157,9 +200,24 @@ test("comments API: bad input gets a typed error and writes nothing", async (t) 
     ["NUL", bob.post(`/v1/posts/${post.id}/comments`, { body: "a\u0000b" }), 400, "INVALID_INPUT"],
     ["no body", bob.post(`/v1/posts/${post.id}/comments`, {}), 400, "INVALID_INPUT"],
     ["unknown field", bob.post(`/v1/posts/${post.id}/comments`, { body: "x", extra: 1 }), 400, "INVALID_INPUT"],
-    ["parent on another post", bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: onOther.id }), 400, "INVALID_INPUT"],
-    ["depth over the limit", bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: parent.id }), 400, "INVALID_INPUT"],
-    ["missing parent", bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: "no-such" }), 404, "COMMENT_NOT_FOUND"],
+    [
+      "parent on another post",
+      bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: onOther.id }),
+      400,
+      "INVALID_INPUT",
+    ],
+    [
+      "depth over the limit",
+      bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: parent.id }),
+      400,
+      "INVALID_INPUT",
+    ],
+    [
+      "missing parent",
+      bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: "no-such" }),
+      404,
+      "COMMENT_NOT_FOUND",
+    ],
     ["bad parent id", bob.post(`/v1/posts/${post.id}/comments`, { body: "x", parentId: "a b" }), 400, "INVALID_INPUT"],
     ["empty edit", patch(bob, `/v1/comments/${parent.id}`, { body: "" }), 400, "INVALID_INPUT"],
     ["NUL edit", patch(bob, `/v1/comments/${parent.id}`, { body: "\u0000" }), 400, "INVALID_INPUT"],
@@ -177,7 +235,11 @@ test("comments API: replying to a deleted comment is 409 COMMENT_DELETED and wri
   const comment = ok<CommentJson>(await bob.post(`/v1/posts/${post.id}/comments`, { body: "soon gone" }), 201);
   ok(await bob.delete(`/v1/comments/${comment.id}`));
   const before = await tableCounts(h);
-  assertError(await alice.post(`/v1/posts/${post.id}/comments`, { body: "a reply", parentId: comment.id }), 409, "COMMENT_DELETED");
+  assertError(
+    await alice.post(`/v1/posts/${post.id}/comments`, { body: "a reply", parentId: comment.id }),
+    409,
+    "COMMENT_DELETED",
+  );
   assertError(await patch(bob, `/v1/comments/${comment.id}`, { body: "edited" }), 409, "COMMENT_DELETED");
   assert.equal(await tableCounts(h), before, "nothing written (comments, outbox, items, sequences, edits, tombstones)");
 });

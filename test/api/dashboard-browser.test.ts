@@ -17,7 +17,15 @@ import { TestRedis } from "../../support/redis-server.ts";
 
 /** Screenshots of the run, for a person to look at (docs/dashboard.png is one of them). */
 const ARTIFACTS = path.resolve("test-artifacts", "dashboard");
-const PLOTS = ["plot-lag", "plot-consumers", "plot-outcomes", "plot-requests", "plot-latency", "plot-drift", "plot-cache"];
+const PLOTS = [
+  "plot-lag",
+  "plot-consumers",
+  "plot-outcomes",
+  "plot-requests",
+  "plot-latency",
+  "plot-drift",
+  "plot-cache",
+];
 /** The service's default partition count (a new database gets 16): the size the page must stay readable at. */
 const PARTITIONS = 16;
 /** A desktop screen: the whole state must be readable at it without scrolling. */
@@ -36,7 +44,10 @@ function client(baseUrl: string): Call {
   return async (method, urlPath, token, body) => {
     const res = await fetch(`${baseUrl}${urlPath}`, {
       method,
-      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
       body: body === undefined ? null : JSON.stringify(body),
     });
     const text = await res.text();
@@ -62,13 +73,21 @@ function startLoad(call: Call, tokens: Map<string, string>, lanes: number, postI
       const token = tokens.get(user)!;
       const roll = Math.random();
       let res;
-      if (roll < 0.6) res = await call(Math.random() < 0.75 ? "PUT" : "DELETE", `/v1/items/${pick(ITEMS)}/likes/me`, token);
-      else if (roll < 0.75) res = await call("PUT", `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user && !(user === "user-1" && u === "user-0")))}`, token);
+      if (roll < 0.6)
+        res = await call(Math.random() < 0.75 ? "PUT" : "DELETE", `/v1/items/${pick(ITEMS)}/likes/me`, token);
+      else if (roll < 0.75)
+        res = await call(
+          "PUT",
+          `/v1/accounts/me/following/${pick(USERS.filter((u) => u !== user && !(user === "user-1" && u === "user-0")))}`,
+          token,
+        );
       else if (roll < 0.8) res = await call("PUT", "/v1/accounts/me/following/user-1", tokens.get("user-0")!);
-      else if (roll < 0.85) res = await call("POST", `/v1/posts/${postId}/comments`, token, { body: `a comment by ${user}` });
+      else if (roll < 0.85)
+        res = await call("POST", `/v1/posts/${postId}/comments`, token, { body: `a comment by ${user}` });
       else res = await call("GET", `/v1/items/${pick(ITEMS)}/like-count`, token);
       requests++;
-      if (res.status !== 200 && res.status !== 201 && res.status !== 409) unexpected.push(`${res.status} ${JSON.stringify(res.json)}`);
+      if (res.status !== 200 && res.status !== 201 && res.status !== 409)
+        unexpected.push(`${res.status} ${JSON.stringify(res.json)}`);
     }
   };
   const done = Promise.all(Array.from({ length: lanes }, lane));
@@ -85,11 +104,18 @@ function startLoad(call: Call, tokens: Map<string, string>, lanes: number, postI
 }
 
 /** Runs a page.waitForFunction with WAIT_MS; on timeout, says what it waited for and what the header showed. */
-async function waitInPage(page: Page, what: string, wait: (options: { timeout: number; polling: number }) => Promise<unknown>): Promise<void> {
+async function waitInPage(
+  page: Page,
+  what: string,
+  wait: (options: { timeout: number; polling: number }) => Promise<unknown>,
+): Promise<void> {
   try {
     await wait({ timeout: WAIT_MS, polling: 200 });
   } catch (err) {
-    const header = await page.locator("header").innerText().catch(() => "(no header)");
+    const header = await page
+      .locator("header")
+      .innerText()
+      .catch(() => "(no header)");
     throw new Error(`${what}: not within ${WAIT_MS} ms; the header shows: ${header}`, { cause: err });
   }
 }
@@ -107,7 +133,11 @@ function drawnPixels(page: Page): Promise<Record<string, number>> {
       if (canvas && canvas.width > 0 && canvas.height > 0) {
         const { data } = canvas.getContext("2d")!.getImageData(0, 0, canvas.width, canvas.height);
         for (let i = 0; i < data.length; i += 4) {
-          if (data[i + 3]! > 128 && Math.max(data[i]!, data[i + 1]!, data[i + 2]!) - Math.min(data[i]!, data[i + 1]!, data[i + 2]!) > 80) n++;
+          if (
+            data[i + 3]! > 128 &&
+            Math.max(data[i]!, data[i + 1]!, data[i + 2]!) - Math.min(data[i]!, data[i + 1]!, data[i + 2]!) > 80
+          )
+            n++;
         }
       }
       counts[id] = n;
@@ -122,22 +152,41 @@ function drawnPixels(page: Page): Promise<Record<string, number>> {
  */
 function plotGeometry(page: Page) {
   return page.evaluate(() => {
-    const plots = (window as unknown as { dashboardPlots?: Record<string, {
-      scales: Record<string, { min: number; max: number }>;
-      axes: { _values?: (string | null)[] }[];
-      series: { label?: string; spanGaps?: boolean; width?: number; points: { show: unknown } }[];
-    }> }).dashboardPlots;
+    const plots = (
+      window as unknown as {
+        dashboardPlots?: Record<
+          string,
+          {
+            scales: Record<string, { min: number; max: number }>;
+            axes: { _values?: (string | null)[] }[];
+            series: { label?: string; spanGaps?: boolean; width?: number; points: { show: unknown } }[];
+          }
+        >;
+      }
+    ).dashboardPlots;
 
     if (!plots) return null;
-    const x = Object.fromEntries(Object.entries(plots).map(([id, u]) => [id, {
-      min: u.scales.x!.min, max: u.scales.x!.max, timeLabels: (u.axes[0]!._values ?? []).filter((v) => v !== null && v !== ""),
-    }]));
+    const x = Object.fromEntries(
+      Object.entries(plots).map(([id, u]) => [
+        id,
+        {
+          min: u.scales.x!.min,
+          max: u.scales.x!.max,
+          timeLabels: (u.axes[0]!._values ?? []).filter((v) => v !== null && v !== ""),
+        },
+      ]),
+    );
     // uPlot keeps points.show as a function of (plot, series index): its default shows points where the data are sparse.
     // (No named functions in here: tsx would wrap them in a helper the page does not have.)
     const latency = plots["plot-latency"]!;
     const p99 = latency.series.slice(1).map((s, i) => ({
-      label: s.label, spanGaps: s.spanGaps, width: s.width,
-      points: typeof s.points.show === "function" ? Boolean((s.points.show as (u: unknown, i: number) => unknown)(latency, i + 1)) : s.points.show,
+      label: s.label,
+      spanGaps: s.spanGaps,
+      width: s.width,
+      points:
+        typeof s.points.show === "function"
+          ? Boolean((s.points.show as (u: unknown, i: number) => unknown)(latency, i + 1))
+          : s.points.show,
     }));
     // Failed passes per second, all zero while every consumer runs: uPlot alone would draw 0-100.
     const failures = plots["plot-consumers"]!.scales.failures!;
@@ -148,7 +197,10 @@ function plotGeometry(page: Page) {
 /** The page's size against the viewport: readable without scrolling means no scrollbar either way. */
 function pageSize(page: Page) {
   return page.evaluate(() => ({
-    height: document.documentElement.scrollHeight, width: document.documentElement.scrollWidth, viewportHeight: window.innerHeight, viewportWidth: window.innerWidth,
+    height: document.documentElement.scrollHeight,
+    width: document.documentElement.scrollWidth,
+    viewportHeight: window.innerHeight,
+    viewportWidth: window.innerWidth,
   }));
 }
 
@@ -169,8 +221,14 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   cleanup.push(() => redis.kill());
   const config = {
     ...loadConfig({
-      DATABASE_URL: db.url, REDIS_URL: redis.url, LEDGER_DATA_DIR: dataDir, LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
-      LEDGER_WRITES_PER_MINUTE: "1000000", LEDGER_ALARM_LAG_SECONDS: "4", LEDGER_ALARM_CONSUMER_FAILURES: "3", LEDGER_AUDIT_EVERY_SECONDS: "0",
+      DATABASE_URL: db.url,
+      REDIS_URL: redis.url,
+      LEDGER_DATA_DIR: dataDir,
+      LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
+      LEDGER_WRITES_PER_MINUTE: "1000000",
+      LEDGER_ALARM_LAG_SECONDS: "4",
+      LEDGER_ALARM_CONSUMER_FAILURES: "3",
+      LEDGER_AUDIT_EVERY_SECONDS: "0",
     }),
     port: 0,
   };
@@ -182,8 +240,10 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   const adminToken = await signToken(secret, "root", { admin: true });
   const tokens = new Map(await Promise.all(USERS.map(async (u) => [u, await signToken(secret, u)] as const)));
 
-  for (const u of USERS) assert.equal((await call("PUT", `/v1/accounts/${u}`, adminToken, { private: false })).status, 200);
-  for (const item of [...ITEMS, "quiet"]) assert.equal((await call("PUT", `/v1/items/${item}`, adminToken)).status, 200);
+  for (const u of USERS)
+    assert.equal((await call("PUT", `/v1/accounts/${u}`, adminToken, { private: false })).status, 200);
+  for (const item of [...ITEMS, "quiet"])
+    assert.equal((await call("PUT", `/v1/items/${item}`, adminToken)).status, 200);
   assert.equal((await call("PUT", "/v1/accounts/me/blocks/user-1", tokens.get("user-0")!)).status, 200);
   const post = await call("POST", "/v1/posts", tokens.get("user-2")!, { visibility: "PUBLIC", body: "comment on me" });
   assert.equal(post.status, 201, JSON.stringify(post.json));
@@ -191,11 +251,17 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   cleanup.push(() => load.stop());
 
   // Drift for the drift plot: a count corrupted behind the ledger's back, then repaired by a rebuild.
-  for (const u of USERS.slice(0, 3)) assert.equal((await call("PUT", "/v1/items/quiet/likes/me", tokens.get(u)!)).status, 200);
+  for (const u of USERS.slice(0, 3))
+    assert.equal((await call("PUT", "/v1/items/quiet/likes/me", tokens.get(u)!)).status, 200);
   // The database path (exact=true): the Redis layer may show the 3 likes before the consumers wrote like_count.
-  const quietCount = async () => ((await call("GET", "/v1/items/quiet/like-count?exact=true", adminToken)).json as { count: number }).count;
+  const quietCount = async () =>
+    ((await call("GET", "/v1/items/quiet/like-count?exact=true", adminToken)).json as { count: number }).count;
   await pollUntil("the consumers count the 3 likes of 'quiet'", quietCount, (n) => n === 3, WAIT_MS, 50);
-  const corruptQuiet = (by: number) => db.pool.query("UPDATE like_count SET n = n + $1 WHERE item_id = 'quiet' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'quiet')", [by]);
+  const corruptQuiet = (by: number) =>
+    db.pool.query(
+      "UPDATE like_count SET n = n + $1 WHERE item_id = 'quiet' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'quiet')",
+      [by],
+    );
   await corruptQuiet(5);
   const rebuild = await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] });
   assert.deepEqual((rebuild.json as { totalAbsDrift: number }).totalAbsDrift, 5, JSON.stringify(rebuild.json));
@@ -210,7 +276,9 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   await refused.goto(`${service.address}/dashboard`);
   await refused.fill("#token", tokens.get("user-2")!);
   await refused.click("button[type=submit]");
-  await waitInPage(refused, "the 403 message", (o) => refused.waitForFunction(() => (document.getElementById("login-error")?.textContent ?? "").includes("403"), null, o));
+  await waitInPage(refused, "the 403 message", (o) =>
+    refused.waitForFunction(() => (document.getElementById("login-error")?.textContent ?? "").includes("403"), null, o),
+  );
   assert.equal(await refused.locator("#panels").isHidden(), true, "no dashboard without the admin role");
   await refused.close();
 
@@ -225,15 +293,25 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   await page.fill("#token", adminToken);
   await page.click("button[type=submit]");
 
-  await waitInPage(page, "every plot drawing points and a green header", (o) => page.waitForFunction((ids) =>
-    document.querySelector("header")?.dataset.state === "ok" &&
-    ids.every((id) => Number(document.getElementById(id)?.dataset.points ?? 0) > 0), PLOTS, o));
+  await waitInPage(page, "every plot drawing points and a green header", (o) =>
+    page.waitForFunction(
+      (ids) =>
+        document.querySelector("header")?.dataset.state === "ok" &&
+        ids.every((id) => Number(document.getElementById(id)?.dataset.points ?? 0) > 0),
+      PLOTS,
+      o,
+    ),
+  );
   // A few more samples, so that every series of every plot has several points under load.
   const requestsBefore = load.requests;
   const samples = Number(await page.locator("#panels").getAttribute("data-samples"));
-  await waitInPage(page, "four more samples", (o) => page.waitForFunction((n) => Number(document.getElementById("panels")?.dataset.samples) >= n, samples + 4, o));
+  await waitInPage(page, "four more samples", (o) =>
+    page.waitForFunction((n) => Number(document.getElementById("panels")?.dataset.samples) >= n, samples + 4, o),
+  );
   const pixels = await drawnPixels(page);
-  t.diagnostic(`note drawn pixels per plot at ${DESKTOP.width} px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`);
+  t.diagnostic(
+    `note drawn pixels per plot at ${DESKTOP.width} px: ${JSON.stringify(pixels)}; requests so far ${load.requests}`,
+  );
   for (const id of PLOTS) assert.ok(pixels[id]! > 50, `${id} drew ${pixels[id]} series pixels`);
   assert.ok(load.requests > requestsBefore, "the load is running");
 
@@ -241,31 +319,56 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   const size = await pageSize(page);
   const geometry = await plotGeometry(page);
   t.diagnostic(`note page ${JSON.stringify(size)}; plots ${JSON.stringify(geometry)}`);
-  assert.ok(size.height <= size.viewportHeight && size.width <= size.viewportWidth,
-    `the whole state is readable without scrolling at ${DESKTOP.width}x${DESKTOP.height} with ${PARTITIONS} partitions: the page is ${size.width}x${size.height}`);
+  assert.ok(
+    size.height <= size.viewportHeight && size.width <= size.viewportWidth,
+    `the whole state is readable without scrolling at ${DESKTOP.width}x${DESKTOP.height} with ${PARTITIONS} partitions: the page is ${size.width}x${size.height}`,
+  );
   assert.ok(geometry, "the page exposes its plots as window.dashboardPlots");
   const ranges = Object.entries(geometry.x);
   assert.deepEqual(ranges.map(([id]) => id).sort(), [...PLOTS].sort());
   const [first] = ranges[0]!;
   for (const [id, range] of ranges) {
-    assert.deepEqual([range.min, range.max], [geometry.x[first]!.min, geometry.x[first]!.max], `${id} shares ${first}'s time window`);
+    assert.deepEqual(
+      [range.min, range.max],
+      [geometry.x[first]!.min, geometry.x[first]!.max],
+      `${id} shares ${first}'s time window`,
+    );
     assert.ok(range.max <= geometry.now, `${id}'s time axis ends at ${range.max}, after now (${geometry.now})`);
-    assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels: ${JSON.stringify(range.timeLabels)}`);
+    assert.ok(
+      range.timeLabels.length >= 2,
+      `${id} has ${range.timeLabels.length} time labels: ${JSON.stringify(range.timeLabels)}`,
+    );
   }
-  assert.ok(geometry.now - geometry.x[first]!.max < 10, `the window ends now, not ${geometry.now - geometry.x[first]!.max} s ago`);
+  assert.ok(
+    geometry.now - geometry.x[first]!.max < 10,
+    `the window ends now, not ${geometry.now - geometry.x[first]!.max} s ago`,
+  );
   assert.deepEqual(geometry.failures, [0, 1], "an all-zero series gets a small range");
   for (const series of geometry.p99) {
-    assert.deepEqual([series.spanGaps, series.points], [true, false], `p99 of ${series.label} is a line through the intervals it has, not dots`);
+    assert.deepEqual(
+      [series.spanGaps, series.points],
+      [true, false],
+      `p99 of ${series.label} is a line through the intervals it has, not dots`,
+    );
     assert.ok(series.width! > 0, `p99 of ${series.label} draws a line`);
   }
 
   // One summary row per view; its partitions and loops are details, closed until asked for.
-  const summary = await page.locator("#views tbody tr").evaluateAll((rows) => rows.map((r) => ({
-    view: (r as HTMLElement).dataset.view, cells: [...r.querySelectorAll("td")].map((td) => td.textContent ?? ""),
-  })));
+  const summary = await page.locator("#views tbody tr").evaluateAll((rows) =>
+    rows.map((r) => ({
+      view: (r as HTMLElement).dataset.view,
+      cells: [...r.querySelectorAll("td")].map((td) => td.textContent ?? ""),
+    })),
+  );
   t.diagnostic(`note view summary: ${JSON.stringify(summary)}`);
-  assert.deepEqual(summary.map((r) => r.view), ["like_count", "follower_projection", "comment_count"]);
-  for (const { view, cells: [name, lag, worst, applied, loops, state] } of summary) {
+  assert.deepEqual(
+    summary.map((r) => r.view),
+    ["like_count", "follower_projection", "comment_count"],
+  );
+  for (const {
+    view,
+    cells: [name, lag, worst, applied, loops, state],
+  } of summary) {
     assert.equal(name, view);
     assert.match(lag!, /^\d+$/, `${view}'s total lag`);
     assert.match(worst!, /^(p\d+: lag [1-9]\d*|none lagging)$/, `${view}'s worst partition`);
@@ -273,11 +376,27 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
     assert.equal(loops, "4", `${view}'s consumer loops`);
     assert.match(state!, /^(catching up|caught up)$/, `${view} without an alarm`);
   }
-  assert.equal(await page.locator("#partition-details").evaluate((d) => (d as HTMLDetailsElement).open), false, "partition details closed");
-  assert.equal(await page.locator("#watermarks").isVisible(), false, "the per-partition table is hidden until asked for");
-  assert.equal(await page.locator("#watermarks tbody tr").count(), PARTITIONS, "one row per partition, a watermark and a lag per view");
+  assert.equal(
+    await page.locator("#partition-details").evaluate((d) => (d as HTMLDetailsElement).open),
+    false,
+    "partition details closed",
+  );
+  assert.equal(
+    await page.locator("#watermarks").isVisible(),
+    false,
+    "the per-partition table is hidden until asked for",
+  );
+  assert.equal(
+    await page.locator("#watermarks tbody tr").count(),
+    PARTITIONS,
+    "one row per partition, a watermark and a lag per view",
+  );
   assert.equal(await page.locator("#watermarks tbody tr").first().locator("td").count(), 7);
-  assert.equal(await page.locator("#consumers tbody tr").count(), 4, "loops #0-3 of like-counter, follower-projector and comment-counter");
+  assert.equal(
+    await page.locator("#consumers tbody tr").count(),
+    4,
+    "loops #0-3 of like-counter, follower-projector and comment-counter",
+  );
   assert.equal(await page.locator("#consumers tbody tr").first().locator("td").count(), 4);
   assert.match(await page.locator("#loop-count").innerText(), /^12 loops, /);
   assert.match(await page.locator("#audit").innerText(), /^clean at .* \(api\)$/);
@@ -290,16 +409,34 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   // A lag of 1 under load is a burst being worked off, not an alarm: wait for a partition with lag
   // under a green header, and read every lagging cell's colour in that same moment.
   await page.click("#partition-details summary");
-  const lagging = await page.waitForFunction(() => {
-    if (document.querySelector("header")?.dataset.state !== "ok") return false;
-    const cells = [...document.querySelectorAll<HTMLElement>("#watermarks td[data-view]")].filter((td) => Number(td.textContent) > 0);
-    const worst = [...document.querySelectorAll<HTMLElement>("#views tbody tr td:nth-child(3)")].filter((td) => /lag [1-9]/.test(td.textContent ?? ""));
-    if (cells.length === 0) return false;
-    return [...cells, ...worst].map((td) => ({ text: td.textContent, color: getComputedStyle(td).color, className: td.className }));
-  }, null, { timeout: WAIT_MS, polling: 200 }).then((h) => h.jsonValue());
+  const lagging = await page
+    .waitForFunction(
+      () => {
+        if (document.querySelector("header")?.dataset.state !== "ok") return false;
+        const cells = [...document.querySelectorAll<HTMLElement>("#watermarks td[data-view]")].filter(
+          (td) => Number(td.textContent) > 0,
+        );
+        const worst = [...document.querySelectorAll<HTMLElement>("#views tbody tr td:nth-child(3)")].filter((td) =>
+          /lag [1-9]/.test(td.textContent ?? ""),
+        );
+        if (cells.length === 0) return false;
+        return [...cells, ...worst].map((td) => ({
+          text: td.textContent,
+          color: getComputedStyle(td).color,
+          className: td.className,
+        }));
+      },
+      null,
+      { timeout: WAIT_MS, polling: 200 },
+    )
+    .then((h) => h.jsonValue());
   t.diagnostic(`note lagging cells under a green header: ${JSON.stringify(lagging)}`);
   assert.ok(Array.isArray(lagging) && lagging.length > 0);
-  for (const c of lagging) assert.ok(c.color !== ALARM_RED && c.className !== "alarm", `lag ${c.text} without an alarm is painted ${c.color} (${c.className})`);
+  for (const c of lagging)
+    assert.ok(
+      c.color !== ALARM_RED && c.className !== "alarm",
+      `lag ${c.text} without an alarm is painted ${c.color} (${c.className})`,
+    );
   assert.equal(await page.locator("#watermarks").isVisible(), true, "the per-partition table opens on demand");
   await page.click("#partition-details summary");
 
@@ -314,23 +451,53 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
   await gate.waitArrived();
   // Red first with "lag grew" (the loops commit once more before each reaches the gate), then
   // with "watermark stalled" once no watermark of the view has moved for the threshold.
-  await waitInPage(page, "a red header saying like_count watermarks stalled", (o) => page.waitForFunction(() =>
-    document.querySelector("header")?.dataset.state === "alarm" &&
-    [...document.querySelectorAll("#reasons li")].some((li) => /^like_count partitions? [\d, -]+: watermarks? stalled (at \d+ )?for \d+ s with lag [1-9]/.test(li.textContent ?? "")), null, o));
-  t.diagnostic(`note header while the consumer is parked: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`);
+  await waitInPage(page, "a red header saying like_count watermarks stalled", (o) =>
+    page.waitForFunction(
+      () =>
+        document.querySelector("header")?.dataset.state === "alarm" &&
+        [...document.querySelectorAll("#reasons li")].some((li) =>
+          /^like_count partitions? [\d, -]+: watermarks? stalled (at \d+ )?for \d+ s with lag [1-9]/.test(
+            li.textContent ?? "",
+          ),
+        ),
+      null,
+      o,
+    ),
+  );
+  t.diagnostic(
+    `note header while the consumer is parked: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`,
+  );
   assert.equal(await page.locator("header").evaluate((h) => getComputedStyle(h).backgroundColor), ALARM_RED);
   // The control of the lag-1 check: the partitions the rule names are red, in the summary and in the details.
-  await waitInPage(page, "like_count's summary row red with its stalled partitions", (o) => page.waitForFunction(() =>
-    (document.querySelector("#views tr[data-view=like_count] td:last-child")?.textContent ?? "").startsWith("watermark stalled: p"), null, o));
-  const stalledRow = await page.locator("#views tr[data-view=like_count] td").evaluateAll((tds) => tds.map((td) => ({ text: td.textContent, color: getComputedStyle(td).color })));
+  await waitInPage(page, "like_count's summary row red with its stalled partitions", (o) =>
+    page.waitForFunction(
+      () =>
+        (document.querySelector("#views tr[data-view=like_count] td:last-child")?.textContent ?? "").startsWith(
+          "watermark stalled: p",
+        ),
+      null,
+      o,
+    ),
+  );
+  const stalledRow = await page
+    .locator("#views tr[data-view=like_count] td")
+    .evaluateAll((tds) => tds.map((td) => ({ text: td.textContent, color: getComputedStyle(td).color })));
   t.diagnostic(`note like_count's summary while parked: ${JSON.stringify(stalledRow)}`);
   assert.match(stalledRow[5]!.text!, /^watermark stalled: p\d+/);
   assert.equal(stalledRow[5]!.color, ALARM_RED);
   assert.equal(stalledRow[2]!.color, ALARM_RED, "the worst partition is a stalled one");
-  const redLags = await page.locator("#watermarks td.alarm[data-view=like_count]").evaluateAll((tds) => tds.map((td) => getComputedStyle(td).color));
-  assert.ok(redLags.length > 0 && redLags.every((c) => c === ALARM_RED), `stalled partitions red in the details: ${JSON.stringify(redLags)}`);
+  const redLags = await page
+    .locator("#watermarks td.alarm[data-view=like_count]")
+    .evaluateAll((tds) => tds.map((td) => getComputedStyle(td).color));
+  assert.ok(
+    redLags.length > 0 && redLags.every((c) => c === ALARM_RED),
+    `stalled partitions red in the details: ${JSON.stringify(redLags)}`,
+  );
   const alarmSize = await pageSize(page);
-  assert.ok(alarmSize.height <= alarmSize.viewportHeight, `the alarm fits the screen too: the page is ${alarmSize.height} px tall`);
+  assert.ok(
+    alarmSize.height <= alarmSize.viewportHeight,
+    `the alarm fits the screen too: the page is ${alarmSize.height} px tall`,
+  );
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-alarm.png") });
   off();
   gate.release();
@@ -340,37 +507,72 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
     throw new Error("injected by the dashboard test");
   });
   cleanup.push(offFailing);
-  await waitInPage(page, "a red header saying a consumer failed 3 passes in a row", (o) => page.waitForFunction(() =>
-    [...document.querySelectorAll("#reasons li")].some((li) => /^consumer like-counter#\d failed \d+ passes in a row$/.test(li.textContent ?? "")), null, o));
-  t.diagnostic(`note header while the consumer fails: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`);
+  await waitInPage(page, "a red header saying a consumer failed 3 passes in a row", (o) =>
+    page.waitForFunction(
+      () =>
+        [...document.querySelectorAll("#reasons li")].some((li) =>
+          /^consumer like-counter#\d failed \d+ passes in a row$/.test(li.textContent ?? ""),
+        ),
+      null,
+      o,
+    ),
+  );
+  t.diagnostic(
+    `note header while the consumer fails: ${JSON.stringify(await page.locator("#reasons li").allInnerTexts())}`,
+  );
   offFailing();
 
   // Recovered (and the load stopped, so the lag drains to zero), the header turns green again.
   assert.deepEqual(await load.stop(), [], "unexpected statuses under load");
-  await waitInPage(page, "a green header once the consumer runs again", (o) => page.waitForFunction(() => document.querySelector("header")?.dataset.state === "ok", null, o));
+  await waitInPage(page, "a green header once the consumer runs again", (o) =>
+    page.waitForFunction(() => document.querySelector("header")?.dataset.state === "ok", null, o),
+  );
 
   // A failed audit turns it red; a rebuild and a clean audit turn it green.
   await corruptQuiet(2);
   await page.click("#run-audit");
-  await waitInPage(page, "a red header for the failed audit", (o) => page.waitForFunction(() => document.querySelector("header")?.dataset.state === "alarm", null, o));
+  await waitInPage(page, "a red header for the failed audit", (o) =>
+    page.waitForFunction(() => document.querySelector("header")?.dataset.state === "alarm", null, o),
+  );
   assert.match(await page.locator("#reasons").innerText(), /^audit found violations at /);
   assert.equal(await page.locator("#audit").getAttribute("data-clean"), "false");
-  assert.equal(((await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] })).json as { totalAbsDrift: number }).totalAbsDrift, 2);
+  assert.equal(
+    ((await call("POST", "/v1/admin/rebuild", adminToken, { items: ["quiet"] })).json as { totalAbsDrift: number })
+      .totalAbsDrift,
+    2,
+  );
   await page.click("#run-audit");
-  await waitInPage(page, "a green header and the second rebuild run", (o) => page.waitForFunction(() =>
-    document.querySelector("header")?.dataset.state === "ok" && (document.getElementById("rebuild")?.textContent ?? "").endsWith("total |drift| 2") &&
-    document.getElementById("plot-drift")?.dataset.points === "4", null, o));
+  await waitInPage(page, "a green header and the second rebuild run", (o) =>
+    page.waitForFunction(
+      () =>
+        document.querySelector("header")?.dataset.state === "ok" &&
+        (document.getElementById("rebuild")?.textContent ?? "").endsWith("total |drift| 2") &&
+        document.getElementById("plot-drift")?.dataset.points === "4",
+      null,
+      o,
+    ),
+  );
 
   // Phone width: one column, nothing wider than the screen, the plots redrawn at the new width.
   await page.setViewportSize({ width: 390, height: 844 });
-  await waitInPage(page, "plots resized to the phone's width", (o) => page.waitForFunction(() =>
-    [...document.querySelectorAll("canvas")].every((c) => c.getBoundingClientRect().width <= 390) &&
-    document.documentElement.scrollWidth <= 390, null, o));
+  await waitInPage(page, "plots resized to the phone's width", (o) =>
+    page.waitForFunction(
+      () =>
+        [...document.querySelectorAll("canvas")].every((c) => c.getBoundingClientRect().width <= 390) &&
+        document.documentElement.scrollWidth <= 390,
+      null,
+      o,
+    ),
+  );
   const phonePixels = await drawnPixels(page);
-  for (const id of PLOTS) assert.ok(phonePixels[id]! > 50, `${id} drew ${phonePixels[id]} series pixels at phone width`);
+  for (const id of PLOTS)
+    assert.ok(phonePixels[id]! > 50, `${id} drew ${phonePixels[id]} series pixels at phone width`);
   const phoneGeometry = await plotGeometry(page);
   for (const [id, range] of Object.entries(phoneGeometry!.x)) {
-    assert.ok(range.timeLabels.length >= 2, `${id} has ${range.timeLabels.length} time labels at phone width: ${JSON.stringify(range.timeLabels)}`);
+    assert.ok(
+      range.timeLabels.length >= 2,
+      `${id} has ${range.timeLabels.length} time labels at phone width: ${JSON.stringify(range.timeLabels)}`,
+    );
   }
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-phone.png"), fullPage: true });
 

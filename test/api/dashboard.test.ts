@@ -11,7 +11,8 @@ function series(points: [lag: number, appliedUpto: number][], t0 = 0): Sample[] 
   return points.map(([lag, appliedUpto], i) => ({
     t: t0 + i * 1000,
     views: {
-      like_count: { lag: [lag, 0], appliedUpto: [appliedUpto, 50] }, follower_projection: { lag: [0], appliedUpto: [7] },
+      like_count: { lag: [lag, 0], appliedUpto: [appliedUpto, 50] },
+      follower_projection: { lag: [0], appliedUpto: [7] },
       comment_count: { lag: [0], appliedUpto: [3] },
     },
     rates: null,
@@ -20,25 +21,91 @@ function series(points: [lag: number, appliedUpto: number][], t0 = 0): Sample[] 
   }));
 }
 
-function status(samples: Sample[], extra: { consumers?: { name: string; kind: "like_count"; failedInARow: number }[]; audit?: LastAudit } = {}) {
-  return evaluateStatus({ now: samples.at(-1)?.t ?? 0, samples, consumers: extra.consumers ?? [], audit: extra.audit ?? null, thresholds });
+function status(
+  samples: Sample[],
+  extra: { consumers?: { name: string; kind: "like_count"; failedInARow: number }[]; audit?: LastAudit } = {},
+) {
+  return evaluateStatus({
+    now: samples.at(-1)?.t ?? 0,
+    samples,
+    consumers: extra.consumers ?? [],
+    audit: extra.audit ?? null,
+    thresholds,
+  });
 }
 
 test("dashboard alarms: a partition whose watermark stands still (or whose lag grows at every sample) for the threshold turns the header red; lag that moves, a younger history and failures below N do not", () => {
-  assert.deepEqual(status(series([[5, 10], [9, 10], [12, 10], [20, 10]])), {
-    state: "alarm", reasons: ["like_count partition 0: watermark stalled at 10 for 3 s with lag 20"],
-    partitions: [{ view: "like_count", part: 0, rule: "stalled" }],
-  });
-  const growing = status(series([[5, 10], [9, 11], [12, 13], [20, 14]]));
+  assert.deepEqual(
+    status(
+      series([
+        [5, 10],
+        [9, 10],
+        [12, 10],
+        [20, 10],
+      ]),
+    ),
+    {
+      state: "alarm",
+      reasons: ["like_count partition 0: watermark stalled at 10 for 3 s with lag 20"],
+      partitions: [{ view: "like_count", part: 0, rule: "stalled" }],
+    },
+  );
+  const growing = status(
+    series([
+      [5, 10],
+      [9, 11],
+      [12, 13],
+      [20, 14],
+    ]),
+  );
   assert.deepEqual(growing.reasons, ["like_count partition 0: lag grew from 5 to 20 over 3 s"]);
   assert.deepEqual(growing.partitions, [{ view: "like_count", part: 0, rule: "growing" }]);
   // Negative controls: the same figures minus the condition. None names a partition, so the page paints none red.
   for (const [what, points] of [
-    ["a stall shorter than the threshold", [[5, 10], [9, 10], [12, 10]]],
-    ["lag that came down once is being worked off", [[5, 10], [9, 11], [8, 13], [20, 14]]],
-    ["lag that reached zero inside the window", [[5, 10], [0, 15], [12, 15], [20, 15]]],
-    ["an idle partition", [[0, 10], [0, 10], [0, 10], [0, 10]]],
-    ["a lag of 1 that moves (a busy partition)", [[1, 10], [1, 11], [1, 12], [1, 13]]],
+    [
+      "a stall shorter than the threshold",
+      [
+        [5, 10],
+        [9, 10],
+        [12, 10],
+      ],
+    ],
+    [
+      "lag that came down once is being worked off",
+      [
+        [5, 10],
+        [9, 11],
+        [8, 13],
+        [20, 14],
+      ],
+    ],
+    [
+      "lag that reached zero inside the window",
+      [
+        [5, 10],
+        [0, 15],
+        [12, 15],
+        [20, 15],
+      ],
+    ],
+    [
+      "an idle partition",
+      [
+        [0, 10],
+        [0, 10],
+        [0, 10],
+        [0, 10],
+      ],
+    ],
+    [
+      "a lag of 1 that moves (a busy partition)",
+      [
+        [1, 10],
+        [1, 11],
+        [1, 12],
+        [1, 13],
+      ],
+    ],
   ] as [string, [number, number][]][]) {
     assert.deepEqual(status(series(points)), { state: "ok", reasons: [], partitions: [] }, what);
   }
@@ -49,7 +116,8 @@ test("dashboard alarms: a partition whose watermark stands still (or whose lag g
     ...series([[0, 0]], i * 1000)[0]!,
     views: {
       like_count: { lag: [3, 4 + i, 1, 2 + i, 0, 1], appliedUpto: [10, 20, 30, 40 + i, 50, 60 + i] },
-      follower_projection: { lag: [0], appliedUpto: [7] }, comment_count: { lag: [2 + i, 5 + 2 * i], appliedUpto: [3 + i, 8 + i] },
+      follower_projection: { lag: [0], appliedUpto: [7] },
+      comment_count: { lag: [2 + i, 5 + 2 * i], appliedUpto: [3 + i, 8 + i] },
     },
   }));
   const wideStatus = status(wide);
@@ -58,19 +126,40 @@ test("dashboard alarms: a partition whose watermark stands still (or whose lag g
     "like_count partition 3: lag grew from 2 to 5 over 3 s",
     "comment_count partitions 0-1: lag grew at every sample over 3 s, now 5 to 11",
   ]);
-  assert.deepEqual(wideStatus.partitions.map((p) => `${p.view}/${p.part}:${p.rule}`),
-    ["like_count/0:stalled", "like_count/1:stalled", "like_count/2:stalled", "like_count/3:growing", "comment_count/0:growing", "comment_count/1:growing"],
-    "partition 5 has lag 1 and moves: not named");
+  assert.deepEqual(
+    wideStatus.partitions.map((p) => `${p.view}/${p.part}:${p.rule}`),
+    [
+      "like_count/0:stalled",
+      "like_count/1:stalled",
+      "like_count/2:stalled",
+      "like_count/3:growing",
+      "comment_count/0:growing",
+      "comment_count/1:growing",
+    ],
+    "partition 5 has lag 1 and moves: not named",
+  );
 
   const loop = (failedInARow: number) => ({ name: "like-counter#0", kind: "like_count" as const, failedInARow });
-  assert.deepEqual(status(series([[0, 1]]), { consumers: [loop(3)] }).reasons, ["consumer like-counter#0 failed 3 passes in a row"]);
+  assert.deepEqual(status(series([[0, 1]]), { consumers: [loop(3)] }).reasons, [
+    "consumer like-counter#0 failed 3 passes in a row",
+  ]);
   assert.equal(status(series([[0, 1]]), { consumers: [loop(2)] }).state, "ok");
 
-  const audit = (clean: boolean): LastAudit => ({ at: Date.UTC(2026, 0, 2, 3, 4, 5), clean, source: "api", report: {} });
-  assert.deepEqual(status(series([[0, 1]]), { audit: audit(false) }).reasons, ["audit found violations at 2026-01-02T03:04:05.000Z"]);
+  const audit = (clean: boolean): LastAudit => ({
+    at: Date.UTC(2026, 0, 2, 3, 4, 5),
+    clean,
+    source: "api",
+    report: {},
+  });
+  assert.deepEqual(status(series([[0, 1]]), { audit: audit(false) }).reasons, [
+    "audit found violations at 2026-01-02T03:04:05.000Z",
+  ]);
   assert.equal(status(series([[0, 1]]), { audit: audit(true) }).state, "ok");
 
-  const down = series([[0, 1], [0, 1]]);
+  const down = series([
+    [0, 1],
+    [0, 1],
+  ]);
   down[1]!.views = null;
   assert.deepEqual(status(down).reasons, ["the database did not answer at 1970-01-01T00:00:01.000Z"]);
 });
@@ -118,7 +207,11 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   const first = ok(await admin.get<Dashboard>("/v1/admin/dashboard"));
   assert.equal(first.partitions, 2);
   assert.deepEqual(first.cache, { configured: false, state: "off" });
-  assert.deepEqual(first.status, { state: "ok", reasons: [], partitions: [] }, "lag without a stall names no partition (and the field is in the response schema)");
+  assert.deepEqual(
+    first.status,
+    { state: "ok", reasons: [], partitions: [] },
+    "lag without a stall names no partition (and the field is in the response schema)",
+  );
   assert.ok(first.samples.length >= 3, `samples: ${first.samples.length}`);
   const newest = first.samples.at(-1)!;
   const lag = newest.views!.like_count.lag;
@@ -133,22 +226,36 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.equal(typeof rates.requests.likes.p99Ms, "number");
   assert.equal(rates.requests.posts.p99Ms, null, "no post request in the interval");
   // The runtime: this process's event-loop delay over the interval and its PostgreSQL pool.
-  assert.ok(rates.eventLoop.p99Ms > 0 && rates.eventLoop.maxMs >= rates.eventLoop.p99Ms, JSON.stringify(rates.eventLoop));
-  assert.ok(perInterval(rates.checkouts.perSec) >= 4, `the interval's requests checked out connections: ${JSON.stringify(rates.checkouts)}`);
+  assert.ok(
+    rates.eventLoop.p99Ms > 0 && rates.eventLoop.maxMs >= rates.eventLoop.p99Ms,
+    JSON.stringify(rates.eventLoop),
+  );
+  assert.ok(
+    perInterval(rates.checkouts.perSec) >= 4,
+    `the interval's requests checked out connections: ${JSON.stringify(rates.checkouts)}`,
+  );
   assert.equal(rates.checkouts.slowPerSec, 0, "none waited over 100 ms: the pool had idle connections");
   assert.equal(newest.pool.max, 10);
   assert.equal(newest.pool.waiting, 0);
   assert.ok(newest.pool.connections >= 1 && newest.pool.idle <= newest.pool.connections, JSON.stringify(newest.pool));
   const commentLag = newest.views!.comment_count.lag;
   assert.equal(commentLag[0]! + commentLag[1]!, 1, "one comment, no consumer ran");
-  assert.deepEqual(first.watermarks.map((w) => `${w.view}/${w.part}:${w.lag}`).sort(),
-    [`comment_count/0:${commentLag[0]}`, `comment_count/1:${commentLag[1]}`, "follower_projection/0:0", "follower_projection/1:0", `like_count/0:${lag[0]}`, `like_count/1:${lag[1]}`]);
+  assert.deepEqual(first.watermarks.map((w) => `${w.view}/${w.part}:${w.lag}`).sort(), [
+    `comment_count/0:${commentLag[0]}`,
+    `comment_count/1:${commentLag[1]}`,
+    "follower_projection/0:0",
+    "follower_projection/1:0",
+    `like_count/0:${lag[0]}`,
+    `like_count/1:${lag[1]}`,
+  ]);
   assert.equal(first.audit, null, "no audit yet");
   assert.deepEqual(first.drift, { like_count: [], comment_count: [] });
 
   // The audit through the API and a rebuild with drift both show at the next sample.
   await h.drain();
-  await h.db.pool.query("UPDATE like_count SET n = n + 3 WHERE item_id = 'item-1' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'item-1')");
+  await h.db.pool.query(
+    "UPDATE like_count SET n = n + 3 WHERE item_id = 'item-1' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'item-1')",
+  );
   assert.equal(ok(await admin.get<{ clean: boolean }>("/v1/admin/audit")).clean, false);
   ok(await admin.post("/v1/admin/rebuild"));
   await sampler.sampleOnce();
@@ -158,8 +265,14 @@ test("GET /v1/admin/dashboard: admin only; samples hold lag per partition, outco
   assert.equal(second.audit?.source, "api");
   assert.equal(second.status.state, "alarm");
   assert.match(second.status.reasons.join("; "), /^audit found violations at /);
-  assert.deepEqual(second.drift.like_count.map((r) => [r.itemsDrifted, r.totalAbsDrift]), [[1, 3]]);
-  assert.ok(second.watermarks.every((w) => w.lag === 0), JSON.stringify(second.watermarks));
+  assert.deepEqual(
+    second.drift.like_count.map((r) => [r.itemsDrifted, r.totalAbsDrift]),
+    [[1, 3]],
+  );
+  assert.ok(
+    second.watermarks.every((w) => w.lag === 0),
+    JSON.stringify(second.watermarks),
+  );
 });
 
 test("GET /dashboard serves the page with a content security policy; its modules and the vendored uPlot are static files; nothing else of uPlot's package is served", async (t) => {
@@ -171,9 +284,14 @@ test("GET /dashboard serves the page with a content security policy; its modules
   assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'self'/);
   assert.match(page.text, /<script src="\/dashboard\/vendor\/uplot\/uPlot\.iife\.min\.js"/);
   assert.match(page.text, /<script src="\/dashboard\/assets\/dashboard\.js" type="module">/);
-  for (const [file, type] of [["/dashboard/assets/dashboard.js", /javascript/], ["/dashboard/assets/plots.js", /javascript/], ["/dashboard/assets/state.js", /javascript/],
+  for (const [file, type] of [
+    ["/dashboard/assets/dashboard.js", /javascript/],
+    ["/dashboard/assets/plots.js", /javascript/],
+    ["/dashboard/assets/state.js", /javascript/],
     ["/dashboard/assets/dashboard.css", /text\/css/],
-    ["/dashboard/vendor/uplot/uPlot.iife.min.js", /javascript/], ["/dashboard/vendor/uplot/uPlot.min.css", /text\/css/]] as const) {
+    ["/dashboard/vendor/uplot/uPlot.iife.min.js", /javascript/],
+    ["/dashboard/vendor/uplot/uPlot.min.css", /text\/css/],
+  ] as const) {
     const res = await h.request("GET", file);
     assert.equal(res.status, 200, file);
     assert.match(res.headers.get("content-type") ?? "", type, file);

@@ -63,8 +63,13 @@ test("a tombstone is listed only while a live comment is below it (docs/comments
   const [alice, bob] = [await api.as("alice"), await api.as("bob")];
   const post = await alice.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "the post" });
   const comment = async (body: string, parentId?: string) =>
-    (await bob.post<{ id: string }>(`/v1/posts/${post.body.id}/comments`, { body, ...(parentId ? { parentId } : {}) })).body.id;
-  const listed = async (path: string) => (await alice.get<{ comments: { id: string; deleted: boolean }[] }>(path)).body.comments.map((c) => [c.id, c.deleted]);
+    (await bob.post<{ id: string }>(`/v1/posts/${post.body.id}/comments`, { body, ...(parentId ? { parentId } : {}) }))
+      .body.id;
+  const listed = async (path: string) =>
+    (await alice.get<{ comments: { id: string; deleted: boolean }[] }>(path)).body.comments.map((c) => [
+      c.id,
+      c.deleted,
+    ]);
 
   const lonely = await comment("its only reply goes");
   const reply = await comment("reply", lonely);
@@ -73,7 +78,11 @@ test("a tombstone is listed only while a live comment is below it (docs/comments
   const leaf = await comment("leaf", middle);
   for (const id of [reply, lonely, middle, chain]) assert.equal((await bob.delete(`/v1/comments/${id}`)).status, 200);
 
-  assert.deepEqual(await listed(`/v1/posts/${post.body.id}/comments`), [[chain, true]], "the lonely tombstone is gone; the chain's stays");
+  assert.deepEqual(
+    await listed(`/v1/posts/${post.body.id}/comments`),
+    [[chain, true]],
+    "the lonely tombstone is gone; the chain's stays",
+  );
   assert.deepEqual(await listed(`/v1/comments/${chain}/replies`), [[middle, true]]);
   assert.deepEqual(await listed(`/v1/comments/${middle}/replies`), [[leaf, false]]);
   // Not listed, and as unknown as a comment that never was: nothing live is below it.
@@ -88,7 +97,9 @@ test("a token user without an account may follow, block, post and comment as the
   assert.equal((await admin.put("/v1/items/item-1")).status, 200);
   const carol = await api.as("carol");
   assert.equal((await carol.put("/v1/items/item-1/likes/me")).status, 200, "like");
-  const follow = await carol.put<{ outcome: string; relationship: { following: boolean } }>("/v1/accounts/me/following/bob");
+  const follow = await carol.put<{ outcome: string; relationship: { following: boolean } }>(
+    "/v1/accounts/me/following/bob",
+  );
   assert.equal(follow.status, 200, follow.text);
   assert.deepEqual([follow.body.outcome, follow.body.relationship.following], ["CHANGED", true]);
   assert.equal((await carol.put("/v1/accounts/me/blocks/erin")).status, 200, "block");
@@ -100,15 +111,24 @@ test("a token user without an account may follow, block, post and comment as the
   const post = await dave.post<{ id: string }>("/v1/posts", { visibility: "PUBLIC", body: "dave's first" });
   assert.equal(post.status, 201, post.text);
   const frank = await api.as("frank");
-  assert.equal((await frank.post(`/v1/posts/${post.body.id}/comments`, { body: "frank's first" })).status, 201, "comment");
+  assert.equal(
+    (await frank.post(`/v1/posts/${post.body.id}/comments`, { body: "frank's first" })).status,
+    201,
+    "comment",
+  );
 
   // Failed writes of callers without an account create nothing.
   const dora = await api.as("dora");
   assertError(await dora.put("/v1/accounts/me/following/ghost"), 404, "ACCOUNT_NOT_FOUND");
   assertError(await dora.post("/v1/posts", { visibility: "PUBLIC", body: "  " }), 400, "INVALID_INPUT");
   assertError(await dora.post("/v1/posts/no-such-post/comments", { body: "x" }), 404, "POST_NOT_FOUND");
-  const { rows } = await api.db.pool.query<{ account_id: string }>("SELECT account_id FROM account ORDER BY account_id");
-  assert.deepEqual(rows.map((r) => r.account_id), ["bob", "carol", "dave", "erin", "frank"]);
+  const { rows } = await api.db.pool.query<{ account_id: string }>(
+    "SELECT account_id FROM account ORDER BY account_id",
+  );
+  assert.deepEqual(
+    rows.map((r) => r.account_id),
+    ["bob", "carol", "dave", "erin", "frank"],
+  );
 });
 
 test("a GET route that answers not found itself (a static file that is not there) stays 404, not 405", async (t) => {

@@ -38,7 +38,13 @@ function documented(rows: string[]): Map<string, Set<string>> {
 function clientRoutes(routes: { url: string; methods: Set<string> }[]): [string, string[]][] {
   return routes
     .filter((r) => !r.url.startsWith("/docs/") && !r.url.startsWith("/dashboard/"))
-    .map((r) => [r.url.replace(/:(\w+)/g, "{$1}"), [...r.methods].filter((m) => m !== "HEAD" && m !== "OPTIONS")] as [string, string[]])
+    .map(
+      (r) =>
+        [r.url.replace(/:(\w+)/g, "{$1}"), [...r.methods].filter((m) => m !== "HEAD" && m !== "OPTIONS")] as [
+          string,
+          string[],
+        ],
+    )
     .filter(([, methods]) => methods.length > 0);
 }
 
@@ -47,9 +53,14 @@ test("README's and docs/api.md's route tables name every registered route with i
   t.after(() => api.close());
   const routes = clientRoutes(api.app.routeTable.all());
   assert.ok(routes.length > 30, `the app registers its routes (${routes.length})`);
-  for (const [file, heading] of [["README.md", "### The API"], ["docs/api.md", "## Routes"]] as const) {
+  for (const [file, heading] of [
+    ["README.md", "### The API"],
+    ["docs/api.md", "## Routes"],
+  ] as const) {
     const table = documented(tableRows(file, heading));
-    const missing = routes.flatMap(([url, methods]) => methods.filter((m) => !table.get(url)?.has(m)).map((m) => `${m} ${url}`));
+    const missing = routes.flatMap(([url, methods]) =>
+      methods.filter((m) => !table.get(url)?.has(m)).map((m) => `${m} ${url}`),
+    );
     assert.deepEqual(missing, [], `${file}: routes missing from the table under "${heading}"`);
   }
 });

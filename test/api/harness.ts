@@ -67,18 +67,38 @@ export interface ApiHarness {
 }
 
 /** `app`: further options of buildApp (timeouts, token lifetime, the metrics token). */
-export async function startApi(options: { partitions?: number; writesPerMinute?: number; readsPerMinute?: number; corsOrigins?: string[]; poolSize?: number; redisUrl?: string; erasureBatchSize?: number; app?: Partial<BuildOptions> } = {}): Promise<ApiHarness> {
+export async function startApi(
+  options: {
+    partitions?: number;
+    writesPerMinute?: number;
+    readsPerMinute?: number;
+    corsOrigins?: string[];
+    poolSize?: number;
+    redisUrl?: string;
+    erasureBatchSize?: number;
+    app?: Partial<BuildOptions>;
+  } = {},
+): Promise<ApiHarness> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 1, poolSize: options.poolSize ?? 10 });
   const secret = new Uint8Array(randomBytes(32));
   let app: FastifyInstance | undefined;
   let counts: CountLayer | undefined;
   try {
-    const ledger = await openLedger(db.pool, options.erasureBatchSize === undefined ? {} : { erasureBatchSize: options.erasureBatchSize });
+    const ledger = await openLedger(
+      db.pool,
+      options.erasureBatchSize === undefined ? {} : { erasureBatchSize: options.erasureBatchSize },
+    );
     const metrics = new LedgerMetrics(db.pool);
     counts = await openCountLayer(db.pool, { redisUrl: options.redisUrl, registry: metrics.registry, localTtlMs: 0 });
     const layer = counts;
     app = await buildApp({
-      ledger, jwtSecret: secret, logger: false, metrics, counts: counts.reader, countsState: counts.state, rateLimitRedis: counts.redis,
+      ledger,
+      jwtSecret: secret,
+      logger: false,
+      metrics,
+      counts: counts.reader,
+      countsState: counts.state,
+      rateLimitRedis: counts.redis,
       ...(options.writesPerMinute !== undefined ? { writesPerMinute: options.writesPerMinute } : {}),
       ...(options.readsPerMinute !== undefined ? { readsPerMinute: options.readsPerMinute } : {}),
       ...(options.corsOrigins !== undefined ? { corsOrigins: options.corsOrigins } : {}),
@@ -100,15 +120,32 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
       } else if (opts.raw !== undefined) {
         body = opts.raw;
       }
-      const res = await fetch(`${baseUrl}${path}`, { method, headers, body: body ?? null, redirect: opts.redirect ?? "follow" });
+      const res = await fetch(`${baseUrl}${path}`, {
+        method,
+        headers,
+        body: body ?? null,
+        redirect: opts.redirect ?? "follow",
+      });
       const text = await res.text();
       const isJson = (res.headers.get("content-type") ?? "").includes("application/json");
-      return { status: res.status, headers: res.headers, text, body: (isJson && text.length > 0 ? JSON.parse(text) : undefined) as T };
+      return {
+        status: res.status,
+        headers: res.headers,
+        text,
+        body: (isJson && text.length > 0 ? JSON.parse(text) : undefined) as T,
+      };
     };
     const token = (userId: string, o: { admin?: boolean; ttlSeconds?: number } = {}) => signToken(secret, userId, o);
 
     return {
-      db, ledger, app: started, baseUrl, secret, token, request, counts: layer,
+      db,
+      ledger,
+      app: started,
+      baseUrl,
+      secret,
+      token,
+      request,
+      counts: layer,
       async as(userId, o = {}) {
         const t = await token(userId, o);
         const withToken = (opts: RequestOptions = {}) => ({ token: t, ...opts });
@@ -116,8 +153,10 @@ export async function startApi(options: { partitions?: number; writesPerMinute?:
           id: userId,
           token: t,
           get: (path, opts) => request("GET", path, withToken(opts)),
-          put: (path, json, opts) => request("PUT", path, withToken({ ...opts, ...(json === undefined ? {} : { json }) })),
-          post: (path, json, opts) => request("POST", path, withToken({ ...opts, ...(json === undefined ? {} : { json }) })),
+          put: (path, json, opts) =>
+            request("PUT", path, withToken({ ...opts, ...(json === undefined ? {} : { json }) })),
+          post: (path, json, opts) =>
+            request("POST", path, withToken({ ...opts, ...(json === undefined ? {} : { json }) })),
           delete: (path, opts) => request("DELETE", path, withToken(opts)),
         };
       },
@@ -237,6 +276,11 @@ export interface Profile {
 }
 
 /** Creates accounts through the API as an admin. */
-export async function createAccounts(admin: Client, ids: readonly string[], options: { private?: boolean } = {}): Promise<void> {
-  for (const id of ids) ok(await admin.put(`/v1/accounts/${id}`, { private: options.private ?? false }), 200, `account ${id}`);
+export async function createAccounts(
+  admin: Client,
+  ids: readonly string[],
+  options: { private?: boolean } = {},
+): Promise<void> {
+  for (const id of ids)
+    ok(await admin.put(`/v1/accounts/${id}`, { private: options.private ?? false }), 200, `account ${id}`);
 }

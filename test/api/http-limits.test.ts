@@ -29,7 +29,15 @@ async function rawConnection(h: ApiHarness, head: string): Promise<RawExchange> 
     closed: (deadlineMs) => {
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<never>((_resolve, reject) => {
-        timer = setTimeout(() => reject(new Error(`the server kept the connection open for ${deadlineMs} ms; received: ${JSON.stringify(received)}`)), deadlineMs);
+        timer = setTimeout(
+          () =>
+            reject(
+              new Error(
+                `the server kept the connection open for ${deadlineMs} ms; received: ${JSON.stringify(received)}`,
+              ),
+            ),
+          deadlineMs,
+        );
       });
       return Promise.race([ended, deadline]).finally(() => {
         clearTimeout(timer);
@@ -55,7 +63,10 @@ test("slow clients: a body or headers trickling in one byte at a time are cut of
   ok(await (await h.as("admin", { admin: true })).put("/v1/accounts/alice"));
 
   // Authenticated, so the server reads the body: it declares 1000 bytes and sends one every 200 ms.
-  const body = await rawConnection(h, `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
+  const body = await rawConnection(
+    h,
+    `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`,
+  );
   trickle(body.socket, 200);
   const bodyAnswer = await body.closed(15_000);
   assert.match(bodyAnswer, /^HTTP\/1\.1 408 /, bodyAnswer);
@@ -75,10 +86,21 @@ test("slow clients: the service's timeouts are bounded (headers, whole request, 
   t.after(() => h.close());
   const server = h.app.server;
   assert.deepEqual(
-    { headersMs: server.headersTimeout, requestMs: server.requestTimeout, idleMs: server.timeout, keepAliveMs: server.keepAliveTimeout },
-    { headersMs: HTTP_TIMEOUTS.headersMs, requestMs: HTTP_TIMEOUTS.requestMs, idleMs: HTTP_TIMEOUTS.idleMs, keepAliveMs: HTTP_TIMEOUTS.keepAliveMs },
+    {
+      headersMs: server.headersTimeout,
+      requestMs: server.requestTimeout,
+      idleMs: server.timeout,
+      keepAliveMs: server.keepAliveTimeout,
+    },
+    {
+      headersMs: HTTP_TIMEOUTS.headersMs,
+      requestMs: HTTP_TIMEOUTS.requestMs,
+      idleMs: HTTP_TIMEOUTS.idleMs,
+      keepAliveMs: HTTP_TIMEOUTS.keepAliveMs,
+    },
   );
-  for (const [name, ms] of Object.entries(HTTP_TIMEOUTS)) assert.ok(ms > 0 && ms <= 120_000, `${name} is bounded: ${ms}`);
+  for (const [name, ms] of Object.entries(HTTP_TIMEOUTS))
+    assert.ok(ms > 0 && ms <= 120_000, `${name} is bounded: ${ms}`);
 });
 
 test("early errors: a 401 before the body and a 413 on its Content-Length close the connection instead of reading the body; a complete bad body keeps it", async (t) => {
@@ -87,18 +109,27 @@ test("early errors: a 401 before the body and a 413 on its Content-Length close 
   const alice = await h.as("alice");
 
   // 60 KB announced, none sent: the 401 comes from the headers alone.
-  const unauthenticated = await rawConnection(h, "POST /v1/posts HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n");
+  const unauthenticated = await rawConnection(
+    h,
+    "POST /v1/posts HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n",
+  );
   const answer401 = await unauthenticated.closed(10_000);
   assert.match(answer401, /^HTTP\/1\.1 401 /, answer401);
   assert.match(answer401, /\r\nconnection: close\r\n/i);
 
-  const tooLarge = await rawConnection(h, `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{`);
+  const tooLarge = await rawConnection(
+    h,
+    `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{`,
+  );
   const answer413 = await tooLarge.closed(10_000);
   assert.match(answer413, /^HTTP\/1\.1 413 /, answer413);
   assert.match(answer413, /\r\nconnection: close\r\n/i);
 
   // Control: a 400 whose (small, complete) body was read leaves the connection open for the next request.
-  const complete = await rawConnection(h, `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`);
+  const complete = await rawConnection(
+    h,
+    `POST /v1/posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`,
+  );
   complete.socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
   const both = await complete.closed(10_000);
   assert.match(both, /^HTTP\/1\.1 400 /, both);
@@ -117,9 +148,12 @@ test("deep JSON: a body nested 8,000 levels is 400 INVALID_INPUT on every route 
   const alice = await h.as("alice");
   const post = ok<PostJson>(await alice.post("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
   const comment = ok<{ id: string }>(await alice.post(`/v1/posts/${post.id}/comments`, { body: "first" }), 201);
-  const snapshot = async () => (await h.db.pool.query<{ s: string }>(
-    "SELECT (SELECT count(*) FROM post) || '/' || (SELECT count(*) FROM comment) || '/' || (SELECT count(*) FROM account) || '/' || (SELECT count(*) FROM like_rebuild_run) AS s",
-  )).rows[0]!.s;
+  const snapshot = async () =>
+    (
+      await h.db.pool.query<{ s: string }>(
+        "SELECT (SELECT count(*) FROM post) || '/' || (SELECT count(*) FROM comment) || '/' || (SELECT count(*) FROM account) || '/' || (SELECT count(*) FROM like_rebuild_run) AS s",
+      )
+    ).rows[0]!.s;
   const before = await snapshot();
   const routes: [string, string, string][] = [
     ["POST", "/v1/posts", alice.token],
@@ -130,7 +164,10 @@ test("deep JSON: a body nested 8,000 levels is 400 INVALID_INPUT on every route 
     ["POST", "/v1/admin/comment-counts/rebuild", admin.token],
   ];
   for (const [method, path, token] of routes) {
-    for (const [shape, raw] of [["top level", DEEP], ["in a field", `{"body":${DEEP},"items":${DEEP}}`]]) {
+    for (const [shape, raw] of [
+      ["top level", DEEP],
+      ["in a field", `{"body":${DEEP},"items":${DEEP}}`],
+    ]) {
       const res = await h.request(method, path, { token, raw, headers: { "content-type": "application/json" } });
       const { error } = assertError(res, 400, "INVALID_INPUT", `${method} ${path} ${shape}`);
       assert.match(error.message, /nested deeper than/, `${method} ${path} ${shape}`);
@@ -139,7 +176,10 @@ test("deep JSON: a body nested 8,000 levels is 400 INVALID_INPUT on every route 
   assert.equal(await snapshot(), before, "nothing was written");
   // Within the cap the walk passes and the schema decides: a wrong type, not a depth error.
   const within = "[".repeat(MAX_INPUT_DEPTH - 1) + "]".repeat(MAX_INPUT_DEPTH - 1);
-  const res = await alice.post("/v1/posts", undefined, { raw: `{"visibility":"PUBLIC","body":${within}}`, headers: { "content-type": "application/json" } });
+  const res = await alice.post("/v1/posts", undefined, {
+    raw: `{"visibility":"PUBLIC","body":${within}}`,
+    headers: { "content-type": "application/json" },
+  });
   assert.doesNotMatch(assertError(res, 400, "INVALID_INPUT").error.message, /nested/);
 });
 
@@ -147,7 +187,11 @@ test("CORS: a preflight for PATCH (editing a comment from a browser app) is allo
   const h = await startApi({ corsOrigins: ["https://app.example.com"] });
   t.after(() => h.close());
   const preflight = await h.request("OPTIONS", "/v1/comments/c-1", {
-    headers: { origin: "https://app.example.com", "access-control-request-method": "PATCH", "access-control-request-headers": "authorization,content-type" },
+    headers: {
+      origin: "https://app.example.com",
+      "access-control-request-method": "PATCH",
+      "access-control-request-headers": "authorization,content-type",
+    },
   });
   assert.equal(preflight.status, 204, preflight.text);
   assert.equal(preflight.headers.get("access-control-allow-origin"), "https://app.example.com");

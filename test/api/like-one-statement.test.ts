@@ -33,7 +33,9 @@ async function statementsOf(call: () => Promise<unknown>): Promise<string[]> {
   } finally {
     recorder.stop();
   }
-  return recorder.texts.filter((text) => LIKE_PATH.test(text)).map((text) => text.replace(/\s+/g, " ").trim().slice(0, 60));
+  return recorder.texts
+    .filter((text) => LIKE_PATH.test(text))
+    .map((text) => text.replace(/\s+/g, " ").trim().slice(0, 60));
 }
 
 test("api: a like or unlike of any item kind is one statement that decides visibility inside the write (like_set_if_visible), and a block still hides a post", async (t) => {
@@ -45,17 +47,31 @@ test("api: a like or unlike of any item kind is one statement that decides visib
   const bob = await h.as("bob");
   ok(await admin.put("/v1/items/item-1"));
 
-  const like = await statementsOf(async () => assert.equal(ok(await alice.put<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "CHANGED"));
-  const noop = await statementsOf(async () => assert.equal(ok(await alice.put<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "NOOP"));
-  const unlike = await statementsOf(async () => assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "CHANGED"));
-  const unlikeNoop = await statementsOf(async () => assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "NOOP"));
-  const missing = await statementsOf(async () => assertError(await alice.put("/v1/items/no-such-item/likes/me"), 404, "ITEM_NOT_FOUND"));
+  const like = await statementsOf(async () =>
+    assert.equal(ok(await alice.put<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "CHANGED"),
+  );
+  const noop = await statementsOf(async () =>
+    assert.equal(ok(await alice.put<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "NOOP"),
+  );
+  const unlike = await statementsOf(async () =>
+    assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "CHANGED"),
+  );
+  const unlikeNoop = await statementsOf(async () =>
+    assert.equal(ok(await alice.delete<LikeOutcome>("/v1/items/item-1/likes/me")).outcome, "NOOP"),
+  );
+  const missing = await statementsOf(async () =>
+    assertError(await alice.put("/v1/items/no-such-item/likes/me"), 404, "ITEM_NOT_FOUND"),
+  );
 
   // A post and a comment: the same one statement; the reader's right to see them is decided inside it.
   const post = ok(await alice.post<PostJson>("/v1/posts", { visibility: "PUBLIC", body: "hello" }), 201);
   const comment = ok(await alice.post<PostJson>(`/v1/posts/${post.id}/comments`, { body: "first" }), 201);
-  const onPost = await statementsOf(async () => assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${post.id}/likes/me`)).outcome, "CHANGED"));
-  const onComment = await statementsOf(async () => assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${comment.id}/likes/me`)).outcome, "CHANGED"));
+  const onPost = await statementsOf(async () =>
+    assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${post.id}/likes/me`)).outcome, "CHANGED"),
+  );
+  const onComment = await statementsOf(async () =>
+    assert.equal(ok(await bob.put<LikeOutcome>(`/v1/items/${comment.id}/likes/me`)).outcome, "CHANGED"),
+  );
   t.diagnostic(`note plain item like: ${JSON.stringify(like)}; post like: ${JSON.stringify(onPost)}`);
   for (const statements of [like, noop, unlike, unlikeNoop, missing, onPost, onComment]) {
     assert.equal(statements.length, 1, JSON.stringify(statements));
@@ -66,8 +82,14 @@ test("api: a like or unlike of any item kind is one statement that decides visib
   const carol = await h.as("carol");
   ok(await alice.put("/v1/accounts/me/blocks/carol"));
   const before = (await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_outbox")).rows[0]!.n;
-  const hidden = await statementsOf(async () => assertError(await carol.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND"));
+  const hidden = await statementsOf(async () =>
+    assertError(await carol.put(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND"),
+  );
   assert.deepEqual(hidden.length, 1, JSON.stringify(hidden));
   assert.equal((await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_outbox")).rows[0]!.n, before);
-  assert.equal((await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE user_id = 'carol'")).rows[0]!.n, 0);
+  assert.equal(
+    (await h.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE user_id = 'carol'")).rows[0]!
+      .n,
+    0,
+  );
 });

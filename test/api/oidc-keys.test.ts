@@ -42,7 +42,12 @@ test("oidc keys: a rotation (new key added, old one removed) works without a res
   idp.removeKey("k1");
   const k3 = await idp.addKey("EdDSA", "k3");
   ok(await read(h, await idp.sign(k3, {}, { sub: "dave" })), 200, "k3, after k1 was withdrawn");
-  assertError(await read(h, await idp.sign(k1, {}, { sub: "erin" })), 401, "TOKEN_UNKNOWN_KID", "a new token of the withdrawn k1");
+  assertError(
+    await read(h, await idp.sign(k1, {}, { sub: "erin" })),
+    401,
+    "TOKEN_UNKNOWN_KID",
+    "a new token of the withdrawn k1",
+  );
   // The set without k1 was fetched, so the token remembered since before is checked again.
   assertError(await read(h, old), 401, "TOKEN_UNKNOWN_KID", "a remembered token of the withdrawn k1");
   ok(await read(h, await idp.sign(k2, {}, { sub: "bob" })), 200, "k2 stays");
@@ -64,7 +69,13 @@ test("oidc keys: with a cooldown, a new kid right after a fetch waits for it (no
     assert.equal(idp.requests, fetched, "no fetch within the cooldown");
   }
   // A bounded poll over the cooldown (it is time, not an event): the first request after it fetches once.
-  await pollUntil("k2 accepted after the cooldown", () => read(h, token), (res) => res.status === 200, 10_000, 50);
+  await pollUntil(
+    "k2 accepted after the cooldown",
+    () => read(h, token),
+    (res) => res.status === 200,
+    10_000,
+    50,
+  );
   assert.equal(idp.requests, fetched + 1, "exactly one fetch picked up k2");
 });
 
@@ -73,7 +84,9 @@ test("oidc keys: a flood of unknown kids costs the provider no request within th
   const h = await api(t, idp.options({ cooldownMs: 60_000 }));
   ok(await read(h, await idp.sign(k1)), 200);
   const before = idp.requests;
-  const flood = await Promise.all(Array.from({ length: 100 }, async (_, i) => read(h, await idp.sign(k1, {}, { kid: `made-up-${i}` }))));
+  const flood = await Promise.all(
+    Array.from({ length: 100 }, async (_, i) => read(h, await idp.sign(k1, {}, { kid: `made-up-${i}` }))),
+  );
   for (const res of flood) assertError(res, 401, "TOKEN_UNKNOWN_KID");
   t.diagnostic(`note 100 unknown kids, cooldown 60 s: ${idp.requests - before} JWKS requests`);
   assert.equal(idp.requests - before, 0);
@@ -82,19 +95,28 @@ test("oidc keys: a flood of unknown kids costs the provider no request within th
   const control = await api(t, open.options({ cooldownMs: 0 }));
   ok(await read(control, await open.sign(openKey)), 200);
   const start = open.requests;
-  for (let i = 0; i < 20; i++) assertError(await read(control, await open.sign(openKey, {}, { kid: `made-up-${i}` })), 401, "TOKEN_UNKNOWN_KID");
+  for (let i = 0; i < 20; i++)
+    assertError(await read(control, await open.sign(openKey, {}, { kid: `made-up-${i}` })), 401, "TOKEN_UNKNOWN_KID");
   t.diagnostic(`note control, 20 unknown kids, cooldown 0: ${open.requests - start} JWKS requests`);
   assert.equal(open.requests - start, 20, "the control shows the cooldown is what bounds the flood");
 });
 
 test("oidc keys: a provider that does not answer at start (nothing listens, connections reset, no answer) does not keep the service from starting; tokens get 401 TOKEN_KEY_UNAVAILABLE, public reads and health answer", async (t) => {
   const { idp, k1 } = await provider(t);
-  const nothing = await api(t, { ...idp.options({ cooldownMs: 0 }), url: `http://127.0.0.1:${await freePort()}/.well-known/jwks.json` });
+  const nothing = await api(t, {
+    ...idp.options({ cooldownMs: 0 }),
+    url: `http://127.0.0.1:${await freePort()}/.well-known/jwks.json`,
+  });
   await nothing.ledger.relations.upsertAccount("bob", {});
   assertError(await read(nothing, await idp.sign(k1)), 401, "TOKEN_KEY_UNAVAILABLE", "nothing listens");
   ok(await nothing.request("GET", "/healthz"));
   ok(await nothing.request("GET", "/v1/accounts/bob"), 200, "a public read without a token");
-  assertError(await nothing.request("GET", "/v1/accounts/bob", { token: await idp.sign(k1) }), 401, "TOKEN_KEY_UNAVAILABLE", "a public read with a token");
+  assertError(
+    await nothing.request("GET", "/v1/accounts/bob", { token: await idp.sign(k1) }),
+    401,
+    "TOKEN_KEY_UNAVAILABLE",
+    "a public read with a token",
+  );
 
   const silent = await TestProvider.start();
   t.after(() => silent.close());
@@ -102,7 +124,12 @@ test("oidc keys: a provider that does not answer at start (nothing listens, conn
   silent.mode = "hang";
   const hanging = await api(t, silent.options({ cooldownMs: 0, timeoutMs: 300 }));
   const started = Date.now();
-  assertError(await read(hanging, await idp.sign(k1)), 401, "TOKEN_KEY_UNAVAILABLE", "the provider accepts and never answers");
+  assertError(
+    await read(hanging, await idp.sign(k1)),
+    401,
+    "TOKEN_KEY_UNAVAILABLE",
+    "the provider accepts and never answers",
+  );
   t.diagnostic(`note a provider that never answers: 401 after ${Date.now() - started} ms (timeout 300 ms)`);
   assert.ok(Date.now() - started < 5000);
 });
@@ -119,7 +146,8 @@ test("oidc keys: provider down at start, then up: 401 TOKEN_KEY_UNAVAILABLE, the
   const { idp: down, k1: downKey } = await provider(t);
   down.mode = "503";
   const bounded = await api(t, down.options({ cooldownMs: 60_000 }));
-  for (let i = 0; i < 20; i++) assertError(await read(bounded, await down.sign(downKey, {}, { sub: `user-${i}` })), 401, "TOKEN_KEY_UNAVAILABLE");
+  for (let i = 0; i < 20; i++)
+    assertError(await read(bounded, await down.sign(downKey, {}, { sub: `user-${i}` })), 401, "TOKEN_KEY_UNAVAILABLE");
   t.diagnostic(`note provider answering 503 at start, 20 tokens, cooldown 60 s: ${down.requests} JWKS requests`);
   assert.equal(down.requests, 1, "only the start's fetch: a failed fetch is retried after the cooldown, not per token");
 });
@@ -139,8 +167,18 @@ test("oidc keys: a provider that goes down after its keys were fetched: tokens o
   ok(await read(stale, await aging.sign(agingKey, {}, { sub: "alice" })), 200);
   aging.mode = "503";
   const start = aging.requests;
-  for (let i = 0; i < 20; i++) ok(await read(stale, await aging.sign(agingKey, {}, { sub: `user-${i}` })), 200, `new token ${i} of the cached key, set stale, provider down`);
-  assertError(await read(stale, await aging.sign(agingKey, {}, { kid: "k-new" })), 401, "TOKEN_KEY_UNAVAILABLE", "a kid the last set lacks, provider down");
+  for (let i = 0; i < 20; i++)
+    ok(
+      await read(stale, await aging.sign(agingKey, {}, { sub: `user-${i}` })),
+      200,
+      `new token ${i} of the cached key, set stale, provider down`,
+    );
+  assertError(
+    await read(stale, await aging.sign(agingKey, {}, { kid: "k-new" })),
+    401,
+    "TOKEN_KEY_UNAVAILABLE",
+    "a kid the last set lacks, provider down",
+  );
   t.diagnostic(`note provider down, stale set, 21 new tokens: ${aging.requests - start} JWKS requests`);
   assert.equal(aging.requests - start, 1, "one failed fetch, then the last set until the cooldown ends");
 });

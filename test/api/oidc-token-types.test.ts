@@ -10,7 +10,10 @@ import assert from "node:assert/strict";
 import { assertError, ok, startApi, type ApiHarness } from "./harness.ts";
 import { TestProvider, type ProviderKey } from "../support/identity-provider.ts";
 
-async function providerApi(t: import("node:test").TestContext, tokenTypes?: string[]): Promise<{ h: ApiHarness; idp: TestProvider; key: ProviderKey }> {
+async function providerApi(
+  t: import("node:test").TestContext,
+  tokenTypes?: string[],
+): Promise<{ h: ApiHarness; idp: TestProvider; key: ProviderKey }> {
   const idp = await TestProvider.start();
   t.after(() => idp.close());
   const key = await idp.addKey("RS256", "rsa-1");
@@ -21,10 +24,19 @@ async function providerApi(t: import("node:test").TestContext, tokenTypes?: stri
 }
 
 /** What a provider's sign-in hands the client: typ JWT, aud the client's id (here the API's audience), nonce, at_hash, auth_time. */
-const ID_TOKEN_CLAIMS = { nonce: "n-0S6_WzA2Mj", at_hash: "77QmUPtjPfzWtF2AnpK9RQ", auth_time: 1_700_000_000, email: "alice@example.test" };
+const ID_TOKEN_CLAIMS = {
+  nonce: "n-0S6_WzA2Mj",
+  at_hash: "77QmUPtjPfzWtF2AnpK9RQ",
+  auth_time: 1_700_000_000,
+  email: "alice@example.test",
+};
 
 async function likers(h: ApiHarness): Promise<string[]> {
-  return (await h.db.pool.query<{ user_id: string }>("SELECT user_id FROM like_fact WHERE item_id = 'item-1' AND liked ORDER BY user_id")).rows.map((r) => r.user_id);
+  return (
+    await h.db.pool.query<{ user_id: string }>(
+      "SELECT user_id FROM like_fact WHERE item_id = 'item-1' AND liked ORDER BY user_id",
+    )
+  ).rows.map((r) => r.user_id);
 }
 
 test("oidc token types: by default only at+jwt access tokens act; an ID token (typ JWT, or none) is 401 TOKEN_TYPE_NOT_ALLOWED and writes nothing", async (t) => {
@@ -42,7 +54,11 @@ test("oidc token types: by default only at+jwt access tokens act; an ID token (t
   }
   assert.deepEqual(await likers(h), [], "nothing written");
   // Controls: access tokens, typed as RFC 9068 says (case and the application/ prefix do not matter).
-  for (const [user, typ] of [["alice", "at+jwt"], ["bob", "application/at+jwt"], ["carol", "AT+JWT"]] as const) {
+  for (const [user, typ] of [
+    ["alice", "at+jwt"],
+    ["bob", "application/at+jwt"],
+    ["carol", "AT+JWT"],
+  ] as const) {
     ok(await like(await idp.sign(key, {}, { sub: user, typ })), 200, typ);
   }
   assert.deepEqual(await likers(h), ["alice", "bob", "carol"]);
@@ -54,15 +70,27 @@ test("oidc token types: with LEDGER_JWT_TYPES=at+jwt,JWT, JWT-typed and untyped 
   const idTokens: [string, string][] = [
     ["typ JWT, nonce and at_hash", await idp.sign(key, ID_TOKEN_CLAIMS, { sub: "mallory", typ: "JWT" })],
     ["no typ, nonce only", await idp.sign(key, { nonce: "abc" }, { sub: "mallory", typ: undefined })],
-    ["typ JWT, at_hash only", await idp.sign(key, { at_hash: "77QmUPtjPfzWtF2AnpK9RQ" }, { sub: "mallory", typ: "JWT" })],
+    [
+      "typ JWT, at_hash only",
+      await idp.sign(key, { at_hash: "77QmUPtjPfzWtF2AnpK9RQ" }, { sub: "mallory", typ: "JWT" }),
+    ],
     ["typ JWT, c_hash only", await idp.sign(key, { c_hash: "LDktKdoQak3Pk0cnXxCltA" }, { sub: "mallory", typ: "JWT" })],
     ["Keycloak's ID token (typ claim ID)", await idp.sign(key, { typ: "ID" }, { sub: "mallory", typ: "JWT" })],
   ];
   for (const [label, token] of idTokens) assertError(await like(token), 401, "TOKEN_IS_ID_TOKEN", label);
-  assertError(await like(await idp.sign(key, {}, { sub: "mallory", typ: "logout+jwt" })), 401, "TOKEN_TYPE_NOT_ALLOWED", "a type not listed");
+  assertError(
+    await like(await idp.sign(key, {}, { sub: "mallory", typ: "logout+jwt" })),
+    401,
+    "TOKEN_TYPE_NOT_ALLOWED",
+    "a type not listed",
+  );
   assert.deepEqual(await likers(h), [], "nothing written");
   // Controls: the access tokens of such a provider (Keycloak's says typ Bearer in the payload).
-  ok(await like(await idp.sign(key, { typ: "Bearer", auth_time: 1_700_000_000 }, { sub: "alice", typ: "JWT" })), 200, "typ JWT");
+  ok(
+    await like(await idp.sign(key, { typ: "Bearer", auth_time: 1_700_000_000 }, { sub: "alice", typ: "JWT" })),
+    200,
+    "typ JWT",
+  );
   ok(await like(await idp.sign(key, {}, { sub: "bob", typ: undefined })), 200, "no typ");
   // The header decides for at+jwt: an RFC 9068 token is an access token whatever else it carries.
   ok(await like(await idp.sign(key, { nonce: "abc" }, { sub: "carol", typ: "at+jwt" })), 200, "at+jwt with a nonce");

@@ -22,9 +22,14 @@ export async function redoclyLint(doc: unknown): Promise<{ code: number; output:
     const file = join(dir, "openapi.json");
     await writeFile(file, JSON.stringify(doc, null, 1));
     return await new Promise((resolve) => {
-      execFile(REDOCLY, ["lint", file, "--config", CONFIG, "--format", "stylish", "--max-problems", "200"], { env: { ...process.env, ...OFFLINE }, timeout: 120_000 }, (err, stdout, stderr) => {
-        resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, output: `${stdout}${stderr}` });
-      });
+      execFile(
+        REDOCLY,
+        ["lint", file, "--config", CONFIG, "--format", "stylish", "--max-problems", "200"],
+        { env: { ...process.env, ...OFFLINE }, timeout: 120_000 },
+        (err, stdout, stderr) => {
+          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, output: `${stdout}${stderr}` });
+        },
+      );
     });
   } finally {
     await rm(dir, { recursive: true, force: true });

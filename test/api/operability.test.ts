@@ -14,10 +14,12 @@ test("api operability: x-request-id is echoed when valid and generated otherwise
   const given = await h.request("GET", "/healthz", { headers: { "x-request-id": "trace-42.a_b" } });
   assert.equal(given.headers.get("x-request-id"), "trace-42.a_b");
   assert.deepEqual(ok(given), { status: "ok" });
-  const generated = [await h.request("GET", "/healthz"), await h.request("GET", "/healthz")].map((r) => r.headers.get("x-request-id") ?? "");
+  const generated = [await h.request("GET", "/healthz"), await h.request("GET", "/healthz")].map(
+    (r) => r.headers.get("x-request-id") ?? "",
+  );
   for (const id of generated) assert.match(id, UUID);
   assert.notEqual(generated[0], generated[1], "a fresh id per request");
-  for (const bad of ["has space", "x".repeat(65), "semi;colon", "slash/inside", "quote\"", ""]) {
+  for (const bad of ["has space", "x".repeat(65), "semi;colon", "slash/inside", 'quote"', ""]) {
     const res = await h.request("GET", "/healthz", { headers: { "x-request-id": bad } });
     assert.match(res.headers.get("x-request-id") ?? "", UUID, `an unusable id (${JSON.stringify(bad)}) is replaced`);
   }
@@ -27,7 +29,14 @@ test("api operability: x-request-id is echoed when valid and generated otherwise
     ["req-404", alice.get("/nope", { headers: { "x-request-id": "req-404" } })],
     ["req-400", alice.get("/v1/items/bad%20id/likes/me", { headers: { "x-request-id": "req-400" } })],
     ["req-400-url", alice.get("/v1/items/%E0%A4%A/likes/me", { headers: { "x-request-id": "req-400-url" } })],
-    ["req-413", alice.post("/v1/posts", { visibility: "PUBLIC", body: "x".repeat(70_000) }, { headers: { "x-request-id": "req-413" } })],
+    [
+      "req-413",
+      alice.post(
+        "/v1/posts",
+        { visibility: "PUBLIC", body: "x".repeat(70_000) },
+        { headers: { "x-request-id": "req-413" } },
+      ),
+    ],
   ];
   for (const [id, pending] of errorResponses) {
     const res = await pending;
@@ -35,7 +44,11 @@ test("api operability: x-request-id is echoed when valid and generated otherwise
     assert.equal(res.headers.get("x-request-id"), id, `${id}: ${res.status}`);
   }
 
-  assert.deepEqual(ok(await h.request("GET", "/readyz")), { status: "ready", migrations: (await loadMigrations()).length, counts: "off" });
+  assert.deepEqual(ok(await h.request("GET", "/readyz")), {
+    status: "ready",
+    migrations: (await loadMigrations()).length,
+    counts: "off",
+  });
   await h.db.pool.query("DELETE FROM ledger_migration WHERE id = (SELECT max(id) FROM ledger_migration)");
   assertError(await h.request("GET", "/readyz"), 503, "NOT_READY");
   assert.equal((await h.request("GET", "/healthz")).status, 200, "liveness does not depend on the database");
@@ -78,21 +91,37 @@ test("api operability P=4: /metrics counts requests by route and status, outcome
     relationLag += value(`ledger_lag_events{view="follower_projection",partition="${part}"}`);
     value(`ledger_watermark{view="like_count",partition="${part}"}`);
   }
-  assert.deepEqual({ likeLag, relationLag }, { likeLag: 1, relationLag: 1 }, "one like and one follow not yet consumed");
+  assert.deepEqual(
+    { likeLag, relationLag },
+    { likeLag: 1, relationLag: 1 },
+    "one like and one follow not yet consumed",
+  );
   assert.equal(value("ledger_scrape_database_up"), 1);
 
   await h.drain();
   await h.app.metrics.refresh();
   const drained = (await h.request("GET", "/metrics")).text;
   assert.doesNotMatch(drained, /^ledger_lag_events\{[^}]*\} [1-9]/m, "no lag after a drain");
-  assert.match(drained, /^http_requests_total\{method="GET",route="\/metrics",status="200"\} 1$/m, "the first scrape is counted");
+  assert.match(
+    drained,
+    /^http_requests_total\{method="GET",route="\/metrics",status="200"\} 1$/m,
+    "the first scrape is counted",
+  );
 });
 
 test("api operability: /openapi.json is an OpenAPI 3 document listing every route of the API table with its 200/201 and error responses; /docs serves HTML", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
-  interface Operation { responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>; security?: unknown[] }
-  interface Doc { openapi: string; info: { title: string }; paths: Record<string, Record<string, Operation>>; components: { schemas: Record<string, { title?: string; properties?: Record<string, unknown> }> } }
+  interface Operation {
+    responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
+    security?: unknown[];
+  }
+  interface Doc {
+    openapi: string;
+    info: { title: string };
+    paths: Record<string, Record<string, Operation>>;
+    components: { schemas: Record<string, { title?: string; properties?: Record<string, unknown> }> };
+  }
   const res = await h.request<Doc>("GET", "/openapi.json");
   const doc = ok(res);
   assert.match(doc.openapi, /^3\./);
@@ -168,13 +197,23 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
     if (!responses[success]) problems.push(`${method.toUpperCase()} ${path}: no ${success} response`);
     for (const status of errors) {
       const ref = responses[status]?.content?.["application/json"]?.schema?.$ref;
-      if (ref !== `#/components/schemas/${errorSchema[0]}`) problems.push(`${method.toUpperCase()} ${path}: no ${status} error response`);
+      if (ref !== `#/components/schemas/${errorSchema[0]}`)
+        problems.push(`${method.toUpperCase()} ${path}: no ${status} error response`);
     }
     if (path.startsWith("/v1/") && !op.security) problems.push(`${method.toUpperCase()} ${path}: no security`);
   }
   assert.deepEqual(problems, []);
-  const listed = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`)).filter((r) => r.includes("/v1/"));
-  assert.deepEqual(listed.sort(), table.filter(([, p]) => p.startsWith("/v1/")).map(([m, p]) => `${m} ${p}`).sort(), "exactly the routes of the table");
+  const listed = Object.entries(doc.paths)
+    .flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`))
+    .filter((r) => r.includes("/v1/"));
+  assert.deepEqual(
+    listed.sort(),
+    table
+      .filter(([, p]) => p.startsWith("/v1/"))
+      .map(([m, p]) => `${m} ${p}`)
+      .sort(),
+    "exactly the routes of the table",
+  );
   t.diagnostic(`note ${Object.keys(doc.paths).length} paths documented`);
 
   const docs = await h.request("GET", "/docs");
@@ -197,7 +236,9 @@ test("api shutdown: close() with a like in flight (held on a row lock) lets it f
   const blocker = await h.db.pool.connect();
   try {
     await blocker.query("BEGIN");
-    await blocker.query("INSERT INTO like_fact (user_id, item_id, liked, version) VALUES ('alice', 'item-1', false, 0)");
+    await blocker.query(
+      "INSERT INTO like_fact (user_id, item_id, liked, version) VALUES ('alice', 'item-1', false, 0)",
+    );
     const inFlight = alice.put<LikeOutcome>("/v1/items/item-1/likes/me");
     await waitForAnyLockWait(h.db.pool);
     const closing = h.app.close();
@@ -213,6 +254,8 @@ test("api shutdown: close() with a like in flight (held on a row lock) lets it f
   } finally {
     blocker.release();
   }
-  const { rows } = await h.db.pool.query<{ liked: boolean }>("SELECT liked FROM like_fact WHERE user_id = 'alice' AND item_id = 'item-1'");
+  const { rows } = await h.db.pool.query<{ liked: boolean }>(
+    "SELECT liked FROM like_fact WHERE user_id = 'alice' AND item_id = 'item-1'",
+  );
   assert.deepEqual(rows, [{ liked: true }], "the acknowledged like is in the facts");
 });

@@ -27,8 +27,16 @@ test("api DELETE /v1/posts/{id}: the author (or an admin) deletes, a repeat is a
   assertError(await bob.delete(`/v1/posts/${other.id}`), 404, "POST_NOT_FOUND", "someone who cannot read it: missing");
   assertError(await bob.delete("/v1/posts/no-such-post"), 404, "POST_NOT_FOUND");
   assert.deepEqual(ok(await alice.delete(`/v1/posts/${post.id}`)), { id: post.id, outcome: "CHANGED" });
-  assert.deepEqual(ok(await alice.delete(`/v1/posts/${post.id}`)), { id: post.id, outcome: "NOOP" }, "set-target-state");
-  assert.deepEqual(ok(await admin.delete(`/v1/posts/${other.id}`)), { id: other.id, outcome: "CHANGED" }, "an admin deletes anyone's");
+  assert.deepEqual(
+    ok(await alice.delete(`/v1/posts/${post.id}`)),
+    { id: post.id, outcome: "NOOP" },
+    "set-target-state",
+  );
+  assert.deepEqual(
+    ok(await admin.delete(`/v1/posts/${other.id}`)),
+    { id: other.id, outcome: "CHANGED" },
+    "an admin deletes anyone's",
+  );
 
   const missingItem = await bob.get("/v1/items/no-such-item/likes");
   for (const reader of [alice, bob, carol]) {
@@ -41,14 +49,20 @@ test("api DELETE /v1/posts/{id}: the author (or an admin) deletes, a repeat is a
     assertError(await reader.delete(`/v1/items/${post.id}/likes/me`), 404, "ITEM_NOT_FOUND", "nor an unlike");
   }
   assertError(await h.request("GET", `/v1/posts/${post.id}`), 404, "POST_NOT_FOUND", "without a token");
-  assert.deepEqual(ok(await bob.get<LikedItemPage>("/v1/accounts/me/likes")), { likes: [] }, "gone from the liker's list");
+  assert.deepEqual(
+    ok(await bob.get<LikedItemPage>("/v1/accounts/me/likes")),
+    { likes: [] },
+    "gone from the liker's list",
+  );
 
   // The ledger keeps its history: facts, events and counts unchanged, audits clean; the body is erased.
   const { rows } = await h.db.pool.query<{ facts: number; events: number; n: number; body: string }>(
     `SELECT (SELECT count(*) FROM like_fact WHERE item_id = $1 AND liked)::int AS facts,
             (SELECT count(*) FROM like_outbox WHERE item_id = $1)::int AS events,
             (SELECT sum(n) FROM like_count WHERE item_id = $1)::int AS n,
-            (SELECT body FROM post WHERE post_id = $1) AS body`, [post.id]);
+            (SELECT body FROM post WHERE post_id = $1) AS body`,
+    [post.id],
+  );
   assert.deepEqual(rows[0], { facts: 2, events: 2, n: 2, body: "" });
   assert.ok(writeSideClean(await writeSide(h.db.pool)));
   assert.ok(readSideClean(await readSide(h.db.pool)));

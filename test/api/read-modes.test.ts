@@ -2,8 +2,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SignJWT } from "jose";
 import {
-  assertError, createAccounts, ok, startApi,
-  type ApiResponse, type LikeOutcome, type PostJson, type PostRead, type RelationOutcome,
+  assertError,
+  createAccounts,
+  ok,
+  startApi,
+  type ApiResponse,
+  type LikeOutcome,
+  type PostJson,
+  type PostRead,
+  type RelationOutcome,
 } from "./harness.ts";
 
 /** Every way we could think of to ask for PROJECTION_ONLY (or anything not offered) through the query string. */
@@ -72,10 +79,19 @@ for (const partitions of [1, 4]) {
     const reader = await h.as("reader");
 
     assert.equal(ok(await reader.put<RelationOutcome>("/v1/accounts/me/following/author")).state, "PENDING");
-    assert.equal(ok(await author.post<RelationOutcome>("/v1/accounts/me/follow-requests/reader/approve")).state, "ACTIVE");
-    const p1 = ok(await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "P1: before the block" }), 201);
+    assert.equal(
+      ok(await author.post<RelationOutcome>("/v1/accounts/me/follow-requests/reader/approve")).state,
+      "ACTIVE",
+    );
+    const p1 = ok(
+      await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "P1: before the block" }),
+      201,
+    );
     assert.deepEqual(Object.keys(p1).sort(), ["aclToken", "author", "body", "createdAt", "id", "visibility"]);
-    assert.deepEqual({ author: p1.author, visibility: p1.visibility, body: p1.body }, { author: "author", visibility: "FOLLOWERS", body: "P1: before the block" });
+    assert.deepEqual(
+      { author: p1.author, visibility: p1.visibility, body: p1.body },
+      { author: "author", visibility: "FOLLOWERS", body: "P1: before the block" },
+    );
     await h.ledger.projector.drain();
     // Before the block the follower reads P1 in every offered mode.
     assert.equal(ok(await reader.get<PostRead>(`/v1/posts/${p1.id}?consistency=fresh_token`)).decidedBy, "projection");
@@ -83,24 +99,39 @@ for (const partitions of [1, 4]) {
 
     const block = ok(await author.put<RelationOutcome>("/v1/accounts/me/blocks/reader"));
     assert.equal(block.outcome, "CHANGED");
-    const p2 = ok(await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "P2: after the block" }), 201);
-    t.diagnostic(`note block seq=${block.seq} P1 token=${p1.aclToken} P2 token=${p2.aclToken} (projector not run since the block)`);
+    const p2 = ok(
+      await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "P2: after the block" }),
+      201,
+    );
+    t.diagnostic(
+      `note block seq=${block.seq} P1 token=${p1.aclToken} P2 token=${p2.aclToken} (projector not run since the block)`,
+    );
     assert.equal(p2.aclToken, block.seq, "P2's token includes the block");
     const { rows } = await h.db.pool.query<{ applied_upto: number }>(
-      "SELECT w.applied_upto FROM post p JOIN proj_watermark w USING (part) WHERE p.post_id = $1", [p2.id]);
+      "SELECT w.applied_upto FROM post p JOIN proj_watermark w USING (part) WHERE p.post_id = $1",
+      [p2.id],
+    );
     const watermark = rows[0]!.applied_upto;
     assert.ok(watermark >= p1.aclToken && watermark < p2.aclToken, `watermark ${watermark} between the tokens`);
 
     const missing = await reader.get("/v1/posts/00000000-0000-4000-8000-000000000000");
     assertError(missing, 404, "POST_NOT_FOUND");
     const read = async (id: string, query: string) => reader.get<PostRead>(`/v1/posts/${id}${query}`);
-    const cell = (res: ApiResponse<PostRead>) => (res.status === 200 ? `200/${res.body.decidedBy}` : String(res.status));
+    const cell = (res: ApiResponse<PostRead>) =>
+      res.status === 200 ? `200/${res.body.decidedBy}` : String(res.status);
     const table: Record<string, string> = {};
-    for (const [mode, query] of [["content_token", "?consistency=content_token"], ["fresh_token", "?consistency=fresh_token"], ["truth", "?consistency=truth"], ["default", ""]] as const) {
+    for (const [mode, query] of [
+      ["content_token", "?consistency=content_token"],
+      ["fresh_token", "?consistency=fresh_token"],
+      ["truth", "?consistency=truth"],
+      ["default", ""],
+    ] as const) {
       const r1 = await read(p1.id, query);
       const r2 = await read(p2.id, query);
       table[mode] = `P1=${cell(r1)} P2=${cell(r2)}`;
-      for (const r of [r1, r2]) if (r.status !== 200) assert.equal(r.text, missing.text, `${mode}: a denied post looks exactly like a missing one`);
+      for (const r of [r1, r2])
+        if (r.status !== 200)
+          assert.equal(r.text, missing.text, `${mode}: a denied post looks exactly like a missing one`);
     }
     for (const [mode, row] of Object.entries(table)) t.diagnostic(`note ${mode.padEnd(13)} ${row}`);
     assert.deepEqual(table, {
@@ -128,21 +159,36 @@ for (const partitions of [1, 4]) {
       }
     }
     // Not in the path either, nor in the token.
-    for (const path of [`/v1/posts/${p2.id};consistency=projection_only`, `/v1/posts/${p2.id}/projection_only`, `/v1/posts/${p2.id}%3Fconsistency%3Dprojection_only`]) {
+    for (const path of [
+      `/v1/posts/${p2.id};consistency=projection_only`,
+      `/v1/posts/${p2.id}/projection_only`,
+      `/v1/posts/${p2.id}%3Fconsistency%3Dprojection_only`,
+    ]) {
       const res = await reader.get(path);
       assert.ok(res.status === 400 || res.status === 404, `${path}: ${res.status} ${res.text}`);
     }
     const claims = await new SignJWT({ consistency: "projection_only", mode: "PROJECTION_ONLY", role: "admin" })
-      .setProtectedHeader({ alg: "HS256" }).setSubject("reader").setIssuer("social-ledger").setIssuedAt().setExpirationTime("1h")
+      .setProtectedHeader({ alg: "HS256" })
+      .setSubject("reader")
+      .setIssuer("social-ledger")
+      .setIssuedAt()
+      .setExpirationTime("1h")
       .sign(h.secret);
-    assert.equal((await h.request("GET", `/v1/posts/${p2.id}`, { token: claims })).text, missing.text, "even an admin token with mode claims");
+    assert.equal(
+      (await h.request("GET", `/v1/posts/${p2.id}`, { token: claims })).text,
+      missing.text,
+      "even an admin token with mode claims",
+    );
     t.diagnostic(`note ${SMUGGLED_QUERIES.length} smuggled queries: ${JSON.stringify(outcomes)}`);
 
     // Liking follows the truth: the blocked reader may like neither post, and learns nothing.
     const likeMissing = await reader.put("/v1/items/no-such-item/likes/me");
     assertError(likeMissing, 404, "ITEM_NOT_FOUND");
     for (const p of [p1, p2]) {
-      for (const res of [await reader.put(`/v1/items/${p.id}/likes/me`), await reader.delete(`/v1/items/${p.id}/likes/me`)]) {
+      for (const res of [
+        await reader.put(`/v1/items/${p.id}/likes/me`),
+        await reader.delete(`/v1/items/${p.id}/likes/me`),
+      ]) {
         assert.equal(res.status, 404);
         assert.equal(res.text, likeMissing.text, "liking a post you may not read is refused like a missing item");
       }
@@ -151,7 +197,11 @@ for (const partitions of [1, 4]) {
       assertError(await reader.get(`/v1/items/${p.id}/likes`), 404, "ITEM_NOT_FOUND");
     }
     assert.equal(ok(await author.get<PostRead>(`/v1/posts/${p2.id}?consistency=truth`)).decidedBy, "author");
-    assert.equal(ok(await author.put<LikeOutcome>(`/v1/items/${p2.id}/likes/me`)).outcome, "CHANGED", "the author likes P2");
+    assert.equal(
+      ok(await author.put<LikeOutcome>(`/v1/items/${p2.id}/likes/me`)).outcome,
+      "CHANGED",
+      "the author likes P2",
+    );
 
     // Once the projector has applied the block, content_token denies P1 from the projection too.
     await h.ledger.projector.drain();
@@ -170,7 +220,10 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
   const stranger = await h.as("stranger");
   assert.equal(ok(await follower.put<RelationOutcome>("/v1/accounts/me/following/author")).state, "ACTIVE");
   await h.ledger.projector.drain();
-  const followers = ok(await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "for followers" }), 201);
+  const followers = ok(
+    await author.post<PostJson>("/v1/posts", { visibility: "FOLLOWERS", body: "for followers" }),
+    201,
+  );
   const pub = ok(await author.post<PostJson>("/v1/posts", { visibility: "PUBLIC", body: "for everyone" }), 201);
   const self = ok(await author.post<PostJson>("/v1/posts", { visibility: "SELF", body: "for me" }), 201);
 
@@ -189,12 +242,18 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
     }
     // A like given before the block may still be taken back; after that, and
     // for everyone who had none, an unlike is refused like a missing item.
-    if (likedBefore) assert.equal(ok(await who.delete<LikeOutcome>(`/v1/items/${id}/likes/me`)).outcome, "CHANGED", `${context}: retracting its own like`);
+    if (likedBefore)
+      assert.equal(
+        ok(await who.delete<LikeOutcome>(`/v1/items/${id}/likes/me`)).outcome,
+        "CHANGED",
+        `${context}: retracting its own like`,
+      );
     for (const res of [await who.put(`/v1/items/${id}/likes/me`), await who.delete(`/v1/items/${id}/likes/me`)]) {
       assert.equal(res.status, 404, `${context} like`);
       assert.equal(res.text, missingItem.text, `${context}: liking is refused like a missing item`);
     }
-    for (const path of ["likes/me", "like-count", "likes"]) assertError(await who.get(`/v1/items/${id}/${path}`), 404, "ITEM_NOT_FOUND", `${context} ${path}`);
+    for (const path of ["likes/me", "like-count", "likes"])
+      assertError(await who.get(`/v1/items/${id}/${path}`), 404, "ITEM_NOT_FOUND", `${context} ${path}`);
   };
 
   await denied(stranger, followers.id, "a stranger on a FOLLOWERS post");
@@ -208,7 +267,11 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
     assert.equal(r.decidedBy, "public-block-check", query);
     assert.equal(r.post.body, "for everyone");
   }
-  assert.equal(ok(await stranger.put<LikeOutcome>(`/v1/items/${pub.id}/likes/me`)).outcome, "CHANGED", "a stranger likes a PUBLIC post");
+  assert.equal(
+    ok(await stranger.put<LikeOutcome>(`/v1/items/${pub.id}/likes/me`)).outcome,
+    "CHANGED",
+    "a stranger likes a PUBLIC post",
+  );
 
   assert.equal(ok(await author.put<RelationOutcome>("/v1/accounts/me/blocks/stranger")).outcome, "CHANGED");
   await denied(stranger, pub.id, "a blocked stranger on a PUBLIC post", true);
@@ -216,5 +279,9 @@ test("api P=1 post visibility: a non-follower's 404 is byte-identical to a missi
   const strangersPost = ok(await stranger.post<PostJson>("/v1/posts", { visibility: "PUBLIC", body: "mine" }), 201);
   assert.equal((await author.get(`/v1/posts/${strangersPost.id}`)).text, missingPost.text);
   assert.equal(ok(await author.delete<RelationOutcome>("/v1/accounts/me/blocks/stranger")).outcome, "CHANGED");
-  assert.equal(ok(await stranger.get<PostRead>(`/v1/posts/${pub.id}`)).decidedBy, "public-block-check", "readable again after the unblock");
+  assert.equal(
+    ok(await stranger.get<PostRead>(`/v1/posts/${pub.id}`)).decidedBy,
+    "public-block-check",
+    "readable again after the unblock",
+  );
 });

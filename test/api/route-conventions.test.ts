@@ -31,17 +31,29 @@ test("comment reads: comments, replies and the comment count of a PUBLIC post ne
   await h.drain();
 
   const anonymous = <T = unknown>(path: string) => h.request<T>("GET", path);
-  assert.deepEqual(ok(await anonymous<CommentPage>(`/v1/posts/${pub.id}/comments`)).comments.map((c) => c.body), ["hello"]);
-  assert.deepEqual(ok(await anonymous<CommentPage>(`/v1/comments/${onPublic.id}/replies`)).comments.map((c) => c.body), ["re"]);
+  assert.deepEqual(
+    ok(await anonymous<CommentPage>(`/v1/posts/${pub.id}/comments`)).comments.map((c) => c.body),
+    ["hello"],
+  );
+  assert.deepEqual(
+    ok(await anonymous<CommentPage>(`/v1/comments/${onPublic.id}/replies`)).comments.map((c) => c.body),
+    ["re"],
+  );
   assert.equal(ok(await anonymous<{ count: number }>(`/v1/posts/${pub.id}/comment-count`)).count, 2);
   // As the post itself: GET /v1/posts/{id} without a token reads PUBLIC posts only.
   ok(await anonymous(`/v1/posts/${pub.id}`));
   for (const post of [friends, self]) {
     assertError(await anonymous(`/v1/posts/${post.id}`), 404, "POST_NOT_FOUND", `${post.visibility} post`);
     assertError(await anonymous(`/v1/posts/${post.id}/comments`), 404, "POST_NOT_FOUND", `${post.visibility} comments`);
-    assertError(await anonymous(`/v1/posts/${post.id}/comment-count`), 404, "POST_NOT_FOUND", `${post.visibility} count`);
+    assertError(
+      await anonymous(`/v1/posts/${post.id}/comment-count`),
+      404,
+      "POST_NOT_FOUND",
+      `${post.visibility} count`,
+    );
   }
-  for (const c of [onFriends, onSelf]) assertError(await anonymous(`/v1/comments/${c.id}/replies`), 404, "COMMENT_NOT_FOUND");
+  for (const c of [onFriends, onSelf])
+    assertError(await anonymous(`/v1/comments/${c.id}/replies`), 404, "COMMENT_NOT_FOUND");
   assertError(await anonymous("/v1/comments/no-such-comment/replies"), 404, "COMMENT_NOT_FOUND");
   // The follow still opens the FOLLOWERS post to its follower, with a token; a non-follower's token does not.
   assert.equal(ok<CommentPage>(await bob!.get(`/v1/posts/${friends.id}/comments`)).comments.length, 1);
@@ -63,8 +75,10 @@ test("comment lists: a limit above 200 is clamped like every list, and the next 
   const [alice, bob] = await Promise.all(["alice", "bob"].map((id) => h.as(id)));
   const post = ok<PostJson>(await alice!.post("/v1/posts", { visibility: "PUBLIC", body: "thread" }), 201);
   const top: string[] = [];
-  for (let i = 0; i < 3; i++) top.push(ok<{ id: string }>(await bob!.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201).id);
-  for (let i = 0; i < 3; i++) ok(await bob!.post(`/v1/posts/${post.id}/comments`, { body: `r${i}`, parentId: top[0] }), 201);
+  for (let i = 0; i < 3; i++)
+    top.push(ok<{ id: string }>(await bob!.post(`/v1/posts/${post.id}/comments`, { body: `c${i}` }), 201).id);
+  for (let i = 0; i < 3; i++)
+    ok(await bob!.post(`/v1/posts/${post.id}/comments`, { body: `r${i}`, parentId: top[0] }), 201);
 
   for (const path of [`/v1/posts/${post.id}/comments`, `/v1/comments/${top[0]}/replies`]) {
     const clamped = await bob!.get<CommentPage>(`${path}?limit=500`);
@@ -78,7 +92,10 @@ test("comment lists: a limit above 200 is clamped like every list, and the next 
     assert.ok(target, `${path}: Link ${JSON.stringify(link)}`);
     const next = new URL(target, h.baseUrl);
     assert.equal(next.pathname, path);
-    assert.deepEqual([next.searchParams.get("limit"), next.searchParams.get("cursor"), next.searchParams.get("cb")], ["2", page1.nextCursor, "1"]);
+    assert.deepEqual(
+      [next.searchParams.get("limit"), next.searchParams.get("cursor"), next.searchParams.get("cb")],
+      ["2", page1.nextCursor, "1"],
+    );
     const second = await h.request<CommentPage>("GET", target);
     const page2 = ok(second);
     assert.equal(page2.comments.length, 1);
@@ -109,7 +126,14 @@ test("rate limits: every operation of the OpenAPI document (but the health probe
     "post /v1/posts/{id}/comments": { body: "walk" },
     "patch /v1/comments/{id}": { body: "walked" },
   };
-  const idFor = (path: string) => (path.startsWith("/v1/posts/") ? post.id : path.startsWith("/v1/comments/") ? comment.id : path.startsWith("/v1/items/") ? "item-1" : "bob");
+  const idFor = (path: string) =>
+    path.startsWith("/v1/posts/")
+      ? post.id
+      : path.startsWith("/v1/comments/")
+        ? comment.id
+        : path.startsWith("/v1/items/")
+          ? "item-1"
+          : "bob";
   let walked = 0;
   const missing: string[] = [];
   for (const [path, operations] of Object.entries(doc.paths)) {
@@ -120,7 +144,10 @@ test("rate limits: every operation of the OpenAPI document (but the health probe
       if (!("429" in operation.responses)) missing.push(`${where}: no 429 in the document`);
       const url = path.replace("{id}", idFor(path)) + (path === "/v1/accounts/me/relationships" ? "?id=bob" : "");
       const json = bodies[`${method} ${path}`] ?? (operation.requestBody ? {} : undefined);
-      const res = await h.request(method.toUpperCase(), url, { token: admin.token, ...(json === undefined ? {} : { json }) });
+      const res = await h.request(method.toUpperCase(), url, {
+        token: admin.token,
+        ...(json === undefined ? {} : { json }),
+      });
       assert.ok(res.status < 500 && res.status !== 401, `${where}: ${res.status} ${res.text}`);
       for (const header of ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"]) {
         if (res.headers.get(header) === null) missing.push(`${where}: no ${header} (${res.status})`);

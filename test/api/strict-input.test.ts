@@ -29,13 +29,22 @@ test("api the bearer scheme is case-insensitive; health, metrics and docs ignore
     const res = await h.request("GET", path, { headers: { authorization: "Bearer not-a-token" } });
     assert.equal(res.status, 200, path);
   }
-  assertError(await h.request("GET", "/v1/items/item-1/likes/me", { headers: { authorization: "Bearer not-a-token" } }), 401, "UNAUTHENTICATED");
+  assertError(
+    await h.request("GET", "/v1/items/item-1/likes/me", { headers: { authorization: "Bearer not-a-token" } }),
+    401,
+    "UNAUTHENTICATED",
+  );
 });
 
 test("api the OpenAPI document marks the two optional bodies as optional, and they are", async (t) => {
   const h = await startApi();
   t.after(() => h.close());
-  const doc = ok(await h.request<{ paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>> }>("GET", "/openapi.json"));
+  const doc = ok(
+    await h.request<{ paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>> }>(
+      "GET",
+      "/openapi.json",
+    ),
+  );
   assert.equal(doc.paths["/v1/accounts/{id}"]!.put!.requestBody!.required, false);
   assert.equal(doc.paths["/v1/admin/rebuild"]!.post!.requestBody!.required, false);
   assert.equal(doc.paths["/v1/posts"]!.post!.requestBody!.required, true);

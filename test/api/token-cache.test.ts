@@ -33,10 +33,17 @@ test("a remembered token is refused once the clock passes its exp, and a tampere
   assert.equal(verifier.remembered(`Bearer  ${token}`), undefined, "another header (two spaces) is checked on its own");
   // Another string is another key: a changed signature is verified, and refused.
   const tampered = `${token.slice(0, -2)}${token.endsWith("AA") ? "BB" : "AA"}`;
-  assert.match(await code(verifier.verify(`Bearer ${tampered}`)), /invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED/);
+  assert.match(
+    await code(verifier.verify(`Bearer ${tampered}`)),
+    /invalid token: ERR_JWS_SIGNATURE_VERIFICATION_FAILED/,
+  );
   assert.equal(verifier.remembered(`Bearer ${tampered}`), undefined, "a refused token is never remembered");
   nowMs += 61_000;
-  assert.equal(verifier.remembered(`Bearer ${token}`), undefined, "past exp the hook must ask verify(), which refuses it");
+  assert.equal(
+    verifier.remembered(`Bearer ${token}`),
+    undefined,
+    "past exp the hook must ask verify(), which refuses it",
+  );
   assert.match(await code(verifier.verify(`Bearer ${token}`)), /invalid token: ERR_JWT_EXPIRED/);
 });
 
@@ -45,8 +52,13 @@ test("a token is not accepted before its nbf, also after it was remembered", asy
   let nowMs = start;
   const verifier = new TokenVerifier(secret, () => nowMs);
   const nbf = Math.floor(start / 1000) + 30;
-  const token = await new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("bob").setIssuer("social-ledger")
-    .setNotBefore(nbf).setExpirationTime(nbf + 60).sign(secret);
+  const token = await new SignJWT({})
+    .setProtectedHeader({ alg: "HS256" })
+    .setSubject("bob")
+    .setIssuer("social-ledger")
+    .setNotBefore(nbf)
+    .setExpirationTime(nbf + 60)
+    .sign(secret);
   assert.match(await code(verifier.verify(`Bearer ${token}`)), /ERR_JWT_CLAIM_VALIDATION_FAILED/);
   nowMs = nbf * 1000;
   assert.deepEqual(await verifier.verify(`Bearer ${token}`), { id: "bob", admin: false });

@@ -11,7 +11,9 @@ const now = () => Math.floor(Date.now() / 1000);
 
 /** A token with exactly these claims (jose adds nothing): sub alice, issuer social-ledger. */
 function tokenWith(secret: Uint8Array, claims: { exp: number; iat?: number }): Promise<string> {
-  return new SignJWT({ sub: "alice", iss: "social-ledger", ...claims }).setProtectedHeader({ alg: "HS256" }).sign(secret);
+  return new SignJWT({ sub: "alice", iss: "social-ledger", ...claims })
+    .setProtectedHeader({ alg: "HS256" })
+    .sign(secret);
 }
 
 test("token lifetime: by default a token valid for longer than `token --ttl` allows (exp = 1e300, or ten years and a second) is 401 TOKEN_LIFETIME_TOO_LONG; ten years is accepted", async (t) => {
@@ -37,7 +39,11 @@ test("token lifetime: LEDGER_JWT_MAX_TTL_SECONDS bounds exp - iat, and exp - now
   const read = (token: string) => h.request("GET", "/v1/accounts/me/likes", { token });
   const issued = now();
   ok(await read(await tokenWith(h.secret, { exp: issued + 3600, iat: issued })), 200, "exactly the maximum");
-  ok(await read(await tokenWith(h.secret, { exp: issued + 3000, iat: issued - 600 })), 200, "issued ten minutes ago, 3600 s in all");
+  ok(
+    await read(await tokenWith(h.secret, { exp: issued + 3000, iat: issued - 600 })),
+    200,
+    "issued ten minutes ago, 3600 s in all",
+  );
   for (const [label, claims] of [
     ["a second over", { exp: issued + 3601, iat: issued }],
     ["issued long ago", { exp: issued + 60, iat: issued - 3600 }],

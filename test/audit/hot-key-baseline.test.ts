@@ -18,7 +18,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { fullAudit } from "../../src/api/routes/admin.ts";
 import { incrementalAudit } from "../../src/audit/incremental-audit.ts";
-import { LIKE_READ_SIDE_INCREMENTAL_SQL, LIKE_WRITE_SIDE_INCREMENTAL_SQL } from "../../src/audit/incremental-invariants.ts";
+import {
+  LIKE_READ_SIDE_INCREMENTAL_SQL,
+  LIKE_WRITE_SIDE_INCREMENTAL_SQL,
+} from "../../src/audit/incremental-invariants.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { explainAnalyze, rowsReadVia } from "../support/explain.ts";
@@ -34,10 +37,16 @@ async function world(t: { after: (fn: () => Promise<void>) => void }, likes: num
   const ledger = await openLedger(db.pool);
   for (const item of ["hot", "cold"]) await ledger.likes.createItem(item);
   // The hot item's history, written as like_set writes it (fact, event, sequence).
-  await db.pool.query("SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('h-' || i, 'hot', true, ledger_partition('h-' || i, $2::int))", [likes, PARTITIONS]);
+  await db.pool.query(
+    "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('h-' || i, 'hot', true, ledger_partition('h-' || i, $2::int))",
+    [likes, PARTITIONS],
+  );
   if (background > 0) {
     await db.pool.query("INSERT INTO item (item_id, kind) SELECT 'b-' || i, 'plain' FROM generate_series(1, 1000) i");
-    await db.pool.query("SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('g-' || (i / 1000), 'b-' || (i % 1000 + 1), true, ledger_partition('g-' || (i / 1000), $2::int))", [background, PARTITIONS]);
+    await db.pool.query(
+      "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('g-' || (i / 1000), 'b-' || (i % 1000 + 1), true, ledger_partition('g-' || (i / 1000), $2::int))",
+      [background, PARTITIONS],
+    );
   }
   await ledger.likes.like("c-1", "cold");
   await drain(ledger);
@@ -55,18 +64,25 @@ async function freshCount(db: TestDatabase): Promise<number[]> {
   const { rows } = await db.pool.query<{ n: number }>(
     `SELECT count(f.user_id)::int AS n FROM generate_series(0, $1::int - 1) g(p)
        LEFT JOIN like_fact f ON f.item_id = 'hot' AND f.liked AND ledger_partition(f.user_id, $1::int) = g.p
-      GROUP BY g.p ORDER BY g.p`, [PARTITIONS]);
+      GROUP BY g.p ORDER BY g.p`,
+    [PARTITIONS],
+  );
   return rows.map((r) => r.n);
 }
 
 async function baseline(db: TestDatabase): Promise<{ truth: number[]; upto: number[] }> {
   const { rows } = await db.pool.query<{ truth: number; upto: number }>(
-    "SELECT truth::int, upto::int FROM audit_key_baseline WHERE section = 'likes' AND key = 'hot' ORDER BY part");
+    "SELECT truth::int, upto::int FROM audit_key_baseline WHERE section = 'likes' AND key = 'hot' ORDER BY part",
+  );
   return { truth: rows.map((r) => r.truth), upto: rows.map((r) => r.upto) };
 }
 
 async function cursor(db: TestDatabase): Promise<number[]> {
-  return (await db.pool.query<{ u: number }>("SELECT audited_upto::int AS u FROM audit_cursor WHERE section = 'likes' ORDER BY part")).rows.map((r) => r.u);
+  return (
+    await db.pool.query<{ u: number }>(
+      "SELECT audited_upto::int AS u FROM audit_cursor WHERE section = 'likes' ORDER BY part",
+    )
+  ).rows.map((r) => r.u);
 }
 
 /** Cursors set (a first, full run), then a run that touches the hot item recounts it and stores its baseline. */
@@ -116,7 +132,9 @@ test("a drift in the hot item's like_count is found by a run that audits it by i
   const stored = await baseline(db);
   await ledger.likes.like("d-1", "hot");
   await drain(ledger);
-  await db.pool.query("UPDATE like_count SET n = n + 3 WHERE item_id = 'hot' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'hot')");
+  await db.pool.query(
+    "UPDATE like_count SET n = n + 3 WHERE item_id = 'hot' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'hot')",
+  );
   const run = await incrementalAudit(db.pool, options);
   assert.equal(run.scope.likes.inducted, 1);
   assert.equal(run.clean, false);
@@ -128,7 +146,9 @@ test("a drift in the hot item's like_count is found by a run that audits it by i
 
   // Held, the next run sees it again by induction from the same baseline; repaired, it is clean and the baseline moves on.
   assert.equal((await incrementalAudit(db.pool, options)).likes.readSide.exactViolations, 1);
-  await db.pool.query("UPDATE like_count SET n = n - 3 WHERE item_id = 'hot' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'hot')");
+  await db.pool.query(
+    "UPDATE like_count SET n = n - 3 WHERE item_id = 'hot' AND part = (SELECT min(part) FROM like_count WHERE item_id = 'hot')",
+  );
   const repaired = await incrementalAudit(db.pool, options);
   assert.equal(repaired.clean, true, JSON.stringify(repaired.likes));
   assert.equal(repaired.scope.likes.inducted, 1);
@@ -142,11 +162,18 @@ test("O(change): with a valid baseline both like statements read the range's row
   for (let i = 0; i < 3; i++) await ledger.likes.like(`o-${i}`, "hot");
   await drain(ledger);
   await db.pool.query("ANALYZE");
-  const last = (await db.pool.query<{ part: number; last: number }>("SELECT part, last FROM like_seq ORDER BY part")).rows;
+  const last = (await db.pool.query<{ part: number; last: number }>("SELECT part, last FROM like_seq ORDER BY part"))
+    .rows;
   const range = [last.map((p) => p.part), await cursor(db), last.map((p) => p.last), []];
   const read: Record<string, number> = {};
-  for (const [name, sql] of Object.entries({ read: LIKE_READ_SIDE_INCREMENTAL_SQL, write: LIKE_WRITE_SIDE_INCREMENTAL_SQL })) {
-    for (const [mode, threshold] of [["induction", THRESHOLD], ["recount", null]] as const) {
+  for (const [name, sql] of Object.entries({
+    read: LIKE_READ_SIDE_INCREMENTAL_SQL,
+    write: LIKE_WRITE_SIDE_INCREMENTAL_SQL,
+  })) {
+    for (const [mode, threshold] of [
+      ["induction", THRESHOLD],
+      ["recount", null],
+    ] as const) {
       const plan = await explainAnalyze(db.pool, sql, [...range, threshold]);
       // Through the indexes an item's count and delta sum are read by (a small table's other scans aside, e.g. the pairs' facts).
       read[`${name} side ${mode}: like_fact`] = rowsReadVia(plan, "like_fact_likers");
@@ -155,10 +182,19 @@ test("O(change): with a valid baseline both like statements read the range's row
   }
   t.diagnostic(JSON.stringify(read));
   for (const side of ["read", "write"]) {
-    assert.ok(read[`${side} side induction: like_fact`]! <= 10, `${side} side by induction read ${read[`${side} side induction: like_fact`]} like_fact rows for 3 new likes`);
-    assert.ok(read[`${side} side recount: like_fact`]! >= LIKES, `control: the recount reads all the hot item's likes (${read[`${side} side recount: like_fact`]})`);
+    assert.ok(
+      read[`${side} side induction: like_fact`]! <= 10,
+      `${side} side by induction read ${read[`${side} side induction: like_fact`]} like_fact rows for 3 new likes`,
+    );
+    assert.ok(
+      read[`${side} side recount: like_fact`]! >= LIKES,
+      `control: the recount reads all the hot item's likes (${read[`${side} side recount: like_fact`]})`,
+    );
   }
-  assert.ok(read["write side induction: like_outbox"]! <= 20, `the write side by induction read ${read["write side induction: like_outbox"]} outbox rows`);
+  assert.ok(
+    read["write side induction: like_outbox"]! <= 20,
+    `the write side by induction read ${read["write side induction: like_outbox"]} outbox rows`,
+  );
   assert.ok(read["write side recount: like_outbox"]! >= LIKES, "control: the recount sums all the hot item's events");
   // Same verdict either way (the store's columns aside).
   const verdict = async (threshold: number | null) => {
@@ -210,7 +246,9 @@ test("a stale baseline (the cursor moved on by the full-form fallback) is not us
   await ledger.likes.like("s-1", "hot");
   await drain(ledger);
   // As if a prune passed the cursor: the likes section runs its full form, its cursor moves to the present, the baseline does not.
-  await db.pool.query("INSERT INTO retention_floor (kind, part, pruned_upto) SELECT 'likes', part, last FROM like_seq ON CONFLICT (kind, part) DO UPDATE SET pruned_upto = EXCLUDED.pruned_upto");
+  await db.pool.query(
+    "INSERT INTO retention_floor (kind, part, pruned_upto) SELECT 'likes', part, last FROM like_seq ON CONFLICT (kind, part) DO UPDATE SET pruned_upto = EXCLUDED.pruned_upto",
+  );
   const fallback = await incrementalAudit(db.pool, options);
   assert.equal(fallback.scope.likes.mode, "full");
   assert.deepEqual(await baseline(db), stored, "the full form stores no baseline");
@@ -222,12 +260,31 @@ test("a stale baseline (the cursor moved on by the full-form fallback) is not us
   const client = await db.pool.connect();
   try {
     await client.query("BEGIN");
-    await client.query("UPDATE audit_key_baseline b SET upto = c.audited_upto FROM audit_cursor c WHERE c.section = 'likes' AND c.part = b.part AND b.key = 'hot'");
-    const last = (await client.query<{ part: number; last: number }>("SELECT part, last FROM like_seq ORDER BY part")).rows;
-    const from = (await client.query<{ u: number }>("SELECT audited_upto AS u FROM audit_cursor WHERE section = 'likes' ORDER BY part")).rows.map((r) => r.u);
-    const forced = (await client.query(LIKE_READ_SIDE_INCREMENTAL_SQL, [last.map((p) => p.part), from, last.map((p) => p.last), [], THRESHOLD])).rows[0];
+    await client.query(
+      "UPDATE audit_key_baseline b SET upto = c.audited_upto FROM audit_cursor c WHERE c.section = 'likes' AND c.part = b.part AND b.key = 'hot'",
+    );
+    const last = (await client.query<{ part: number; last: number }>("SELECT part, last FROM like_seq ORDER BY part"))
+      .rows;
+    const from = (
+      await client.query<{ u: number }>(
+        "SELECT audited_upto AS u FROM audit_cursor WHERE section = 'likes' ORDER BY part",
+      )
+    ).rows.map((r) => r.u);
+    const forced = (
+      await client.query(LIKE_READ_SIDE_INCREMENTAL_SQL, [
+        last.map((p) => p.part),
+        from,
+        last.map((p) => p.last),
+        [],
+        THRESHOLD,
+      ])
+    ).rows[0];
     assert.equal(forced.inducted_keys, 1);
-    assert.equal(Number(forced.exact_violations), 1, "control: induction from a stale truth reports a drift that is not there");
+    assert.equal(
+      Number(forced.exact_violations),
+      1,
+      "control: induction from a stale truth reports a drift that is not there",
+    );
   } finally {
     await client.query("ROLLBACK");
     client.release();
@@ -236,5 +293,9 @@ test("a stale baseline (the cursor moved on by the full-form fallback) is not us
   const run = await incrementalAudit(db.pool, options);
   assert.equal(run.scope.likes.inducted, 0, "stale: recounted");
   assert.equal(run.clean, true, JSON.stringify(run.likes));
-  assert.deepEqual(await baseline(db), { truth: await freshCount(db), upto: await cursor(db) }, "rewritten by the recount");
+  assert.deepEqual(
+    await baseline(db),
+    { truth: await freshCount(db), upto: await cursor(db) },
+    "rewritten by the recount",
+  );
 });

@@ -10,10 +10,18 @@ import assert from "node:assert/strict";
 import { createAccounts, ok, startApi, type ApiHarness } from "../api/harness.ts";
 import { TestRedis } from "../../support/redis-server.ts";
 
-interface CountBody { count: number; source: "cache" | "database"; reconciledAgeMs?: number; pendingForPost?: number }
+interface CountBody {
+  count: number;
+  source: "cache" | "database";
+  reconciledAgeMs?: number;
+  pendingForPost?: number;
+}
 
 async function counted(h: ApiHarness, postId: string): Promise<number> {
-  const { rows } = await h.db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM counted_comment WHERE post_id = $1", [postId]);
+  const { rows } = await h.db.pool.query<{ n: number }>(
+    "SELECT count(*)::bigint AS n FROM counted_comment WHERE post_id = $1",
+    [postId],
+  );
   return rows[0]!.n;
 }
 
@@ -31,13 +39,21 @@ test("comment counts from Redis: backfill, fed increments (replies, tombstones),
   const first = ok<{ id: string }>(await bob!.post(`/v1/posts/${post.id}/comments`, { body: "c0" }), 201);
   ok(await bob!.post(`/v1/posts/${post.id}/comments`, { body: "c1" }), 201);
   await h.counts.feed();
-  assert.deepEqual(await carol!.get<CountBody>(path).then((r) => [r.body.source, r.body.count]), ["cache", 2], "backfilled from the facts");
+  assert.deepEqual(
+    await carol!.get<CountBody>(path).then((r) => [r.body.source, r.body.count]),
+    ["cache", 2],
+    "backfilled from the facts",
+  );
 
   ok(await carol!.post(`/v1/posts/${post.id}/comments`, { body: "re", parentId: first.id }), 201);
   const gone = ok<{ id: string }>(await carol!.post(`/v1/posts/${post.id}/comments`, { body: "c3" }), 201);
   ok(await carol!.delete(`/v1/comments/${gone.id}`));
   await h.counts.feed();
-  assert.deepEqual(await carol!.get<CountBody>(path).then((r) => [r.body.source, r.body.count]), ["cache", 3], "a reply counts, a tombstone does not");
+  assert.deepEqual(
+    await carol!.get<CountBody>(path).then((r) => [r.body.source, r.body.count]),
+    ["cache", 3],
+    "a reply counts, a tombstone does not",
+  );
   assert.equal(await counted(h, post.id), 3);
 
   // The next comment's increment is lost after its commit, as a process dying there would lose it.
@@ -50,13 +66,19 @@ test("comment counts from Redis: backfill, fed increments (replies, tombstones),
   assert.equal(ok<CountBody>(await carol!.get(path)).count, 3, "the cache missed one");
   const reports = await h.counts.reconcile();
   const comments = reports.find((r) => r.kind === "comments")!;
-  assert.deepEqual(comments.drifted.map((d) => [d.target, d.drift]), [[post.id, 1]], "an undercount: +1");
+  assert.deepEqual(
+    comments.drifted.map((d) => [d.target, d.drift]),
+    [[post.id, 1]],
+    "an undercount: +1",
+  );
   assert.deepEqual(await carol!.get<CountBody>(path).then((r) => [r.body.source, r.body.count]), ["cache", 4]);
   assert.equal(await counted(h, post.id), 4);
 
   await h.drain();
   const exact = ok<CountBody>(await carol!.get(`${path}?exact=true&allowedLag=0`));
   assert.deepEqual([exact.source, exact.count, exact.pendingForPost], ["database", 4, 0]);
-  const { rows } = await h.db.pool.query<{ drift: number }>("SELECT drift::int AS drift FROM count_drift_history WHERE kind = 'comments'");
+  const { rows } = await h.db.pool.query<{ drift: number }>(
+    "SELECT drift::int AS drift FROM count_drift_history WHERE kind = 'comments'",
+  );
   assert.deepEqual(rows, [{ drift: 1 }]);
 });

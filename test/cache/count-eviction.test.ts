@@ -51,14 +51,23 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }, policy: stri
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks, metrics });
   await feeder.pollOnce(); // sets the cursor at the present
   return {
-    db, redis, hooks, likes, store, feeder, registry,
+    db,
+    redis,
+    hooks,
+    likes,
+    store,
+    feeder,
+    registry,
     reader: new CountReader(db.pool, store, { localTtlMs: 0, hooks, metrics }),
     reconciler: new Reconciler(db.pool, store, { hooks, metrics }),
   };
 }
 
 async function facts(db: TestDatabase, item: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  const { rows } = await db.pool.query<{ n: number }>(
+    "SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked",
+    [item],
+  );
   return rows[0]!.n;
 }
 
@@ -93,7 +102,11 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
   await likeMany(l.likes, "item-b", 0, 5);
   await l.feeder.pollOnce();
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, 5);
-  assert.equal(await l.redis.sendCommand<number>(["TTL", l.store.counterKey("likes", "item-b")]), -1, "a counter carries no TTL");
+  assert.equal(
+    await l.redis.sendCommand<number>(["TTL", l.store.counterKey("likes", "item-b")]),
+    -1,
+    "a counter carries no TTL",
+  );
   assert.equal(await exported(l.registry, EVICTED_LINE), 0);
 
   // item-a's first read backfills; between its truth read and its install, 3 likes commit and are
@@ -106,16 +119,20 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
     if (c.target !== "item-a") return;
     off();
     try {
-    await likeMany(l.likes, "item-a", 5, 8);
-    await l.feeder.pollOnce();
-    assert.equal(await l.redis.sendCommand<number>(["HLEN", logKey]), 8, "the 5 earlier likes and these 3: the counter was never read before");
-    assert.ok(await l.redis.sendCommand<number>(["TTL", logKey]) > 0, "the log of an absent counter carries a TTL");
-    await l.redis.sendCommand(["CONFIG", "SET", "maxmemory", String((await usedMemory(l.redis)) + 1_000_000)]);
-    for (let written = 0; await l.redis.sendCommand<number>(["EXISTS", logKey]); written += 50) {
-      assert.ok(written < 20_000, "Redis did not evict the log after 20000 volatile writes");
-      await writeVolatileFiller(l.redis, written, 50);
-    }
-    evictions = await evictedKeys(l.redis);
+      await likeMany(l.likes, "item-a", 5, 8);
+      await l.feeder.pollOnce();
+      assert.equal(
+        await l.redis.sendCommand<number>(["HLEN", logKey]),
+        8,
+        "the 5 earlier likes and these 3: the counter was never read before",
+      );
+      assert.ok((await l.redis.sendCommand<number>(["TTL", logKey])) > 0, "the log of an absent counter carries a TTL");
+      await l.redis.sendCommand(["CONFIG", "SET", "maxmemory", String((await usedMemory(l.redis)) + 1_000_000)]);
+      for (let written = 0; await l.redis.sendCommand<number>(["EXISTS", logKey]); written += 50) {
+        assert.ok(written < 20_000, "Redis did not evict the log after 20000 volatile writes");
+        await writeVolatileFiller(l.redis, written, 50);
+      }
+      evictions = await evictedKeys(l.redis);
     } catch (err) {
       hookError = err;
     }
@@ -125,12 +142,20 @@ test("volatile-lru under memory pressure evicts the TTL'd log of increments fed 
   assert.deepEqual([shown.source, shown.count], ["cache", 5], "the evicted log cost 3 increments");
   assert.equal(await facts(l.db, "item-a"), 8);
   assert.ok(evictions > 0, "Redis evicted keys (INFO evicted_keys)");
-  assert.ok(await exported(l.registry, EVICTED_LINE) >= evictions, "ledger_redis_evicted_keys moved");
+  assert.ok((await exported(l.registry, EVICTED_LINE)) >= evictions, "ledger_redis_evicted_keys moved");
   t.diagnostic(`note volatile-lru: ${evictions} keys evicted before the log went`);
-  assert.equal(await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-b")]), 1, "the counter without TTL survived the pressure");
+  assert.equal(
+    await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-b")]),
+    1,
+    "the counter without TTL survived the pressure",
+  );
 
   const reports = await l.reconciler.reconcile(LIKE_COUNTS);
-  assert.deepEqual(reports.drifted.map((d) => [d.target, d.drift]), [["item-a", 3]], "an undercount: the sign says increments were lost");
+  assert.deepEqual(
+    reports.drifted.map((d) => [d.target, d.drift]),
+    [["item-a", 3]],
+    "an undercount: the sign says increments were lost",
+  );
   for (const item of ["item-a", "item-b"]) {
     const answer = await l.reader.read(LIKE_COUNTS, item, { allowedLag: 0 });
     assert.deepEqual([answer.source, answer.count], ["cache", await facts(l.db, item)], `${item} equals the facts`);
@@ -152,22 +177,37 @@ test("volatile-random with memory exhausted: volatile keys are evicted, then Red
   await l.redis.sendCommand(["SET", "other-app:probe", "x"]).catch(() => undefined); // Redis evicts on the next write
   const evictions = await evictedKeys(l.redis);
   assert.ok(evictions > 0, "Redis evicted the volatile keys");
-  assert.ok(await exported(l.registry, EVICTED_LINE) > 0, "ledger_redis_evicted_keys moved");
-  assert.equal(await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-a")]), 1, "the counter without TTL was not evicted");
+  assert.ok((await exported(l.registry, EVICTED_LINE)) > 0, "ledger_redis_evicted_keys moved");
+  assert.equal(
+    await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "item-a")]),
+    1,
+    "the counter without TTL was not evicted",
+  );
 
   await likeMany(l.likes, "item-a", 4, 7); // writes are the database's: unaffected
   await likeMany(l.likes, "item-c", 0, 2); // item-c has neither a counter nor a log in Redis
-  const failuresBefore = await exported(l.registry, /^ledger_count_cache_update_failures_total\{kind="likes"\} (\d+)$/m);
+  const failuresBefore = await exported(
+    l.registry,
+    /^ledger_count_cache_update_failures_total\{kind="likes"\} (\d+)$/m,
+  );
   await assert.rejects(l.feeder.pollOnce(), /OOM/);
-  assert.ok(await exported(l.registry, /^ledger_count_cache_update_failures_total\{kind="likes"\} (\d+)$/m) > failuresBefore, "counted as update failures");
+  assert.ok(
+    (await exported(l.registry, /^ledger_count_cache_update_failures_total\{kind="likes"\} (\d+)$/m)) > failuresBefore,
+    "counted as update failures",
+  );
   const stale = await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
-  assert.deepEqual([stale.source, stale.count], ["cache", 4], "a counter already in Redis is still read (reads are allowed)");
+  assert.deepEqual(
+    [stale.source, stale.count],
+    ["cache", 4],
+    "a counter already in Redis is still read (reads are allowed)",
+  );
   await assert.rejects(l.redis.sendCommand(["SET", "other-app:probe", "x"]), /OOM/, "Redis refuses writes now");
   const fallback = await l.reader.read(LIKE_COUNTS, "item-c", { allowedLag: 0 });
   // Redis 7 refuses a script's first write only when it may grow memory; the install script's
   // first write (PERSIST of the log) does not, so the backfill may go through: either way the
   // answer is right, never a shrunken count.
-  if (fallback.source === "cache") assert.equal(fallback.count, await facts(l.db, "item-c"), "a backfill under OOM installs the facts");
+  if (fallback.source === "cache")
+    assert.equal(fallback.count, await facts(l.db, "item-c"), "a backfill under OOM installs the facts");
   t.diagnostic(`note volatile-random, memory exhausted: an absent counter's read answered from ${fallback.source}`);
 
   await l.redis.sendCommand(["CONFIG", "SET", "maxmemory", "0"]);

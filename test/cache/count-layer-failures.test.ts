@@ -32,7 +32,11 @@ async function lab(t: TestContext): Promise<Lab> {
   const registry = new client.Registry();
   const logged: Lab["logged"] = [];
   const counts = await openCountLayer(db.pool, {
-    redisUrl: server.url, buckets: 4, localTtlMs: 0, registry, log: (level, message, fields) => logged.push({ level, message, fields }),
+    redisUrl: server.url,
+    buckets: 4,
+    localTtlMs: 0,
+    registry,
+    log: (level, message, fields) => logged.push({ level, message, fields }),
   });
   t.after(async () => {
     await counts.close();
@@ -50,7 +54,10 @@ async function failures(registry: client.Registry, kind: string, step: string): 
 }
 
 async function likeFacts(db: TestDatabase, item: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  const { rows } = await db.pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked",
+    [item],
+  );
   return rows[0]!.n;
 }
 
@@ -62,19 +69,35 @@ const read = async (counts: CountLayer, kind: typeof LIKE_COUNTS, target: string
 test("ids with ':' never share a key: X, X:log and X:log:log each count exactly through backfill, increments and reconciliation", async (t) => {
   const { db, ledger, counts } = await lab(t);
   // Every id here is valid (src/ids.ts allows ':'); each of the last three was another's log key.
-  const items = { "X": 3, "X:log": 5, "X:log:log": 2, "log": 1 };
+  const items = { X: 3, "X:log": 5, "X:log:log": 2, log: 1 };
   for (const item of Object.keys(items)) await ledger.likes.createItem(item);
   let user = 0;
-  for (const [item, n] of Object.entries(items)) for (let i = 0; i < n; i++) await ledger.likes.like(`user-${user++}`, item);
-  for (const item of Object.keys(items)) assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", items[item as keyof typeof items]], `backfill of ${item}`);
+  for (const [item, n] of Object.entries(items))
+    for (let i = 0; i < n; i++) await ledger.likes.like(`user-${user++}`, item);
+  for (const item of Object.keys(items))
+    assert.deepEqual(
+      await read(counts, LIKE_COUNTS, item),
+      ["cache", items[item as keyof typeof items]],
+      `backfill of ${item}`,
+    );
   // Increments after the backfill go through each counter's log.
   for (const item of Object.keys(items)) await ledger.likes.like(`user-${user++}`, item);
   await counts.feed();
-  for (const item of Object.keys(items)) assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", await likeFacts(db, item)], `fed ${item}`);
+  for (const item of Object.keys(items))
+    assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", await likeFacts(db, item)], `fed ${item}`);
   const reports = await counts.reconcile();
   const likes = reports.find((r) => r.kind === "likes")!;
-  assert.deepEqual([likes.visited, likes.installed, likes.drifted, likes.failed], [4, 4, [], []], "every counter reconciled, none drifted or failed");
-  for (const item of Object.keys(items)) assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", items[item as keyof typeof items] + 1], `reconciled ${item}`);
+  assert.deepEqual(
+    [likes.visited, likes.installed, likes.drifted, likes.failed],
+    [4, 4, [], []],
+    "every counter reconciled, none drifted or failed",
+  );
+  for (const item of Object.keys(items))
+    assert.deepEqual(
+      await read(counts, LIKE_COUNTS, item),
+      ["cache", items[item as keyof typeof items] + 1],
+      `reconciled ${item}`,
+    );
 });
 
 test("a malformed counter fails alone: the other targets and the following kind are reconciled, the failure is counted and logged, the counter is backfilled", async (t) => {
@@ -98,28 +121,55 @@ test("a malformed counter fails alone: the other targets and the following kind 
   await counts.redis!.sendCommand(["HINCRBY", store.counterKey("followers", "alice"), "b0", "1"]);
   // item-a's log gets an entry that is not `<part>:<seq>`; item-c's counter, in the bucket user-9's like goes to, no integer.
   await counts.redis!.sendCommand(["HSET", store.logKey("likes", "item-a"), "garbage", "1"]);
-  await counts.redis!.sendCommand(["HSET", store.counterKey("likes", "item-c"), `b${store.bucketOf("user-9")}`, "not-a-number"]);
+  await counts.redis!.sendCommand([
+    "HSET",
+    store.counterKey("likes", "item-c"),
+    `b${store.bucketOf("user-9")}`,
+    "not-a-number",
+  ]);
   // Every target changes, so the run visits them all (likes first, then followers).
   for (const item of ["item-a", "item-b", "item-c"]) await ledger.likes.like("user-9", item);
   await ledger.relations.follow("dave", "alice");
   await counts.feed();
-  assert.equal(await failures(registry, "likes", "increment"), 1, "item-c's increment was refused as malformed, and the pass went on");
+  assert.equal(
+    await failures(registry, "likes", "increment"),
+    1,
+    "item-c's increment was refused as malformed, and the pass went on",
+  );
 
   const reports = await counts.reconcile();
   const likes = reports.find((r) => r.kind === "likes")!;
   const followers = reports.find((r) => r.kind === "followers")!;
   t.diagnostic(`note likes: ${JSON.stringify(likes)}`);
-  assert.deepEqual(likes.failed.map((f) => [f.target, f.dropped]), [["item-a", true]]);
+  assert.deepEqual(
+    likes.failed.map((f) => [f.target, f.dropped]),
+    [["item-a", true]],
+  );
   assert.match(likes.failed[0]!.reason, /malformed.*garbage/);
-  assert.deepEqual(likes.drifted.map((d) => [d.target, d.drift]), [["item-b", -4]], "the target after the failed one was reconciled");
-  assert.deepEqual(followers.drifted.map((d) => [d.target, d.drift]), [["alice", -1]], "the kind after the failed target was reconciled");
+  assert.deepEqual(
+    likes.drifted.map((d) => [d.target, d.drift]),
+    [["item-b", -4]],
+    "the target after the failed one was reconciled",
+  );
+  assert.deepEqual(
+    followers.drifted.map((d) => [d.target, d.drift]),
+    [["alice", -1]],
+    "the kind after the failed target was reconciled",
+  );
   assert.equal(await failures(registry, "likes", "install"), 1);
   assert.equal(await failures(registry, "followers", "install"), 0);
-  assert.ok(logged.some((l) => l.level === "warn" && l.fields?.target === "item-a" && l.fields?.step === "install"), JSON.stringify(logged));
-  assert.ok(logged.some((l) => l.level === "warn" && l.fields?.target === "item-c" && l.fields?.step === "increment"), JSON.stringify(logged));
+  assert.ok(
+    logged.some((l) => l.level === "warn" && l.fields?.target === "item-a" && l.fields?.step === "install"),
+    JSON.stringify(logged),
+  );
+  assert.ok(
+    logged.some((l) => l.level === "warn" && l.fields?.target === "item-c" && l.fields?.step === "increment"),
+    JSON.stringify(logged),
+  );
 
   // The dropped counters are backfilled from the facts; the others show the repaired counts.
-  for (const item of ["item-a", "item-b", "item-c"]) assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", await likeFacts(db, item)], item);
+  for (const item of ["item-a", "item-b", "item-c"])
+    assert.deepEqual(await read(counts, LIKE_COUNTS, item), ["cache", await likeFacts(db, item)], item);
   assert.deepEqual(await read(counts, FOLLOWER_COUNTS, "alice"), ["cache", 3]);
 });
 

@@ -43,14 +43,23 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }, partitions =
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks });
   await feeder.pollOnce(); // sets the cursor at the present
   return {
-    db, redis, server, hooks, likes, store, feeder,
+    db,
+    redis,
+    server,
+    hooks,
+    likes,
+    store,
+    feeder,
     reader: new CountReader(db.pool, store, { localTtlMs: 0 }),
     reconciler: new Reconciler(db.pool, store, { hooks }),
   };
 }
 
 async function facts(db: TestDatabase, item: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  const { rows } = await db.pool.query<{ n: number }>(
+    "SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked",
+    [item],
+  );
   return rows[0]!.n;
 }
 
@@ -60,7 +69,8 @@ async function likeMany(likes: LikeService, item: string, from: number, to: numb
 
 /** Likes by users who never liked `item`: every one is asserted CHANGED, so each is an event and a live increment. */
 async function likeNew(likes: LikeService, item: string, from: number, to: number): Promise<void> {
-  for (let u = from; u < to; u++) assert.equal((await likes.like(`user-${u}`, item)).outcome, "CHANGED", `user-${u} had not liked ${item}`);
+  for (let u = from; u < to; u++)
+    assert.equal((await likes.like(`user-${u}`, item)).outcome, "CHANGED", `user-${u} had not liked ${item}`);
 }
 
 test("like counts are served from Redis: a miss backfills from the facts, increments follow the commits", async (t) => {
@@ -86,7 +96,10 @@ test("follower counts are served from Redis and follow follows and unfollows", a
   const feeder = new CountFeeder(db.pool, store, FOLLOWER_COUNTS);
   await feeder.pollOnce();
   await relations.follow("bob", "alice");
-  assert.deepEqual(await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", 1]);
+  assert.deepEqual(await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 }).then((r) => [r.source, r.count]), [
+    "cache",
+    1,
+  ]);
   await relations.follow("carol", "alice");
   await relations.follow("dave", "alice");
   await relations.unfollow("bob", "alice");
@@ -107,7 +120,8 @@ test("an increment lost after the commit is an undercount the reconciliation fin
   });
   hooks.on("cache.afterIncrement", async (c) => {
     // A blind replay of the same increment (what an offline queue would do after a reconnect).
-    if (c.target === "item-b" && c.actor === "user-2") await redis.sendCommand(["HINCRBY", store.counterKey("likes", "item-b"), `b${store.bucketOf("user-2")}`, "1"]);
+    if (c.target === "item-b" && c.actor === "user-2")
+      await redis.sendCommand(["HINCRBY", store.counterKey("likes", "item-b"), `b${store.bucketOf("user-2")}`, "1"]);
   });
   await feeder.pollOnce();
   assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 4);
@@ -117,8 +131,13 @@ test("an increment lost after the commit is an undercount the reconciliation fin
   assert.deepEqual(drift, { "item-a": 1, "item-b": -1 });
   assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(db, "item-a"));
   assert.equal((await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(db, "item-b"));
-  const { rows } = await db.pool.query("SELECT target, drift::int AS drift FROM count_drift_history WHERE kind = 'likes' ORDER BY target");
-  assert.deepEqual(rows, [{ target: "item-a", drift: 1 }, { target: "item-b", drift: -1 }]);
+  const { rows } = await db.pool.query(
+    "SELECT target, drift::int AS drift FROM count_drift_history WHERE kind = 'likes' ORDER BY target",
+  );
+  assert.deepEqual(rows, [
+    { target: "item-a", drift: 1 },
+    { target: "item-b", drift: -1 },
+  ]);
   const again = await reconciler.reconcile(LIKE_COUNTS);
   assert.deepEqual([again.visited, again.drifted.length], [0, 0], "a second run visits only what changed since");
 });
@@ -127,7 +146,11 @@ test("an increment lost after the commit is an undercount the reconciliation fin
  * Runs a repair, and while it is parked between its recount and its install, 20 likes by users
  * `racingFrom`.. who had not liked item-a commit and are fed: real changes in the live buckets.
  */
-async function repairRacingWriters(l: Lab, racingFrom: number, repair: () => Promise<unknown>): Promise<{ shown: number; truth: number }> {
+async function repairRacingWriters(
+  l: Lab,
+  racingFrom: number,
+  repair: () => Promise<unknown>,
+): Promise<{ shown: number; truth: number }> {
   const gate = new Gate("reconcile.beforeInstall");
   const off = l.hooks.on("reconcile.beforeInstall", gate.handler);
   const running = repair();
@@ -137,7 +160,10 @@ async function repairRacingWriters(l: Lab, racingFrom: number, repair: () => Pro
   gate.release();
   await running;
   off();
-  return { shown: (await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, truth: await facts(l.db, "item-a") };
+  return {
+    shown: (await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count,
+    truth: await facts(l.db, "item-a"),
+  };
 }
 
 test("negative control: the naive recount-and-overwrite loses the increments made during it; the split counter loses none", async (t) => {
@@ -146,7 +172,9 @@ test("negative control: the naive recount-and-overwrite loses the increments mad
   await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 });
   await likeMany(l.likes, "item-a", 0, 10);
   await l.feeder.pollOnce();
-  const naive = await repairRacingWriters(l, 100, () => naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-a", l.hooks));
+  const naive = await repairRacingWriters(l, 100, () =>
+    naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-a", l.hooks),
+  );
   assert.equal(naive.truth - naive.shown, 20, `naive overwrite lost ${naive.truth - naive.shown} increments`);
   t.diagnostic(`naive recount-and-overwrite lost ${naive.truth - naive.shown} of 20 concurrent increments`);
   await l.reconciler.reconcile(LIKE_COUNTS); // repairs what the naive run lost
@@ -175,13 +203,30 @@ test("a reconciliation racing live likes loses none: likes fed between its truth
   gate.release();
   const report = await running;
   assert.deepEqual(report.drifted, [], "nothing was lost or doubled before the run");
-  assert.equal((await l.redis.sendCommand<string[]>(["HKEYS", counterLogKey("likes", "item-a")])).length, 20, "the install absorbed the 10 at or below its boundary and kept the 20 above");
-  const [base, ...buckets] = await l.redis.sendCommand<(string | null)[]>(["HMGET", key, "base", ...Array.from({ length: 8 }, (_, i) => `b${i}`)]);
-  assert.deepEqual([Number(base), buckets.reduce((sum, b) => sum + Number(b ?? 0), 0)], [10, 20], "base = the run's truth, the live buckets = the racing likes");
+  assert.equal(
+    (await l.redis.sendCommand<string[]>(["HKEYS", counterLogKey("likes", "item-a")])).length,
+    20,
+    "the install absorbed the 10 at or below its boundary and kept the 20 above",
+  );
+  const [base, ...buckets] = await l.redis.sendCommand<(string | null)[]>([
+    "HMGET",
+    key,
+    "base",
+    ...Array.from({ length: 8 }, (_, i) => `b${i}`),
+  ]);
+  assert.deepEqual(
+    [Number(base), buckets.reduce((sum, b) => sum + Number(b ?? 0), 0)],
+    [10, 20],
+    "base = the run's truth, the live buckets = the racing likes",
+  );
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 30);
   assert.equal(await facts(l.db, "item-a"), 30);
   const next = await l.reconciler.reconcile(LIKE_COUNTS);
-  assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run folds the racing likes into the base without drift");
+  assert.deepEqual(
+    [next.visited, next.drifted.length],
+    [1, 0],
+    "the next run folds the racing likes into the base without drift",
+  );
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 30);
 });
 
@@ -205,7 +250,11 @@ test("a reconciliation running whole while a feeder pass is parked mid-way keeps
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 20);
   const report = await l.reconciler.reconcile(LIKE_COUNTS);
   assert.deepEqual([report.installed, report.drifted.length], [1, 0]);
-  assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 20, "the 10 increments above the boundary survive the install");
+  assert.equal(
+    (await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count,
+    20,
+    "the 10 increments above the boundary survive the install",
+  );
   parked.release();
   assert.equal(await feeding, 20);
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(l.db, "item-a"));
@@ -225,8 +274,14 @@ test("a backfill racing fed increments ends equal to the facts: increments logge
   await likeNew(l.likes, "item-b", 0, 6);
   await l.feeder.pollOnce();
   const key = l.store.counterKey("likes", "item-b");
-  assert.deepEqual([await l.redis.sendCommand<number>(["EXISTS", key]), await l.redis.sendCommand<number>(["HLEN", counterLogKey("likes", "item-b")])], [0, 6],
-    "the counter is absent; the fed increments wait in its log");
+  assert.deepEqual(
+    [
+      await l.redis.sendCommand<number>(["EXISTS", key]),
+      await l.redis.sendCommand<number>(["HLEN", counterLogKey("likes", "item-b")]),
+    ],
+    [0, 6],
+    "the counter is absent; the fed increments wait in its log",
+  );
   const gate = new Gate("cache.beforeBackfill");
   l.hooks.on("cache.beforeBackfill", gate.handler);
   const reading = reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
@@ -237,7 +292,11 @@ test("a backfill racing fed increments ends equal to the facts: increments logge
   await likeNew(l.likes, "item-b", 26, 30); // committed in the window, fed after the install
   gate.release();
   const first = await reading;
-  assert.deepEqual([first.source, first.count], ["cache", 6 + 20 - 1], "the truth read plus the 21 events fed in the window");
+  assert.deepEqual(
+    [first.source, first.count],
+    ["cache", 6 + 20 - 1],
+    "the truth read plus the 21 events fed in the window",
+  );
   await l.feeder.pollOnce();
   const settled = await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 });
   assert.equal(settled.count, await facts(l.db, "item-b"));
@@ -259,7 +318,11 @@ test("a backfill racing a feeder pass held since before its truth read: the held
   assert.deepEqual([first.source, first.count], ["cache", 6], "backfilled from the facts");
   parked.release();
   assert.equal(await feeding, 6);
-  assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, 6, "the 6 late increments are at or below the installed boundary: refused");
+  assert.equal(
+    (await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count,
+    6,
+    "the 6 late increments are at or below the installed boundary: refused",
+  );
   await likeNew(l.likes, "item-b", 6, 9);
   await l.feeder.pollOnce();
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(l.db, "item-b"));
@@ -305,7 +368,11 @@ test("an increment that fails leaves the feeder's cursor below it: the next pass
     await l.redis.sendCommand(["SET", log, "not a hash"]);
   });
   await assert.rejects(l.feeder.pollOnce(), /WRONGTYPE/);
-  assert.equal((await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count, 7, "two of the five were applied");
+  assert.equal(
+    (await l.reader.read(LIKE_COUNTS, "item-f", { allowedLag: 0 })).count,
+    7,
+    "two of the five were applied",
+  );
   await l.redis.sendCommand(["DEL", log]);
   await l.redis.sendCommand(["HSET", log, ...Object.entries(saved).flat()]);
   assert.equal(await l.feeder.pollOnce(), 3, "the next pass starts at the failed event");
@@ -321,7 +388,10 @@ test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then bac
   await l.redis.flushAll();
   await likeMany(l.likes, "item-a", 5, 8);
   await l.feeder.pollOnce(); // the cursor was flushed too: it restarts at the present
-  assert.deepEqual(await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", 8]);
+  assert.deepEqual(await l.reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 }).then((r) => [r.source, r.count]), [
+    "cache",
+    8,
+  ]);
 
   await l.server.kill();
   await likeMany(l.likes, "item-a", 8, 12); // writes are unaffected
@@ -329,7 +399,13 @@ test("FLUSHALL and a Redis killed and restarted empty: reads fall back, then bac
   assert.equal(down.source, "database");
   await assert.rejects(l.feeder.pollOnce());
   await l.server.restart();
-  await pollUntil("the client reconnects", async () => l.redis.isReady, (ready) => ready, 15_000, 20);
+  await pollUntil(
+    "the client reconnects",
+    async () => l.redis.isReady,
+    (ready) => ready,
+    15_000,
+    20,
+  );
   await l.feeder.pollOnce();
   await likeMany(l.likes, "item-a", 12, 14);
   await l.feeder.pollOnce();
@@ -352,7 +428,11 @@ test("events committed but not yet through the feeder are not drift: the boundar
   await feeder.pollOnce();
   assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, await facts(db, "item-a"));
   const next = await reconciler.reconcile(LIKE_COUNTS);
-  assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run takes the fed events into the base, without drift");
+  assert.deepEqual(
+    [next.visited, next.drifted.length],
+    [1, 0],
+    "the next run takes the fed events into the base, without drift",
+  );
 });
 
 test("follower counters: a lost increment is +1 drift repaired by the reconciliation; unfed follows and unfollows are not drift", async (t) => {
@@ -372,9 +452,16 @@ test("follower counters: a lost increment is +1 drift repaired by the reconcilia
   await relations.follow("dave", "alice"); // committed, not fed
   await relations.unfollow("bob", "alice");
   const report = await reconciler.reconcile(FOLLOWER_COUNTS);
-  assert.deepEqual(report.drifted.map((d) => [d.target, d.drift]), [["alice", 1]]);
+  assert.deepEqual(
+    report.drifted.map((d) => [d.target, d.drift]),
+    [["alice", 1]],
+  );
   await feeder.pollOnce();
-  const truth = (await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM relation WHERE followee = 'alice' AND state = 'ACTIVE'")).rows[0]!.n;
+  const truth = (
+    await db.pool.query<{ n: number }>(
+      "SELECT count(*)::bigint AS n FROM relation WHERE followee = 'alice' AND state = 'ACTIVE'",
+    )
+  ).rows[0]!.n;
   assert.equal((await reader.read(FOLLOWER_COUNTS, "alice", { allowedLag: 0 })).count, truth);
   assert.equal(truth, 2);
 });

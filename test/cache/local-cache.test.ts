@@ -20,7 +20,10 @@ async function hmgetCalls(redis: RedisClient): Promise<number> {
 }
 
 /** 200 concurrent reads of a hot key absent from Redis; the backfills (truth queries) and Redis reads they cost. */
-async function burst(localTtlMs: number, t: { after: (fn: () => Promise<void>) => void }): Promise<{ backfills: number; redisReads: number; counts: Set<string> }> {
+async function burst(
+  localTtlMs: number,
+  t: { after: (fn: () => Promise<void>) => void },
+): Promise<{ backfills: number; redisReads: number; counts: Set<string> }> {
   const db = await createTestDatabase({ partitions: 2 });
   const server = await TestRedis.start();
   const redis = await connectRedis(server.url);
@@ -39,8 +42,14 @@ async function burst(localTtlMs: number, t: { after: (fn: () => Promise<void>) =
   });
   const reader = new CountReader(db.pool, new CountStore(redis, 16), { localTtlMs, hooks });
   const before = await hmgetCalls(redis);
-  const answers = await Promise.all(Array.from({ length: 200 }, () => reader.read(LIKE_COUNTS, "hot", { allowedLag: 0 })));
-  return { backfills, redisReads: (await hmgetCalls(redis)) - before, counts: new Set(answers.map((a) => `${a.source} ${a.count}`)) };
+  const answers = await Promise.all(
+    Array.from({ length: 200 }, () => reader.read(LIKE_COUNTS, "hot", { allowedLag: 0 })),
+  );
+  return {
+    backfills,
+    redisReads: (await hmgetCalls(redis)) - before,
+    counts: new Set(answers.map((a) => `${a.source} ${a.count}`)),
+  };
 }
 
 test("a hot key's miss is single-flight: 200 concurrent reads, one backfill and two Redis reads; without the local cache each miss backfills (negative control)", async (t) => {
@@ -50,6 +59,8 @@ test("a hot key's miss is single-flight: 200 concurrent reads, one backfill and 
   assert.equal(flight.redisReads, 2, "the miss and the read after the install");
 
   const alone = await burst(0, t);
-  t.diagnostic(`note 200 concurrent readers of a missing hot key: ${flight.backfills} backfill with the local cache, ${alone.backfills} without (${alone.redisReads} Redis reads)`);
+  t.diagnostic(
+    `note 200 concurrent readers of a missing hot key: ${flight.backfills} backfill with the local cache, ${alone.backfills} without (${alone.redisReads} Redis reads)`,
+  );
   assert.ok(alone.backfills > 1, `without the local cache the concurrent misses backfill ${alone.backfills} times`);
 });

@@ -29,7 +29,12 @@ test("two API processes with one Redis share a user's write budget (3/min): the 
     await a.close();
     await b.close();
   });
-  const statuses = [await likeAs(a, "alice", "i1"), await likeAs(a, "alice", "i2"), await likeAs(b, "alice", "i3"), await likeAs(b, "alice", "i4")];
+  const statuses = [
+    await likeAs(a, "alice", "i1"),
+    await likeAs(a, "alice", "i2"),
+    await likeAs(b, "alice", "i3"),
+    await likeAs(b, "alice", "i4"),
+  ];
   t.diagnostic(`note alice's writes over two processes: ${statuses.join(", ")}`);
   assert.deepEqual(statuses, [200, 200, 200, 429]);
   const read = await (await a.as("alice")).get("/v1/items/i1/like-count");
@@ -43,7 +48,12 @@ test("negative control: without Redis each API process counts alone, so the same
     await a.close();
     await b.close();
   });
-  const statuses = [await likeAs(a, "alice", "i1"), await likeAs(a, "alice", "i2"), await likeAs(b, "alice", "i3"), await likeAs(b, "alice", "i4")];
+  const statuses = [
+    await likeAs(a, "alice", "i1"),
+    await likeAs(a, "alice", "i2"),
+    await likeAs(b, "alice", "i3"),
+    await likeAs(b, "alice", "i4"),
+  ];
   assert.deepEqual(statuses, [200, 200, 200, 200]);
 });
 

@@ -36,7 +36,11 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }) {
   await feeder.pollOnce();
   const reader = new CountReader(db.pool, store, { localTtlMs: 0 });
   const facts = async (item: string) =>
-    (await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked", [item])).rows[0]!.n;
+    (
+      await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked", [
+        item,
+      ])
+    ).rows[0]!.n;
   return { db, redis, likes, store, feeder, reader, facts };
 }
 
@@ -46,7 +50,11 @@ type Lab = Awaited<ReturnType<typeof lab>>;
  * Items p-good-0..5, p-drift, p-bad, all backfilled and then changed, so one run visits them all
  * in one batch; p-drift overcounted by 3, p-bad's log holds "garbage". Runs one reconciliation.
  */
-async function batchWithOneBadTarget(l: Lab, prefix: string, install?: BatchInstall): Promise<{ report: ReconcileReport; items: string[] }> {
+async function batchWithOneBadTarget(
+  l: Lab,
+  prefix: string,
+  install?: BatchInstall,
+): Promise<{ report: ReconcileReport; items: string[] }> {
   const items = [...Array.from({ length: 6 }, (_, i) => `${prefix}-good-${i}`), `${prefix}-drift`, `${prefix}-bad`];
   for (const item of items) {
     await l.likes.createItem(item);
@@ -63,7 +71,8 @@ async function batchWithOneBadTarget(l: Lab, prefix: string, install?: BatchInst
 }
 
 const summary = (r: ReconcileReport) => ({
-  visited: r.visited, installed: r.installed,
+  visited: r.visited,
+  installed: r.installed,
   drifted: r.drifted.map((d) => [d.target, d.truth, d.displayed, d.drift]),
   failed: r.failed.map((f) => [f.target, f.dropped]),
 });
@@ -72,15 +81,26 @@ test("one batch: the drifted target is reported with its drift, the malformed on
   const l = await lab(t);
   const { report, items } = await batchWithOneBadTarget(l, "b");
   assert.deepEqual(summary(report), {
-    visited: 8, installed: 7, drifted: [["b-drift", 2, 5, -3]], failed: [["b-bad", true]],
+    visited: 8,
+    installed: 7,
+    drifted: [["b-drift", 2, 5, -3]],
+    failed: [["b-bad", true]],
   });
   assert.match(report.failed[0]!.reason, /malformed.*garbage/);
   // The malformed counter was dropped (its next read backfills it); the others hold the truth.
   assert.equal(await l.redis.sendCommand<number>(["EXISTS", l.store.counterKey("likes", "b-bad")]), 0, "b-bad dropped");
-  for (const item of items) assert.deepEqual(await l.reader.read(LIKE_COUNTS, item, { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", await l.facts(item)], item);
+  for (const item of items)
+    assert.deepEqual(
+      await l.reader.read(LIKE_COUNTS, item, { allowedLag: 0 }).then((r) => [r.source, r.count]),
+      ["cache", await l.facts(item)],
+      item,
+    );
   // Every failure was dropped, so the boundary advanced to the present: a second run visits nothing.
   const positions = (await l.db.pool.query<{ part: number; last: number }>(LIKE_COUNTS.positionsSql)).rows;
-  assert.deepEqual(await l.redis.hGetAll(reconciledKey("likes")), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+  assert.deepEqual(
+    await l.redis.hGetAll(reconciledKey("likes")),
+    Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])),
+  );
   assert.equal((await new Reconciler(l.db.pool, l.store).reconcile(LIKE_COUNTS)).visited, 0);
 });
 
@@ -89,7 +109,10 @@ test("control: a batch install that drops the whole batch on one failure reports
   const { report } = await batchWithOneBadTarget(l, "c", installBatchAllOrNothing);
   t.diagnostic(`control report: ${JSON.stringify(summary(report))}`);
   assert.notDeepEqual(summary(report), {
-    visited: 8, installed: 7, drifted: [["c-drift", 2, 5, -3]], failed: [["c-bad", true]],
+    visited: 8,
+    installed: 7,
+    drifted: [["c-drift", 2, 5, -3]],
+    failed: [["c-bad", true]],
   });
   assert.equal(report.failed.length, 8, "the good and the drifted targets went down with the bad one");
   assert.deepEqual(report.drifted, [], "and the drift was never measured");

@@ -29,7 +29,19 @@ async function lab(t: TestContext) {
   const server = await TestRedis.start();
   const admin = await connectRedis(server.url);
   // May do everything but DEL (and UNLINK), except on the keys of targets named drop-*.
-  await admin.sendCommand(["ACL", "SETUSER", "reconciler", "on", ">reconciler-secret", "~*", "&*", "+@all", "-del", "-unlink", "(~*drop-* +del)"]);
+  await admin.sendCommand([
+    "ACL",
+    "SETUSER",
+    "reconciler",
+    "on",
+    ">reconciler-secret",
+    "~*",
+    "&*",
+    "+@all",
+    "-del",
+    "-unlink",
+    "(~*drop-* +del)",
+  ]);
   const restricted = await connectRedis(`redis://reconciler:reconciler-secret@127.0.0.1:${server.port}`);
   t.after(async () => {
     await restricted.close().catch(() => {});
@@ -43,8 +55,24 @@ async function lab(t: TestContext) {
   await feeder.pollOnce();
   const reader = new CountReader(db.pool, store, { localTtlMs: 0 });
   const boundary = () => admin.hGetAll(reconciledKey("likes"));
-  const present = async () => Object.fromEntries((await db.pool.query<{ part: number; last: number }>(LIKE_COUNTS.positionsSql)).rows.map((p) => [String(p.part), String(p.last)]));
-  return { db, admin, likes, store, feeder, reader, boundary, present, restrictedStore: new CountStore(restricted, BUCKETS) };
+  const present = async () =>
+    Object.fromEntries(
+      (await db.pool.query<{ part: number; last: number }>(LIKE_COUNTS.positionsSql)).rows.map((p) => [
+        String(p.part),
+        String(p.last),
+      ]),
+    );
+  return {
+    db,
+    admin,
+    likes,
+    store,
+    feeder,
+    reader,
+    boundary,
+    present,
+    restrictedStore: new CountStore(restricted, BUCKETS),
+  };
 }
 
 type Lab = Awaited<ReturnType<typeof lab>>;
@@ -80,7 +108,10 @@ test("a failed target that could not be dropped keeps the reconciled boundary; t
   assert.equal(report.installed, 2, "the good targets were installed");
   assert.deepEqual(await l.boundary(), before, "a failure that was not dropped must not be recorded over");
   const again = await new Reconciler(l.db.pool, l.store).reconcile(LIKE_COUNTS);
-  assert.ok(again.visited >= 1 && again.failed.some((f) => f.target === "stuck-bad"), `the next run visits stuck-bad again: ${JSON.stringify(again)}`);
+  assert.ok(
+    again.visited >= 1 && again.failed.some((f) => f.target === "stuck-bad"),
+    `the next run visits stuck-bad again: ${JSON.stringify(again)}`,
+  );
   assert.deepEqual(failed(again), [["stuck-bad", true]]);
   assert.deepEqual(await l.boundary(), await l.present(), "dropped now: the boundary advances");
 });
@@ -89,7 +120,10 @@ test("one failed target dropped and one not: the boundary stays", async (t) => {
   const l = await lab(t);
   const before = await prepare(l, ["drop-bad", "stuck-bad"]);
   const report = await new Reconciler(l.db.pool, l.restrictedStore).reconcile(LIKE_COUNTS);
-  assert.deepEqual(failed(report), [["drop-bad", true], ["stuck-bad", false]]);
+  assert.deepEqual(failed(report), [
+    ["drop-bad", true],
+    ["stuck-bad", false],
+  ]);
   assert.deepEqual(await l.boundary(), before, "every failed target must have been dropped for the boundary to move");
 });
 

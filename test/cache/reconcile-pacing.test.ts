@@ -41,19 +41,29 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }) {
   });
   const store = new CountStore(redis, 4);
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS);
-  const likeAll = (user: string) => db.pool.query(
-    "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set($2, 'pace-' || i, true, ledger_partition($2, $3))", [ITEMS, user, PARTITIONS]);
-  await db.pool.query("INSERT INTO item (item_id, kind) SELECT 'pace-' || i, 'plain' FROM generate_series(1, $1::int) i", [ITEMS]);
+  const likeAll = (user: string) =>
+    db.pool.query(
+      "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set($2, 'pace-' || i, true, ledger_partition($2, $3))",
+      [ITEMS, user, PARTITIONS],
+    );
+  await db.pool.query(
+    "INSERT INTO item (item_id, kind) SELECT 'pace-' || i, 'plain' FROM generate_series(1, $1::int) i",
+    [ITEMS],
+  );
   await likeAll("u-0");
   // Every counter in Redis at the present, as backfilling reads would leave them, and the feeder's cursor and the reconciled boundary there too.
   const positions = async () => (await db.pool.query<{ part: number; last: number }>(LIKE_COUNTS.positionsSql)).rows;
   const bound = (await positions()).map((p) => p.last);
   for (let i = 1; i <= ITEMS; i += 200) {
     const entries = Array.from({ length: Math.min(200, ITEMS - i + 1) }, (_, k) => ({ target: item(i + k), truth: 1 }));
-    for (const r of await store.installBatch("likes", entries, bound, false)) if (r.status === "rejected") throw r.reason;
+    for (const r of await store.installBatch("likes", entries, bound, false))
+      if (r.status === "rejected") throw r.reason;
   }
   await feeder.pollOnce();
-  await redis.hSet(reconciledKey("likes"), Object.fromEntries((await positions()).map((p) => [String(p.part), String(p.last)])));
+  await redis.hSet(
+    reconciledKey("likes"),
+    Object.fromEntries((await positions()).map((p) => [String(p.part), String(p.last)])),
+  );
   let round = 0;
   /** One more like on every item, fed to Redis: ITEMS changed counters for the next run. */
   const change = async () => {
@@ -65,24 +75,43 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }) {
 
 type Lab = Awaited<ReturnType<typeof lab>>;
 
-interface Batch { size: number; installAt: number; ms?: number; restMs?: number; endAt?: number }
+interface Batch {
+  size: number;
+  installAt: number;
+  ms?: number;
+  restMs?: number;
+  endAt?: number;
+}
 
 /** One reconciliation of ITEMS changed counters with `pacing`: its batches as the hook points saw them, checked for exactness. */
 async function run(l: Lab, pacing: PacingOptions): Promise<Batch[]> {
   await l.change();
   const hooks = new Hooks();
   const batches: Batch[] = [];
-  hooks.on("reconcile.beforeInstall", (ctx) => void batches.push({ size: (ctx.targets as string[]).length, installAt: performance.now() }));
+  hooks.on(
+    "reconcile.beforeInstall",
+    (ctx) => void batches.push({ size: (ctx.targets as string[]).length, installAt: performance.now() }),
+  );
   hooks.on("reconcile.betweenBatches", (ctx) => {
     const b = batches.at(-1)!;
     assert.equal(ctx.size, b.size);
     Object.assign(b, { ms: ctx.ms as number, restMs: ctx.restMs as number, endAt: performance.now() });
   });
   const report = await new Reconciler(l.db.pool, l.store, { hooks, pacing }).reconcile(LIKE_COUNTS);
-  assert.deepEqual([report.visited, report.installed, report.drifted.length, report.failed.length], [ITEMS, ITEMS, 0, 0]);
-  assert.equal(batches.reduce((n, b) => n + b.size, 0), ITEMS, "every changed target in exactly one batch");
+  assert.deepEqual(
+    [report.visited, report.installed, report.drifted.length, report.failed.length],
+    [ITEMS, ITEMS, 0, 0],
+  );
+  assert.equal(
+    batches.reduce((n, b) => n + b.size, 0),
+    ITEMS,
+    "every changed target in exactly one batch",
+  );
   // The boundary semantics are pacing's to keep: the stored boundary is the present, and every counter shows its facts.
-  assert.deepEqual(await l.redis.hGetAll(reconciledKey("likes")), Object.fromEntries((await l.positions()).map((p) => [String(p.part), String(p.last)])));
+  assert.deepEqual(
+    await l.redis.hGetAll(reconciledKey("likes")),
+    Object.fromEntries((await l.positions()).map((p) => [String(p.part), String(p.last)])),
+  );
   for (let i = 1; i <= ITEMS; i += 97) assert.equal((await l.store.read("likes", item(i)))?.count, l.likes(), item(i));
   return batches;
 }
@@ -93,10 +122,22 @@ async function run(l: Lab, pacing: PacingOptions): Promise<Batch[]> {
  * ms × (1 − duty) / duty asked for, and the run's wall time covering those rests.
  */
 function assertPaced(batches: readonly Batch[], pacing: PacingOptions, sizes: readonly number[]): void {
-  assert.deepEqual(batches.map((b) => b.size), sizes, "batch sizes");
+  assert.deepEqual(
+    batches.map((b) => b.size),
+    sizes,
+    "batch sizes",
+  );
   const between = batches.slice(0, -1);
-  assert.ok(between.every((b) => b.restMs !== undefined) && batches.at(-1)!.restMs === undefined, "the hook point between batches, not after the last");
-  for (const b of between) assert.equal(b.restMs, Math.min(MAX_REST_MS, (b.ms! * (1 - pacing.duty)) / pacing.duty), "the rest follows the duty");
+  assert.ok(
+    between.every((b) => b.restMs !== undefined) && batches.at(-1)!.restMs === undefined,
+    "the hook point between batches, not after the last",
+  );
+  for (const b of between)
+    assert.equal(
+      b.restMs,
+      Math.min(MAX_REST_MS, (b.ms! * (1 - pacing.duty)) / pacing.duty),
+      "the rest follows the duty",
+    );
   const rests = between.reduce((s, b) => s + b.restMs!, 0);
   assert.ok(rests > 0, "rests asked for");
   // From the first install to the last the run did the batches' work and rested between them. A
@@ -134,14 +175,36 @@ test("paced reconciliation: batches shrink to the floor under a small budget and
 test("control: the unpaced reconciler (UNPACED) cuts the same changes into batches of 500 back to back, which the pacing check rejects", async (t) => {
   const l = await lab(t);
   const batches = await run(l, UNPACED);
-  assert.deepEqual(batches.map((b) => [b.size, b.restMs]), [[500, 0], [500, 0], [200, undefined]]);
+  assert.deepEqual(
+    batches.map((b) => [b.size, b.restMs]),
+    [
+      [500, 0],
+      [500, 0],
+      [200, undefined],
+    ],
+  );
   assert.throws(() => assertPaced(batches, SLOW, shrinking()), assert.AssertionError);
-  assert.throws(() => assertPaced(batches, { budgetMs: 0.001, duty: 0.25 }, batches.map((b) => b.size)), /rest/);
+  assert.throws(
+    () =>
+      assertPaced(
+        batches,
+        { budgetMs: 0.001, duty: 0.25 },
+        batches.map((b) => b.size),
+      ),
+    /rest/,
+  );
 });
 
 test("a reconciler's batch size must be a positive integer (typed error)", async () => {
   for (const bad of [0, -1, 1.5, Number.NaN]) {
-    assert.throws(() => new Reconciler(undefined as never, undefined as never, { batchSize: bad }), InvalidInputError, String(bad));
+    assert.throws(
+      () => new Reconciler(undefined as never, undefined as never, { batchSize: bad }),
+      InvalidInputError,
+      String(bad),
+    );
   }
-  assert.throws(() => new Reconciler(undefined as never, undefined as never, { pacing: { budgetMs: -1, duty: 0.5 } }), InvalidInputError);
+  assert.throws(
+    () => new Reconciler(undefined as never, undefined as never, { pacing: { budgetMs: -1, duty: 0.5 } }),
+    InvalidInputError,
+  );
 });

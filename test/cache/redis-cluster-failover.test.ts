@@ -4,27 +4,36 @@ import { ok, startApi, type ApiHarness, type Client } from "../api/harness.ts";
 import { pollUntil } from "../../support/poll.ts";
 import { TestRedisCluster } from "../../support/redis-cluster.ts";
 
-interface CountBody { count: number; source: "cache" | "database" }
+interface CountBody {
+  count: number;
+  source: "cache" | "database";
+}
 
 async function facts(h: ApiHarness, item: string): Promise<number> {
-  const { rows } = await h.db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  const { rows } = await h.db.pool.query<{ n: number }>(
+    "SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked",
+    [item],
+  );
   return rows[0]!.n;
 }
 
 /** Likes by `users` over HTTP, each followed by a count read; every status and source is recorded. */
 async function load(clients: readonly Client[], item: string, statuses: number[], sources: string[]): Promise<void> {
-  await Promise.all(clients.map(async (c) => {
-    statuses.push((await c.put(`/v1/items/${item}/likes/me`)).status);
-    const read = await c.get<CountBody>(`/v1/items/${item}/like-count`);
-    statuses.push(read.status);
-    if (read.body?.source) sources.push(read.body.source);
-  }));
+  await Promise.all(
+    clients.map(async (c) => {
+      statuses.push((await c.put(`/v1/items/${item}/likes/me`)).status);
+      const read = await c.get<CountBody>(`/v1/items/${item}/like-count`);
+      statuses.push(read.status);
+      if (read.body?.source) sources.push(read.body.source);
+    }),
+  );
 }
 
 /** The masters holding a bucket of `item`, by SCAN on each node. */
 async function bucketHolders(cluster: TestRedisCluster, item: string): Promise<number[]> {
   const out: number[] = [];
-  for (const port of await cluster.masterPorts()) if ((await cluster.keysOn(port, `sl:v2:bkt:{likes:${item}#*`)).length > 0) out.push(port);
+  for (const port of await cluster.masterPorts())
+    if ((await cluster.keysOn(port, `sl:v2:bkt:{likes:${item}#*`)).length > 0) out.push(port);
   return out;
 }
 
@@ -33,11 +42,27 @@ async function recovered(cluster: TestRedisCluster, h: ApiHarness): Promise<void
   await cluster.waitHealthy();
   // Each read is also a command: after a missed deadline (a loaded machine, the failover) the
   // breaker closes only when a command is answered, and the harness runs no feeder loop that would send one.
-  await pollUntil("the count layer sees every master", async () => {
-    await h.counts.redis!.sendCommand(["PING"]).catch(() => undefined);
-    return h.counts.state();
-  }, (s) => s === "up", 30_000, 50);
-  await pollUntil("a feeder pass succeeds", () => h.counts.feed().then(() => true, () => false), (passed) => passed, 30_000, 50);
+  await pollUntil(
+    "the count layer sees every master",
+    async () => {
+      await h.counts.redis!.sendCommand(["PING"]).catch(() => undefined);
+      return h.counts.state();
+    },
+    (s) => s === "up",
+    30_000,
+    50,
+  );
+  await pollUntil(
+    "a feeder pass succeeds",
+    () =>
+      h.counts.feed().then(
+        () => true,
+        () => false,
+      ),
+    (passed) => passed,
+    30_000,
+    50,
+  );
 }
 
 test("HTTP on a Redis Cluster: a manual failover, then kill -9 of a master holding buckets mid-load; no 5xx, reads fall back, and after one reconciliation the count equals the facts", async (t) => {
@@ -62,7 +87,10 @@ test("HTTP on a Redis Cluster: a manual failover, then kill -9 of a master holdi
   // Deterministic: CLUSTER FAILOVER on a replica of a master that holds buckets, while writes and reads go on.
   const first = holders[0]!;
   const promoted = await cluster.replicaOf(first);
-  await Promise.all([load(users.slice(20, 40), "item-1", statuses, sources), cluster.cli(promoted, "CLUSTER", "FAILOVER")]);
+  await Promise.all([
+    load(users.slice(20, 40), "item-1", statuses, sources),
+    cluster.cli(promoted, "CLUSTER", "FAILOVER"),
+  ]);
   await cluster.waitMaster(promoted);
   await recovered(cluster, h);
   await load(users.slice(40, 50), "item-1", statuses, sources);
@@ -92,6 +120,10 @@ test("HTTP on a Redis Cluster: a manual failover, then kill -9 of a master holdi
   const afterKill = ok(await admin.get<CountBody>("/v1/items/item-1/like-count"));
   assert.deepEqual([afterKill.source, afterKill.count], ["cache", await facts(h, "item-1")]);
   assert.equal(afterKill.count, 100);
-  assert.deepEqual(statuses.filter((s) => s >= 500), [], "no 5xx at any point");
+  assert.deepEqual(
+    statuses.filter((s) => s >= 500),
+    [],
+    "no 5xx at any point",
+  );
   assert.equal(statuses.length, 200);
 });

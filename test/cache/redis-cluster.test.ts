@@ -7,7 +7,13 @@ import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import { CountReader } from "../../src/cache/count-reader.ts";
 import { Reconciler } from "../../src/cache/reconciler.ts";
 import { LIKE_COUNTS } from "../../src/cache/counter-kinds.ts";
-import { connectRedis, parseClusterUrl, RedisUrlError, routingKey, type RedisClient } from "../../src/cache/redis-connection.ts";
+import {
+  connectRedis,
+  parseClusterUrl,
+  RedisUrlError,
+  routingKey,
+  type RedisClient,
+} from "../../src/cache/redis-connection.ts";
 import { naiveRecountAndOverwrite } from "./negative-controls.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { TestRedisCluster } from "../../support/redis-cluster.ts";
@@ -49,13 +55,22 @@ async function lab(t: { after: (fn: () => Promise<void>) => void }): Promise<Lab
   const feeder = new CountFeeder(db.pool, store, LIKE_COUNTS, { hooks });
   await feeder.pollOnce(); // sets the cursor at the present
   return {
-    db, redis, hooks, likes, store, feeder,
-    reader: new CountReader(db.pool, store, { localTtlMs: 0 }), reconciler: new Reconciler(db.pool, store, { hooks }),
+    db,
+    redis,
+    hooks,
+    likes,
+    store,
+    feeder,
+    reader: new CountReader(db.pool, store, { localTtlMs: 0 }),
+    reconciler: new Reconciler(db.pool, store, { hooks }),
   };
 }
 
 async function facts(db: TestDatabase, item: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked", [item]);
+  const { rows } = await db.pool.query<{ n: number }>(
+    "SELECT count(*)::bigint AS n FROM like_fact WHERE item_id = $1 AND liked",
+    [item],
+  );
   return rows[0]!.n;
 }
 
@@ -65,12 +80,17 @@ async function likeMany(likes: LikeService, item: string, from: number, to: numb
 
 /** Likes by users who never liked `item`: every one is asserted CHANGED, so each is an event and a live increment. */
 async function likeNew(likes: LikeService, item: string, from: number, to: number): Promise<void> {
-  for (let u = from; u < to; u++) assert.equal((await likes.like(`user-${u}`, item)).outcome, "CHANGED", `user-${u} had not liked ${item}`);
+  for (let u = from; u < to; u++)
+    assert.equal((await likes.like(`user-${u}`, item)).outcome, "CHANGED", `user-${u} had not liked ${item}`);
 }
 
 /** The sum of the live deltas `d` of a counter's buckets, read from the cluster. */
 async function bucketSum(store: CountStore, target: string): Promise<number> {
-  const deltas = await Promise.all(Array.from({ length: store.buckets }, (_, i) => store.redis.sendCommand<string | null>(["HGET", store.bucketKey("likes", target, i), "d"])));
+  const deltas = await Promise.all(
+    Array.from({ length: store.buckets }, (_, i) =>
+      store.redis.sendCommand<string | null>(["HGET", store.bucketKey("likes", target, i), "d"]),
+    ),
+  );
   return deltas.reduce((sum, d) => sum + Number(d ?? 0), 0);
 }
 
@@ -85,7 +105,10 @@ test("on a Redis Cluster the buckets of one hot item are keys on at least two ma
   const { db, likes, store, feeder, reader } = await lab(t);
   await likes.createItem("item-hot");
   await likeMany(likes, "item-hot", 0, 10);
-  assert.deepEqual(await reader.read(LIKE_COUNTS, "item-hot", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", 10]);
+  assert.deepEqual(await reader.read(LIKE_COUNTS, "item-hot", { allowedLag: 0 }).then((r) => [r.source, r.count]), [
+    "cache",
+    10,
+  ]);
   await likeMany(likes, "item-hot", 10, 80);
   await likes.unlike("user-3", "item-hot");
   await feeder.pollOnce();
@@ -94,9 +117,17 @@ test("on a Redis Cluster the buckets of one hot item are keys on at least two ma
   assert.equal(read.count, 79);
 
   const bucketHolders = await holders("sl:v2:bkt:{likes:item-hot#*");
-  t.diagnostic(`16 buckets of item-hot on masters ${bucketHolders.join(", ")} of ${(await cluster.masterPorts()).join(", ")}`);
+  t.diagnostic(
+    `16 buckets of item-hot on masters ${bucketHolders.join(", ")} of ${(await cluster.masterPorts()).join(", ")}`,
+  );
   assert.ok(bucketHolders.length >= 2, `buckets on ${bucketHolders.length} master(s)`);
-  const used = new Set(await Promise.all(Array.from({ length: 16 }, (_, i) => cluster.cli(bucketHolders[0]!, "CLUSTER", "KEYSLOT", store.bucketKey("likes", "item-hot", i)))));
+  const used = new Set(
+    await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        cluster.cli(bucketHolders[0]!, "CLUSTER", "KEYSLOT", store.bucketKey("likes", "item-hot", i)),
+      ),
+    ),
+  );
   assert.ok(used.size > 1, "every bucket key has a slot of its own hash tag");
 
   // Negative control of the measure: keys that share one hash tag (what the single-node hash
@@ -118,7 +149,8 @@ test("on a cluster a lost increment is +1 drift and a replayed one -1; one recon
   });
   hooks.on("cache.afterIncrement", async (c) => {
     // A blind replay of the same increment (what an offline queue would do after a reconnect).
-    if (c.target === "item-b" && c.actor === "user-2") await redis.sendCommand(["HINCRBY", store.bucketKey("likes", "item-b", store.bucketOf("user-2")), "d", "1"]);
+    if (c.target === "item-b" && c.actor === "user-2")
+      await redis.sendCommand(["HINCRBY", store.bucketKey("likes", "item-b", store.bucketOf("user-2")), "d", "1"]);
   });
   await feeder.pollOnce();
   assert.equal((await reader.read(LIKE_COUNTS, "item-a", { allowedLag: 0 })).count, 4);
@@ -138,16 +170,28 @@ test("a bucket lost by its node (the base still there) is noticed by the read an
   await likeMany(likes, "item-c", 0, 30);
   await feeder.pollOnce();
   const lost = store.bucketOf("user-0");
-  await store.redis.sendCommand(["DEL", store.bucketKey("likes", "item-c", lost), store.bucketLogKey("likes", "item-c", lost)]);
+  await store.redis.sendCommand([
+    "DEL",
+    store.bucketKey("likes", "item-c", lost),
+    store.bucketLogKey("likes", "item-c", lost),
+  ]);
   assert.equal(await store.read("likes", "item-c"), undefined, "a missing bucket makes the counter absent");
-  assert.deepEqual(await reader.read(LIKE_COUNTS, "item-c", { allowedLag: 0 }).then((r) => [r.source, r.count]), ["cache", await facts(db, "item-c")]);
+  assert.deepEqual(await reader.read(LIKE_COUNTS, "item-c", { allowedLag: 0 }).then((r) => [r.source, r.count]), [
+    "cache",
+    await facts(db, "item-c"),
+  ]);
 });
 
 /**
  * A repair parked at `point` while 20 likes by users `racingFrom`.. who had not liked item-r
  * commit and are fed (real changes in the live buckets); what the counter shows in the gap and afterwards.
  */
-async function repairRacingWriters(l: Lab, point: string, racingFrom: number, repair: () => Promise<unknown>): Promise<{ inGap: number; shownInGap: number; shown: number; truth: number }> {
+async function repairRacingWriters(
+  l: Lab,
+  point: string,
+  racingFrom: number,
+  repair: () => Promise<unknown>,
+): Promise<{ inGap: number; shownInGap: number; shown: number; truth: number }> {
   const gate = new Gate(point);
   const off = l.hooks.on(point, gate.handler);
   const running = repair();
@@ -159,7 +203,12 @@ async function repairRacingWriters(l: Lab, point: string, racingFrom: number, re
   gate.release();
   await running;
   off();
-  return { inGap, shownInGap, shown: (await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count, truth: await facts(l.db, "item-r") };
+  return {
+    inGap,
+    shownInGap,
+    shown: (await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count,
+    truth: await facts(l.db, "item-r"),
+  };
 }
 
 test("negative control on a cluster: the naive recount-and-overwrite loses increments made during it; the per-bucket freeze then base install loses none, and reads in between are exact", async (t) => {
@@ -168,7 +217,9 @@ test("negative control on a cluster: the naive recount-and-overwrite loses incre
   await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 });
   await likeMany(l.likes, "item-r", 0, 10);
   await l.feeder.pollOnce();
-  const naive = await repairRacingWriters(l, "reconcile.beforeInstall", 100, () => naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-r", l.hooks));
+  const naive = await repairRacingWriters(l, "reconcile.beforeInstall", 100, () =>
+    naiveRecountAndOverwrite(l.db.pool, l.store, LIKE_COUNTS, "item-r", l.hooks),
+  );
   assert.equal(naive.truth - naive.shown, 20, `naive overwrite lost ${naive.truth - naive.shown} increments`);
   await l.reconciler.reconcile(LIKE_COUNTS); // repairs what the naive run lost
   await likeMany(l.likes, "item-r", 200, 202); // a change, so the next run visits item-r
@@ -191,8 +242,14 @@ test("on a cluster a reconciliation racing live likes loses none: likes fed betw
   const raced = await repairRacingWriters(l, "reconcile.beforeInstall", 10, () => l.reconciler.reconcile(LIKE_COUNTS));
   assert.deepEqual([raced.shownInGap, raced.inGap], [30, 30]);
   assert.deepEqual([raced.shown, raced.truth], [30, 30], "the racing likes stay counted after the run");
-  const base = Number(await l.redis.sendCommand<string | null>(["HGET", l.store.counterKey("likes", "item-r"), "base"]));
-  assert.deepEqual([base, await bucketSum(l.store, "item-r")], [0, 30], "base = truth (10) - settled (10); the buckets keep their cumulative 30");
+  const base = Number(
+    await l.redis.sendCommand<string | null>(["HGET", l.store.counterKey("likes", "item-r"), "base"]),
+  );
+  assert.deepEqual(
+    [base, await bucketSum(l.store, "item-r")],
+    [0, 30],
+    "base = truth (10) - settled (10); the buckets keep their cumulative 30",
+  );
   const next = await l.reconciler.reconcile(LIKE_COUNTS);
   assert.deepEqual([next.visited, next.drifted.length], [1, 0], "the next run folds the racing likes in without drift");
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count, 30);
@@ -218,7 +275,11 @@ test("on a cluster a reconciliation running whole while a feeder pass is parked 
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count, 20);
   const report = await l.reconciler.reconcile(LIKE_COUNTS);
   assert.deepEqual([report.installed, report.drifted.length], [1, 0]);
-  assert.equal((await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count, 20, "the 10 increments above the boundary survive the install");
+  assert.equal(
+    (await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count,
+    20,
+    "the 10 increments above the boundary survive the install",
+  );
   parked.release();
   assert.equal(await feeding, 20);
   assert.equal((await l.reader.read(LIKE_COUNTS, "item-r", { allowedLag: 0 })).count, await facts(l.db, "item-r"));
@@ -241,8 +302,16 @@ test("on a cluster a backfill racing fed increments ends equal to the facts: eac
   await likeNew(l.likes, "item-b", 26, 30); // committed in the window, fed after the install
   gate.release();
   const first = await reading;
-  assert.deepEqual([first.source, first.count], ["cache", 6 + 20 - 1], "the truth read plus the 21 events fed in the window");
-  assert.equal(await bucketSum(l.store, "item-b"), 20 - 1, "the buckets created by the install hold exactly the window's increments");
+  assert.deepEqual(
+    [first.source, first.count],
+    ["cache", 6 + 20 - 1],
+    "the truth read plus the 21 events fed in the window",
+  );
+  assert.equal(
+    await bucketSum(l.store, "item-b"),
+    20 - 1,
+    "the buckets created by the install hold exactly the window's increments",
+  );
   await l.feeder.pollOnce();
   assert.equal((await reader.read(LIKE_COUNTS, "item-b", { allowedLag: 0 })).count, await facts(l.db, "item-b"));
   assert.equal(await facts(l.db, "item-b"), 29);
@@ -252,10 +321,22 @@ test("on a cluster a backfill racing fed increments ends equal to the facts: eac
 test("REDIS_URL for a cluster: seed nodes, credentials and TLS are read; a URL without nodes or with a bad port is a typed error; EVAL routes by its first key", () => {
   assert.equal(parseClusterUrl("redis://127.0.0.1:6390"), undefined, "a plain URL is one node");
   assert.deepEqual(parseClusterUrl("rediss+cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2"), {
-    tls: true, username: "app", password: "s@cret", nodes: [{ host: "10.0.0.1", port: 7000 }, { host: "10.0.0.2", port: 6379 }],
+    tls: true,
+    username: "app",
+    password: "s@cret",
+    nodes: [
+      { host: "10.0.0.1", port: 7000 },
+      { host: "10.0.0.2", port: 6379 },
+    ],
   });
-  assert.throws(() => parseClusterUrl("redis+cluster://"), (err: unknown) => err instanceof RedisUrlError && /at least one host:port/.test(err.message));
-  assert.throws(() => parseClusterUrl("redis+cluster://h:70000"), (err: unknown) => err instanceof RedisUrlError && err.code === "REDIS_URL_INVALID");
+  assert.throws(
+    () => parseClusterUrl("redis+cluster://"),
+    (err: unknown) => err instanceof RedisUrlError && /at least one host:port/.test(err.message),
+  );
+  assert.throws(
+    () => parseClusterUrl("redis+cluster://h:70000"),
+    (err: unknown) => err instanceof RedisUrlError && err.code === "REDIS_URL_INVALID",
+  );
   assert.equal(routingKey(["EVAL", "return 1", "2", "k1", "k2", "a"]), "k1");
   assert.equal(routingKey(["HGET", "k", "f"]), "k");
 });

@@ -51,7 +51,11 @@ async function scenario(t: { after: (fn: () => Promise<void>) => void }, withCap
   // The prune waits for every view of the outbox, the notifications too (docs/notifications.md).
   await new NotificationFeed(db.pool).drain();
 
-  const report = await pruneRetained(db.pool, { keepLast: 0, keepSeconds: 0, caps: withCap ? [countLayerRetentionCap(redis)] : [] });
+  const report = await pruneRetained(db.pool, {
+    keepLast: 0,
+    keepSeconds: 0,
+    caps: withCap ? [countLayerRetentionCap(redis)] : [],
+  });
   const pruned = report.kinds.find((k) => k.kind === "relations")!.outboxRows;
   const kept = (await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM relation_event")).rows[0]!.n;
   await feeder.pollOnce();

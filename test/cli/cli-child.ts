@@ -14,7 +14,34 @@ export const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 export const BIN = path.join(REPO_ROOT, "bin", "social-ledger.mjs");
 
 /** Variables of the parent that would point a child somewhere else than the test says. */
-const SCRUBBED = ["DATABASE_URL", "LEDGER_DATA_DIR", "LEDGER_JWT_SECRET", "LEDGER_JWKS_URL", "LEDGER_JWT_ISSUER", "LEDGER_JWT_AUDIENCE", "LEDGER_JWT_USER_CLAIM", "LEDGER_JWT_ADMIN_CLAIM", "LEDGER_JWT_ADMIN_VALUE", "LEDGER_JWKS_COOLDOWN_SECONDS", "LEDGER_JWKS_MAX_AGE_SECONDS", "LEDGER_PARTITIONS", "LEDGER_WRITES_PER_MINUTE", "LEDGER_READS_PER_MINUTE", "LEDGER_CORS_ORIGINS", "REDIS_URL", "DATABASE_REPLICA_URLS", "NATS_URL", "LEDGER_NATS_STREAM", "LEDGER_PRUNE_EVERY_SECONDS", "LEDGER_RETENTION_KEEP_EVENTS", "LEDGER_RETENTION_KEEP_SECONDS", "PORT", "HOST", "LOG_LEVEL", "NODE_OPTIONS"];
+const SCRUBBED = [
+  "DATABASE_URL",
+  "LEDGER_DATA_DIR",
+  "LEDGER_JWT_SECRET",
+  "LEDGER_JWKS_URL",
+  "LEDGER_JWT_ISSUER",
+  "LEDGER_JWT_AUDIENCE",
+  "LEDGER_JWT_USER_CLAIM",
+  "LEDGER_JWT_ADMIN_CLAIM",
+  "LEDGER_JWT_ADMIN_VALUE",
+  "LEDGER_JWKS_COOLDOWN_SECONDS",
+  "LEDGER_JWKS_MAX_AGE_SECONDS",
+  "LEDGER_PARTITIONS",
+  "LEDGER_WRITES_PER_MINUTE",
+  "LEDGER_READS_PER_MINUTE",
+  "LEDGER_CORS_ORIGINS",
+  "REDIS_URL",
+  "DATABASE_REPLICA_URLS",
+  "NATS_URL",
+  "LEDGER_NATS_STREAM",
+  "LEDGER_PRUNE_EVERY_SECONDS",
+  "LEDGER_RETENTION_KEEP_EVENTS",
+  "LEDGER_RETENTION_KEEP_SECONDS",
+  "PORT",
+  "HOST",
+  "LOG_LEVEL",
+  "NODE_OPTIONS",
+];
 
 export function childEnv(vars: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -39,7 +66,12 @@ export type { Exit } from "../support/line-child.ts";
 
 /** A long-running CLI child (serve, worker) whose stdout lines can be awaited. */
 export class CliChild extends LineChild {
-  constructor(name: string, readonly args: readonly string[], env: NodeJS.ProcessEnv, runAs?: { uid: number; gid: number }) {
+  constructor(
+    name: string,
+    readonly args: readonly string[],
+    env: NodeJS.ProcessEnv,
+    runAs?: { uid: number; gid: number },
+  ) {
     super(name, [BIN, ...args], { cwd: REPO_ROOT, env, ...runAs });
   }
 }
@@ -58,7 +90,11 @@ export async function runCli(args: readonly string[], env: NodeJS.ProcessEnv, ms
   child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   const done = new Promise<Exit>((resolve) => child.on("close", (code, signal) => resolve({ code, signal })));
   try {
-    const exit = await withDeadline(done, ms, () => `social-ledger ${args.join(" ")}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    const exit = await withDeadline(
+      done,
+      ms,
+      () => `social-ledger ${args.join(" ")}\nstdout:\n${stdout}\nstderr:\n${stderr}`,
+    );
     return { ...exit, stdout, stderr };
   } finally {
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
@@ -91,7 +127,11 @@ export function httpClient(base: string) {
     const headers: Record<string, string> = {};
     if (token) headers.authorization = `Bearer ${token}`;
     if (body !== undefined) headers["content-type"] = "application/json";
-    const response = await fetch(new URL(urlPath, base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const response = await fetch(new URL(urlPath, base), {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await response.text();
     return { status: response.status, body: (text ? JSON.parse(text) : {}) as T, headers: response.headers };
   };

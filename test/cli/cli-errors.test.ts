@@ -17,10 +17,20 @@ test("bad input: one line 'social-ledger <command>: <message>', exit 2", async (
   const env = childEnv({ DATABASE_URL: db.url });
   const cases: { args: string[]; env?: Record<string, string>; stderr: RegExp }[] = [
     { args: ["rebuild", "--items", "ghost"], stderr: /^social-ledger rebuild: unknown item\(s\): ghost$/m },
-    { args: ["rebuild", "--kind", "comments", "--items", "nope"], stderr: /^social-ledger rebuild: unknown post\(s\): nope$/m },
-    { args: ["migrate"], env: { LOG_LEVEL: "verbose" }, stderr: /^social-ledger migrate: LOG_LEVEL: expected one of .*got "verbose"$/m },
+    {
+      args: ["rebuild", "--kind", "comments", "--items", "nope"],
+      stderr: /^social-ledger rebuild: unknown post\(s\): nope$/m,
+    },
+    {
+      args: ["migrate"],
+      env: { LOG_LEVEL: "verbose" },
+      stderr: /^social-ledger migrate: LOG_LEVEL: expected one of .*got "verbose"$/m,
+    },
     { args: ["audit", "--bogus"], stderr: /^social-ledger audit: unknown option '--bogus'$/m },
-    { args: ["import", "/no/such/file.ndjson"], stderr: /^social-ledger import: no such file: \/no\/such\/file\.ndjson$/m },
+    {
+      args: ["import", "/no/such/file.ndjson"],
+      stderr: /^social-ledger import: no such file: \/no\/such\/file\.ndjson$/m,
+    },
     { args: ["export", "--account", "me"], stderr: /^social-ledger export: account: 'me' is reserved/m },
     { args: ["no-such-command"], stderr: /^social-ledger: unknown command 'no-such-command'$/m },
   ];

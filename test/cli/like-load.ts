@@ -21,7 +21,13 @@ export interface LoadFigures {
 }
 
 export class LikeLoad {
-  readonly figures: LoadFigures = { acknowledged: 0, unavailable: 0, unexpected: [], acknowledgedAfterOutage: 0, networkErrors: 0 };
+  readonly figures: LoadFigures = {
+    acknowledged: 0,
+    unavailable: 0,
+    unexpected: [],
+    acknowledgedAfterOutage: 0,
+    networkErrors: 0,
+  };
   /** Set when the server is expected to exit: a refused connection then ends a client instead of failing the test. */
   tolerateNetworkErrors = false;
   /** user -> item -> liked, the state of every pair after its last acknowledged request. */
@@ -38,7 +44,11 @@ export class LikeLoad {
   ) {}
 
   /** Creates the items (as admin) and one token per client. */
-  static async prepare(address: string, secret: string, options: { clients: number; items: number }): Promise<LikeLoad> {
+  static async prepare(
+    address: string,
+    secret: string,
+    options: { clients: number; items: number },
+  ): Promise<LikeLoad> {
     const key = new TextEncoder().encode(secret);
     const call = httpClient(address);
     const admin = await signToken(key, "root", { admin: true });
@@ -80,7 +90,11 @@ export class LikeLoad {
           break;
         }
         const code = (res.body.error as { code?: string } | undefined)?.code;
-        if (res.status === 503 && (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN") && res.retryAfter !== null) {
+        if (
+          res.status === 503 &&
+          (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN") &&
+          res.retryAfter !== null
+        ) {
           this.figures.unavailable++;
         } else {
           this.figures.unexpected.push(`${res.status} ${JSON.stringify(res.body)} retry-after=${res.retryAfter}`);
@@ -105,8 +119,14 @@ export class LikeLoad {
 
   /** Waits (bounded) until `done` holds for the figures. */
   until(what: string, done: (f: LoadFigures) => boolean, ms = 60_000): Promise<LoadFigures> {
-    return pollUntil(what, async () => this.figures, (f) => done(f) || f.unexpected.length > 0, ms).then((f) => {
-      if (f.unexpected.length > 0 && !done(f)) throw new Error(`${what}: unexpected answers: ${f.unexpected.slice(0, 5).join("; ")}`);
+    return pollUntil(
+      what,
+      async () => this.figures,
+      (f) => done(f) || f.unexpected.length > 0,
+      ms,
+    ).then((f) => {
+      if (f.unexpected.length > 0 && !done(f))
+        throw new Error(`${what}: unexpected answers: ${f.unexpected.slice(0, 5).join("; ")}`);
       return f;
     });
   }
@@ -117,12 +137,12 @@ export class LikeLoad {
     return this.figures;
   }
 
-
   /** Pairs whose stored state differs from the last acknowledged request: lost or resurrected writes. */
   async mismatches(read: (user: string, item: string) => Promise<boolean>): Promise<string[]> {
     const wrong: string[] = [];
     for (const [user, state] of this.expected) {
-      for (const [item, liked] of state) if ((await read(user, item)) !== liked) wrong.push(`${user}/${item} expected liked=${liked}`);
+      for (const [item, liked] of state)
+        if ((await read(user, item)) !== liked) wrong.push(`${user}/${item} expected liked=${liked}`);
     }
     return wrong;
   }

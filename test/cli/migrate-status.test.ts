@@ -26,24 +26,38 @@ test("migrate --status applies nothing; migrate applies and records each checksu
   t.after(() => db.close());
   const env = childEnv({ DATABASE_URL: db.url });
   const shipped = await loadMigrations();
-  const exists = async () => (await db.pool.query<{ present: boolean }>("SELECT to_regclass('ledger_migration') IS NOT NULL AS present")).rows[0]!.present;
+  const exists = async () =>
+    (await db.pool.query<{ present: boolean }>("SELECT to_regclass('ledger_migration') IS NOT NULL AS present"))
+      .rows[0]!.present;
 
   const before = await runCli(["migrate", "--status"], env);
   assert.equal(before.code, 1, `pending migrations: exit 1\n${before.stderr}`);
   const pending = JSON.parse(before.stdout) as Report;
   assert.deepEqual([pending.applied, pending.pending, pending.partitions], [0, shipped.length, null]);
-  assert.deepEqual(pending.pendingMigrations, shipped.map((m) => m.name));
+  assert.deepEqual(
+    pending.pendingMigrations,
+    shipped.map((m) => m.name),
+  );
   assert.equal(await exists(), false, "--status created nothing");
 
   const run = await runCli(["migrate"], env);
   assert.equal(run.code, 0, run.stderr);
   const migrated = JSON.parse(run.stdout) as Report;
-  assert.deepEqual(migrated.appliedNow, shipped.map((m) => m.name));
-  assert.deepEqual(migrated.migrations.map((m) => [m.name, m.checksum]), shipped.map((m) => [m.name, migrationChecksum(m.sql)]));
+  assert.deepEqual(
+    migrated.appliedNow,
+    shipped.map((m) => m.name),
+  );
+  assert.deepEqual(
+    migrated.migrations.map((m) => [m.name, m.checksum]),
+    shipped.map((m) => [m.name, migrationChecksum(m.sql)]),
+  );
 
   const after = await runCli(["migrate", "--status"], env);
   assert.equal(after.code, 0, after.stderr);
-  assert.deepEqual([(JSON.parse(after.stdout) as Report).pending, (JSON.parse(after.stdout) as Report).pendingMigrations], [0, []]);
+  assert.deepEqual(
+    [(JSON.parse(after.stdout) as Report).pending, (JSON.parse(after.stdout) as Report).pendingMigrations],
+    [0, []],
+  );
 
   const history = async () => (await db.pool.query("SELECT * FROM ledger_migration ORDER BY id")).rows;
   async function refused(expected: RegExp): Promise<void> {
@@ -59,15 +73,31 @@ test("migrate --status applies nothing; migrate applies and records each checksu
 
   // The database ran another text of 003 than the file has now (what an edit of the file looks like to the runner).
   const third = shipped[2]!;
-  await db.pool.query("UPDATE ledger_migration SET checksum = $1 WHERE id = 3", [migrationChecksum(`${third.sql}-- an earlier text\n`)]);
-  await refused(new RegExp(`^social-ledger migrate: migration ${third.name.replaceAll(".", "\\.")} was edited after it was applied \\(applied text sha256 [0-9a-f]{12}, file now sha256 ${migrationChecksum(third.sql).slice(0, 12)}\\)`, "m"));
+  await db.pool.query("UPDATE ledger_migration SET checksum = $1 WHERE id = 3", [
+    migrationChecksum(`${third.sql}-- an earlier text\n`),
+  ]);
+  await refused(
+    new RegExp(
+      `^social-ledger migrate: migration ${third.name.replaceAll(".", "\\.")} was edited after it was applied \\(applied text sha256 [0-9a-f]{12}, file now sha256 ${migrationChecksum(third.sql).slice(0, 12)}\\)`,
+      "m",
+    ),
+  );
   await db.pool.query("UPDATE ledger_migration SET checksum = $1 WHERE id = 3", [migrationChecksum(third.sql)]);
 
   // Migrated by newer code: a migration this code does not have.
   const next = shipped.length + 1;
   const newer = `${String(next).padStart(3, "0")}_from_newer_code.sql`;
-  await db.pool.query("INSERT INTO ledger_migration (id, name, checksum) VALUES ($1, $2, $3)", [next, newer, migrationChecksum("SELECT 1;")]);
-  await refused(new RegExp(`^social-ledger migrate: migration ${newer.replaceAll(".", "\\.")} \\(number ${next}\\) is applied but is not among this code's ${shipped.length} migrations`, "m"));
+  await db.pool.query("INSERT INTO ledger_migration (id, name, checksum) VALUES ($1, $2, $3)", [
+    next,
+    newer,
+    migrationChecksum("SELECT 1;"),
+  ]);
+  await refused(
+    new RegExp(
+      `^social-ledger migrate: migration ${newer.replaceAll(".", "\\.")} \\(number ${next}\\) is applied but is not among this code's ${shipped.length} migrations`,
+      "m",
+    ),
+  );
   await db.pool.query("DELETE FROM ledger_migration WHERE id = $1", [next]);
 
   // Negative control: the repaired history passes again.

@@ -41,13 +41,21 @@ interface Stopped {
 }
 
 /** Starts `argv` (after node) in a new data directory, signals the pid it started, and waits until service, port and postmaster are gone. */
-async function startAndSignal(argv: string[], signal: NodeJS.Signals, options: { group?: boolean } = {}): Promise<Stopped> {
+async function startAndSignal(
+  argv: string[],
+  signal: NodeJS.Signals,
+  options: { group?: boolean } = {},
+): Promise<Stopped> {
   const dataDir = await clusterTempDir("ledger-stop-");
   const port = await freePort();
   const child = new LineChild(argv.map((a) => path.basename(a)).join(" "), argv, {
-    cwd: REPO_ROOT, env: userEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: "info" }), ...(options.group ? { detached: true } : {}),
+    cwd: REPO_ROOT,
+    env: userEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: "info" }),
+    ...(options.group ? { detached: true } : {}),
   });
-  const launcherExited = new Promise<Exit>((resolve) => child.proc.on("exit", (code, sig) => resolve({ code, signal: sig })));
+  const launcherExited = new Promise<Exit>((resolve) =>
+    child.proc.on("exit", (code, sig) => resolve({ code, signal: sig })),
+  );
   let servicePid: number | undefined;
   let postmaster: number | undefined;
   try {
@@ -60,11 +68,19 @@ async function startAndSignal(argv: string[], signal: NodeJS.Signals, options: {
     const sentAt = Date.now();
     if (options.group) process.kill(-child.pid, signal);
     else process.kill(child.pid, signal);
-    const what = () => `${signal} to ${child.name} (pid ${child.pid}); service ${servicePid} alive: ${processAlive(servicePid!)}, postmaster ${postmaster} alive: ${processAlive(postmaster!)}\nstdout:\n${child.lines.join("\n")}\nstderr:\n${child.stderr}`;
+    const what = () =>
+      `${signal} to ${child.name} (pid ${child.pid}); service ${servicePid} alive: ${processAlive(servicePid!)}, postmaster ${postmaster} alive: ${processAlive(postmaster!)}\nstdout:\n${child.lines.join("\n")}\nstderr:\n${child.stderr}`;
     const launcherExit = await withDeadline(launcherExited, STOP_WITHIN_MS, what);
-    await pollUntil("service, port and PostgreSQL gone", async () => ({
-      service: processAlive(servicePid!), postmaster: processAlive(postmaster!), port: await portOpen(port),
-    }), (s) => !s.service && !s.postmaster && !s.port, Math.max(0, STOP_WITHIN_MS - (Date.now() - sentAt))).catch((err: Error) => {
+    await pollUntil(
+      "service, port and PostgreSQL gone",
+      async () => ({
+        service: processAlive(servicePid!),
+        postmaster: processAlive(postmaster!),
+        port: await portOpen(port),
+      }),
+      (s) => !s.service && !s.postmaster && !s.port,
+      Math.max(0, STOP_WITHIN_MS - (Date.now() - sentAt)),
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\n${what()}`);
     });
     const ms = Date.now() - sentAt;
@@ -72,7 +88,8 @@ async function startAndSignal(argv: string[], signal: NodeJS.Signals, options: {
     return { launcherExit, ms, lines: child.lines };
   } finally {
     if (child.alive()) child.proc.kill("SIGKILL");
-    for (const pid of [servicePid, postmaster]) if (pid !== undefined && processAlive(pid)) process.kill(pid, "SIGKILL");
+    for (const pid of [servicePid, postmaster])
+      if (pid !== undefined && processAlive(pid)) process.kill(pid, "SIGKILL");
     await rm(dataDir, { recursive: true, force: true });
   }
 }
@@ -84,40 +101,64 @@ async function startAndSignal(argv: string[], signal: NodeJS.Signals, options: {
  */
 function assertCleanStop(lines: string[], reason: RegExp, options: { groupSignal?: boolean } = {}): void {
   const log = lines.map((l) => JSON.parse(l) as { level: number; msg: string; err?: { sqlState?: string } });
-  assert.ok(log.some((l) => l.level === 30 && reason.test(l.msg)), `the stop's reason is logged: ${lines.join("\n")}`);
+  assert.ok(
+    log.some((l) => l.level === 30 && reason.test(l.msg)),
+    `the stop's reason is logged: ${lines.join("\n")}`,
+  );
   assert.equal(log.at(-1)?.msg, "stopped", lines.join("\n"));
   assert.equal(log.at(-1)?.level, 30, lines.join("\n"));
-  assert.deepEqual(log.filter((l) => l.level >= 50 && !(options.groupSignal && l.err?.sqlState === "57014")), []);
+  assert.deepEqual(
+    log.filter((l) => l.level >= 50 && !(options.groupSignal && l.err?.sqlState === "57014")),
+    [],
+  );
 }
 
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  test(`npm start: ${signal} to npm's pid stops the service and its embedded PostgreSQL; npm exits 0`, { timeout: 180_000 }, async (t) => {
-    const stopped = await startAndSignal([npmScript("npm"), "start"], signal);
-    t.diagnostic(`note stopped ${stopped.ms} ms after ${signal}`);
-    assert.deepEqual(stopped.launcherExit, { code: 0, signal: null });
-    assertCleanStop(stopped.lines, new RegExp(`^${signal}: stopping`));
-  });
+  test(
+    `npm start: ${signal} to npm's pid stops the service and its embedded PostgreSQL; npm exits 0`,
+    { timeout: 180_000 },
+    async (t) => {
+      const stopped = await startAndSignal([npmScript("npm"), "start"], signal);
+      t.diagnostic(`note stopped ${stopped.ms} ms after ${signal}`);
+      assert.deepEqual(stopped.launcherExit, { code: 0, signal: null });
+      assertCleanStop(stopped.lines, new RegExp(`^${signal}: stopping`));
+    },
+  );
 }
 
-test("npm start: a Ctrl-C (SIGINT to the process group: npm, node and PostgreSQL at once) stops it cleanly; npm exits 0", { timeout: 180_000 }, async (t) => {
-  const stopped = await startAndSignal([npmScript("npm"), "start"], "SIGINT", { group: true });
-  t.diagnostic(`note stopped ${stopped.ms} ms after the group's SIGINT`);
-  // node may get SIGINT twice (from the "terminal" and passed on by npm): one stop, not a forced exit 1.
-  assert.deepEqual(stopped.launcherExit, { code: 0, signal: null });
-  assertCleanStop(stopped.lines, /^SIGINT: stopping/, { groupSignal: true });
-});
+test(
+  "npm start: a Ctrl-C (SIGINT to the process group: npm, node and PostgreSQL at once) stops it cleanly; npm exits 0",
+  { timeout: 180_000 },
+  async (t) => {
+    const stopped = await startAndSignal([npmScript("npm"), "start"], "SIGINT", { group: true });
+    t.diagnostic(`note stopped ${stopped.ms} ms after the group's SIGINT`);
+    // node may get SIGINT twice (from the "terminal" and passed on by npm): one stop, not a forced exit 1.
+    assert.deepEqual(stopped.launcherExit, { code: 0, signal: null });
+    assertCleanStop(stopped.lines, /^SIGINT: stopping/, { groupSignal: true });
+  },
+);
 
-test("npx social-ledger serve: SIGTERM to npx's pid stops the service and its embedded PostgreSQL", { timeout: 180_000 }, async (t) => {
-  const stopped = await startAndSignal([npmScript("npx"), "social-ledger", "serve"], "SIGTERM");
-  t.diagnostic(`note stopped ${stopped.ms} ms after SIGTERM; npx: ${JSON.stringify(stopped.launcherExit)}`);
-  // npm passes the signal to its `sh -c`, which dies of it; npm then re-raises it on itself, and
-  // the service, no longer npm's, stops by itself.
-  assert.equal(stopped.launcherExit.signal, "SIGTERM");
-  assertCleanStop(stopped.lines, /^the npm process that started this one is gone: stopping/);
-});
+test(
+  "npx social-ledger serve: SIGTERM to npx's pid stops the service and its embedded PostgreSQL",
+  { timeout: 180_000 },
+  async (t) => {
+    const stopped = await startAndSignal([npmScript("npx"), "social-ledger", "serve"], "SIGTERM");
+    t.diagnostic(`note stopped ${stopped.ms} ms after SIGTERM; npx: ${JSON.stringify(stopped.launcherExit)}`);
+    // npm passes the signal to its `sh -c`, which dies of it; npm then re-raises it on itself, and
+    // the service, no longer npm's, stops by itself.
+    assert.equal(stopped.launcherExit.signal, "SIGTERM");
+    assertCleanStop(stopped.lines, /^the npm process that started this one is gone: stopping/);
+  },
+);
 
-test("npx social-ledger serve: a Ctrl-C (SIGINT to the process group) stops the service and its embedded PostgreSQL", { timeout: 180_000 }, async (t) => {
-  const stopped = await startAndSignal([npmScript("npx"), "social-ledger", "serve"], "SIGINT", { group: true });
-  t.diagnostic(`note stopped ${stopped.ms} ms after the group's SIGINT; npx: ${JSON.stringify(stopped.launcherExit)}`);
-  assertCleanStop(stopped.lines, /^SIGINT: stopping/, { groupSignal: true });
-});
+test(
+  "npx social-ledger serve: a Ctrl-C (SIGINT to the process group) stops the service and its embedded PostgreSQL",
+  { timeout: 180_000 },
+  async (t) => {
+    const stopped = await startAndSignal([npmScript("npx"), "social-ledger", "serve"], "SIGINT", { group: true });
+    t.diagnostic(
+      `note stopped ${stopped.ms} ms after the group's SIGINT; npx: ${JSON.stringify(stopped.launcherExit)}`,
+    );
+    assertCleanStop(stopped.lines, /^SIGINT: stopping/, { groupSignal: true });
+  },
+);

@@ -17,7 +17,11 @@ export interface ServeLab {
 }
 
 /** `extraEnv` adds to the children's environment (LOG_LEVEL, REDIS_URL, ...). */
-export async function serveLab(t: TestContext, prefix: string, extraEnv: Record<string, string> = {}): Promise<ServeLab> {
+export async function serveLab(
+  t: TestContext,
+  prefix: string,
+  extraEnv: Record<string, string> = {},
+): Promise<ServeLab> {
   const dataDir = await clusterTempDir(prefix);
   const env = childEnv({ LEDGER_DATA_DIR: dataDir, PORT: String(await freePort()), ...extraEnv });
   const children: CliChild[] = [];
@@ -26,9 +30,15 @@ export async function serveLab(t: TestContext, prefix: string, extraEnv: Record<
     const pgPid = postmasterPid(path.join(dataDir, "pg"));
     if (pgPid !== undefined && processAlive(pgPid)) {
       process.kill(pgPid, "SIGQUIT");
-      await pollUntil("leftover postmaster gone", async () => processAlive(pgPid), (alive) => !alive, 15_000);
+      await pollUntil(
+        "leftover postmaster gone",
+        async () => processAlive(pgPid),
+        (alive) => !alive,
+        15_000,
+      );
     }
-    for (const child of children) assert.equal(processAlive(child.pid), false, `${child.name} (pid ${child.pid}) is gone`);
+    for (const child of children)
+      assert.equal(processAlive(child.pid), false, `${child.name} (pid ${child.pid}) is gone`);
     await rm(dataDir, { recursive: true, force: true });
   });
   return {

@@ -14,29 +14,38 @@ import { CliChild, childEnv, runCli } from "./cli-child.ts";
  * serve would refuse.
  */
 
-test("serve --metrics-port: /metrics on its own port (bearer token of LEDGER_METRICS_TOKEN), none on the API's port", { timeout: 120_000 }, async (t) => {
-  const db = await createTestDatabase({ partitions: 2, poolSize: 2 });
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-serve-metrics-"));
-  const [apiPort, metricsPort] = [await freePort(), await freePort()];
-  const token = randomBytes(24).toString("base64url");
-  const serve = new CliChild("serve", ["serve", "--no-workers", "--port", String(apiPort), "--metrics-port", String(metricsPort)],
-    childEnv({ DATABASE_URL: db.url, LEDGER_DATA_DIR: dataDir, LEDGER_METRICS_TOKEN: token }));
-  t.after(async () => {
-    if (serve.alive()) await serve.stop("SIGKILL");
-    await db.close();
-    await rm(dataDir, { recursive: true, force: true });
-  });
-  await serve.waitFor(new RegExp(`metrics: +http://127\\.0\\.0\\.1:${metricsPort}/metrics`));
-  const api = await fetch(`http://127.0.0.1:${apiPort}/metrics`, { headers: { authorization: `Bearer ${token}` } });
-  assert.equal(api.status, 404, "no /metrics on the API's port");
-  assert.equal((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status, 401, "no token");
-  const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { headers: { authorization: `Bearer ${token}` } });
-  assert.equal(scraped.status, 200);
-  const text = await scraped.text();
-  assert.match(text, /^ledger_scrape_database_up 1$/m);
-  assert.match(text, /^ledger_lag_events\{view="like_count",partition="1"\} 0$/m);
-  assert.deepEqual(await serve.stop("SIGTERM"), { code: 0, signal: null }, serve.stderr);
-});
+test(
+  "serve --metrics-port: /metrics on its own port (bearer token of LEDGER_METRICS_TOKEN), none on the API's port",
+  { timeout: 120_000 },
+  async (t) => {
+    const db = await createTestDatabase({ partitions: 2, poolSize: 2 });
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-serve-metrics-"));
+    const [apiPort, metricsPort] = [await freePort(), await freePort()];
+    const token = randomBytes(24).toString("base64url");
+    const serve = new CliChild(
+      "serve",
+      ["serve", "--no-workers", "--port", String(apiPort), "--metrics-port", String(metricsPort)],
+      childEnv({ DATABASE_URL: db.url, LEDGER_DATA_DIR: dataDir, LEDGER_METRICS_TOKEN: token }),
+    );
+    t.after(async () => {
+      if (serve.alive()) await serve.stop("SIGKILL");
+      await db.close();
+      await rm(dataDir, { recursive: true, force: true });
+    });
+    await serve.waitFor(new RegExp(`metrics: +http://127\\.0\\.0\\.1:${metricsPort}/metrics`));
+    const api = await fetch(`http://127.0.0.1:${apiPort}/metrics`, { headers: { authorization: `Bearer ${token}` } });
+    assert.equal(api.status, 404, "no /metrics on the API's port");
+    assert.equal((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status, 401, "no token");
+    const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.equal(scraped.status, 200);
+    const text = await scraped.text();
+    assert.match(text, /^ledger_scrape_database_up 1$/m);
+    assert.match(text, /^ledger_lag_events\{view="like_count",partition="1"\} 0$/m);
+    assert.deepEqual(await serve.stop("SIGTERM"), { code: 0, signal: null }, serve.stderr);
+  },
+);
 
 test("token --ttl above LEDGER_JWT_MAX_TTL_SECONDS is refused with exit code 2 (serve would refuse the token)", async (t) => {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-token-ttl-"));

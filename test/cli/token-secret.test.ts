@@ -26,7 +26,10 @@ test("token: without the data directory's secret it is refused (exit 2, nothing 
   const refused = await runCli(["token", "alice"], env);
   assert.equal(refused.code, 2, refused.stderr);
   assert.equal(refused.stdout, "");
-  assert.equal(refused.stderr, `social-ledger token: LEDGER_DATA_DIR: no JWT secret at ${file}: the service creates it in its data directory when it first starts; run token with the service's LEDGER_DATA_DIR (or LEDGER_JWT_SECRET), or pass --create-secret to create one here before the first start\n`);
+  assert.equal(
+    refused.stderr,
+    `social-ledger token: LEDGER_DATA_DIR: no JWT secret at ${file}: the service creates it in its data directory when it first starts; run token with the service's LEDGER_DATA_DIR (or LEDGER_JWT_SECRET), or pass --create-secret to create one here before the first start\n`,
+  );
   assert.equal(existsSync(dataDir), false, "nothing was created");
 
   const created = await runCli(["token", "alice", "--create-secret"], env);
@@ -46,7 +49,10 @@ test("token: without the data directory's secret it is refused (exit 2, nothing 
   assert.equal(relative.code, 0, relative.stderr);
   assert.equal(relative.stderr, `social-ledger token: signed with the secret in ${file}\n`);
 
-  const fromEnvironment = await runCli(["token", "dora"], childEnv({ LEDGER_DATA_DIR: path.join(root, "elsewhere"), LEDGER_JWT_SECRET: randomBytes(32).toString("hex") }));
+  const fromEnvironment = await runCli(
+    ["token", "dora"],
+    childEnv({ LEDGER_DATA_DIR: path.join(root, "elsewhere"), LEDGER_JWT_SECRET: randomBytes(32).toString("hex") }),
+  );
   assert.equal(fromEnvironment.code, 0, fromEnvironment.stderr);
   assert.match(fromEnvironment.stdout, TOKEN);
   assert.equal(fromEnvironment.stderr, "social-ledger token: signed with LEDGER_JWT_SECRET\n");

@@ -6,13 +6,16 @@ import { InvalidInputError } from "../../src/errors.ts";
 /** The environment is the operator's input: a value we cannot read is refused by name, never guessed. */
 
 function refused(env: NodeJS.ProcessEnv, field: string): void {
-  assert.throws(() => loadConfig(env), (err: unknown) => {
-    assert.ok(err instanceof InvalidInputError, `expected InvalidInputError, got ${String(err)}`);
-    assert.equal(err.code, "INVALID_INPUT");
-    assert.equal(err.field, field);
-    assert.match(err.message, new RegExp(`^${field}: `));
-    return true;
-  });
+  assert.throws(
+    () => loadConfig(env),
+    (err: unknown) => {
+      assert.ok(err instanceof InvalidInputError, `expected InvalidInputError, got ${String(err)}`);
+      assert.equal(err.code, "INVALID_INPUT");
+      assert.equal(err.field, field);
+      assert.match(err.message, new RegExp(`^${field}: `));
+      return true;
+    },
+  );
 }
 
 test("config: the embedded defaults need no variable", () => {
@@ -32,7 +35,13 @@ test("config: LEDGER_CORS_ORIGINS is a comma-separated list of origins (blanks a
     loadConfig({ LEDGER_CORS_ORIGINS: " https://app.example.com , ,http://localhost:5173," }).corsOrigins,
     ["https://app.example.com", "http://localhost:5173"],
   );
-  for (const bad of ["app.example.com", "https://app.example.com/", "https://app.example.com/path", "ftp://x.example.com", "https://a b"]) {
+  for (const bad of [
+    "app.example.com",
+    "https://app.example.com/",
+    "https://app.example.com/path",
+    "ftp://x.example.com",
+    "https://a b",
+  ]) {
     refused({ LEDGER_CORS_ORIGINS: bad }, "LEDGER_CORS_ORIGINS");
   }
 });
@@ -50,15 +59,21 @@ test("config: integers outside their range or not integers are refused by name",
 });
 
 test("config: a switch is 1/true/yes or 0/false/no; anything else is refused instead of silently meaning off", () => {
-  for (const on of ["1", "true", "TRUE", "yes"]) assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: on }).redisAllowEviction, true, on);
-  for (const off of ["0", "false", "no", ""]) assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: off }).redisAllowEviction, false, off);
+  for (const on of ["1", "true", "TRUE", "yes"])
+    assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: on }).redisAllowEviction, true, on);
+  for (const off of ["0", "false", "no", ""])
+    assert.equal(loadConfig({ LEDGER_REDIS_ALLOW_EVICTION: off }).redisAllowEviction, false, off);
   refused({ LEDGER_REDIS_ALLOW_EVICTION: "on please" }, "LEDGER_REDIS_ALLOW_EVICTION");
 });
 
 test("config: the background pacing is a budget in ms (0: fixed batches) and a duty share in 0.05..1; anything else is refused by name", () => {
   assert.deepEqual(loadConfig({}).pacing, { budgetMs: 10, duty: 0.5 });
-  assert.deepEqual(loadConfig({ LEDGER_BACKGROUND_BATCH_MS: "0", LEDGER_BACKGROUND_DUTY: "1" }).pacing, { budgetMs: 0, duty: 1 });
+  assert.deepEqual(loadConfig({ LEDGER_BACKGROUND_BATCH_MS: "0", LEDGER_BACKGROUND_DUTY: "1" }).pacing, {
+    budgetMs: 0,
+    duty: 1,
+  });
   assert.equal(loadConfig({ LEDGER_BACKGROUND_DUTY: "0.25" }).pacing.duty, 0.25);
-  for (const bad of ["0", "0.01", "1.5", "half", " ", "-0.5"]) refused({ LEDGER_BACKGROUND_DUTY: bad }, "LEDGER_BACKGROUND_DUTY");
+  for (const bad of ["0", "0.01", "1.5", "half", " ", "-0.5"])
+    refused({ LEDGER_BACKGROUND_DUTY: bad }, "LEDGER_BACKGROUND_DUTY");
   for (const bad of ["-1", "2.5", "10001"]) refused({ LEDGER_BACKGROUND_BATCH_MS: bad }, "LEDGER_BACKGROUND_BATCH_MS");
 });

@@ -42,13 +42,23 @@ test("30-beyond-1 comments: a comment created during a block waits for it and is
   await blockParked.release();
   const block = await blocking;
   const late = await creating;
-  const { rows } = await f.db.pool.query<{ acl_token: number }>("SELECT acl_token FROM comment WHERE comment_id = $1", [late.id]);
+  const { rows } = await f.db.pool.query<{ acl_token: number }>("SELECT acl_token FROM comment WHERE comment_id = $1", [
+    late.id,
+  ]);
   assert.equal(rows[0]!.acl_token, block.seq, `the comment's token includes the block (waited on ${wait.locktype})`);
-  assert.equal((await f.posts.canRead(reader, post.postId, "CONTENT_TOKEN")).allowed, true, "the post predates the block: projection still trusted");
-  const shown = (await comments.listTopLevel(reader, post.postId, { mode: "CONTENT_TOKEN", order: "oldest" })).comments.map((c) => c.body);
+  assert.equal(
+    (await f.posts.canRead(reader, post.postId, "CONTENT_TOKEN")).allowed,
+    true,
+    "the post predates the block: projection still trusted",
+  );
+  const shown = (
+    await comments.listTopLevel(reader, post.postId, { mode: "CONTENT_TOKEN", order: "oldest" })
+  ).comments.map((c) => c.body);
   assert.deepEqual(shown, ["before the block"], "the comment created after the block is hidden");
   // Negative control: judged by the projection alone (no token), the blocked reader would see it.
-  const leaked = (await comments.listTopLevel(reader, post.postId, { mode: "PROJECTION_ONLY", order: "oldest" })).comments.map((c) => c.body);
+  const leaked = (
+    await comments.listTopLevel(reader, post.postId, { mode: "PROJECTION_ONLY", order: "oldest" })
+  ).comments.map((c) => c.body);
   assert.deepEqual(leaked, ["before the block", "after the block"], "the projection still says 'follows'");
 });
 
@@ -59,6 +69,8 @@ test("30-beyond-1 comments: a blocked reader's comment racing the block waits fo
   await blockParked.release();
   await blocking;
   await assert.rejects(creating, PostNotFoundError);
-  const { rows } = await f.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment WHERE author = $1", [reader]);
+  const { rows } = await f.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment WHERE author = $1", [
+    reader,
+  ]);
   assert.equal(rows[0]!.n, 0);
 });

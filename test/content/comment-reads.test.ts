@@ -21,13 +21,19 @@ test("reply counts leave tombstones out: deleting a reply lowers its parent's co
   const deleted = await comments.delete(acct(4), r2.id);
   assert.equal(deleted.outcome, "CHANGED");
   assert.deepEqual(byBody((await comments.listTopLevel(acct(7), post.postId)).comments), [["top", false, 2]]);
-  assert.deepEqual(byBody((await comments.listReplies(acct(7), top.id)).comments), [["r1", false, 0], ["r3", false, 1]]);
+  assert.deepEqual(byBody((await comments.listReplies(acct(7), top.id)).comments), [
+    ["r1", false, 0],
+    ["r3", false, 1],
+  ]);
 
   // r3 has a reply: deleted, it stays as a placeholder with its own reply count, and its parent stops counting it.
   const tombstone = await comments.delete(acct(1), r3.id);
   assert.deepEqual([tombstone.outcome, tombstone.comment.deleted, tombstone.comment.replyCount], ["CHANGED", true, 1]);
   assert.deepEqual(byBody((await comments.listTopLevel(acct(7), post.postId)).comments), [["top", false, 1]]);
-  assert.deepEqual(byBody((await comments.listReplies(acct(7), top.id)).comments), [["r1", false, 0], [null, true, 1]]);
+  assert.deepEqual(byBody((await comments.listReplies(acct(7), top.id)).comments), [
+    ["r1", false, 0],
+    [null, true, 1],
+  ]);
   assert.deepEqual(byBody((await comments.listReplies(acct(7), r3.id)).comments), [["r3a", false, 0]]);
 
   // The top comment's own answers (edit, delete) count the same way.
@@ -35,7 +41,11 @@ test("reply counts leave tombstones out: deleting a reply lowers its parent's co
   await comments.delete(acct(3), r1.id);
   const topDeleted = await comments.delete(acct(2), top.id);
   assert.deepEqual([topDeleted.comment.deleted, topDeleted.comment.replyCount], [true, 0]);
-  assert.deepEqual(byBody((await comments.listTopLevel(acct(7), post.postId)).comments), [[null, true, 0]], "a tombstone with only tombstoned replies below it");
+  assert.deepEqual(
+    byBody((await comments.listTopLevel(acct(7), post.postId)).comments),
+    [[null, true, 0]],
+    "a tombstone with only tombstoned replies below it",
+  );
 });
 
 test("comment lists in FRESH_TOKEN fall back to the truth whenever the projection lags the author's partition, even for comments older than the revocation", async (t) => {
@@ -50,21 +60,37 @@ test("comment lists in FRESH_TOKEN fall back to the truth whenever the projectio
   await comments.create(other, post.postId, "before the unfollow");
   const shown = async (mode: "FRESH_TOKEN" | "CONTENT_TOKEN" | "TRUTH") =>
     (await comments.listTopLevel(reader, post.postId, { mode })).comments.map((c) => c.body);
-  assert.deepEqual(await shown("FRESH_TOKEN"), ["before the unfollow"], "the projection is current: it says the reader follows");
+  assert.deepEqual(
+    await shown("FRESH_TOKEN"),
+    ["before the unfollow"],
+    "the projection is current: it says the reader follows",
+  );
 
   // The reader unfollows; the projector has not applied it. The comment's token predates the
   // unfollow, so CONTENT_TOKEN trusts the projection (its declared window) and still shows it;
   // FRESH_TOKEN compares with the partition's position now, falls back to the truth and hides it.
   await f.rel.unfollow(reader, author);
-  assert.deepEqual(await shown("CONTENT_TOKEN"), ["before the unfollow"], "CONTENT_TOKEN: the old comment lags, as documented");
+  assert.deepEqual(
+    await shown("CONTENT_TOKEN"),
+    ["before the unfollow"],
+    "CONTENT_TOKEN: the old comment lags, as documented",
+  );
   assert.deepEqual(await shown("FRESH_TOKEN"), [], "FRESH_TOKEN: no window");
   assert.deepEqual(await shown("TRUTH"), []);
-  assert.equal((await f.posts.canRead(reader, post.postId, "FRESH_TOKEN")).allowed, false, "the post's own decision agrees");
+  assert.equal(
+    (await f.posts.canRead(reader, post.postId, "FRESH_TOKEN")).allowed,
+    false,
+    "the post's own decision agrees",
+  );
 
   // The projection lags again, this time behind a follow: FRESH_TOKEN answers from the truth, which says follows.
   await f.projector.drain();
   await f.rel.follow(reader, author);
-  assert.deepEqual(await shown("CONTENT_TOKEN"), [], "the projection, trusted for the old comment, does not have the follow yet");
+  assert.deepEqual(
+    await shown("CONTENT_TOKEN"),
+    [],
+    "the projection, trusted for the old comment, does not have the follow yet",
+  );
   assert.deepEqual(await shown("FRESH_TOKEN"), ["before the unfollow"]);
   await f.projector.drain();
   assert.deepEqual(await shown("FRESH_TOKEN"), ["before the unfollow"], "caught up: the projection itself answers");

@@ -21,7 +21,10 @@ interface PlanNode {
 const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
 
 async function commentReads(client: PoolClient, postId: string): Promise<string[]> {
-  const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (FORMAT JSON) ${COMMENT_COUNTS.truthSql}`, [[postId], null]);
+  const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+    `EXPLAIN (FORMAT JSON) ${COMMENT_COUNTS.truthSql}`,
+    [[postId], null],
+  );
   return nodes(rows[0]!["QUERY PLAN"][0].Plan)
     .filter((n) => n["Relation Name"] === "comment")
     .map((n) => `${n["Node Type"]}${n["Index Name"] ? ` using ${n["Index Name"]}` : ""}`);
@@ -46,13 +49,22 @@ test("the comment-count truth of one post reads comment through comment_by_post;
     const withIndex = await commentReads(client, post.postId);
     t.diagnostic(`note with comment_by_post: ${withIndex.join(", ")}`);
     assert.ok(withIndex.length > 0, "the truth reads comment");
-    assert.ok(withIndex.every((how) => !how.startsWith("Seq Scan")), `no Seq Scan on comment: ${withIndex.join(", ")}`);
-    assert.ok(withIndex.some((how) => how.includes("comment_by_post")), `read through comment_by_post: ${withIndex.join(", ")}`);
+    assert.ok(
+      withIndex.every((how) => !how.startsWith("Seq Scan")),
+      `no Seq Scan on comment: ${withIndex.join(", ")}`,
+    );
+    assert.ok(
+      withIndex.some((how) => how.includes("comment_by_post")),
+      `read through comment_by_post: ${withIndex.join(", ")}`,
+    );
 
     await client.query("DROP INDEX comment_by_post"); // rolled back below
     const without = await commentReads(client, post.postId);
     t.diagnostic(`note without it: ${without.join(", ")}`);
-    assert.ok(without.some((how) => how.startsWith("Seq Scan")), `the control scans comment: ${without.join(", ")}`);
+    assert.ok(
+      without.some((how) => how.startsWith("Seq Scan")),
+      `the control scans comment: ${without.join(", ")}`,
+    );
   } finally {
     await client.query("ROLLBACK");
     client.release();

@@ -27,7 +27,10 @@ test("item_state agrees with PostService.canRead for posts and with the comment 
     const post = await ledger.posts.createPost("alice", visibility, visibility);
     posts.push(post.postId);
     const commenter = visibility === "SELF" ? "alice" : "carl";
-    comments.push({ id: (await ledger.comments.create(commenter, post.postId, `by ${commenter}`)).id, postId: post.postId });
+    comments.push({
+      id: (await ledger.comments.create(commenter, post.postId, `by ${commenter}`)).id,
+      postId: post.postId,
+    });
   }
   const state = async (reader: string, item: string, mode: string) =>
     (await db.pool.query<{ s: string }>("SELECT item_state($1, $2, $3) AS s", [reader, item, mode])).rows[0]!.s;
@@ -39,13 +42,23 @@ test("item_state agrees with PostService.canRead for posts and with the comment 
         for (const postId of posts) {
           const s = await state(reader, postId, mode);
           const allowed = (await ledger.posts.canRead(reader, postId, mode)).allowed;
-          assert.equal(s === "VISIBLE", allowed, `${phase}: post ${postId} as ${reader} in ${mode}: item_state ${s}, canRead ${allowed}`);
+          assert.equal(
+            s === "VISIBLE",
+            allowed,
+            `${phase}: post ${postId} as ${reader} in ${mode}: item_state ${s}, canRead ${allowed}`,
+          );
           seen.set(`${reader}/${postId}/${mode}`, s);
         }
         for (const c of comments) {
           const s = await state(reader, c.id, mode);
-          const listed = (await ledger.comments.listTopLevel(reader, c.postId, { mode })).comments.some((x) => x.id === c.id);
-          assert.equal(s === "VISIBLE", listed, `${phase}: comment ${c.id} as ${reader} in ${mode}: item_state ${s}, listed ${listed}`);
+          const listed = (await ledger.comments.listTopLevel(reader, c.postId, { mode })).comments.some(
+            (x) => x.id === c.id,
+          );
+          assert.equal(
+            s === "VISIBLE",
+            listed,
+            `${phase}: comment ${c.id} as ${reader} in ${mode}: item_state ${s}, listed ${listed}`,
+          );
           seen.set(`${reader}/${c.id}/${mode}`, s);
         }
       }

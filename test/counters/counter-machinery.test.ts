@@ -7,7 +7,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { COMMENT_COUNTER } from "../../src/content/comment-spec.ts";
-import { auditCounter, counterAuditClean, counterReadSideClean, formatCounterAudit, readCounterSide } from "../../src/counters/counter-audit.ts";
+import {
+  auditCounter,
+  counterAuditClean,
+  counterReadSideClean,
+  formatCounterAudit,
+  readCounterSide,
+} from "../../src/counters/counter-audit.ts";
 import { readCounter } from "../../src/counters/counter-reads.ts";
 import { UnknownCounterKeysError } from "../../src/counters/counter-rebuild.ts";
 import { Gate } from "../../src/hooks.ts";
@@ -18,7 +24,9 @@ import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 async function fixture(t: { after(fn: () => Promise<void>): void }) {
   const db = await createTestDatabase({ partitions: 1 });
   t.after(() => db.close());
-  await db.pool.query("INSERT INTO account (account_id) SELECT 'user-' || lpad(i::text, 4, '0') FROM generate_series(1, 30) AS i");
+  await db.pool.query(
+    "INSERT INTO account (account_id) SELECT 'user-' || lpad(i::text, 4, '0') FROM generate_series(1, 30) AS i",
+  );
   const ledger = await openLedger(db.pool);
   const post = await ledger.posts.createPost(acct(1), "PUBLIC", "the post");
   return { db, ledger, postId: post.postId };
@@ -30,7 +38,8 @@ async function one(db: TestDatabase, sql: string, values: unknown[] = []): Promi
 }
 
 const watermark = (db: TestDatabase) => one(db, "SELECT applied_upto AS n FROM comment_watermark WHERE part = 0");
-const truth = (db: TestDatabase, postId: string) => one(db, "SELECT count(*) AS n FROM counted_comment WHERE post_id = $1", [postId]);
+const truth = (db: TestDatabase, postId: string) =>
+  one(db, "SELECT count(*) AS n FROM counted_comment WHERE post_id = $1", [postId]);
 const prune = async (db: TestDatabase, upto: number) =>
   (await db.pool.query("DELETE FROM comment_processed WHERE part = 0 AND seq <= $1", [upto])).rowCount ?? 0;
 
@@ -65,7 +74,9 @@ test("comment counter negative control: pruning above the watermark (past a gap)
   const { db, ledger, postId } = await fixture(t);
   await commentsWithGap(ledger, postId, 5);
   assert.equal(await prune(db, 20), 19, "unsafe: up to the highest processed seq, not the watermark");
-  const again = await ledger.commentConsumer.applyBatch((await ledger.commentConsumer.fetchRange(0, 1, 20)).filter((e) => e.seq !== 5));
+  const again = await ledger.commentConsumer.applyBatch(
+    (await ledger.commentConsumer.fetchRange(0, 1, 20)).filter((e) => e.seq !== 5),
+  );
   assert.equal(again.applied, 15, "the 15 events above the watermark whose keys were pruned are applied again");
   const { n } = await readCounter(db.pool, COMMENT_COUNTER, postId, 0);
   assert.equal(n, (await truth(db, postId)) - 1 + 15, "double counted (the gap event is still pending)");
@@ -83,8 +94,11 @@ test("comment rebuild: comments.rebuild.* hook points, only the posts asked for,
   await db.pool.query("UPDATE comment_count SET n = n + 2");
   const runs = () => one(db, "SELECT count(*) AS n FROM comment_rebuild_run");
 
-  await assert.rejects(ledger.commentRebuild.rebuild({ keys: [postId, "no-such-post"] }),
-    (err) => err instanceof UnknownCounterKeysError && err.code === "POST_NOT_FOUND" && err.keys.join() === "no-such-post");
+  await assert.rejects(
+    ledger.commentRebuild.rebuild({ keys: [postId, "no-such-post"] }),
+    (err) =>
+      err instanceof UnknownCounterKeysError && err.code === "POST_NOT_FOUND" && err.keys.join() === "no-such-post",
+  );
   assert.equal(await runs(), 0);
 
   const snapshotTaken = new Gate("comments.rebuild.afterSnapshot");
@@ -102,7 +116,10 @@ test("comment rebuild: comments.rebuild.* hook points, only the posts asked for,
   const report = await rebuilding;
   assert.deepEqual(installed, [postId], "the hook context names the key by the spec's keyName");
   assert.equal(report.keysChecked, 1);
-  assert.deepEqual(report.drifted.map((d) => [d.key, d.oldN, d.newN, d.drift]), [[postId, 3, 1, -2]]);
+  assert.deepEqual(
+    report.drifted.map((d) => [d.key, d.oldN, d.newN, d.drift]),
+    [[postId, 3, 1, -2]],
+  );
   assert.equal((await readCounter(db.pool, COMMENT_COUNTER, other, 0)).n, 3, "the other post was not rebuilt");
   assert.equal(await runs(), 1);
 });

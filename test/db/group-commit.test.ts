@@ -12,10 +12,15 @@ import { GroupCommit } from "../../src/db/group-commit.ts";
 function handRunner() {
   const sent: number[][] = [];
   const finish: ((how: "ok" | "fail" | "short") => void)[] = [];
-  const run = (inputs: readonly number[]) => new Promise<number[]>((resolve, reject) => {
-    sent.push([...inputs]);
-    finish.push((how) => (how === "fail" ? reject(new Error("batch failed")) : resolve(inputs.map((x) => x * 10).slice(how === "short" ? 1 : 0))));
-  });
+  const run = (inputs: readonly number[]) =>
+    new Promise<number[]>((resolve, reject) => {
+      sent.push([...inputs]);
+      finish.push((how) =>
+        how === "fail"
+          ? reject(new Error("batch failed"))
+          : resolve(inputs.map((x) => x * 10).slice(how === "short" ? 1 : 0)),
+      );
+    });
   return { sent, finish, run };
 }
 

@@ -18,8 +18,16 @@ import { createTestDatabase, databaseUrl } from "../support/test-db.ts";
 
 const ADVISORY_KEY = 4242;
 const LIKES_TABLES = [
-  "ledger_config", "item", "like_fact", "like_seq", "like_outbox", "like_count",
-  "processed_event", "counter_watermark", "like_rebuild_run", "like_rebuild_drift",
+  "ledger_config",
+  "item",
+  "like_fact",
+  "like_seq",
+  "like_outbox",
+  "like_count",
+  "processed_event",
+  "counter_watermark",
+  "like_rebuild_run",
+  "like_rebuild_drift",
 ];
 
 function adminUrl(): string {
@@ -29,7 +37,12 @@ function adminUrl(): string {
 }
 
 /** A new, EMPTY database (not cloned from the migrated template). */
-async function emptyDatabase(): Promise<{ url: string; pools: Pool[]; pool(name: string): Pool; drop(): Promise<void> }> {
+async function emptyDatabase(): Promise<{
+  url: string;
+  pools: Pool[];
+  pool(name: string): Pool;
+  drop(): Promise<void>;
+}> {
   const name = `m_${randomBytes(6).toString("hex")}`;
   const admin = createPool({ connectionString: adminUrl(), max: 1 });
   try {
@@ -83,7 +96,8 @@ async function waitUntilBlocked(
       [applicationName],
     );
     if (rows.length > 0) return rows[0]!;
-    if (Date.now() > deadline) throw new Error(`${applicationName} did not start waiting for a lock within ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`${applicationName} did not start waiting for a lock within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 5)); // poll interval, not synchronisation
   }
 }
@@ -118,7 +132,9 @@ const CONTROLLED: Migration[] = [
 ];
 
 async function effects(pool: Pool): Promise<{ migration: number; pid: number }[]> {
-  const { rows } = await pool.query<{ migration: number; pid: number }>("SELECT migration, pid FROM mig_effect ORDER BY migration, pid");
+  const { rows } = await pool.query<{ migration: number; pid: number }>(
+    "SELECT migration, pid FROM mig_effect ORDER BY migration, pid",
+  );
   return rows;
 }
 
@@ -127,9 +143,7 @@ async function effects(pool: Pool): Promise<{ migration: number; pid: number }[]
  * the body waiting for the advisory lock); then migrator B starts. Returns once B is seen
  * waiting in pg_locks, with the handles to finish the scenario.
  */
-async function collide(
-  run: (pool: Pool, migrations: Migration[]) => Promise<{ applied: string[] }>,
-): Promise<{
+async function collide(run: (pool: Pool, migrations: Migration[]) => Promise<{ applied: string[] }>): Promise<{
   pool: Pool;
   aPid: number;
   bWait: { pid: number; locktype: string; blockers: number[] };
@@ -169,7 +183,11 @@ test("two migrators at once on an empty database: both succeed, every migration 
     const all = [...a.applied, ...b.applied].sort();
     assert.deepEqual(all, shipped, `round ${round}: each shipped migration was applied by exactly one migrator`);
     const check = db.pool(`check-${round}`);
-    assert.deepEqual((await ledgerRows(check)).map((r) => r.name), shipped, "one ledger row per migration");
+    assert.deepEqual(
+      (await ledgerRows(check)).map((r) => r.name),
+      shipped,
+      "one ledger row per migration",
+    );
     assert.deepEqual(await missingTables(check, LIKES_TABLES), [], "the tables of 001 exist");
     assert.deepEqual(await migrationStatus(check), { latest: shipped.length, applied: shipped.length });
   }
@@ -191,23 +209,39 @@ test("deterministic collision: B waits on A's uncommitted ledger row, then skips
   const [a, b] = await c.release();
   assert.deepEqual(a.applied.slice(0, 2), ["001_effects.sql", "002_blocking.sql"], "A applied 001 and 002");
   assert.ok(!b.applied.includes("001_effects.sql") && !b.applied.includes("002_blocking.sql"), "B skipped 001 and 002");
-  assert.deepEqual([...a.applied, ...b.applied].sort(), CONTROLLED.map((m) => m.name), "003 applied by exactly one of them");
+  assert.deepEqual(
+    [...a.applied, ...b.applied].sort(),
+    CONTROLLED.map((m) => m.name),
+    "003 applied by exactly one of them",
+  );
   const rows = await effects(c.pool);
-  assert.deepEqual(rows.filter((r) => r.migration === 2), [{ migration: 2, pid: c.aPid }], "the body of 002 ran once, in A");
+  assert.deepEqual(
+    rows.filter((r) => r.migration === 2),
+    [{ migration: 2, pid: c.aPid }],
+    "the body of 002 ran once, in A",
+  );
   assert.equal(rows.filter((r) => r.migration === 3).length, 1, "the body of 003 ran once");
-  assert.deepEqual((await ledgerRows(c.pool)).map((r) => r.id), [1, 2, 3]);
+  assert.deepEqual(
+    (await ledgerRows(c.pool)).map((r) => r.id),
+    [1, 2, 3],
+  );
 });
 
 test("negative control: a check-then-apply migrator runs the body of 002 twice in the same interleaving", async (t) => {
   const naive = async (pool: Pool, migrations: Migration[]): Promise<{ applied: string[] }> => {
-    await pool.query("CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+    await pool.query(
+      "CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+    );
     const applied: string[] = [];
     for (const m of migrations) {
       const seen = await pool.query("SELECT 1 FROM ledger_migration WHERE id = $1", [m.id]);
       if (seen.rows.length > 0) continue;
       await withTransaction(pool, async (client) => {
         await client.query(m.sql);
-        await client.query("INSERT INTO ledger_migration (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING", [m.id, m.name]);
+        await client.query("INSERT INTO ledger_migration (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING", [
+          m.id,
+          m.name,
+        ]);
       });
       applied.push(m.name);
     }
@@ -226,7 +260,8 @@ test("first-time race on ledger_migration itself: both migrators tolerate the lo
   t.after(() => db.drop());
   const observer = db.pool("observer");
   const creator = await db.pool("creator").connect();
-  const ddl = "CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+  const ddl =
+    "CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
   let a: Promise<{ applied: string[] }>;
   let b: Promise<{ applied: string[] }>;
   let raw: Promise<unknown>;
@@ -235,11 +270,23 @@ test("first-time race on ledger_migration itself: both migrators tolerate the lo
     // CREATE TABLE IF NOT EXISTS cannot see it yet and queues on its catalog rows.
     await creator.query("BEGIN");
     await creator.query(ddl);
-    a = migrate(db.pool("first-a"), CONTROLLED.filter((m) => m.id !== 2));
-    b = migrate(db.pool("first-b"), CONTROLLED.filter((m) => m.id !== 2));
+    a = migrate(
+      db.pool("first-a"),
+      CONTROLLED.filter((m) => m.id !== 2),
+    );
+    b = migrate(
+      db.pool("first-b"),
+      CONTROLLED.filter((m) => m.id !== 2),
+    );
     // Negative control: the same statement issued bare fails once the creator commits,
     // so the runner really does have to absorb that error.
-    raw = db.pool("bare").query(ddl).then(() => "succeeded", (err: { sqlState?: string }) => err.sqlState);
+    raw = db
+      .pool("bare")
+      .query(ddl)
+      .then(
+        () => "succeeded",
+        (err: { sqlState?: string }) => err.sqlState,
+      );
     for (const name of ["first-a", "first-b", "bare"]) {
       const wait = await waitUntilBlocked(observer, name);
       assert.equal(wait.locktype, "transactionid", `${name} waits for the creator's transaction`);
@@ -249,7 +296,10 @@ test("first-time race on ledger_migration itself: both migrators tolerate the lo
     creator.release();
   }
   const bareOutcome = await raw;
-  assert.ok(bareOutcome === "23505" || bareOutcome === "42P07", `the bare statement failed with ${String(bareOutcome)}`);
+  assert.ok(
+    bareOutcome === "23505" || bareOutcome === "42P07",
+    `the bare statement failed with ${String(bareOutcome)}`,
+  );
   t.diagnostic(`note a bare CREATE TABLE IF NOT EXISTS losing the race fails with ${String(bareOutcome)}`);
   const [ra, rb] = await Promise.all([a, b]);
   assert.deepEqual([...ra.applied, ...rb.applied].sort(), ["001_effects.sql", "003_after.sql"]);
@@ -265,10 +315,13 @@ test("first-time race, free-running: every catalog error a losing creator can se
   const db = await emptyDatabase();
   t.after(() => db.drop());
   const admin = db.pool("race-admin");
-  const ddl = "CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+  const ddl =
+    "CREATE TABLE IF NOT EXISTS ledger_migration (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
   async function race<T>(round: number, run: (pool: Pool) => Promise<T>): Promise<PromiseSettledResult<T>[]> {
     await admin.query("DROP TABLE IF EXISTS ledger_migration");
-    const pools = [0, 1, 2, 3].map((i) => createPool({ connectionString: db.url, max: 1, applicationName: `race-${round}-${i}` }));
+    const pools = [0, 1, 2, 3].map((i) =>
+      createPool({ connectionString: db.url, max: 1, applicationName: `race-${round}-${i}` }),
+    );
     try {
       return await Promise.allSettled(pools.map(run));
     } finally {
@@ -284,9 +337,18 @@ test("first-time race, free-running: every catalog error a losing creator can se
       bareCodes.set(key, (bareCodes.get(key) ?? 0) + 1);
     }
   }
-  t.diagnostic(`note bare CREATE TABLE IF NOT EXISTS outcomes over 25 rounds of 4: ${JSON.stringify(Object.fromEntries(bareCodes))}`);
-  assert.ok([...bareCodes.keys()].some((k) => k !== "ok"), "the race produced at least one catalog error");
-  assert.deepEqual([...bareCodes.keys()].filter((k) => !["ok", "23505", "42P07", "42710"].includes(k)), [], "no other error class");
+  t.diagnostic(
+    `note bare CREATE TABLE IF NOT EXISTS outcomes over 25 rounds of 4: ${JSON.stringify(Object.fromEntries(bareCodes))}`,
+  );
+  assert.ok(
+    [...bareCodes.keys()].some((k) => k !== "ok"),
+    "the race produced at least one catalog error",
+  );
+  assert.deepEqual(
+    [...bareCodes.keys()].filter((k) => !["ok", "23505", "42P07", "42710"].includes(k)),
+    [],
+    "no other error class",
+  );
   for (let round = 0; round < 80; round++) {
     const failed = (await race(round, (p) => migrate(p, [])))
       .filter((r): r is PromiseRejectedResult => r.status === "rejected")
@@ -301,7 +363,10 @@ test("migrate is idempotent: a second run applies nothing and changes nothing", 
   t.after(() => db.drop());
   const pool = db.pool("idempotent");
   const first = await migrate(pool);
-  assert.deepEqual(first.applied, (await loadMigrations()).map((m) => m.name));
+  assert.deepEqual(
+    first.applied,
+    (await loadMigrations()).map((m) => m.name),
+  );
   const ledgerBefore = await pool.query("SELECT id, name, applied_at FROM ledger_migration ORDER BY id");
   const second = await migrate(pool);
   assert.deepEqual(second.applied, []);
@@ -324,14 +389,30 @@ test("loadMigrations refuses a numbering gap or a duplicate number, and loads a 
     for (const file of files) await writeFile(path.join(dir, file), `-- ${file}\nSELECT 1;\n`);
     return dir + path.sep;
   }
-  await assert.rejects(loadMigrations(await dirWith("gap", ["001_a.sql", "003_c.sql"])), /gap or duplicate at 003_c\.sql/);
+  await assert.rejects(
+    loadMigrations(await dirWith("gap", ["001_a.sql", "003_c.sql"])),
+    /gap or duplicate at 003_c\.sql/,
+  );
   await assert.rejects(loadMigrations(await dirWith("late-start", ["002_b.sql"])), /gap or duplicate at 002_b\.sql/);
-  await assert.rejects(loadMigrations(await dirWith("dup", ["001_a.sql", "001_b.sql", "002_c.sql"])), /gap or duplicate at 001_b\.sql/);
+  await assert.rejects(
+    loadMigrations(await dirWith("dup", ["001_a.sql", "001_b.sql", "002_c.sql"])),
+    /gap or duplicate at 001_b\.sql/,
+  );
 
   const good = await dirWith("good", ["001_a.sql", "002_b.sql", "README.md", "003_c.sql"]);
   const loaded = await loadMigrations(good);
-  assert.deepEqual(loaded.map((m) => [m.id, m.name]), [[1, "001_a.sql"], [2, "002_b.sql"], [3, "003_c.sql"]]);
+  assert.deepEqual(
+    loaded.map((m) => [m.id, m.name]),
+    [
+      [1, "001_a.sql"],
+      [2, "002_b.sql"],
+      [3, "003_c.sql"],
+    ],
+  );
   assert.equal(loaded[1]!.sql, "-- 002_b.sql\nSELECT 1;\n");
   // The directory argument works with or without a trailing separator.
-  assert.deepEqual((await loadMigrations(good.slice(0, -1))).map((m) => m.id), [1, 2, 3]);
+  assert.deepEqual(
+    (await loadMigrations(good.slice(0, -1))).map((m) => m.id),
+    [1, 2, 3],
+  );
 });

@@ -18,8 +18,27 @@ const PARTITION_COUNTS = [1, 2, 3, 4, 7, 16];
 function generatedKeys(): string[] {
   const random = seededRandom(32);
   const keys = new Set<string>([
-    "", "a", "A", " ", "user-00", "user-01", "item-lab-01", "x".repeat(128), "x".repeat(1000),
-    "é", "e\u0301", "ß", "日本語", "Ελληνικά", "😀", "👩‍👩‍👧", "\u{10FFFF}", "\uFEFFbom", "tab\there", "new\nline", "'quote\"",
+    "",
+    "a",
+    "A",
+    " ",
+    "user-00",
+    "user-01",
+    "item-lab-01",
+    "x".repeat(128),
+    "x".repeat(1000),
+    "é",
+    "e\u0301",
+    "ß",
+    "日本語",
+    "Ελληνικά",
+    "😀",
+    "👩‍👩‍👧",
+    "\u{10FFFF}",
+    "\uFEFFbom",
+    "tab\there",
+    "new\nline",
+    "'quote\"",
   ]);
   for (let i = 0; keys.size < 1000; i++) keys.add(`user-${String(i).padStart(2, "0")}`);
   const alphabets = [
@@ -52,7 +71,12 @@ async function sqlPartitions(db: TestDatabase, keys: string[], partitions: numbe
   return new Map(rows.map((r) => [`${r.i - 1}/${r.p}`, r.part]));
 }
 
-function mismatches(keys: string[], partitions: number[], sql: Map<string, number>, ts: (key: string, p: number) => number): string[] {
+function mismatches(
+  keys: string[],
+  partitions: number[],
+  sql: Map<string, number>,
+  ts: (key: string, p: number) => number,
+): string[] {
   const out: string[] = [];
   keys.forEach((key, i) => {
     for (const p of partitions) {
@@ -65,7 +89,11 @@ function mismatches(keys: string[], partitions: number[], sql: Map<string, numbe
 }
 
 /** Largest relative deviation of a bucket from the mean. */
-function maxDeviation(keys: string[], partitions: number, partitionOf: (key: string, p: number) => number): { counts: number[]; deviation: number } {
+function maxDeviation(
+  keys: string[],
+  partitions: number,
+  partitionOf: (key: string, p: number) => number,
+): { counts: number[]; deviation: number } {
   const counts = Array.from({ length: partitions }, () => 0);
   for (const key of keys) counts[partitionOf(key, partitions)]!++;
   const mean = keys.length / partitions;
@@ -94,10 +122,11 @@ test("stablePartition equals SQL ledger_partition for 2000 keys (unicode include
   // and still map into 0..P-1.
   const highBit = keys.filter((k) => createHash("md5").update(k, "utf8").digest()[0]! >= 0x80);
   assert.ok(highBit.length > 500, "plenty of keys have the top bit of the prefix set");
-  for (const key of highBit) for (const p of PARTITION_COUNTS) {
-    const part = stablePartition(key, p);
-    assert.ok(Number.isInteger(part) && part >= 0 && part < p);
-  }
+  for (const key of highBit)
+    for (const p of PARTITION_COUNTS) {
+      const part = stablePartition(key, p);
+      assert.ok(Number.isInteger(part) && part >= 0 && part < p);
+    }
 });
 
 test("negative control: a signed reading of the prefix disagrees with SQL, and the comparison sees it", async () => {
@@ -113,7 +142,10 @@ test("negative control: a signed reading of the prefix disagrees with SQL, and t
 test("distribution over P = 4 is even: every bucket within 20% of the mean", (t) => {
   const { counts, deviation } = maxDeviation(keys, 4, stablePartition);
   t.diagnostic(`note P=4 buckets ${counts.join("/")} max deviation ${(deviation * 100).toFixed(1)}%`);
-  assert.equal(counts.reduce((a, b) => a + b, 0), keys.length);
+  assert.equal(
+    counts.reduce((a, b) => a + b, 0),
+    keys.length,
+  );
   assert.ok(deviation <= 0.2, `buckets ${counts.join("/")} deviate ${(deviation * 100).toFixed(1)}% from the mean`);
   for (const p of [2, 3, 7, 16]) {
     const other = maxDeviation(keys, p, stablePartition);
@@ -149,7 +181,11 @@ test("partitioned by default: a database the service creates gets P = 16 (SERVIC
   assert.equal(await initLedger(library.pool, { partitionsOfNew: 8 }), 1, "an existing database keeps its P");
   const again = await openDatabase(loadConfig({ DATABASE_URL: fresh.url }), { poolSize: 2 });
   try {
-    assert.equal(await readPartitions(again.pool), SERVICE_PARTITIONS_OF_NEW, "reopened without LEDGER_PARTITIONS: still the P it was created with");
+    assert.equal(
+      await readPartitions(again.pool),
+      SERVICE_PARTITIONS_OF_NEW,
+      "reopened without LEDGER_PARTITIONS: still the P it was created with",
+    );
   } finally {
     await again.close();
   }

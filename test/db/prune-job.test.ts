@@ -15,25 +15,40 @@ import { startService } from "../../src/runtime/service.ts";
 import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
-async function run(pruneEverySeconds: string, margin: Record<string, string> = {}): Promise<{ keys: number; applied: number; outbox: number; clean: boolean }> {
+async function run(
+  pruneEverySeconds: string,
+  margin: Record<string, string> = {},
+): Promise<{ keys: number; applied: number; outbox: number; clean: boolean }> {
   const db = await createTestDatabase({ partitions: 2, poolSize: 2 });
   const config = loadConfig({
-    DATABASE_URL: db.url, PORT: String(await freePort()), LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
-    LEDGER_PRUNE_EVERY_SECONDS: pruneEverySeconds, ...margin,
+    DATABASE_URL: db.url,
+    PORT: String(await freePort()),
+    LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
+    LEDGER_PRUNE_EVERY_SECONDS: pruneEverySeconds,
+    ...margin,
   });
   const service = await startService(config, { logger: false });
   try {
     const ledger = await openLedger(db.pool);
     await ledger.likes.createItem("item-1");
     for (let u = 0; u < 20; u++) assert.equal((await ledger.likes.like(`user-${u}`, "item-1")).outcome, "CHANGED");
-    const read = async () => (await db.pool.query<{ keys: number; applied: number; lag: number; outbox: number }>(
-      `SELECT (SELECT count(*) FROM processed_event)::int AS keys, (SELECT count(*) FROM like_outbox)::int AS outbox,
+    const read = async () =>
+      (
+        await db.pool.query<{ keys: number; applied: number; lag: number; outbox: number }>(
+          `SELECT (SELECT count(*) FROM processed_event)::int AS keys, (SELECT count(*) FROM like_outbox)::int AS outbox,
               (SELECT sum(applied_upto) FROM counter_watermark)::int AS applied,
               (SELECT sum(s.last - w.applied_upto) FROM like_seq s JOIN counter_watermark w USING (part))::int AS lag`,
-    )).rows[0]!;
+        )
+      ).rows[0]!;
     // Bounded polls of the database: the service's consumers and its pruner run on their own.
-    const state = await pollUntil("the service applied (and, with the job, pruned)", read,
-      (s) => s.lag === 0 && (pruneEverySeconds === "0" || (s.keys === 0 && (margin.LEDGER_RETENTION_KEEP_EVENTS !== "0" || s.outbox === 0))));
+    const state = await pollUntil(
+      "the service applied (and, with the job, pruned)",
+      read,
+      (s) =>
+        s.lag === 0 &&
+        (pruneEverySeconds === "0" ||
+          (s.keys === 0 && (margin.LEDGER_RETENTION_KEEP_EVENTS !== "0" || s.outbox === 0))),
+    );
     const clean = (await fullAudit(ledger)).clean;
     return { keys: state.keys, applied: state.applied, outbox: state.outbox, clean };
   } finally {
@@ -46,7 +61,11 @@ test("the service prunes dedup keys below the watermarks every LEDGER_PRUNE_EVER
   const pruned = await run("1");
   const kept = await run("0");
   t.diagnostic(`note after 20 applied likes: keys left with the job=${pruned.keys}, without=${kept.keys}`);
-  assert.deepEqual(pruned, { keys: 0, applied: 20, outbox: 20, clean: true }, "the default margin keeps a day of events");
+  assert.deepEqual(
+    pruned,
+    { keys: 0, applied: 20, outbox: 20, clean: true },
+    "the default margin keeps a day of events",
+  );
   assert.deepEqual(kept, { keys: 20, applied: 20, outbox: 20, clean: true });
 });
 

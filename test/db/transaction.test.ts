@@ -52,7 +52,11 @@ function pidOf(client: PoolClient): number {
 }
 
 /** Bounded polling: resolves once `pid` waits for an ungranted lock, fails after the deadline. */
-async function waitUntilBlocked(pool: Pool, pid: number, timeoutMs = 10_000): Promise<{ locktype: string; blockers: number[] }> {
+async function waitUntilBlocked(
+  pool: Pool,
+  pid: number,
+  timeoutMs = 10_000,
+): Promise<{ locktype: string; blockers: number[] }> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const { rows } = await pool.query<{ locktype: string; blockers: number[] }>(
@@ -60,7 +64,8 @@ async function waitUntilBlocked(pool: Pool, pid: number, timeoutMs = 10_000): Pr
       [pid],
     );
     if (rows.length > 0) return rows[0]!;
-    if (Date.now() > deadline) throw new Error(`backend ${pid} did not start waiting for a lock within ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`backend ${pid} did not start waiting for a lock within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 5)); // poll interval, not synchronisation
   }
 }
@@ -80,7 +85,9 @@ async function recordCode<T>(codes: string[], run: () => Promise<T>): Promise<T>
  * another REPEATABLE READ transaction updates row 1 and commits, then updates row 1
  * itself: PostgreSQL raises a real 40001 ("could not serialize access due to concurrent update").
  */
-async function serializationScenario(maxAttempts: number): Promise<{ outcome: Promise<number>; calls: () => number; codes: string[] }> {
+async function serializationScenario(
+  maxAttempts: number,
+): Promise<{ outcome: Promise<number>; calls: () => number; codes: string[] }> {
   const gate = new Gate("first attempt");
   const codes: string[] = [];
   let calls = 0;
@@ -189,10 +196,34 @@ test("a real deadlock (40P01) is retried and counted", async () => {
 test("errors other than 40001/40P01 are not retried: the work function runs exactly once", async () => {
   await resetRows();
   const retriesBefore = transactionStats.retries;
-  const cases: { name: string; sql: string; type: new (...args: never[]) => DatabaseError; sqlState: string; constraint?: string }[] = [
-    { name: "23505", sql: "INSERT INTO tx_row (id, n) VALUES (1, 0)", type: UniqueViolationError, sqlState: "23505", constraint: "tx_row_pkey" },
-    { name: "23503", sql: "INSERT INTO tx_child (id, row_id) VALUES (1, 999)", type: ForeignKeyViolationError, sqlState: "23503", constraint: "tx_child_row_id_fkey" },
-    { name: "23514", sql: "UPDATE tx_row SET n = -1 WHERE id = 1", type: CheckViolationError, sqlState: "23514", constraint: "tx_row_n_check" },
+  const cases: {
+    name: string;
+    sql: string;
+    type: new (...args: never[]) => DatabaseError;
+    sqlState: string;
+    constraint?: string;
+  }[] = [
+    {
+      name: "23505",
+      sql: "INSERT INTO tx_row (id, n) VALUES (1, 0)",
+      type: UniqueViolationError,
+      sqlState: "23505",
+      constraint: "tx_row_pkey",
+    },
+    {
+      name: "23503",
+      sql: "INSERT INTO tx_child (id, row_id) VALUES (1, 999)",
+      type: ForeignKeyViolationError,
+      sqlState: "23503",
+      constraint: "tx_child_row_id_fkey",
+    },
+    {
+      name: "23514",
+      sql: "UPDATE tx_row SET n = -1 WHERE id = 1",
+      type: CheckViolationError,
+      sqlState: "23514",
+      constraint: "tx_row_n_check",
+    },
     { name: "42601", sql: "SELEC 1", type: DatabaseError, sqlState: "42601" },
   ];
   for (const c of cases) {
@@ -224,7 +255,12 @@ test("errors other than 40001/40P01 are not retried: the work function runs exac
   );
   assert.equal(calls, 1);
   const typed = new InvalidInputError("x", "bad");
-  await assert.rejects(withTransaction(db.pool, async () => { throw typed; }), (err: unknown) => err === typed);
+  await assert.rejects(
+    withTransaction(db.pool, async () => {
+      throw typed;
+    }),
+    (err: unknown) => err === typed,
+  );
   assert.equal(transactionStats.retries, retriesBefore, "nothing was retried");
   assert.equal(await rowN(2), 0, "every failed attempt was rolled back");
 });
@@ -233,7 +269,10 @@ test("errors other than 40001/40P01 are not retried: the work function runs exac
  * The work function has its own backend terminated from another connection and then
  * fails with its own error; the ROLLBACK that follows cannot be sent.
  */
-async function terminateThenThrow(run: (work: (client: PoolClient) => Promise<void>) => Promise<void>, original: Error): Promise<{ err: unknown; calls: number; pid: number }> {
+async function terminateThenThrow(
+  run: (work: (client: PoolClient) => Promise<void>) => Promise<void>,
+  original: Error,
+): Promise<{ err: unknown; calls: number; pid: number }> {
   let calls = 0;
   let pid = 0;
   const err = await run(async (client) => {
@@ -258,13 +297,18 @@ test("a failing ROLLBACK never replaces the original error; it is attached in .s
   assert.equal(err, original, "the thrown error is the original one");
   const suppressed = (err as Error & { suppressed?: unknown[] }).suppressed;
   assert.ok(Array.isArray(suppressed) && suppressed.length === 1, "exactly one suppressed error");
-  assert.ok(suppressed[0] instanceof ConnectionLostError, `the ROLLBACK failure is a ConnectionLostError, got ${String(suppressed[0])}`);
+  assert.ok(
+    suppressed[0] instanceof ConnectionLostError,
+    `the ROLLBACK failure is a ConnectionLostError, got ${String(suppressed[0])}`,
+  );
   assert.equal(calls, 1);
   assert.equal(transactionStats.retries, retriesBefore);
   assert.equal(await rowN(50), undefined, "the terminated transaction wrote nothing");
   // The broken connection was discarded: the pool hands out working connections afterwards.
   const pids = await Promise.all(
-    Array.from({ length: 3 }, () => withTransaction(db.pool, async (c) => (await c.query<{ p: number }>("SELECT pg_backend_pid() AS p")).rows[0]!.p)),
+    Array.from({ length: 3 }, () =>
+      withTransaction(db.pool, async (c) => (await c.query<{ p: number }>("SELECT pg_backend_pid() AS p")).rows[0]!.p),
+    ),
   );
   assert.ok(!pids.includes(pid), "the terminated backend is not reused");
 
@@ -343,7 +387,10 @@ test("mapPgError maps SQLSTATEs to the typed classes", () => {
     fake("EPIPE"),
   ]) {
     const mapped = mapPgError(raw);
-    assert.ok(mapped instanceof ConnectionLostError, `${raw.message} (${String((raw as { code?: string }).code)}) -> ConnectionLostError`);
+    assert.ok(
+      mapped instanceof ConnectionLostError,
+      `${raw.message} (${String((raw as { code?: string }).code)}) -> ConnectionLostError`,
+    );
     assert.equal(mapped.sqlState, "08006");
   }
   // Already typed errors and foreign errors pass through unchanged.
@@ -362,7 +409,10 @@ test("real driver errors from PostgreSQL map to the same classes", async () => {
     ["UPDATE tx_row SET n = -5 WHERE id = 1", CheckViolationError, "tx_row_n_check"],
   ];
   for (const [sql, type, constraint] of attempts) {
-    const raw = await db.pool.query(sql).then(() => assert.fail(`${sql} must fail`), (e: unknown) => e);
+    const raw = await db.pool.query(sql).then(
+      () => assert.fail(`${sql} must fail`),
+      (e: unknown) => e,
+    );
     const mapped = mapPgError(raw);
     assert.ok(mapped instanceof type, `${sql} -> ${type.name}`);
     assert.equal(mapped.constraint, constraint);

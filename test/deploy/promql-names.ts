@@ -14,7 +14,8 @@ export const PROMETHEUS_DIR = path.join(REPO_ROOT, "deploy", "prometheus");
 export const GRAFANA_DASHBOARD = path.join(REPO_ROOT, "deploy", "grafana", "social-ledger.json");
 
 /** Debian's promtool (`apt-get install prometheus`, which .ci/run does when it is missing). */
-export const PROMTOOL = process.env.PROMTOOL_BIN ?? (existsSync("/usr/bin/promtool") ? "/usr/bin/promtool" : "promtool");
+export const PROMTOOL =
+  process.env.PROMTOOL_BIN ?? (existsSync("/usr/bin/promtool") ? "/usr/bin/promtool" : "promtool");
 
 export interface PromtoolRun {
   code: number | null;
@@ -24,7 +25,10 @@ export interface PromtoolRun {
 /** Runs promtool in `cwd`; a missing binary fails with how to install it, never a skip. */
 export function promtool(args: readonly string[], cwd: string): PromtoolRun {
   const r = spawnSync(PROMTOOL, args, { cwd, encoding: "utf8", timeout: 60_000 });
-  if (r.error) throw new Error(`${PROMTOOL} ${args.join(" ")}: ${r.error.message}; install it with: apt-get install -y prometheus`);
+  if (r.error)
+    throw new Error(
+      `${PROMTOOL} ${args.join(" ")}: ${r.error.message}; install it with: apt-get install -y prometheus`,
+    );
   return { code: r.status, output: `${r.stdout}${r.stderr}` };
 }
 
@@ -45,7 +49,21 @@ export interface Selector {
   equals: Record<string, string>;
 }
 
-const KEYWORDS = new Set(["by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "inf", "nan"]);
+const KEYWORDS = new Set([
+  "by",
+  "without",
+  "on",
+  "ignoring",
+  "group_left",
+  "group_right",
+  "bool",
+  "and",
+  "or",
+  "unless",
+  "offset",
+  "inf",
+  "nan",
+]);
 
 /**
  * The metric selectors of an expression. Grouping label lists, ranges (with Grafana's
@@ -63,7 +81,8 @@ export function selectors(expr: string): Selector[] {
     const [, name, matchers, call] = m;
     if (!name || call || KEYWORDS.has(name)) continue;
     const equals: Record<string, string> = {};
-    for (const [, label, value] of (matchers ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"/g)) equals[label!] = value!;
+    for (const [, label, value] of (matchers ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"/g))
+      equals[label!] = value!;
     found.push({ name, equals });
   }
   return found;
@@ -110,7 +129,9 @@ export function missing(selector: Selector, scrapes: readonly Scrape[]): string 
   if (exporting.length === 0) return `${selector.name} is not on /metrics`;
   const wanted = Object.entries(selector.equals);
   if (wanted.length === 0) return undefined;
-  const carried = exporting.some((s) => s.samples.some((x) => x.name === selector.name && wanted.every(([k, v]) => x.labels[k] === v)));
+  const carried = exporting.some((s) =>
+    s.samples.some((x) => x.name === selector.name && wanted.every(([k, v]) => x.labels[k] === v)),
+  );
   return carried ? undefined : `no ${selector.name} sample has ${wanted.map(([k, v]) => `${k}="${v}"`).join(",")}`;
 }
 

@@ -30,7 +30,10 @@ export function headingAnchors(markdown: string): Set<string> {
     if (/^\s*```/.test(line)) inFence = !inFence;
     const m = inFence ? null : /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
-    const base = m[1]!.toLowerCase().replace(/[^\p{L}\p{N}_\- ]/gu, "").replace(/ /g, "-");
+    const base = m[1]!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}_\- ]/gu, "")
+      .replace(/ /g, "-");
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     anchors.add(n === 0 ? base : `${base}-${n}`);
@@ -103,30 +106,44 @@ function deadCitations(): string[] {
       }
       if (!c.target.endsWith(".md")) continue;
       const markdown = readFileSync(abs, "utf8");
-      if (c.anchor && !headingAnchors(markdown).has(c.anchor)) dead.push(`${where} cites ${c.target}#${c.anchor}: no such heading`);
-      if (c.title && !hasSection(markdown, c.title)) dead.push(`${where} cites ${c.target}, "${c.title}": no such heading`);
+      if (c.anchor && !headingAnchors(markdown).has(c.anchor))
+        dead.push(`${where} cites ${c.target}#${c.anchor}: no such heading`);
+      if (c.title && !hasSection(markdown, c.title))
+        dead.push(`${where} cites ${c.target}, "${c.title}": no such heading`);
     }
   }
   return dead;
 }
 
 test("headingAnchors makes GitHub's anchors", () => {
-  const anchors = headingAnchors("# The write path\n## Lock order: why it cannot deadlock\n```\n# not a heading\n```\n## The write path\n");
+  const anchors = headingAnchors(
+    "# The write path\n## Lock order: why it cannot deadlock\n```\n# not a heading\n```\n## The write path\n",
+  );
   assert.deepEqual([...anchors], ["the-write-path", "lock-order-why-it-cannot-deadlock", "the-write-path-1"]);
 });
 
 test("a citation of a missing doc, a missing anchor or a missing section title is found (control)", () => {
   const cites = citations("src/x.ts", 'see docs/no-such.md and docs/testing.md#nowhere and docs/testing.md, "Nowhere"');
-  assert.deepEqual(cites.map((c) => [c.target, c.anchor, c.title]), [
-    ["docs/no-such.md", undefined, undefined],
-    ["docs/testing.md", "nowhere", undefined],
-    ["docs/testing.md", undefined, "Nowhere"],
-  ]);
+  assert.deepEqual(
+    cites.map((c) => [c.target, c.anchor, c.title]),
+    [
+      ["docs/no-such.md", undefined, undefined],
+      ["docs/testing.md", "nowhere", undefined],
+      ["docs/testing.md", undefined, "Nowhere"],
+    ],
+  );
   assert.equal(hasSection("## Group commit (measured)\n", "Group commit"), true);
   assert.equal(hasSection("**What a hook point costs production.** It is...\n", "What a hook point costs"), true);
   assert.equal(hasSection("## Group commit\n", "Lanes"), false);
   const md = citations("docs/a.md", "[b](b.md#x) [c](#y) [d](../src/hooks.ts) [e](https://example.org/z.md)");
-  assert.deepEqual(md.map((c) => [c.target, c.anchor]), [["docs/b.md", "x"], ["docs/a.md", "y"], ["src/hooks.ts", undefined]]);
+  assert.deepEqual(
+    md.map((c) => [c.target, c.anchor]),
+    [
+      ["docs/b.md", "x"],
+      ["docs/a.md", "y"],
+      ["src/hooks.ts", undefined],
+    ],
+  );
 });
 
 test("every doc, anchor and section cited in src/, test/, scripts/, bench/, README.md and docs/ exists", () => {

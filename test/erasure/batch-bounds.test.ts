@@ -21,7 +21,16 @@ import { createTestDatabase } from "../support/test-db.ts";
 
 const BATCH = 2;
 const EACH = 5;
-const KINDS = ["posts", "comments", "post_likes", "comment_likes", "likes", "following", "followers", "blocks"] as const;
+const KINDS = [
+  "posts",
+  "comments",
+  "post_likes",
+  "comment_likes",
+  "likes",
+  "following",
+  "followers",
+  "blocks",
+] as const;
 type Kind = (typeof KINDS)[number];
 
 /** eve's facts of each kind that an erasure turns off, counted by the test's own SQL. */
@@ -34,7 +43,8 @@ async function eveFacts(pool: Pool): Promise<Record<Kind, number>> {
             (SELECT count(*) FROM like_fact WHERE user_id = 'eve' AND liked) AS likes,
             (SELECT count(*) FROM relation WHERE follower = 'eve' AND state <> 'REMOVED') AS following,
             (SELECT count(*) FROM relation WHERE followee = 'eve' AND state <> 'REMOVED') AS followers,
-            (SELECT count(*) FROM block WHERE blocker = 'eve') AS blocks`);
+            (SELECT count(*) FROM block WHERE blocker = 'eve') AS blocks`,
+  );
   return Object.fromEntries(KINDS.map((k) => [k, Number(rows[0]![k])])) as Record<Kind, number>;
 }
 
@@ -50,7 +60,8 @@ async function eraseInBatches(t: TestContext, blocksWithoutLimit: boolean): Prom
   t.after(() => db.close());
   const ledger = await openLedger(db.pool);
   const ids = (prefix: string) => Array.from({ length: EACH }, (_, i) => `${prefix}${i}`);
-  for (const a of ["eve", "carl", ...ids("liker-"), ...ids("star-"), ...ids("fan-"), ...ids("blocked-")]) await ledger.relations.upsertAccount(a);
+  for (const a of ["eve", "carl", ...ids("liker-"), ...ids("star-"), ...ids("fan-"), ...ids("blocked-")])
+    await ledger.relations.upsertAccount(a);
   const carlPost = (await ledger.posts.createPost("carl", "PUBLIC", "carl's post")).postId;
   const posts = [];
   for (let i = 0; i < EACH; i++) posts.push((await ledger.posts.createPost("eve", "PUBLIC", `eve ${i}`)).postId);
@@ -67,9 +78,15 @@ async function eraseInBatches(t: TestContext, blocksWithoutLimit: boolean): Prom
   for (const star of ids("star-")) await ledger.relations.follow("eve", star);
   for (const fan of ids("fan-")) await ledger.relations.follow(fan, "eve");
   for (const blocked of ids("blocked-")) await ledger.relations.block("eve", blocked);
-  assert.deepEqual(Object.values(await eveFacts(db.pool)), KINDS.map(() => EACH), "the world: five facts of every kind");
+  assert.deepEqual(
+    Object.values(await eveFacts(db.pool)),
+    KINDS.map(() => EACH),
+    "the world: five facts of every kind",
+  );
   if (blocksWithoutLimit) {
-    await replaceFunctionText(db.pool, "erasure_step(text,integer,integer)", [[" LIMIT p_limit),\n    del AS (DELETE FROM block", "),\n    del AS (DELETE FROM block"]]);
+    await replaceFunctionText(db.pool, "erasure_step(text,integer,integer)", [
+      [" LIMIT p_limit),\n    del AS (DELETE FROM block", "),\n    del AS (DELETE FROM block"],
+    ]);
   }
 
   const erasure = await ErasureService.open(db.pool, { hooks: ledger.hooks, batchSize: BATCH, pacing: UNPACED });
@@ -97,8 +114,15 @@ test(`every erasure batch, in every phase (blocks included), turns off at most i
   for (const kind of KINDS) {
     const ofPhase = batches.filter((b) => b.phase === kind);
     assert.ok(ofPhase.length >= Math.ceil(EACH / BATCH), `${kind}: ${ofPhase.length} batches for ${EACH} facts`);
-    assert.ok(ofPhase.some((b) => b.facts === BATCH), `${kind}: no full batch, so the bound was never tested there`);
-    assert.equal(ofPhase.reduce((n, b) => n + b.taken, 0), EACH, `${kind}: every fact turned off`);
+    assert.ok(
+      ofPhase.some((b) => b.facts === BATCH),
+      `${kind}: no full batch, so the bound was never tested there`,
+    );
+    assert.equal(
+      ofPhase.reduce((n, b) => n + b.taken, 0),
+      EACH,
+      `${kind}: every fact turned off`,
+    );
   }
 });
 

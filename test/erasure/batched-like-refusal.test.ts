@@ -27,8 +27,14 @@ interface Write {
 async function batch(pool: Pool, writes: readonly Write[]): Promise<string[]> {
   const { rows } = await pool.query<{ outcome: string; code: string | null; account: string | null }>(
     "SELECT outcome, code, account FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord",
-    [writes.map((w) => w.user), writes.map((w) => w.item), writes.map((w) => w.want),
-      writes.map((w) => stablePartition(w.user, P)), writes.map((w) => w.checked)]);
+    [
+      writes.map((w) => w.user),
+      writes.map((w) => w.item),
+      writes.map((w) => w.want),
+      writes.map((w) => stablePartition(w.user, P)),
+      writes.map((w) => w.checked),
+    ],
+  );
   return rows.map((r) => `${r.outcome}${r.code ? ` ${r.code}` : ""}${r.account ? ` ${r.account}` : ""}`);
 }
 
@@ -57,7 +63,9 @@ function writes(w: Awaited<ReturnType<typeof world>>, liker: string): Write[] {
 }
 
 async function written(pool: Pool): Promise<{ facts: string[]; events: number }> {
-  const { rows } = await pool.query<{ r: string }>("SELECT user_id || ' ' || item_id || ' ' || liked || ' v' || version AS r FROM like_fact ORDER BY 1");
+  const { rows } = await pool.query<{ r: string }>(
+    "SELECT user_id || ' ' || item_id || ' ' || liked || ' v' || version AS r FROM like_fact ORDER BY 1",
+  );
   const events = Number((await pool.query<{ n: string }>("SELECT count(*) AS n FROM like_outbox")).rows[0]!.n);
   return { facts: rows.map((x) => x.r), events };
 }
@@ -74,7 +82,11 @@ test("while eve is being erased, like_set_batch refuses likes and unlikes of her
   // Started, not run: every batch of the erasure is still to come.
   assert.equal((await w.ledger.erasure.start("eve", "admin")).outcome, "STARTED");
   // The single path's answer to the same like, for comparison.
-  await assert.rejects(w.ledger.likes.like("u1", w.evePost), (err: unknown) => err instanceof AccountBeingErasedError || (err as { code?: string }).code === "ACCOUNT_BEING_ERASED");
+  await assert.rejects(
+    w.ledger.likes.like("u1", w.evePost),
+    (err: unknown) =>
+      err instanceof AccountBeingErasedError || (err as { code?: string }).code === "ACCOUNT_BEING_ERASED",
+  );
   const before = await written(w.db.pool);
   const answers = await batch(w.db.pool, writes(w, "u1"));
   t.diagnostic(`note answers: ${answers.join(" | ")}`);
@@ -88,5 +100,9 @@ test("while eve is being erased, like_set_batch refuses likes and unlikes of her
   assert.match(answers[4]!, /^REJECTED (ACCOUNT_BEING_ERASED eve|ITEM_NOT_FOUND)$/);
   const after = await written(w.db.pool);
   assert.equal(after.events - before.events, 1, "one event: the like of carl's post");
-  assert.deepEqual(after.facts.filter((f) => !f.startsWith(`u1 ${w.carlPost}`)), before.facts, "no fact of eve's items changed");
+  assert.deepEqual(
+    after.facts.filter((f) => !f.startsWith(`u1 ${w.carlPost}`)),
+    before.facts,
+    "no fact of eve's items changed",
+  );
 });

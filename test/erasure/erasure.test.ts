@@ -19,7 +19,16 @@ function eveDelta(w: World) {
   const [p1, , p3] = w.evePosts;
   const [c1, , c3] = w.eveComments;
   return {
-    likes: { [w.carlPost]: -1, "plain-x": -1, [w.u1Comment]: -1, [p1!]: -3, [p3!]: -1, [c1!]: -1, [c3!]: -1, [w.eveDeletedPost]: -1 },
+    likes: {
+      [w.carlPost]: -1,
+      "plain-x": -1,
+      [w.u1Comment]: -1,
+      [p1!]: -3,
+      [p3!]: -1,
+      [c1!]: -1,
+      [c3!]: -1,
+      [w.eveDeletedPost]: -1,
+    },
     comments: { [w.carlPost]: -2, [p1!]: -1 },
     followers: { carl: -1, u1: -1, eve: -2 },
     following: { eve: -2, u1: -1, u3: -1 },
@@ -48,7 +57,9 @@ test("erasure: every count eve touched drops exactly by her facts, carl's and ev
   const audit = await fullAudit(w.ledger);
   assert.equal(audit.clean, true, JSON.stringify(audit));
   // Independent SQL: nothing of eve is live, and the tombstones carry no text.
-  const { rows: [left] } = await w.db.pool.query(`SELECT
+  const {
+    rows: [left],
+  } = await w.db.pool.query(`SELECT
       (SELECT count(*) FROM post WHERE author = 'eve' AND (deleted_at IS NULL OR body <> ''))::int AS posts,
       (SELECT count(*) FROM comment WHERE author = 'eve' AND (deleted_at IS NULL OR body IS NOT NULL OR idempotency_key IS NOT NULL))::int AS comments,
       (SELECT count(*) FROM like_fact WHERE liked AND (user_id = 'eve' OR item_id IN (SELECT post_id FROM post WHERE author = 'eve' UNION ALL SELECT comment_id FROM comment WHERE author = 'eve')))::int AS likes,
@@ -58,7 +69,9 @@ test("erasure: every count eve touched drops exactly by her facts, carl's and ev
       (SELECT count(*) FROM account WHERE account_id = 'eve' AND (private OR hide_collections OR erased_state IS DISTINCT FROM 'ERASED'))::int AS settings`);
   assert.deepEqual(left, { posts: 0, comments: 0, likes: 0, relations: 0, blocks: 0, blocks_of_her: 1, settings: 0 });
   // Each kind went through its outbox: one event per fact turned off.
-  const { rows: [events] } = await w.db.pool.query(`SELECT
+  const {
+    rows: [events],
+  } = await w.db.pool.query(`SELECT
       (SELECT count(*) FROM like_outbox WHERE delta = -1)::int AS unlikes,
       (SELECT count(*) FROM comment_outbox WHERE delta = -1)::int AS uncomments,
       (SELECT count(*) FROM relation_event WHERE state = 'REMOVED' AND 'eve' IN (follower, followee))::int AS removals`);
@@ -80,17 +93,26 @@ test("erasure: afterwards eve is missing on every read, her id is refused as a t
   assert.deepEqual((await listFollowers(w.db.pool, "eve")).followers, []);
   assert.ok(!(await listLikers(w.db.pool, w.carlPost)).likers.some((l) => l.userId === "eve"));
   assert.deepEqual((await listLikedItems(w.db.pool, "eve")).likes, []);
-  for (const post of [...w.evePosts, w.eveDeletedPost]) await assert.rejects(w.ledger.posts.getPost(post), { code: "POST_NOT_FOUND" });
+  for (const post of [...w.evePosts, w.eveDeletedPost])
+    await assert.rejects(w.ledger.posts.getPost(post), { code: "POST_NOT_FOUND" });
   const listed = await w.ledger.comments.listTopLevel(null, w.carlPost);
   assert.ok(!listed.comments.some((c) => c.author === "eve" || w.eveComments.includes(c.id)), JSON.stringify(listed));
 
   // Towards the erased id: as towards an account that does not exist.
-  await assert.rejects(w.ledger.relations.follow("u1", "eve"), { code: "ACCOUNT_NOT_FOUND", message: "unknown account: eve" });
+  await assert.rejects(w.ledger.relations.follow("u1", "eve"), {
+    code: "ACCOUNT_NOT_FOUND",
+    message: "unknown account: eve",
+  });
   await assert.rejects(w.ledger.relations.block("u1", "eve"), { code: "ACCOUNT_NOT_FOUND" });
   await assert.rejects(w.ledger.relations.unblock("u6", "eve"), { code: "ACCOUNT_NOT_FOUND" });
   await assert.rejects(w.ledger.posts.createPost("eve", "PUBLIC", "back?"), { code: "ACCOUNT_ERASED" });
   // Starting again: done already, nothing written; an unknown id is an unknown account.
-  const seqs = async () => (await w.db.pool.query("SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) + (SELECT sum(last) FROM comment_seq) AS n")).rows[0]!.n;
+  const seqs = async () =>
+    (
+      await w.db.pool.query(
+        "SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) + (SELECT sum(last) FROM comment_seq) AS n",
+      )
+    ).rows[0]!.n;
   const seqBefore = await seqs();
   assert.equal((await w.ledger.erasure.start("eve", "admin")).outcome, "ERASED");
   assert.equal(await seqs(), seqBefore);
@@ -101,7 +123,10 @@ test("erasure: afterwards eve is missing on every read, her id is refused as a t
   assert.equal((await w.ledger.erasure.status("eve"))?.phase, "done");
   await assert.rejects(w.ledger.relations.follow("eve", "u1"), { code: "ACCOUNT_ERASED" });
   await assert.rejects(w.ledger.likes.like("eve", w.carlPost), { code: "ACCOUNT_ERASED" });
-  await assert.rejects(w.ledger.comments.create("eve", w.carlPost, "again", { idempotencyKey: "k1", ensureAuthor: true }), { code: "ACCOUNT_ERASED" });
+  await assert.rejects(
+    w.ledger.comments.create("eve", w.carlPost, "again", { idempotencyKey: "k1", ensureAuthor: true }),
+    { code: "ACCOUNT_ERASED" },
+  );
   assert.equal((await w.db.pool.query("SELECT 1 FROM block WHERE blocker = 'u6' AND blocked = 'eve'")).rowCount, 1);
   await drain(w.ledger);
   assert.equal((await fullAudit(w.ledger)).clean, true);
@@ -115,11 +140,18 @@ test("erasure: while it runs, eve reads as missing and every write by or towards
   await w.ledger.erasure.start("eve", "admin");
   const running = w.ledger.erasure.run("eve");
   await gate.waitArrived();
-  const seqs = async () => (await w.db.pool.query("SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) + (SELECT sum(last) FROM comment_seq) AS n, (SELECT count(*) FROM block) AS b, (SELECT count(*) FROM post) AS p")).rows[0];
+  const seqs = async () =>
+    (
+      await w.db.pool.query(
+        "SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) + (SELECT sum(last) FROM comment_seq) AS n, (SELECT count(*) FROM block) AS b, (SELECT count(*) FROM post) AS p",
+      )
+    ).rows[0];
   const before = await seqs();
   assert.equal(await readAccount(w.db.pool, "eve"), null);
   // The first batch made tombstones of two posts (404 from then on); the third is still live.
-  const { rows: live } = await w.db.pool.query<{ post_id: string }>("SELECT post_id FROM post WHERE author = 'eve' AND deleted_at IS NULL");
+  const { rows: live } = await w.db.pool.query<{ post_id: string }>(
+    "SELECT post_id FROM post WHERE author = 'eve' AND deleted_at IS NULL",
+  );
   assert.equal(live.length, 1);
   const livePost = live[0]!.post_id;
   const refused: [string, () => Promise<unknown>][] = [
@@ -137,15 +169,27 @@ test("erasure: while it runs, eve reads as missing and every write by or towards
     ["eve comments", () => w.ledger.comments.create("eve", w.carlPost, "hello")],
   ];
   for (const [what, write] of refused) {
-    await assert.rejects(write(), (err: unknown) => {
-      assert.ok(err instanceof AccountBeingErasedError || (err as { code?: string }).code === "ACCOUNT_BEING_ERASED", `${what}: ${String(err)}`);
-      assert.match((err as Error).message, /account eve is being erased/, what);
-      return true;
-    }, what);
+    await assert.rejects(
+      write(),
+      (err: unknown) => {
+        assert.ok(
+          err instanceof AccountBeingErasedError || (err as { code?: string }).code === "ACCOUNT_BEING_ERASED",
+          `${what}: ${String(err)}`,
+        );
+        assert.match((err as Error).message, /account eve is being erased/, what);
+        return true;
+      },
+      what,
+    );
   }
   assert.deepEqual(await seqs(), before);
   // u2 (private, with eve's request pending) goes public: allowed; eve's request is left to her erasure.
-  assert.deepEqual(await w.ledger.relations.upsertAccount("u2", { private: false }), { accountId: "u2", private: false, created: false, approvedRequests: 0 });
+  assert.deepEqual(await w.ledger.relations.upsertAccount("u2", { private: false }), {
+    accountId: "u2",
+    private: false,
+    created: false,
+    approvedRequests: 0,
+  });
   // Starting again while it runs starts nothing.
   assert.equal((await w.ledger.erasure.start("eve", "self")).outcome, "RUNNING");
   off();
@@ -166,7 +210,8 @@ test("erasure: a batch turns off at most batchSize facts in one transaction, and
   const running = w.ledger.erasure.run("eve");
   await gate.waitArrived();
   const { rows: open } = await w.db.pool.query(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'");
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+  );
   assert.equal(open[0]!.n, 0);
   assert.equal((await w.ledger.likes.like("u4", w.carlPost)).outcome, "CHANGED");
   off();
@@ -205,7 +250,10 @@ test("negative control: an erasure that turns likes off without their outbox eve
   assert.notDeepEqual(nonZero(after), nonZero(expectCounts(before, eveDelta(w))));
   const audit = await fullAudit(w.ledger);
   assert.equal(audit.clean, false);
-  assert.ok(audit.likes.writeSide.seqGapPartitions > 0 && audit.likes.writeSide.versionMismatchPairs > 0, JSON.stringify(audit.likes.writeSide));
+  assert.ok(
+    audit.likes.writeSide.seqGapPartitions > 0 && audit.likes.writeSide.versionMismatchPairs > 0,
+    JSON.stringify(audit.likes.writeSide),
+  );
 });
 
 test("negative control: without the write guard on likes, eve's like during her erasure is accepted (the refusal test would fail); the finish's check still finds it and goes round again", async (t) => {
@@ -215,7 +263,9 @@ test("negative control: without the write guard on likes, eve's like during her 
     ["IF NOT EXISTS (SELECT 1 FROM account_erasure WHERE finished_at IS NULL) THEN", "IF true THEN"],
   ]);
   // The batched like path (like_set_batch) asks the same rule itself.
-  await replaceFunctionText(w.db.pool, "like_erasure_refusal(text,text)", [["SELECT CASE", "SELECT CASE WHEN true THEN NULL::text"]]);
+  await replaceFunctionText(w.db.pool, "like_erasure_refusal(text,text)", [
+    ["SELECT CASE", "SELECT CASE WHEN true THEN NULL::text"],
+  ]);
   const gate = new Gate("erasure.betweenBatches");
   let seen = 0;
   // Park once the likes phase is over: a like then is not found by any later phase.

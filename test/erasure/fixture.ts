@@ -26,7 +26,10 @@ export const OTHERS = ["u1", "u2", "u3", "u4", "u5", "u6"];
 export async function buildWorld(options: { partitions?: number; batchSize?: number } = {}): Promise<World> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 4 });
   const hooks = new Hooks();
-  const ledger = await openLedger(db.pool, { hooks, ...(options.batchSize ? { erasureBatchSize: options.batchSize } : {}) });
+  const ledger = await openLedger(db.pool, {
+    hooks,
+    ...(options.batchSize ? { erasureBatchSize: options.batchSize } : {}),
+  });
   for (const a of ["eve", "carl", ...OTHERS]) await ledger.relations.upsertAccount(a);
   await ledger.relations.upsertAccount("u2", { private: true });
   await ledger.likes.createItem("plain-x");
@@ -97,7 +100,8 @@ export interface Counts {
 
 /** Every derived count of the database (like_count, comment_count, proj_count) and the truth's following counts, by key. */
 export async function readCounts(db: TestDatabase): Promise<Counts> {
-  const map = async (sql: string) => Object.fromEntries((await db.pool.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, Number(r.n)]));
+  const map = async (sql: string) =>
+    Object.fromEntries((await db.pool.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, Number(r.n)]));
   return {
     likes: await map("SELECT item_id AS k, sum(n) AS n FROM like_count GROUP BY item_id"),
     comments: await map("SELECT post_id AS k, sum(n) AS n FROM comment_count GROUP BY post_id"),
@@ -108,15 +112,26 @@ export async function readCounts(db: TestDatabase): Promise<Counts> {
 }
 
 /** `before` with the given changes applied: what every count must be afterwards, key by key. */
-export function expectCounts(before: Counts, delta: { likes?: Record<string, number>; comments?: Record<string, number>; followers?: Record<string, number>; following?: Record<string, number>; blocks?: number }): Counts {
+export function expectCounts(
+  before: Counts,
+  delta: {
+    likes?: Record<string, number>;
+    comments?: Record<string, number>;
+    followers?: Record<string, number>;
+    following?: Record<string, number>;
+    blocks?: number;
+  },
+): Counts {
   const apply = (base: Record<string, number>, d: Record<string, number> = {}) => {
     const out = { ...base };
     for (const [k, v] of Object.entries(d)) out[k] = (out[k] ?? 0) + v;
     return out;
   };
   return {
-    likes: apply(before.likes, delta.likes), comments: apply(before.comments, delta.comments),
-    followers: apply(before.followers, delta.followers), following: apply(before.following, delta.following),
+    likes: apply(before.likes, delta.likes),
+    comments: apply(before.comments, delta.comments),
+    followers: apply(before.followers, delta.followers),
+    following: apply(before.following, delta.following),
     blocks: before.blocks + (delta.blocks ?? 0),
   };
 }
@@ -124,5 +139,11 @@ export function expectCounts(before: Counts, delta: { likes?: Record<string, num
 /** Counts with zero entries left out (a count row may stay at 0 or be absent). */
 export function nonZero(c: Counts): Counts {
   const strip = (r: Record<string, number>) => Object.fromEntries(Object.entries(r).filter(([, n]) => n !== 0));
-  return { likes: strip(c.likes), comments: strip(c.comments), followers: strip(c.followers), following: strip(c.following), blocks: c.blocks };
+  return {
+    likes: strip(c.likes),
+    comments: strip(c.comments),
+    followers: strip(c.followers),
+    following: strip(c.following),
+    blocks: c.blocks,
+  };
 }

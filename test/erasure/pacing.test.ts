@@ -25,11 +25,25 @@ async function biggerWorld(): Promise<World> {
   const w = await buildWorld();
   const { pool } = w.db;
   const p = w.ledger.partitions;
-  await pool.query("INSERT INTO item (item_id, kind) SELECT 'extra-' || i, 'plain' FROM generate_series(1, $1::int) i", [EXTRA_LIKES]);
-  await pool.query("SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('eve', 'extra-' || i, true, ledger_partition('eve', $2))", [EXTRA_LIKES, p]);
-  await pool.query("SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('liker-' || i, $3, true, ledger_partition('liker-' || i, $2))", [EXTRA_LIKERS, p, w.evePosts[0]]);
-  await pool.query("INSERT INTO account (account_id) SELECT 'fan-' || i FROM generate_series(1, $1::int) i", [EXTRA_FOLLOWERS]);
-  await pool.query("SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL relation_follow('fan-' || i, 'eve', $2)", [EXTRA_FOLLOWERS, p]);
+  await pool.query(
+    "INSERT INTO item (item_id, kind) SELECT 'extra-' || i, 'plain' FROM generate_series(1, $1::int) i",
+    [EXTRA_LIKES],
+  );
+  await pool.query(
+    "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('eve', 'extra-' || i, true, ledger_partition('eve', $2))",
+    [EXTRA_LIKES, p],
+  );
+  await pool.query(
+    "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL like_set('liker-' || i, $3, true, ledger_partition('liker-' || i, $2))",
+    [EXTRA_LIKERS, p, w.evePosts[0]],
+  );
+  await pool.query("INSERT INTO account (account_id) SELECT 'fan-' || i FROM generate_series(1, $1::int) i", [
+    EXTRA_FOLLOWERS,
+  ]);
+  await pool.query(
+    "SELECT count(*) FROM generate_series(1, $1::int) i, LATERAL relation_follow('fan-' || i, 'eve', $2)",
+    [EXTRA_FOLLOWERS, p],
+  );
   await drain(w.ledger);
   return w;
 }
@@ -64,11 +78,18 @@ test("pacing: a batch's size doubles after a full batch under budget, halves aft
   // Every full batch took longer than the budget: 64, 32, then the minimum from there on.
   const likes = slowSizes.get("likes")!;
   assert.deepEqual(likes.slice(0, 3), [64, 32, MIN_PACED_ERASURE_BATCH]);
-  assert.ok(likes.every((s, i) => i < 2 || s === MIN_PACED_ERASURE_BATCH), `likes: ${likes.join(",")}`);
+  assert.ok(
+    likes.every((s, i) => i < 2 || s === MIN_PACED_ERASURE_BATCH),
+    `likes: ${likes.join(",")}`,
+  );
   for (const [phase, list] of [...fastSizes, ...slowSizes]) {
     for (const [i, s] of list.entries()) {
       assert.ok(s >= MIN_PACED_ERASURE_BATCH && s <= 100, `${phase}: size ${s} out of bounds`);
-      if (i > 0) assert.ok(s <= 2 * list[i - 1]! && s >= list[i - 1]! / 2, `${phase}: ${list[i - 1]} -> ${s} moved by more than x2`);
+      if (i > 0)
+        assert.ok(
+          s <= 2 * list[i - 1]! && s >= list[i - 1]! / 2,
+          `${phase}: ${list[i - 1]} -> ${s} moved by more than x2`,
+        );
     }
   }
   // Unpaced, a batch is always batchSize.
@@ -81,25 +102,52 @@ test("pacing: a batch's size doubles after a full batch under budget, halves aft
 async function dump(db: TestDatabase): Promise<Record<string, unknown>> {
   const q = async (sql: string) => (await db.pool.query(sql)).rows;
   const ids = new Map<string, string>();
-  for (const r of await q("SELECT post_id AS id FROM post ORDER BY created_at, post_id")) ids.set(r.id as string, `post#${ids.size}`);
-  for (const r of await q("SELECT comment_id AS id FROM comment ORDER BY created_at, comment_id")) ids.set(r.id as string, `comment#${ids.size}`);
+  for (const r of await q("SELECT post_id AS id FROM post ORDER BY created_at, post_id"))
+    ids.set(r.id as string, `post#${ids.size}`);
+  for (const r of await q("SELECT comment_id AS id FROM comment ORDER BY created_at, comment_id"))
+    ids.set(r.id as string, `comment#${ids.size}`);
   const name = (id: unknown) => ids.get(id as string) ?? (id as string);
   const sorted = (rows: Record<string, unknown>[], ...idColumns: string[]) =>
-    rows.map((r) => JSON.stringify(Object.fromEntries(Object.entries(r).map(([k, v]) => [k, idColumns.includes(k) ? name(v) : v])))).sort();
+    rows
+      .map((r) =>
+        JSON.stringify(Object.fromEntries(Object.entries(r).map(([k, v]) => [k, idColumns.includes(k) ? name(v) : v]))),
+      )
+      .sort();
   const counts = await readCounts(db);
-  const renamed = (m: Record<string, number>) => Object.fromEntries(Object.entries(m).map(([k, v]) => [name(k), v]).sort());
+  const renamed = (m: Record<string, number>) =>
+    Object.fromEntries(
+      Object.entries(m)
+        .map(([k, v]) => [name(k), v])
+        .sort(),
+    );
   return {
     likeFacts: sorted(await q("SELECT user_id, item_id, liked, version FROM like_fact"), "item_id"),
     likeEvents: sorted(await q("SELECT user_id, item_id, delta, version FROM like_outbox"), "item_id"),
     relations: sorted(await q("SELECT follower, followee, state, version FROM relation")),
     relationEvents: sorted(await q("SELECT follower, followee, state, version FROM relation_event")),
     posts: sorted(await q("SELECT post_id, author, deleted_at IS NOT NULL AS deleted, body FROM post"), "post_id"),
-    comments: sorted(await q("SELECT comment_id, post_id, author, deleted_at IS NOT NULL AS deleted, body, version, idempotency_key FROM comment"), "comment_id", "post_id"),
-    commentEvents: sorted(await q("SELECT comment_id, post_id, delta, version FROM comment_outbox"), "comment_id", "post_id"),
+    comments: sorted(
+      await q(
+        "SELECT comment_id, post_id, author, deleted_at IS NOT NULL AS deleted, body, version, idempotency_key FROM comment",
+      ),
+      "comment_id",
+      "post_id",
+    ),
+    commentEvents: sorted(
+      await q("SELECT comment_id, post_id, delta, version FROM comment_outbox"),
+      "comment_id",
+      "post_id",
+    ),
     blocks: sorted(await q("SELECT blocker, blocked FROM block")),
     accounts: sorted(await q("SELECT account_id, erased_state, private, hide_collections FROM account")),
     erasure: sorted(await q("SELECT account_id, phase, done, total FROM account_erasure")),
-    counts: { likes: renamed(counts.likes), comments: renamed(counts.comments), followers: counts.followers, following: counts.following, blocks: counts.blocks },
+    counts: {
+      likes: renamed(counts.likes),
+      comments: renamed(counts.comments),
+      followers: counts.followers,
+      following: counts.following,
+      blocks: counts.blocks,
+    },
   };
 }
 
@@ -112,7 +160,11 @@ test("pacing: an erasure in small paced batches with rests leaves exactly the st
   const pacedSizes = await erase(paced, 500, { budgetMs: 0.001, duty: 0.5 });
   // The two erasures were cut differently: one batch per phase against many.
   assert.equal(wholeSizes.get("likes")!.length, 1);
-  assert.ok(pacedSizes.get("likes")!.length >= 5 && pacedSizes.get("followers")!.length >= 2 && pacedSizes.get("post_likes")!.length >= 2);
+  assert.ok(
+    pacedSizes.get("likes")!.length >= 5 &&
+      pacedSizes.get("followers")!.length >= 2 &&
+      pacedSizes.get("post_likes")!.length >= 2,
+  );
   const a = await dump(whole.db);
   const b = await dump(paced.db);
   assert.deepEqual(b, a);

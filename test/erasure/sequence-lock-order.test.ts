@@ -14,7 +14,13 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { openLedger } from "../../src/ledger.ts";
 import { replaceFunctionText } from "../support/function-mutant.ts";
-import { holdSequenceRow, keyInPartition, sequenceRowHeld, waiterFor, type SequenceTable } from "../support/sequence-rows.ts";
+import {
+  holdSequenceRow,
+  keyInPartition,
+  sequenceRowHeld,
+  waiterFor,
+  type SequenceTable,
+} from "../support/sequence-rows.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const P = 4;
@@ -25,8 +31,14 @@ const PHASE_OF: Record<"like_seq" | "event_seq", string> = { like_seq: "post_lik
 
 /** Where each reversed control edits: the sequence lock of erasure_unlike or of erasure_remove_relations. */
 const REVERSED: Record<"like_seq" | "event_seq", [string, [string, string]]> = {
-  like_seq: ["erasure_unlike(text[],text[],integer)", ["ORDER BY s.part FOR UPDATE", "ORDER BY s.part DESC FOR UPDATE"]],
-  event_seq: ["erasure_remove_relations(text[],text[],bigint[],integer)", ["ORDER BY s.part FOR UPDATE", "ORDER BY s.part DESC FOR UPDATE"]],
+  like_seq: [
+    "erasure_unlike(text[],text[],integer)",
+    ["ORDER BY s.part FOR UPDATE", "ORDER BY s.part DESC FOR UPDATE"],
+  ],
+  event_seq: [
+    "erasure_remove_relations(text[],text[],bigint[],integer)",
+    ["ORDER BY s.part FOR UPDATE", "ORDER BY s.part DESC FOR UPDATE"],
+  ],
 };
 
 /**
@@ -35,7 +47,12 @@ const REVERSED: Record<"like_seq" | "event_seq", [string, [string, string]]> = {
  * `heldPart`'s row of `table`, runs that phase's batch into it, and returns whether the batch
  * holds the other partition's row while it waits.
  */
-async function batchAgainstHeldRow(t: TestContext, table: "like_seq" | "event_seq", heldPart: number, reversed: boolean): Promise<boolean> {
+async function batchAgainstHeldRow(
+  t: TestContext,
+  table: "like_seq" | "event_seq",
+  heldPart: number,
+  reversed: boolean,
+): Promise<boolean> {
   const db = await createTestDatabase({ partitions: P });
   const ledger = await openLedger(db.pool, { erasureBatchSize: 100 });
   const pending: { release?: () => Promise<void>; running?: Promise<unknown> } = {};
@@ -71,11 +88,19 @@ async function batchAgainstHeldRow(t: TestContext, table: "like_seq" | "event_se
 
 for (const table of ["like_seq", "event_seq"] as const) {
   test(`P=4 an erasure batch numbering ${table} events of partitions 1 and 3, stopped at partition 3's row, already holds partition 1's`, async (t) => {
-    assert.equal(await batchAgainstHeldRow(t, table, HIGH, false), true, "waiting for the higher row, the batch must hold the lower one (ascending order)");
+    assert.equal(
+      await batchAgainstHeldRow(t, table, HIGH, false),
+      true,
+      "waiting for the higher row, the batch must hold the lower one (ascending order)",
+    );
   });
 
   test(`P=4 the same ${table} batch stopped at partition 1's row holds nothing of partition 3 yet`, async (t) => {
-    assert.equal(await batchAgainstHeldRow(t, table, LOW, false), false, "waiting for the lower row, the batch must not hold the higher one yet (ascending order)");
+    assert.equal(
+      await batchAgainstHeldRow(t, table, LOW, false),
+      false,
+      "waiting for the lower row, the batch must not hold the higher one yet (ascending order)",
+    );
   });
 
   test(`negative control: with ${table} locked in descending order, the batch holds partition 3's row while it waits for 1's, and not 1's while it waits for 3's`, async (t) => {

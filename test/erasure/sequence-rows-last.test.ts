@@ -15,12 +15,16 @@ import { buildWorld, type World } from "./fixture.ts";
 /** Waits until `write` settles ("served") or a backend of this database waits on a lock other than a hook's ("waited"): a bounded poll of pg_locks. */
 async function servedOrWaited(pool: Pool, write: Promise<unknown>, deadlineMs = 15_000): Promise<"served" | "waited"> {
   let settled = false;
-  const done = write.then(() => (settled = true), () => (settled = true));
+  const done = write.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
   const deadline = Date.now() + deadlineMs;
   while (!settled) {
     // This database's backends only: other test files share the cluster.
     const { rows } = await pool.query(
-      `SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.datname = current_database() WHERE NOT l.granted AND NOT ${IS_HOOK_WAIT}`);
+      `SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.datname = current_database() WHERE NOT l.granted AND NOT ${IS_HOOK_WAIT}`,
+    );
     if (rows.length > 0) return "waited";
     if (Date.now() > deadline) throw new Error(`neither served nor waiting within ${deadlineMs} ms`);
     await new Promise((resolve) => setImmediate(resolve));
@@ -38,12 +42,18 @@ async function cleanUp(w: World, hook: SqlHook): Promise<void> {
 /** A user id whose partition is `part`. */
 async function userIn(w: World, part: number, prefix: string): Promise<string> {
   const { rows } = await w.db.pool.query<{ u: string }>(
-    "SELECT u FROM (SELECT $3 || i AS u FROM generate_series(1, 1000) i) x WHERE ledger_partition(u, $1) = $2 LIMIT 1", [w.ledger.partitions, part, prefix]);
+    "SELECT u FROM (SELECT $3 || i AS u FROM generate_series(1, 1000) i) x WHERE ledger_partition(u, $1) = $2 LIMIT 1",
+    [w.ledger.partitions, part, prefix],
+  );
   return rows[0]!.u;
 }
 
 /** Starts eve's erasure and parks its first batch that numbers events of `seq` at erasure.beforeSequences; its partitions. */
-async function parkBeforeSequences(w: World, hook: SqlHook, seq: string): Promise<{ parts: number[]; running: Promise<unknown> }> {
+async function parkBeforeSequences(
+  w: World,
+  hook: SqlHook,
+  seq: string,
+): Promise<{ parts: number[]; running: Promise<unknown> }> {
   await w.ledger.erasure.start("eve", "admin");
   const running = w.ledger.erasure.run("eve");
   const parked = await hook.parked();
@@ -58,7 +68,11 @@ test("erasure: parked between its fact rows and its sequence rows, a batch holds
   const { parts, running } = await parkBeforeSequences(w, hook, "like_seq");
   for (const part of parts) {
     const user = await userIn(w, part, "live-");
-    assert.equal(await servedOrWaited(w.db.pool, w.ledger.likes.like(user, "plain-x")), "served", `a like in partition ${part}`);
+    assert.equal(
+      await servedOrWaited(w.db.pool, w.ledger.likes.like(user, "plain-x")),
+      "served",
+      `a like in partition ${part}`,
+    );
   }
   await hook.release();
   await running;
@@ -78,7 +92,11 @@ test("erasure: the same for a relations batch: live follows of its followees' pa
   const parked = await hook.parked();
   assert.equal(parked.context.seq, "event_seq");
   for (const part of parked.context.parts as number[]) {
-    assert.equal(await servedOrWaited(w.db.pool, w.ledger.relations.follow("fan", stars[part]!)), "served", `a follow in partition ${part}`);
+    assert.equal(
+      await servedOrWaited(w.db.pool, w.ledger.relations.follow("fan", stars[part]!)),
+      "served",
+      `a follow in partition ${part}`,
+    );
   }
   await hook.release();
   await running;
@@ -87,7 +105,10 @@ test("erasure: the same for a relations batch: live follows of its followees' pa
 test("negative control: with the sequence rows locked before the fact rows (the erasure migration's order), the same live like waits on the parked batch", async (t) => {
   const w = await buildWorld();
   await replaceFunctionText(w.db.pool, "erasure_unlike(text[], text[], integer)", [
-    ["  WITH upd AS (\n", "  PERFORM 1 FROM like_seq s WHERE s.part IN (SELECT DISTINCT ledger_partition(u, p_partitions) FROM unnest(p_users) AS u) ORDER BY s.part FOR UPDATE;\n  WITH upd AS (\n"],
+    [
+      "  WITH upd AS (\n",
+      "  PERFORM 1 FROM like_seq s WHERE s.part IN (SELECT DISTINCT ledger_partition(u, p_partitions) FROM unnest(p_users) AS u) ORDER BY s.part FOR UPDATE;\n  WITH upd AS (\n",
+    ],
   ]);
   const hook = await SqlHook.arm(w.db.pool, "erasure.beforeSequences");
   t.after(() => cleanUp(w, hook));

@@ -20,7 +20,8 @@ import { createTestDatabase } from "../support/test-db.ts";
 const blockRows = async (pool: Pool) =>
   (await pool.query<{ blocker: string; blocked: string }>("SELECT blocker, blocked FROM block ORDER BY 1, 2")).rows;
 const accountState = async (pool: Pool, id: string) =>
-  (await pool.query<{ erased_state: string | null }>("SELECT erased_state FROM account WHERE account_id = $1", [id])).rows[0]?.erased_state;
+  (await pool.query<{ erased_state: string | null }>("SELECT erased_state FROM account WHERE account_id = $1", [id]))
+    .rows[0]?.erased_state;
 
 test("HTTP: carol blocks dave; dave erases himself; every write of his token after it is 410 ACCOUNT_ERASED and carol's block stays", async (t) => {
   const h = await startApi({ partitions: 2 });
@@ -100,21 +101,45 @@ test("library and batched writes: an erased id never acts again (AccountErasedEr
   await refused("post", () => ledger.posts.createPost("dave", "PUBLIC", "back", { ensureAuthor: true }));
 
   // Group commit's batches, as production sends them: dave's write is its own refusal, bob's goes through.
-  const relBatch = (ledger.relations as unknown as { runBatch(w: object[]): Promise<unknown[]> }).runBatch.bind(ledger.relations);
+  const relBatch = (ledger.relations as unknown as { runBatch(w: object[]): Promise<unknown[]> }).runBatch.bind(
+    ledger.relations,
+  );
   const relAnswers = await relBatch([
     { op: "follow", a: "dave", b: "carol", approve: null },
     { op: "follow", a: "bob", b: "carol", approve: null },
   ]);
   assert.ok(relAnswers[0] instanceof AccountErasedError, String(relAnswers[0]));
   assert.equal((relAnswers[1] as { outcome: string }).outcome, "CHANGED");
-  const { rows: likeRows } = await pool.query<{ ord: number; outcome: string; code: string | null; account: string | null }>(
+  const { rows: likeRows } = await pool.query<{
+    ord: number;
+    outcome: string;
+    code: string | null;
+    account: string | null;
+  }>(
     "SELECT ord, outcome, code, account FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord",
-    [["dave", "bob"], ["plain-1", "plain-1"], [true, true], [stablePartition("dave", 4), stablePartition("bob", 4)], [false, false]]);
-  assert.deepEqual(likeRows.map((r) => [r.outcome, r.code, r.account]), [["REJECTED", "ACCOUNT_ERASED", "dave"], ["CHANGED", null, null]]);
+    [
+      ["dave", "bob"],
+      ["plain-1", "plain-1"],
+      [true, true],
+      [stablePartition("dave", 4), stablePartition("bob", 4)],
+      [false, false],
+    ],
+  );
+  assert.deepEqual(
+    likeRows.map((r) => [r.outcome, r.code, r.account]),
+    [
+      ["REJECTED", "ACCOUNT_ERASED", "dave"],
+      ["CHANGED", null, null],
+    ],
+  );
 
   assert.equal(await accountState(pool, "dave"), "ERASED");
   assert.equal((await pool.query("SELECT 1 FROM like_fact WHERE user_id = 'dave' AND liked")).rowCount, 0);
-  assert.equal((await pool.query("SELECT 1 FROM relation WHERE (follower = 'dave' OR followee = 'dave') AND state <> 'REMOVED'")).rowCount, 0);
+  assert.equal(
+    (await pool.query("SELECT 1 FROM relation WHERE (follower = 'dave' OR followee = 'dave') AND state <> 'REMOVED'"))
+      .rowCount,
+    0,
+  );
   assert.deepEqual(await blockRows(pool), [{ blocker: "carol", blocked: "dave" }]);
 });
 
@@ -122,18 +147,24 @@ test("negative control: without the like guard's tombstone check, an erased id's
   const { pool, ledger } = await erasedWorld(t);
   await replaceFunctionText(pool, "erasure_guard_like()", [["AND a.erased_state = 'ERASED') THEN", "AND false) THEN"]]);
   assert.equal((await ledger.likes.like("dave", "plain-1")).outcome, "CHANGED");
-  assert.deepEqual((await pool.query("SELECT account_id, what, n::int FROM erasure_leftovers()")).rows, [{ account_id: "dave", what: "likes", n: 1 }]);
+  assert.deepEqual((await pool.query("SELECT account_id, what, n::int FROM erasure_leftovers()")).rows, [
+    { account_id: "dave", what: "likes", n: 1 },
+  ]);
 });
 
 test("a leftover fact of an erased id fails the audit (erasure_leftovers); a second erasure request turns it off", async (t) => {
   const { pool, ledger } = await erasedWorld(t);
-  const drain = async () => { await ledger.likeConsumer.drain(); await ledger.projector.drain(); await ledger.commentConsumer.drain(); };
+  const drain = async () => {
+    await ledger.likeConsumer.drain();
+    await ledger.projector.drain();
+    await ledger.commentConsumer.drain();
+  };
   await drain();
   // The control: nothing left, clean.
   let report = await fullAudit(ledger);
   assert.deepEqual(report.erasure, { leftovers: 0 });
   assert.equal(report.clean, true);
-  const first = (await ledger.erasure.start("dave", "self"));
+  const first = await ledger.erasure.start("dave", "self");
   assert.equal(first.outcome, "ERASED");
 
   // A like that slipped past the guard (as a write whose statement began before the finish could):
@@ -151,7 +182,9 @@ test("a leftover fact of an erased id fails the audit (erasure_leftovers); a sec
   report = await fullAudit(ledger);
   assert.deepEqual(report.erasure, { leftovers: 1 });
   assert.equal(report.clean, false);
-  assert.deepEqual((await pool.query("SELECT account_id, what, n::int FROM erasure_leftovers()")).rows, [{ account_id: "dave", what: "likes", n: 1 }]);
+  assert.deepEqual((await pool.query("SELECT account_id, what, n::int FROM erasure_leftovers()")).rows, [
+    { account_id: "dave", what: "likes", n: 1 },
+  ]);
 
   const again = await ledger.erasure.start("dave", "self");
   assert.equal(again.outcome, "STARTED");
@@ -160,7 +193,10 @@ test("a leftover fact of an erased id fails the audit (erasure_leftovers); a sec
   assert.equal(status.done, 1);
   await drain();
   assert.equal((await pool.query("SELECT 1 FROM like_fact WHERE user_id = 'dave' AND liked")).rowCount, 0);
-  assert.equal((await pool.query("SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = 'plain-1'")).rows[0].n, 0);
+  assert.equal(
+    (await pool.query("SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = 'plain-1'")).rows[0].n,
+    0,
+  );
   report = await fullAudit(ledger);
   assert.equal(report.clean, true, JSON.stringify(report));
   assert.equal(await accountState(pool, "dave"), "ERASED");
@@ -170,16 +206,29 @@ test("the block outbox names no erased account after its erasure: its events are
   const { pool, ledger } = await erasedWorld(t);
   await ledger.relations.unblock("carol", "bob").catch(() => undefined);
   await ledger.relations.block("carol", "bob");
-  const { rows: naming } = await pool.query("SELECT part, seq FROM webhook_block_event WHERE 'dave' IN (blocker, blocked)");
+  const { rows: naming } = await pool.query(
+    "SELECT part, seq FROM webhook_block_event WHERE 'dave' IN (blocker, blocked)",
+  );
   assert.deepEqual(naming, []);
   const client = await pool.connect();
   try {
     const events = [];
-    for (let part = 0; part < 4; part++) events.push(...await readEvents(client, "blocks", part, 0, 100));
+    for (let part = 0; part < 4; part++) events.push(...(await readEvents(client, "blocks", part, 0, 100)));
     // carol->dave, dave->bob and the erasure's deletion of dave->bob: three redacted; carol->bob sent.
     assert.equal(events.filter((e) => e.redacted).length, 3);
     assert.ok(events.every((e) => !JSON.stringify(e.data).includes("dave")));
-    assert.deepEqual(events.filter((e) => deliverable(["*"], e)).map((e) => e.data), [{ blocker: "carol", blocked: "bob", blocking: true, partition: events.find((e) => !e.redacted)!.part, seq: events.find((e) => !e.redacted)!.seq }]);
+    assert.deepEqual(
+      events.filter((e) => deliverable(["*"], e)).map((e) => e.data),
+      [
+        {
+          blocker: "carol",
+          blocked: "bob",
+          blocking: true,
+          partition: events.find((e) => !e.redacted)!.part,
+          seq: events.find((e) => !e.redacted)!.seq,
+        },
+      ],
+    );
   } finally {
     client.release();
   }

@@ -23,9 +23,13 @@ async function abortedAfterOutboxInsert(pool: Pool, write: () => Promise<unknown
     await cancelled;
     // node-pg rejects on the error message, before the backend has aborted its transaction; until
     // it has, its claim on the hook point stands and the next armed write would pass the point.
-    await pollUntil(`backend ${pid} ended its cancelled transaction`,
-      async () => (await pool.query("SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'", [pid])).rows[0]!.n as number,
-      (n) => n === 0);
+    await pollUntil(
+      `backend ${pid} ended its cancelled transaction`,
+      async () =>
+        (await pool.query("SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'", [pid]))
+          .rows[0]!.n as number,
+      (n) => n === 0,
+    );
   } finally {
     await hook.release();
   }
@@ -57,7 +61,9 @@ test("32-B NOOP, FK rejection, aborted transaction, no gap in seq", async (t) =>
 
   const first = await f.likes.like(user(1), "item-lab-01");
   const again = await f.likes.like(user(1), "item-lab-01");
-  t.diagnostic(`note repeat like: ${formatResult(again)} outbox=${await count(f.db, "SELECT count(*) AS n FROM like_outbox")}`);
+  t.diagnostic(
+    `note repeat like: ${formatResult(again)} outbox=${await count(f.db, "SELECT count(*) AS n FROM like_outbox")}`,
+  );
   assert.equal(first.outcome, "CHANGED");
   assert.equal(formatResult(again), "NOOP(liked,v1,already liked)");
   assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), 1);
@@ -92,7 +98,10 @@ test("32-B the outbox refuses a second event for the same (user, item, version)"
   await f.likes.like(user(1), "item-lab-01");
   await assert.rejects(
     withTransaction(f.db.pool, (c) =>
-      c.query("INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES (0, 2, $1, 'item-lab-01', 1, 1)", [user(1)]),
+      c.query(
+        "INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version) VALUES (0, 2, $1, 'item-lab-01', 1, 1)",
+        [user(1)],
+      ),
     ),
     (err: Error & { code?: string }) => err.code === "UNIQUE_VIOLATION",
   );
@@ -104,7 +113,8 @@ test("32-B P=4 NOOP, FK rejection and an aborted transaction leave no trace; eve
   // Users spread over all four partitions.
   const users = Array.from({ length: 40 }, (_, i) => user(i + 1));
   for (const u of users) assert.equal((await f.likes.like(u, "item-lab-01")).outcome, "CHANGED");
-  for (const u of users) assert.equal(formatResult(await f.likes.like(u, "item-lab-01")), "NOOP(liked,v1,already liked)");
+  for (const u of users)
+    assert.equal(formatResult(await f.likes.like(u, "item-lab-01")), "NOOP(liked,v1,already liked)");
   assert.equal((await f.likes.like(users[0]!, "no-such-item")).outcome, "REJECTED");
   for (const u of users.slice(0, 8)) await abortedAfterOutboxInsert(f.db.pool, () => f.likes.unlike(u, "item-lab-01"));
   for (const u of users.slice(0, 8)) assert.equal((await f.likes.unlike(u, "item-lab-01")).outcome, "CHANGED");
@@ -112,9 +122,17 @@ test("32-B P=4 NOOP, FK rejection and an aborted transaction leave no trace; eve
     `SELECT s.part, s.last, count(o.seq)::int AS rows, coalesce(max(o.seq), 0)::int AS max
        FROM like_seq s LEFT JOIN like_outbox o USING (part) GROUP BY s.part, s.last ORDER BY s.part`,
   );
-  t.diagnostic(`note P=4 per partition last/rows/max: ${rows.map((r) => `${r.part}:${r.last}/${r.rows}/${r.max}`).join(" ")}`);
+  t.diagnostic(
+    `note P=4 per partition last/rows/max: ${rows.map((r) => `${r.part}:${r.last}/${r.rows}/${r.max}`).join(" ")}`,
+  );
   assert.equal(rows.length, 4);
-  assert.ok(rows.every((r) => r.last > 0), "the users cover every partition");
+  assert.ok(
+    rows.every((r) => r.last > 0),
+    "the users cover every partition",
+  );
   for (const r of rows) assert.deepEqual([r.rows, r.max], [r.last, r.last], `partition ${r.part} is gapless`);
-  assert.equal(rows.reduce((sum, r) => sum + r.last, 0), 48);
+  assert.equal(
+    rows.reduce((sum, r) => sum + r.last, 0),
+    48,
+  );
 });

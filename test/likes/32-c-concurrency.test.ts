@@ -33,16 +33,26 @@ for (const partitions of [1, 4]) {
     const all = results.flat();
     const changed = all.filter((r) => r.outcome === "CHANGED").length;
     const events = await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE user_id = $1", [user(2)]);
-    const deltaSum = await count(f.db, "SELECT coalesce(sum(delta), 0) AS n FROM like_outbox WHERE user_id = $1", [user(2)]);
+    const deltaSum = await count(f.db, "SELECT coalesce(sum(delta), 0) AS n FROM like_outbox WHERE user_id = $1", [
+      user(2),
+    ]);
     const state = await f.likes.hasLiked(user(2), "item-lab-02");
-    t.diagnostic(`note 320 interleaved: CHANGED=${changed} events=${events} version=${state.version} deltaSum=${deltaSum} liked=${state.liked}`);
+    t.diagnostic(
+      `note 320 interleaved: CHANGED=${changed} events=${events} version=${state.version} deltaSum=${deltaSum} liked=${state.liked}`,
+    );
     assert.equal(all.length, 320);
     assert.equal(changed, events);
     assert.equal(events, state.version);
     assert.equal(deltaSum, state.liked ? 1 : 0);
     // Seqs of the CHANGED results are unique and gapless within the partition.
-    const seqs = all.filter((r) => r.outcome === "CHANGED").map((r) => r.seq).sort((a, b) => a - b);
-    assert.deepEqual(seqs, Array.from({ length: changed }, (_, i) => i + 1));
+    const seqs = all
+      .filter((r) => r.outcome === "CHANGED")
+      .map((r) => r.seq)
+      .sort((a, b) => a - b);
+    assert.deepEqual(
+      seqs,
+      Array.from({ length: changed }, (_, i) => i + 1),
+    );
     assert.ok(writeSideClean(await writeSide(f.db.pool)));
   });
 }

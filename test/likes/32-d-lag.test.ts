@@ -28,8 +28,17 @@ async function assertBounds(f: LikesFixture): Promise<void> {
     assert.ok(r.pendingForItem <= r.lag);
     assert.equal(r.stale, r.lag > ALLOWED_LAG);
     // The boundary: a lag equal to the allowed lag is within it; one less allowed is stale.
-    assert.equal((await readCount(f.db.pool, item, r.lag)).stale, false, `${item}: lag ${r.lag} with allowedLag ${r.lag} is not stale`);
-    if (r.lag > 0) assert.equal((await readCount(f.db.pool, item, r.lag - 1)).stale, true, `${item}: lag ${r.lag} with allowedLag ${r.lag - 1} is stale`);
+    assert.equal(
+      (await readCount(f.db.pool, item, r.lag)).stale,
+      false,
+      `${item}: lag ${r.lag} with allowedLag ${r.lag} is not stale`,
+    );
+    if (r.lag > 0)
+      assert.equal(
+        (await readCount(f.db.pool, item, r.lag - 1)).stale,
+        true,
+        `${item}: lag ${r.lag} with allowedLag ${r.lag - 1} is stale`,
+      );
   }
   const side = await readSide(f.db.pool);
   assert.ok(readSideClean(side), JSON.stringify(side));
@@ -49,13 +58,20 @@ test("32-D P=1 lag definition, stale flag and both error bounds, with the chapte
 
   const batch = await f.consumer.applyBatch(await f.consumer.fetchPending(0, 20));
   const mid = await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG);
-  const line2 = `applied=${batch.applied} covered=${batch.covered} dup=${batch.dup} watermark=${batch.watermark} | ` +
+  const line2 =
+    `applied=${batch.applied} covered=${batch.covered} dup=${batch.dup} watermark=${batch.watermark} | ` +
     `item-lab-01 n=${mid.n} lag=${mid.lag} pendingForItem=${mid.pendingForItem} stale=${mid.stale}`;
   t.diagnostic(`note after 20 events: ${line2}`);
   assert.equal(line2, "applied=20 covered=0 dup=0 watermark=20 | item-lab-01 n=14 lag=10 pendingForItem=6 stale=false");
   assert.equal(Math.abs(mid.n - truth), 6, "the item-level bound is tight here: |14 - 20| = 6");
-  const stale = await Promise.all([10, 9].map(async (allowed) => (await readCount(f.db.pool, "item-lab-01", allowed)).stale));
-  assert.deepEqual(stale, [false, true], "stale means lag > allowedLag: lag 10 is fresh for allowedLag 10, stale for 9");
+  const stale = await Promise.all(
+    [10, 9].map(async (allowed) => (await readCount(f.db.pool, "item-lab-01", allowed)).stale),
+  );
+  assert.deepEqual(
+    stale,
+    [false, true],
+    "stale means lag > allowedLag: lag 10 is fresh for allowedLag 10, stale for 9",
+  );
   await assertBounds(f);
 
   await f.consumer.drain();
@@ -80,11 +96,18 @@ test("32-D P=4 lag is the sum over partitions and the bounds hold at every step"
     if (events.length > 0) await f.consumer.applyBatch(events);
     lag -= events.length;
     const r = await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG);
-    t.diagnostic(`note P=4 after partition ${part}: n=${r.n} lag=${r.lag} pendingForItem=${r.pendingForItem} stale=${r.stale}`);
+    t.diagnostic(
+      `note P=4 after partition ${part}: n=${r.n} lag=${r.lag} pendingForItem=${r.pendingForItem} stale=${r.stale}`,
+    );
     assert.equal(r.lag, lag);
     await assertBounds(f);
   }
-  assert.deepEqual(await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG), { n: 20, lag: 0, pendingForItem: 0, stale: false });
+  assert.deepEqual(await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG), {
+    n: 20,
+    lag: 0,
+    pendingForItem: 0,
+    stale: false,
+  });
 });
 
 test("32-D P=1 a gap in the processed events holds the watermark: lag and pendingForItem count the events of the gap, and the bound stays tight", async (t) => {
@@ -106,7 +129,16 @@ test("32-D P=1 a gap in the processed events holds the watermark: lag and pendin
   await assertBounds(f);
 
   const filled = await f.consumer.applyBatch(events.filter((e) => e.seq >= 11 && e.seq <= 14));
-  assert.deepEqual([filled.applied, filled.watermark], [4, 20], "the gap filled, the watermark moves over the processed run above it");
-  assert.deepEqual(await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG), { n: 14, lag: 10, pendingForItem: 6, stale: false });
+  assert.deepEqual(
+    [filled.applied, filled.watermark],
+    [4, 20],
+    "the gap filled, the watermark moves over the processed run above it",
+  );
+  assert.deepEqual(await readCount(f.db.pool, "item-lab-01", ALLOWED_LAG), {
+    n: 14,
+    lag: 10,
+    pendingForItem: 6,
+    stale: false,
+  });
   await assertBounds(f);
 });

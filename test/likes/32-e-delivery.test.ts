@@ -23,7 +23,9 @@ for (const partitions of [1, 4]) {
     const half = Math.floor(deliveries.length / 2);
     const first = await deliver(f.consumer, deliveries.slice(0, half), 7);
     const mid = await readSide(f.db.pool);
-    t.diagnostic(`note half delivered: applied=${first.applied} dup=${first.dup} watermark=${mid.watermark} lag=${mid.lag} unprocessed=${mid.unprocessed} exact_violations=${mid.exactViolations} bound_violations=${mid.boundViolations}`);
+    t.diagnostic(
+      `note half delivered: applied=${first.applied} dup=${first.dup} watermark=${mid.watermark} lag=${mid.lag} unprocessed=${mid.unprocessed} exact_violations=${mid.exactViolations} bound_violations=${mid.boundViolations}`,
+    );
     assert.ok(readSideClean(mid), JSON.stringify(mid));
     assert.ok(mid.unprocessed <= mid.lag);
 
@@ -37,7 +39,10 @@ for (const partitions of [1, 4]) {
     assert.equal(end.lag, 0);
     assert.equal(end.countMismatchItems, 0);
     for (const item of LAB_ITEMS) {
-      const { rows } = await f.db.pool.query<{ n: number }>("SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1", [item]);
+      const { rows } = await f.db.pool.query<{ n: number }>(
+        "SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1",
+        [item],
+      );
       assert.equal(rows[0]!.n, await factCount(f.db, item), item);
     }
   });

@@ -47,7 +47,9 @@ for (const partitions of [1, 4]) {
 
     const dedup = await consumeWithRedelivery(f, f.consumer, partitions, 29);
     const clean = await readSide(f.db.pool);
-    t.diagnostic(`note dedup consumers: applied=${dedup.applied} covered=${dedup.covered} dup=${dedup.dup} watermark=${clean.watermark}`);
+    t.diagnostic(
+      `note dedup consumers: applied=${dedup.applied} covered=${dedup.covered} dup=${dedup.dup} watermark=${clean.watermark}`,
+    );
     assert.equal(dedup.applied, 243);
     assert.equal(clean.countMismatchItems, 0);
     assert.ok(readSideClean(clean));
@@ -58,13 +60,18 @@ for (const partitions of [1, 4]) {
     const noDedup = await consumeWithRedelivery(f, f.consumerWith(applyWithoutDedup), partitions, 29);
     const broken = await readSide(f.db.pool);
     const wrong = await countsByItem(f);
-    t.diagnostic(`note no-dedup consumers: applied=${noDedup.applied} covered=0 dup=0 watermark=${broken.watermark} (applications=${noDedup.applied} for 243 events)`);
-    for (const item of LAB_ITEMS) t.diagnostic(`note   ${item} count=${wrong.get(item) ?? 0} facts=${await factCount(f.db, item)}`);
+    t.diagnostic(
+      `note no-dedup consumers: applied=${noDedup.applied} covered=0 dup=0 watermark=${broken.watermark} (applications=${noDedup.applied} for 243 events)`,
+    );
+    for (const item of LAB_ITEMS)
+      t.diagnostic(`note   ${item} count=${wrong.get(item) ?? 0} facts=${await factCount(f.db, item)}`);
     assert.ok(broken.exactViolations > 0, "the read-side identity sees the over-application");
     assert.ok(broken.countMismatchItems > 0);
 
     const report = await f.rebuild.rebuild();
-    t.diagnostic(`note rebuild: ${report.drifted.map((d) => `${d.itemId} ${d.oldN}->${d.newN} (drift ${d.drift})`).join(", ")} total |drift|=${report.totalAbsDrift}`);
+    t.diagnostic(
+      `note rebuild: ${report.drifted.map((d) => `${d.itemId} ${d.oldN}->${d.newN} (drift ${d.drift})`).join(", ")} total |drift|=${report.totalAbsDrift}`,
+    );
     assert.equal(report.drifted.length, broken.countMismatchItems);
     for (const d of report.drifted) assert.equal(d.newN, await factCount(f.db, d.itemId));
     const { rows } = await f.db.pool.query<{ items_drifted: number; total_abs_drift: number }>(
@@ -82,7 +89,9 @@ for (const partitions of [1, 4]) {
     }
     await f.consumer.drain();
     const end = await readSide(f.db.pool);
-    t.diagnostic(`note after 50 more requests and drain: count_mismatch_items=${end.countMismatchItems} exact_violations=${end.exactViolations}`);
+    t.diagnostic(
+      `note after 50 more requests and drain: count_mismatch_items=${end.countMismatchItems} exact_violations=${end.exactViolations}`,
+    );
     assert.equal(end.countMismatchItems, 0);
     assert.ok(readSideClean(end));
     const second = await f.rebuild.rebuild();

@@ -9,7 +9,10 @@ import { factCount, likesFixture, user, type LikesFixture } from "./fixture.ts";
 const ITEM = "item-lab-01";
 
 async function n(f: LikesFixture): Promise<number> {
-  const { rows } = await f.db.pool.query<{ n: number }>("SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1", [ITEM]);
+  const { rows } = await f.db.pool.query<{ n: number }>(
+    "SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
   return rows[0]!.n;
 }
 
@@ -23,7 +26,9 @@ async function applySeqs(f: LikesFixture, seqs: number[]) {
 }
 
 async function processed(f: LikesFixture): Promise<string> {
-  const { rows } = await f.db.pool.query<{ seq: number; how: string }>("SELECT seq, how FROM processed_event ORDER BY seq");
+  const { rows } = await f.db.pool.query<{ seq: number; how: string }>(
+    "SELECT seq, how FROM processed_event ORDER BY seq",
+  );
   return rows.map((r) => `${r.seq}:${r.how}`).join(" ");
 }
 
@@ -54,14 +59,21 @@ test("32-H P=1 rebuild and online increments interleaved: baseline install neith
   snapshotTaken.release();
   const report = await rebuilding;
   removeHook();
-  const { rows: base } = await f.db.pool.query<{ n: number; base_seq: number }>("SELECT n, base_seq FROM like_count WHERE item_id = $1", [ITEM]);
-  t.diagnostic(`note baseline install: n ${report.drifted[0]?.oldN ?? 4}->${base[0]!.n} base_seq=${base[0]!.base_seq} drifted_items=${report.drifted.length}`);
+  const { rows: base } = await f.db.pool.query<{ n: number; base_seq: number }>(
+    "SELECT n, base_seq FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
+  t.diagnostic(
+    `note baseline install: n ${report.drifted[0]?.oldN ?? 4}->${base[0]!.n} base_seq=${base[0]!.base_seq} drifted_items=${report.drifted.length}`,
+  );
   assert.deepEqual(base[0], { n: 7, base_seq: 6 });
   assert.equal(report.drifted.length, 0, "late is not drift: events 4..6 were pending, not lost");
 
   // Step 5: the consumer applies 4, 5, 6, 8: 4..6 are COVERED, 8 is APPLIED.
   const step5 = await applySeqs(f, [4, 5, 6, 8]);
-  t.diagnostic(`note baseline: applied{4,5,6,8} applied=${step5.applied} covered=${step5.covered} dup=${step5.dup} n=${await n(f)} truth=${await factCount(f.db, ITEM)}`);
+  t.diagnostic(
+    `note baseline: applied{4,5,6,8} applied=${step5.applied} covered=${step5.covered} dup=${step5.dup} n=${await n(f)} truth=${await factCount(f.db, ITEM)}`,
+  );
   t.diagnostic(`note processed: ${await processed(f)}`);
   assert.deepEqual({ applied: step5.applied, covered: step5.covered }, { applied: 1, covered: 3 });
   assert.equal(await n(f), 8);
@@ -103,7 +115,9 @@ test("32-H P=1 negative control: overwriting with the snapshot count double-coun
   const step5 = await applySeqs(f, [4, 5, 6, 8]);
   const truth = await factCount(f.db, ITEM);
   const final = await n(f);
-  t.diagnostic(`note naive overwrite: ${ITEM}:overwritten(n ${oldN}->${newN}, base_seq=0, appliedAfterBase=0); applied{4,5,6,8} applied=${step5.applied} n=${final} truth=${truth}`);
+  t.diagnostic(
+    `note naive overwrite: ${ITEM}:overwritten(n ${oldN}->${newN}, base_seq=0, appliedAfterBase=0); applied{4,5,6,8} applied=${step5.applied} n=${final} truth=${truth}`,
+  );
   t.diagnostic(`note naive: double-counted {4,5,6}=+3, lost {7}=-1, error=${final - truth}`);
   assert.deepEqual({ oldN, newN }, { oldN: 4, newN: 6 });
   assert.equal(step5.applied, 4);

@@ -15,7 +15,10 @@ const ITEM = "item-lab-01";
 const P = 4;
 
 async function n(f: LikesFixture): Promise<number> {
-  const { rows } = await f.db.pool.query<{ n: number }>("SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1", [ITEM]);
+  const { rows } = await f.db.pool.query<{ n: number }>(
+    "SELECT coalesce(sum(n), 0)::int AS n FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
   return rows[0]!.n;
 }
 
@@ -66,8 +69,13 @@ test(`32-H P=${P} rebuild and online increments interleaved over partitions: the
   assert.equal(report.drifted.length, 0);
 
   const step5 = await apply(f, [...e.slice(3), late[1]!]);
-  t.diagnostic(`note P=4 baseline: parts=${e.map((x) => x.part).join(",")}+${late.map((x) => x.part).join(",")} applied{4,5,6,8} applied=${step5.applied} covered=${step5.covered} n=${await n(f)} truth=${await factCount(f.db, ITEM)}`);
-  assert.deepEqual({ applied: step5.applied, covered: step5.covered, dup: step5.dup }, { applied: 1, covered: 3, dup: 0 });
+  t.diagnostic(
+    `note P=4 baseline: parts=${e.map((x) => x.part).join(",")}+${late.map((x) => x.part).join(",")} applied{4,5,6,8} applied=${step5.applied} covered=${step5.covered} n=${await n(f)} truth=${await factCount(f.db, ITEM)}`,
+  );
+  assert.deepEqual(
+    { applied: step5.applied, covered: step5.covered, dup: step5.dup },
+    { applied: 1, covered: 3, dup: 0 },
+  );
   assert.equal(await n(f), 8);
   const again = await apply(f, [...e, ...late]);
   assert.equal(again.dup, 8);
@@ -101,7 +109,9 @@ test(`32-I P=${P} the install waits on the consumer's lock of one partition's co
   offConsumer();
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);
-  t.diagnostic(`note P=4 install waits on partition ${fifth!.part}'s row: locktype=${wait.locktype} granted=${wait.granted}`);
+  t.diagnostic(
+    `note P=4 install waits on partition ${fifth!.part}'s row: locktype=${wait.locktype} granted=${wait.granted}`,
+  );
   assert.equal(wait.granted, false);
   consumerHolds.release();
   await consuming;

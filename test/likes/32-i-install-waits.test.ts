@@ -41,18 +41,31 @@ test("32-I P=1 the install waits on the consumer's row lock (pg_locks granted=fa
 
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);
-  const { rows: [waiting] } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
-  t.diagnostic(`note install pid=${installPid} waits: pg_locks locktype=${wait.locktype} mode=${wait.mode} granted=${wait.granted}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`);
+  const {
+    rows: [waiting],
+  } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
+  t.diagnostic(
+    `note install pid=${installPid} waits: pg_locks locktype=${wait.locktype} mode=${wait.mode} granted=${wait.granted}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`,
+  );
   assert.equal(wait.granted, false);
-  assert.match(waiting!.query, /^INSERT INTO like_count /, "the insert waits already: this test alone would pass without the FOR UPDATE");
+  assert.match(
+    waiting!.query,
+    /^INSERT INTO like_count /,
+    "the insert waits already: this test alone would pass without the FOR UPDATE",
+  );
 
   consumerHolds.release();
   const applied = await consuming;
   await rebuilding;
   offSnapshot();
   offBeforeLock();
-  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>("SELECT n, base_seq FROM like_count WHERE item_id = $1", [ITEM]);
-  t.diagnostic(`note consumer applied event 5 (applied=${applied.applied}); install after the wait: n=${rows[0]!.n} (4+1) base_seq=${rows[0]!.base_seq}`);
+  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>(
+    "SELECT n, base_seq FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
+  t.diagnostic(
+    `note consumer applied event 5 (applied=${applied.applied}); install after the wait: n=${rows[0]!.n} (4+1) base_seq=${rows[0]!.base_seq}`,
+  );
   assert.deepEqual(rows[0], { n: 5, base_seq: 4 });
 
   const rest = await f.consumer.applyBatch(await f.consumer.fetchRange(0, 1, 4));
@@ -94,8 +107,12 @@ test("32-I P=1 a consumer parked between locking the count row and updating it: 
 
   snapshotTaken.release();
   const wait = await waitForLockWait(f.db.pool, () => installPid);
-  const { rows: [waiting] } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
-  t.diagnostic(`note install pid=${installPid} waits for the consumer that holds the row lock: locktype=${wait.locktype} mode=${wait.mode}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`);
+  const {
+    rows: [waiting],
+  } = await f.db.pool.query<{ query: string }>("SELECT query FROM pg_stat_activity WHERE pid = $1", [installPid]);
+  t.diagnostic(
+    `note install pid=${installPid} waits for the consumer that holds the row lock: locktype=${wait.locktype} mode=${wait.mode}, in: ${waiting!.query.replace(/\s+/g, " ").trim()}`,
+  );
   // Its INSERT ... ON CONFLICT passed (the row is only locked, not yet updated): the statement that
   // waits is the SELECT ... FOR UPDATE.
   assert.match(waiting!.query, /^SELECT part FROM like_count .* FOR UPDATE$/s);
@@ -104,8 +121,13 @@ test("32-I P=1 a consumer parked between locking the count row and updating it: 
   await rebuilding;
   offSnapshot();
   offBeforeLock();
-  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>("SELECT n, base_seq FROM like_count WHERE item_id = $1", [ITEM]);
-  t.diagnostic(`note consumer applied event 5 (applied=${applied.applied}); after the install n=${rows[0]!.n} base_seq=${rows[0]!.base_seq}`);
+  const { rows } = await f.db.pool.query<{ n: number; base_seq: number }>(
+    "SELECT n, base_seq FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
+  t.diagnostic(
+    `note consumer applied event 5 (applied=${applied.applied}); after the install n=${rows[0]!.n} base_seq=${rows[0]!.base_seq}`,
+  );
   assert.equal(applied.applied, 1);
   assert.deepEqual(rows[0], { n: 5, base_seq: 4 }, "the install summed the event the consumer applied while it waited");
   await f.consumer.drain();

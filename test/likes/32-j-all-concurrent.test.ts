@@ -85,16 +85,28 @@ for (const partitions of [1, 4]) {
     const violations = samples.filter((s) => !readSideClean(s)).length;
     const maxLag = Math.max(0, ...samples.map((s) => s.lag));
     const maxErr = Math.max(0, ...samples.map((s) => s.maxAbsErr));
-    t.diagnostic(`note requests=${WRITERS * REQUESTS_PER_WRITER} CHANGED=${changed} events=${tally.events} rebuild rounds=${rebuildRounds} redelivered=${redelivered}`);
-    t.diagnostic(`note consumers+redeliver: applied=${consumed.applied + redelivery.applied} covered=${consumed.covered + redelivery.covered} dup=${consumed.dup + redelivery.dup} covered rows=${tally.covered}`);
-    t.diagnostic(`note redelivery alone: applied=${redelivery.applied} covered=${redelivery.covered} dup=${redelivery.dup}`);
-    t.diagnostic(`note sampler (values vary by run): samples=${samples.length} max lag=${maxLag} max |n-truth|=${maxErr} violations=${violations}`);
+    t.diagnostic(
+      `note requests=${WRITERS * REQUESTS_PER_WRITER} CHANGED=${changed} events=${tally.events} rebuild rounds=${rebuildRounds} redelivered=${redelivered}`,
+    );
+    t.diagnostic(
+      `note consumers+redeliver: applied=${consumed.applied + redelivery.applied} covered=${consumed.covered + redelivery.covered} dup=${consumed.dup + redelivery.dup} covered rows=${tally.covered}`,
+    );
+    t.diagnostic(
+      `note redelivery alone: applied=${redelivery.applied} covered=${redelivery.covered} dup=${redelivery.dup}`,
+    );
+    t.diagnostic(
+      `note sampler (values vary by run): samples=${samples.length} max lag=${maxLag} max |n-truth|=${maxErr} violations=${violations}`,
+    );
 
     // What the name claims ran, ran: rebuilds during the writes, redelivery, and rebuild
     // baselines that events arrived under (COVERED).
     assert.ok(rebuildRounds > 0, "rebuilds ran while the writers did");
     assert.ok(redelivered > 0, "events were redelivered");
-    assert.equal(redelivery.applied + redelivery.covered + redelivery.dup, redelivered, "each redelivered event was applied, covered or a dup");
+    assert.equal(
+      redelivery.applied + redelivery.covered + redelivery.dup,
+      redelivered,
+      "each redelivered event was applied, covered or a dup",
+    );
     assert.ok(redelivery.dup > 0, "redeliveries of processed events were recognised as dups");
     assert.ok(tally.covered > 0, "some events were already inside a rebuild's baseline when consumed");
     assert.ok(samples.length > 0);

@@ -108,7 +108,9 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   // What the crash will cut short, read on a connection of its own: the two parked transactions
   // are open with an xid, their rows are not committed, and the consumer had committed work before.
   const open = await openTransactions(pool);
-  const { rows: [committed] } = await pool.query<{ seqLast: number; factVersion: number; batchWatermark: number; watermarks: number }>(
+  const {
+    rows: [committed],
+  } = await pool.query<{ seqLast: number; factVersion: number; batchWatermark: number; watermarks: number }>(
     `SELECT (SELECT last FROM like_seq WHERE part = $1) AS "seqLast",
             coalesce((SELECT version FROM like_fact WHERE user_id = $2 AND item_id = $3), 0) AS "factVersion",
             (SELECT applied_upto FROM counter_watermark WHERE part = $4) AS "batchWatermark",
@@ -118,12 +120,22 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   const batchSeqs = batch.events.map((e) => e.seq);
   const ackedAtCrash = acked.length;
   t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
-  t.diagnostic(`note   parked writer pid=${write.pid}: ${write.userId} ${write.itemId} part=${write.part} seq=${write.seq} version=${write.version}; committed like_seq.last=${committed!.seqLast} fact version=${committed!.factVersion}`);
-  t.diagnostic(`note   parked consumer pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
+  t.diagnostic(
+    `note   parked writer pid=${write.pid}: ${write.userId} ${write.itemId} part=${write.part} seq=${write.seq} version=${write.version}; committed like_seq.last=${committed!.seqLast} fact version=${committed!.factVersion}`,
+  );
+  t.diagnostic(
+    `note   parked consumer pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`,
+  );
   // The writer waits inside its statement (on the hook's lock); the consumer between two statements.
-  for (const [who, pid, state, waiting] of [["writer", write.pid, "active", true], ["consumer", batch.pid, "idle in transaction", false]] as const) {
+  for (const [who, pid, state, waiting] of [
+    ["writer", write.pid, "active", true],
+    ["consumer", batch.pid, "idle in transaction", false],
+  ] as const) {
     const tx = open.find((o) => o.pid === pid);
-    assert.ok(tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting, `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+    assert.ok(
+      tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting,
+      `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`,
+    );
   }
   assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
   assert.equal(committed!.factVersion, write.version - 1, "the parked write's fact version is not committed");
@@ -139,7 +151,9 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   const consumerEnd = ends.find((e) => e.who === "consumer")!;
   const states = [...writerStates, `consumer:${sqlStateOf(consumerEnd.mapped)}`];
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
-  t.diagnostic(`note threads ended by error=${endedByError} states=[${states.join(", ")}]; consumer passes before crash=${consumerPasses}`);
+  t.diagnostic(
+    `note threads ended by error=${endedByError} states=[${states.join(", ")}]; consumer passes before crash=${consumerPasses}`,
+  );
   assertAllLostConnection(t, ends, WRITERS + 1);
 
   // Crash recovery on restart.
@@ -148,7 +162,15 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   // The parked transactions left nothing: the writer's sequence number is free again (no gap
   // follows from it), its fact is at the committed version, the batch's events are unprocessed
   // and its partition's watermark is where it was committed.
-  const { rows: [gone] } = await pool.query<{ seqLast: number; outboxRow: number; factVersion: number; processed: number; batchWatermark: number }>(
+  const {
+    rows: [gone],
+  } = await pool.query<{
+    seqLast: number;
+    outboxRow: number;
+    factVersion: number;
+    processed: number;
+    batchWatermark: number;
+  }>(
     `SELECT (SELECT last FROM like_seq WHERE part = $1) AS "seqLast",
             (SELECT count(*) FROM like_outbox WHERE part = $1 AND seq = $2)::int AS "outboxRow",
             coalesce((SELECT version FROM like_fact WHERE user_id = $3 AND item_id = $4), 0) AS "factVersion",
@@ -156,7 +178,9 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
             (SELECT applied_upto FROM counter_watermark WHERE part = $5) AS "batchWatermark"`,
     [write.part, write.seq, write.userId, write.itemId, batch.part, batchSeqs],
   );
-  t.diagnostic(`note after recovery: writer's part like_seq.last=${gone!.seqLast} outbox rows at its seq=${gone!.outboxRow} fact version=${gone!.factVersion}; batch events processed=${gone!.processed}/${batchSeqs.length} watermark=${gone!.batchWatermark}`);
+  t.diagnostic(
+    `note after recovery: writer's part like_seq.last=${gone!.seqLast} outbox rows at its seq=${gone!.outboxRow} fact version=${gone!.factVersion}; batch events processed=${gone!.processed}/${batchSeqs.length} watermark=${gone!.batchWatermark}`,
+  );
   assert.deepEqual(
     { seqLast: gone!.seqLast, outboxRow: gone!.outboxRow, factVersion: gone!.factVersion },
     { seqLast: write.seq - 1, outboxRow: 0, factVersion: write.version - 1 },
@@ -174,10 +198,18 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
     `SELECT count(*)::bigint AS n
        FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS a(part, seq, user_id, item_id, version)
        JOIN like_outbox o USING (part, seq, user_id, item_id, version)`,
-    [acked.map((a) => a.part), acked.map((a) => a.seq), acked.map((a) => a.user), acked.map((a) => a.item), acked.map((a) => a.version)],
+    [
+      acked.map((a) => a.part),
+      acked.map((a) => a.seq),
+      acked.map((a) => a.user),
+      acked.map((a) => a.item),
+      acked.map((a) => a.version),
+    ],
   );
   const { rows: outbox } = await pool.query<{ n: number }>("SELECT count(*)::bigint AS n FROM like_outbox");
-  t.diagnostic(`note acked found in outbox=${found[0]!.n} of ${acked.length}; outbox rows=${outbox[0]!.n} (>= acked; extra = committed, outcome unknown to the caller)`);
+  t.diagnostic(
+    `note acked found in outbox=${found[0]!.n} of ${acked.length}; outbox rows=${outbox[0]!.n} (>= acked; extra = committed, outcome unknown to the caller)`,
+  );
   assert.equal(found[0]!.n, acked.length, "every acknowledged CHANGED survived the crash");
   assert.ok(outbox[0]!.n >= acked.length);
 
@@ -198,7 +230,9 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
 
   const drained = await new LikeConsumer(pool).drain();
   const after = await readSide(pool);
-  t.diagnostic(`note drained: applied=${drained.applied} covered=${drained.covered} dup=${drained.dup} | ${formatReadSide(after)}`);
+  t.diagnostic(
+    `note drained: applied=${drained.applied} covered=${drained.covered} dup=${drained.dup} | ${formatReadSide(after)}`,
+  );
   assert.equal(after.lag, 0);
   assert.equal(after.unprocessed, 0);
   assert.equal(after.countMismatchItems, 0, "counts equal facts after the drain");
@@ -212,10 +246,18 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   for (const r of perItem) assert.equal(r.n, r.facts, `${r.item_id} count = facts`);
 }
 
-test("32-L P=1 immediate shutdown under 6 writers + 1 consumer: acked changes survive, audits clean", { timeout: 180_000 }, async (t) => {
-  await run32L(t, 1, 3201);
-});
+test(
+  "32-L P=1 immediate shutdown under 6 writers + 1 consumer: acked changes survive, audits clean",
+  { timeout: 180_000 },
+  async (t) => {
+    await run32L(t, 1, 3201);
+  },
+);
 
-test("32-L P=4 immediate shutdown under 6 writers + 1 consumer: acked changes survive, audits clean", { timeout: 180_000 }, async (t) => {
-  await run32L(t, 4, 3204);
-});
+test(
+  "32-L P=4 immediate shutdown under 6 writers + 1 consumer: acked changes survive, audits clean",
+  { timeout: 180_000 },
+  async (t) => {
+    await run32L(t, 4, 3204);
+  },
+);

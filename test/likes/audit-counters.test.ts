@@ -35,7 +35,10 @@ async function healthyLedger(t: TestContext): Promise<LikesFixture> {
 }
 
 type WriteCounters = Omit<WriteSideAudit, "lastSeq" | "outboxRows">;
-type ReadCounters = Pick<ReadSideAudit, "countMismatchItems" | "exactViolations" | "boundViolations" | "unprocessedOverLag">;
+type ReadCounters = Pick<
+  ReadSideAudit,
+  "countMismatchItems" | "exactViolations" | "boundViolations" | "unprocessedOverLag"
+>;
 
 async function writeCounters(f: LikesFixture): Promise<WriteCounters> {
   const { seqGapPartitions, versionMismatchPairs, deltaSumMismatchItems, misplacedEvents } = await writeSide(f.db.pool);
@@ -47,9 +50,19 @@ async function readCounters(f: LikesFixture): Promise<ReadCounters> {
   return { countMismatchItems, exactViolations, boundViolations, unprocessedOverLag };
 }
 
-const WRITE_CLEAN: WriteCounters = { seqGapPartitions: 0, versionMismatchPairs: 0, deltaSumMismatchItems: 0, misplacedEvents: 0 };
+const WRITE_CLEAN: WriteCounters = {
+  seqGapPartitions: 0,
+  versionMismatchPairs: 0,
+  deltaSumMismatchItems: 0,
+  misplacedEvents: 0,
+};
 // item-lab-03's three pending events make its count differ from its facts: lag, not a violation.
-const READ_CLEAN: ReadCounters = { countMismatchItems: 1, exactViolations: 0, boundViolations: 0, unprocessedOverLag: false };
+const READ_CLEAN: ReadCounters = {
+  countMismatchItems: 1,
+  exactViolations: 0,
+  boundViolations: 0,
+  unprocessedOverLag: false,
+};
 
 async function healthyWriteSide(t: TestContext): Promise<LikesFixture> {
   const f = await healthyLedger(t);
@@ -74,7 +87,10 @@ test("audit seqGapPartitions: an event renumbered past its partition's last seq 
 
 test("audit versionMismatchPairs: a fact whose version is one more than its events is one mismatched pair", async (t) => {
   const f = await healthyWriteSide(t);
-  await f.db.pool.query("UPDATE like_fact SET version = version + 1 WHERE user_id = $1 AND item_id = $2", [user(3), "item-lab-02"]);
+  await f.db.pool.query("UPDATE like_fact SET version = version + 1 WHERE user_id = $1 AND item_id = $2", [
+    user(3),
+    "item-lab-02",
+  ]);
   assert.deepEqual(await writeCounters(f), { ...WRITE_CLEAN, versionMismatchPairs: 1 });
 });
 
@@ -91,7 +107,9 @@ test("audit misplacedEvents: an event whose user hashes to another partition is 
   const f = await healthyWriteSide(t);
   const from = user(5);
   const home = stablePartition(from, PARTITIONS);
-  const to = ["moved-1", "moved-2", "moved-3", "moved-4", "moved-5"].find((u) => stablePartition(u, PARTITIONS) !== home)!;
+  const to = ["moved-1", "moved-2", "moved-3", "moved-4", "moved-5"].find(
+    (u) => stablePartition(u, PARTITIONS) !== home,
+  )!;
   await f.db.pool.query(
     `WITH fact AS (UPDATE like_fact SET user_id = $2 WHERE user_id = $1 AND item_id = $3)
      UPDATE like_outbox SET user_id = $2 WHERE user_id = $1 AND item_id = $3`,
@@ -106,11 +124,23 @@ test("audit boundViolations: a count further from its facts than the item's pend
   const f = await healthyReadSide(t);
   const oneRow = `(SELECT item_id, part FROM like_count WHERE item_id = $1 ORDER BY part LIMIT 1)`;
   await f.db.pool.query(`UPDATE like_count SET n = n + 1 WHERE (item_id, part) = ${oneRow}`, [PENDING]);
-  assert.deepEqual(await readCounters(f), { ...READ_CLEAN, exactViolations: 1 }, "|n - facts| = 2 <= 3 pending: within the bound");
+  assert.deepEqual(
+    await readCounters(f),
+    { ...READ_CLEAN, exactViolations: 1 },
+    "|n - facts| = 2 <= 3 pending: within the bound",
+  );
   await f.db.pool.query(`UPDATE like_count SET n = n - 2 WHERE (item_id, part) = ${oneRow}`, [PENDING]);
-  assert.deepEqual(await readCounters(f), { ...READ_CLEAN, exactViolations: 1, boundViolations: 1 }, "|n - facts| = 4 > 3 pending");
+  assert.deepEqual(
+    await readCounters(f),
+    { ...READ_CLEAN, exactViolations: 1, boundViolations: 1 },
+    "|n - facts| = 4 > 3 pending",
+  );
   await f.db.pool.query(`UPDATE like_count SET n = n + 1 WHERE (item_id, part) = ${oneRow}`, [CONSUMED]);
-  assert.deepEqual(await readCounters(f), { countMismatchItems: 2, exactViolations: 2, boundViolations: 2, unprocessedOverLag: false }, "a drained item has no slack at all");
+  assert.deepEqual(
+    await readCounters(f),
+    { countMismatchItems: 2, exactViolations: 2, boundViolations: 2, unprocessedOverLag: false },
+    "a drained item has no slack at all",
+  );
 });
 
 test("audit unprocessedOverLag: a sequence row one behind its events leaves more unprocessed events than lag", async (t) => {

@@ -17,19 +17,27 @@ import { likesFixture, user, type LikesFixture } from "./fixture.ts";
  */
 
 const PARTITIONS = 2;
-const BRIEF_TABLES = ["like_fact", "like_outbox", "like_seq", "like_count", "processed_event", "item", "like_rebuild_run"];
+const BRIEF_TABLES = [
+  "like_fact",
+  "like_outbox",
+  "like_seq",
+  "like_count",
+  "processed_event",
+  "item",
+  "like_rebuild_run",
+];
 
 let f: LikesFixture;
 let guard: WriteGuard;
 let pendingByPart: LikeEvent[][];
 
-
-
-
 test.before(async () => {
   f = await likesFixture(PARTITIONS);
   // Committed history: likes, an unlike, all consumed, one rebuild run recorded.
-  const inPart = (p: number) => Array.from({ length: 40 }, (_, i) => user(i + 1)).filter((u) => f.likes.partitionOf(u) === p).slice(0, 4);
+  const inPart = (p: number) =>
+    Array.from({ length: 40 }, (_, i) => user(i + 1))
+      .filter((u) => f.likes.partitionOf(u) === p)
+      .slice(0, 4);
   const users = [...inPart(0), ...inPart(1)];
   assert.equal(users.length, 8, "users in both partitions");
   for (const u of users) await f.likes.like(u, "item-lab-01");
@@ -42,9 +50,17 @@ test.before(async () => {
   await f.likes.unlike(users[5]!, "item-lab-01");
   pendingByPart = [await f.consumer.fetchPending(0, 100), await f.consumer.fetchPending(1, 100)];
   assert.ok(pendingByPart[0]!.length > 0 && pendingByPart[1]!.length > 0, "pending events in both partitions");
-  guard = await WriteGuard.create(f.db.url, f.db.pool, { mustHave: BRIEF_TABLES, figures: { "like_seq.sum(last)": "SELECT sum(last) FROM like_seq", "counter_watermark.sum(applied_upto)": "SELECT sum(applied_upto) FROM counter_watermark", "like_count.sum(n)": "SELECT coalesce(sum(n), 0) FROM like_count" } });
+  guard = await WriteGuard.create(f.db.url, f.db.pool, {
+    mustHave: BRIEF_TABLES,
+    figures: {
+      "like_seq.sum(last)": "SELECT sum(last) FROM like_seq",
+      "counter_watermark.sum(applied_upto)": "SELECT sum(applied_upto) FROM counter_watermark",
+      "like_count.sum(n)": "SELECT coalesce(sum(n), 0) FROM like_count",
+    },
+  });
   const s = await guard.snapshot();
-  for (const t of BRIEF_TABLES) assert.notEqual(s[t]!.split(":")[0], "0", `${t} is not empty, so a stray write or delete is visible`);
+  for (const t of BRIEF_TABLES)
+    assert.notEqual(s[t]!.split(":")[0], "0", `${t} is not empty, so a stray write or delete is visible`);
 });
 
 test.after(async () => {
@@ -115,7 +131,9 @@ test("allowedLag must be a non-negative safe integer", async () => {
 });
 
 test("unknown item: like/unlike are REJECTED with ITEM_NOT_FOUND, rebuild throws UnknownItemsError; nothing written", async () => {
-  const otherPartitionUser = Array.from({ length: 40 }, (_, i) => user(i + 1)).find((u) => f.likes.partitionOf(u) !== f.likes.partitionOf(user(1)))!;
+  const otherPartitionUser = Array.from({ length: 40 }, (_, i) => user(i + 1)).find(
+    (u) => f.likes.partitionOf(u) !== f.likes.partitionOf(user(1)),
+  )!;
   for (const [name, call] of [
     ["like", () => f.likes.like(user(1), "nope")],
     ["unlike", () => f.likes.unlike(user(1), "nope")],
@@ -187,7 +205,12 @@ test("LikeConsumer.applyBatch: a batch spanning two partitions, or an empty batc
     ["p1 + one event of p0", [...p1, p0[0]!]],
     ["empty", []],
   ] as const) {
-    await guard.rejectsWritingNothing(`applyBatch(${label})`, () => f.consumer.applyBatch(batch), invalidInput("events"), { noStatements: true });
+    await guard.rejectsWritingNothing(
+      `applyBatch(${label})`,
+      () => f.consumer.applyBatch(batch),
+      invalidInput("events"),
+      { noStatements: true },
+    );
   }
 });
 
@@ -206,7 +229,8 @@ test("negative controls: the snapshot and the statement counter see a single wri
   const applied = await f.consumer.applyBatch(pendingByPart[0]!);
   assert.equal(applied.applied, pendingByPart[0]!.length);
   after = await guard.snapshot();
-  for (const t of ["processed_event", "like_count", "counter_watermark"]) assert.notEqual(after[t], before[t], `${t} changed`);
+  for (const t of ["processed_event", "like_count", "counter_watermark"])
+    assert.notEqual(after[t], before[t], `${t} changed`);
 
   // Rebuilding the known items alone installs them: the rejected mixed rebuild above would have shown this.
   before = after;

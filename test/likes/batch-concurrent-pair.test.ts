@@ -79,9 +79,14 @@ function batchArgs(pairWrites: number, other: string): unknown[] {
   return [users, items, users.map(() => true), users.map(() => 0), users.map(() => false)];
 }
 
-const BATCH_SQL = "SELECT ord, outcome, liked, version FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord";
+const BATCH_SQL =
+  "SELECT ord, outcome, liked, version FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord";
 
-async function race(t: TestContext, shape: Shape, control: boolean): Promise<{ first: string[]; second: string[]; events: number }> {
+async function race(
+  t: TestContext,
+  shape: Shape,
+  control: boolean,
+): Promise<{ first: string[]; second: string[]; events: number }> {
   const f = await likesFixture(1);
   const client: PoolClient = await f.db.pool.connect();
   const armed: { hook?: SqlHook } = {};
@@ -90,7 +95,8 @@ async function race(t: TestContext, shape: Shape, control: boolean): Promise<{ f
     client.release();
     await f.close();
   });
-  for (const want of shape.history) await (want ? f.likes.like(PAIR.user, PAIR.item) : f.likes.unlike(PAIR.user, PAIR.item));
+  for (const want of shape.history)
+    await (want ? f.likes.like(PAIR.user, PAIR.item) : f.likes.unlike(PAIR.user, PAIR.item));
   if (control) await replaceFunctionText(f.db.pool, SIGNATURE, [shape.guard]);
   // Armed only now: the history's writes pass the same point.
   const hook = await SqlHook.arm(f.db.pool, "like.beforeCommit");
@@ -104,16 +110,20 @@ async function race(t: TestContext, shape: Shape, control: boolean): Promise<{ f
   const second = client.query<Row>(BATCH_SQL, batchArgs(shape.pairWrites, user(3)));
   second.catch(() => undefined);
   const wait = await waitForLockWait(f.db.pool, () => pid);
-  t.diagnostic(`note ${shape.name}${control ? " (control)" : ""}: the second batch waits (${wait.locktype} ${wait.mode})`);
+  t.diagnostic(
+    `note ${shape.name}${control ? " (control)" : ""}: the second batch waits (${wait.locktype} ${wait.mode})`,
+  );
   await hook.release();
   // A batch that fails answers its error: a second event of one version breaks like_outbox's unique (user, item, version).
-  const answers = (q: Promise<{ rows: Row[] }>) => q.then(
-    (r) => r.rows.slice(0, shape.pairWrites).map(show),
-    (err: { code?: string; constraint?: string }) => [`ERROR ${err.code} ${err.constraint}`]);
+  const answers = (q: Promise<{ rows: Row[] }>) =>
+    q.then(
+      (r) => r.rows.slice(0, shape.pairWrites).map(show),
+      (err: { code?: string; constraint?: string }) => [`ERROR ${err.code} ${err.constraint}`],
+    );
   const result = {
     first: await answers(first),
     second: await answers(second),
-    events: await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE user_id = $1", [PAIR.user]) - eventsBefore,
+    events: (await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE user_id = $1", [PAIR.user])) - eventsBefore,
   };
   if (!control) assert.ok(writeSideClean(await writeSide(f.db.pool)), "the write side's audit");
   return result;
@@ -123,13 +133,20 @@ for (const shape of SHAPES) {
   test(`two batches racing on ${shape.name}: the one that waited decides again from the committed row (NOOP), one event`, async (t) => {
     const r = await race(t, shape, false);
     assert.deepEqual(r.first, shape.first);
-    assert.deepEqual(r.second, shape.second, "the second batch must not answer CHANGED from the version the first one changed");
+    assert.deepEqual(
+      r.second,
+      shape.second,
+      "the second batch must not answer CHANGED from the version the first one changed",
+    );
     assert.equal(r.events, 1);
   });
 
   test(`negative control: without its guard, on ${shape.name} the waiting batch changes the pair again`, async (t) => {
     const r = await race(t, shape, true);
     t.diagnostic(`note control: first ${r.first.join(", ")}; second ${r.second.join(", ")}; events ${r.events}`);
-    assert.ok(r.second[0]!.startsWith("CHANGED") || r.second[0] === "ERROR 23505 like_outbox_user_id_item_id_version_key", r.second[0]);
+    assert.ok(
+      r.second[0]!.startsWith("CHANGED") || r.second[0] === "ERROR 23505 like_outbox_user_id_item_id_version_key",
+      r.second[0],
+    );
   });
 }

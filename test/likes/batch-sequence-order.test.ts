@@ -44,7 +44,10 @@ async function batchAgainstHeldRow(t: TestContext, heldPart: number, reversed: b
   });
   if (reversed) {
     await replaceFunctionText(f.db.pool, "like_set_batch(text[],text[],boolean[],integer[],boolean[])", [
-      ["WHERE w.outcome = 'CHANGED' GROUP BY w.part ORDER BY w.part\n", "WHERE w.outcome = 'CHANGED' GROUP BY w.part ORDER BY w.part DESC\n"],
+      [
+        "WHERE w.outcome = 'CHANGED' GROUP BY w.part ORDER BY w.part\n",
+        "WHERE w.outcome = 'CHANGED' GROUP BY w.part ORDER BY w.part DESC\n",
+      ],
     ]);
   }
   const high = await keyInPartition(f.db.pool, P, HIGH, "liker-");
@@ -52,9 +55,21 @@ async function batchAgainstHeldRow(t: TestContext, heldPart: number, reversed: b
   const pid = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
   const running = client.query<{ seq: string }>(
     "SELECT seq FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord",
-    [[high, low], ["item-a", "item-b"], [true, true], [HIGH, LOW], [false, false]]);
+    [
+      [high, low],
+      ["item-a", "item-b"],
+      [true, true],
+      [HIGH, LOW],
+      [false, false],
+    ],
+  );
   running.catch(() => undefined);
-  await waitUntilWaitingFor(f.db.pool, () => pid, held.xid, `the batch running into partition ${heldPart}'s like_seq row`);
+  await waitUntilWaitingFor(
+    f.db.pool,
+    () => pid,
+    held.xid,
+    `the batch running into partition ${heldPart}'s like_seq row`,
+  );
   const otherHeld = await sequenceRowHeld(f.db.pool, "like_seq", otherPart);
   await held.release();
   const { rows } = await running;
@@ -70,7 +85,11 @@ test("P=4 a like batch spanning partitions 1 and 3, stopped at partition 3's seq
 
 test("P=4 the same batch stopped at partition 1's sequence row holds nothing of partition 3 yet", async (t) => {
   const seen = await batchAgainstHeldRow(t, LOW, false);
-  assert.equal(seen.otherHeld, false, "waiting for the lower row, the batch must not hold the higher one yet (ascending order)");
+  assert.equal(
+    seen.otherHeld,
+    false,
+    "waiting for the lower row, the batch must not hold the higher one yet (ascending order)",
+  );
   assert.deepEqual(seen.seqs, [1, 1]);
 });
 

@@ -25,7 +25,12 @@ async function prune(f: LikesFixture, boundary: number): Promise<number> {
 }
 
 /** 20 likes of `item` by new users; everything but `gapSeq` applied, so the watermark stops below it. */
-async function likesWithGap(f: LikesFixture, item: string, firstUser: number, gapSeq: number): Promise<{ from: number; to: number }> {
+async function likesWithGap(
+  f: LikesFixture,
+  item: string,
+  firstUser: number,
+  gapSeq: number,
+): Promise<{ from: number; to: number }> {
   const seqs: number[] = [];
   for (let u = firstUser; u < firstUser + 20; u++) seqs.push((await f.likes.like(user(u), item)).seq);
   const [from, to] = [seqs[0]!, seqs[seqs.length - 1]!];
@@ -48,7 +53,9 @@ test("P=1 pruning processed_event at the watermark: redelivered old events are d
   assert.equal(await watermark(f), to);
   const pruned = await prune(f, to);
   const again = await f.consumer.applyBatch(await f.consumer.fetchRange(0, from, to));
-  t.diagnostic(`note pruned ${pruned} keys at watermark ${to}; redelivery of ${to - from + 1}: applied=${again.applied} dup=${again.dup}`);
+  t.diagnostic(
+    `note pruned ${pruned} keys at watermark ${to}; redelivery of ${to - from + 1}: applied=${again.applied} dup=${again.dup}`,
+  );
   assert.deepEqual([again.applied, again.covered, again.dup], [0, 0, 20]);
   assert.equal(await likeCount(f, item), await factCount(f.db, item));
   assert.ok(readSideClean(await readSide(f.db.pool)));
@@ -64,7 +71,9 @@ test("negative control: pruning above the watermark (past a gap) lets redelivere
   const again = await f.consumer.applyBatch((await f.consumer.fetchRange(0, from, to)).filter((e) => e.seq !== 5));
   const n = await likeCount(f, item);
   const facts = await factCount(f.db, item);
-  t.diagnostic(`note pruned ${pruned} keys up to ${to} with the watermark at ${from + 3}: applied again ${again.applied}, count ${n} vs ${facts} facts`);
+  t.diagnostic(
+    `note pruned ${pruned} keys up to ${to} with the watermark at ${from + 3}: applied again ${again.applied}, count ${n} vs ${facts} facts`,
+  );
   assert.equal(again.applied, 15, "the 15 events above the watermark whose keys were pruned are applied again");
   assert.equal(n, facts - 1 + 15, "double counted (the gap event is still pending)");
 });

@@ -7,12 +7,17 @@ import type { Pool } from "../../src/db/pool.ts";
 
 export async function allEvents(consumer: LikeConsumer, partitions: number): Promise<LikeEvent[]> {
   const events: LikeEvent[] = [];
-  for (let part = 0; part < partitions; part++) events.push(...(await consumer.fetchRange(part, 1, Number.MAX_SAFE_INTEGER)));
+  for (let part = 0; part < partitions; part++)
+    events.push(...(await consumer.fetchRange(part, 1, Number.MAX_SAFE_INTEGER)));
   return events;
 }
 
 /** Delivers events in the given order, `batchSize` at a time, each batch split by partition. */
-export async function deliver(consumer: LikeConsumer, events: readonly LikeEvent[], batchSize: number): Promise<ConsumeStats> {
+export async function deliver(
+  consumer: LikeConsumer,
+  events: readonly LikeEvent[],
+  batchSize: number,
+): Promise<ConsumeStats> {
   const total = emptyStats();
   for (let i = 0; i < events.length; i += batchSize) {
     const slice = events.slice(i, i + batchSize);
@@ -27,7 +32,12 @@ export async function deliver(consumer: LikeConsumer, events: readonly LikeEvent
  * The chapter's competing consumer: pull the next `batchSize` events above the current
  * watermark (processed or not) before taking any lock, so concurrent pullers overlap.
  */
-export async function pullFromWatermark(pool: Pool, consumer: LikeConsumer, part: number, batchSize: number): Promise<ConsumeStats | undefined> {
+export async function pullFromWatermark(
+  pool: Pool,
+  consumer: LikeConsumer,
+  part: number,
+  batchSize: number,
+): Promise<ConsumeStats | undefined> {
   const { rows } = await pool.query<{ applied_upto: number; last: number }>(
     "SELECT w.applied_upto, s.last FROM counter_watermark w JOIN like_seq s USING (part) WHERE part = $1",
     [part],
@@ -39,7 +49,13 @@ export async function pullFromWatermark(pool: Pool, consumer: LikeConsumer, part
 }
 
 /** Runs `consumers` competing pullers over every partition until all watermarks reach their sequence. */
-export async function competingConsumers(pool: Pool, consumer: LikeConsumer, consumers: number, partitions: number, batchSize: number): Promise<ConsumeStats> {
+export async function competingConsumers(
+  pool: Pool,
+  consumer: LikeConsumer,
+  consumers: number,
+  partitions: number,
+  batchSize: number,
+): Promise<ConsumeStats> {
   const total = emptyStats();
   await Promise.all(
     Array.from({ length: consumers }, async (_, c) => {

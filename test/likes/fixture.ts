@@ -21,7 +21,11 @@ export function user(n: number): string {
 }
 
 /** A fresh database with P partitions, the lab items created, and the three components wired to one Hooks; `sqlHooks: false` as in production. */
-export async function likesFixture(partitions = 1, items: readonly string[] = LAB_ITEMS, options: { sqlHooks?: boolean } = {}): Promise<LikesFixture> {
+export async function likesFixture(
+  partitions = 1,
+  items: readonly string[] = LAB_ITEMS,
+  options: { sqlHooks?: boolean } = {},
+): Promise<LikesFixture> {
   const db = await createTestDatabase({ partitions, ...options });
   const hooks = new Hooks();
   const likes = await LikeService.open(db.pool);

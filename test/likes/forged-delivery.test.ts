@@ -27,7 +27,10 @@ test("32-bad-input a delivery that is not in the outbox, or differs from it, is 
     { ...real!, userId: user(2) },
     { ...real!, version: real!.version + 1 },
   ]) {
-    await assert.rejects(f.consumer.applyBatch([forged]), (err: unknown) => err instanceof InvalidInputError && err.field === "events");
+    await assert.rejects(
+      f.consumer.applyBatch([forged]),
+      (err: unknown) => err instanceof InvalidInputError && err.field === "events",
+    );
   }
   assert.equal(await derivedRows(f.db.pool), before);
   await assert.rejects(f.rebuild.rebuild({ items: null as unknown as string[] }), InvalidInputError);
@@ -49,7 +52,10 @@ test("30-bad-input a relation event that is not in relation_event, or differs fr
     { ...real!, follower: acct(3) },
     { ...real!, followee: acct(4) },
   ]) {
-    await assert.rejects(f.projector.applyBatch([forged]), (err: unknown) => err instanceof InvalidInputError && err.field === "events");
+    await assert.rejects(
+      f.projector.applyBatch([forged]),
+      (err: unknown) => err instanceof InvalidInputError && err.field === "events",
+    );
   }
   assert.equal(await derivedRows(f.db.pool), before);
   assert.equal((await f.projector.applyBatch([real!])).applied, 1);

@@ -12,7 +12,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { Pool } from "../../src/db/pool.ts";
 import { transactionStats } from "../../src/db/transaction.ts";
-import { formatReadSide, formatWriteSide, readSide, readSideClean, writeSide, writeSideClean } from "../../src/likes/like-audit.ts";
+import {
+  formatReadSide,
+  formatWriteSide,
+  readSide,
+  readSideClean,
+  writeSide,
+  writeSideClean,
+} from "../../src/likes/like-audit.ts";
 import { loadConfig } from "../../src/config.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
@@ -43,7 +50,13 @@ interface BatchRow {
 async function batch(pool: Pool, partitions: number, writes: readonly Write[]): Promise<BatchRow[]> {
   const { rows } = await pool.query<BatchRow>(
     "SELECT ord, outcome, liked, version, seq, code FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[]) ORDER BY ord",
-    [writes.map((w) => w.user), writes.map((w) => w.item), writes.map((w) => w.want), writes.map((w) => stablePartition(w.user, partitions)), writes.map((w) => w.checked ?? false)],
+    [
+      writes.map((w) => w.user),
+      writes.map((w) => w.item),
+      writes.map((w) => w.want),
+      writes.map((w) => stablePartition(w.user, partitions)),
+      writes.map((w) => w.checked ?? false),
+    ],
   );
   return rows;
 }
@@ -73,13 +86,18 @@ async function mixedBatchProblems(pool: Pool): Promise<string[]> {
     "NOOP liked=false v0 seq0",
     "REJECTED:ITEM_NOT_FOUND liked=false v0 seq0",
   ];
-  const problems = rows.map((r, i) => (show(r) === want[i] ? "" : `row ${i + 1}: ${show(r)} instead of ${want[i]}`)).filter(Boolean);
+  const problems = rows
+    .map((r, i) => (show(r) === want[i] ? "" : `row ${i + 1}: ${show(r)} instead of ${want[i]}`))
+    .filter(Boolean);
   const { rows: events } = await pool.query<{ seq: number; user_id: string; delta: number; version: number }>(
-    "SELECT seq, user_id, delta, version FROM like_outbox ORDER BY seq");
+    "SELECT seq, user_id, delta, version FROM like_outbox ORDER BY seq",
+  );
   const shown = events.map((e) => `${e.seq}:${e.user_id}:${e.delta}:v${e.version}`).join(" ");
   const expected = `1:${user(1)}:1:v1 2:${user(3)}:1:v1 3:${user(3)}:-1:v2 4:${user(3)}:1:v3`;
   if (shown !== expected) problems.push(`outbox ${shown} instead of ${expected}`);
-  const facts = await pool.query<{ user_id: string; liked: boolean; version: number }>("SELECT user_id, liked, version FROM like_fact ORDER BY user_id, item_id");
+  const facts = await pool.query<{ user_id: string; liked: boolean; version: number }>(
+    "SELECT user_id, liked, version FROM like_fact ORDER BY user_id, item_id",
+  );
   const factsShown = facts.rows.map((f) => `${f.user_id}:${f.liked}:v${f.version}`).join(" ");
   // Neither the missing item nor the NOOP unlike of a never-liked pair writes a row.
   const factsExpected = `${user(1)}:true:v1 ${user(3)}:true:v3`;
@@ -103,7 +121,10 @@ test("negative control: a like_set_batch that answers every row with the first r
   ]);
   const problems = await mixedBatchProblems(f.db.pool);
   t.diagnostic(`note mutant: ${problems.slice(0, 3).join("; ")}`);
-  assert.ok(problems.some((p) => p.startsWith("row 2: CHANGED")), problems.join("; "));
+  assert.ok(
+    problems.some((p) => p.startsWith("row 2: CHANGED")),
+    problems.join("; "),
+  );
 });
 
 test("one batch of the API's writes: an item the user may not see is REJECTED, an unlike of one's own like on it is allowed once, then REJECTED", async (t) => {
@@ -112,7 +133,9 @@ test("one batch of the API's writes: an item the user may not see is REJECTED, a
   // HIDDEN: a public post whose author blocked the reader.
   await f.db.pool.query("INSERT INTO account (account_id) VALUES ('author'), ($1)", [user(5)]);
   await f.db.pool.query("INSERT INTO item (item_id, kind) VALUES ('post-1', 'post')");
-  await f.db.pool.query("INSERT INTO post (post_id, author, visibility, body, part, acl_token) VALUES ('post-1', 'author', 'PUBLIC', 'x', 0, 0)");
+  await f.db.pool.query(
+    "INSERT INTO post (post_id, author, visibility, body, part, acl_token) VALUES ('post-1', 'author', 'PUBLIC', 'x', 0, 0)",
+  );
   assert.equal((await f.likes.setLikedIfVisible(user(5), "post-1", true)).outcome, "CHANGED");
   await f.db.pool.query("INSERT INTO block (blocker, blocked) VALUES ('author', $1)", [user(5)]);
   const rows = await batch(f.db.pool, 1, [
@@ -136,28 +159,50 @@ for (const partitions of [1, 4]) {
     const likes = await LikeService.open(f.db.pool, { batchMax: 16 });
     const retriesBefore = transactionStats.retries;
     const random = seededRandom(2200 + partitions);
-    const plan = Array.from({ length: 16 }, () => Array.from({ length: 40 }, () => ({
-      u: user(1 + Math.floor(random() * 6)), item: LAB_ITEMS[Math.floor(random() * 3)]!, want: random() < 0.55,
-    })));
-    const results = (await runWorkers(16, async (w) => {
-      const mine = [];
-      for (const p of plan[w]!) mine.push({ ...p, r: await (p.want ? likes.like(p.u, p.item) : likes.unlike(p.u, p.item)) });
-      return mine;
-    })).flat();
+    const plan = Array.from({ length: 16 }, () =>
+      Array.from({ length: 40 }, () => ({
+        u: user(1 + Math.floor(random() * 6)),
+        item: LAB_ITEMS[Math.floor(random() * 3)]!,
+        want: random() < 0.55,
+      })),
+    );
+    const results = (
+      await runWorkers(16, async (w) => {
+        const mine = [];
+        for (const p of plan[w]!)
+          mine.push({ ...p, r: await (p.want ? likes.like(p.u, p.item) : likes.unlike(p.u, p.item)) });
+        return mine;
+      })
+    ).flat();
     const stats = likes.batchStats()!;
     const changed = results.filter((x) => x.r.outcome === "CHANGED");
-    t.diagnostic(`note ${results.length} writes in ${stats.batches} batches (largest ${stats.largest}); CHANGED=${changed.length}; retries=${transactionStats.retries - retriesBefore}`);
+    t.diagnostic(
+      `note ${results.length} writes in ${stats.batches} batches (largest ${stats.largest}); CHANGED=${changed.length}; retries=${transactionStats.retries - retriesBefore}`,
+    );
     assert.ok(stats.largest > 1, "writes were committed together");
     assert.equal(transactionStats.retries - retriesBefore, 0, "no deadlock or serialization failure was retried");
     // Every CHANGED answer names its own event: (part, seq) unique, and the outbox row has its pair and version.
     assert.equal(new Set(changed.map((x) => `${x.r.part}:${x.r.seq}`)).size, changed.length);
-    const { rows: [matched] } = await f.db.pool.query<{ n: number }>(
+    const {
+      rows: [matched],
+    } = await f.db.pool.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::int[]) AS a(part, seq, user_id, item_id, version, delta)
          JOIN like_outbox o USING (part, seq, user_id, item_id, version, delta)`,
-      [changed.map((x) => x.r.part), changed.map((x) => x.r.seq), changed.map((x) => x.u), changed.map((x) => x.item), changed.map((x) => x.r.version), changed.map((x) => (x.want ? 1 : -1))],
+      [
+        changed.map((x) => x.r.part),
+        changed.map((x) => x.r.seq),
+        changed.map((x) => x.u),
+        changed.map((x) => x.item),
+        changed.map((x) => x.r.version),
+        changed.map((x) => (x.want ? 1 : -1)),
+      ],
     );
     assert.equal(matched!.n, changed.length);
-    assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), changed.length, "one event per CHANGED, none for NOOP");
+    assert.equal(
+      await count(f.db, "SELECT count(*) AS n FROM like_outbox"),
+      changed.length,
+      "one event per CHANGED, none for NOOP",
+    );
     const ws = await writeSide(f.db.pool);
     t.diagnostic(`note write-side: ${formatWriteSide(ws)}`);
     assert.ok(writeSideClean(ws), "gapless per partition, versions and deltas agree with the facts");
@@ -173,14 +218,22 @@ test("P=4 8 connections send like_set_batch directly, each batch mixing partitio
   const f = await likesFixture(4);
   t.after(() => f.close());
   const random = seededRandom(2204);
-  const plans = Array.from({ length: 8 }, () => Array.from({ length: 25 }, () => Array.from({ length: 6 }, () => ({
-    user: user(1 + Math.floor(random() * 8)), item: LAB_ITEMS[Math.floor(random() * 3)]!, want: random() < 0.5,
-  }))));
-  const answers = (await runWorkers(8, async (w) => {
-    const mine: BatchRow[] = [];
-    for (const writes of plans[w]!) mine.push(...(await batch(f.db.pool, 4, writes)));
-    return mine;
-  })).flat();
+  const plans = Array.from({ length: 8 }, () =>
+    Array.from({ length: 25 }, () =>
+      Array.from({ length: 6 }, () => ({
+        user: user(1 + Math.floor(random() * 8)),
+        item: LAB_ITEMS[Math.floor(random() * 3)]!,
+        want: random() < 0.5,
+      })),
+    ),
+  );
+  const answers = (
+    await runWorkers(8, async (w) => {
+      const mine: BatchRow[] = [];
+      for (const writes of plans[w]!) mine.push(...(await batch(f.db.pool, 4, writes)));
+      return mine;
+    })
+  ).flat();
   const changed = answers.filter((r) => r.outcome === "CHANGED").length;
   t.diagnostic(`note ${answers.length} writes in ${8 * 25} batches of 6, CHANGED=${changed}`);
   assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), changed);
@@ -195,10 +248,14 @@ test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row
     await f.close();
   });
   // Users of partition 0 and of another partition.
-  const inPart = (p: number) => Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
+  const inPart = (p: number) =>
+    Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
   const [a1, a2, a3] = inPart(0);
   const [b1] = inPart(1);
-  const parked = batch(f.db.pool, 4, [{ user: a1!, item: "item-lab-01", want: true }, { user: a2!, item: "item-lab-01", want: true }]);
+  const parked = batch(f.db.pool, 4, [
+    { user: a1!, item: "item-lab-01", want: true },
+    { user: a2!, item: "item-lab-01", want: true },
+  ]);
   const { pid, context } = await gate.parked();
   t.diagnostic(`note parked batch pid=${pid} context=${JSON.stringify(context)}`);
   assert.equal(context.events, 2);
@@ -208,22 +265,39 @@ test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row
   // The same partition waits for the parked batch's row lock on like_seq.
   const client = await f.db.pool.connect();
   try {
-  const waiterPid = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
-  const waiting = client.query<BatchRow>(
-    "SELECT ord, outcome, liked, version, seq, code FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[])",
-    [[a3!], ["item-lab-03"], [true], [0], [false]]);
-  const wait = await waitForLockWait(f.db.pool, () => waiterPid);
-  const { rows: [holder] } = await f.db.pool.query<{ pid: number }>(
-    `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-        AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`, [waiterPid]);
-  t.diagnostic(`note the same partition's batch waits: locktype=${wait.locktype} mode=${wait.mode}, for pid ${holder?.pid}`);
-  assert.equal(wait.locktype, "transactionid");
-  assert.equal(holder?.pid, pid, "it waits for the parked batch's transaction");
-  assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE part = 0"), 0, "nothing of the parked batch is visible");
-  await gate.release();
-  const [first, next] = await Promise.all([parked, waiting]);
-  assert.deepEqual(first.map((r) => r.seq), [1, 2]);
-  assert.deepEqual(next.rows.map((r) => Number(r.seq)), [3]);
+    const waiterPid = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
+    const waiting = client.query<BatchRow>(
+      "SELECT ord, outcome, liked, version, seq, code FROM like_set_batch($1::text[], $2::text[], $3::boolean[], $4::integer[], $5::boolean[])",
+      [[a3!], ["item-lab-03"], [true], [0], [false]],
+    );
+    const wait = await waitForLockWait(f.db.pool, () => waiterPid);
+    const {
+      rows: [holder],
+    } = await f.db.pool.query<{ pid: number }>(
+      `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+        AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`,
+      [waiterPid],
+    );
+    t.diagnostic(
+      `note the same partition's batch waits: locktype=${wait.locktype} mode=${wait.mode}, for pid ${holder?.pid}`,
+    );
+    assert.equal(wait.locktype, "transactionid");
+    assert.equal(holder?.pid, pid, "it waits for the parked batch's transaction");
+    assert.equal(
+      await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE part = 0"),
+      0,
+      "nothing of the parked batch is visible",
+    );
+    await gate.release();
+    const [first, next] = await Promise.all([parked, waiting]);
+    assert.deepEqual(
+      first.map((r) => r.seq),
+      [1, 2],
+    );
+    assert.deepEqual(
+      next.rows.map((r) => Number(r.seq)),
+      [3],
+    );
   } finally {
     client.release();
   }
@@ -236,9 +310,17 @@ test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row
  * partitions 0 and 2 (lane 0) and one of partition 1 (lane 1) arrive. Returns what was seen
  * once lane 1's write has committed, and the rest of the run for the caller to finish.
  */
-async function parkedLane(f: Awaited<ReturnType<typeof likesFixture>>, gate: SqlHook, batchesInFlight?: number, service?: LikeService) {
-  const likes = service ?? await LikeService.open(f.db.pool, { batchMax: 16, lanes: 2, ...(batchesInFlight ? { batchesInFlight } : {}) });
-  const inPart = (p: number) => Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
+async function parkedLane(
+  f: Awaited<ReturnType<typeof likesFixture>>,
+  gate: SqlHook,
+  batchesInFlight?: number,
+  service?: LikeService,
+) {
+  const likes =
+    service ??
+    (await LikeService.open(f.db.pool, { batchMax: 16, lanes: 2, ...(batchesInFlight ? { batchesInFlight } : {}) }));
+  const inPart = (p: number) =>
+    Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
   const [a1, a2] = inPart(0);
   const [b1] = inPart(1);
   const [c1] = inPart(2);
@@ -279,10 +361,16 @@ test("negative control: two lanes with two batches in flight each: lane 0's seco
   });
   const run = await parkedLane(f, gate, 2);
   const wait = await waitForAnyLockWait(f.db.pool);
-  const { rows: [holder] } = await f.db.pool.query<{ pid: number }>(
+  const {
+    rows: [holder],
+  } = await f.db.pool.query<{ pid: number }>(
     `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-        AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`, [wait.pid]);
-  t.diagnostic(`note control: batches sent ${run.batchesSent}, pid ${wait.pid} waits (${wait.locktype}) for pid ${holder?.pid}`);
+        AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`,
+    [wait.pid],
+  );
+  t.diagnostic(
+    `note control: batches sent ${run.batchesSent}, pid ${wait.pid} waits (${wait.locktype}) for pid ${holder?.pid}`,
+  );
   assert.equal(wait.locktype, "transactionid");
   assert.equal(holder?.pid, run.pid, "the second batch of lane 0 waits for the parked one's transaction");
   assert.notEqual(run.batchesSent, 2, "the check above fails here");

@@ -37,7 +37,13 @@ const BATCH_SQL =
 /** One batch of writes of the pair (P = 1: partition 0), as LikeService sends it. */
 function sendBatch(db: Pool | PoolClient, wants: readonly boolean[]): Promise<BatchRow[]> {
   return db
-    .query<BatchRow>(BATCH_SQL, [wants.map(() => USER), wants.map(() => ITEM), wants, wants.map(() => 0), wants.map(() => false)])
+    .query<BatchRow>(BATCH_SQL, [
+      wants.map(() => USER),
+      wants.map(() => ITEM),
+      wants,
+      wants.map(() => 0),
+      wants.map(() => false),
+    ])
     .then((r) => r.rows);
 }
 
@@ -51,7 +57,11 @@ async function pidOf(client: PoolClient): Promise<number> {
  * Runs a batch on its own connection and reports whether it finished, or first showed a lock
  * wait in pg_locks (the test's hook wait excluded). Either way the batch is left to finish.
  */
-async function finishesWithoutWaiting(pool: Pool, client: PoolClient, wants: readonly boolean[]): Promise<{ waited: boolean; run: Promise<BatchRow[]> }> {
+async function finishesWithoutWaiting(
+  pool: Pool,
+  client: PoolClient,
+  wants: readonly boolean[],
+): Promise<{ waited: boolean; run: Promise<BatchRow[]> }> {
   const pid = await pidOf(client);
   let settled = false;
   const run = sendBatch(client, wants);
@@ -61,7 +71,10 @@ async function finishesWithoutWaiting(pool: Pool, client: PoolClient, wants: rea
   );
   const deadline = Date.now() + DEADLINE_MS;
   while (!settled) {
-    const { rows } = await pool.query(`SELECT 1 FROM pg_locks l WHERE l.pid = $1 AND NOT l.granted AND NOT ${IS_HOOK_WAIT}`, [pid]);
+    const { rows } = await pool.query(
+      `SELECT 1 FROM pg_locks l WHERE l.pid = $1 AND NOT l.granted AND NOT ${IS_HOOK_WAIT}`,
+      [pid],
+    );
     if (rows.length > 0) return { waited: true, run };
     if (Date.now() > deadline) throw new Error("the batch neither finished nor waited");
     await new Promise((resolve) => setImmediate(resolve));
@@ -100,7 +113,10 @@ async function raceProblems(f: LikesFixture): Promise<string[]> {
             return problems;
           }
           const rows = await noop.run;
-          if (show(rows).join() !== "NOOP liked=false v2") problems.push(`round 1: the unlike answered ${show(rows).join()} while the like was parked (want NOOP liked=false v2)`);
+          if (show(rows).join() !== "NOOP liked=false v2")
+            problems.push(
+              `round 1: the unlike answered ${show(rows).join()} while the like was parked (want NOOP liked=false v2)`,
+            );
         }
         const waiterPid = await pidOf(c2);
         const waiting = sendBatch(c2, round === 1 ? [true] : [true, false]);
@@ -116,15 +132,19 @@ async function raceProblems(f: LikesFixture): Promise<string[]> {
         const awaited = holds.find((h) => h.locktype === "transactionid");
         if (wait === undefined) problems.push(`round ${round}: the changing batch did not wait`);
         else if (tuple?.relation !== "like_fact" || awaited?.holder !== parkedPid)
-          problems.push(`round ${round}: the changing batch waits on ${JSON.stringify(holds)}, not on the parked transaction for the fact row`);
+          problems.push(
+            `round ${round}: the changing batch waits on ${JSON.stringify(holds)}, not on the parked transaction for the fact row`,
+          );
         await gate.release();
         const parked = await parkedRun;
         const want1 = round === 1 ? "CHANGED liked=true v3" : "CHANGED liked=false v4";
-        if (show(parked).join() !== want1) problems.push(`round ${round}: the parked batch answered ${show(parked).join()}`);
+        if (show(parked).join() !== want1)
+          problems.push(`round ${round}: the parked batch answered ${show(parked).join()}`);
         try {
           const rows = await waiting;
           const want = round === 1 ? "NOOP liked=true v3" : "CHANGED liked=true v5,CHANGED liked=false v6";
-          if (show(rows).join() !== want) problems.push(`round ${round}: the waiting batch answered ${show(rows).join()} (want ${want})`);
+          if (show(rows).join() !== want)
+            problems.push(`round ${round}: the waiting batch answered ${show(rows).join()} (want ${want})`);
         } catch (err) {
           problems.push(`round ${round}: the waiting batch failed: ${(err as Error).message}`);
         }
@@ -141,7 +161,8 @@ async function raceProblems(f: LikesFixture): Promise<string[]> {
     [USER, ITEM],
   );
   const history = events.map((e) => `v${e.version}${e.delta > 0 ? "+" : "-"}`).join(" ");
-  if (history !== "v1+ v2- v3+ v4- v5+ v6-") problems.push(`the pair's events are ${history} (want v1+ v2- v3+ v4- v5+ v6-)`);
+  if (history !== "v1+ v2- v3+ v4- v5+ v6-")
+    problems.push(`the pair's events are ${history} (want v1+ v2- v3+ v4- v5+ v6-)`);
   if (!writeSideClean(await writeSide(pool))) problems.push("the write-side audit is not clean");
   return problems;
 }
@@ -157,7 +178,10 @@ test("negative control: the row locked first (SELECT ... FOR UPDATE, the pre-024
   t.after(() => f.close());
   await replaceFunctionText(f.db.pool, "like_set_batch(text[], text[], boolean[], integer[], boolean[])", [
     ["IF cardinality(v_pair.ords) = 1 THEN", "IF false THEN"],
-    ["FROM like_fact f WHERE f.user_id = v_pair.user_id AND f.item_id = v_pair.item_id;", "FROM like_fact f WHERE f.user_id = v_pair.user_id AND f.item_id = v_pair.item_id FOR UPDATE;"],
+    [
+      "FROM like_fact f WHERE f.user_id = v_pair.user_id AND f.item_id = v_pair.item_id;",
+      "FROM like_fact f WHERE f.user_id = v_pair.user_id AND f.item_id = v_pair.item_id FOR UPDATE;",
+    ],
   ]);
   const problems = await raceProblems(f);
   t.diagnostic(`note control: ${problems.join("; ")}`);
@@ -173,6 +197,12 @@ test("negative control: decided on the row read without a lock and written by an
   ]);
   const problems = await raceProblems(f);
   t.diagnostic(`note control: ${problems.join("; ")}`);
-  assert.ok(problems.some((p) => p.startsWith("round 1: the waiting batch failed")), "round 1 writes version 3 twice");
-  assert.ok(problems.some((p) => p.startsWith("round 2: the waiting batch failed")), "round 2 writes version 4 twice");
+  assert.ok(
+    problems.some((p) => p.startsWith("round 1: the waiting batch failed")),
+    "round 1 writes version 3 twice",
+  );
+  assert.ok(
+    problems.some((p) => p.startsWith("round 2: the waiting batch failed")),
+    "round 2 writes version 4 twice",
+  );
 });

@@ -38,7 +38,9 @@ before(async () => {
      SELECT 'u' || lpad(g::text, 5, '0'), 'cold', true, 1, timestamptz '2026-01-01' FROM generate_series(1, 50) g`,
     [LIKERS],
   );
-  await db.pool.query("INSERT INTO account (account_id) SELECT unnest($1::text[]) UNION ALL SELECT 'viewer'", [BLOCKERS]);
+  await db.pool.query("INSERT INTO account (account_id) SELECT unnest($1::text[]) UNION ALL SELECT 'viewer'", [
+    BLOCKERS,
+  ]);
   await db.pool.query("INSERT INTO block (blocker, blocked) SELECT unnest($1::text[]), 'viewer'", [BLOCKERS]);
   await db.pool.query("ANALYZE like_fact");
   await db.pool.query("ANALYZE block");
@@ -57,16 +59,24 @@ interface PlanNode {
 
 /** Rows the scan of like_fact read: those it returned plus those its filter removed. */
 function rowsRead(node: PlanNode): number {
-  const own = node["Index Name"] !== undefined || node["Rows Removed by Filter"] !== undefined
-    ? (node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)
-    : 0;
+  const own =
+    node["Index Name"] !== undefined || node["Rows Removed by Filter"] !== undefined
+      ? (node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)
+      : 0;
   return own + (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0);
 }
 
-async function pageAtDepth(depth: number, viewer: string | null = null): Promise<{ cursor: string; expected: string[] }> {
-  const all = (await db.pool.query<{ user_id: string }>(
-    "SELECT user_id FROM like_fact WHERE item_id = 'hot' AND liked ORDER BY changed_at DESC, user_id ASC",
-  )).rows.map((r) => r.user_id).filter((id) => viewer === null || !BLOCKERS.includes(id));
+async function pageAtDepth(
+  depth: number,
+  viewer: string | null = null,
+): Promise<{ cursor: string; expected: string[] }> {
+  const all = (
+    await db.pool.query<{ user_id: string }>(
+      "SELECT user_id FROM like_fact WHERE item_id = 'hot' AND liked ORDER BY changed_at DESC, user_id ASC",
+    )
+  ).rows
+    .map((r) => r.user_id)
+    .filter((id) => viewer === null || !BLOCKERS.includes(id));
   let cursor: string | undefined;
   let seen = 0;
   while (seen < depth) {
@@ -80,7 +90,8 @@ async function pageAtDepth(depth: number, viewer: string | null = null): Promise
 async function explainRowsRead(sql: string, cursor: string, viewer: string | null = null): Promise<number> {
   const [at, id] = JSON.parse(Buffer.from(cursor, "base64url").toString()) as [string, string];
   const { rows } = await db.pool.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
-    `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, ["hot", at, id, PAGE + 1, viewer],
+    `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`,
+    ["hot", at, id, PAGE + 1, viewer],
   );
   return rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan);
 }
@@ -88,15 +99,24 @@ async function explainRowsRead(sql: string, cursor: string, viewer: string | nul
 test("a likers page 2,400 rows deep reads about one page of like_fact_likers, and is the right page", async () => {
   const { cursor, expected } = await pageAtDepth(2400);
   const page = await listLikers(db.pool, "hot", { limit: PAGE, cursor });
-  assert.deepEqual(page.likers.map((l) => l.userId), expected);
+  assert.deepEqual(
+    page.likers.map((l) => l.userId),
+    expected,
+  );
   const read = await explainRowsRead(LIKERS_PAGE_SQL, cursor);
-  assert.ok(read <= PAGE + 1 + 10, `the page read ${read} rows; a page is ${PAGE + 1}, plus at most the cursor instant's ties`);
+  assert.ok(
+    read <= PAGE + 1 + 10,
+    `the page read ${read} rows; a page is ${PAGE + 1}, plus at most the cursor instant's ties`,
+  );
 });
 
 test("a viewer's deep likers page leaves out the accounts that block them, is full, and reads about a page plus those", async () => {
   const { cursor, expected } = await pageAtDepth(2400, "viewer");
   const page = await listLikers(db.pool, "hot", { limit: PAGE, cursor, viewer: "viewer" });
-  assert.deepEqual(page.likers.map((l) => l.userId), expected);
+  assert.deepEqual(
+    page.likers.map((l) => l.userId),
+    expected,
+  );
   assert.equal(page.likers.length, PAGE);
   const skipped = BLOCKERS.length;
   const read = await explainRowsRead(LIKERS_PAGE_SQL, cursor, "viewer");

@@ -17,7 +17,11 @@ export async function setNaive(pool: Pool, part: number, userId: string, itemId:
   validateId("itemId", itemId);
   await withTransaction(pool, async (client) => {
     await client.query("INSERT INTO like_count (item_id, part) VALUES ($1, $2) ON CONFLICT DO NOTHING", [itemId, part]);
-    await client.query("UPDATE like_count SET n = n + $3 WHERE item_id = $1 AND part = $2", [itemId, part, want ? 1 : -1]);
+    await client.query("UPDATE like_count SET n = n + $3 WHERE item_id = $1 AND part = $2", [
+      itemId,
+      part,
+      want ? 1 : -1,
+    ]);
   });
 }
 
@@ -37,7 +41,11 @@ export const applyWithoutDedup: ApplyBatch = async (client, part, events) => {
 };
 
 /** 32-H's naive overwrite: n := count(*) at the snapshot, base_seq untouched, so nothing is COVERED. */
-export async function installOverwrite(pool: Pool, itemId: string, counts: number[]): Promise<{ oldN: number; newN: number }> {
+export async function installOverwrite(
+  pool: Pool,
+  itemId: string,
+  counts: number[],
+): Promise<{ oldN: number; newN: number }> {
   return withTransaction(pool, async (client) => {
     const { rows } = await client.query<{ part: number; n: number }>(
       "SELECT part, n FROM like_count WHERE item_id = $1 ORDER BY part FOR UPDATE",
@@ -46,7 +54,11 @@ export async function installOverwrite(pool: Pool, itemId: string, counts: numbe
     let oldN = 0;
     for (const row of rows) {
       oldN += row.n;
-      await client.query("UPDATE like_count SET n = $3 WHERE item_id = $1 AND part = $2", [itemId, row.part, counts[row.part] ?? 0]);
+      await client.query("UPDATE like_count SET n = $3 WHERE item_id = $1 AND part = $2", [
+        itemId,
+        row.part,
+        counts[row.part] ?? 0,
+      ]);
     }
     return { oldN, newN: counts.reduce((a, b) => a + b, 0) };
   });
@@ -60,6 +72,10 @@ export async function installOverwrite(pool: Pool, itemId: string, counts: numbe
  */
 export class ChunksOutsideSnapshotRebuild extends CounterRebuild {
   protected override readChunk(_snap: PoolClient, key: string, cursor: readonly string[], limit: number) {
-    return this.pool.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [key, cursor, limit]);
+    return this.pool.query<{ part: number; n: string; last: string[]; rows: string }>(this.spec.chunk!.chunkSql, [
+      key,
+      cursor,
+      limit,
+    ]);
   }
 }

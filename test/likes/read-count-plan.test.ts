@@ -30,7 +30,10 @@ interface PlanNode {
 
 /** Buffer pages the whole executed plan touched (the root node's BUFFERS count everything below it). */
 async function pagesTouched(client: PoolClient, itemId: string): Promise<number> {
-  const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${READ_COUNT_SQL}`, [itemId]);
+  const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+    `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${READ_COUNT_SQL}`,
+    [itemId],
+  );
   const root = rows[0]!["QUERY PLAN"][0].Plan;
   return (root["Shared Hit Blocks"] ?? 0) + (root["Shared Read Blocks"] ?? 0);
 }
@@ -49,8 +52,14 @@ function outboxAccesses(plan: PlanNode): { node: PlanNode; ok: boolean; how: str
         return { node, ok: node["Index Name"] === "like_outbox_item_seq", how: `${type} using ${node["Index Name"]}` };
       }
       if (type === "Bitmap Heap Scan") {
-        const indexes = nodes(node).filter((n) => n["Node Type"] === "Bitmap Index Scan").map((n) => n["Index Name"]);
-        return { node, ok: indexes.length > 0 && indexes.every((i) => i === "like_outbox_item_seq"), how: `${type} on ${indexes.join("+")}` };
+        const indexes = nodes(node)
+          .filter((n) => n["Node Type"] === "Bitmap Index Scan")
+          .map((n) => n["Index Name"]);
+        return {
+          node,
+          ok: indexes.length > 0 && indexes.every((i) => i === "like_outbox_item_seq"),
+          how: `${type} on ${indexes.join("+")}`,
+        };
       }
       return { node, ok: false, how: type };
     });
@@ -65,7 +74,9 @@ async function explain(client: PoolClient, itemId: string, analyze = false): Pro
 }
 
 function describe(plan: PlanNode): string {
-  return outboxAccesses(plan).map((a) => a.how).join(", ");
+  return outboxAccesses(plan)
+    .map((a) => a.how)
+    .join(", ");
 }
 
 let f: LikesFixture;
@@ -75,7 +86,9 @@ let outboxRows = 0;
 test.before(async () => {
   f = await likesFixture(PARTITIONS, []);
   // Only speed: thousands of one-row commits need not each wait for a WAL flush here.
-  await f.db.pool.query("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END $$");
+  await f.db.pool.query(
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END $$",
+  );
   await f.db.pool.query("SET synchronous_commit = off"); // the pool's one open connection predates the ALTER
   for (const item of ITEMS) await f.likes.createItem(item);
   const random = seededRandom(7);
@@ -96,7 +109,11 @@ test.before(async () => {
   await write(plan.slice(0, half));
   await runWorkers(PARTITIONS, async (part) => {
     // One consumer per partition, in parallel (batches of one partition never share row locks with another's).
-    for (let events = await f.consumer.fetchPending(part, 500); events.length > 0; events = await f.consumer.fetchPending(part, 500)) {
+    for (
+      let events = await f.consumer.fetchPending(part, 500);
+      events.length > 0;
+      events = await f.consumer.fetchPending(part, 500)
+    ) {
       await f.consumer.applyBatch(events);
     }
   });
@@ -104,12 +121,21 @@ test.before(async () => {
   outboxRows = await count(f.db, "SELECT count(*) AS n FROM like_outbox");
   assert.ok(outboxRows > 3000, `a few thousand events (${outboxRows})`);
   assert.ok((await count(f.db, "SELECT sum(applied_upto) AS n FROM counter_watermark")) > 0);
-  assert.ok((await count(f.db, "SELECT sum(s.last - w.applied_upto) AS n FROM like_seq s JOIN counter_watermark w USING (part)")) > 0);
+  assert.ok(
+    (await count(
+      f.db,
+      "SELECT sum(s.last - w.applied_upto) AS n FROM like_seq s JOIN counter_watermark w USING (part)",
+    )) > 0,
+  );
   await f.db.pool.query("ANALYZE");
   const { rows } = await f.db.pool.query<{ item_id: string; n: number }>(
     "SELECT item_id, count(*)::int AS n FROM like_outbox GROUP BY item_id ORDER BY n, item_id",
   );
-  sample = { cold: rows[0]!.item_id, median: rows[Math.floor(rows.length / 2)]!.item_id, hot: rows[rows.length - 1]!.item_id };
+  sample = {
+    cold: rows[0]!.item_id,
+    median: rows[Math.floor(rows.length / 2)]!.item_id,
+    hot: rows[rows.length - 1]!.item_id,
+  };
 });
 
 test.after(async () => {
@@ -124,7 +150,10 @@ test("READ_COUNT_SQL reads like_outbox through like_outbox_item_seq, never by a 
       const accesses = outboxAccesses(plan);
       t.diagnostic(`note ${label} item ${item}: ${describe(plan)}`);
       assert.ok(accesses.length > 0, "the plan reads like_outbox");
-      assert.ok(!nodes(plan).some((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === "like_outbox"), "no Seq Scan on like_outbox");
+      assert.ok(
+        !nodes(plan).some((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === "like_outbox"),
+        "no Seq Scan on like_outbox",
+      );
       for (const a of accesses) assert.ok(a.ok, `${label}: like_outbox read by ${a.how}`);
     }
     // A generic plan (what a prepared statement may switch to) must not scan either.
@@ -153,7 +182,8 @@ test("READ_COUNT_SQL reads like_outbox through like_outbox_item_seq, never by a 
 function outboxRowsRead(plan: PlanNode): number {
   return outboxAccesses(plan).reduce((sum, { node }) => {
     const loops = node["Actual Loops"] ?? 1;
-    const perLoop = (node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0) + (node["Rows Removed by Index Recheck"] ?? 0);
+    const perLoop =
+      (node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0) + (node["Rows Removed by Index Recheck"] ?? 0);
     return sum + Math.max(0, (perLoop - 0.5) * loops);
   }, 0);
 }
@@ -174,11 +204,17 @@ test("executed, the outbox side touches only the item's events above the waterma
     for (const item of Object.values(sample)) {
       const itemEvents = await count(f.db, "SELECT count(*) AS n FROM like_outbox WHERE item_id = $1", [item]);
       const above = await eventsAboveWatermark(item);
-      assert.ok(above < itemEvents, `${item}: part of its history is below the watermarks (${above} of ${itemEvents} above)`);
+      assert.ok(
+        above < itemEvents,
+        `${item}: part of its history is below the watermarks (${above} of ${itemEvents} above)`,
+      );
       const plan = await explain(client, item, true);
       assert.ok(outboxAccesses(plan).length > 0, `${item}: the executed plan reads like_outbox`);
       const read = outboxRowsRead(plan);
-      assert.ok(read <= above, `${item}: read ${read} outbox rows; ${above} of its ${itemEvents} events are above the watermarks (table: ${outboxRows})`);
+      assert.ok(
+        read <= above,
+        `${item}: read ${read} outbox rows; ${above} of its ${itemEvents} events are above the watermarks (table: ${outboxRows})`,
+      );
       // And the figure agrees with a direct count.
       const expected = await count(
         f.db,
@@ -205,7 +241,10 @@ test("negative control: the earlier form of the pending part (a join filtered by
     // The hash join it was planned as when the P-row watermark table had no statistics.
     await client.query("BEGIN");
     await client.query("SET LOCAL enable_nestloop = off");
-    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${joinThenFilter}`, [sample.hot]);
+    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) ${joinThenFilter}`,
+      [sample.hot],
+    );
     const plan = rows[0]!["QUERY PLAN"][0].Plan;
     const read = outboxRowsRead(plan);
     t.diagnostic(`note join-then-filter: ${describe(plan)}, read ${read} outbox rows, ${above} above the watermarks`);
@@ -230,10 +269,17 @@ test("negative control: without like_outbox_item_seq the query reads other items
     // Without the item index the best remaining plan reads every item's backlog (the primary key
     // range above each watermark), scans the table, or walks a whole other index for the item's
     // entries (a bitmap over the UNIQUE (user_id, item_id, version) index): more rows, or more pages.
-    t.diagnostic(`note without the index: ${describe(plan)}, read ${read} outbox rows, ${above} above the watermarks; pages touched ${pagesWithout} against ${pagesWithIndex} with it`);
-    assert.ok(outboxAccesses(plan).some((a) => !a.ok), "the check of the first test rejects this plan");
-    assert.ok(read > above || pagesWithout > 2 * pagesWithIndex,
-      `the executed plan reads more than the item's range: rows ${read} > ${above}, or pages ${pagesWithout} > 2 × ${pagesWithIndex}`);
+    t.diagnostic(
+      `note without the index: ${describe(plan)}, read ${read} outbox rows, ${above} above the watermarks; pages touched ${pagesWithout} against ${pagesWithIndex} with it`,
+    );
+    assert.ok(
+      outboxAccesses(plan).some((a) => !a.ok),
+      "the check of the first test rejects this plan",
+    );
+    assert.ok(
+      read > above || pagesWithout > 2 * pagesWithIndex,
+      `the executed plan reads more than the item's range: rows ${read} > ${above}, or pages ${pagesWithout} > 2 × ${pagesWithIndex}`,
+    );
   } finally {
     await client.query("ROLLBACK");
     client.release();

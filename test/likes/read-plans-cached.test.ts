@@ -44,7 +44,10 @@ let c: StatementStatsCluster;
 test.before(async () => {
   c = await startStatementStatsCluster(PARTITIONS);
   const db = c.admin;
-  await db.query("INSERT INTO item (item_id, kind) SELECT 'item-' || i, 'plain' FROM generate_series(0, $1::int - 1) AS i", [COLD]);
+  await db.query(
+    "INSERT INTO item (item_id, kind) SELECT 'item-' || i, 'plain' FROM generate_series(0, $1::int - 1) AS i",
+    [COLD],
+  );
   await db.query("INSERT INTO item (item_id, kind) VALUES ('hot-item', 'plain')");
   // Every second event of each partition is the hot item's, the others spread over the cold items.
   await db.query(
@@ -53,10 +56,15 @@ test.before(async () => {
        FROM generate_series(0, $3::int - 1) AS p, generate_series(1, $1::int) AS s`,
     [PER_PART, COLD, PARTITIONS],
   );
-  await db.query("INSERT INTO like_fact (user_id, item_id, liked, version) SELECT user_id, item_id, true, 1 FROM like_outbox");
+  await db.query(
+    "INSERT INTO like_fact (user_id, item_id, liked, version) SELECT user_id, item_id, true, 1 FROM like_outbox",
+  );
   await db.query("UPDATE like_seq SET last = $1", [PER_PART]);
   // Half of each partition processed: a backlog of pending events above the watermarks.
-  await db.query("INSERT INTO processed_event (part, seq, how) SELECT part, seq, 'APPLIED' FROM like_outbox WHERE seq <= $1", [PER_PART / 2]);
+  await db.query(
+    "INSERT INTO processed_event (part, seq, how) SELECT part, seq, 'APPLIED' FROM like_outbox WHERE seq <= $1",
+    [PER_PART / 2],
+  );
   await db.query("UPDATE counter_watermark SET applied_upto = $1", [PER_PART / 2]);
   // The same shape for comments: one hot post, 100 cold ones.
   await db.query(
@@ -66,7 +74,10 @@ test.before(async () => {
     [PER_PART, COLD, PARTITIONS],
   );
   await db.query("UPDATE comment_seq SET last = $1", [PER_PART]);
-  await db.query("INSERT INTO comment_processed (part, seq, how) SELECT part, seq, 'APPLIED' FROM comment_outbox WHERE seq <= $1", [PER_PART / 2]);
+  await db.query(
+    "INSERT INTO comment_processed (part, seq, how) SELECT part, seq, 'APPLIED' FROM comment_outbox WHERE seq <= $1",
+    [PER_PART / 2],
+  );
   await db.query("UPDATE comment_watermark SET applied_upto = $1", [PER_PART / 2]);
   await db.query("ANALYZE");
 });
@@ -76,7 +87,10 @@ test.after(async () => {
 });
 
 /** N calls of `read` on a fresh one-connection reader pool (`open` runs before the count starts); returns the counted statement containing `fragment`. */
-async function countedReads(fragment: string, open: (pool: Pool) => Promise<(k: number) => Promise<unknown>>): Promise<{ calls: number; plans: number }> {
+async function countedReads(
+  fragment: string,
+  open: (pool: Pool) => Promise<(k: number) => Promise<unknown>>,
+): Promise<{ calls: number; plans: number }> {
   const pool = c.readerPool();
   const read = await open(pool);
   await c.reset();
@@ -97,14 +111,20 @@ test("the like-count read is planned at most six times in N calls on one connect
 });
 
 test("with the hot item among the reads (every tenth), the like-count read is still planned at most six times", async (t) => {
-  const s = await countedReads("FROM like_count", async (pool) => (k) => readCount(pool, k % 10 === 0 ? "hot-item" : key("item", k), 0));
+  const s = await countedReads(
+    "FROM like_count",
+    async (pool) => (k) => readCount(pool, k % 10 === 0 ? "hot-item" : key("item", k), 0),
+  );
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans <= MAX_PLANS, `like count: ${s.plans} plans in ${s.calls} calls`);
 });
 
 test("the comment-count read is planned at most six times in N calls on one connection", async (t) => {
-  const s = await countedReads("FROM comment_count", async (pool) => (k) => readCounter(pool, COMMENT_COUNTER, key("post", k), 0));
+  const s = await countedReads(
+    "FROM comment_count",
+    async (pool) => (k) => readCounter(pool, COMMENT_COUNTER, key("post", k), 0),
+  );
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans <= MAX_PLANS, `comment count: ${s.plans} plans in ${s.calls} calls`);
@@ -123,7 +143,10 @@ test("has-liked is planned at most six times in N calls on one connection", asyn
 test("negative control: the earlier count statement (the key as a bare $1) is planned on every call of the same reads", async (t) => {
   const bare = READ_COUNT_SQL.replaceAll("(SELECT $1::text)", "$1");
   assert.notEqual(bare, READ_COUNT_SQL, "the control changes the statement");
-  const s = await countedReads("FROM like_count", async (pool) => (k) => pool.query({ name: "bare_key_read_count", text: bare, values: [key("item", k)] }));
+  const s = await countedReads(
+    "FROM like_count",
+    async (pool) => (k) => pool.query({ name: "bare_key_read_count", text: bare, values: [key("item", k)] }),
+  );
   t.diagnostic(`note ${s.plans} plans in ${s.calls} calls`);
   assert.equal(s.calls, N);
   assert.ok(s.plans >= N, `the bare-key statement: ${s.plans} plans in ${s.calls} calls (a custom plan each time)`);
@@ -136,7 +159,9 @@ async function genericPlan(sql: string, value: string): Promise<PlanNode> {
     await client.query("SET plan_cache_mode = force_generic_plan");
     await client.query(`PREPARE generic_read(text) AS ${sql}`);
     // EXPLAIN takes no bind parameters: the key is a literal, quoted by the driver.
-    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (FORMAT JSON) EXECUTE generic_read(${client.escapeLiteral(value)})`);
+    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+      `EXPLAIN (FORMAT JSON) EXECUTE generic_read(${client.escapeLiteral(value)})`,
+    );
     return rows[0]!["QUERY PLAN"][0].Plan;
   } finally {
     await client.query("DEALLOCATE ALL");
@@ -152,7 +177,11 @@ for (const [kind, sql, outbox, index, keys] of [
   test(`on skewed data the generic ${kind}-count plan reads ${outbox} by ${index}, never by a Seq Scan`, async (t) => {
     for (const value of keys) {
       const accesses = nodes(await genericPlan(sql, value)).filter((n) => n["Relation Name"] === outbox);
-      const how = (n: PlanNode) => `${n["Node Type"]} on ${[n, ...nodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan")].map((b) => b["Index Name"]).filter((i) => i !== undefined).join("+")}`;
+      const how = (n: PlanNode) =>
+        `${n["Node Type"]} on ${[n, ...nodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan")]
+          .map((b) => b["Index Name"])
+          .filter((i) => i !== undefined)
+          .join("+")}`;
       t.diagnostic(`note ${value}: ${accesses.map(how).join(", ")}`);
       assert.ok(accesses.length > 0, `${value}: the plan reads ${outbox}`);
       for (const n of accesses) {

@@ -20,10 +20,15 @@ const SEEDED = 120;
 async function perPartition(f: LikesFixture): Promise<{ count: number[]; facts: number[] }> {
   const count = [0, 0];
   const facts = [0, 0];
-  const c = await f.db.pool.query<{ part: number; n: number }>("SELECT part, n::int AS n FROM like_count WHERE item_id = $1", [ITEM]);
+  const c = await f.db.pool.query<{ part: number; n: number }>(
+    "SELECT part, n::int AS n FROM like_count WHERE item_id = $1",
+    [ITEM],
+  );
   for (const r of c.rows) count[r.part] = r.n;
   const t = await f.db.pool.query<{ part: number; n: number }>(
-    "SELECT ledger_partition(user_id, 2) AS part, count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked GROUP BY 1", [ITEM]);
+    "SELECT ledger_partition(user_id, 2) AS part, count(*)::int AS n FROM like_fact WHERE item_id = $1 AND liked GROUP BY 1",
+    [ITEM],
+  );
   for (const r of t.rows) facts[r.part] = r.n;
   return { count, facts };
 }
@@ -39,7 +44,9 @@ async function seeded(): Promise<LikesFixture> {
   await f.likes.like(user(1), "item-lab-02");
   await f.db.pool.query(
     `UPDATE like_fact SET changed_at = timestamptz '2026-01-01 00:00:00.123457+00' + (substring(user_id FROM 6)::int / 7) * interval '1 second'
-      WHERE item_id = $1`, [ITEM]);
+      WHERE item_id = $1`,
+    [ITEM],
+  );
   await f.consumer.drain();
   await f.db.pool.query("UPDATE like_count SET n = n + 5 WHERE item_id = $1 AND part = 0", [ITEM]);
   return f;
@@ -77,26 +84,46 @@ async function interleaved<R>(f: LikesFixture, rebuild: { rebuild(): Promise<R> 
 test("chunked rebuild of an item larger than one chunk: the exact count at its snapshot, live writes between chunks included once", async (t) => {
   const f = await seeded();
   t.after(() => f.close());
-  const { chunks, report } = await interleaved(f, new LikeRebuild(f.db.pool, { hooks: f.hooks, pacing: UNPACED, chunkRows: CHUNK }));
+  const { chunks, report } = await interleaved(
+    f,
+    new LikeRebuild(f.db.pool, { hooks: f.hooks, pacing: UNPACED, chunkRows: CHUNK }),
+  );
   const { count, facts } = await perPartition(f);
-  t.diagnostic(`note chunks ${chunks.map((c) => `${c.chunk}:${c.rows}`).join(" ")}; like_count ${count} facts ${facts}; drift ${report.drifted.map((d) => d.drift)}`);
+  t.diagnostic(
+    `note chunks ${chunks.map((c) => `${c.chunk}:${c.rows}`).join(" ")}; like_count ${count} facts ${facts}; drift ${report.drifted.map((d) => d.drift)}`,
+  );
   // 120 facts in the snapshot: 25, 25, 25, 25, 20, whatever was written after it.
-  assert.deepEqual(chunks.map((c) => c.rows), [25, 25, 25, 25, 20]);
-  assert.ok(chunks.every((c) => c.itemId === ITEM), "items under the cap (item-lab-02's one like) are counted with their page");
+  assert.deepEqual(
+    chunks.map((c) => c.rows),
+    [25, 25, 25, 25, 20],
+  );
+  assert.ok(
+    chunks.every((c) => c.itemId === ITEM),
+    "items under the cap (item-lab-02's one like) are counted with their page",
+  );
   assert.equal(await factCount(f.db, ITEM), SEEDED + 3 - 6);
   assert.deepEqual(count, facts);
-  assert.deepEqual(report.drifted.map((d) => ({ itemId: d.itemId, drift: d.drift })), [{ itemId: ITEM, drift: -5 }]);
+  assert.deepEqual(
+    report.drifted.map((d) => ({ itemId: d.itemId, drift: d.drift })),
+    [{ itemId: ITEM, drift: -5 }],
+  );
   assert.equal(report.itemsChecked, 4);
 });
 
 test("chunked rebuild negative control: each chunk in a fresh snapshot subtracts the unlikes of the unread range twice", async (t) => {
   const f = await seeded();
   t.after(() => f.close());
-  const broken = new ChunksOutsideSnapshotRebuild(f.db.pool, LIKE_COUNTER, { hooks: f.hooks, pacing: UNPACED, chunkRows: CHUNK });
+  const broken = new ChunksOutsideSnapshotRebuild(f.db.pool, LIKE_COUNTER, {
+    hooks: f.hooks,
+    pacing: UNPACED,
+    chunkRows: CHUNK,
+  });
   const { chunks } = await interleaved(f, broken);
   const { count, facts } = await perPartition(f);
   const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
-  t.diagnostic(`note chunks ${chunks.map((c) => `${c.chunk}:${c.rows}`).join(" ")}; like_count ${count} facts ${facts}`);
+  t.diagnostic(
+    `note chunks ${chunks.map((c) => `${c.chunk}:${c.rows}`).join(" ")}; like_count ${count} facts ${facts}`,
+  );
   // The chunks after the park miss the 4 oldest likers' unlikes, which the install subtracts again.
   assert.equal(sum(chunks.map((c) => Number(c.rows))), SEEDED - 4);
   assert.equal(sum(facts), SEEDED + 3 - 6);

@@ -17,7 +17,10 @@ test("32-rebuild one rebuild at a time: a second one is refused with REBUILD_IN_
   await parked.waitArrived();
   off();
   const runsBefore = await f.db.pool.query("SELECT count(*)::int AS n FROM like_rebuild_run");
-  await assert.rejects(f.rebuild.rebuild(), (err: unknown) => err instanceof RebuildInProgressError && err.code === "REBUILD_IN_PROGRESS");
+  await assert.rejects(
+    f.rebuild.rebuild(),
+    (err: unknown) => err instanceof RebuildInProgressError && err.code === "REBUILD_IN_PROGRESS",
+  );
   const runsAfter = await f.db.pool.query("SELECT count(*)::int AS n FROM like_rebuild_run");
   assert.deepEqual(runsAfter.rows, runsBefore.rows);
   parked.release();

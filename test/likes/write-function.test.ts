@@ -50,8 +50,17 @@ test("a like, an unlike, a NOOP and a rejection are one statement each; the same
   assert.equal(await measure("unlike", () => f.likes.unlike(user(1), "item-lab-01")), 1);
   assert.equal(await measure("missing item", () => f.likes.like(user(1), "no-such-item")), 1);
   // Control: the counter sees BEGIN and COMMIT around the same call.
-  const inTransaction = () => withTransaction(f.db.pool, async (c) =>
-    (await c.query<{ outcome: "CHANGED" }>("SELECT outcome FROM like_set($1, 'item-lab-01', true, $2)", [user(2), f.likes.partitionOf(user(2))])).rows[0]!);
+  const inTransaction = () =>
+    withTransaction(
+      f.db.pool,
+      async (c) =>
+        (
+          await c.query<{ outcome: "CHANGED" }>("SELECT outcome FROM like_set($1, 'item-lab-01', true, $2)", [
+            user(2),
+            f.likes.partitionOf(user(2)),
+          ])
+        ).rows[0]!,
+    );
   assert.equal(await measure("like in BEGIN/COMMIT", inTransaction), 3);
   t.diagnostic(`note statements per call: ${perCall.join(", ")}`);
   assert.ok(writeSideClean(await writeSide(f.db.pool)));
@@ -69,8 +78,12 @@ function script(): { userId: string; itemId: string; like: boolean }[] {
 }
 
 async function ledgerTables(f: LikesFixture): Promise<string> {
-  const facts = await f.db.pool.query("SELECT user_id, item_id, liked, version FROM like_fact ORDER BY user_id, item_id");
-  const events = await f.db.pool.query("SELECT part, seq, user_id, item_id, delta, version FROM like_outbox ORDER BY part, seq");
+  const facts = await f.db.pool.query(
+    "SELECT user_id, item_id, liked, version FROM like_fact ORDER BY user_id, item_id",
+  );
+  const events = await f.db.pool.query(
+    "SELECT part, seq, user_id, item_id, delta, version FROM like_outbox ORDER BY part, seq",
+  );
   const seqs = await f.db.pool.query("SELECT part, last FROM like_seq ORDER BY part");
   return JSON.stringify([facts.rows, events.rows, seqs.rows]);
 }
@@ -82,7 +95,8 @@ test("P=4 with the SQL hook points on (tests) and off (production) every write h
     await direct.close();
     await hooked.close();
   });
-  const setting = async (f: LikesFixture) => (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!.s;
+  const setting = async (f: LikesFixture) =>
+    (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!.s;
   assert.deepEqual([await setting(direct), await setting(hooked)], [null, "on"]);
   const outcomes = async (f: LikesFixture) => {
     const out: string[] = [];
@@ -95,7 +109,9 @@ test("P=4 with the SQL hook points on (tests) and off (production) every write h
   const a = await outcomes(direct);
   const b = await outcomes(hooked);
   const changed = a.filter((o) => o.startsWith("CHANGED")).length;
-  t.diagnostic(`note 400 writes: CHANGED=${changed} NOOP=${a.filter((o) => o.startsWith("NOOP")).length} REJECTED=${a.filter((o) => o.startsWith("REJECTED")).length}`);
+  t.diagnostic(
+    `note 400 writes: CHANGED=${changed} NOOP=${a.filter((o) => o.startsWith("NOOP")).length} REJECTED=${a.filter((o) => o.startsWith("REJECTED")).length}`,
+  );
   assert.deepEqual(b, a);
   assert.equal(await ledgerTables(hooked), await ledgerTables(direct));
   assert.ok(writeSideClean(await writeSide(direct.db.pool)));
@@ -112,7 +128,9 @@ test("P=1 a writer parked inside like_set before COMMIT holds the sequence row: 
   const { context } = await gate.parked();
   const direct = f.likes.like(user(2), "item-lab-02");
   const wait = await waitForAnyLockWait(f.db.pool);
-  t.diagnostic(`note paused seq=${String(context.seq)}; the one-statement writer waits: locktype=${wait.locktype} mode=${wait.mode}`);
+  t.diagnostic(
+    `note paused seq=${String(context.seq)}; the one-statement writer waits: locktype=${wait.locktype} mode=${wait.mode}`,
+  );
   assert.equal(wait.locktype, "transactionid", "it waits for the paused transaction (its like_seq row lock)");
   assert.equal(await count(f.db, "SELECT count(*) AS n FROM like_outbox"), 0, "nothing is visible before COMMIT");
   await gate.release();

@@ -10,7 +10,11 @@ export interface NotificationFixture {
   close(): Promise<void>;
 }
 
-export async function notificationFixture(partitions: number, accounts: readonly string[], options: { private?: readonly string[] } = {}): Promise<NotificationFixture> {
+export async function notificationFixture(
+  partitions: number,
+  accounts: readonly string[],
+  options: { private?: readonly string[] } = {},
+): Promise<NotificationFixture> {
   const db = await createTestDatabase({ partitions });
   const ledger = await openLedger(db.pool);
   for (const a of accounts) await ledger.relations.upsertAccount(a, { private: options.private?.includes(a) ?? false });
@@ -66,7 +70,11 @@ export async function factRows(pool: Pool): Promise<string[]> {
 }
 
 /** Every event of every source outbox and partition, delivered again in batches of `size` (newest batch first). */
-export async function redeliverEverything(feed: NotificationFeed, partitions: number, size = 7): Promise<{ applied: number; skipped: number; dup: number }> {
+export async function redeliverEverything(
+  feed: NotificationFeed,
+  partitions: number,
+  size = 7,
+): Promise<{ applied: number; skipped: number; dup: number }> {
   const total = { applied: 0, skipped: 0, dup: 0 };
   for (const source of NOTIFICATION_SOURCES) {
     const consumer = feed.consumer(source.name);
@@ -101,7 +109,11 @@ export async function backdateLike(pool: Pool, userId: string, itemId: string, a
 
 /** The same for a follow. */
 export async function backdateFollow(pool: Pool, follower: string, followee: string, at: Date): Promise<void> {
-  await pool.query("UPDATE relation SET changed_at = $3 WHERE follower = $1 AND followee = $2", [follower, followee, at]);
+  await pool.query("UPDATE relation SET changed_at = $3 WHERE follower = $1 AND followee = $2", [
+    follower,
+    followee,
+    at,
+  ]);
   await pool.query(
     "UPDATE relation_event SET created_at = $3 WHERE follower = $1 AND followee = $2 AND version = (SELECT version FROM relation WHERE follower = $1 AND followee = $2)",
     [follower, followee, at],

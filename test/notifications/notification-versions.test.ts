@@ -19,13 +19,23 @@ import { factRows, notificationFixture, viewRows } from "./fixture.ts";
 
 async function pairRow(pool: Pool, source: string, actor: string): Promise<string> {
   const { rows } = await pool.query<{ r: string }>(
-    "SELECT type || ' active=' || active || ' v' || version AS r FROM notification WHERE source = $1 AND actor = $2", [source, actor]);
+    "SELECT type || ' active=' || active || ' v' || version AS r FROM notification WHERE source = $1 AND actor = $2",
+    [source, actor],
+  );
   return rows.map((x) => x.r).join(" | ") || "none";
 }
 
 /** Every event of `source` in partition 0 by `actor`'s pair, oldest first. */
-async function eventsOf(feed: NotificationFeed, source: "likes" | "relations", pool: Pool, actor: string): Promise<NotificationEvent[]> {
-  const table = source === "likes" ? "SELECT seq FROM like_outbox WHERE user_id = $1 ORDER BY seq" : "SELECT seq FROM relation_event WHERE follower = $1 ORDER BY seq";
+async function eventsOf(
+  feed: NotificationFeed,
+  source: "likes" | "relations",
+  pool: Pool,
+  actor: string,
+): Promise<NotificationEvent[]> {
+  const table =
+    source === "likes"
+      ? "SELECT seq FROM like_outbox WHERE user_id = $1 ORDER BY seq"
+      : "SELECT seq FROM relation_event WHERE follower = $1 ORDER BY seq";
   const seqs = new Set((await pool.query<{ seq: string }>(table, [actor])).rows.map((r) => Number(r.seq)));
   const all = await feed.consumer(source).fetchRange(0, 1, Number.MAX_SAFE_INTEGER);
   return all.filter((e) => seqs.has(Number(e.seq)));
@@ -72,7 +82,10 @@ async function deliverLate(t: TestContext, guarded: boolean): Promise<Seen> {
   await step("dan v2", "relation", "dan", relations.applyBatch([d2!]));
   await step("dan v1 late", "relation", "dan", relations.applyBatch([d1!]));
   await drainRest(ledger);
-  return { steps, viewEqualsFacts: JSON.stringify(await viewRows(db.pool)) === JSON.stringify(await factRows(db.pool)) };
+  return {
+    steps,
+    viewEqualsFacts: JSON.stringify(await viewRows(db.pool)) === JSON.stringify(await factRows(db.pool)),
+  };
 }
 
 /** Whatever else is pending (the comments source: nothing), so the view is complete. */

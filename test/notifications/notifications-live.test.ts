@@ -19,17 +19,28 @@ const USERS = Array.from({ length: 12 }, (_, i) => `u-${String(i).padStart(2, "0
  * first: a rebuild that finishes while a consumer batch holds its recipient's lock did not take
  * that lock (or the batch did not), and the test says so at once instead of waiting out a deadline.
  */
-async function waitsOrFinishes(pool: Pool, rebuilding: Promise<unknown>, deadlineMs = 15_000): Promise<{ waits: { pid: number; locktype: string; classid: number } } | { finished: true }> {
+async function waitsOrFinishes(
+  pool: Pool,
+  rebuilding: Promise<unknown>,
+  deadlineMs = 15_000,
+): Promise<{ waits: { pid: number; locktype: string; classid: number } } | { finished: true }> {
   let settled = false;
-  rebuilding.then(() => (settled = true), () => (settled = true));
+  rebuilding.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
   const deadline = Date.now() + deadlineMs;
   for (;;) {
     const { rows } = await pool.query<{ pid: number; locktype: string; classid: number }>(
       `SELECT l.pid, l.locktype, l.classid::int FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE NOT l.granted AND NOT ${IS_HOOK_WAIT} AND a.datname = current_database() AND l.pid <> pg_backend_pid()`);
+        WHERE NOT l.granted AND NOT ${IS_HOOK_WAIT} AND a.datname = current_database() AND l.pid <> pg_backend_pid()`,
+    );
     if (rows[0]) return { waits: rows[0] };
     if (settled) return { finished: true };
-    if (Date.now() > deadline) throw new Error(`the rebuild neither waited on a lock nor finished within ${deadlineMs} ms while a consumer batch was parked holding bob's recipient lock`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `the rebuild neither waited on a lock nor finished within ${deadlineMs} ms while a consumer batch was parked holding bob's recipient lock`,
+      );
     await new Promise((resolve) => setImmediate(resolve));
   }
 }
@@ -58,16 +69,25 @@ test("P=4 a rebuild install waits on the recipient lock a consumer batch holds (
   const rebuilding = ledger.notificationRebuild.rebuild({ recipients: ["bob"] });
   rebuilding.catch(() => undefined);
   const seen = await waitsOrFinishes(db.pool, rebuilding);
-  assert.ok("waits" in seen, "the rebuild installed bob's notifications while a consumer batch held bob's recipient lock: the install (or the consumer batch) does not take the recipients' locks");
+  assert.ok(
+    "waits" in seen,
+    "the rebuild installed bob's notifications while a consumer batch held bob's recipient lock: the install (or the consumer batch) does not take the recipients' locks",
+  );
   const wait = seen.waits;
-  t.diagnostic(`note rebuild install waits: ${wait.locktype} class ${wait.classid} (batch of partition ${String(parked.part)} holds bob)`);
+  t.diagnostic(
+    `note rebuild install waits: ${wait.locktype} class ${wait.classid} (batch of partition ${String(parked.part)} holds bob)`,
+  );
   assert.equal(wait.locktype, "advisory", "the rebuild waits on an advisory lock");
   assert.equal(wait.classid, RECIPIENT_LOCK_SPACE, "the recipient lock space");
   gate.release();
   await consuming;
   const report = await rebuilding;
   t.diagnostic(`note rebuild beside the parked batch: drifted ${report.rowsDrifted}, pending ${report.rowsPending}`);
-  assert.equal(report.rowsDrifted, 0, "the install saw the parked batch's rows; what it installed ahead of the consumer was pending, not drift");
+  assert.equal(
+    report.rowsDrifted,
+    0,
+    "the install saw the parked batch's rows; what it installed ahead of the consumer was pending, not drift",
+  );
   assert.ok(report.rowsPending > 0, "events of later batches were still pending at the install");
   await drainAll(ledger);
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool));
@@ -80,7 +100,10 @@ test("the service's consumer loops (createWorkers) keep notifications up with li
   t.after(() => fx.close());
   const { ledger, db } = fx;
   const workers = createWorkers(ledger, { idleMs: 10, loops: 2 });
-  assert.ok(workers.some((w) => w.name.startsWith("notifications#")), "createWorkers runs a notification loop");
+  assert.ok(
+    workers.some((w) => w.name.startsWith("notifications#")),
+    "createWorkers runs a notification loop",
+  );
   for (const w of workers) w.start();
   t.after(() => Promise.all(workers.map((w) => w.stop())));
   const post = await ledger.posts.createPost("bob", "PUBLIC", "p");
@@ -90,12 +113,19 @@ test("the service's consumer loops (createWorkers) keep notifications up with li
     if (i % 3 === 0) await ledger.comments.create(u, post.postId, `hi ${i}`);
     if (i % 4 === 0) await ledger.likes.unlike(u, post.postId);
   }
-  const audit = await pollUntil("notification lag 0", () => auditNotifications(db.pool), (a) => a.lag === 0);
+  const audit = await pollUntil(
+    "notification lag 0",
+    () => auditNotifications(db.pool),
+    (a) => a.lag === 0,
+  );
   assert.ok(notificationAuditClean(audit), JSON.stringify(audit));
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool));
   const shape = (await listNotificationGroups(db.pool, "bob")).groups.map((g) => `${g.type}:${g.notificationsCount}`);
   t.diagnostic(`note bob: ${shape.join(" ")}`);
-  assert.deepEqual(shape.filter((s) => !s.startsWith("comment")), ["like:9", "follow:6"]);
+  assert.deepEqual(
+    shape.filter((s) => !s.startsWith("comment")),
+    ["like:9", "follow:6"],
+  );
   assert.equal(shape.filter((s) => s.startsWith("comment")).length, 4);
 });
 
@@ -119,7 +149,11 @@ test("negative control: an install from a stale snapshot that overwrites (no ver
 
   const real = await ledger.notificationRebuild.installRecipient("bob", staleTruth, staleSeqs);
   t.diagnostic(`note the real install: ${JSON.stringify(real)}`);
-  assert.deepEqual([real.rowsDrifted, real.rowsPending, real.rowsNewer], [0, 0, 7], "the 7 pairs the consumer wrote after the snapshot are left alone");
+  assert.deepEqual(
+    [real.rowsDrifted, real.rowsPending, real.rowsNewer],
+    [0, 0, 7],
+    "the 7 pairs the consumer wrote after the snapshot are left alone",
+  );
   assert.deepEqual(await viewRowsWithIds(db.pool), exact);
   assert.ok(notificationAuditClean(await auditNotifications(db.pool)));
 
@@ -127,6 +161,10 @@ test("negative control: an install from a stale snapshot that overwrites (no ver
   await drainAll(ledger);
   const audit = await auditNotifications(db.pool);
   t.diagnostic(`note after the overwriting install and a drain: ${JSON.stringify(audit)}`);
-  assert.deepEqual([audit.extra, audit.missing, audit.lag], [2, 5, 0], "u-00's like and u-01's follow are back, 4 likes and a follow are lost, and no event is left to repair them");
+  assert.deepEqual(
+    [audit.extra, audit.missing, audit.lag],
+    [2, 5, 0],
+    "u-00's like and u-01's follow are back, 4 likes and a follow are lost, and no event is left to repair them",
+  );
   assert.notDeepEqual(await viewRows(db.pool), await factRows(db.pool));
 });

@@ -27,7 +27,11 @@ test(`P=4 scale: ${USERS} accounts like 3 of ${POSTS} posts each and half follow
     t.diagnostic(`note ${what}: ${(performance.now() - started).toFixed(0)} ms`);
     return result;
   };
-  const events = (await db.pool.query<{ n: number }>("SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) AS n")).rows[0]!.n;
+  const events = (
+    await db.pool.query<{ n: number }>(
+      "SELECT (SELECT sum(last) FROM like_seq) + (SELECT sum(last) FROM event_seq) AS n",
+    )
+  ).rows[0]!.n;
   await ledger.likeConsumer.drain();
   await ledger.projector.drain();
   await time(`drain of the notification view (${events} events)`, () => ledger.notifications.drain());
@@ -40,11 +44,17 @@ test(`P=4 scale: ${USERS} accounts like 3 of ${POSTS} posts each and half follow
     const { rows } = await db.pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ANALYZE ${process.env.NOTIFY_PLAN}`);
     t.diagnostic(rows.map((r) => r["QUERY PLAN"]).join("\n"));
   }
-  assert.equal(page.groups.reduce((n, g) => n + g.notificationsCount, 0), facts.length, "everything falls in the 51 groups of one window");
+  assert.equal(
+    page.groups.reduce((n, g) => n + g.notificationsCount, 0),
+    facts.length,
+    "everything falls in the 51 groups of one window",
+  );
   assert.equal(page.groups.length, POSTS + 1);
   const unread = await time("unread count", () => unreadCount(db.pool, "bob"));
   assert.equal(unread.count, facts.length);
-  const rebuilt = await time("rebuild of the recipient", () => ledger.notificationRebuild.rebuild({ recipients: ["bob"] }));
+  const rebuilt = await time("rebuild of the recipient", () =>
+    ledger.notificationRebuild.rebuild({ recipients: ["bob"] }),
+  );
   assert.deepEqual([rebuilt.rowsDrifted, rebuilt.rowsPending], [0, 0]);
   const audit = await time("audit", () => auditNotifications(db.pool));
   assert.ok(notificationAuditClean(audit));

@@ -4,11 +4,24 @@ import { Gate } from "../../src/hooks.ts";
 import type { Ledger } from "../../src/ledger.ts";
 import { auditNotifications, notificationAuditClean } from "../../src/notifications/notification-audit.ts";
 import { NotificationFeed } from "../../src/notifications/notification-consumer.ts";
-import { listNotificationGroups, markRead, unreadCount, type NotificationGroup } from "../../src/notifications/notification-reads.ts";
+import {
+  listNotificationGroups,
+  markRead,
+  unreadCount,
+  type NotificationGroup,
+} from "../../src/notifications/notification-reads.ts";
 import { applyWithoutGuards } from "./negative-controls.ts";
 import { pruneRetained } from "../../src/retention/retention.ts";
 import {
-  backdateFollow, backdateLike, drainAll, factRows, notificationFixture, redeliverEverything, scalar, viewRows, viewRowsWithIds,
+  backdateFollow,
+  backdateLike,
+  drainAll,
+  factRows,
+  notificationFixture,
+  redeliverEverything,
+  scalar,
+  viewRows,
+  viewRowsWithIds,
 } from "./fixture.ts";
 
 const PEOPLE = ["ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"];
@@ -71,10 +84,20 @@ for (const partitions of [1, 4]) {
     assert.deepEqual([onTop.rowsDrifted, onTop.rowsPending], [0, 0], "a rebuild over an exact view changes nothing");
     await db.pool.query("DELETE FROM notification");
     const rebuilt = await ledger.notificationRebuild.rebuild();
-    t.diagnostic(`note rebuild from nothing: ${rebuilt.recipientsChecked} recipients, ${rebuilt.rowsDrifted} rows drifted`);
-    assert.deepEqual([rebuilt.rowsDrifted, rebuilt.rowsPending], [facts.length, 0], "every row was missing with nothing pending: all drift");
+    t.diagnostic(
+      `note rebuild from nothing: ${rebuilt.recipientsChecked} recipients, ${rebuilt.rowsDrifted} rows drifted`,
+    );
+    assert.deepEqual(
+      [rebuilt.rowsDrifted, rebuilt.rowsPending],
+      [facts.length, 0],
+      "every row was missing with nothing pending: all drift",
+    );
     assert.deepEqual(await viewRowsWithIds(db.pool), exact, "rebuild = incremental, ids and groups included");
-    assert.deepEqual(await redeliverEverything(ledger.notifications, partitions).then((r) => r.applied), 0, "after the rebuild every old event is stale");
+    assert.deepEqual(
+      await redeliverEverything(ledger.notifications, partitions).then((r) => r.applied),
+      0,
+      "after the rebuild every old event is stale",
+    );
     assert.deepEqual(await viewRowsWithIds(db.pool), exact);
   });
 }
@@ -98,7 +121,9 @@ test("negative control: the apply without dedup and version guard brings an unli
   const naive = new NotificationFeed(db.pool, { apply: applyWithoutGuards });
   await naive.consumer("likes").applyBatch([likeEvent]);
   const groups = (await listNotificationGroups(db.pool, "bob")).groups;
-  t.diagnostic(`note after the naive redelivery: count ${groups[0]!.notificationsCount}, sample ${groups[0]!.sampleAccountIds.join(",")}`);
+  t.diagnostic(
+    `note after the naive redelivery: count ${groups[0]!.notificationsCount}, sample ${groups[0]!.sampleAccountIds.join(",")}`,
+  );
   assert.equal(groups[0]!.notificationsCount, 2, "ann, who unliked, is counted again");
   assert.notDeepEqual(await viewRows(db.pool), await factRows(db.pool));
   const audit = await auditNotifications(db.pool);
@@ -120,11 +145,16 @@ test("grouping: likes of one post and follows group per 12-hour UTC window (boun
   // 10 likes in the window [start, start + W), the last one at its very last microsecond; one at start + W.
   for (const [i, who] of likers.entries()) {
     await ledger.likes.like(who, post.postId);
-    const at = i < 9 ? new Date(start + (i + 1) * HOUR) : i === 9 ? new Date(start + WINDOW - 1) : new Date(start + WINDOW);
+    const at =
+      i < 9 ? new Date(start + (i + 1) * HOUR) : i === 9 ? new Date(start + WINDOW - 1) : new Date(start + WINDOW);
     await backdateLike(db.pool, who, post.postId, at);
   }
-  await db.pool.query("UPDATE like_fact SET changed_at = changed_at + interval '0.000999 seconds' WHERE user_id = 'liker-09'");
-  await db.pool.query("UPDATE like_outbox SET created_at = created_at + interval '0.000999 seconds' WHERE user_id = 'liker-09'");
+  await db.pool.query(
+    "UPDATE like_fact SET changed_at = changed_at + interval '0.000999 seconds' WHERE user_id = 'liker-09'",
+  );
+  await db.pool.query(
+    "UPDATE like_outbox SET created_at = created_at + interval '0.000999 seconds' WHERE user_id = 'liker-09'",
+  );
   await ledger.likes.like("ann", other.postId);
   await backdateLike(db.pool, "ann", other.postId, new Date(start + 2 * HOUR));
   for (const [i, who] of ["ann", "cat", "dan"].entries()) {
@@ -143,7 +173,8 @@ test("grouping: likes of one post and follows group per 12-hour UTC window (boun
   const shape = (g: NotificationGroup) => `${g.type}:${g.notificationsCount}:${g.sampleAccountIds.join(",")}`;
   t.diagnostic(`note groups of bob: ${page.groups.map(shape).join(" | ")}`);
   assert.deepEqual(page.groups.map(shape), [
-    "comment:1:dan", "comment:1:cat",
+    "comment:1:dan",
+    "comment:1:cat",
     "follow:1:eve",
     "follow:3:dan,cat,ann",
     "like:1:liker-10",
@@ -152,8 +183,15 @@ test("grouping: likes of one post and follows group per 12-hour UTC window (boun
   ]);
   const big = page.groups[5]!;
   assert.equal(big.groupKey, `like-${post.postId}-${start / WINDOW}`);
-  assert.equal(page.groups[4]!.groupKey, `like-${post.postId}-${start / WINDOW + 1}`, "one microsecond later is the next window");
-  assert.ok(Math.abs(big.latestNotificationAt.getTime() - (start + WINDOW)) <= 1, "a microsecond before the window's end");
+  assert.equal(
+    page.groups[4]!.groupKey,
+    `like-${post.postId}-${start / WINDOW + 1}`,
+    "one microsecond later is the next window",
+  );
+  assert.ok(
+    Math.abs(big.latestNotificationAt.getTime() - (start + WINDOW)) <= 1,
+    "a microsecond before the window's end",
+  );
   assert.equal(big.oldestNotificationAt.getTime(), start + HOUR);
   assert.ok(big.mostRecentNotificationId > big.oldestNotificationId);
   assert.equal(big.itemId, post.postId);
@@ -170,7 +208,10 @@ test("grouping: likes of one post and follows group per 12-hour UTC window (boun
     seen.push(...p.groups.map((g) => g.groupKey));
     cursor = p.nextCursor;
   } while (cursor);
-  assert.deepEqual(seen, page.groups.map((g) => g.groupKey));
+  assert.deepEqual(
+    seen,
+    page.groups.map((g) => g.groupKey),
+  );
 
   // An unlike decrements its group; the last unlike removes it; an unfollow removes its follow.
   await ledger.likes.unlike("liker-03", post.postId);
@@ -180,7 +221,9 @@ test("grouping: likes of one post and follows group per 12-hour UTC window (boun
   const after = await listNotificationGroups(db.pool, "bob");
   t.diagnostic(`note after unlikes and an unfollow: ${after.groups.map(shape).join(" | ")}`);
   assert.deepEqual(after.groups.map(shape).slice(2), [
-    "follow:1:eve", "follow:2:dan,ann", "like:1:liker-10",
+    "follow:1:eve",
+    "follow:2:dan,ann",
+    "like:1:liker-10",
     "like:9:liker-09,liker-08,liker-07,liker-06,liker-05,liker-04,liker-02,liker-01",
   ]);
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool));
@@ -192,7 +235,8 @@ test("a follow request approved becomes a follow; a rejected or withdrawn one di
   const { ledger, db } = fx;
   for (const who of ["ann", "bob", "cat"]) await ledger.relations.follow(who, "hal");
   await drainAll(ledger);
-  const types = async () => (await listNotificationGroups(db.pool, "hal")).groups.map((g) => `${g.type}:${g.sampleAccountIds.join(",")}`);
+  const types = async () =>
+    (await listNotificationGroups(db.pool, "hal")).groups.map((g) => `${g.type}:${g.sampleAccountIds.join(",")}`);
   assert.deepEqual(await types(), ["follow_request:cat", "follow_request:bob", "follow_request:ann"]);
   await ledger.relations.decide("hal", "ann", true);
   await ledger.relations.decide("hal", "bob", false);
@@ -214,7 +258,10 @@ test("authorization at read time: blocks hide an actor both ways (counts exclude
   const post = await ledger.posts.createPost("bob", "PUBLIC", "p");
   for (const who of ["ann", "cat", "dan"]) await ledger.likes.like(who, post.postId);
   await drainAll(ledger);
-  const likes = async () => (await listNotificationGroups(db.pool, "bob")).groups.filter((g) => g.type === "like").map((g) => `${g.notificationsCount}:${g.sampleAccountIds.join(",")}`);
+  const likes = async () =>
+    (await listNotificationGroups(db.pool, "bob")).groups
+      .filter((g) => g.type === "like")
+      .map((g) => `${g.notificationsCount}:${g.sampleAccountIds.join(",")}`);
   assert.deepEqual(await likes(), ["3:dan,cat,ann"]);
   await ledger.relations.block("bob", "ann");
   assert.deepEqual(await likes(), ["2:dan,cat"], "the reader blocks ann: at once, no drain needed");
@@ -238,11 +285,20 @@ test("authorization at read time: blocks hide an actor both ways (counts exclude
   const comment = await ledger.comments.create("eve", followersOnly.postId, "hi dan");
   await ledger.likes.setLikedIfVisible("fay", comment.id, true);
   await drainAll(ledger);
-  const eve = async () => (await listNotificationGroups(db.pool, "eve")).groups.map((g) => `${g.type}:${g.sampleAccountIds.join(",")}`);
+  const eve = async () =>
+    (await listNotificationGroups(db.pool, "eve")).groups.map((g) => `${g.type}:${g.sampleAccountIds.join(",")}`);
   assert.deepEqual(await eve(), ["like:fay"]);
   await ledger.relations.unfollow("eve", "dan");
-  assert.deepEqual(await eve(), [], "eve may no longer read her comment on a followers-only post: its likes are hidden");
-  assert.deepEqual((await listNotificationGroups(db.pool, "dan")).groups.map((g) => `${g.type}:${g.notificationsCount}`), ["comment:1", "follow:2"], "dan still sees eve's comment, and both follows in one group");
+  assert.deepEqual(
+    await eve(),
+    [],
+    "eve may no longer read her comment on a followers-only post: its likes are hidden",
+  );
+  assert.deepEqual(
+    (await listNotificationGroups(db.pool, "dan")).groups.map((g) => `${g.type}:${g.notificationsCount}`),
+    ["comment:1", "follow:2"],
+    "dan still sees eve's comment, and both follows in one group",
+  );
   await drainAll(ledger);
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool), "the view keeps the facts; only the read filters");
 });
@@ -260,14 +316,33 @@ test("unread count and marking read: the marker moves forward only, never past t
   assert.deepEqual([follow!.type, like!.type, follow!.unread, like!.unread], ["follow", "like", true, true]);
   const marked = await markRead(db.pool, "bob", like!.mostRecentNotificationId);
   assert.deepEqual(marked, { count: 1, groups: 1, lastReadId: like!.mostRecentNotificationId });
-  assert.deepEqual((await listNotificationGroups(db.pool, "bob")).groups.map((g) => g.unread), [true, false]);
-  assert.equal((await markRead(db.pool, "bob", like!.oldestNotificationId)).lastReadId, like!.mostRecentNotificationId, "never backwards");
+  assert.deepEqual(
+    (await listNotificationGroups(db.pool, "bob")).groups.map((g) => g.unread),
+    [true, false],
+  );
+  assert.equal(
+    (await markRead(db.pool, "bob", like!.oldestNotificationId)).lastReadId,
+    like!.mostRecentNotificationId,
+    "never backwards",
+  );
   const future = `${"9".repeat(16)}-000000000000`;
-  assert.equal((await markRead(db.pool, "bob", future)).lastReadId, follow!.mostRecentNotificationId, "clamped to the newest");
+  assert.equal(
+    (await markRead(db.pool, "bob", future)).lastReadId,
+    follow!.mostRecentNotificationId,
+    "clamped to the newest",
+  );
   await ledger.likes.like("eve", post.postId);
   await drainAll(ledger);
-  assert.deepEqual(await unreadCount(db.pool, "bob"), { count: 1, groups: 1, lastReadId: follow!.mostRecentNotificationId });
-  assert.deepEqual(await markRead(db.pool, "ann", future), { count: 0, groups: 0, lastReadId: null }, "no notifications: no marker");
+  assert.deepEqual(await unreadCount(db.pool, "bob"), {
+    count: 1,
+    groups: 1,
+    lastReadId: follow!.mostRecentNotificationId,
+  });
+  assert.deepEqual(
+    await markRead(db.pool, "ann", future),
+    { count: 0, groups: 0, lastReadId: null },
+    "no notifications: no marker",
+  );
   await assert.rejects(markRead(db.pool, "bob", "0001"), { code: "INVALID_INPUT" });
   await assert.rejects(markRead(db.pool, "bob", 7), { code: "INVALID_INPUT" });
   assert.equal(await scalar(db.pool, "SELECT count(*) AS n FROM notification_marker"), 1, "bad input wrote nothing");
@@ -288,12 +363,24 @@ test("the outbox prune waits for the notification watermark; a rebuild that runs
   await ledger.commentConsumer.drain();
   const margin = { keepLast: 0, keepSeconds: 0 };
   const held = await pruneRetained(db.pool, margin);
-  assert.equal(held.kinds.reduce((n, k) => n + k.outboxRows, 0), 0, "the notification view has not consumed them: nothing pruned");
+  assert.equal(
+    held.kinds.reduce((n, k) => n + k.outboxRows, 0),
+    0,
+    "the notification view has not consumed them: nothing pruned",
+  );
   await ledger.notifications.drain();
   const pruned = await pruneRetained(db.pool, margin);
-  t.diagnostic(`note pruned after the notification drain: ${pruned.kinds.map((k) => `${k.kind}=${k.outboxRows}`).join(" ")}`);
+  t.diagnostic(
+    `note pruned after the notification drain: ${pruned.kinds.map((k) => `${k.kind}=${k.outboxRows}`).join(" ")}`,
+  );
   assert.ok(pruned.kinds.every((k) => k.outboxRows > 0));
-  assert.equal(await scalar(db.pool, "SELECT (SELECT count(*) FROM notification_like_seen) + (SELECT count(*) FROM notification_relation_seen) + (SELECT count(*) FROM notification_comment_seen) AS n"), 0);
+  assert.equal(
+    await scalar(
+      db.pool,
+      "SELECT (SELECT count(*) FROM notification_like_seen) + (SELECT count(*) FROM notification_relation_seen) + (SELECT count(*) FROM notification_comment_seen) AS n",
+    ),
+    0,
+  );
   assert.deepEqual((await redeliverEverything(ledger.notifications, 4)).applied, 0);
 
   // A rebuild parked after its snapshot while new facts arrive and the consumer applies them.
@@ -302,11 +389,20 @@ test("the outbox prune waits for the notification watermark; a rebuild that runs
   await gate.waitArrived();
   await writeMix(ledger, 1);
   await drainAll(ledger);
-  await ledger.likes.unlike("cat", (await db.pool.query<{ id: string }>("SELECT post_id AS id FROM post WHERE body = 'post 1'")).rows[0]!.id);
+  await ledger.likes.unlike(
+    "cat",
+    (await db.pool.query<{ id: string }>("SELECT post_id AS id FROM post WHERE body = 'post 1'")).rows[0]!.id,
+  );
   gate.release();
   const report = await rebuild;
-  t.diagnostic(`note rebuild beside live traffic: ${report.recipientsChecked} recipients, ${report.rowsDrifted} drifted, ${report.rowsPending} pending`);
-  assert.deepEqual([report.rowsDrifted, report.rowsPending], [0, 0], "nothing the consumer applied after the snapshot was undone");
+  t.diagnostic(
+    `note rebuild beside live traffic: ${report.recipientsChecked} recipients, ${report.rowsDrifted} drifted, ${report.rowsPending} pending`,
+  );
+  assert.deepEqual(
+    [report.rowsDrifted, report.rowsPending],
+    [0, 0],
+    "nothing the consumer applied after the snapshot was undone",
+  );
   await ledger.notifications.drain();
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool));
   assert.ok(notificationAuditClean(await auditNotifications(db.pool)));

@@ -28,12 +28,18 @@ test("copies every row of the source and returns their number", async (t) => {
     const rows = Array.from({ length: 5000 }, (_, i) => `${i}\trow ${i}\n`);
     // Rows split across chunks anywhere, as the import's 256 KB chunks split them.
     const text = rows.join("");
-    const copied = await copyIn(client, "COPY copied (n, s) FROM STDIN", chunks(text.slice(0, 7), text.slice(7, 40_000), text.slice(40_000)));
+    const copied = await copyIn(
+      client,
+      "COPY copied (n, s) FROM STDIN",
+      chunks(text.slice(0, 7), text.slice(7, 40_000), text.slice(40_000)),
+    );
     assert.equal(copied, 5000);
   } finally {
     client.release();
   }
-  const { rows } = await db.pool.query<{ n: number; sum: string }>("SELECT count(*)::int AS n, sum(n)::text AS sum FROM copied WHERE s = 'row ' || n");
+  const { rows } = await db.pool.query<{ n: number; sum: string }>(
+    "SELECT count(*)::int AS n, sum(n)::text AS sum FROM copied WHERE s = 'row ' || n",
+  );
   assert.deepEqual(rows[0], { n: 5000, sum: String((4999 * 5000) / 2) });
 });
 
@@ -44,12 +50,15 @@ test("a row the server refuses: a typed DatabaseError with its SQLSTATE, nothing
   const client = await db.pool.connect();
   try {
     const good = "1\n".repeat(100_000);
-    await assert.rejects(copyIn(client, "COPY copied (n) FROM STDIN", chunks(good, "2\nnot a number\n", good)), (err: unknown) => {
-      assert.ok(err instanceof DatabaseError, `a DatabaseError, got ${String(err)}`);
-      assert.equal(err.sqlState, "22P02");
-      assert.match(err.message, /not a number/);
-      return true;
-    });
+    await assert.rejects(
+      copyIn(client, "COPY copied (n) FROM STDIN", chunks(good, "2\nnot a number\n", good)),
+      (err: unknown) => {
+        assert.ok(err instanceof DatabaseError, `a DatabaseError, got ${String(err)}`);
+        assert.equal(err.sqlState, "22P02");
+        assert.match(err.message, /not a number/);
+        return true;
+      },
+    );
     assert.deepEqual((await client.query("SELECT count(*)::int AS n FROM copied")).rows, [{ n: 0 }]);
   } finally {
     client.release();
@@ -91,10 +100,22 @@ test("the connection lost in the middle of the COPY: ConnectionLostError, nothin
       yield "2\n".repeat(1000);
     };
     // It may fail as soon as the server's FATAL arrives, before the source is read again.
-    const copying = copyIn(client, "COPY copied (n) FROM STDIN", source()).then(() => undefined, (err: unknown) => err);
-    await pollUntil("the COPY to be running", async () => (await db.pool.query("SELECT query FROM pg_stat_activity WHERE pid = $1", [pid])).rows[0]?.query, (q) => /^COPY/.test(q ?? ""));
+    const copying = copyIn(client, "COPY copied (n) FROM STDIN", source()).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    await pollUntil(
+      "the COPY to be running",
+      async () => (await db.pool.query("SELECT query FROM pg_stat_activity WHERE pid = $1", [pid])).rows[0]?.query,
+      (q) => /^COPY/.test(q ?? ""),
+    );
     await db.pool.query("SELECT pg_terminate_backend($1)", [pid]);
-    await pollUntil("the backend to be gone", async () => (await db.pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1", [pid])).rows[0]!.n, (n) => n === 0);
+    await pollUntil(
+      "the backend to be gone",
+      async () =>
+        (await db.pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1", [pid])).rows[0]!.n,
+      (n) => n === 0,
+    );
     terminated();
     failed = await copying;
   } finally {
@@ -104,44 +125,60 @@ test("the connection lost in the middle of the COPY: ConnectionLostError, nothin
   assert.deepEqual((await db.pool.query("SELECT count(*)::int AS n FROM copied")).rows, [{ n: 0 }]);
 });
 
-test("a server that stops reading stops the reading of the source: it goes as far as the socket's buffers take, not to its end", { timeout: 60_000 }, async (t) => {
-  const db = await createTestDatabase({ partitions: null, poolSize: 3 });
-  t.after(() => db.close());
-  // The server sends CopyInResponse, then its statement trigger waits on a lock the test holds:
-  // it reads nothing until the test lets go, and the socket backs up.
-  await db.pool.query("CREATE TABLE slow_sink (s text NOT NULL)");
-  await db.pool.query(`CREATE FUNCTION slow_sink_wait() RETURNS trigger LANGUAGE plpgsql AS $$
+test(
+  "a server that stops reading stops the reading of the source: it goes as far as the socket's buffers take, not to its end",
+  { timeout: 60_000 },
+  async (t) => {
+    const db = await createTestDatabase({ partitions: null, poolSize: 3 });
+    t.after(() => db.close());
+    // The server sends CopyInResponse, then its statement trigger waits on a lock the test holds:
+    // it reads nothing until the test lets go, and the socket backs up.
+    await db.pool.query("CREATE TABLE slow_sink (s text NOT NULL)");
+    await db.pool.query(`CREATE FUNCTION slow_sink_wait() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN PERFORM pg_advisory_xact_lock(7340033); RETURN NULL; END $$`);
-  await db.pool.query("CREATE TRIGGER slow_sink_wait BEFORE INSERT ON slow_sink FOR EACH STATEMENT EXECUTE FUNCTION slow_sink_wait()");
-  const holder = await db.pool.connect();
-  const client = await db.pool.connect();
-  try {
-    await holder.query("SELECT pg_advisory_lock(7340033)");
+    await db.pool.query(
+      "CREATE TRIGGER slow_sink_wait BEFORE INSERT ON slow_sink FOR EACH STATEMENT EXECUTE FUNCTION slow_sink_wait()",
+    );
+    const holder = await db.pool.connect();
+    const client = await db.pool.connect();
+    try {
+      await holder.query("SELECT pg_advisory_lock(7340033)");
 
-    const socket = (client as PoolClient & { connection: { stream: Writable } }).connection.stream;
-    const chunk = ("x".repeat(1023) + "\n").repeat(256); // 256 KB, the import's chunk size
-    const total = 256; // 64 MB: far more than the kernel's socket buffers hold
-    let pulled = 0;
-    let mostQueued = 0;
-    const source = async function* (): AsyncGenerator<string> {
-      for (let i = 0; i < total; i++) {
-        // What the client holds in memory, not yet handed to the kernel, when the next chunk is read.
-        mostQueued = Math.max(mostQueued, socket.writableLength);
-        pulled++;
-        yield chunk;
-      }
-    };
-    const copying = copyIn(client, "COPY slow_sink (s) FROM STDIN", source());
-    await waitForLockWait(db.pool, () => backendPid(client));
-    await pollUntil("the socket to the server to back up", async () => socket.writableNeedDrain, (full) => full);
-    const pulledWhileBlocked = pulled;
-    await holder.query("SELECT pg_advisory_unlock(7340033)");
-    assert.equal(await copying, total * 256);
-    // Without backpressure the whole source is read (into the COPY stream's or the socket's buffer) while the server reads nothing.
-    assert.ok(pulledWhileBlocked < total, `the source was read to its end (${pulledWhileBlocked} chunks) while the server read nothing`);
-    assert.ok(mostQueued <= 2 * chunk.length, `at most two chunks queued in the socket's buffer, saw ${(mostQueued / 2 ** 20).toFixed(1)} MB`);
-  } finally {
-    holder.release();
-    client.release();
-  }
-});
+      const socket = (client as PoolClient & { connection: { stream: Writable } }).connection.stream;
+      const chunk = ("x".repeat(1023) + "\n").repeat(256); // 256 KB, the import's chunk size
+      const total = 256; // 64 MB: far more than the kernel's socket buffers hold
+      let pulled = 0;
+      let mostQueued = 0;
+      const source = async function* (): AsyncGenerator<string> {
+        for (let i = 0; i < total; i++) {
+          // What the client holds in memory, not yet handed to the kernel, when the next chunk is read.
+          mostQueued = Math.max(mostQueued, socket.writableLength);
+          pulled++;
+          yield chunk;
+        }
+      };
+      const copying = copyIn(client, "COPY slow_sink (s) FROM STDIN", source());
+      await waitForLockWait(db.pool, () => backendPid(client));
+      await pollUntil(
+        "the socket to the server to back up",
+        async () => socket.writableNeedDrain,
+        (full) => full,
+      );
+      const pulledWhileBlocked = pulled;
+      await holder.query("SELECT pg_advisory_unlock(7340033)");
+      assert.equal(await copying, total * 256);
+      // Without backpressure the whole source is read (into the COPY stream's or the socket's buffer) while the server reads nothing.
+      assert.ok(
+        pulledWhileBlocked < total,
+        `the source was read to its end (${pulledWhileBlocked} chunks) while the server read nothing`,
+      );
+      assert.ok(
+        mostQueued <= 2 * chunk.length,
+        `at most two chunks queued in the socket's buffer, saw ${(mostQueued / 2 ** 20).toFixed(1)} MB`,
+      );
+    } finally {
+      holder.release();
+      client.release();
+    }
+  },
+);

@@ -26,7 +26,14 @@ for (const partitions of [1, 4]) {
     assert.equal(again.code, "NOT_PENDING");
     await f.projector.drain();
     assert.deepEqual(await followerCount(f.db.pool, acct(2), 0), { count: 1, lag: 0, stale: false });
-    assert.deepEqual(await f.rel.relationship(acct(3), acct(2)), { following: true, requested: false, followedBy: false, requestedBy: false, blocking: false, blockedBy: false });
+    assert.deepEqual(await f.rel.relationship(acct(3), acct(2)), {
+      following: true,
+      requested: false,
+      followedBy: false,
+      requestedBy: false,
+      blocking: false,
+      blockedBy: false,
+    });
     assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
   });
 }
@@ -39,7 +46,14 @@ test("30-B P=1 a second request to a private account is NOOP(PENDING,v1,already 
   t.diagnostic(`note second request: ${fmt(second)}`);
   assert.equal(fmt(second), "NOOP(PENDING,v1,already PENDING)");
   assert.equal(await scalar(f, "SELECT count(*) AS n FROM relation_event"), 1);
-  assert.deepEqual(await f.rel.relationship(acct(4), acct(2)), { following: false, requested: true, followedBy: false, requestedBy: false, blocking: false, blockedBy: false });
+  assert.deepEqual(await f.rel.relationship(acct(4), acct(2)), {
+    following: false,
+    requested: true,
+    followedBy: false,
+    requestedBy: false,
+    blocking: false,
+    blockedBy: false,
+  });
   const rejected = await f.rel.decide(acct(2), acct(4), false);
   assert.deepEqual([rejected.outcome, rejected.state, rejected.version], ["CHANGED", "REMOVED", 2]);
 });
@@ -69,7 +83,14 @@ test("30-C P=1 self-follow rejected, empty unfollow NOOP, versions only grow, un
   await f.rel.follow(acct(6), acct(5));
   const block = await f.rel.block(acct(6), acct(5));
   assert.equal(block.outcome, "CHANGED");
-  assert.deepEqual(await f.rel.relationship(acct(5), acct(6)), { following: false, requested: false, followedBy: false, requestedBy: false, blocking: false, blockedBy: true });
+  assert.deepEqual(await f.rel.relationship(acct(5), acct(6)), {
+    following: false,
+    requested: false,
+    followedBy: false,
+    requestedBy: false,
+    blocking: false,
+    blockedBy: true,
+  });
   const blockedFollow = await f.rel.follow(acct(5), acct(6));
   assert.equal(blockedFollow.outcome, "REJECTED");
   assert.equal(blockedFollow.code, "BLOCKED");

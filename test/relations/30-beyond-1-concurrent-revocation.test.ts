@@ -56,7 +56,9 @@ async function scenario(tokenRead: "default share" | "plain", t: import("node:te
   const block = await blocking;
   const watermark = await scalar(f, "SELECT applied_upto AS n FROM proj_watermark WHERE part = 0");
   const decision = await posts.canRead(reader, post.postId, "CONTENT_TOKEN");
-  t.diagnostic(`note ${tokenRead}: block seq=${block.seq} post token=${post.aclToken} watermark=${watermark} post waited on lock: ${waited} -> CONTENT_TOKEN ${decision.allowed ? "ALLOW" : "DENY"}/${decision.source}`);
+  t.diagnostic(
+    `note ${tokenRead}: block seq=${block.seq} post token=${post.aclToken} watermark=${watermark} post waited on lock: ${waited} -> CONTENT_TOKEN ${decision.allowed ? "ALLOW" : "DENY"}/${decision.source}`,
+  );
   return { post, block, decision, watermark };
 }
 

@@ -97,8 +97,11 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   const ackedPairs: AckedPair[] = [];
   const ackedBlocks: AckedBlock[] = [];
   const opCounts: Record<Op, { changed: number; other: number }> = {
-    follow: { changed: 0, other: 0 }, unfollow: { changed: 0, other: 0 }, decide: { changed: 0, other: 0 },
-    block: { changed: 0, other: 0 }, unblock: { changed: 0, other: 0 },
+    follow: { changed: 0, other: 0 },
+    unfollow: { changed: 0, other: 0 },
+    decide: { changed: 0, other: 0 },
+    block: { changed: 0, other: 0 },
+    unblock: { changed: 0, other: 0 },
   };
   let projectorPasses = 0;
   let projectedBeforeCrash = 0;
@@ -112,11 +115,26 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     opCounts[op].changed++;
     if (r.seq === 0) return; // unblock, or a block that only inserted the block row: no event
     if (op === "block") {
-      ackedBlocks.push({ blocker: a, blocked: b, state: r.state, version: r.version, seq: r.seq, parts: [rel.partitionOf(a), rel.partitionOf(b)] });
+      ackedBlocks.push({
+        blocker: a,
+        blocked: b,
+        state: r.state,
+        version: r.version,
+        seq: r.seq,
+        parts: [rel.partitionOf(a), rel.partitionOf(b)],
+      });
     } else {
       // follow/unfollow(follower=a, followee=b), decide(followee=a, follower=b)
       const [follower, followee] = op === "decide" ? [b, a] : [a, b];
-      ackedPairs.push({ op, part: rel.partitionOf(followee), seq: r.seq, follower, followee, state: r.state, version: r.version });
+      ackedPairs.push({
+        op,
+        part: rel.partitionOf(followee),
+        seq: r.seq,
+        follower,
+        followee,
+        state: r.state,
+        version: r.version,
+      });
     }
     if (ackedCount() === PARK_AFTER_ACKED) parkedProjector.arm();
   };
@@ -140,11 +158,12 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     try {
       for (;;) {
         const r = random();
-        const [a, b] = r < 0.4
-          ? [pick(), pickHot()]
-          : r >= 0.58 && r < 0.8 && requested.length > 0 && random() < 0.8
-            ? requested.splice(Math.floor(random() * requested.length), 1)[0]!
-            : known();
+        const [a, b] =
+          r < 0.4
+            ? [pick(), pickHot()]
+            : r >= 0.58 && r < 0.8 && requested.length > 0 && random() < 0.8
+              ? requested.splice(Math.floor(random() * requested.length), 1)[0]!
+              : known();
         if (a === b) continue;
         if (r < 0.4) {
           const result = await rel.follow(a, b);
@@ -185,7 +204,9 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   // What the crash will cut short, read on a connection of its own: the two parked transactions
   // are open with an xid, their rows are not committed, and the projector had committed work before.
   const open = await openTransactions(pool);
-  const { rows: [committed] } = await pool.query<{ seqLast: number; pairVersion: number; batchWatermark: number; watermarks: number }>(
+  const {
+    rows: [committed],
+  } = await pool.query<{ seqLast: number; pairVersion: number; batchWatermark: number; watermarks: number }>(
     `SELECT (SELECT last FROM event_seq WHERE part = $1) AS "seqLast",
             coalesce((SELECT version FROM relation WHERE follower = $2 AND followee = $3), 0) AS "pairVersion",
             (SELECT applied_upto FROM proj_watermark WHERE part = $4) AS "batchWatermark",
@@ -195,12 +216,22 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   const batchSeqs = batch.events.map((e) => e.seq);
   const ackedAtCrash = ackedCount();
   t.diagnostic(`note in flight at the crash: ${formatOpenTransactions(open)}; acked CHANGED so far=${ackedAtCrash}`);
-  t.diagnostic(`note   parked writer pid=${write.pid}: ${write.follower}->${write.followee} part=${write.part} seq=${write.seq} version=${write.version}; committed event_seq.last=${committed!.seqLast} pair version=${committed!.pairVersion}`);
-  t.diagnostic(`note   parked projector pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`);
+  t.diagnostic(
+    `note   parked writer pid=${write.pid}: ${write.follower}->${write.followee} part=${write.part} seq=${write.seq} version=${write.version}; committed event_seq.last=${committed!.seqLast} pair version=${committed!.pairVersion}`,
+  );
+  t.diagnostic(
+    `note   parked projector pid=${batch.pid}: part=${batch.part} ${batchSeqs.length} events seq=${Math.min(...batchSeqs)}..${Math.max(...batchSeqs)}; committed watermark there=${committed!.batchWatermark}, all partitions=${committed!.watermarks}`,
+  );
   // The writer waits inside its statement (on the hook's lock); the projector between two statements.
-  for (const [who, pid, state, waiting] of [["writer", write.pid, "active", true], ["projector", batch.pid, "idle in transaction", false]] as const) {
+  for (const [who, pid, state, waiting] of [
+    ["writer", write.pid, "active", true],
+    ["projector", batch.pid, "idle in transaction", false],
+  ] as const) {
     const tx = open.find((o) => o.pid === pid);
-    assert.ok(tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting, `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`);
+    assert.ok(
+      tx && tx.xid !== null && tx.state === state && tx.waitingOnLock === waiting,
+      `the parked ${who} holds an open write transaction: ${JSON.stringify(tx)}`,
+    );
   }
   assert.equal(committed!.seqLast, write.seq - 1, "the parked write's sequence number is not committed");
   assert.equal(committed!.pairVersion, write.version - 1, "the parked write's relation version is not committed");
@@ -214,8 +245,12 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
 
   const codes = ends.map((e) => `${e.who}:${(e.mapped as { code?: string }).code ?? "?"}/${sqlStateOf(e.mapped)}`);
   const endedByError = ends.filter((e) => e.mapped instanceof ConnectionLostError).length;
-  const ops = Object.entries(opCounts).map(([op, c]) => `${op}=${c.changed}/${c.changed + c.other}`).join(" ");
-  t.diagnostic(`note acked CHANGED before crash=${ackedAtCrash} (pairs=${ackedPairs.length} blocks=${ackedBlocks.length}) in ${Date.now() - started} ms; CHANGED/calls: ${ops}`);
+  const ops = Object.entries(opCounts)
+    .map(([op, c]) => `${op}=${c.changed}/${c.changed + c.other}`)
+    .join(" ");
+  t.diagnostic(
+    `note acked CHANGED before crash=${ackedAtCrash} (pairs=${ackedPairs.length} blocks=${ackedBlocks.length}) in ${Date.now() - started} ms; CHANGED/calls: ${ops}`,
+  );
   t.diagnostic(`note loops ended by error=${endedByError}/${ends.length} codes=[${codes.join(", ")}]`);
   t.diagnostic(`note   projector passes before crash=${projectorPasses} events handled=${projectedBeforeCrash}`);
   assertAllLostConnection(t, ends, WRITERS + 1);
@@ -226,7 +261,15 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   // The parked transactions left nothing: the writer's sequence number is free again, its pair
   // is at the committed version, the batch's events are unseen and its partition's watermark is
   // where it was committed.
-  const { rows: [gone] } = await pool.query<{ seqLast: number; eventRow: number; pairVersion: number; seen: number; batchWatermark: number }>(
+  const {
+    rows: [gone],
+  } = await pool.query<{
+    seqLast: number;
+    eventRow: number;
+    pairVersion: number;
+    seen: number;
+    batchWatermark: number;
+  }>(
     `SELECT (SELECT last FROM event_seq WHERE part = $1) AS "seqLast",
             (SELECT count(*) FROM relation_event WHERE part = $1 AND seq = $2)::int AS "eventRow",
             coalesce((SELECT version FROM relation WHERE follower = $3 AND followee = $4), 0) AS "pairVersion",
@@ -234,7 +277,9 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
             (SELECT applied_upto FROM proj_watermark WHERE part = $5) AS "batchWatermark"`,
     [write.part, write.seq, write.follower, write.followee, batch.part, batchSeqs],
   );
-  t.diagnostic(`note after recovery: writer's part event_seq.last=${gone!.seqLast} events at its seq=${gone!.eventRow} pair version=${gone!.pairVersion}; batch events seen=${gone!.seen}/${batchSeqs.length} watermark=${gone!.batchWatermark}`);
+  t.diagnostic(
+    `note after recovery: writer's part event_seq.last=${gone!.seqLast} events at its seq=${gone!.eventRow} pair version=${gone!.pairVersion}; batch events seen=${gone!.seen}/${batchSeqs.length} watermark=${gone!.batchWatermark}`,
+  );
   assert.deepEqual(
     { seqLast: gone!.seqLast, eventRow: gone!.eventRow, pairVersion: gone!.pairVersion },
     { seqLast: write.seq - 1, eventRow: 0, pairVersion: write.version - 1 },
@@ -247,15 +292,23 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   );
 
   // Every acknowledged follow/unfollow/decide is in relation_event with the same (part, seq, follower, followee, state, version).
-  assert.equal(new Set(ackedPairs.map((a) => `${a.part}:${a.seq}`)).size, ackedPairs.length, "acked (part, seq) are unique");
+  assert.equal(
+    new Set(ackedPairs.map((a) => `${a.part}:${a.seq}`)).size,
+    ackedPairs.length,
+    "acked (part, seq) are unique",
+  );
   const { rows: foundPairs } = await pool.query<{ n: number }>(
     `SELECT count(*)::bigint AS n
        FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
             AS a(part, seq, follower, followee, state, version)
        JOIN relation_event e USING (part, seq, follower, followee, state, version)`,
     [
-      ackedPairs.map((a) => a.part), ackedPairs.map((a) => a.seq), ackedPairs.map((a) => a.follower),
-      ackedPairs.map((a) => a.followee), ackedPairs.map((a) => a.state), ackedPairs.map((a) => a.version),
+      ackedPairs.map((a) => a.part),
+      ackedPairs.map((a) => a.seq),
+      ackedPairs.map((a) => a.follower),
+      ackedPairs.map((a) => a.followee),
+      ackedPairs.map((a) => a.state),
+      ackedPairs.map((a) => a.version),
     ],
   );
   // Every acknowledged block that wrote events: the (blocked -> blocker) pair is REMOVED at the
@@ -271,13 +324,21 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
         AND EXISTS (SELECT 1 FROM relation_event e, ledger_config c
                      WHERE e.seq = a.seq AND e.state = 'REMOVED' AND e.part = ledger_partition(e.followee, c.partitions)
                        AND ((e.follower = a.blocked AND e.followee = a.blocker) OR (e.follower = a.blocker AND e.followee = a.blocked)))`,
-    [ackedBlocks.map((b) => b.blocker), ackedBlocks.map((b) => b.blocked), ackedBlocks.map((b) => b.state), ackedBlocks.map((b) => b.version), ackedBlocks.map((b) => b.seq)],
+    [
+      ackedBlocks.map((b) => b.blocker),
+      ackedBlocks.map((b) => b.blocked),
+      ackedBlocks.map((b) => b.state),
+      ackedBlocks.map((b) => b.version),
+      ackedBlocks.map((b) => b.seq),
+    ],
   );
   const { rows: totals } = await pool.query<{ events: number; last: number }>(
     "SELECT (SELECT count(*) FROM relation_event)::bigint AS events, (SELECT sum(last) FROM event_seq)::bigint AS last",
   );
   const { events, last } = totals[0]!;
-  t.diagnostic(`note acked found after recovery: pairs=${foundPairs[0]!.n}/${ackedPairs.length} blocks=${foundBlocks[0]!.n}/${ackedBlocks.length}; relation_event rows=${events} sum(event_seq.last)=${last} (>= acked: a block may write two events, and a commit whose acknowledgement was lost also counts)`);
+  t.diagnostic(
+    `note acked found after recovery: pairs=${foundPairs[0]!.n}/${ackedPairs.length} blocks=${foundBlocks[0]!.n}/${ackedBlocks.length}; relation_event rows=${events} sum(event_seq.last)=${last} (>= acked: a block may write two events, and a commit whose acknowledgement was lost also counts)`,
+  );
   assert.equal(foundPairs[0]!.n, ackedPairs.length, "every acknowledged follow/unfollow/decide survived the crash");
   assert.equal(foundBlocks[0]!.n, ackedBlocks.length, "every acknowledged block's events survived the crash");
   assert.ok(events >= ackedPairs.length + ackedBlocks.length);
@@ -287,23 +348,39 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
     "SELECT sum(s.last - w.applied_upto)::bigint AS lag FROM event_seq s JOIN proj_watermark w USING (part)",
   );
   t.diagnostic(`note after-recovery audit: ${JSON.stringify(audit)}; projection lag=${lagRows[0]!.lag}`);
-  assert.deepEqual(audit, { invalidRows: 0, versionMismatchPairs: 0, blockedButNotRemoved: 0, illegalTransitions: 0, sequenceViolations: 0 });
+  assert.deepEqual(audit, {
+    invalidRows: 0,
+    versionMismatchPairs: 0,
+    blockedButNotRemoved: 0,
+    illegalTransitions: 0,
+    sequenceViolations: 0,
+  });
 
   const drained = await new RelationProjector(pool).drain();
   const diff = await projectionDiff(pool);
   const { rows: marks } = await pool.query<{ part: number; applied_upto: number; last: number }>(
     "SELECT part, w.applied_upto, s.last FROM event_seq s JOIN proj_watermark w USING (part) ORDER BY part",
   );
-  t.diagnostic(`note after-drain diff=${formatDiff(diff)} drained=${JSON.stringify(drained)} watermarks=[${marks.map((m) => `p${m.part}:${m.applied_upto}/${m.last}`).join(" ")}]`);
+  t.diagnostic(
+    `note after-drain diff=${formatDiff(diff)} drained=${JSON.stringify(drained)} watermarks=[${marks.map((m) => `p${m.part}:${m.applied_upto}/${m.last}`).join(" ")}]`,
+  );
   assert.equal(formatDiff(diff), "0,0,0");
   assert.equal(marks.length, partitions);
   for (const m of marks) assert.equal(m.applied_upto, m.last, `partition ${m.part}: watermark = event_seq.last`);
 }
 
-test("30-beyond-2 P=1 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges", { timeout: 180_000 }, async (t) => {
-  await run(t, 1, 3021);
-});
+test(
+  "30-beyond-2 P=1 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges",
+  { timeout: 180_000 },
+  async (t) => {
+    await run(t, 1, 3021);
+  },
+);
 
-test("30-beyond-2 P=4 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges", { timeout: 180_000 }, async (t) => {
-  await run(t, 4, 3024);
-});
+test(
+  "30-beyond-2 P=4 immediate shutdown under 6 relation writers + 1 projector: acked changes survive, audit clean, drain converges",
+  { timeout: 180_000 },
+  async (t) => {
+    await run(t, 4, 3024);
+  },
+);

@@ -13,10 +13,16 @@ for (const partitions of [1, 4]) {
     const changed = results.filter((r) => r.outcome === "CHANGED").length;
     const noop = results.filter((r) => r.outcome === "NOOP").length;
     const errors = 16 - changed - noop;
-    const version = await scalar(f, "SELECT version AS n FROM relation WHERE follower = $1 AND followee = $2", [acct(1), acct(2)]);
+    const version = await scalar(f, "SELECT version AS n FROM relation WHERE follower = $1 AND followee = $2", [
+      acct(1),
+      acct(2),
+    ]);
     const events = await scalar(f, "SELECT count(*) AS n FROM relation_event");
     t.diagnostic(`note CHANGED=${changed} NOOP=${noop} errors=${errors} version=${version} events=${events}`);
-    assert.deepEqual({ changed, noop, errors, version, events }, { changed: 1, noop: 15, errors: 0, version: 1, events: 1 });
+    assert.deepEqual(
+      { changed, noop, errors, version, events },
+      { changed: 1, noop: 15, errors: 0, version: 1, events: 1 },
+    );
   });
 
   test(`30-E P=${partitions} concurrent follow/unfollow over many pairs: versions contiguous and equal to event counts`, async (t) => {
@@ -37,11 +43,16 @@ for (const partitions of [1, 4]) {
     });
     const audit = await auditRelations(f.db.pool);
     const events = await scalar(f, "SELECT count(*) AS n FROM relation_event");
-    t.diagnostic(`note events=${events} audit=${JSON.stringify(audit)} tx retries observed (40001/40P01): ${transactionStats.retries - retriesBefore}`);
+    t.diagnostic(
+      `note events=${events} audit=${JSON.stringify(audit)} tx retries observed (40001/40P01): ${transactionStats.retries - retriesBefore}`,
+    );
     assert.ok(events > 0);
     assert.ok(relationAuditClean(audit), JSON.stringify(audit));
     assert.equal(
-      await scalar(f, `SELECT count(*) AS n FROM relation r WHERE r.version <> (SELECT coalesce(max(version), 0) FROM relation_event e WHERE e.follower = r.follower AND e.followee = r.followee)`),
+      await scalar(
+        f,
+        `SELECT count(*) AS n FROM relation r WHERE r.version <> (SELECT coalesce(max(version), 0) FROM relation_event e WHERE e.follower = r.follower AND e.followee = r.followee)`,
+      ),
       0,
     );
   });

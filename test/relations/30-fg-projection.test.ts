@@ -29,7 +29,7 @@ for (const partitions of [1, 4]) {
     for (let i = 0; i < 300; i++) {
       const a = acct(1 + Math.floor(random() * 400));
       let b = acct(1 + Math.floor(random() * 400));
-      if (a === b) b = acct(((Number(a.slice(5)) % 400) + 1));
+      if (a === b) b = acct((Number(a.slice(5)) % 400) + 1);
       const ops = 2 + Math.floor(random() * 3);
       for (let k = 0; k < ops; k++) {
         if (k % 2 === 0) await f.rel.follow(a, b);
@@ -43,7 +43,9 @@ for (const partitions of [1, 4]) {
 
     await deliverRelations(f.projectorWith(projectNaive), deliveries, 25);
     const naive = await projectionDiff(f.db.pool);
-    t.diagnostic(`note naive: resurrected=${naive.resurrected} missing=${naive.missing} wrongCounts=${naive.wrongCounts}`);
+    t.diagnostic(
+      `note naive: resurrected=${naive.resurrected} missing=${naive.missing} wrongCounts=${naive.wrongCounts}`,
+    );
     assert.ok(naive.resurrected > 0, "negative control: arrival-order overwrite resurrects removed relations");
 
     await f.db.pool.query("TRUNCATE proj_follower, proj_count, proj_seen");
@@ -52,10 +54,16 @@ for (const partitions of [1, 4]) {
     const share: RelationEvent[][] = Array.from({ length: workers }, () => []);
     deliveries.forEach((e, i) => share[i % workers]!.push(e));
     const results = await Promise.all(share.map((mine) => deliverRelations(f.projector, mine, 20)));
-    const verdicts = results.reduce((a, b) => ({ applied: a.applied + b.applied, stale: a.stale + b.stale, dup: a.dup + b.dup }));
+    const verdicts = results.reduce((a, b) => ({
+      applied: a.applied + b.applied,
+      stale: a.stale + b.stale,
+      dup: a.dup + b.dup,
+    }));
     const diff = await projectionDiff(f.db.pool);
     const watermark = await scalar(f, "SELECT sum(applied_upto) AS n FROM proj_watermark");
-    t.diagnostic(`note versioned: verdicts={applied=${verdicts.applied}, dup=${verdicts.dup}, stale=${verdicts.stale}} resurrected=${diff.resurrected} missing=${diff.missing} wrongCounts=${diff.wrongCounts}`);
+    t.diagnostic(
+      `note versioned: verdicts={applied=${verdicts.applied}, dup=${verdicts.dup}, stale=${verdicts.stale}} resurrected=${diff.resurrected} missing=${diff.missing} wrongCounts=${diff.wrongCounts}`,
+    );
     assert.equal(formatDiff(diff), "0,0,0");
     assert.equal(watermark, events.length);
     assert.equal(verdicts.applied + verdicts.stale + verdicts.dup, deliveries.length);

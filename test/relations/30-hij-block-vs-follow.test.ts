@@ -8,7 +8,10 @@ import { SqlHook } from "../support/sql-hooks.ts";
 import { acct, relationsFixture, scalar, setPrivate, type RelationsFixture } from "./fixture.ts";
 
 async function relationState(f: RelationsFixture, follower: string, followee: string): Promise<string> {
-  const { rows } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [follower, followee]);
+  const { rows } = await f.db.pool.query<{ state: string }>(
+    "SELECT state FROM relation WHERE follower = $1 AND followee = $2",
+    [follower, followee],
+  );
   return rows[0]?.state ?? "none";
 }
 
@@ -34,7 +37,9 @@ for (const partitions of [1, 4]) {
     const blockResult = await blocking;
     const final = await relationState(f, acct(70), acct(71));
     const blockRows = await scalar(f, "SELECT count(*) AS n FROM block");
-    t.diagnostic(`note follow result=${fmt(followResult)} block=${fmt(blockResult)} final relation=${final} block rows=${blockRows} blockTxWaitedOnRowLock=true`);
+    t.diagnostic(
+      `note follow result=${fmt(followResult)} block=${fmt(blockResult)} final relation=${final} block rows=${blockRows} blockTxWaitedOnRowLock=true`,
+    );
     assert.equal(followResult.outcome, "CHANGED");
     assert.equal(final, "REMOVED");
     assert.equal(blockRows, 1);
@@ -53,10 +58,12 @@ test("30-I P=1 negative control: checking the block before the lock leaves ACTIV
   // check moved before the row lock and a hook point between the two.
   await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
     ["  cur      record;", "  cur      record;\n  v_blocked boolean;"],
-    ["  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
+    [
+      "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
       "  v_blocked := relation_blocked_either_way(p_follower, p_followee);\n" +
-      "  PERFORM ledger_hook('follow.afterBlockCheck', jsonb_build_object('follower', p_follower, 'followee', p_followee));\n" +
-      "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);"],
+        "  PERFORM ledger_hook('follow.afterBlockCheck', jsonb_build_object('follower', p_follower, 'followee', p_followee));\n" +
+        "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
+    ],
     ["  IF relation_blocked_either_way(p_follower, p_followee) THEN", "  IF v_blocked THEN"],
   ]);
   const following = f.rel.follow(acct(80), acct(81));
@@ -67,7 +74,9 @@ test("30-I P=1 negative control: checking the block before the lock leaves ACTIV
   const followResult = await following;
   const final = await relationState(f, acct(80), acct(81));
   const audit = await auditRelations(f.db.pool);
-  t.diagnostic(`note checkBeforeLock: block=${fmt(blockResult)} follow=${fmt(followResult)} final relation=${final} block rows=${await scalar(f, "SELECT count(*) AS n FROM block")} blockedButNotRemoved=${audit.blockedButNotRemoved}`);
+  t.diagnostic(
+    `note checkBeforeLock: block=${fmt(blockResult)} follow=${fmt(followResult)} final relation=${final} block rows=${await scalar(f, "SELECT count(*) AS n FROM block")} blockedButNotRemoved=${audit.blockedButNotRemoved}`,
+  );
   assert.equal(final, "ACTIVE");
   assert.equal(audit.blockedButNotRemoved, 1, "invariant 3 is violated, and the audit sees it");
 });

@@ -7,11 +7,16 @@ function show(d: ReadDecision): string {
   return `${d.allowed ? "ALLOW" : "DENY"}/${d.source}`;
 }
 
-async function table(f: RelationsFixture, reader: string, posts: Record<string, string>): Promise<Record<string, string>> {
+async function table(
+  f: RelationsFixture,
+  reader: string,
+  posts: Record<string, string>,
+): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   for (const mode of READ_MODES) {
     const cells = [];
-    for (const [name, id] of Object.entries(posts)) cells.push(`${name}=${show(await f.posts.canRead(reader, id, mode))}`);
+    for (const [name, id] of Object.entries(posts))
+      cells.push(`${name}=${show(await f.posts.canRead(reader, id, mode))}`);
     out[mode] = cells.join(" ");
   }
   return out;
@@ -30,7 +35,9 @@ for (const partitions of [1, 4]) {
     const block = await f.rel.block(author, reader);
     const p2 = await f.posts.createPost(author, "FOLLOWERS", "P2: after the block");
     const watermark = await scalar(f, "SELECT applied_upto AS n FROM proj_watermark WHERE part = $1", [p2.part]);
-    t.diagnostic(`note block seq=${block.seq} P1 token=${p1.aclToken} P2 token=${p2.aclToken} projection watermark=${watermark} (no projector run)`);
+    t.diagnostic(
+      `note block seq=${block.seq} P1 token=${p1.aclToken} P2 token=${p2.aclToken} projection watermark=${watermark} (no projector run)`,
+    );
     assert.equal(p2.aclToken, block.seq);
     assert.ok(watermark >= p1.aclToken && watermark < p2.aclToken, "the projection has P1's token but not the block");
 

@@ -29,7 +29,9 @@ for (const partitions of [1, 4]) {
       while (delivered.has(`${part}:${w + 1}`)) w++;
       expected.push(w);
     }
-    const { rows } = await f.db.pool.query<{ applied_upto: number }>("SELECT applied_upto FROM proj_watermark ORDER BY part");
+    const { rows } = await f.db.pool.query<{ applied_upto: number }>(
+      "SELECT applied_upto FROM proj_watermark ORDER BY part",
+    );
     const watermarks = rows.map((r) => r.applied_upto);
     const total = await scalar(f, "SELECT sum(last) AS n FROM event_seq");
     const mid = await projectionDiff(f.db.pool);

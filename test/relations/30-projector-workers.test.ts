@@ -47,7 +47,9 @@ test("30-projector P=1 overlapping batches of two workers on one partition take 
   t.diagnostic(`note worker X waits before touching a row: locktype=${wait.locktype} granted=${wait.granted}`);
   yMidBatch.release();
   const [ry, rx] = await Promise.all([y, x]);
-  t.diagnostic(`note Y=[${ry.verdicts.join(",")}] X=[${rx.verdicts.join(",")}] retries=${transactionStats.retries - retriesBefore} deadlocks=${(await deadlocks(f)) - deadlocksBefore}`);
+  t.diagnostic(
+    `note Y=[${ry.verdicts.join(",")}] X=[${rx.verdicts.join(",")}] retries=${transactionStats.retries - retriesBefore} deadlocks=${(await deadlocks(f)) - deadlocksBefore}`,
+  );
   assert.deepEqual(ry.verdicts, ["applied", "applied"]);
   assert.deepEqual(rx.verdicts, ["dup"]);
   assert.equal(transactionStats.retries - retriesBefore, 0);
@@ -56,6 +58,8 @@ test("30-projector P=1 overlapping batches of two workers on one partition take 
 });
 
 async function deadlocks(f: Awaited<ReturnType<typeof relationsFixture>>): Promise<number> {
-  const { rows } = await f.db.pool.query<{ n: number }>("SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()");
+  const { rows } = await f.db.pool.query<{ n: number }>(
+    "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()",
+  );
   return Number(rows[0]!.n);
 }

@@ -13,7 +13,13 @@ import { acct, relationsFixture, type RelationsFixture } from "./fixture.ts";
 
 const PARTITIONS = 4;
 const PRIVATE = 4;
-const CLEAN: RelationAudit = { invalidRows: 0, versionMismatchPairs: 0, blockedButNotRemoved: 0, illegalTransitions: 0, sequenceViolations: 0 };
+const CLEAN: RelationAudit = {
+  invalidRows: 0,
+  versionMismatchPairs: 0,
+  blockedButNotRemoved: 0,
+  illegalTransitions: 0,
+  sequenceViolations: 0,
+};
 
 /**
  * P = 4. 1 follows 2 (ACTIVE v1); 3 requests 4, which is private, and 4 approves (PENDING v1,
@@ -36,16 +42,24 @@ test("audit invalidRows: a self-follow row and a row in an unknown state are two
   // The table's own CHECKs refuse both rows; the audit is what still sees them if a CHECK is lost.
   const f = await healthyGraph(t);
   await f.db.pool.query("ALTER TABLE relation DROP CONSTRAINT relation_check");
-  await f.db.pool.query("INSERT INTO relation (follower, followee, state, version) VALUES ($1, $1, 'REMOVED', 0)", [acct(9)]);
+  await f.db.pool.query("INSERT INTO relation (follower, followee, state, version) VALUES ($1, $1, 'REMOVED', 0)", [
+    acct(9),
+  ]);
   assert.deepEqual(await auditRelations(f.db.pool), { ...CLEAN, invalidRows: 1 });
   await f.db.pool.query("ALTER TABLE relation DROP CONSTRAINT relation_state_check");
-  await f.db.pool.query("INSERT INTO relation (follower, followee, state, version) VALUES ($1, $2, 'FROZEN', 0)", [acct(9), acct(10)]);
+  await f.db.pool.query("INSERT INTO relation (follower, followee, state, version) VALUES ($1, $2, 'FROZEN', 0)", [
+    acct(9),
+    acct(10),
+  ]);
   assert.deepEqual(await auditRelations(f.db.pool), { ...CLEAN, invalidRows: 2 });
 });
 
 test("audit versionMismatchPairs: a relation row whose version is one more than its events is one mismatched pair", async (t) => {
   const f = await healthyGraph(t);
-  await f.db.pool.query("UPDATE relation SET version = version + 1 WHERE follower = $1 AND followee = $2", [acct(1), acct(2)]);
+  await f.db.pool.query("UPDATE relation SET version = version + 1 WHERE follower = $1 AND followee = $2", [
+    acct(1),
+    acct(2),
+  ]);
   assert.deepEqual(await auditRelations(f.db.pool), { ...CLEAN, versionMismatchPairs: 1 });
 });
 
@@ -58,7 +72,10 @@ test("audit blockedButNotRemoved: a block row next to an ACTIVE follow is one vi
 test("audit illegalTransitions: a pair's events rewritten to ACTIVE then ACTIVE are one illegal transition", async (t) => {
   // The newest event (v2 ACTIVE) still matches the row, so only the v1 -> v2 step is wrong.
   const f = await healthyGraph(t);
-  await f.db.pool.query("UPDATE relation_event SET state = 'ACTIVE' WHERE follower = $1 AND followee = $2 AND version = 1", [acct(3), acct(PRIVATE)]);
+  await f.db.pool.query(
+    "UPDATE relation_event SET state = 'ACTIVE' WHERE follower = $1 AND followee = $2 AND version = 1",
+    [acct(3), acct(PRIVATE)],
+  );
   assert.deepEqual(await auditRelations(f.db.pool), { ...CLEAN, illegalTransitions: 1 });
 });
 

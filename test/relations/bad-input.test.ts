@@ -26,8 +26,6 @@ let f: RelationsFixture;
 let guard: WriteGuard;
 let followersPost: string; // a FOLLOWERS post of acct(1)
 
-
-
 function accountNotFound(...ids: string[]) {
   return (err: unknown): boolean => {
     assert.ok(err instanceof AccountNotFoundError, `expected AccountNotFoundError, got ${String(err)}`);
@@ -37,9 +35,12 @@ function accountNotFound(...ids: string[]) {
   };
 }
 
-
 /** A REJECTED result with a reason and the code, no event, and no row written. */
-async function rejectedWritingNothing(label: string, action: () => Promise<RelationResult>, code: string): Promise<RelationResult> {
+async function rejectedWritingNothing(
+  label: string,
+  action: () => Promise<RelationResult>,
+  code: string,
+): Promise<RelationResult> {
   const before = await guard.snapshot();
   const r = await action();
   assert.equal(r.outcome, "REJECTED", label);
@@ -65,12 +66,16 @@ test.before(async () => {
   // Pending events, so that a stray projector run would change rows too.
   for (let i = 9; i <= 14; i++) await f.rel.follow(acct(i), acct(i + 1));
   await f.rel.unfollow(acct(2), acct(1));
-  guard = await WriteGuard.create(f.db.url, f.db.pool, { mustHave: COUNTED, figures: {
-    ...Object.fromEntries(COUNTED.map((t) => [`count(${t})`, `SELECT count(*) FROM ${t}`])),
-    "sum(event_seq.last)": "SELECT sum(last) FROM event_seq",
-  } });
+  guard = await WriteGuard.create(f.db.url, f.db.pool, {
+    mustHave: COUNTED,
+    figures: {
+      ...Object.fromEntries(COUNTED.map((t) => [`count(${t})`, `SELECT count(*) FROM ${t}`])),
+      "sum(event_seq.last)": "SELECT sum(last) FROM event_seq",
+    },
+  });
   const s = await guard.snapshot();
-  for (const t of COUNTED) assert.notEqual(Number(s[`count(${t})`]), 0, `${t} is not empty, so a stray write or delete is visible`);
+  for (const t of COUNTED)
+    assert.notEqual(Number(s[`count(${t})`]), 0, `${t} is not empty, so a stray write or delete is visible`);
   const { rows } = await guard.observer.query<{ parts: number; lag: number }>(
     `SELECT (SELECT count(DISTINCT part) FROM relation_event)::int AS parts,
             (SELECT sum(s.last - w.applied_upto) FROM event_seq s JOIN proj_watermark w USING (part))::int AS lag`,
@@ -90,9 +95,14 @@ test("30-bad-input self-follow and self-block are REJECTED with a reason and SEL
     const follow = await rejectedWritingNothing(`follow(${a}, ${a})`, () => f.rel.follow(a, a), "SELF_FOLLOW");
     const block = await rejectedWritingNothing(`block(${a}, ${a})`, () => f.rel.block(a, a), "SELF_BLOCK");
     await rejectedWritingNothing(`unfollow(${a}, ${a})`, () => f.rel.unfollow(a, a), "SELF_FOLLOW");
-    if (a === acct(1)) t.diagnostic(`note self-follow: REJECTED ${follow.code} "${follow.reason}"; self-block: REJECTED ${block.code} "${block.reason}"`);
+    if (a === acct(1))
+      t.diagnostic(
+        `note self-follow: REJECTED ${follow.code} "${follow.reason}"; self-block: REJECTED ${block.code} "${block.reason}"`,
+      );
   }
-  const { rows } = await guard.observer.query<{ n: number }>("SELECT count(*)::int AS n FROM relation WHERE follower = followee");
+  const { rows } = await guard.observer.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM relation WHERE follower = followee",
+  );
   assert.equal(rows[0]!.n, 0, "no self-pair row, not even a v0 placeholder");
 });
 
@@ -117,13 +127,22 @@ test("30-bad-input unknown accounts: follow/unfollow/decide/block/unblock/create
     );
   }
   calls.push([`createPost (unknown author)`, () => f.posts.createPost(ghost, "PUBLIC", "hello"), [ghost]]);
-  calls.push([`createPost FOLLOWERS (unknown author)`, () => f.posts.createPost(ghost2, "FOLLOWERS", "hello"), [ghost2]]);
+  calls.push([
+    `createPost FOLLOWERS (unknown author)`,
+    () => f.posts.createPost(ghost2, "FOLLOWERS", "hello"),
+    [ghost2],
+  ]);
   let sample = "";
   for (const [label, call, named] of calls) {
-    await guard.rejectsWritingNothing(label, call, (err) => {
-      sample ||= `${(err as Error).name} ${(err as AccountNotFoundError).code} "${(err as Error).message}"`;
-      return accountNotFound(...named)(err);
-    }, { noStatements: false });
+    await guard.rejectsWritingNothing(
+      label,
+      call,
+      (err) => {
+        sample ||= `${(err as Error).name} ${(err as AccountNotFoundError).code} "${(err as Error).message}"`;
+        return accountNotFound(...named)(err);
+      },
+      { noStatements: false },
+    );
   }
   t.diagnostic(`note ${calls.length} calls with unknown accounts, e.g. ${sample}`);
 });
@@ -180,8 +199,12 @@ test("30-bad-input malformed ids: every operation throws InvalidInputError namin
     }
   }
   // Both ids bad: the first named one is reported.
-  await guard.rejectsWritingNothing("follow(bad, bad)", () => f.rel.follow("", "a/b"), invalidInput("follower"), { noStatements: true });
-  t.diagnostic(`note ${checked} malformed-id calls (${BAD_IDS.length} ids x 19 entry points) refused before any statement`);
+  await guard.rejectsWritingNothing("follow(bad, bad)", () => f.rel.follow("", "a/b"), invalidInput("follower"), {
+    noStatements: true,
+  });
+  t.diagnostic(
+    `note ${checked} malformed-id calls (${BAD_IDS.length} ids x 19 entry points) refused before any statement`,
+  );
 });
 
 test("30-bad-input unknown visibility and read mode -> InvalidInputError; unknown post -> PostNotFoundError; nothing written", async (t) => {
@@ -204,13 +227,18 @@ test("30-bad-input unknown visibility and read mode -> InvalidInputError; unknow
   let message = "";
   for (const postId of ["no-such-post", "00000000-0000-0000-0000-000000000000"]) {
     for (const mode of ["TRUTH", "PROJECTION_ONLY", "CONTENT_TOKEN", "FRESH_TOKEN"] as const) {
-      await guard.rejectsWritingNothing(`canRead unknown post ${postId} ${mode}`, () => f.posts.canRead(acct(2), postId, mode), (err) => {
-        assert.ok(err instanceof PostNotFoundError, String(err));
-        assert.equal(err.code, "POST_NOT_FOUND");
-        assert.ok(err.message.includes(postId));
-        message = err.message;
-        return true;
-      }, { noStatements: false });
+      await guard.rejectsWritingNothing(
+        `canRead unknown post ${postId} ${mode}`,
+        () => f.posts.canRead(acct(2), postId, mode),
+        (err) => {
+          assert.ok(err instanceof PostNotFoundError, String(err));
+          assert.equal(err.code, "POST_NOT_FOUND");
+          assert.ok(err.message.includes(postId));
+          message = err.message;
+          return true;
+        },
+        { noStatements: false },
+      );
     }
   }
   t.diagnostic(`note unknown post: POST_NOT_FOUND "${message}"`);
@@ -226,7 +254,14 @@ test("30-bad-input decide with approve not a boolean -> InvalidInputError (a rej
       { noStatements: true },
     );
   }
-  assert.deepEqual(await f.rel.relationship(acct(1), acct(PRIVATE)), { following: false, requested: true, followedBy: true, requestedBy: false, blocking: false, blockedBy: false });
+  assert.deepEqual(await f.rel.relationship(acct(1), acct(PRIVATE)), {
+    following: false,
+    requested: true,
+    followedBy: true,
+    requestedBy: false,
+    blocking: false,
+    blockedBy: false,
+  });
 });
 
 test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCount allowedLag -1/1.5 -> InvalidInputError", async (t) => {
@@ -275,7 +310,9 @@ test("30-bad-input listFollowers limit 0/201/1.5 and forged cursors, followerCou
       { noStatements: true },
     );
   }
-  t.diagnostic(`note listFollowers: 7 bad limits, ${forged.length} forged cursors; followerCount: 9 bad allowedLag values`);
+  t.diagnostic(
+    `note listFollowers: 7 bad limits, ${forged.length} forged cursors; followerCount: 9 bad allowedLag values`,
+  );
 });
 
 test("30-bad-input positive controls: valid calls are accepted, an issued cursor pages, and the snapshot sees a write", async (t) => {
@@ -291,13 +328,19 @@ test("30-bad-input positive controls: valid calls are accepted, an issued cursor
   let cursor: string | undefined;
   let pages = 0;
   do {
-    const page: Awaited<ReturnType<typeof listFollowers>> = await listFollowers(f.db.pool, acct(1), { limit: 2, ...(cursor ? { cursor } : {}) });
+    const page: Awaited<ReturnType<typeof listFollowers>> = await listFollowers(f.db.pool, acct(1), {
+      limit: 2,
+      ...(cursor ? { cursor } : {}),
+    });
     seen.push(...page.followers.map((x) => x.accountId));
     cursor = page.nextCursor;
     pages++;
   } while (cursor);
   t.diagnostic(`note issued cursors: ${pages} pages, followers ${seen.join(",")}`);
-  assert.deepEqual([...seen].sort(), Array.from({ length: 7 }, (_, i) => acct(i + 2)));
+  assert.deepEqual(
+    [...seen].sort(),
+    Array.from({ length: 7 }, (_, i) => acct(i + 2)),
+  );
   assert.equal(pages, 4);
   // The longest valid id is accepted and its insert is visible in the snapshot.
   const before = await guard.snapshot();
@@ -309,5 +352,6 @@ test("30-bad-input positive controls: valid calls are accepted, an issued cursor
   const r = await f.rel.follow("a".repeat(128), acct(1));
   assert.equal(r.outcome, "CHANGED");
   const later = await guard.snapshot();
-  for (const key of ["count(relation)", "count(relation_event)", "sum(event_seq.last)", "event_seq"]) assert.notEqual(later[key], after[key], `${key} changed`);
+  for (const key of ["count(relation)", "count(relation_event)", "sum(event_seq.last)", "event_seq"])
+    assert.notEqual(later[key], after[key], `${key} changed`);
 });

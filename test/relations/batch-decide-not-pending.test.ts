@@ -33,12 +33,15 @@ interface Row {
 async function batch(pool: Pool, writes: readonly Write[]): Promise<string[]> {
   const { rows } = await pool.query<Row>(
     "SELECT outcome, state, version, seq, reason, code FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer) ORDER BY ord",
-    [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve ?? null), 1]);
+    [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve ?? null), 1],
+  );
   return rows.map((r) => `${r.outcome}${r.code ? `:${r.code}` : ""} ${r.state} v${r.version} (${r.reason})`);
 }
 
 async function pairRows(pool: Pool): Promise<string[]> {
-  const { rows } = await pool.query<{ r: string }>("SELECT follower || '>' || followee || ' ' || state || ' v' || version AS r FROM relation ORDER BY 1");
+  const { rows } = await pool.query<{ r: string }>(
+    "SELECT follower || '>' || followee || ' ' || state || ' v' || version AS r FROM relation ORDER BY 1",
+  );
   return rows.map((x) => x.r);
 }
 
@@ -46,10 +49,14 @@ test("a batch of several writes refuses approve and reject on ACTIVE follows (NO
   // 1 is private (its followers' requests are PENDING); 2 and 3 follow 1 and were approved; 4 asks.
   const f = await relationsFixture(1, 8, [1]);
   t.after(() => f.close());
-  for (const follower of [acct(2), acct(3), acct(4)]) assert.equal((await f.rel.follow(follower, acct(1))).state, "PENDING");
-  for (const follower of [acct(2), acct(3)]) assert.equal((await f.rel.decide(acct(1), follower, true)).state, "ACTIVE");
+  for (const follower of [acct(2), acct(3), acct(4)])
+    assert.equal((await f.rel.follow(follower, acct(1))).state, "PENDING");
+  for (const follower of [acct(2), acct(3)])
+    assert.equal((await f.rel.decide(acct(1), follower, true)).state, "ACTIVE");
   const before = await pairRows(f.db.pool);
-  const eventsBefore = Number((await f.db.pool.query<{ n: string }>("SELECT count(*) AS n FROM relation_event")).rows[0]!.n);
+  const eventsBefore = Number(
+    (await f.db.pool.query<{ n: string }>("SELECT count(*) AS n FROM relation_event")).rows[0]!.n,
+  );
 
   const answers = await batch(f.db.pool, [
     { op: "decide", a: acct(1), b: acct(2), approve: true },
@@ -68,8 +75,11 @@ test("a batch of several writes refuses approve and reject on ACTIVE follows (NO
     "REJECTED:NOT_PENDING ACTIVE v1 (not PENDING (ACTIVE))",
   ]);
   const after = await pairRows(f.db.pool);
-  assert.deepEqual(after.filter((r) => r.startsWith(`${acct(2)}>`) || r.startsWith(`${acct(3)}>`)),
-    before.filter((r) => r.startsWith(`${acct(2)}>`) || r.startsWith(`${acct(3)}>`)), "the ACTIVE follows and their versions are unchanged");
+  assert.deepEqual(
+    after.filter((r) => r.startsWith(`${acct(2)}>`) || r.startsWith(`${acct(3)}>`)),
+    before.filter((r) => r.startsWith(`${acct(2)}>`) || r.startsWith(`${acct(3)}>`)),
+    "the ACTIVE follows and their versions are unchanged",
+  );
   assert.ok(after.includes(`${acct(5)}>${acct(6)} ACTIVE v1`), "the follow made in the batch stays ACTIVE");
   const events = Number((await f.db.pool.query<{ n: string }>("SELECT count(*) AS n FROM relation_event")).rows[0]!.n);
   assert.equal(events - eventsBefore, 2, "one event per CHANGED: the approval and the new follow");

@@ -34,17 +34,32 @@ async function followWhileErasureStarts(f: RelationsFixture): Promise<{ rows: Ro
   const hook = await SqlHook.arm(f.db.pool, "follow.afterLock");
   let rows: Row[];
   try {
-    const batch = batchFollows(f.db.pool, [[acct(1), acct(2)], [acct(3), acct(4)]]);
+    const batch = batchFollows(f.db.pool, [
+      [acct(1), acct(2)],
+      [acct(3), acct(4)],
+    ]);
     const parked = await hook.parked();
     assert.equal(parked.context.follower, acct(1));
-    assert.equal((await f.db.pool.query<{ s: string }>("SELECT erasure_start($1, 'admin') AS s", [acct(1)])).rows[0]!.s, "STARTED");
+    assert.equal(
+      (await f.db.pool.query<{ s: string }>("SELECT erasure_start($1, 'admin') AS s", [acct(1)])).rows[0]!.s,
+      "STARTED",
+    );
     await hook.release();
     rows = await batch;
   } finally {
     await hook.release();
   }
-  const { rows: [pair] } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [acct(1), acct(2)]);
-  return { rows, state: pair!.state, events: (await scalar(f, "SELECT count(*)::int AS n FROM relation_event")) - events0 };
+  const {
+    rows: [pair],
+  } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [
+    acct(1),
+    acct(2),
+  ]);
+  return {
+    rows,
+    state: pair!.state,
+    events: (await scalar(f, "SELECT count(*)::int AS n FROM relation_event")) - events0,
+  };
 }
 
 async function batchFollows(pool: Pool, pairs: [string, string][]): Promise<Row[]> {
@@ -100,5 +115,8 @@ test("the UPDATE guard (AFTER UPDATE) still refuses any other UPDATE of a relati
     `SELECT tgname, CASE WHEN tgtype & 2 = 2 THEN 'BEFORE' ELSE 'AFTER' END AS timing FROM pg_trigger
       WHERE tgrelid = 'relation'::regclass AND tgname LIKE 'relation_erasure_guard%' ORDER BY tgname`,
   );
-  assert.deepEqual(rows.map((r) => `${r.tgname} ${r.timing}`), ["relation_erasure_guard BEFORE", "relation_erasure_guard_update AFTER"]);
+  assert.deepEqual(
+    rows.map((r) => `${r.tgname} ${r.timing}`),
+    ["relation_erasure_guard BEFORE", "relation_erasure_guard_update AFTER"],
+  );
 });

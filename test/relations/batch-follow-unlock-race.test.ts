@@ -30,7 +30,10 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   });
   if (withoutShareLock) {
     await replaceFunctionText(f.db.pool, "relation_set_batch(text[],text[],text[],boolean[],integer)", [
-      [" FROM account a WHERE a.account_id = v_followee[i] FOR SHARE;", " FROM account a WHERE a.account_id = v_followee[i];"],
+      [
+        " FROM account a WHERE a.account_id = v_followee[i] FOR SHARE;",
+        " FROM account a WHERE a.account_id = v_followee[i];",
+      ],
     ]);
   }
   assert.equal((await f.rel.follow(fan, star)).state, "PENDING");
@@ -40,21 +43,40 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   // The request first, then a follow of another pair, so the batch's first event (the one that parks) is the request.
   const request = f.db.pool.query<{ outcome: string; state: string }>(
     "SELECT outcome, state FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer) ORDER BY ord",
-    [["follow", "follow"], [fan, acct(3)], [star, acct(4)], [null, null], partitions]);
+    [["follow", "follow"], [fan, acct(3)], [star, acct(4)], [null, null], partitions],
+  );
   request.catch(() => undefined);
   const parked = await hook.parked();
-  assert.deepEqual([parked.context.follower, parked.context.followee, parked.context.state], [fan, star, "PENDING"], "the request is written, not committed");
+  assert.deepEqual(
+    [parked.context.follower, parked.context.followee, parked.context.state],
+    [fan, star, "PENDING"],
+    "the request is written, not committed",
+  );
   const unlock = f.rel.upsertAccount(star, { private: false });
   unlock.catch(() => undefined);
   const waiting = waitForAnyLockWait(f.db.pool, 5_000).then((w) => `the unlock waits (${w.locktype} ${w.mode})`);
   waiting.catch(() => undefined);
-  const first = await Promise.race([unlock.then((u) => `the unlock committed first, approving ${u.approvedRequests}`), waiting]);
+  const first = await Promise.race([
+    unlock.then((u) => `the unlock committed first, approving ${u.approvedRequests}`),
+    waiting,
+  ]);
   await hook.release();
   const answered = (await request).rows;
   const unlocked = await unlock;
-  const { rows } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [fan, star]);
-  t.diagnostic(`note ${withoutShareLock ? "without FOR SHARE" : "relation_set_batch as migrated"}: ${first}; request ${answered[0]!.outcome} ${answered[0]!.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`);
-  return { first, request: answered[0]!, final: rows[0]!.state, approved: unlocked.approvedRequests, audit: await auditRelations(f.db.pool) };
+  const { rows } = await f.db.pool.query<{ state: string }>(
+    "SELECT state FROM relation WHERE follower = $1 AND followee = $2",
+    [fan, star],
+  );
+  t.diagnostic(
+    `note ${withoutShareLock ? "without FOR SHARE" : "relation_set_batch as migrated"}: ${first}; request ${answered[0]!.outcome} ${answered[0]!.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`,
+  );
+  return {
+    first,
+    request: answered[0]!,
+    final: rows[0]!.state,
+    approved: unlocked.approvedRequests,
+    audit: await auditRelations(f.db.pool),
+  };
 }
 
 for (const partitions of [1, 4]) {

@@ -21,7 +21,12 @@ export function acct(n: number): string {
 }
 
 /** A fresh database with P partitions and accounts user-0001..user-NNNN (those in `privateAccounts` private); `sqlHooks: false` as in production. */
-export async function relationsFixture(partitions = 1, accounts = 400, privateAccounts: number[] = [], options: { sqlHooks?: boolean } = {}): Promise<RelationsFixture> {
+export async function relationsFixture(
+  partitions = 1,
+  accounts = 400,
+  privateAccounts: number[] = [],
+  options: { sqlHooks?: boolean } = {},
+): Promise<RelationsFixture> {
   const db = await createTestDatabase({ partitions, ...options });
   const hooks = new Hooks();
   await db.pool.query(
@@ -48,12 +53,17 @@ export async function setPrivate(f: RelationsFixture, account: string, isPrivate
 
 export async function allRelationEvents(f: RelationsFixture): Promise<RelationEvent[]> {
   const events: RelationEvent[] = [];
-  for (let part = 0; part < f.db.partitions; part++) events.push(...(await f.projector.fetchRange(part, 1, Number.MAX_SAFE_INTEGER)));
+  for (let part = 0; part < f.db.partitions; part++)
+    events.push(...(await f.projector.fetchRange(part, 1, Number.MAX_SAFE_INTEGER)));
   return events;
 }
 
 /** Delivers events in order, `batchSize` at a time, each batch split by partition. */
-export async function deliverRelations(projector: RelationProjector, events: readonly RelationEvent[], batchSize: number) {
+export async function deliverRelations(
+  projector: RelationProjector,
+  events: readonly RelationEvent[],
+  batchSize: number,
+) {
   const total = { applied: 0, stale: 0, dup: 0 };
   for (let i = 0; i < events.length; i += batchSize) {
     const slice = events.slice(i, i + batchSize);

@@ -25,7 +25,10 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   t.after(() => f.close());
   if (withoutShareLock) {
     await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
-      [" FROM account a WHERE a.account_id = p_followee FOR SHARE;", " FROM account a WHERE a.account_id = p_followee;"],
+      [
+        " FROM account a WHERE a.account_id = p_followee FOR SHARE;",
+        " FROM account a WHERE a.account_id = p_followee;",
+      ],
     ]);
   }
   assert.equal((await f.rel.follow(fan, star)).state, "PENDING");
@@ -34,17 +37,34 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   try {
     const request = f.rel.follow(fan, star);
     const parked = await hook.parked();
-    assert.deepEqual([parked.context.follower, parked.context.followee, parked.context.state], [fan, star, "PENDING"], "the request is written, not committed");
+    assert.deepEqual(
+      [parked.context.follower, parked.context.followee, parked.context.state],
+      [fan, star, "PENDING"],
+      "the request is written, not committed",
+    );
     const unlock = f.rel.upsertAccount(star, { private: false });
     const waiting = waitForAnyLockWait(f.db.pool, 5_000).then((w) => `the unlock waits (${w.locktype} ${w.mode})`);
     waiting.catch(() => undefined);
-    const first = await Promise.race([unlock.then((u) => `the unlock committed first, approving ${u.approvedRequests}`), waiting]);
+    const first = await Promise.race([
+      unlock.then((u) => `the unlock committed first, approving ${u.approvedRequests}`),
+      waiting,
+    ]);
     await hook.release();
     const requested = await request;
     const unlocked = await unlock;
-    const { rows } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [fan, star]);
-    t.diagnostic(`note ${withoutShareLock ? "without FOR SHARE" : "relation_follow as migrated"}: ${first}; request ${requested.outcome} ${requested.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`);
-    return { first, final: rows[0]!.state, approved: unlocked.approvedRequests, audit: await auditRelations(f.db.pool) };
+    const { rows } = await f.db.pool.query<{ state: string }>(
+      "SELECT state FROM relation WHERE follower = $1 AND followee = $2",
+      [fan, star],
+    );
+    t.diagnostic(
+      `note ${withoutShareLock ? "without FOR SHARE" : "relation_follow as migrated"}: ${first}; request ${requested.outcome} ${requested.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`,
+    );
+    return {
+      first,
+      final: rows[0]!.state,
+      approved: unlocked.approvedRequests,
+      audit: await auditRelations(f.db.pool),
+    };
   } finally {
     await hook.release();
   }

@@ -34,7 +34,9 @@ for (const partitions of [1, 4]) {
 
     const duplicates = seen.filter((id, i) => seen.indexOf(id) !== i);
     const skipped = [...initial].filter((id) => !removed.has(id) && !seen.includes(id));
-    t.diagnostic(`note pages=${page} rows=${seen.length} duplicates=${duplicates.length} skipped=${skipped.length} removed meanwhile=${removed.size}`);
+    t.diagnostic(
+      `note pages=${page} rows=${seen.length} duplicates=${duplicates.length} skipped=${skipped.length} removed meanwhile=${removed.size}`,
+    );
     assert.deepEqual(duplicates, []);
     assert.deepEqual(skipped, []);
     const count = await followerCount(f.db.pool, star, 0);

@@ -49,13 +49,25 @@ interface BatchRow {
 async function batch(pool: Pool, partitions: number, writes: readonly Write[]): Promise<BatchRow[]> {
   const { rows } = await pool.query<BatchRow>(
     "SELECT ord, outcome, state, version, seq, reason, code, account FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer) ORDER BY ord",
-    [writes.map((w) => w.op), writes.map((w) => w.a), writes.map((w) => w.b), writes.map((w) => w.approve ?? null), partitions],
+    [
+      writes.map((w) => w.op),
+      writes.map((w) => w.a),
+      writes.map((w) => w.b),
+      writes.map((w) => w.approve ?? null),
+      partitions,
+    ],
   );
   return rows;
 }
 
-const show = (r: { outcome: string; state: string; version: number; seq: number; reason: string; code?: string | null }) =>
-  `${r.outcome}${r.code ? `:${r.code}` : ""} ${r.state} v${r.version} seq${r.seq} (${r.reason})`;
+const show = (r: {
+  outcome: string;
+  state: string;
+  version: number;
+  seq: number;
+  reason: string;
+  code?: string | null;
+}) => `${r.outcome}${r.code ? `:${r.code}` : ""} ${r.state} v${r.version} seq${r.seq} (${r.reason})`;
 
 /** Accounts 1..10; 5 is private; 6 blocks 4 (set up before the batch). */
 const MIXED: Write[] = [
@@ -87,8 +99,12 @@ const MIXED_WANT = [
 ];
 
 const EVENTS_WANT = [
-  `1:${acct(1)}>${acct(2)}:ACTIVE:v1`, `2:${acct(3)}>${acct(5)}:PENDING:v1`, `3:${acct(7)}>${acct(8)}:ACTIVE:v1`,
-  `4:${acct(7)}>${acct(8)}:REMOVED:v2`, `5:${acct(7)}>${acct(8)}:ACTIVE:v3`, `6:${acct(3)}>${acct(5)}:ACTIVE:v2`,
+  `1:${acct(1)}>${acct(2)}:ACTIVE:v1`,
+  `2:${acct(3)}>${acct(5)}:PENDING:v1`,
+  `3:${acct(7)}>${acct(8)}:ACTIVE:v1`,
+  `4:${acct(7)}>${acct(8)}:REMOVED:v2`,
+  `5:${acct(7)}>${acct(8)}:ACTIVE:v3`,
+  `6:${acct(3)}>${acct(5)}:ACTIVE:v2`,
 ].join(" ");
 
 async function mixedFixture() {
@@ -98,15 +114,22 @@ async function mixedFixture() {
 }
 
 async function eventsShown(pool: Pool): Promise<string> {
-  const { rows } = await pool.query<{ seq: number; follower: string; followee: string; state: string; version: number }>(
-    "SELECT seq, follower, followee, state, version FROM relation_event ORDER BY part, seq");
+  const { rows } = await pool.query<{
+    seq: number;
+    follower: string;
+    followee: string;
+    state: string;
+    version: number;
+  }>("SELECT seq, follower, followee, state, version FROM relation_event ORDER BY part, seq");
   return rows.map((e) => `${e.seq}:${e.follower}>${e.followee}:${e.state}:v${e.version}`).join(" ");
 }
 
 /** Runs MIXED as one batch; returns what differs from the wanted rows and events (empty: right). */
 async function mixedBatchProblems(pool: Pool): Promise<string[]> {
   const rows = await batch(pool, 1, MIXED);
-  const problems = rows.map((r, i) => (show(r) === MIXED_WANT[i] ? "" : `row ${i + 1}: ${show(r)} instead of ${MIXED_WANT[i]}`)).filter(Boolean);
+  const problems = rows
+    .map((r, i) => (show(r) === MIXED_WANT[i] ? "" : `row ${i + 1}: ${show(r)} instead of ${MIXED_WANT[i]}`))
+    .filter(Boolean);
   if (rows.length !== MIXED.length) problems.push(`${rows.length} rows for ${MIXED.length} writes`);
   const events = await eventsShown(pool);
   if (events !== EVENTS_WANT) problems.push(`events ${events} instead of ${EVENTS_WANT}`);
@@ -140,9 +163,13 @@ test("the same writes one by one through the single functions (LEDGER_WRITE_BATC
     }
   }
   assert.deepEqual(rows.map(show), answers);
-  const tables = async (pool: Pool) => (await pool.query<{ t: string }>(
-    `SELECT (SELECT string_agg(follower || '>' || followee || ':' || state || ':v' || version, ' ' ORDER BY follower, followee) FROM relation)
-            || ' | ' || (SELECT string_agg(part || ':' || last, ' ' ORDER BY part) FROM event_seq) AS t`)).rows[0]!.t;
+  const tables = async (pool: Pool) =>
+    (
+      await pool.query<{ t: string }>(
+        `SELECT (SELECT string_agg(follower || '>' || followee || ':' || state || ':v' || version, ' ' ORDER BY follower, followee) FROM relation)
+            || ' | ' || (SELECT string_agg(part || ':' || last, ' ' ORDER BY part) FROM event_seq) AS t`,
+      )
+    ).rows[0]!.t;
   assert.equal(await tables(batched.db.pool), await tables(single.db.pool));
   assert.equal(await eventsShown(batched.db.pool), await eventsShown(single.db.pool));
 });
@@ -155,7 +182,10 @@ test("negative control: a relation_set_batch that answers every row with the fir
   ]);
   const problems = await mixedBatchProblems(f.db.pool);
   t.diagnostic(`note mutant: ${problems.slice(0, 3).join("; ")}`);
-  assert.ok(problems.some((p) => p.startsWith("row 2: CHANGED")), problems.join("; "));
+  assert.ok(
+    problems.some((p) => p.startsWith("row 2: CHANGED")),
+    problems.join("; "),
+  );
 });
 
 test("one batch with accounts being erased and erased: each write refused on its own as the single call refuses it (AccountBeingErasedError naming the first erasing account of the pair, AccountErasedError for an erased actor, AccountNotFoundError naming the missing ids), the others written", async (t) => {
@@ -185,17 +215,28 @@ test("one batch with accounts being erased and erased: each write refused on its
   // An erased acting account is a tombstone's write (the service turns its ACCOUNT_NOT_FOUND into AccountErasedError).
   const tombstone = `AccountErasedError account ${erased} was erased: its id can never act again, and no new fact may name it`;
   const rows = (await batch(batched.db.pool, 1, writes)).map((r, i) =>
-    r.outcome === "ACCOUNT_NOT_FOUND" && writes[i]!.a === erased ? tombstone
-      : r.outcome === "ACCOUNT_NOT_FOUND" ? `AccountNotFoundError unknown account: ${r.reason}`
-      : r.code === "ACCOUNT_BEING_ERASED" ? `AccountBeingErasedError ${r.account}` : show(r));
+    r.outcome === "ACCOUNT_NOT_FOUND" && writes[i]!.a === erased
+      ? tombstone
+      : r.outcome === "ACCOUNT_NOT_FOUND"
+        ? `AccountNotFoundError unknown account: ${r.reason}`
+        : r.code === "ACCOUNT_BEING_ERASED"
+          ? `AccountBeingErasedError ${r.account}`
+          : show(r),
+  );
   const unbatched = await RelationService.open(single.db.pool, { batchMax: 1 });
   const answers: string[] = [];
   for (const w of writes) {
     try {
-      answers.push(show(await (w.op === "decide" ? unbatched.decide(w.a, w.b, w.approve!) : unbatched[w.op](w.a, w.b))));
+      answers.push(
+        show(await (w.op === "decide" ? unbatched.decide(w.a, w.b, w.approve!) : unbatched[w.op](w.a, w.b))),
+      );
     } catch (err) {
       const name = (err as Error).constructor.name;
-      answers.push(name === "AccountBeingErasedError" ? `${name} ${/account (\S+) is being erased/.exec((err as Error).message)?.[1]}` : `${name} ${(err as Error).message}`);
+      answers.push(
+        name === "AccountBeingErasedError"
+          ? `${name} ${/account (\S+) is being erased/.exec((err as Error).message)?.[1]}`
+          : `${name} ${(err as Error).message}`,
+      );
     }
   }
   t.diagnostic(`note ${rows.join("; ")}`);
@@ -228,7 +269,10 @@ test("through the service: writes queued behind two batches in flight go as one 
   assert.equal(secondWait.locktype, "transactionid", "the second batch waits for the parked one's event_seq row");
   const queued = [
     rel.follow(acct(5), acct(6)),
-    rel.follow(acct(7), "nobody").then(() => "resolved", (err: unknown) => (err instanceof AccountNotFoundError ? `AccountNotFoundError ${err.message}` : String(err))),
+    rel.follow(acct(7), "nobody").then(
+      () => "resolved",
+      (err: unknown) => (err instanceof AccountNotFoundError ? `AccountNotFoundError ${err.message}` : String(err)),
+    ),
     rel.follow(acct(11), acct(12)),
     rel.unfollow(acct(5), acct(6)),
   ] as const;
@@ -239,9 +283,19 @@ test("through the service: writes queued behind two batches in flight go as one 
   const [q1, q2, q3, q4] = await Promise.all(queued);
   const shown = [r1, r2, q1 as RelationResult, q3 as RelationResult, q4 as RelationResult].map(formatRelationResult);
   t.diagnostic(`note answers: ${shown.join(", ")}; missing: ${q2}; stats ${JSON.stringify(rel.batchStats())}`);
-  assert.deepEqual(shown, ["CHANGED(ACTIVE,v1,seq1)", "CHANGED(ACTIVE,v1,seq2)", "CHANGED(ACTIVE,v1,seq3)", "CHANGED(PENDING,v1,seq4)", "CHANGED(REMOVED,v2,seq5)"]);
+  assert.deepEqual(shown, [
+    "CHANGED(ACTIVE,v1,seq1)",
+    "CHANGED(ACTIVE,v1,seq2)",
+    "CHANGED(ACTIVE,v1,seq3)",
+    "CHANGED(PENDING,v1,seq4)",
+    "CHANGED(REMOVED,v2,seq5)",
+  ]);
   assert.equal(q2, "AccountNotFoundError unknown account: nobody");
-  assert.deepEqual([rel.batchStats()!.batches, rel.batchStats()!.largest], [3, 4], "the four queued writes went as one batch");
+  assert.deepEqual(
+    [rel.batchStats()!.batches, rel.batchStats()!.largest],
+    [3, 4],
+    "the four queued writes went as one batch",
+  );
   assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
 });
 
@@ -252,13 +306,21 @@ test("P=4 a batch parked at relation.afterEvent holds its partition's event_seq 
     await gate.release();
     await f.close();
   });
-  const inPart = (p: number) => Array.from({ length: 200 }, (_, i) => acct(i + 1)).filter((u) => stablePartition(u, 4) === p);
+  const inPart = (p: number) =>
+    Array.from({ length: 200 }, (_, i) => acct(i + 1)).filter((u) => stablePartition(u, 4) === p);
   const [e1, e2, e3] = inPart(0);
   const [o1] = inPart(1);
-  const parked = batch(f.db.pool, 4, [{ op: "follow", a: acct(1), b: e1! }, { op: "follow", a: acct(2), b: e2! }]);
+  const parked = batch(f.db.pool, 4, [
+    { op: "follow", a: acct(1), b: e1! },
+    { op: "follow", a: acct(2), b: e2! },
+  ]);
   const { pid, context } = await gate.parked();
   t.diagnostic(`note parked batch pid=${pid} context=${JSON.stringify(context)}`);
-  assert.deepEqual([context.followee, context.part, context.seq, context.version], [e1, 0, 1, 1], "the batch's first event");
+  assert.deepEqual(
+    [context.followee, context.part, context.seq, context.version],
+    [e1, 0, 1, 1],
+    "the batch's first event",
+  );
   const other = await batch(f.db.pool, 4, [{ op: "follow", a: acct(3), b: o1! }]);
   assert.deepEqual(other.map(show), ["CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)"], "another partition is not held up");
   const client = await f.db.pool.connect();
@@ -266,19 +328,36 @@ test("P=4 a batch parked at relation.afterEvent holds its partition's event_seq 
     const waiterPid = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
     const waiting = client.query<BatchRow>(
       "SELECT ord, outcome, state, version, seq, reason, code, account FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer)",
-      [["follow", "unfollow"], [acct(4), acct(4)], [e3!, e3!], [null, null], 4]);
+      [["follow", "unfollow"], [acct(4), acct(4)], [e3!, e3!], [null, null], 4],
+    );
     const wait = await waitForLockWait(f.db.pool, () => waiterPid);
-    const { rows: [holder] } = await f.db.pool.query<{ pid: number }>(
+    const {
+      rows: [holder],
+    } = await f.db.pool.query<{ pid: number }>(
       `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-          AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`, [waiterPid]);
-    t.diagnostic(`note the same partition's batch waits: locktype=${wait.locktype} mode=${wait.mode}, for pid ${holder?.pid}`);
+          AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`,
+      [waiterPid],
+    );
+    t.diagnostic(
+      `note the same partition's batch waits: locktype=${wait.locktype} mode=${wait.mode}, for pid ${holder?.pid}`,
+    );
     assert.equal(wait.locktype, "transactionid");
     assert.equal(holder?.pid, pid, "it waits for the parked batch's transaction");
-    assert.equal(await scalar(f, "SELECT count(*) AS n FROM relation_event WHERE part = 0"), 0, "nothing of the parked batch is visible");
+    assert.equal(
+      await scalar(f, "SELECT count(*) AS n FROM relation_event WHERE part = 0"),
+      0,
+      "nothing of the parked batch is visible",
+    );
     await gate.release();
     const [first, next] = await Promise.all([parked, waiting]);
-    assert.deepEqual(first.map((r) => r.seq), [1, 2]);
-    assert.deepEqual(next.rows.map(show), ["CHANGED ACTIVE v1 seq3 (REMOVED->ACTIVE)", "CHANGED REMOVED v2 seq4 (ACTIVE->REMOVED)"]);
+    assert.deepEqual(
+      first.map((r) => r.seq),
+      [1, 2],
+    );
+    assert.deepEqual(next.rows.map(show), [
+      "CHANGED ACTIVE v1 seq3 (REMOVED->ACTIVE)",
+      "CHANGED REMOVED v2 seq4 (ACTIVE->REMOVED)",
+    ]);
   } finally {
     client.release();
   }
@@ -293,33 +372,57 @@ for (const partitions of [1, 4]) {
     const retriesBefore = transactionStats.retries;
     const random = seededRandom(2230 + partitions);
     const pick = () => acct(1 + Math.floor(random() * 8));
-    const plan = Array.from({ length: 16 }, () => Array.from({ length: 40 }, () => {
-      const r = random();
-      return { op: (r < 0.5 ? "follow" : r < 0.8 ? "unfollow" : "decide") as Op, a: pick(), b: pick(), approve: random() < 0.6 };
-    }));
-    const results = (await runWorkers(16, async (w) => {
-      const mine: { op: Op; follower: string; followee: string; r: RelationResult }[] = [];
-      for (const p of plan[w]!) {
-        const r = await (p.op === "decide" ? rel.decide(p.a, p.b, p.approve) : rel[p.op](p.a, p.b));
-        mine.push({ op: p.op, follower: p.op === "decide" ? p.b : p.a, followee: p.op === "decide" ? p.a : p.b, r });
-      }
-      return mine;
-    })).flat();
+    const plan = Array.from({ length: 16 }, () =>
+      Array.from({ length: 40 }, () => {
+        const r = random();
+        return {
+          op: (r < 0.5 ? "follow" : r < 0.8 ? "unfollow" : "decide") as Op,
+          a: pick(),
+          b: pick(),
+          approve: random() < 0.6,
+        };
+      }),
+    );
+    const results = (
+      await runWorkers(16, async (w) => {
+        const mine: { op: Op; follower: string; followee: string; r: RelationResult }[] = [];
+        for (const p of plan[w]!) {
+          const r = await (p.op === "decide" ? rel.decide(p.a, p.b, p.approve) : rel[p.op](p.a, p.b));
+          mine.push({ op: p.op, follower: p.op === "decide" ? p.b : p.a, followee: p.op === "decide" ? p.a : p.b, r });
+        }
+        return mine;
+      })
+    ).flat();
     const stats = rel.batchStats()!;
     const changed = results.filter((x) => x.r.outcome === "CHANGED");
-    t.diagnostic(`note ${results.length} writes in ${stats.batches} batches (largest ${stats.largest}); CHANGED=${changed.length}; retries=${transactionStats.retries - retriesBefore}`);
+    t.diagnostic(
+      `note ${results.length} writes in ${stats.batches} batches (largest ${stats.largest}); CHANGED=${changed.length}; retries=${transactionStats.retries - retriesBefore}`,
+    );
     assert.ok(stats.largest > 1, "writes were committed together");
     assert.equal(transactionStats.retries - retriesBefore, 0, "no deadlock or serialization failure was retried");
     // Every CHANGED answer names its own event: (part, seq) unique, and the event row has its pair, state and version.
     const parts = changed.map((x) => stablePartition(x.followee, partitions));
     assert.equal(new Set(changed.map((x, i) => `${parts[i]}:${x.r.seq}`)).size, changed.length);
-    const { rows: [matched] } = await f.db.pool.query<{ n: number }>(
+    const {
+      rows: [matched],
+    } = await f.db.pool.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[]) AS a(part, seq, follower, followee, state, version)
          JOIN relation_event e USING (part, seq, follower, followee, state, version)`,
-      [parts, changed.map((x) => x.r.seq), changed.map((x) => x.follower), changed.map((x) => x.followee), changed.map((x) => x.r.state), changed.map((x) => x.r.version)],
+      [
+        parts,
+        changed.map((x) => x.r.seq),
+        changed.map((x) => x.follower),
+        changed.map((x) => x.followee),
+        changed.map((x) => x.r.state),
+        changed.map((x) => x.r.version),
+      ],
     );
     assert.equal(matched!.n, changed.length);
-    assert.equal(await scalar(f, "SELECT count(*) AS n FROM relation_event"), changed.length, "one event per CHANGED, none for NOOP or REJECTED");
+    assert.equal(
+      await scalar(f, "SELECT count(*) AS n FROM relation_event"),
+      changed.length,
+      "one event per CHANGED, none for NOOP or REJECTED",
+    );
     const audit = await auditRelations(f.db.pool);
     t.diagnostic(`note audit: ${JSON.stringify(audit)}`);
     assert.ok(relationAuditClean(audit), "gapless per partition, versions agree with the truth, legal transitions");
@@ -335,7 +438,10 @@ test("30-H on a batch: a batch of follows parked at follow.afterLock holds its p
     await followLocked.release();
     await f.close();
   });
-  const following = batch(f.db.pool, 1, [{ op: "follow", a: acct(70), b: acct(71) }, { op: "follow", a: acct(72), b: acct(73) }]);
+  const following = batch(f.db.pool, 1, [
+    { op: "follow", a: acct(70), b: acct(71) },
+    { op: "follow", a: acct(72), b: acct(73) },
+  ]);
   const parked = await followLocked.parked();
   assert.deepEqual([parked.context.follower, parked.context.followee], [acct(70), acct(71)]);
   const blocking = f.rel.block(acct(71), acct(70));
@@ -346,9 +452,17 @@ test("30-H on a batch: a batch of follows parked at follow.afterLock holds its p
   await followLocked.release();
   const rows = await following;
   const blocked = await blocking;
-  assert.deepEqual(rows.map(show), ["CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)", "CHANGED ACTIVE v1 seq2 (REMOVED->ACTIVE)"]);
+  assert.deepEqual(rows.map(show), [
+    "CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)",
+    "CHANGED ACTIVE v1 seq2 (REMOVED->ACTIVE)",
+  ]);
   assert.equal(formatRelationResult(blocked), "CHANGED(REMOVED,v2,seq3)");
-  const { rows: [pair] } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [acct(70), acct(71)]);
+  const {
+    rows: [pair],
+  } = await f.db.pool.query<{ state: string }>("SELECT state FROM relation WHERE follower = $1 AND followee = $2", [
+    acct(70),
+    acct(71),
+  ]);
   assert.equal(pair!.state, "REMOVED");
   assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
 });

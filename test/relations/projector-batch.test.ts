@@ -35,7 +35,11 @@ async function reset(f: RelationsFixture): Promise<void> {
   await f.db.pool.query("UPDATE proj_watermark SET applied_upto = 0");
 }
 
-async function run(f: RelationsFixture, projector: RelationProjector, batches: readonly RelationEvent[][]): Promise<Outcome> {
+async function run(
+  f: RelationsFixture,
+  projector: RelationProjector,
+  batches: readonly RelationEvent[][],
+): Promise<Outcome> {
   await reset(f);
   const verdicts: string[] = [];
   for (const batch of batches) verdicts.push(...(await projector.applyBatch(batch)).verdicts);
@@ -48,7 +52,7 @@ function batchesOf(events: readonly RelationEvent[], random: () => number): Rela
   for (const part of new Set(events.map((e) => e.part))) {
     const mine = events.filter((e) => e.part === part);
     const deliveries = shuffle([...mine, ...mine.filter(() => random() < 0.3)], random);
-    for (let i = 0; i < deliveries.length; ) {
+    for (let i = 0; i < deliveries.length;) {
       const size = 1 + Math.floor(random() * 40);
       const batch = deliveries.slice(i, i + size);
       if (random() < 0.3) batch.push(batch[Math.floor(random() * batch.length)]!);
@@ -81,7 +85,9 @@ for (const partitions of [1, 4]) {
     const stepwise = await run(f, f.projectorWith(projectVersioned), batches);
     const batched = await run(f, f.projector, batches);
     const count = (v: string) => batched.verdicts.filter((x) => x === v).length;
-    t.diagnostic(`note ${events.length} events, ${deliveries} deliveries in ${batches.length} batches: applied=${count("applied")} stale=${count("stale")} dup=${count("dup")}`);
+    t.diagnostic(
+      `note ${events.length} events, ${deliveries} deliveries in ${batches.length} batches: applied=${count("applied")} stale=${count("stale")} dup=${count("dup")}`,
+    );
     assert.ok(count("stale") > 0 && count("dup") > 0, "the deliveries exercise stale and dup verdicts");
     assert.deepEqual(batched.verdicts, stepwise.verdicts);
     assert.equal(batched.projection, stepwise.projection);
@@ -104,7 +110,9 @@ test("projector P=1: with proj_seen pruned at the watermark, redelivered events 
   const watermark = rows[0]!.w;
   const pruned = (await f.db.pool.query("DELETE FROM proj_seen WHERE part = 0 AND seq <= $1", [watermark])).rowCount;
   const again = await f.projector.applyBatch(await f.projector.fetchRange(0, 1, watermark));
-  t.diagnostic(`note pruned ${pruned} proj_seen keys at watermark ${watermark}; redelivered: applied=${again.applied} stale=${again.stale} dup=${again.dup}`);
+  t.diagnostic(
+    `note pruned ${pruned} proj_seen keys at watermark ${watermark}; redelivered: applied=${again.applied} stale=${again.stale} dup=${again.dup}`,
+  );
   assert.deepEqual([again.applied, again.stale, again.dup], [0, 0, watermark]);
   assert.equal(formatDiff(await projectionDiff(f.db.pool)), "0,0,0");
 });

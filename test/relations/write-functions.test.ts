@@ -53,9 +53,17 @@ test("P=4 follow, decide, unfollow, block and unblock are one statement each (a 
     const n = await statementsOf(call);
     counts.push(`${label}:${n}`);
     // The error path of a missing account reads which of the two is missing, to name only that one.
-    assert.equal(n, label === "missing account" ? 2 : 1, `${label} is ${label === "missing account" ? "two statements" : "one statement"}`);
+    assert.equal(
+      n,
+      label === "missing account" ? 2 : 1,
+      `${label} is ${label === "missing account" ? "two statements" : "one statement"}`,
+    );
   }
-  assert.equal(await statementsOf(() => f.rel.follow(acct(5), acct(5))), 0, "a self-follow is answered without a statement");
+  assert.equal(
+    await statementsOf(() => f.rel.follow(acct(5), acct(5))),
+    0,
+    "a self-follow is answered without a statement",
+  );
   // Control: the counter sees a transaction's statements (BEGIN, account, pending rows, approval, COMMIT).
   assert.equal((await f.rel.follow(acct(6), acct(2))).state, "PENDING");
   const unlock = await statementsOf(() => f.rel.upsertAccount(acct(2), { private: false }));
@@ -64,7 +72,9 @@ test("P=4 follow, decide, unfollow, block and unblock are one statement each (a 
   assert.ok(relationAuditClean(await auditRelations(f.db.pool)));
 });
 
-type Op = { kind: "follow" | "unfollow" | "block" | "unblock"; a: string; b: string } | { kind: "decide"; a: string; b: string; approve: boolean };
+type Op =
+  | { kind: "follow" | "unfollow" | "block" | "unblock"; a: string; b: string }
+  | { kind: "decide"; a: string; b: string; approve: boolean };
 
 /** A fixed script over 10 accounts (two private): every operation, self-targeted calls and a missing account. */
 function script(): Op[] {
@@ -99,12 +109,14 @@ async function play(f: RelationsFixture, ops: readonly Op[]): Promise<string[]> 
 }
 
 async function tables(f: RelationsFixture): Promise<string> {
-  const rows = await Promise.all([
-    "SELECT follower, followee, state, version FROM relation ORDER BY follower, followee",
-    "SELECT blocker, blocked FROM block ORDER BY blocker, blocked",
-    "SELECT part, seq, follower, followee, state, version FROM relation_event ORDER BY part, seq",
-    "SELECT part, last FROM event_seq ORDER BY part",
-  ].map(async (sql) => (await f.db.pool.query(sql)).rows));
+  const rows = await Promise.all(
+    [
+      "SELECT follower, followee, state, version FROM relation ORDER BY follower, followee",
+      "SELECT blocker, blocked FROM block ORDER BY blocker, blocked",
+      "SELECT part, seq, follower, followee, state, version FROM relation_event ORDER BY part, seq",
+      "SELECT part, last FROM event_seq ORDER BY part",
+    ].map(async (sql) => (await f.db.pool.query(sql)).rows),
+  );
   return JSON.stringify(rows);
 }
 
@@ -116,14 +128,21 @@ for (const partitions of [1, 4]) {
       await direct.close();
       await hooked.close();
     });
-    const setting = async (f: RelationsFixture) => (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!.s;
+    const setting = async (f: RelationsFixture) =>
+      (await f.db.pool.query<{ s: string | null }>("SELECT current_setting('ledger.test_hooks', true) AS s")).rows[0]!
+        .s;
     assert.deepEqual([await setting(direct), await setting(hooked)], [null, "on"]);
     const ops = script();
     const a = await play(direct, ops);
     const b = await play(hooked, ops);
     const tally = (prefix: string) => a.filter((o) => o.includes(prefix)).length;
-    t.diagnostic(`note ${ops.length} writes: CHANGED=${tally("CHANGED")} NOOP=${tally("NOOP")} REJECTED=${tally("REJECTED")} threw=${tally(" threw ")}`);
-    assert.ok(tally("CHANGED") > 50 && tally("REJECTED") > 10 && tally(" threw ") > 0, "the script reaches every kind of outcome");
+    t.diagnostic(
+      `note ${ops.length} writes: CHANGED=${tally("CHANGED")} NOOP=${tally("NOOP")} REJECTED=${tally("REJECTED")} threw=${tally(" threw ")}`,
+    );
+    assert.ok(
+      tally("CHANGED") > 50 && tally("REJECTED") > 10 && tally(" threw ") > 0,
+      "the script reaches every kind of outcome",
+    );
     assert.deepEqual(a, b);
     assert.equal(await tables(direct), await tables(hooked));
     assert.ok(relationAuditClean(await auditRelations(direct.db.pool)));
@@ -133,7 +152,14 @@ for (const partitions of [1, 4]) {
 test("P=4 16 concurrent writers on the one-statement path over 6 accounts: every invariant holds, no deadlock", async (t) => {
   const f = await relationsFixture(4, 6, [2]);
   t.after(() => f.close());
-  const deadlocks = async () => Number((await f.db.pool.query<{ n: number }>("SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()")).rows[0]!.n);
+  const deadlocks = async () =>
+    Number(
+      (
+        await f.db.pool.query<{ n: number }>(
+          "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()",
+        )
+      ).rows[0]!.n,
+    );
   const deadlocksBefore = await deadlocks();
   const retriesBefore = transactionStats.retries;
   await runWorkers(16, async (w) => {
@@ -152,7 +178,9 @@ test("P=4 16 concurrent writers on the one-statement path over 6 accounts: every
   });
   const audit = await auditRelations(f.db.pool);
   const newDeadlocks = (await deadlocks()) - deadlocksBefore;
-  t.diagnostic(`note audit ${JSON.stringify(audit)} deadlocks=${newDeadlocks} retries=${transactionStats.retries - retriesBefore}`);
+  t.diagnostic(
+    `note audit ${JSON.stringify(audit)} deadlocks=${newDeadlocks} retries=${transactionStats.retries - retriesBefore}`,
+  );
   assert.ok(relationAuditClean(audit));
   // A deadlock would have been retried (the statistics view may report it late).
   assert.equal(transactionStats.retries - retriesBefore, 0);

@@ -27,7 +27,13 @@ function splitByStatement(primary: Pool, replica: Pool): Pool {
  * block (found on the primary) is allowed to the blocked reader in every read mode. The service
  * runs canRead on the primary only (docs/read-replicas.md).
  */
-export async function canReadWithPermissionsOnReplica(primary: Pool, replica: Pool, reader: string, postId: string, mode: ReadMode): Promise<ReadDecision> {
+export async function canReadWithPermissionsOnReplica(
+  primary: Pool,
+  replica: Pool,
+  reader: string,
+  postId: string,
+  mode: ReadMode,
+): Promise<ReadDecision> {
   const posts = await PostService.open(splitByStatement(primary, replica));
   return posts.canRead(reader, postId, mode);
 }

@@ -6,14 +6,21 @@ import { formatLsn, parseLsn } from "../../src/replicas/wal-position.ts";
 
 test("config: DATABASE_REPLICA_URLS is a comma-separated list of postgres:// URLs; unset means no replicas; the thresholds have defaults and bounds", () => {
   assert.deepEqual(loadConfig({}).replicas, { urls: [], maxLagMs: 5_000, tokenWaitMs: 100, checkEveryMs: 1_000 });
-  assert.deepEqual(loadConfig({ DATABASE_REPLICA_URLS: " postgres://a@h1:5432/db, ,postgresql://b@h2/db " }).replicas.urls, ["postgres://a@h1:5432/db", "postgresql://b@h2/db"]);
+  assert.deepEqual(
+    loadConfig({ DATABASE_REPLICA_URLS: " postgres://a@h1:5432/db, ,postgresql://b@h2/db " }).replicas.urls,
+    ["postgres://a@h1:5432/db", "postgresql://b@h2/db"],
+  );
   for (const [env, field] of [
     [{ DATABASE_REPLICA_URLS: "h1:5432" }, "DATABASE_REPLICA_URLS"],
     [{ LEDGER_REPLICA_MAX_LAG_MS: "-1" }, "LEDGER_REPLICA_MAX_LAG_MS"],
     [{ LEDGER_REPLICA_TOKEN_WAIT_MS: "soon" }, "LEDGER_REPLICA_TOKEN_WAIT_MS"],
     [{ LEDGER_REPLICA_CHECK_MS: "10" }, "LEDGER_REPLICA_CHECK_MS"],
   ] as const) {
-    assert.throws(() => loadConfig(env), (err: unknown) => err instanceof InvalidInputError && err.field === field, field);
+    assert.throws(
+      () => loadConfig(env),
+      (err: unknown) => err instanceof InvalidInputError && err.field === field,
+      field,
+    );
   }
 });
 
@@ -22,6 +29,10 @@ test("freshness tokens: a WAL position round-trips as PostgreSQL prints it and c
   assert.equal(parseLsn("0/3000060"), 0x3000060n);
   assert.ok(parseLsn("1/0") > parseLsn("0/FFFFFFFF"));
   for (const bad of ["", "0", "0/", "/1", "0/123456789", "g/1", "0/1 ", "-1/0"]) {
-    assert.throws(() => parseLsn(bad), (err: unknown) => err instanceof InvalidInputError && err.field === "freshness", JSON.stringify(bad));
+    assert.throws(
+      () => parseLsn(bad),
+      (err: unknown) => err instanceof InvalidInputError && err.field === "freshness",
+      JSON.stringify(bad),
+    );
   }
 });

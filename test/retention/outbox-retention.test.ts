@@ -39,7 +39,10 @@ async function setup(partitions: number): Promise<Fixture> {
   const db = await createTestDatabase({ partitions });
   const ledger = await openLedger(db.pool);
   for (const item of ITEMS) await ledger.likes.createItem(item);
-  await db.pool.query("INSERT INTO account (account_id) SELECT 'acct-' || lpad(n::text, 2, '0') FROM generate_series(1, $1::int) AS n", [ACCOUNTS]);
+  await db.pool.query(
+    "INSERT INTO account (account_id) SELECT 'acct-' || lpad(n::text, 2, '0') FROM generate_series(1, $1::int) AS n",
+    [ACCOUNTS],
+  );
   await ledger.relations.upsertAccount(acct(ACCOUNTS), { private: true });
   const post = await ledger.posts.createPost(acct(1), "PUBLIC", "the post");
   return { db, ledger, postId: post.postId };
@@ -92,19 +95,34 @@ async function capture(ledger: Ledger, partitions: number): Promise<Captured> {
 }
 
 /** Redelivers every captured event; returns what the consumers did with them. */
-async function redeliver(ledger: Ledger, events: Captured): Promise<{ delivered: number; expired: number; counted: number }> {
+async function redeliver(
+  ledger: Ledger,
+  events: Captured,
+): Promise<{ delivered: number; expired: number; counted: number }> {
   const total = { delivered: 0, expired: 0, counted: 0 };
   for (const batch of events.likes.filter((b) => b.length > 0)) {
     const r = await ledger.likeConsumer.applyBatch(batch);
-    Object.assign(total, { delivered: total.delivered + batch.length, expired: total.expired + r.expired, counted: total.counted + r.applied + r.covered });
+    Object.assign(total, {
+      delivered: total.delivered + batch.length,
+      expired: total.expired + r.expired,
+      counted: total.counted + r.applied + r.covered,
+    });
   }
   for (const batch of events.relations.filter((b) => b.length > 0)) {
     const r = await ledger.projector.applyBatch(batch);
-    Object.assign(total, { delivered: total.delivered + batch.length, expired: total.expired + r.expired, counted: total.counted + r.applied + r.stale });
+    Object.assign(total, {
+      delivered: total.delivered + batch.length,
+      expired: total.expired + r.expired,
+      counted: total.counted + r.applied + r.stale,
+    });
   }
   for (const batch of events.comments.filter((b) => b.length > 0)) {
     const r = await ledger.commentConsumer.applyBatch(batch);
-    Object.assign(total, { delivered: total.delivered + batch.length, expired: total.expired + r.expired, counted: total.counted + r.applied + r.covered });
+    Object.assign(total, {
+      delivered: total.delivered + batch.length,
+      expired: total.expired + r.expired,
+      counted: total.counted + r.applied + r.covered,
+    });
   }
   return total;
 }
@@ -114,8 +132,10 @@ async function scalar(pool: Pool, sql: string): Promise<number> {
   return Number(rows[0]!.n);
 }
 
-const OUTBOX_ROWS = "SELECT (SELECT count(*) FROM like_outbox) + (SELECT count(*) FROM relation_event) + (SELECT count(*) FROM comment_outbox) AS n";
-const KEY_ROWS = "SELECT (SELECT count(*) FROM processed_event) + (SELECT count(*) FROM proj_seen) + (SELECT count(*) FROM comment_processed) AS n";
+const OUTBOX_ROWS =
+  "SELECT (SELECT count(*) FROM like_outbox) + (SELECT count(*) FROM relation_event) + (SELECT count(*) FROM comment_outbox) AS n";
+const KEY_ROWS =
+  "SELECT (SELECT count(*) FROM processed_event) + (SELECT count(*) FROM proj_seen) + (SELECT count(*) FROM comment_processed) AS n";
 
 for (const partitions of [1, 4]) {
   test(`P=${partitions} prune every outbox at the watermarks: audits give the same figures, every pruned event redelivered is expired (no count, no error), later writes and rebuilds are exact`, async (t) => {
@@ -131,15 +151,22 @@ for (const partitions of [1, 4]) {
 
     const report = await pruneRetained(db.pool, NOW);
     const pruned = Object.fromEntries(report.kinds.map((k) => [k.kind, k.outboxRows]));
-    t.diagnostic(`note pruned outbox rows ${JSON.stringify(pruned)}; keys ${report.kinds.map((k) => k.keyRows).join("/")}`);
-    assert.ok(report.kinds.every((k) => k.outboxRows > 0 && k.skipped === undefined), JSON.stringify(report));
+    t.diagnostic(
+      `note pruned outbox rows ${JSON.stringify(pruned)}; keys ${report.kinds.map((k) => k.keyRows).join("/")}`,
+    );
+    assert.ok(
+      report.kinds.every((k) => k.outboxRows > 0 && k.skipped === undefined),
+      JSON.stringify(report),
+    );
     assert.equal(await scalar(db.pool, OUTBOX_ROWS), 0, "every event was at or below its watermark");
     assert.equal(await scalar(db.pool, KEY_ROWS), 0);
     const after = await fullAudit(ledger);
     assert.deepEqual(after, before, "the baseline keeps every audit figure");
 
     const again = await redeliver(ledger, old);
-    t.diagnostic(`note redelivered ${again.delivered} pruned events: expired=${again.expired} counted=${again.counted}`);
+    t.diagnostic(
+      `note redelivered ${again.delivered} pruned events: expired=${again.expired} counted=${again.counted}`,
+    );
     assert.deepEqual(again, { delivered: again.delivered, expired: again.delivered, counted: 0 });
     assert.deepEqual(await fullAudit(ledger), before, "the redelivery changed nothing");
 
@@ -187,13 +214,27 @@ test("the boundary: the margin keeps the newest events, a retention_hold caps it
   const relationRows = await scalar(db.pool, "SELECT count(*) AS n FROM relation_event");
   const commentRows = await scalar(db.pool, "SELECT count(*) AS n FROM comment_outbox");
   const report = await pruneRetained(db.pool, {
-    ...NOW, caps: [async (kind) => { if (kind === "relations") throw new Error("down"); return new Map([[0, 0]]); }],
+    ...NOW,
+    caps: [
+      async (kind) => {
+        if (kind === "relations") throw new Error("down");
+        return new Map([[0, 0]]);
+      },
+    ],
   });
   assert.equal(report.kinds.find((k) => k.kind === "relations")!.skipped, "CAP_UNAVAILABLE");
-  assert.equal(await scalar(db.pool, "SELECT count(*) AS n FROM relation_event"), relationRows, "an unreadable cap keeps the outbox");
+  assert.equal(
+    await scalar(db.pool, "SELECT count(*) AS n FROM relation_event"),
+    relationRows,
+    "an unreadable cap keeps the outbox",
+  );
   const comments = report.kinds.find((k) => k.kind === "comments")!;
   assert.equal(comments.partitions[0]!.capped, 0);
-  assert.equal(await scalar(db.pool, "SELECT count(*) AS n FROM comment_outbox"), commentRows, "a cap of 0 keeps every new event");
+  assert.equal(
+    await scalar(db.pool, "SELECT count(*) AS n FROM comment_outbox"),
+    commentRows,
+    "a cap of 0 keeps every new event",
+  );
   assert.ok((await fullAudit(ledger)).clean);
 });
 
@@ -208,7 +249,11 @@ test("negative control: dedup keys pruned above the watermark let a redelivery c
   assert.deepEqual([first.applied, first.watermark], [9, 0]);
 
   await pruneRetained(db.pool, NOW);
-  assert.equal(await scalar(db.pool, "SELECT count(*) AS n FROM processed_event"), 9, "nothing at or below watermark 0");
+  assert.equal(
+    await scalar(db.pool, "SELECT count(*) AS n FROM processed_event"),
+    9,
+    "nothing at or below watermark 0",
+  );
   const safe = await ledger.likeConsumer.applyBatch(events.slice(1));
   assert.deepEqual([safe.applied, safe.dup], [0, 9]);
 
@@ -248,7 +293,10 @@ test("negative controls: an outbox pruned without its baseline breaks the write-
   const read = await readSide(fx2.db.pool);
   t.diagnostic(`note outbox pruned above the watermark: ${JSON.stringify(read)}`);
   assert.ok(writeSideClean(await writeSide(fx2.db.pool)), "the baseline keeps the write side whole");
-  assert.ok(read.boundViolations > 0 && read.lag > 0, "the count is off by more than pendingForItem admits, and stays so");
+  assert.ok(
+    read.boundViolations > 0 && read.lag > 0,
+    "the count is off by more than pendingForItem admits, and stays so",
+  );
 });
 
 test("P=4 concurrent writers, consumers, redeliveries of pruned events and a prune loop converge: counts = facts, audits clean", async (t) => {
@@ -281,15 +329,19 @@ test("P=4 concurrent writers, consumers, redeliveries of pruned events and a pru
   ];
   // Four writers keep going (at least two rounds each, at most 30) until the prune loop has
   // passed over their events several times.
-  await Promise.all([1, 2, 3, 4].map(async (w) => {
-    for (let round = w; round <= 4 * 30 && (round <= w + 4 || prunes < 6); round += 4) await writeMix(fx, round);
-  }));
+  await Promise.all(
+    [1, 2, 3, 4].map(async (w) => {
+      for (let round = w; round <= 4 * 30 && (round <= w + 4 || prunes < 6); round += 4) await writeMix(fx, round);
+    }),
+  );
   running = false;
   await Promise.all(loops);
   await drainAll(ledger);
   await pruneRetained(db.pool, NOW);
   const end = await fullAudit(ledger);
-  t.diagnostic(`note ${prunes} prune passes, ${expired} expired redeliveries; outbox rows left ${await scalar(db.pool, OUTBOX_ROWS)}`);
+  t.diagnostic(
+    `note ${prunes} prune passes, ${expired} expired redeliveries; outbox rows left ${await scalar(db.pool, OUTBOX_ROWS)}`,
+  );
   assert.ok(prunes >= 6 && expired > 0);
   assert.ok(end.clean, JSON.stringify(end));
   assert.equal(end.likes.readSide.countMismatchItems, 0);
@@ -309,10 +361,24 @@ test("a rebuild whose snapshot is below a retention floor stops before installin
   await pruneRetained(db.pool, NOW);
   // The window the check closes (a whole prune committing between the rebuild's snapshot and its
   // lock) cannot be paused at from outside; a floor above every S_p is what it leaves behind.
-  await db.pool.query("UPDATE retention_floor f SET keys_pruned_upto = s.last + 1 FROM like_seq s WHERE f.kind = 'likes' AND f.part = s.part AND s.part = 1");
-  await db.pool.query("UPDATE retention_floor f SET pruned_upto = s.last + 1 FROM comment_seq s WHERE f.kind = 'comments' AND f.part = s.part AND s.part = 0");
+  await db.pool.query(
+    "UPDATE retention_floor f SET keys_pruned_upto = s.last + 1 FROM like_seq s WHERE f.kind = 'likes' AND f.part = s.part AND s.part = 1",
+  );
+  await db.pool.query(
+    "UPDATE retention_floor f SET pruned_upto = s.last + 1 FROM comment_seq s WHERE f.kind = 'comments' AND f.part = s.part AND s.part = 0",
+  );
   const before = await scalar(db.pool, "SELECT sum(n) + sum(base_seq) AS n FROM like_count");
-  await assert.rejects(ledger.likeRebuild.rebuild(), (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED");
-  await assert.rejects(ledger.commentRebuild.rebuild(), (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED");
-  assert.equal(await scalar(db.pool, "SELECT sum(n) + sum(base_seq) AS n FROM like_count"), before, "nothing was installed");
+  await assert.rejects(
+    ledger.likeRebuild.rebuild(),
+    (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED",
+  );
+  await assert.rejects(
+    ledger.commentRebuild.rebuild(),
+    (err: unknown) => (err as { code?: string }).code === "REBUILD_SNAPSHOT_PRUNED",
+  );
+  assert.equal(
+    await scalar(db.pool, "SELECT sum(n) + sum(base_seq) AS n FROM like_count"),
+    before,
+    "nothing was installed",
+  );
 });

@@ -31,7 +31,10 @@ async function writeSome(ledger: Ledger, round: number): Promise<void> {
   }
   for (let a = 1; a <= 12; a++) {
     const b = ((a + round) % 12) + 1;
-    if (a !== b) await (round % 2 === 0 ? ledger.relations.follow(`acct-${a}`, `acct-${b}`) : ledger.relations.unfollow(`acct-${a}`, `acct-${(a % 12) + 1}`));
+    if (a !== b)
+      await (round % 2 === 0
+        ? ledger.relations.follow(`acct-${a}`, `acct-${b}`)
+        : ledger.relations.unfollow(`acct-${a}`, `acct-${(a % 12) + 1}`));
   }
 }
 
@@ -48,8 +51,13 @@ test("P=4 prune the dedup keys at the watermarks, redeliver every event: no doub
   await ledger.likeConsumer.drain();
   await ledger.projector.drain();
   const report = await pruneDedupKeys(db.pool);
-  const left = await scalar(db, "SELECT (SELECT count(*) FROM processed_event) + (SELECT count(*) FROM proj_seen) AS n");
-  t.diagnostic(`note pruned processed_event=${report.processedEventRows} proj_seen=${report.projSeenRows}, ${left} keys left`);
+  const left = await scalar(
+    db,
+    "SELECT (SELECT count(*) FROM processed_event) + (SELECT count(*) FROM proj_seen) AS n",
+  );
+  t.diagnostic(
+    `note pruned processed_event=${report.processedEventRows} proj_seen=${report.projSeenRows}, ${left} keys left`,
+  );
   assert.equal(report.pruned, true);
   assert.ok(report.processedEventRows > 0 && report.projSeenRows > 0);
   assert.equal(left, 0, "everything was at or below the watermarks");
@@ -109,11 +117,15 @@ test("P=1 while a rebuild runs the prune deletes nothing; negative control: dele
   assert.equal(await scalar(db, "SELECT count(*) AS n FROM processed_event"), watermark, "nothing was deleted");
 
   // The unsafe prune: the same DELETE without the rebuild's lock.
-  await db.pool.query("DELETE FROM processed_event pe USING counter_watermark w WHERE pe.part = w.part AND pe.seq <= w.applied_upto");
+  await db.pool.query(
+    "DELETE FROM processed_event pe USING counter_watermark w WHERE pe.part = w.part AND pe.seq <= w.applied_upto",
+  );
   gate.release();
   const report = await rebuild;
   const read = await readSide(db.pool);
-  t.diagnostic(`note snapshot S=${snapshotSeqs[0]} watermark=${watermark}; after the unsafe prune the rebuild reports drift ${report.totalAbsDrift}, ${read.countMismatchItems} items miscounted`);
+  t.diagnostic(
+    `note snapshot S=${snapshotSeqs[0]} watermark=${watermark}; after the unsafe prune the rebuild reports drift ${report.totalAbsDrift}, ${read.countMismatchItems} items miscounted`,
+  );
   assert.ok(read.countMismatchItems > 0, "the install lost the events applied after its snapshot");
   assert.equal((await pruneDedupKeys(db.pool)).pruned, true, "with the rebuild done, the prune runs");
 });

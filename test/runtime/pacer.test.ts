@@ -55,7 +55,12 @@ test("pacer: the rest keeps the job busy `duty` of the time, capped at MAX_REST_
   assert.equal(new Pacer({ budgetMs: 10, duty: 0.25 }, 500).restMs(10), 30);
   assert.equal(new Pacer({ budgetMs: 10, duty: 1 }, 500).restMs(50), 0);
   assert.equal(new Pacer({ budgetMs: 10, duty: 0.1 }, 500).restMs(5_000), MAX_REST_MS);
-  for (const bad of [{ budgetMs: -1, duty: 0.5 }, { budgetMs: 10, duty: 0 }, { budgetMs: 10, duty: 1.5 }, { budgetMs: Number.NaN, duty: 0.5 }]) {
+  for (const bad of [
+    { budgetMs: -1, duty: 0.5 },
+    { budgetMs: 10, duty: 0 },
+    { budgetMs: 10, duty: 1.5 },
+    { budgetMs: Number.NaN, duty: 0.5 },
+  ]) {
     assert.throws(() => new Pacer(bad, 500), InvalidInputError, JSON.stringify(bad));
   }
 });

@@ -11,7 +11,9 @@ const [base, count] = [process.argv[2]!, Number(process.argv[3])];
 process.stdout.write("ready\n");
 await once(process.stdin, "data");
 for (let i = 0; i < count; i++) {
-  const value = await readOrCreateSecret(path.join(base, String(i)), "s").catch((err: Error) => `error: ${err.message}`);
+  const value = await readOrCreateSecret(path.join(base, String(i)), "s").catch(
+    (err: Error) => `error: ${err.message}`,
+  );
   process.stdout.write(JSON.stringify({ dir: i, value }) + "\n");
 }
 process.exit(0);

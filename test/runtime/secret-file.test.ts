@@ -12,7 +12,11 @@ const DIRS = 200;
 
 /** Starts one secret-child and resolves with it once it says it is ready. */
 async function startChild(base: string): Promise<{ go(): void; values: Promise<Map<number, string>> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "secret-child.ts"), base, String(DIRS)], { stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", path.join(import.meta.dirname, "secret-child.ts"), base, String(DIRS)],
+    { stdio: ["pipe", "pipe", "inherit"] },
+  );
   const lines = createInterface({ input: child.stdout });
   const values = new Map<number, string>();
   let readyFn: () => void;
@@ -43,12 +47,21 @@ test(`a secret created by ${PROCESSES} processes racing through ${DIRS} fresh di
     for (let dir = 0; dir < DIRS; dir++) {
       const seen = new Set(results.map((r) => r.get(dir)));
       const [value] = seen;
-      if (seen.size !== 1 || value === undefined || value.length < 43) bad.push(`dir ${dir}: ${[...seen].map((v) => JSON.stringify(v)).join(", ")}`);
+      if (seen.size !== 1 || value === undefined || value.length < 43)
+        bad.push(`dir ${dir}: ${[...seen].map((v) => JSON.stringify(v)).join(", ")}`);
     }
-    assert.deepEqual(bad, [], `directories where the processes did not all read one whole secret (${bad.length} of ${DIRS})`);
+    assert.deepEqual(
+      bad,
+      [],
+      `directories where the processes did not all read one whole secret (${bad.length} of ${DIRS})`,
+    );
     assert.equal((await stat(path.join(base, "0", "s"))).mode & 0o777, 0o600);
     assert.deepEqual(await readdir(path.join(base, "0")), ["s"], "no draft file is left");
-    assert.equal(await readOrCreateSecret(path.join(base, "0"), "s"), results[0]!.get(0), "a later caller reads the same value");
+    assert.equal(
+      await readOrCreateSecret(path.join(base, "0"), "s"),
+      results[0]!.get(0),
+      "a later caller reads the same value",
+    );
   } finally {
     await rm(base, { recursive: true, force: true });
   }

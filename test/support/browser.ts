@@ -27,15 +27,25 @@ export interface Browser {
  */
 export async function launchChromium(viewport: { width: number; height: number }): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
-    throw new Error(`the browser tests need Chromium at ${CHROMIUM}, which is missing: install it with 'apt-get update && apt-get install -y chromium' (.ci/run does)`);
+    throw new Error(
+      `the browser tests need Chromium at ${CHROMIUM}, which is missing: install it with 'apt-get update && apt-get install -y chromium' (.ci/run does)`,
+    );
   }
   const profile = await mkdtemp(path.join(os.tmpdir(), "ledger-chromium-"));
   let context: BrowserContext;
   try {
-    context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: FLAGS, viewport, timeout: 30_000 });
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: FLAGS,
+      viewport,
+      timeout: 30_000,
+    });
   } catch (err) {
     await rm(profile, { recursive: true, force: true });
-    throw new Error(`Chromium at ${CHROMIUM} did not start: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new Error(`Chromium at ${CHROMIUM} did not start: ${err instanceof Error ? err.message : String(err)}`, {
+      cause: err,
+    });
   }
   let closed: Promise<void> | undefined;
   return {

@@ -20,7 +20,11 @@ export interface CrashLab {
   restartAfterCrash(): Promise<Pool>;
 }
 
-export async function crashLab(t: TestContext, prefix: string, options: { partitions: number; poolSize: number }): Promise<CrashLab> {
+export async function crashLab(
+  t: TestContext,
+  prefix: string,
+  options: { partitions: number; poolSize: number },
+): Promise<CrashLab> {
   const root = await clusterTempDir(prefix);
   const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
   const url = cluster.connectionString("postgres");

@@ -13,18 +13,27 @@ export interface PlanNode {
 
 /** Runs `sql` under EXPLAIN (ANALYZE, FORMAT JSON) with `values` and returns its plan's root. */
 export async function explainAnalyze(pool: Pool, sql: string, values: unknown[]): Promise<PlanNode> {
-  const { rows } = await pool.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, values);
+  const { rows } = await pool.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+    `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`,
+    values,
+  );
   return rows[0]!["QUERY PLAN"][0].Plan;
 }
 
 /** Rows read from a table across a plan (by its heap or any of its indexes): returned plus filtered out, times loops. */
 export function rowsRead(node: PlanNode, table: string): number {
-  const own = node["Relation Name"] === table ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
+  const own =
+    node["Relation Name"] === table
+      ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1)
+      : 0;
   return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRead(p, table), 0);
 }
 
 /** Rows read through one index (Index Scan, Index Only Scan, Bitmap Index Scan) across a plan: returned plus filtered out, times loops. */
 export function rowsReadVia(node: PlanNode, index: string): number {
-  const own = node["Index Name"] === index ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1) : 0;
+  const own =
+    node["Index Name"] === index
+      ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1)
+      : 0;
   return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsReadVia(p, index), 0);
 }

@@ -8,7 +8,11 @@ import type { Pool } from "../../src/db/pool.ts";
  * `from` must occur exactly once, so a change to the function that moves the text fails here
  * instead of leaving the control silently identical to production.
  */
-export async function replaceFunctionText(pool: Pool, signature: string, edits: readonly [string, string][]): Promise<void> {
+export async function replaceFunctionText(
+  pool: Pool,
+  signature: string,
+  edits: readonly [string, string][],
+): Promise<void> {
   const { rows } = await pool.query<{ def: string }>("SELECT pg_get_functiondef($1::regprocedure) AS def", [signature]);
   let def = rows[0]!.def;
   for (const [from, to] of edits) {

@@ -38,9 +38,18 @@ export interface TokenOptions {
 
 let keyCounter = 0;
 
-export async function generateProviderKey(alg: ProviderAlg, kid = `key-${alg.toLowerCase()}-${++keyCounter}`): Promise<ProviderKey> {
+export async function generateProviderKey(
+  alg: ProviderAlg,
+  kid = `key-${alg.toLowerCase()}-${++keyCounter}`,
+): Promise<ProviderKey> {
   const { privateKey, publicKey } = await generateKeyPair(alg, { extractable: true });
-  return { kid, alg, privateKey, publicJwk: { ...(await exportJWK(publicKey)), kid, alg, use: "sig" }, publicPem: await exportSPKI(publicKey) };
+  return {
+    kid,
+    alg,
+    privateKey,
+    publicJwk: { ...(await exportJWK(publicKey)), kid, alg, use: "sig" },
+    publicPem: await exportSPKI(publicKey),
+  };
 }
 
 export class TestProvider {
@@ -78,7 +87,9 @@ export class TestProvider {
       res.writeHead(this.mode === "503" ? 503 : 404).end();
       return;
     }
-    res.writeHead(200, { "content-type": "application/jwk-set+json" }).end(JSON.stringify({ keys: this.published.map((k) => k.publicJwk) }));
+    res
+      .writeHead(200, { "content-type": "application/jwk-set+json" })
+      .end(JSON.stringify({ keys: this.published.map((k) => k.publicJwk) }));
   }
 
   async addKey(alg: ProviderAlg, kid?: string): Promise<ProviderKey> {
@@ -94,8 +105,16 @@ export class TestProvider {
   /** The service's settings for this provider (short timeouts; the cooldown and max age as the test says). */
   options(o: Partial<JwksOptions> = {}): JwksOptions {
     return {
-      url: this.url, issuer: this.issuer, audience: [this.audience], userClaim: "sub", adminClaim: "role", adminValue: "admin",
-      cooldownMs: 60_000, cacheMaxAgeMs: 600_000, timeoutMs: 2000, ...o,
+      url: this.url,
+      issuer: this.issuer,
+      audience: [this.audience],
+      userClaim: "sub",
+      adminClaim: "role",
+      adminValue: "admin",
+      cooldownMs: 60_000,
+      cacheMaxAgeMs: 600_000,
+      timeoutMs: 2000,
+      ...o,
     };
   }
 
@@ -106,7 +125,11 @@ export class TestProvider {
     if (kid !== undefined) header.kid = kid;
     const typ = "typ" in o ? o.typ : "at+jwt";
     if (typ !== undefined) header.typ = typ;
-    const jwt = new SignJWT(claims).setProtectedHeader(header).setIssuer(o.iss ?? this.issuer).setAudience(o.aud ?? this.audience).setIssuedAt();
+    const jwt = new SignJWT(claims)
+      .setProtectedHeader(header)
+      .setIssuer(o.iss ?? this.issuer)
+      .setAudience(o.aud ?? this.audience)
+      .setIssuedAt();
     const sub = "sub" in o ? o.sub : "alice";
     if (sub !== undefined) jwt.setSubject(sub);
     if (o.expIn !== false) jwt.setExpirationTime(Math.floor(Date.now() / 1000) + (o.expIn ?? 600));

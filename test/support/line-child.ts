@@ -41,7 +41,10 @@ export class LineChild {
     options: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number; detached?: boolean },
   ) {
     this.proc = spawn(process.execPath, [...argv], {
-      cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], detached: options.detached ?? false,
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: options.detached ?? false,
       ...(options.uid === undefined ? {} : { uid: options.uid, gid: options.gid }),
     });
     this.proc.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.stderr += chunk));
@@ -56,7 +59,9 @@ export class LineChild {
       rl.on("line", (line) => this.onLine(line, this.lines));
       rl.on("close", resolve);
     });
-    const processExited = new Promise<Exit>((resolve) => this.proc.on("exit", (code, signal) => resolve({ code, signal })));
+    const processExited = new Promise<Exit>((resolve) =>
+      this.proc.on("exit", (code, signal) => resolve({ code, signal })),
+    );
     // Reported after the last stdout line has been delivered.
     this.exited = Promise.all([processExited, stdoutClosed, stderrClosed]).then(([info]) => {
       this.exitInfo = info;
@@ -106,4 +111,3 @@ export class LineChild {
     return this.proc.exitCode === null && this.proc.signalCode === null;
   }
 }
-

@@ -19,14 +19,20 @@ export function loopEnd(who: string, error: unknown): LoopEnd {
 }
 
 export function sqlStateOf(err: unknown): string {
-  return err instanceof ConnectionLostError ? (err.sqlState ?? "?") : err instanceof LedgerError ? err.code : String(err);
+  return err instanceof ConnectionLostError
+    ? (err.sqlState ?? "?")
+    : err instanceof LedgerError
+      ? err.code
+      : String(err);
 }
 
 /** Prints one note line per loop and asserts that each ended with an already typed CONNECTION_LOST. */
 export function assertAllLostConnection(t: TestContext, ends: readonly LoopEnd[], expected: number): void {
   for (const e of ends) {
     const m = e.mapped as Error & { code?: string };
-    t.diagnostic(`note   ${e.who}: ${e.typed ? "typed" : "UNTYPED"} ${m.code ?? m.name} ${sqlStateOf(m)} ${m.message.split("\n")[0]}`);
+    t.diagnostic(
+      `note   ${e.who}: ${e.typed ? "typed" : "UNTYPED"} ${m.code ?? m.name} ${sqlStateOf(m)} ${m.message.split("\n")[0]}`,
+    );
   }
   assert.equal(ends.length, expected);
   for (const e of ends) {

@@ -13,7 +13,11 @@ export interface LockRow {
  * not blocked in that sense: its wait is the test's, and is left out here and below). A bounded poll of server state, not a
  * sleep standing in for synchronisation.
  */
-export async function waitForLockWait(pool: Pool, pid: () => number | undefined, deadlineMs = 15_000): Promise<LockRow> {
+export async function waitForLockWait(
+  pool: Pool,
+  pid: () => number | undefined,
+  deadlineMs = 15_000,
+): Promise<LockRow> {
   const deadline = Date.now() + deadlineMs;
   for (;;) {
     const current = pid();

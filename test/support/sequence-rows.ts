@@ -33,7 +33,9 @@ export async function holdSequenceRow(pool: Pool, table: SequenceTable, part: nu
     await client.query("BEGIN");
     const { rowCount } = await client.query(LOCK_ROW[table], [part]);
     if (rowCount !== 1) throw new Error(`${table} has no row for partition ${part}`);
-    const { rows } = await client.query<{ pid: number; xid: string }>("SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid");
+    const { rows } = await client.query<{ pid: number; xid: string }>(
+      "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid",
+    );
     let released = false;
     return {
       pid: rows[0]!.pid,
@@ -78,16 +80,27 @@ export async function sequenceRowHeld(pool: Pool, table: SequenceTable, part: nu
  * Waits until backend `pid` waits for the transaction `xid` (a row lock that transaction holds):
  * a bounded poll of pg_locks, rejecting with `what` in the message.
  */
-export async function waitUntilWaitingFor(pool: Pool, pid: () => number | undefined, xid: string, what: string, deadlineMs = 15_000): Promise<void> {
+export async function waitUntilWaitingFor(
+  pool: Pool,
+  pid: () => number | undefined,
+  xid: string,
+  what: string,
+  deadlineMs = 15_000,
+): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   for (;;) {
     const current = pid();
     if (current !== undefined) {
       const { rows } = await pool.query(
-        "SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted AND locktype = 'transactionid' AND transactionid::text = $2", [current, xid]);
+        "SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted AND locktype = 'transactionid' AND transactionid::text = $2",
+        [current, xid],
+      );
       if (rows.length > 0) return;
     }
-    if (Date.now() > deadline) throw new Error(`${what}: backend ${current} was not seen waiting for transaction ${xid} within ${deadlineMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${what}: backend ${current} was not seen waiting for transaction ${xid} within ${deadlineMs} ms`,
+      );
     await new Promise((resolve) => setImmediate(resolve));
   }
 }
@@ -95,7 +108,9 @@ export async function waitUntilWaitingFor(pool: Pool, pid: () => number | undefi
 /** The first id `prefix`N (N from 1) whose partition of `partitions` is `part`. */
 export async function keyInPartition(pool: Pool, partitions: number, part: number, prefix: string): Promise<string> {
   const { rows } = await pool.query<{ k: string }>(
-    "SELECT $3 || i AS k FROM generate_series(1, 10000) i WHERE ledger_partition($3 || i, $1) = $2 ORDER BY i LIMIT 1", [partitions, part, prefix]);
+    "SELECT $3 || i AS k FROM generate_series(1, 10000) i WHERE ledger_partition($3 || i, $1) = $2 ORDER BY i LIMIT 1",
+    [partitions, part, prefix],
+  );
   if (!rows[0]) throw new Error(`no key ${prefix}N in partition ${part} of ${partitions}`);
   return rows[0].k;
 }
@@ -105,9 +120,12 @@ export async function waiterFor(pool: Pool, xid: string, what: string, deadlineM
   const deadline = Date.now() + deadlineMs;
   for (;;) {
     const { rows } = await pool.query<{ pid: number }>(
-      "SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid::text = $1 LIMIT 1", [xid]);
+      "SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid::text = $1 LIMIT 1",
+      [xid],
+    );
     if (rows[0]) return rows[0].pid;
-    if (Date.now() > deadline) throw new Error(`${what}: nobody was seen waiting for transaction ${xid} within ${deadlineMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`${what}: nobody was seen waiting for transaction ${xid} within ${deadlineMs} ms`);
     await new Promise((resolve) => setImmediate(resolve));
   }
 }

@@ -73,8 +73,14 @@ export async function startStatementStatsCluster(partitions: number): Promise<St
 }
 
 /** The counted statement whose normalised text contains `fragment` (exactly one must). */
-export function statementWith(rows: readonly { query: string; calls: number; plans: number }[], fragment: string): { query: string; calls: number; plans: number } {
+export function statementWith(
+  rows: readonly { query: string; calls: number; plans: number }[],
+  fragment: string,
+): { query: string; calls: number; plans: number } {
   const found = rows.filter((r) => r.query.includes(fragment));
-  if (found.length !== 1) throw new Error(`expected one counted statement containing ${JSON.stringify(fragment)}, found ${found.length}: ${rows.map((r) => r.query.slice(0, 60)).join(" | ")}`);
+  if (found.length !== 1)
+    throw new Error(
+      `expected one counted statement containing ${JSON.stringify(fragment)}, found ${found.length}: ${rows.map((r) => r.query.slice(0, 60)).join(" | ")}`,
+    );
   return found[0]!;
 }

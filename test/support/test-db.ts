@@ -25,7 +25,9 @@ export function databaseUrl(base: string, database: string): string {
 }
 
 /** A fresh database cloned from the migrated template, initialised with P partitions (`partitions: null`: left uninitialised, P = 0), its SQL hook points on (sql-hooks.ts) unless `sqlHooks: false` (as in production). */
-export async function createTestDatabase(options: { partitions?: number | null; poolSize?: number; sqlHooks?: boolean } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(
+  options: { partitions?: number | null; poolSize?: number; sqlHooks?: boolean } = {},
+): Promise<TestDatabase> {
   const name = `t_${randomBytes(6).toString("hex")}`;
   const admin = createPool({ connectionString: adminUrl(), max: 1 });
   try {

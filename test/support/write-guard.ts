@@ -16,7 +16,11 @@ export class WriteGuard {
     private readonly sql: string,
   ) {}
 
-  static async create(url: string, underTest: Pool, options: { mustHave: string[]; figures?: Record<string, string> }): Promise<WriteGuard> {
+  static async create(
+    url: string,
+    underTest: Pool,
+    options: { mustHave: string[]; figures?: Record<string, string> },
+  ): Promise<WriteGuard> {
     const observer = createPool({ connectionString: url, max: 2 });
     const { rows } = await observer.query<{ name: string; kind: string }>(
       `SELECT c.relname AS name, c.relkind::text AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -31,7 +35,10 @@ export class WriteGuard {
     );
     for (const [label, sql] of Object.entries(options.figures ?? {})) parts.push(`'${label}', (${sql})::text`);
     // jsonb_build_object takes at most 100 arguments (50 pairs): one object per 40 tables, joined.
-    const objects = Array.from({ length: Math.ceil(parts.length / 40) }, (_, i) => `jsonb_build_object(${parts.slice(i * 40, i * 40 + 40).join(", ")})`);
+    const objects = Array.from(
+      { length: Math.ceil(parts.length / 40) },
+      (_, i) => `jsonb_build_object(${parts.slice(i * 40, i * 40 + 40).join(", ")})`,
+    );
     const guard = new WriteGuard(observer, `SELECT ${objects.join(" || ")} AS s`);
     guard.countStatementsOf(underTest);
     return guard;
@@ -59,7 +66,12 @@ export class WriteGuard {
    * that rejects as `check` says, and asserts that nothing was written and, as asked, that no
    * statement was sent or that the database was asked.
    */
-  async rejectsWritingNothing(label: string, action: () => Promise<unknown>, check: (err: unknown) => boolean, options: { noStatements: boolean }): Promise<void> {
+  async rejectsWritingNothing(
+    label: string,
+    action: () => Promise<unknown>,
+    check: (err: unknown) => boolean,
+    options: { noStatements: boolean },
+  ): Promise<void> {
     const before = await this.snapshot();
     this.statements = 0;
     let pending: Promise<unknown>;

@@ -9,7 +9,12 @@ import assert from "node:assert/strict";
 import { pruneRetained } from "../../src/retention/retention.ts";
 import { releaseRetention } from "../../src/db/retention-boundary.ts";
 import { openLedger } from "../../src/ledger.ts";
-import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, RELAY_RETENTION_HOLDER } from "../../src/transport/relay-watermark.ts";
+import {
+  advanceRelayWatermark,
+  ensureRelayRows,
+  readRelayWatermark,
+  RELAY_RETENTION_HOLDER,
+} from "../../src/transport/relay-watermark.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 test("relay retention: the outbox above the relay's position survives a prune to the consumer's watermark; without the hold it would not; a relay row below the floor moves up to it at start", async (t) => {
@@ -23,11 +28,17 @@ test("relay retention: the outbox above the relay's position survives a prune to
   await ledger.notifications.drain(); // and the notification view's (the prune waits for both)
   await advanceRelayWatermark(db.pool, "likes", 0, 4); // the relay has published 1..4
 
-  const outbox = async () => (await db.pool.query<{ seq: string }>("SELECT seq FROM like_outbox WHERE part = 0 ORDER BY seq")).rows.map((r) => Number(r.seq));
+  const outbox = async () =>
+    (await db.pool.query<{ seq: string }>("SELECT seq FROM like_outbox WHERE part = 0 ORDER BY seq")).rows.map((r) =>
+      Number(r.seq),
+    );
   const noMargin = { keepLast: 0, keepSeconds: 0 };
   const held = await pruneRetained(db.pool, noMargin);
   const likes = held.kinds.find((k) => k.kind === "likes")!;
-  assert.deepEqual(likes.partitions.map((p) => ({ watermark: p.watermark, held: p.held, boundary: p.boundary })), [{ watermark: 10, held: 4, boundary: 4 }]);
+  assert.deepEqual(
+    likes.partitions.map((p) => ({ watermark: p.watermark, held: p.held, boundary: p.boundary })),
+    [{ watermark: 10, held: 4, boundary: 4 }],
+  );
   assert.deepEqual(await outbox(), [5, 6, 7, 8, 9, 10], "the relay still has to publish 5..10");
   assert.equal((await ledger.likeConsumer.fetchRange(0, 5, 10)).length, 6, "and can read them");
 
@@ -40,6 +51,12 @@ test("relay retention: the outbox above the relay's position survives a prune to
   // holds there, instead of waiting forever for rows that are gone (the consumers have them all).
   await ensureRelayRows(db.pool, "likes");
   assert.equal(await readRelayWatermark(db.pool, "likes", 0), 10);
-  const { rows } = await db.pool.query<{ upto: string }>("SELECT upto FROM retention_hold WHERE holder = $1 AND kind = 'likes' AND part = 0", [RELAY_RETENTION_HOLDER]);
-  assert.deepEqual(rows.map((r) => Number(r.upto)), [10]);
+  const { rows } = await db.pool.query<{ upto: string }>(
+    "SELECT upto FROM retention_hold WHERE holder = $1 AND kind = 'likes' AND part = 0",
+    [RELAY_RETENTION_HOLDER],
+  );
+  assert.deepEqual(
+    rows.map((r) => Number(r.upto)),
+    [10],
+  );
 });

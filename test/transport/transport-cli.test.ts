@@ -10,7 +10,10 @@ test("relay and worker --transport nats refuse a missing NATS_URL or a bad LEDGE
   // An unreachable database: the commands must fail on the configuration before they try it.
   const env = childEnv({ DATABASE_URL: "postgres://nobody@127.0.0.1:1/none" });
   delete env.NATS_URL;
-  for (const args of [["relay", "--transport", "nats"], ["worker", "--transport", "nats"]]) {
+  for (const args of [
+    ["relay", "--transport", "nats"],
+    ["worker", "--transport", "nats"],
+  ]) {
     const missing = await runCli(args, env);
     assert.equal(missing.code, 2, missing.stderr);
     assert.match(missing.stderr, /NATS_URL/);

@@ -45,7 +45,9 @@ export async function writeSome(ledger: Ledger, w: Workload, n: number, seed: nu
       w.comments.push((await ledger.comments.create(u, pick(w.posts), `c${seed}-${i}`)).id);
     } else {
       const id = w.comments.splice(Math.floor(rand() * w.comments.length), 1)[0]!;
-      const { rows } = await ledger.pool.query<{ author: string }>("SELECT author FROM comment WHERE comment_id = $1", [id]);
+      const { rows } = await ledger.pool.query<{ author: string }>("SELECT author FROM comment WHERE comment_id = $1", [
+        id,
+      ]);
       await ledger.comments.delete(rows[0]!.author, id);
     }
   }
@@ -62,7 +64,8 @@ export async function totalLag(pool: Pool): Promise<number> {
  * (the project's audits, and the like counts against like_fact directly); the projection caught up.
  */
 export async function assertConverged(ledger: Ledger): Promise<void> {
-  for (const r of await transportLag(ledger.pool)) assert.equal(r.applied, r.last, `${r.kind} partition ${r.part}: watermark ${r.applied} reached last ${r.last}`);
+  for (const r of await transportLag(ledger.pool))
+    assert.equal(r.applied, r.last, `${r.kind} partition ${r.part}: watermark ${r.applied} reached last ${r.last}`);
   const audit = await fullAudit(ledger);
   assert.equal(audit.relations.projectionCaughtUp, true, "the follower projection caught up");
   assert.ok(audit.clean, `audit clean: ${JSON.stringify(audit)}`);
@@ -81,5 +84,10 @@ export async function assertDedupKeysComplete(pool: Pool): Promise<void> {
      UNION ALL SELECT 'relations', s.part, s.last, (SELECT count(*) FROM proj_seen p WHERE p.part = s.part AND p.seq <= s.last) FROM event_seq s
      UNION ALL SELECT 'comments', s.part, s.last, (SELECT count(*) FROM comment_processed p WHERE p.part = s.part AND p.seq <= s.last) FROM comment_seq s`,
   );
-  for (const r of rows) assert.equal(Number(r.keys), Number(r.last), `${r.view} partition ${r.part}: one dedup key for each of 1..${r.last}`);
+  for (const r of rows)
+    assert.equal(
+      Number(r.keys),
+      Number(r.last),
+      `${r.view} partition ${r.part}: one dedup key for each of 1..${r.last}`,
+    );
 }

@@ -14,18 +14,36 @@ import { CARRYING_V6, REFUSED_V4, REFUSED_V6, refusedBecause } from "../../src/w
 type Row = readonly [cidr: string, why: RegExp];
 
 const V4: readonly Row[] = [
-  ["0.0.0.0/8", /^unspecified$/], ["10.0.0.0/8", /^private$/], ["100.64.0.0/10", /^shared \(CGNAT\)$/],
-  ["127.0.0.0/8", /^loopback$/], ["169.254.0.0/16", /^link-local$/], ["172.16.0.0/12", /^private$/],
-  ["192.0.0.0/24", /^IETF protocol assignments$/], ["192.0.2.0/24", /^documentation$/], ["192.168.0.0/16", /^private$/],
-  ["198.18.0.0/15", /^benchmarking$/], ["198.51.100.0/24", /^documentation$/], ["203.0.113.0/24", /^documentation$/],
-  ["224.0.0.0/4", /^multicast$/], ["240.0.0.0/4", /^reserved$/],
+  ["0.0.0.0/8", /^unspecified$/],
+  ["10.0.0.0/8", /^private$/],
+  ["100.64.0.0/10", /^shared \(CGNAT\)$/],
+  ["127.0.0.0/8", /^loopback$/],
+  ["169.254.0.0/16", /^link-local$/],
+  ["172.16.0.0/12", /^private$/],
+  ["192.0.0.0/24", /^IETF protocol assignments$/],
+  ["192.0.2.0/24", /^documentation$/],
+  ["192.168.0.0/16", /^private$/],
+  ["198.18.0.0/15", /^benchmarking$/],
+  ["198.51.100.0/24", /^documentation$/],
+  ["203.0.113.0/24", /^documentation$/],
+  ["224.0.0.0/4", /^multicast$/],
+  ["240.0.0.0/4", /^reserved$/],
 ];
 
 const V6: readonly Row[] = [
-  ["::/128", /^unspecified$/], ["::1/128", /^loopback$/], ["::/96", /^IPv4-compatible/],
-  ["64:ff9b:1::/48", /^local-use NAT64$/], ["100::/64", /^discard-only$/],
-  ["2001:2::/48", /^benchmarking$/], ["2001:20::/28", /^ORCHIDv2$/], ["2001:db8::/32", /^documentation$/], ["3fff::/20", /^documentation$/],
-  ["fc00::/7", /^unique-local$/], ["fe80::/10", /^link-local$/], ["fec0::/10", /^site-local$/], ["ff00::/8", /^multicast$/],
+  ["::/128", /^unspecified$/],
+  ["::1/128", /^loopback$/],
+  ["::/96", /^IPv4-compatible/],
+  ["64:ff9b:1::/48", /^local-use NAT64$/],
+  ["100::/64", /^discard-only$/],
+  ["2001:2::/48", /^benchmarking$/],
+  ["2001:20::/28", /^ORCHIDv2$/],
+  ["2001:db8::/32", /^documentation$/],
+  ["3fff::/20", /^documentation$/],
+  ["fc00::/7", /^unique-local$/],
+  ["fe80::/10", /^link-local$/],
+  ["fec0::/10", /^site-local$/],
+  ["ff00::/8", /^multicast$/],
 ];
 
 /** IPv6 outside 2000::/3 is refused unless it is a form that carries IPv4 (below). */
@@ -82,7 +100,10 @@ function expectedWhy(address: bigint, bits: number): RegExp | undefined {
   rows.sort((a, b) => span(b[0]).prefix - span(a[0]).prefix);
   if (rows[0]) return rows[0][1];
   if (bits === 32) return undefined;
-  assert.ok(!CARRYING.some((f) => within(address, f.cidr)), `${text(address, bits)}: a neighbour inside a carrying form needs a row of its own`);
+  assert.ok(
+    !CARRYING.some((f) => within(address, f.cidr)),
+    `${text(address, bits)}: a neighbour inside a carrying form needs a row of its own`,
+  );
   return within(address, GLOBAL_UNICAST) ? undefined : OUTSIDE_GLOBAL_UNICAST;
 }
 
@@ -102,7 +123,8 @@ function walk(rows: readonly Row[]): number {
     assertVerdict(text(last, bits), expectedWhy(last, bits), `${cidr} last`);
     assert.ok(refusedBecause(text(first, bits)) && refusedBecause(text(last, bits)), `${cidr}: both ends refused`);
     if (first > 0n) assertVerdict(text(first - 1n, bits), expectedWhy(first - 1n, bits), `just below ${cidr}`);
-    if (last < (1n << BigInt(bits)) - 1n) assertVerdict(text(last + 1n, bits), expectedWhy(last + 1n, bits), `just above ${cidr}`);
+    if (last < (1n << BigInt(bits)) - 1n)
+      assertVerdict(text(last + 1n, bits), expectedWhy(last + 1n, bits), `just above ${cidr}`);
     checked++;
   }
   return checked;
@@ -111,7 +133,24 @@ function walk(rows: readonly Row[]): number {
 test("every refused IPv4 range: a sample, its first and last address refused for its reason; the addresses just outside judged by the rest of the list", () => {
   assert.equal(walk(V4), V4.length);
   // The neighbours that nothing else covers are allowed (checked above); name a few so a reader sees them.
-  for (const a of ["9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "126.255.255.255", "128.0.0.0", "172.15.255.255", "172.32.0.0", "192.0.1.255", "192.0.3.0", "198.17.255.255", "198.20.0.0", "203.0.112.255", "203.0.114.0", "223.255.255.255", PUBLIC_V4]) {
+  for (const a of [
+    "9.255.255.255",
+    "11.0.0.0",
+    "100.63.255.255",
+    "100.128.0.0",
+    "126.255.255.255",
+    "128.0.0.0",
+    "172.15.255.255",
+    "172.32.0.0",
+    "192.0.1.255",
+    "192.0.3.0",
+    "198.17.255.255",
+    "198.20.0.0",
+    "203.0.112.255",
+    "203.0.114.0",
+    "223.255.255.255",
+    PUBLIC_V4,
+  ]) {
     assert.equal(refusedBecause(a), undefined, `${a} is allowed`);
   }
 });
@@ -128,10 +167,14 @@ test("every refused IPv6 range, and the global-unicast rule around them: a sampl
 });
 
 test("the policy's list and this table name the same ranges (a range added to the policy needs a row here)", () => {
-  const cidrs = (rows: readonly (readonly [string, number, string])[]) => rows.map(([net, prefix]) => `${net}/${prefix}`).sort();
+  const cidrs = (rows: readonly (readonly [string, number, string])[]) =>
+    rows.map(([net, prefix]) => `${net}/${prefix}`).sort();
   assert.deepEqual(cidrs(REFUSED_V4), V4.map(([c]) => c).sort());
   assert.deepEqual(cidrs(REFUSED_V6), V6.map(([c]) => c).sort());
-  assert.deepEqual([...new Set(CARRYING_V6.map((f) => `${f.network}/${f.prefix}`))].sort(), [...new Set(CARRYING.map((f) => f.cidr))].sort());
+  assert.deepEqual(
+    [...new Set(CARRYING_V6.map((f) => `${f.network}/${f.prefix}`))].sort(),
+    [...new Set(CARRYING.map((f) => f.cidr))].sort(),
+  );
 });
 
 test("IPv6 forms carrying IPv4 (mapped, SIIT, NAT64, 6to4, Teredo) are judged by the IPv4 inside: refused for each refused IPv4 range, allowed around a public one", () => {
@@ -140,9 +183,16 @@ test("IPv6 forms carrying IPv4 (mapped, SIIT, NAT64, 6to4, Teredo) are judged by
       const { first, last } = span(cidr);
       for (const inner of [first + (last - first + 1n) / 2n, first, last].map((v) => text(v, 32))) {
         const address = form.embed(inner);
-        assert.ok(within(value(address.replace(/(\d+\.\d+\.\d+\.\d+)$/, (d) => hexPair(d))), form.cidr), `${address} is a ${form.name} address`);
+        assert.ok(
+          within(value(address.replace(/(\d+\.\d+\.\d+\.\d+)$/, (d) => hexPair(d))), form.cidr),
+          `${address} is a ${form.name} address`,
+        );
         const reason = `${why.source.replace(/\$$/, "")} \\(IPv4 ${escaped(inner)} inside IPv6, ${escaped(form.name)}\\)$`;
-        assert.match(refusedBecause(address) ?? "(allowed)", new RegExp(reason), `${form.name} ${address} carrying ${inner} (${cidr}): refused for it, naming the IPv4 and the form`);
+        assert.match(
+          refusedBecause(address) ?? "(allowed)",
+          new RegExp(reason),
+          `${form.name} ${address} carrying ${inner} (${cidr}): refused for it, naming the IPv4 and the form`,
+        );
       }
     }
     // The negative control: the same form around a public address is allowed, so the refusals above are the IPv4's.
@@ -150,10 +200,28 @@ test("IPv6 forms carrying IPv4 (mapped, SIIT, NAT64, 6to4, Teredo) are judged by
   }
   // Both notations of a mapped address; the ends of each form (0.0.0.0 and 255.255.255.255 inside).
   assert.match(refusedBecause("::ffff:7f00:1")!, /^loopback \(IPv4 127\.0\.0\.1 inside IPv6, IPv4-mapped\)$/);
-  for (const a of ["::ffff:0:0", "::ffff:ffff:ffff", "::ffff:0:0:0", "::ffff:0:ffff:ffff", "64:ff9b::", "64:ff9b::ffff:ffff", "2002::", "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff"]) {
+  for (const a of [
+    "::ffff:0:0",
+    "::ffff:ffff:ffff",
+    "::ffff:0:0:0",
+    "::ffff:0:ffff:ffff",
+    "64:ff9b::",
+    "64:ff9b::ffff:ffff",
+    "2002::",
+    "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2001::",
+    "2001:0:ffff:ffff:ffff:ffff:ffff:ffff",
+  ]) {
     assert.ok(refusedBecause(a), `${a} (an end of its form) is refused`);
   }
   // Just outside the forms: the global-unicast neighbours of 6to4 and Teredo are allowed.
-  for (const a of ["2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2003::", "2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2001:1::"]) assert.equal(refusedBecause(a), undefined, `${a} is allowed`);
-  for (const a of ["::fffe:ffff:ffff", "::1:0:0:0", "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", "64:ff9b:0:0:0:1::"]) assertVerdict(a, OUTSIDE_GLOBAL_UNICAST, "next to a carrying form");
+  for (const a of [
+    "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2003::",
+    "2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2001:1::",
+  ])
+    assert.equal(refusedBecause(a), undefined, `${a} is allowed`);
+  for (const a of ["::fffe:ffff:ffff", "::1:0:0:0", "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", "64:ff9b:0:0:0:1::"])
+    assertVerdict(a, OUTSIDE_GLOBAL_UNICAST, "next to a carrying form");
 });

@@ -5,7 +5,11 @@
  */
 import { seqsByPartition, type Delivery } from "./receiver.ts";
 
-export function deliveryProblems(source: string, lastByPartition: ReadonlyMap<number, number>, deliveries: readonly Delivery[]): string[] {
+export function deliveryProblems(
+  source: string,
+  lastByPartition: ReadonlyMap<number, number>,
+  deliveries: readonly Delivery[],
+): string[] {
   const problems: string[] = [];
   const accepted = new Set(deliveries.filter((d) => d.status !== undefined && d.status < 300).map((d) => d.id));
   for (const [part, last] of lastByPartition) {

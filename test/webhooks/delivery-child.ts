@@ -10,7 +10,14 @@ import { PartitionWorker } from "../../src/workers/partition-worker.ts";
 import { FAST_RETRIES } from "./fixture.ts";
 
 const mode = process.argv[2];
-const pool = createPool({ connectionString: process.env.DATABASE_URL!, max: 3, applicationName: `webhook-child-${mode}` });
-const delivery = mode === "advance-before-send" ? new AdvanceBeforeSendDelivery(pool, FAST_RETRIES) : new WebhookDelivery(pool, FAST_RETRIES);
+const pool = createPool({
+  connectionString: process.env.DATABASE_URL!,
+  max: 3,
+  applicationName: `webhook-child-${mode}`,
+});
+const delivery =
+  mode === "advance-before-send"
+    ? new AdvanceBeforeSendDelivery(pool, FAST_RETRIES)
+    : new WebhookDelivery(pool, FAST_RETRIES);
 new PartitionWorker(`webhook-child-${mode}`, () => delivery.pass(), { idleMs: 20 }).start();
 process.stdout.write("ready\n");

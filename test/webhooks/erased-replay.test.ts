@@ -16,14 +16,20 @@ test("a replay of the block outbox after an erasure sends nothing naming the era
   await lab.ledger.relations.block("dave", "alice");
   await lab.ledger.relations.block("bob", "carol");
   await lab.deliverAll();
-  const named = () => lab.receiver.deliveries.map((d) => JSON.parse(d.body) as { type: string; data: { blocker: string; blocked: string } })
-    .map((b) => `${b.type} ${b.data.blocker}->${b.data.blocked}`);
+  const named = () =>
+    lab.receiver.deliveries
+      .map((d) => JSON.parse(d.body) as { type: string; data: { blocker: string; blocked: string } })
+      .map((b) => `${b.type} ${b.data.blocker}->${b.data.blocked}`);
   assert.deepEqual(named(), ["block.created carol->dave", "block.created dave->alice", "block.created bob->carol"]);
 
   // The control: a replay re-sends the whole block history, dave's included.
   await lab.registry.replay(id, { source: "blocks", partition: 0, fromSeq: 1 });
   await lab.deliverAll();
-  assert.deepEqual(named().slice(3), ["block.created carol->dave", "block.created dave->alice", "block.created bob->carol"]);
+  assert.deepEqual(named().slice(3), [
+    "block.created carol->dave",
+    "block.created dave->alice",
+    "block.created bob->carol",
+  ]);
 
   await lab.ledger.erasure.start("dave", "admin");
   await lab.ledger.erasure.run("dave");
@@ -35,5 +41,8 @@ test("a replay of the block outbox after an erasure sends nothing naming the era
   assert.deepEqual(named().slice(6), ["block.created bob->carol"]);
   assert.ok(!lab.receiver.deliveries.slice(6).some((d) => d.body.includes("dave")));
   // carol's block of dave stays in force.
-  assert.equal((await lab.db.pool.query("SELECT 1 FROM block WHERE blocker = 'carol' AND blocked = 'dave'")).rowCount, 1);
+  assert.equal(
+    (await lab.db.pool.query("SELECT 1 FROM block WHERE blocker = 'carol' AND blocked = 'dave'")).rowCount,
+    1,
+  );
 });

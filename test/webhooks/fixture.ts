@@ -29,9 +29,16 @@ export interface WebhookLab {
 /** A public address for registrations that are accepted but never delivered to (the documentation ranges are refused). */
 export const PUBLIC_URL = "https://8.8.8.8/hook";
 
-export const FAST_RETRIES: DeliveryOptions = { retryBaseMs: 1, maxBackoffMs: 5, limits: { allowPrivate: true, responseTimeoutMs: 5_000, connectTimeoutMs: 2_000 } };
+export const FAST_RETRIES: DeliveryOptions = {
+  retryBaseMs: 1,
+  maxBackoffMs: 5,
+  limits: { allowPrivate: true, responseTimeoutMs: 5_000, connectTimeoutMs: 2_000 },
+};
 
-export async function webhookLab(t: TestContext, options: { partitions?: number; registry?: RegistryOptions; delivery?: DeliveryOptions } = {}): Promise<WebhookLab> {
+export async function webhookLab(
+  t: TestContext,
+  options: { partitions?: number; registry?: RegistryOptions; delivery?: DeliveryOptions } = {},
+): Promise<WebhookLab> {
   const db = await createTestDatabase({ partitions: options.partitions ?? 2, poolSize: 10 });
   const receiver = await TestReceiver.start();
   t.after(async () => {
@@ -42,21 +49,31 @@ export async function webhookLab(t: TestContext, options: { partitions?: number;
   const registry = new EndpointRegistry(db.pool, { allowPrivate: true, failingAfter: 3, ...options.registry });
   const delivery = new WebhookDelivery(db.pool, { ...FAST_RETRIES, ...options.delivery });
   const lab: WebhookLab = {
-    db, ledger, receiver, registry, delivery,
+    db,
+    ledger,
+    receiver,
+    registry,
+    delivery,
     async register(events = ["*"], url = receiver.url) {
       const { endpoint, secret } = await registry.create({ url, events });
       receiver.secrets.push(secret);
       return { id: endpoint.id, secret };
     },
     async deliverAll(until) {
-      await pollUntil("every due webhook delivered", async () => {
-        await delivery.pass();
-        if (until) return until();
-        const { rows } = await db.pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM (${pendingCursorsSql}) p`,
-        );
-        return rows[0]!.n === 0;
-      }, (done) => done, 30_000, 5);
+      await pollUntil(
+        "every due webhook delivered",
+        async () => {
+          await delivery.pass();
+          if (until) return until();
+          const { rows } = await db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM (${pendingCursorsSql}) p`,
+          );
+          return rows[0]!.n === 0;
+        },
+        (done) => done,
+        30_000,
+        5,
+      );
     },
     async seed() {
       for (const id of ["alice", "bob", "carol", "dave"]) await ledger.relations.upsertAccount(id);

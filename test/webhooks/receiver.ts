@@ -13,15 +13,33 @@ export function hmacSha256(key: Buffer, message: string): Buffer {
   const block = 64;
   const k = key.length > block ? createHash("sha256").update(key).digest() : key;
   const padded = Buffer.concat([k, Buffer.alloc(block - k.length)]);
-  const inner = createHash("sha256").update(Buffer.from(padded.map((b) => b ^ 0x36))).update(message, "utf8").digest();
-  return createHash("sha256").update(Buffer.from(padded.map((b) => b ^ 0x5c))).update(inner).digest();
+  const inner = createHash("sha256")
+    .update(Buffer.from(padded.map((b) => b ^ 0x36)))
+    .update(message, "utf8")
+    .digest();
+  return createHash("sha256")
+    .update(Buffer.from(padded.map((b) => b ^ 0x5c)))
+    .update(inner)
+    .digest();
 }
 
 /** The secrets (whsec_...) among `secrets` that signed this message: one per matching `v1,` entry. */
-export function signersOf(secrets: readonly string[], id: string, timestamp: string, body: string, header: string): string[] {
-  const given = header.split(" ").filter((s) => s.startsWith("v1,")).map((s) => s.slice(3));
+export function signersOf(
+  secrets: readonly string[],
+  id: string,
+  timestamp: string,
+  body: string,
+  header: string,
+): string[] {
+  const given = header
+    .split(" ")
+    .filter((s) => s.startsWith("v1,"))
+    .map((s) => s.slice(3));
   return secrets.filter((secret) => {
-    const expected = hmacSha256(Buffer.from(secret.replace(/^whsec_/, ""), "base64"), `${id}.${timestamp}.${body}`).toString("base64");
+    const expected = hmacSha256(
+      Buffer.from(secret.replace(/^whsec_/, ""), "base64"),
+      `${id}.${timestamp}.${body}`,
+    ).toString("base64");
     return given.includes(expected);
   });
 }
@@ -53,7 +71,10 @@ export class TestReceiver {
   inFlight = 0;
   maxInFlight = 0;
   private readonly held: { delivery: Delivery; respond: (status: number) => void }[] = [];
-  private constructor(private readonly server: http.Server, readonly url: string) {}
+  private constructor(
+    private readonly server: http.Server,
+    readonly url: string,
+  ) {}
 
   /** On `port` (0: a free one); a receiver that is "back" listens on the port it had. */
   static async start(path = "/hook", port = 0): Promise<TestReceiver> {
@@ -77,9 +98,18 @@ export class TestReceiver {
     req.on("end", () => {
       const header = (name: string) => String(req.headers[name] ?? "");
       const delivery: Delivery = {
-        id: header("webhook-id"), timestamp: header("webhook-timestamp"), signature: header("webhook-signature"), body,
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp"),
+        signature: header("webhook-signature"),
+        body,
         parsed: JSON.parse(body) as Delivery["parsed"],
-        signedBy: signersOf(this.secrets, header("webhook-id"), header("webhook-timestamp"), body, header("webhook-signature")),
+        signedBy: signersOf(
+          this.secrets,
+          header("webhook-id"),
+          header("webhook-timestamp"),
+          body,
+          header("webhook-signature"),
+        ),
         receivedAt: Date.now(),
       };
       const index = this.deliveries.push(delivery) - 1;
@@ -105,13 +135,23 @@ export class TestReceiver {
 
   /** Waits (bounded) until a request is held, and returns it. */
   async waitHeld(ms = 30_000): Promise<Delivery> {
-    await pollUntil("a delivery held by the receiver", async () => this.held.length, (n) => n > 0, ms);
+    await pollUntil(
+      "a delivery held by the receiver",
+      async () => this.held.length,
+      (n) => n > 0,
+      ms,
+    );
     return this.held[0]!.delivery;
   }
 
   /** Waits (bounded) until the sender of every held request has gone away (its connection closed). */
   async waitCut(ms = 30_000): Promise<void> {
-    await pollUntil("the held requests' connections closed", async () => this.held.every((h) => h.delivery.cut), (done) => done, ms);
+    await pollUntil(
+      "the held requests' connections closed",
+      async () => this.held.every((h) => h.delivery.cut),
+      (done) => done,
+      ms,
+    );
   }
 
   /** Answers the held requests with `status` (a request whose sender has gone is not answered). */
@@ -125,7 +165,12 @@ export class TestReceiver {
   }
 
   async waitAccepted(n: number, ms = 30_000): Promise<Delivery[]> {
-    return pollUntil(`${n} deliveries accepted`, async () => this.accepted(), (a) => a.length >= n, ms);
+    return pollUntil(
+      `${n} deliveries accepted`,
+      async () => this.accepted(),
+      (a) => a.length >= n,
+      ms,
+    );
   }
 
   async close(): Promise<void> {

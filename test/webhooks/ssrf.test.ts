@@ -18,35 +18,85 @@ import { FAST_RETRIES, PUBLIC_URL, webhookLab } from "./fixture.ts";
 
 test("address classes: every refused range, IPv4 inside IPv6 included; public addresses pass", () => {
   const refused = [
-    "127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1",
-    "0.0.0.0", "224.0.0.1", "239.1.1.1", "255.255.255.255", "::1", "::", "fe80::1", "fc00::1", "fd12:3456::1", "ff02::1",
-    "::ffff:127.0.0.1", "::ffff:7f00:1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1", "::127.0.0.1",
-    "203.0.113.10", "2001:db8::1", "2002:7f00:1::1", "2001:0:4136:e378:8000:63bf:80ff:fffe", "64:ff9b:1::808:808", "::ffff:0:7f00:1",
+    "127.0.0.1",
+    "127.255.0.9",
+    "10.1.2.3",
+    "172.16.0.1",
+    "172.31.255.255",
+    "192.168.1.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "0.0.0.0",
+    "224.0.0.1",
+    "239.1.1.1",
+    "255.255.255.255",
+    "::1",
+    "::",
+    "fe80::1",
+    "fc00::1",
+    "fd12:3456::1",
+    "ff02::1",
+    "::ffff:127.0.0.1",
+    "::ffff:7f00:1",
+    "::ffff:10.0.0.1",
+    "::ffff:169.254.169.254",
+    "64:ff9b::a00:1",
+    "::127.0.0.1",
+    "203.0.113.10",
+    "2001:db8::1",
+    "2002:7f00:1::1",
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",
+    "64:ff9b:1::808:808",
+    "::ffff:0:7f00:1",
   ];
   // The whole list, range by range, is walked in address-policy.test.ts.
   for (const a of refused) assert.ok(refusedBecause(a), `${a} is refused`);
   assert.match(refusedBecause("::ffff:127.0.0.1")!, /loopback \(IPv4 127\.0\.0\.1 inside IPv6, IPv4-mapped\)/);
-  for (const a of ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"]) assert.equal(refusedBecause(a), undefined, `${a} passes`);
+  for (const a of ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"])
+    assert.equal(refusedBecause(a), undefined, `${a} passes`);
 });
 
 test("registration without the allow flag refuses internal targets, by literal and by DNS (localhost), and other schemes; a public address is accepted", async (t) => {
   const lab = await webhookLab(t, { partitions: 1 });
   const strict = new EndpointRegistry(lab.db.pool, { allowPrivate: false });
   const urls = [
-    "http://127.0.0.1:9/hook", "http://localhost:9/hook", "http://[::1]/hook", "http://[::ffff:127.0.0.1]/hook", "http://[::ffff:7f00:1]/",
-    "http://10.0.0.7/", "http://169.254.169.254/latest/meta-data", "http://[fe80::1]/", "http://[fc00::1]/", "http://0.0.0.0/", "http://224.0.0.1/",
+    "http://127.0.0.1:9/hook",
+    "http://localhost:9/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://[::ffff:7f00:1]/",
+    "http://10.0.0.7/",
+    "http://169.254.169.254/latest/meta-data",
+    "http://[fe80::1]/",
+    "http://[fc00::1]/",
+    "http://0.0.0.0/",
+    "http://224.0.0.1/",
     "http://2130706433/", // 127.0.0.1 as one number: the URL parser normalises it
-    "http://192.0.2.1/", "http://[2001:db8::1]/", "http://[2002:7f00:1::1]/",
-    "ftp://8.8.8.8/", "file:///etc/passwd", "http://user:pw@8.8.8.8/", "not a url", lab.receiver.url,
+    "http://192.0.2.1/",
+    "http://[2001:db8::1]/",
+    "http://[2002:7f00:1::1]/",
+    "ftp://8.8.8.8/",
+    "file:///etc/passwd",
+    "http://user:pw@8.8.8.8/",
+    "not a url",
+    lab.receiver.url,
   ];
   for (const url of urls) {
-    await assert.rejects(strict.create({ url, events: ["*"] }), (err: unknown) => {
-      assert.ok(err instanceof WebhookUrlRefusedError, `${url}: ${String(err)}`);
-      assert.equal(err.code, "WEBHOOK_URL_REFUSED");
-      return true;
-    }, url);
+    await assert.rejects(
+      strict.create({ url, events: ["*"] }),
+      (err: unknown) => {
+        assert.ok(err instanceof WebhookUrlRefusedError, `${url}: ${String(err)}`);
+        assert.equal(err.code, "WEBHOOK_URL_REFUSED");
+        return true;
+      },
+      url,
+    );
   }
-  await assert.rejects(strict.create({ url: "http://localhost:9/hook", events: ["*"] }), /localhost resolves to a refused address: loopback/, "refused after DNS resolution");
+  await assert.rejects(
+    strict.create({ url: "http://localhost:9/hook", events: ["*"] }),
+    /localhost resolves to a refused address: loopback/,
+    "refused after DNS resolution",
+  );
   const { rows } = await lab.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM webhook_endpoint");
   assert.equal(rows[0]!.n, 0, "a refused registration writes nothing");
   const accepted = await strict.create({ url: PUBLIC_URL, events: ["like.created"] });
@@ -73,10 +123,19 @@ test("a name is refused if any address it resolves to is refused (one public and
     "all-public.test": ["8.8.8.8", "2606:4700::1111", "1.1.1.1"],
   });
   const strict = new EndpointRegistry(lab.db.pool, { allowPrivate: false, resolver });
-  for (const [host, why] of [["public-then-loopback.test", "loopback"], ["loopback-then-public.test", "loopback"], ["v6-public-then-loopback.test", "loopback"], ["public-then-mapped-private.test", "private"]] as const) {
+  for (const [host, why] of [
+    ["public-then-loopback.test", "loopback"],
+    ["loopback-then-public.test", "loopback"],
+    ["v6-public-then-loopback.test", "loopback"],
+    ["public-then-mapped-private.test", "private"],
+  ] as const) {
     await assert.rejects(strict.create({ url: `https://${host}/hook`, events: ["*"] }), (err: unknown) => {
       assert.ok(err instanceof WebhookUrlRefusedError, `${host}: ${String(err)}`);
-      assert.match(err.message, new RegExp(`${host.replace(/\./g, "\\.")} resolves to a refused address: ${why} \\(`), host);
+      assert.match(
+        err.message,
+        new RegExp(`${host.replace(/\./g, "\\.")} resolves to a refused address: ${why} \\(`),
+        host,
+      );
       return true;
     });
   }
@@ -85,14 +144,26 @@ test("a name is refused if any address it resolves to is refused (one public and
   const accepted = await strict.create({ url: "https://all-public.test/hook", events: ["*"] });
   assert.equal(accepted.endpoint.status, "active");
   const { rows } = await lab.db.pool.query<{ url: string }>("SELECT url FROM webhook_endpoint");
-  assert.deepEqual(rows.map((r) => r.url), ["https://all-public.test/hook"], "only the all-public name was registered");
+  assert.deepEqual(
+    rows.map((r) => r.url),
+    ["https://all-public.test/hook"],
+    "only the all-public name was registered",
+  );
 
   // At delivery: an endpoint registered with the flag on, delivered by a worker without it, whose
   // name resolves to a public address first (the one a connection would take) and loopback second.
   const lenient = new EndpointRegistry(lab.db.pool, { allowPrivate: true, resolver });
-  const { endpoint } = await lenient.create({ url: `http://public-then-loopback.test:${lab.receiver.port}/hook`, events: ["like.created"] });
+  const { endpoint } = await lenient.create({
+    url: `http://public-then-loopback.test:${lab.receiver.port}/hook`,
+    events: ["like.created"],
+  });
   await strict.delete(accepted.endpoint.id);
-  const worker = new WebhookDelivery(lab.db.pool, { ...FAST_RETRIES, retryBaseMs: 60_000, maxBackoffMs: 60_000, limits: { ...FAST_RETRIES.limits, allowPrivate: false, resolver } });
+  const worker = new WebhookDelivery(lab.db.pool, {
+    ...FAST_RETRIES,
+    retryBaseMs: 60_000,
+    maxBackoffMs: 60_000,
+    limits: { ...FAST_RETRIES.limits, allowPrivate: false, resolver },
+  });
   await lab.ledger.likes.like("u1", "item-1");
   assert.equal(await worker.step(), 1);
   const cursor = (await lenient.cursors(endpoint.id)).find((c) => c.source === "likes")!;
@@ -107,11 +178,16 @@ test("a refusal names the class of the address, never the address a name resolve
   const names = Object.fromEntries(internal.map((a, i) => [`db${i}.corp.test`, [a]]));
   const strict = new EndpointRegistry(lab.db.pool, { allowPrivate: false, resolver: resolverOf(names) });
   // Each internal address in any notation the message could use: dotted, the hex groups of an embedding, the IPv6 prefix.
-  const leaks = (message: string) => [/10\.20\.30\./, /a14:1e2/i, /fd00:1234/i, /::ffff/i, /2002:/].filter((r) => r.test(message)).map(String);
+  const leaks = (message: string) =>
+    [/10\.20\.30\./, /a14:1e2/i, /fd00:1234/i, /::ffff/i, /2002:/].filter((r) => r.test(message)).map(String);
   for (const [host, [address]] of Object.entries(names)) {
     await assert.rejects(strict.create({ url: `https://${host}/`, events: ["*"] }), (err: unknown) => {
       assert.ok(err instanceof WebhookUrlRefusedError);
-      assert.match(err.message, new RegExp(`${host.replace(/\./g, "\\.")} resolves to a refused address: (private|unique-local) \\(`), `${host} -> ${address}`);
+      assert.match(
+        err.message,
+        new RegExp(`${host.replace(/\./g, "\\.")} resolves to a refused address: (private|unique-local) \\(`),
+        `${host} -> ${address}`,
+      );
       assert.deepEqual(leaks(err.message), [], `${err.message} names no address`);
       return true;
     });
@@ -135,7 +211,10 @@ test("each delivery checks again after resolving: an endpoint accepted earlier (
   const registry = new EndpointRegistry(lab.db.pool, { allowPrivate: false, resolver });
   const { endpoint } = await registry.create({ url: `http://rebind.test:${lab.receiver.port}/hook`, events: ["*"] });
   answer = "127.0.0.1";
-  const strict = new WebhookDelivery(lab.db.pool, { ...FAST_RETRIES, limits: { ...FAST_RETRIES.limits, allowPrivate: false, resolver } });
+  const strict = new WebhookDelivery(lab.db.pool, {
+    ...FAST_RETRIES,
+    limits: { ...FAST_RETRIES.limits, allowPrivate: false, resolver },
+  });
   await lab.ledger.likes.like("u1", "item-1");
   await strict.step();
   const cursor = (await registry.cursors(endpoint.id)).find((c) => c.source === "likes")!;
@@ -149,17 +228,26 @@ test("the connection goes to the address that was checked: a name only the polic
   await lab.seed();
   const resolver = async () => [{ address: "127.0.0.1", family: 4 }];
   const registry = new EndpointRegistry(lab.db.pool, { allowPrivate: true, resolver });
-  const { secret } = await registry.create({ url: `http://pinned.invalid:${lab.receiver.port}/hook`, events: ["like.created"] });
+  const { secret } = await registry.create({
+    url: `http://pinned.invalid:${lab.receiver.port}/hook`,
+    events: ["like.created"],
+  });
   lab.receiver.secrets.push(secret);
   const pinned = new WebhookDelivery(lab.db.pool, { ...FAST_RETRIES, limits: { ...FAST_RETRIES.limits, resolver } });
   await lab.ledger.likes.like("u1", "item-1");
   await pinned.step();
   // .invalid never resolves in DNS (RFC 6761): the request got there through the pinned address.
-  assert.deepEqual(lab.receiver.deliveries.map((d) => [d.id, d.signedBy.length, d.status]), [["evt_likes_0_1", 1, 200]]);
+  assert.deepEqual(
+    lab.receiver.deliveries.map((d) => [d.id, d.signedBy.length, d.status]),
+    [["evt_likes_0_1", 1, 200]],
+  );
 });
 
 test("a 3xx is a failure and its Location is not followed; an answer that does not come in time fails the attempt", async (t) => {
-  const lab = await webhookLab(t, { partitions: 1, delivery: { ...FAST_RETRIES, retryBaseMs: 60_000, limits: { ...FAST_RETRIES.limits, responseTimeoutMs: 300 } } });
+  const lab = await webhookLab(t, {
+    partitions: 1,
+    delivery: { ...FAST_RETRIES, retryBaseMs: 60_000, limits: { ...FAST_RETRIES.limits, responseTimeoutMs: 300 } },
+  });
   await lab.seed();
   const { id } = await lab.register(["like.created"]);
   await lab.ledger.likes.like("u1", "item-1");
@@ -194,7 +282,12 @@ test("an answer's body is read up to its bound only: a receiver that streams wit
     server.close();
   });
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const limits = { connectTimeoutMs: 2_000, responseTimeoutMs: 20_000, maxResponseBytes: 64 * 1024, allowPrivate: true };
+  const limits = {
+    connectTimeoutMs: 2_000,
+    responseTimeoutMs: 20_000,
+    maxResponseBytes: 64 * 1024,
+    allowPrivate: true,
+  };
   const started = Date.now();
   const failed = await attempt(`${base}/fail`, {}, "{}", limits);
   assert.deepEqual(failed, { ok: false, status: 500, error: "status 500; response body above 65536 bytes" });

@@ -33,7 +33,9 @@ function isValidUserId(value: string): boolean {
 
 /** A scalar claim matches when its text is the value (`true` for "true"), so booleans and numbers map too. */
 function matches(value: unknown, wanted: string): boolean {
-  return (typeof value === "string" || typeof value === "number" || typeof value === "boolean") && String(value) === wanted;
+  return (
+    (typeof value === "string" || typeof value === "number" || typeof value === "boolean") && String(value) === wanted
+  );
 }
 
 /** The caller a verified token's claims name, or why they name none (the verifier answers 401 with it). */
@@ -41,8 +43,12 @@ export function readCaller(payload: JWTPayload, mapping: ClaimMapping): { caller
   const id = payload[mapping.userClaim];
   if (id === undefined) return { problem: `the token has no ${mapping.userClaim} claim (the user)` };
   // A value that is no valid user id ("me" included) is a bad credential (401), not bad input (400).
-  if (typeof id !== "string" || !isValidUserId(id)) return { problem: `the token's ${mapping.userClaim} claim is not a valid user id` };
+  if (typeof id !== "string" || !isValidUserId(id))
+    return { problem: `the token's ${mapping.userClaim} claim is not a valid user id` };
   const claim = payload[mapping.adminClaim];
-  const admin = mapping.arrays && Array.isArray(claim) ? claim.some((v) => matches(v, mapping.adminValue)) : matches(claim, mapping.adminValue);
+  const admin =
+    mapping.arrays && Array.isArray(claim)
+      ? claim.some((v) => matches(v, mapping.adminValue))
+      : matches(claim, mapping.adminValue);
   return { caller: { id, admin } };
 }

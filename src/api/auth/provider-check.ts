@@ -1,4 +1,10 @@
-import { decodeProtectedHeader, jwtVerify, errors as joseErrors, type JWTHeaderParameters, type JWTPayload } from "jose";
+import {
+  decodeProtectedHeader,
+  jwtVerify,
+  errors as joseErrors,
+  type JWTHeaderParameters,
+  type JWTPayload,
+} from "jose";
 import { DEFAULT_TOKEN_TYPES, tokenType } from "../../config.ts";
 import { HttpError, unauthenticated } from "../errors.ts";
 import { readCaller, type ClaimMapping } from "./claims.ts";
@@ -57,7 +63,10 @@ export class ProviderCheck implements TokenCheck {
   private readonly claims: ClaimMapping;
   private readonly types: readonly string[];
 
-  constructor(private readonly keys: ProviderKeys, private readonly options: ProviderCheckOptions) {
+  constructor(
+    private readonly keys: ProviderKeys,
+    private readonly options: ProviderCheckOptions,
+  ) {
     this.claims = { ...options.claims, arrays: true };
     this.types = options.tokenTypes ?? DEFAULT_TOKEN_TYPES;
   }
@@ -71,7 +80,11 @@ export class ProviderCheck implements TokenCheck {
     let protectedHeader: JWTHeaderParameters;
     try {
       ({ payload, protectedHeader } = await jwtVerify(token, this.keys.resolve, {
-        algorithms: [...PROVIDER_ALGORITHMS], issuer: this.options.issuer, audience: this.options.audience, requiredClaims: ["exp"], currentDate: now,
+        algorithms: [...PROVIDER_ALGORITHMS],
+        issuer: this.options.issuer,
+        audience: this.options.audience,
+        requiredClaims: ["exp"],
+        currentDate: now,
       }));
     } catch (err) {
       throw this.refusal(err, token);
@@ -92,33 +105,61 @@ export class ProviderCheck implements TokenCheck {
     const typ = tokenType(typeof header.typ === "string" ? header.typ : "JWT");
     const shown = typeof header.typ === "string" ? JSON.stringify(header.typ) : "absent (a plain JWT)";
     if (!this.types.includes(typ)) {
-      throw refused("TOKEN_TYPE_NOT_ALLOWED", `the token's typ is ${shown}; LEDGER_JWT_TYPES takes ${this.types.join(", ")} (an OIDC ID token is not an access token; a provider that types its access tokens JWT, or not at all, needs LEDGER_JWT_TYPES=at+jwt,JWT)`);
+      throw refused(
+        "TOKEN_TYPE_NOT_ALLOWED",
+        `the token's typ is ${shown}; LEDGER_JWT_TYPES takes ${this.types.join(", ")} (an OIDC ID token is not an access token; a provider that types its access tokens JWT, or not at all, needs LEDGER_JWT_TYPES=at+jwt,JWT)`,
+      );
     }
     const mark = typ === "at+jwt" ? undefined : idTokenMark(payload);
-    if (mark) throw refused("TOKEN_IS_ID_TOKEN", `the token is an OIDC ID token (${mark}): send an access token for this API`);
+    if (mark)
+      throw refused("TOKEN_IS_ID_TOKEN", `the token is an OIDC ID token (${mark}): send an access token for this API`);
   }
 
   private refusal(err: unknown, token: string): HttpError {
     const { alg, kid } = headerOf(token);
     if (err instanceof KeysUnavailableError) return refused("TOKEN_KEY_UNAVAILABLE", `${err.message}; retry later`);
     if (err instanceof joseErrors.JOSEAlgNotAllowed) {
-      return refused("TOKEN_ALG_NOT_ALLOWED", `the token is signed with ${alg}; tokens of the identity provider must use ${PROVIDER_ALGORITHMS.join(", ")} (HS256 tokens of social-ledger token are refused when LEDGER_JWKS_URL is set)`);
+      return refused(
+        "TOKEN_ALG_NOT_ALLOWED",
+        `the token is signed with ${alg}; tokens of the identity provider must use ${PROVIDER_ALGORITHMS.join(", ")} (HS256 tokens of social-ledger token are refused when LEDGER_JWKS_URL is set)`,
+      );
     }
     if (err instanceof joseErrors.JWKSNoMatchingKey) {
       const known = this.keys.knownKey(kid);
-      if (known) return refused("TOKEN_ALG_MISMATCH", `the provider's key ${kid} is of type ${known.kty}${known.crv ? ` ${known.crv}` : ""}${known.alg ? ` for ${known.alg}` : ""}; the token says ${alg}`);
-      if (this.keys.failing) return refused("TOKEN_KEY_UNAVAILABLE", `the identity provider's keys could not be fetched, and the last fetched set has no key ${kid ?? "for " + alg}; retry later`);
-      return refused("TOKEN_UNKNOWN_KID", `the identity provider has no key ${kid === undefined ? `for ${alg} (the token names no kid)` : `with kid ${kid}`}`);
+      if (known)
+        return refused(
+          "TOKEN_ALG_MISMATCH",
+          `the provider's key ${kid} is of type ${known.kty}${known.crv ? ` ${known.crv}` : ""}${known.alg ? ` for ${known.alg}` : ""}; the token says ${alg}`,
+        );
+      if (this.keys.failing)
+        return refused(
+          "TOKEN_KEY_UNAVAILABLE",
+          `the identity provider's keys could not be fetched, and the last fetched set has no key ${kid ?? "for " + alg}; retry later`,
+        );
+      return refused(
+        "TOKEN_UNKNOWN_KID",
+        `the identity provider has no key ${kid === undefined ? `for ${alg} (the token names no kid)` : `with kid ${kid}`}`,
+      );
     }
-    if (err instanceof joseErrors.JWKSMultipleMatchingKeys) return refused("TOKEN_UNKNOWN_KID", `the token names no kid, and several keys of the provider fit ${alg}`);
+    if (err instanceof joseErrors.JWKSMultipleMatchingKeys)
+      return refused("TOKEN_UNKNOWN_KID", `the token names no kid, and several keys of the provider fit ${alg}`);
     if (err instanceof joseErrors.JWTExpired) return refused("TOKEN_EXPIRED", "the token has expired");
     if (err instanceof joseErrors.JWTClaimValidationFailed) {
-      if (err.claim === "iss") return refused("TOKEN_ISSUER_MISMATCH", `the token's iss is not LEDGER_JWT_ISSUER (${this.options.issuer})`);
-      if (err.claim === "aud") return refused("TOKEN_AUDIENCE_MISMATCH", `the token's aud holds none of LEDGER_JWT_AUDIENCE (${this.options.audience.join(", ")})`);
+      if (err.claim === "iss")
+        return refused("TOKEN_ISSUER_MISMATCH", `the token's iss is not LEDGER_JWT_ISSUER (${this.options.issuer})`);
+      if (err.claim === "aud")
+        return refused(
+          "TOKEN_AUDIENCE_MISMATCH",
+          `the token's aud holds none of LEDGER_JWT_AUDIENCE (${this.options.audience.join(", ")})`,
+        );
       if (err.claim === "nbf") return refused("TOKEN_NOT_YET_VALID", "the token is not valid yet (nbf)");
       return unauthenticated(`invalid token: ${err.message}`);
     }
-    if (err instanceof joseErrors.JWSSignatureVerificationFailed) return refused("TOKEN_SIGNATURE_INVALID", `the signature does not verify with the provider's key ${kid ?? ""}`.trimEnd());
+    if (err instanceof joseErrors.JWSSignatureVerificationFailed)
+      return refused(
+        "TOKEN_SIGNATURE_INVALID",
+        `the signature does not verify with the provider's key ${kid ?? ""}`.trimEnd(),
+      );
     if (err instanceof joseErrors.JOSEError) return unauthenticated(`invalid token: ${err.code}`);
     // jose's TypeErrors for a key it cannot use for the alg (an RSA key under 2048 bits): the token's problem, not a 500.
     if (err instanceof TypeError) return unauthenticated(`the token cannot be verified: ${err.message}`);

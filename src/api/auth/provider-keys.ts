@@ -1,6 +1,15 @@
 import {
-  createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwksCache,
-  type FlattenedJWSInput, type JSONWebKeySet, type JWK, type JWSHeaderParameters, type ExportedJWKSCache, type JWKSCacheInput, type RemoteJWKSet,
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  errors as joseErrors,
+  jwksCache,
+  type FlattenedJWSInput,
+  type JSONWebKeySet,
+  type JWK,
+  type JWSHeaderParameters,
+  type ExportedJWKSCache,
+  type JWKSCacheInput,
+  type RemoteJWKSet,
 } from "jose";
 
 export interface ProviderKeyOptions {
@@ -27,10 +36,15 @@ export class KeysUnavailableError extends Error {
 
 /** The errors by which a fetched set answers "no such key" (not a failure to fetch it). */
 function isAnswerOfTheSet(err: unknown): boolean {
-  return err instanceof joseErrors.JWKSNoMatchingKey || err instanceof joseErrors.JWKSMultipleMatchingKeys || err instanceof joseErrors.JOSENotSupported;
+  return (
+    err instanceof joseErrors.JWKSNoMatchingKey ||
+    err instanceof joseErrors.JWKSMultipleMatchingKeys ||
+    err instanceof joseErrors.JOSENotSupported
+  );
 }
 
-const describe = (err: unknown) => (err instanceof Error ? `${err.message}${err.cause instanceof Error ? ` (${err.cause.message})` : ""}` : String(err));
+const describe = (err: unknown) =>
+  err instanceof Error ? `${err.message}${err.cause instanceof Error ? ` (${err.cause.message})` : ""}` : String(err);
 
 /**
  * The identity provider's signing keys, by jose's remote key set: fetched when first needed, kept
@@ -53,7 +67,9 @@ export class ProviderKeys {
 
   constructor(private readonly options: ProviderKeyOptions) {
     this.remote = createRemoteJWKSet(new URL(options.url), {
-      cooldownDuration: options.cooldownMs, cacheMaxAge: options.cacheMaxAgeMs, timeoutDuration: options.timeoutMs ?? 5000,
+      cooldownDuration: options.cooldownMs,
+      cacheMaxAge: options.cacheMaxAgeMs,
+      timeoutDuration: options.timeoutMs ?? 5000,
       [jwksCache]: this.fetched as JWKSCacheInput,
     });
   }

@@ -30,7 +30,11 @@ export class TokenVerifier {
   private readonly verified = new LRUCache<string, VerifiedToken>({ max: VERIFIED_TOKENS });
 
   /** `source`: the HS256 secret, or another check (the identity provider's, provider-check.ts). */
-  constructor(source: Uint8Array | TokenCheck, private readonly now: () => number = Date.now, private readonly maxTtlSeconds: number = MAX_TOKEN_TTL_S) {
+  constructor(
+    source: Uint8Array | TokenCheck,
+    private readonly now: () => number = Date.now,
+    private readonly maxTtlSeconds: number = MAX_TOKEN_TTL_S,
+  ) {
     this.tokens = source instanceof Uint8Array ? new Hs256Check(source) : source;
   }
 
@@ -44,7 +48,8 @@ export class TokenVerifier {
   remembered(header: string | undefined): Caller | null | undefined {
     if (header === undefined) return null;
     const known = this.verified.get(header);
-    if (known && this.inTime(known, this.now()) && known.keyGeneration === this.tokens.keyGeneration()) return known.caller;
+    if (known && this.inTime(known, this.now()) && known.keyGeneration === this.tokens.keyGeneration())
+      return known.caller;
     return undefined;
   }
 
@@ -72,7 +77,11 @@ export class TokenVerifier {
     const now = Math.floor(nowMs / 1000);
     const lifetime = exp - Math.min(iat ?? now, now);
     if (!(lifetime <= this.maxTtlSeconds)) {
-      throw new HttpError(401, "TOKEN_LIFETIME_TOO_LONG", `the token is valid for longer than ${this.maxTtlSeconds} s (LEDGER_JWT_MAX_TTL_SECONDS); mint one with a shorter lifetime`);
+      throw new HttpError(
+        401,
+        "TOKEN_LIFETIME_TOO_LONG",
+        `the token is valid for longer than ${this.maxTtlSeconds} s (LEDGER_JWT_MAX_TTL_SECONDS); mint one with a shorter lifetime`,
+      );
     }
   }
 

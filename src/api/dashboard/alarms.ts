@@ -1,4 +1,11 @@
-import { VIEWS, type ConsumerLoopState, type DashboardStatus, type LastAudit, type PartitionAlarm, type Sample } from "./types.ts";
+import {
+  VIEWS,
+  type ConsumerLoopState,
+  type DashboardStatus,
+  type LastAudit,
+  type PartitionAlarm,
+  type Sample,
+} from "./types.ts";
 
 export interface AlarmThresholds {
   /** A partition whose lag stays above zero while its watermark stands still, or grows at every sample, for this long. */
@@ -34,7 +41,8 @@ export function evaluateStatus(input: {
     reasons.push(`audit found violations at ${new Date(input.audit.at).toISOString()}`);
   }
   const newest = samples.at(-1);
-  if (newest && newest.views === null) reasons.push(`the database did not answer at ${new Date(newest.t).toISOString()}`);
+  if (newest && newest.views === null)
+    reasons.push(`the database did not answer at ${new Date(newest.t).toISOString()}`);
 
   let start = -1;
   for (let i = samples.length - 1; i >= 0; i--) {
@@ -55,20 +63,25 @@ export function evaluateStatus(input: {
         const applied = window.map((s) => s.views![view].appliedUpto[part] ?? 0);
         if (!lag.every((n) => n > 0)) continue;
         if (applied.every((w) => w === applied[0])) stalled.push({ part, at: applied[0]!, lag: lag.at(-1)! });
-        else if (lag.every((n, i) => i === 0 || n > lag[i - 1]!)) growing.push({ part, from: lag[0]!, lag: lag.at(-1)! });
+        else if (lag.every((n, i) => i === 0 || n > lag[i - 1]!))
+          growing.push({ part, from: lag[0]!, lag: lag.at(-1)! });
       }
       // One sentence per view and rule: a stuck consumer of a view usually stalls all its partitions at once.
       if (stalled.length === 1) {
         const [{ part, at, lag }] = stalled as [(typeof stalled)[number]];
         reasons.push(`${view} partition ${part}: watermark stalled at ${at} for ${seconds} s with lag ${lag}`);
       } else if (stalled.length > 1) {
-        reasons.push(`${view} partitions ${partList(stalled)}: watermarks stalled for ${seconds} s with lag ${spread(stalled.map((p) => p.lag))}`);
+        reasons.push(
+          `${view} partitions ${partList(stalled)}: watermarks stalled for ${seconds} s with lag ${spread(stalled.map((p) => p.lag))}`,
+        );
       }
       if (growing.length === 1) {
         const [{ part, from, lag }] = growing as [(typeof growing)[number]];
         reasons.push(`${view} partition ${part}: lag grew from ${from} to ${lag} over ${seconds} s`);
       } else if (growing.length > 1) {
-        reasons.push(`${view} partitions ${partList(growing)}: lag grew at every sample over ${seconds} s, now ${spread(growing.map((p) => p.lag))}`);
+        reasons.push(
+          `${view} partitions ${partList(growing)}: lag grew at every sample over ${seconds} s, now ${spread(growing.map((p) => p.lag))}`,
+        );
       }
       partitions.push(...stalled.map(({ part }) => ({ view, part, rule: "stalled" as const })));
       partitions.push(...growing.map(({ part }) => ({ view, part, rule: "growing" as const })));

@@ -8,7 +8,20 @@ import { RequestRecorder, ROUTE_GROUPS, type RouteGroup } from "./request-record
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import type { CounterSpec } from "../../counters/counter-spec.ts";
 import { LIKE_COUNTER } from "../../likes/like-spec.ts";
-import { COUNTER_VIEWS, VIEWS, type ConsumerLoopState, type CounterView, type DashboardStatus, type DriftRun, type LastAudit, type PoolSample, type Rates, type Sample, type ViewName, type ViewSample } from "./types.ts";
+import {
+  COUNTER_VIEWS,
+  VIEWS,
+  type ConsumerLoopState,
+  type CounterView,
+  type DashboardStatus,
+  type DriftRun,
+  type LastAudit,
+  type PoolSample,
+  type Rates,
+  type Sample,
+  type ViewName,
+  type ViewSample,
+} from "./types.ts";
 
 export interface SamplerOptions {
   /** Time between samples (default 5 s). */
@@ -77,7 +90,10 @@ export class DashboardSampler {
   private readonly capacity: number;
   private readonly samples: Sample[] = [];
   private readonly requests = new RequestRecorder();
-  private readonly driftRuns = Object.fromEntries(COUNTER_VIEWS.map((v) => [v, [] as DriftRun[]])) as Record<CounterView, DriftRun[]>;
+  private readonly driftRuns = Object.fromEntries(COUNTER_VIEWS.map((v) => [v, [] as DriftRun[]])) as Record<
+    CounterView,
+    DriftRun[]
+  >;
   private lastAudit: LastAudit | null = null;
   private previous: Totals | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -92,7 +108,10 @@ export class DashboardSampler {
   private readonly eventLoop: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });
   private eventLoopOn = false;
 
-  constructor(private readonly sources: SamplerSources, private readonly options: SamplerOptions = {}) {
+  constructor(
+    private readonly sources: SamplerSources,
+    private readonly options: SamplerOptions = {},
+  ) {
     this.sampleMs = options.sampleMs ?? 5_000;
     this.capacity = Math.ceil((options.historyMs ?? 3_600_000) / this.sampleMs) + 1;
     this.thresholds = { lagMs: 60_000, consumerFailures: 5, ...options.thresholds };
@@ -159,7 +178,13 @@ export class DashboardSampler {
   }
 
   status(now = Date.now()): DashboardStatus {
-    return evaluateStatus({ now, samples: this.samples, consumers: this.consumers(), audit: this.lastAudit, thresholds: this.thresholds });
+    return evaluateStatus({
+      now,
+      samples: this.samples,
+      consumers: this.consumers(),
+      audit: this.lastAudit,
+      thresholds: this.thresholds,
+    });
   }
 
   /** One sample now; the timer calls it, and tests may too. */
@@ -168,7 +193,12 @@ export class DashboardSampler {
     const requests = this.requests.take();
     const eventLoop = this.takeEventLoopDelay();
     const { pool } = this.sources;
-    const poolNow: PoolSample = { connections: pool.totalCount, idle: pool.idleCount, max: pool.options.max ?? 10, waiting: pool.waitingCount };
+    const poolNow: PoolSample = {
+      connections: pool.totalCount,
+      idle: pool.idleCount,
+      max: pool.options.max ?? 10,
+      waiting: pool.waitingCount,
+    };
     const views = await this.readViews();
     const sample: Sample = {
       t: totals.at,
@@ -177,7 +207,8 @@ export class DashboardSampler {
       failedInARow: perView(),
       pool: poolNow,
     };
-    for (const loop of this.consumers()) sample.failedInARow[loop.kind] = Math.max(sample.failedInARow[loop.kind], loop.failedInARow);
+    for (const loop of this.consumers())
+      sample.failedInARow[loop.kind] = Math.max(sample.failedInARow[loop.kind], loop.failedInARow);
     this.previous = totals;
     this.samples.push(sample);
     if (this.samples.length > this.capacity) this.samples.splice(0, this.samples.length - this.capacity);
@@ -213,7 +244,10 @@ export class DashboardSampler {
       return null;
     }
     this.failing.sample = false;
-    const views = Object.fromEntries(VIEWS.map((v) => [v, { lag: [], appliedUpto: [] }])) as unknown as Record<ViewName, ViewSample>;
+    const views = Object.fromEntries(VIEWS.map((v) => [v, { lag: [], appliedUpto: [] }])) as unknown as Record<
+      ViewName,
+      ViewSample
+    >;
     for (const r of rows) {
       if (!isView(r.view)) continue;
       views[r.view].lag[r.part] = r.last - r.appliedUpto;
@@ -226,15 +260,30 @@ export class DashboardSampler {
     for (const view of COUNTER_VIEWS) {
       const runs = this.driftRuns[view];
       const after = runs.at(-1)?.runId ?? 0;
-      const { rebuildRun, rebuildRunColumns: [checked, drifted] } = COUNTER_SPECS[view];
-      const { rows } = await this.sources.pool.query<{ run_id: number; started_at: Date; checked: number; drifted: number; total_abs_drift: number }>(
+      const {
+        rebuildRun,
+        rebuildRunColumns: [checked, drifted],
+      } = COUNTER_SPECS[view];
+      const { rows } = await this.sources.pool.query<{
+        run_id: number;
+        started_at: Date;
+        checked: number;
+        drifted: number;
+        total_abs_drift: number;
+      }>(
         `SELECT run_id, started_at, ${checked} AS checked, ${drifted} AS drifted, total_abs_drift
            FROM (SELECT * FROM ${rebuildRun} WHERE run_id > $1 ORDER BY run_id DESC LIMIT $2) newest
           ORDER BY run_id`,
         [after, DRIFT_RUNS_KEPT],
       );
       for (const r of rows) {
-        runs.push({ runId: r.run_id, at: r.started_at.getTime(), itemsChecked: r.checked, itemsDrifted: r.drifted, totalAbsDrift: r.total_abs_drift });
+        runs.push({
+          runId: r.run_id,
+          at: r.started_at.getTime(),
+          itemsChecked: r.checked,
+          itemsDrifted: r.drifted,
+          totalAbsDrift: r.total_abs_drift,
+        });
       }
       if (runs.length > DRIFT_RUNS_KEPT) runs.splice(0, runs.length - DRIFT_RUNS_KEPT);
     }
@@ -293,17 +342,27 @@ export class DashboardSampler {
 
 const round = (n: number) => Math.round(n * 100) / 100;
 
-function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecorder["take"]>, eventLoop: Rates["eventLoop"]): Rates {
+function rates(
+  before: Totals,
+  after: Totals,
+  requests: ReturnType<RequestRecorder["take"]>,
+  eventLoop: Rates["eventLoop"],
+): Rates {
   const seconds = Math.max(0.001, (after.at - before.at) / 1000);
   const perSec = (a: number, b: number) => round((b - a) / seconds);
   const likeRequests = after.likeRequests - before.likeRequests;
   return {
     seconds: round(seconds),
-    consumers: Object.fromEntries(VIEWS.map((v) => [v, {
-      appliedPerSec: perSec(before.applied[v], after.applied[v]),
-      absorbedPerSec: perSec(before.absorbed[v], after.absorbed[v]),
-      failuresPerSec: perSec(before.failures[v], after.failures[v]),
-    }])) as Rates["consumers"],
+    consumers: Object.fromEntries(
+      VIEWS.map((v) => [
+        v,
+        {
+          appliedPerSec: perSec(before.applied[v], after.applied[v]),
+          absorbedPerSec: perSec(before.absorbed[v], after.absorbed[v]),
+          failuresPerSec: perSec(before.failures[v], after.failures[v]),
+        },
+      ]),
+    ) as Rates["consumers"],
     outcomes: {
       CHANGED: perSec(before.outcomes.CHANGED, after.outcomes.CHANGED),
       NOOP: perSec(before.outcomes.NOOP, after.outcomes.NOOP),
@@ -311,8 +370,19 @@ function rates(before: Totals, after: Totals, requests: ReturnType<RequestRecord
     },
     uniqueInsertRatio: likeRequests > 0 ? round((after.likeChanged - before.likeChanged) / likeRequests) : null,
     countCache: cacheRates(before.cacheLookups, after.cacheLookups, seconds),
-    requests: Object.fromEntries(ROUTE_GROUPS.map((g) => [g, { perSec: round(requests[g].requests / seconds), p99Ms: requests[g].p99Ms === null ? null : round(requests[g].p99Ms) }])) as Rates["requests"],
+    requests: Object.fromEntries(
+      ROUTE_GROUPS.map((g) => [
+        g,
+        {
+          perSec: round(requests[g].requests / seconds),
+          p99Ms: requests[g].p99Ms === null ? null : round(requests[g].p99Ms),
+        },
+      ]),
+    ) as Rates["requests"],
     eventLoop,
-    checkouts: { perSec: perSec(before.checkouts, after.checkouts), slowPerSec: perSec(before.slowCheckouts, after.slowCheckouts) },
+    checkouts: {
+      perSec: perSec(before.checkouts, after.checkouts),
+      slowPerSec: perSec(before.slowCheckouts, after.slowCheckouts),
+    },
   };
 }

@@ -5,13 +5,22 @@ import type { RateLimits } from "../context.ts";
 import { readWatermarks } from "../metrics.ts";
 import { bearer, errors, id, named, namedWriteAnswer } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
-import { auditRelations, PROJECTION_DIFF, relationAuditClean, type ProjectionDiff } from "../../relations/relation-audit.ts";
+import {
+  auditRelations,
+  PROJECTION_DIFF,
+  relationAuditClean,
+  type ProjectionDiff,
+} from "../../relations/relation-audit.ts";
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
 import type { Ledger } from "../../ledger.ts";
-import { auditNotifications, notificationAuditClean, readNotificationWatermarks } from "../../notifications/notification-audit.ts";
+import {
+  auditNotifications,
+  notificationAuditClean,
+  readNotificationWatermarks,
+} from "../../notifications/notification-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
 
@@ -22,18 +31,22 @@ import { erasureJson, erasureSchema } from "./erasure.ts";
  * projection, and a healthy service under load failed its audit.
  */
 async function projectionDiffWhenCaughtUp(ledger: Ledger): Promise<ProjectionDiff | null> {
-  return withTransaction(ledger.pool, async (client) => {
-    const { rows } = await client.query<{ caught_up: boolean }>(
-      "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
-    );
-    if (!rows[0]!.caught_up) return null;
-    await ledger.hooks.at("audit.beforeProjectionDiff");
-    const diff = {} as ProjectionDiff;
-    for (const key of Object.keys(PROJECTION_DIFF) as (keyof ProjectionDiff)[]) {
-      diff[key] = (await client.query<{ n: number }>(PROJECTION_DIFF[key])).rows[0]!.n;
-    }
-    return diff;
-  }, { isolation: "REPEATABLE READ", readOnly: true });
+  return withTransaction(
+    ledger.pool,
+    async (client) => {
+      const { rows } = await client.query<{ caught_up: boolean }>(
+        "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
+      );
+      if (!rows[0]!.caught_up) return null;
+      await ledger.hooks.at("audit.beforeProjectionDiff");
+      const diff = {} as ProjectionDiff;
+      for (const key of Object.keys(PROJECTION_DIFF) as (keyof ProjectionDiff)[]) {
+        diff[key] = (await client.query<{ n: number }>(PROJECTION_DIFF[key])).rows[0]!.n;
+      }
+      return diff;
+    },
+    { isolation: "REPEATABLE READ", readOnly: true },
+  );
 }
 
 /** Every invariant check of every capability, as `social-ledger audit` and GET /v1/admin/audit report them. */
@@ -47,12 +60,23 @@ export async function fullAudit(ledger: Ledger) {
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
   const projectionCaughtUp = diff !== null;
-  const clean = writeSideClean(likesWrite) && readSideClean(likesRead) && relationAuditClean(relations) &&
-    (diff === null || Object.values(diff).every((n) => n === 0)) && counterAuditClean(comments) &&
-    notificationAuditClean(notifications) && webhookAuditClean(webhooks) && erasureAuditClean(erasure);
+  const clean =
+    writeSideClean(likesWrite) &&
+    readSideClean(likesRead) &&
+    relationAuditClean(relations) &&
+    (diff === null || Object.values(diff).every((n) => n === 0)) &&
+    counterAuditClean(comments) &&
+    notificationAuditClean(notifications) &&
+    webhookAuditClean(webhooks) &&
+    erasureAuditClean(erasure);
   return {
-    clean, likes: { writeSide: likesWrite, readSide: likesRead },
-    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff }, comments, notifications, webhooks, erasure,
+    clean,
+    likes: { writeSide: likesWrite, readSide: likesRead },
+    relations: { invariants: relations, projectionCaughtUp, projectionDiff: diff },
+    comments,
+    notifications,
+    webhooks,
+    erasure,
   };
 }
 
@@ -60,43 +84,91 @@ export async function fullAudit(ledger: Ledger) {
 // keep them complete, or mark objects additionalProperties: true).
 const integer = { type: "integer" } as const;
 const statusResponse = named("AdminStatus", {
-  type: "object", required: ["partitions", "views", "transactionRetries", "erasures"],
+  type: "object",
+  required: ["partitions", "views", "transactionRetries", "erasures"],
   properties: {
     partitions: integer,
     views: {
       type: "array",
       items: named("ViewWatermark", {
-        type: "object", required: ["view", "part", "last", "appliedUpto", "lag"],
-        properties: { view: { type: "string", enum: ["like_count", "follower_projection", "comment_count"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
+        type: "object",
+        required: ["view", "part", "last", "appliedUpto", "lag"],
+        properties: {
+          view: { type: "string", enum: ["like_count", "follower_projection", "comment_count"] },
+          part: integer,
+          last: integer,
+          appliedUpto: integer,
+          lag: integer,
+        },
       }),
     },
     transactionRetries: integer,
     notifications: {
-      type: "array", description: "the notification view's lag per source outbox and partition (docs/notifications.md)",
+      type: "array",
+      description: "the notification view's lag per source outbox and partition (docs/notifications.md)",
       items: named("NotificationWatermark", {
-        type: "object", required: ["source", "part", "last", "appliedUpto", "lag"],
-        properties: { source: { type: "string", enum: ["likes", "relations", "comments"] }, part: integer, last: integer, appliedUpto: integer, lag: integer },
+        type: "object",
+        required: ["source", "part", "last", "appliedUpto", "lag"],
+        properties: {
+          source: { type: "string", enum: ["likes", "relations", "comments"] },
+          part: integer,
+          last: integer,
+          appliedUpto: integer,
+          lag: integer,
+        },
       }),
     },
-    erasures: { type: "array", description: "account erasures running (oldest first), then the last 20 done", items: erasureSchema },
+    erasures: {
+      type: "array",
+      description: "account erasures running (oldest first), then the last 20 done",
+      items: erasureSchema,
+    },
   },
 });
 const auditResponse = named("AuditReport", {
-  type: "object", required: ["clean", "likes", "relations"],
+  type: "object",
+  required: ["clean", "likes", "relations"],
   properties: {
     clean: { type: "boolean" },
-    likes: { type: "object", description: "writeSide and readSide checks of the likes ledger", additionalProperties: true },
-    relations: { type: "object", description: "invariants, projectionCaughtUp and projectionDiff of the follow graph", additionalProperties: true },
-    comments: { type: "object", description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)", additionalProperties: true },
-    notifications: { type: "object", description: "the notification view against the facts (src/notifications/notification-audit.ts)", additionalProperties: true },
-    webhooks: { type: "object", description: "delivery cursors against their outboxes and retention holds, the block outbox's sequence (src/webhooks/webhook-audit.ts)", additionalProperties: true },
-    erasure: { type: "object", description: "leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts)", additionalProperties: true },
+    likes: {
+      type: "object",
+      description: "writeSide and readSide checks of the likes ledger",
+      additionalProperties: true,
+    },
+    relations: {
+      type: "object",
+      description: "invariants, projectionCaughtUp and projectionDiff of the follow graph",
+      additionalProperties: true,
+    },
+    comments: {
+      type: "object",
+      description: "invariants of comment_count against counted_comment (src/counters/counter-audit.ts)",
+      additionalProperties: true,
+    },
+    notifications: {
+      type: "object",
+      description: "the notification view against the facts (src/notifications/notification-audit.ts)",
+      additionalProperties: true,
+    },
+    webhooks: {
+      type: "object",
+      description:
+        "delivery cursors against their outboxes and retention holds, the block outbox's sequence (src/webhooks/webhook-audit.ts)",
+      additionalProperties: true,
+    },
+    erasure: {
+      type: "object",
+      description:
+        "leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts)",
+      additionalProperties: true,
+    },
   },
 });
 /** A rebuild's drift report, by the names of the counted key ("itemId" of likes, "postId" of comments). */
 function rebuildResponse(name: string, key: string, checked: string) {
   return namedWriteAnswer(name, {
-    type: "object", required: ["runId", "snapshotSeqs", checked, "drifted", "totalAbsDrift"],
+    type: "object",
+    required: ["runId", "snapshotSeqs", checked, "drifted", "totalAbsDrift"],
     properties: {
       runId: integer,
       snapshotSeqs: { type: "array", items: integer },
@@ -104,8 +176,15 @@ function rebuildResponse(name: string, key: string, checked: string) {
       drifted: {
         type: "array",
         items: named(`${name}Drift`, {
-          type: "object", required: [key, "oldN", "newN", "drift", "skippedPartitions"],
-          properties: { [key]: { type: "string" }, oldN: integer, newN: integer, drift: integer, skippedPartitions: { type: "array", items: integer } },
+          type: "object",
+          required: [key, "oldN", "newN", "drift", "skippedPartitions"],
+          properties: {
+            [key]: { type: "string" },
+            oldN: integer,
+            newN: integer,
+            drift: integer,
+            skippedPartitions: { type: "array", items: integer },
+          },
         }),
       },
       totalAbsDrift: integer,
@@ -115,101 +194,169 @@ function rebuildResponse(name: string, key: string, checked: string) {
 const likeRebuildReport = rebuildResponse("LikeRebuildReport", "itemId", "itemsChecked");
 const commentRebuildReport = rebuildResponse("CommentRebuildReport", "postId", "postsChecked");
 const likeRebuildRequest = named("LikeRebuildRequest", {
-  type: ["object", "null"], additionalProperties: false, properties: { items: { type: "array", items: id, maxItems: 10000 } },
+  type: ["object", "null"],
+  additionalProperties: false,
+  properties: { items: { type: "array", items: id, maxItems: 10000 } },
 });
 const notificationRebuildRequest = named("NotificationRebuildRequest", {
-  type: ["object", "null"], additionalProperties: false, properties: { recipients: { type: "array", items: id, maxItems: 10000 } },
+  type: ["object", "null"],
+  additionalProperties: false,
+  properties: { recipients: { type: "array", items: id, maxItems: 10000 } },
 });
 const notificationRebuildReport = namedWriteAnswer("NotificationRebuildReport", {
-  type: "object", required: ["runId", "snapshotSeqs", "recipientsChecked", "rowsDrifted", "rowsPending", "changed"],
+  type: "object",
+  required: ["runId", "snapshotSeqs", "recipientsChecked", "rowsDrifted", "rowsPending", "changed"],
   properties: {
     runId: integer,
     snapshotSeqs: {
-      type: "object", required: ["likes", "relations", "comments"],
-      properties: { likes: { type: "array", items: integer }, relations: { type: "array", items: integer }, comments: { type: "array", items: integer } },
+      type: "object",
+      required: ["likes", "relations", "comments"],
+      properties: {
+        likes: { type: "array", items: integer },
+        relations: { type: "array", items: integer },
+        comments: { type: "array", items: integer },
+      },
     },
     recipientsChecked: integer,
-    rowsDrifted: { type: "integer", description: "rows the view had wrong: changed although no event of the pair was pending" },
+    rowsDrifted: {
+      type: "integer",
+      description: "rows the view had wrong: changed although no event of the pair was pending",
+    },
     rowsPending: { type: "integer", description: "rows changed that events not yet consumed explain (lag, not drift)" },
     changed: {
       type: "array",
       items: named("NotificationRecipientInstall", {
-        type: "object", required: ["recipient", "rowsDrifted", "rowsPending", "rowsNewer"],
+        type: "object",
+        required: ["recipient", "rowsDrifted", "rowsPending", "rowsNewer"],
         properties: { recipient: { type: "string" }, rowsDrifted: integer, rowsPending: integer, rowsNewer: integer },
       }),
     },
   },
 });
 const commentRebuildRequest = named("CommentRebuildRequest", {
-  type: ["object", "null"], additionalProperties: false, properties: { posts: { type: "array", items: id, maxItems: 10000 } },
+  type: ["object", "null"],
+  additionalProperties: false,
+  properties: { posts: { type: "array", items: id, maxItems: 10000 } },
 });
 
 export async function adminRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger } = app;
 
-  app.get("/v1/admin/status", {
-    schema: { tags: ["admin"], summary: "Sequences, watermarks and lag per view and partition", security: bearer, response: { 200: statusResponse, ...errors(401, 403, 429) } },
-    onRequest: opts.readRateLimit,
-  }, async (request) => {
-    requireAdmin(request);
-    const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
-    const erasures = (await ledger.erasure.list()).map(erasureJson);
-    return { partitions: ledger.partitions, views, transactionRetries: transactionStats.retries, notifications: await readNotificationWatermarks(ledger.pool), erasures };
-  });
-
-  app.get("/v1/admin/audit", {
-    schema: { tags: ["admin"], summary: "Write-side and read-side invariant checks; clean=false on any violation", security: bearer, response: { 200: auditResponse, ...errors(401, 403, 429) } },
-    onRequest: opts.readRateLimit,
-  }, async (request) => {
-    requireAdmin(request);
-    const report = await fullAudit(ledger);
-    app.dashboard.recordAudit(report, "api");
-    return report;
-  });
-
-  app.post("/v1/admin/rebuild", {
-    schema: {
-      tags: ["admin"], summary: "Rebuild like counts from a snapshot baseline; reports the drift it corrected", security: bearer,
-      body: likeRebuildRequest,
-      response: { 200: likeRebuildReport, ...errors(400, 401, 403, 404, 429) },
+  app.get(
+    "/v1/admin/status",
+    {
+      schema: {
+        tags: ["admin"],
+        summary: "Sequences, watermarks and lag per view and partition",
+        security: bearer,
+        response: { 200: statusResponse, ...errors(401, 403, 429) },
+      },
+      onRequest: opts.readRateLimit,
     },
-    onRequest: opts.writeRateLimit,
-  }, async (request: FastifyRequest<{ Body: { items?: string[] } | null }>) => {
-    requireAdmin(request);
-    const items = request.body?.items;
-    const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
-    await recordRebuildDrift(ledger.pool, report.drifted);
-    return report;
-  });
-
-  app.post("/v1/admin/comment-counts/rebuild", {
-    schema: {
-      tags: ["admin"], summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected", security: bearer,
-      body: commentRebuildRequest,
-      response: { 200: commentRebuildReport, ...errors(400, 401, 403, 404, 429) },
+    async (request) => {
+      requireAdmin(request);
+      const views = (await readWatermarks(ledger.pool)).map((w) => ({ ...w, lag: w.last - w.appliedUpto }));
+      const erasures = (await ledger.erasure.list()).map(erasureJson);
+      return {
+        partitions: ledger.partitions,
+        views,
+        transactionRetries: transactionStats.retries,
+        notifications: await readNotificationWatermarks(ledger.pool),
+        erasures,
+      };
     },
-    onRequest: opts.writeRateLimit,
-  }, async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {
-    requireAdmin(request);
-    const posts = request.body?.posts;
-    const report = await ledger.commentRebuild.rebuild(posts ? { keys: posts } : {});
-    await recordCounterRebuildDrift(ledger.pool, "comments", report.drifted);
-    return {
-      runId: report.runId, snapshotSeqs: report.snapshotSeqs, postsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
-      drifted: report.drifted.map((d) => ({ postId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
-    };
-  });
+  );
 
-  app.post("/v1/admin/notifications/rebuild", {
-    schema: {
-      tags: ["admin"], summary: "Rebuild the notification view from the facts (all recipients, or the given ones), beside live consumers", security: bearer,
-      body: notificationRebuildRequest,
-      response: { 200: notificationRebuildReport, ...errors(400, 401, 403, 409, 429) },
+  app.get(
+    "/v1/admin/audit",
+    {
+      schema: {
+        tags: ["admin"],
+        summary: "Write-side and read-side invariant checks; clean=false on any violation",
+        security: bearer,
+        response: { 200: auditResponse, ...errors(401, 403, 429) },
+      },
+      onRequest: opts.readRateLimit,
     },
-    onRequest: opts.writeRateLimit,
-  }, async (request: FastifyRequest<{ Body: { recipients?: string[] } | null }>) => {
-    requireAdmin(request);
-    const recipients = request.body?.recipients;
-    return ledger.notificationRebuild.rebuild(recipients ? { recipients } : {});
-  });
+    async (request) => {
+      requireAdmin(request);
+      const report = await fullAudit(ledger);
+      app.dashboard.recordAudit(report, "api");
+      return report;
+    },
+  );
+
+  app.post(
+    "/v1/admin/rebuild",
+    {
+      schema: {
+        tags: ["admin"],
+        summary: "Rebuild like counts from a snapshot baseline; reports the drift it corrected",
+        security: bearer,
+        body: likeRebuildRequest,
+        response: { 200: likeRebuildReport, ...errors(400, 401, 403, 404, 429) },
+      },
+      onRequest: opts.writeRateLimit,
+    },
+    async (request: FastifyRequest<{ Body: { items?: string[] } | null }>) => {
+      requireAdmin(request);
+      const items = request.body?.items;
+      const report = await ledger.likeRebuild.rebuild(items ? { items } : {});
+      await recordRebuildDrift(ledger.pool, report.drifted);
+      return report;
+    },
+  );
+
+  app.post(
+    "/v1/admin/comment-counts/rebuild",
+    {
+      schema: {
+        tags: ["admin"],
+        summary: "Rebuild comment counts from a snapshot of the counted comments; reports the drift it corrected",
+        security: bearer,
+        body: commentRebuildRequest,
+        response: { 200: commentRebuildReport, ...errors(400, 401, 403, 404, 429) },
+      },
+      onRequest: opts.writeRateLimit,
+    },
+    async (request: FastifyRequest<{ Body: { posts?: string[] } | null }>) => {
+      requireAdmin(request);
+      const posts = request.body?.posts;
+      const report = await ledger.commentRebuild.rebuild(posts ? { keys: posts } : {});
+      await recordCounterRebuildDrift(ledger.pool, "comments", report.drifted);
+      return {
+        runId: report.runId,
+        snapshotSeqs: report.snapshotSeqs,
+        postsChecked: report.keysChecked,
+        totalAbsDrift: report.totalAbsDrift,
+        drifted: report.drifted.map((d) => ({
+          postId: d.key,
+          oldN: d.oldN,
+          newN: d.newN,
+          drift: d.drift,
+          skippedPartitions: d.skippedPartitions,
+        })),
+      };
+    },
+  );
+
+  app.post(
+    "/v1/admin/notifications/rebuild",
+    {
+      schema: {
+        tags: ["admin"],
+        summary:
+          "Rebuild the notification view from the facts (all recipients, or the given ones), beside live consumers",
+        security: bearer,
+        body: notificationRebuildRequest,
+        response: { 200: notificationRebuildReport, ...errors(400, 401, 403, 409, 429) },
+      },
+      onRequest: opts.writeRateLimit,
+    },
+    async (request: FastifyRequest<{ Body: { recipients?: string[] } | null }>) => {
+      requireAdmin(request);
+      const recipients = request.body?.recipients;
+      return ledger.notificationRebuild.rebuild(recipients ? { recipients } : {});
+    },
+  );
 }

@@ -9,16 +9,33 @@ const integer = { type: "integer" } as const;
 const dateTime = { type: "string", format: "date-time" } as const;
 
 const erasure = {
-  type: "object", required: ["accountId", "phase", "done", "remaining", "total", "batches", "requestedBy", "startedAt", "updatedAt", "finishedAt"],
+  type: "object",
+  required: [
+    "accountId",
+    "phase",
+    "done",
+    "remaining",
+    "total",
+    "batches",
+    "requestedBy",
+    "startedAt",
+    "updatedAt",
+    "finishedAt",
+  ],
   properties: {
     accountId: { type: "string" },
-    phase: { type: "string", enum: [...ERASURE_PHASES], description: "the phase the erasure is in (docs/erasure.md); done: the account is erased" },
+    phase: {
+      type: "string",
+      enum: [...ERASURE_PHASES],
+      description: "the phase the erasure is in (docs/erasure.md); done: the account is erased",
+    },
     done: { ...integer, description: "facts turned off so far" },
     remaining: { ...integer, description: "facts left, from the count taken at the start" },
     total: integer,
     batches: integer,
     requestedBy: { type: "string", enum: ["self", "admin", "cli"] },
-    startedAt: dateTime, updatedAt: dateTime,
+    startedAt: dateTime,
+    updatedAt: dateTime,
     finishedAt: { ...dateTime, nullable: true },
   },
 };
@@ -28,7 +45,12 @@ export const erasureSchema = named("Erasure", erasure);
 const erasureAnswer = namedWriteAnswer("ErasureAnswer", erasure);
 
 export function erasureJson(s: ErasureStatus) {
-  return { ...s, startedAt: s.startedAt.toISOString(), updatedAt: s.updatedAt.toISOString(), finishedAt: s.finishedAt?.toISOString() ?? null };
+  return {
+    ...s,
+    startedAt: s.startedAt.toISOString(),
+    updatedAt: s.updatedAt.toISOString(),
+    finishedAt: s.finishedAt?.toISOString() ?? null,
+  };
 }
 
 type IdRequest = FastifyRequest<{ Params: { id: string } }>;
@@ -42,39 +64,54 @@ type IdRequest = FastifyRequest<{ Params: { id: string } }>;
  */
 export async function erasureRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger } = app;
-  const accountOf = (request: IdRequest): string => (request.params.id === "me" ? requireCaller(request).id : request.params.id);
+  const accountOf = (request: IdRequest): string =>
+    request.params.id === "me" ? requireCaller(request).id : request.params.id;
   const where = (accountId: string) => `/v1/accounts/${encodeURIComponent(accountId)}/erasure`;
 
-  app.delete("/v1/accounts/:id", {
-    schema: {
-      tags: ["relations"],
-      summary: "Erase an account (the account itself or an admin): 200 when done within the request, else 202 with Location; every fact goes through the outboxes, so every count drops exactly",
-      security: bearer, params: idParams,
-      response: { 200: erasureAnswer, 202: erasureAnswer, ...errors(400, 401, 403, 404, 429) },
+  app.delete(
+    "/v1/accounts/:id",
+    {
+      schema: {
+        tags: ["relations"],
+        summary:
+          "Erase an account (the account itself or an admin): 200 when done within the request, else 202 with Location; every fact goes through the outboxes, so every count drops exactly",
+        security: bearer,
+        params: idParams,
+        response: { 200: erasureAnswer, 202: erasureAnswer, ...errors(400, 401, 403, 404, 429) },
+      },
+      onRequest: opts.writeRateLimit,
     },
-    onRequest: opts.writeRateLimit,
-  }, async (request: IdRequest, reply: FastifyReply) => {
-    const accountId = accountOf(request);
-    const caller = requireSelfOrAdmin(request, accountId);
-    const started = await ledger.erasure.start(accountId, caller.id === accountId ? "self" : "admin");
-    let status = started.status;
-    if (status.phase !== "done" && status.total <= ledger.erasure.batchSize) status = await ledger.erasure.run(accountId);
-    if (status.phase === "done") return reply.status(200).send(erasureJson(status));
-    return reply.status(202).header("location", where(accountId)).send(erasureJson(status));
-  });
+    async (request: IdRequest, reply: FastifyReply) => {
+      const accountId = accountOf(request);
+      const caller = requireSelfOrAdmin(request, accountId);
+      const started = await ledger.erasure.start(accountId, caller.id === accountId ? "self" : "admin");
+      let status = started.status;
+      if (status.phase !== "done" && status.total <= ledger.erasure.batchSize)
+        status = await ledger.erasure.run(accountId);
+      if (status.phase === "done") return reply.status(200).send(erasureJson(status));
+      return reply.status(202).header("location", where(accountId)).send(erasureJson(status));
+    },
+  );
 
-  app.get("/v1/accounts/:id/erasure", {
-    config: { auth: "required" },
-    schema: {
-      tags: ["relations"], summary: "The progress of an account's erasure (the account itself or an admin)",
-      security: bearer, params: idParams, response: { 200: erasureSchema, ...errors(400, 401, 403, 404, 429) },
+  app.get(
+    "/v1/accounts/:id/erasure",
+    {
+      config: { auth: "required" },
+      schema: {
+        tags: ["relations"],
+        summary: "The progress of an account's erasure (the account itself or an admin)",
+        security: bearer,
+        params: idParams,
+        response: { 200: erasureSchema, ...errors(400, 401, 403, 404, 429) },
+      },
+      onRequest: opts.readRateLimit,
     },
-    onRequest: opts.readRateLimit,
-  }, async (request: IdRequest) => {
-    const accountId = accountOf(request);
-    requireSelfOrAdmin(request, accountId);
-    const status = await ledger.erasure.status(accountId);
-    if (!status) throw new ErasureNotFoundError(accountId);
-    return erasureJson(status);
-  });
+    async (request: IdRequest) => {
+      const accountId = accountOf(request);
+      requireSelfOrAdmin(request, accountId);
+      const status = await ledger.erasure.status(accountId);
+      if (!status) throw new ErasureNotFoundError(accountId);
+      return erasureJson(status);
+    },
+  );
 }

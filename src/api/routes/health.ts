@@ -15,7 +15,8 @@ export interface DatabaseHealth {
 }
 
 const databaseHealthSchema = named("DatabaseHealth", {
-  type: "object", required: ["kind", "state", "since", "restarts"],
+  type: "object",
+  required: ["kind", "state", "since", "restarts"],
   properties: {
     kind: { type: "string", enum: ["embedded", "embedded-shared", "external"] },
     state: { type: "string", enum: ["up", "restarting", "failed"] },
@@ -25,13 +26,24 @@ const databaseHealthSchema = named("DatabaseHealth", {
   },
 });
 const liveness = named("Liveness", {
-  type: "object", required: ["status"],
+  type: "object",
+  required: ["status"],
   // database: absent only in an app built without a database supervisor (tests); serve always has one.
   properties: { status: { type: "string", enum: ["ok"] }, database: databaseHealthSchema },
 });
-const notLive = named("LivenessError", { ...errorSchema, required: [...errorSchema.required, "database"], properties: { ...errorSchema.properties, database: databaseHealthSchema } });
+const notLive = named("LivenessError", {
+  ...errorSchema,
+  required: [...errorSchema.required, "database"],
+  properties: { ...errorSchema.properties, database: databaseHealthSchema },
+});
 const readiness = named("Readiness", {
-  type: "object", required: ["status", "migrations", "counts"], properties: { status: { type: "string" }, migrations: { type: "integer" }, counts: { type: "string", enum: ["off", "up", "degraded"] } },
+  type: "object",
+  required: ["status", "migrations", "counts"],
+  properties: {
+    status: { type: "string" },
+    migrations: { type: "integer" },
+    counts: { type: "string", enum: ["off", "up", "degraded"] },
+  },
 });
 
 /**
@@ -43,43 +55,63 @@ const readiness = named("Readiness", {
  * - /readyz (readiness) asks the database: 503 DATABASE_UNAVAILABLE with Retry-After while it
  *   is down, restarting or recovering, 503 NOT_READY while migrations are behind.
  */
-export async function healthRoutes(app: FastifyInstance, opts: { databaseHealth?: () => DatabaseHealth; countsState: () => "off" | "up" | "degraded" }): Promise<void> {
+export async function healthRoutes(
+  app: FastifyInstance,
+  opts: { databaseHealth?: () => DatabaseHealth; countsState: () => "off" | "up" | "degraded" },
+): Promise<void> {
   const { ledger } = app;
   const health = opts.databaseHealth;
 
-  app.get("/healthz", {
-    config: { auth: "none" },
-    schema: {
-      tags: ["health"], summary: "Liveness: the process serves requests and can recover by itself",
-      response: {
-        200: liveness,
-        503: notLive,
+  app.get(
+    "/healthz",
+    {
+      config: { auth: "none" },
+      schema: {
+        tags: ["health"],
+        summary: "Liveness: the process serves requests and can recover by itself",
+        response: {
+          200: liveness,
+          503: notLive,
+        },
       },
     },
-  }, async (_request, reply) => {
-    const database = health?.();
-    if (database?.state === "failed") {
-      return reply.status(503).send({ ...errorBody("NOT_LIVE", `the embedded PostgreSQL could not be restarted (${database.lastExit ?? "unknown exit"}); the process is exiting`), database });
-    }
-    return database ? { status: "ok", database } : { status: "ok" };
-  });
-
-  app.get("/readyz", {
-    config: { auth: "none" },
-    schema: {
-      tags: ["health"], summary: "Readiness: the database answers and its migrations are current",
-      response: { 200: readiness, 503: { $ref: "LedgerError#" } },
+    async (_request, reply) => {
+      const database = health?.();
+      if (database?.state === "failed") {
+        return reply.status(503).send({
+          ...errorBody(
+            "NOT_LIVE",
+            `the embedded PostgreSQL could not be restarted (${database.lastExit ?? "unknown exit"}); the process is exiting`,
+          ),
+          database,
+        });
+      }
+      return database ? { status: "ok", database } : { status: "ok" };
     },
-  }, async (_request, reply) => {
-    if (health && health().state !== "up") return databaseUnavailable(reply);
-    let status;
-    try {
-      status = await migrationStatus(ledger.pool);
-    } catch {
-      return databaseUnavailable(reply);
-    }
-    if (status.applied < status.latest) return reply.status(503).send(errorBody("NOT_READY", `migrations ${status.applied}/${status.latest} applied`));
-    // Redis down does not make the service unready: counts come from PostgreSQL meanwhile.
-    return { status: "ready", migrations: status.applied, counts: opts.countsState() };
-  });
+  );
+
+  app.get(
+    "/readyz",
+    {
+      config: { auth: "none" },
+      schema: {
+        tags: ["health"],
+        summary: "Readiness: the database answers and its migrations are current",
+        response: { 200: readiness, 503: { $ref: "LedgerError#" } },
+      },
+    },
+    async (_request, reply) => {
+      if (health && health().state !== "up") return databaseUnavailable(reply);
+      let status;
+      try {
+        status = await migrationStatus(ledger.pool);
+      } catch {
+        return databaseUnavailable(reply);
+      }
+      if (status.applied < status.latest)
+        return reply.status(503).send(errorBody("NOT_READY", `migrations ${status.applied}/${status.latest} applied`));
+      // Redis down does not make the service unready: counts come from PostgreSQL meanwhile.
+      return { status: "ready", migrations: status.applied, counts: opts.countsState() };
+    },
+  );
 }

@@ -11,7 +11,11 @@ import type { Pool } from "../../db/pool.ts";
  * The modes a reader may ask for. content_token is the default and the weakest offered;
  * PROJECTION_ONLY is deliberately absent: a blocked reader would simply pick it.
  */
-const CONSISTENCY: Record<string, ReadMode> = { content_token: "CONTENT_TOKEN", fresh_token: "FRESH_TOKEN", truth: "TRUTH" };
+const CONSISTENCY: Record<string, ReadMode> = {
+  content_token: "CONTENT_TOKEN",
+  fresh_token: "FRESH_TOKEN",
+  truth: "TRUTH",
+};
 
 /**
  * What a client without a token may read of a post: a live PUBLIC one (there is nobody to check
@@ -23,96 +27,147 @@ export async function readPublicPost(db: Pool, postId: string): Promise<Post | u
 }
 
 const postRead = named("PostRead", {
-  type: "object", required: ["post", "decidedBy"],
+  type: "object",
+  required: ["post", "decidedBy"],
   properties: {
     post,
     decidedBy: {
-      type: "string", enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"],
-      description: "what allowed the read: the author; the relation table (truth); the follower projection; the truth because the projection was behind (fallback-truth); a PUBLIC post's block check; a PUBLIC post read without a token",
+      type: "string",
+      enum: ["author", "truth", "projection", "fallback-truth", "public-block-check", "public"],
+      description:
+        "what allowed the read: the author; the relation table (truth); the follower projection; the truth because the projection was behind (fallback-truth); a PUBLIC post's block check; a PUBLIC post read without a token",
     },
   },
 });
 
 const postDeletion = namedWriteAnswer("PostDeletion", {
-  type: "object", required: ["id", "outcome"], properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } },
+  type: "object",
+  required: ["id", "outcome"],
+  properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } },
 });
 
 function toJson(p: Post) {
-  return { id: p.postId, author: p.author, visibility: p.visibility, body: p.body, aclToken: p.aclToken, createdAt: p.createdAt.toISOString() };
+  return {
+    id: p.postId,
+    author: p.author,
+    visibility: p.visibility,
+    body: p.body,
+    aclToken: p.aclToken,
+    createdAt: p.createdAt.toISOString(),
+  };
 }
 
 export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promise<void> {
   const { ledger, metrics } = app;
 
-  app.post("/v1/posts", {
-    schema: { tags: ["posts"], summary: "Create a post (also a likeable item)", security: bearer, body: postBody, response: { 201: post, ...errors(400, 401, 404, 410, 429) } },
-    onRequest: opts.writeRateLimit,
-  }, async (request: FastifyRequest<{ Body: { visibility: Visibility; body: string } }>, reply) => {
-    const caller = requireCaller(request);
-    const created = await ledger.posts.createPost(caller.id, request.body.visibility, request.body.body, { ensureAuthor: true });
-    metrics.outcomes.inc({ operation: "post", outcome: "CHANGED" });
-    return reply.status(201).send(toJson(created));
-  });
+  app.post(
+    "/v1/posts",
+    {
+      schema: {
+        tags: ["posts"],
+        summary: "Create a post (also a likeable item)",
+        security: bearer,
+        body: postBody,
+        response: { 201: post, ...errors(400, 401, 404, 410, 429) },
+      },
+      onRequest: opts.writeRateLimit,
+    },
+    async (request: FastifyRequest<{ Body: { visibility: Visibility; body: string } }>, reply) => {
+      const caller = requireCaller(request);
+      const created = await ledger.posts.createPost(caller.id, request.body.visibility, request.body.body, {
+        ensureAuthor: true,
+      });
+      metrics.outcomes.inc({ operation: "post", outcome: "CHANGED" });
+      return reply.status(201).send(toJson(created));
+    },
+  );
 
-  app.get("/v1/posts/:id", {
-    config: { auth: "optional", replicaRead: true },
-    onRequest: opts.readRateLimit,
-    schema: {
-      tags: ["posts"], summary: "Read a post; 404 when it is missing, deleted or the reader may not see it (no token: PUBLIC posts only)",
-      security: optionalBearer, params: idParams,
-      querystring: {
-        type: "object", additionalProperties: false,
-        properties: {
-          consistency: {
-            type: "string", enum: Object.keys(CONSISTENCY), default: "content_token",
-            description:
-              "how a FOLLOWERS post's follow is checked. content_token (default): the follower projection, if it has applied the post's acl_token, else the truth; " +
-              "a block or unfollow committed before the post was created is always seen (no new-enemy read), but an unfollowed reader can still read OLDER followers-only " +
-              "posts for up to the projector's lag (the revocation window). fresh_token: the projection only if it has caught up with every relation event so far, else the " +
-              "truth (closes the window at the cost of more truth reads). truth: always the relation table (exact, the most expensive).",
+  app.get(
+    "/v1/posts/:id",
+    {
+      config: { auth: "optional", replicaRead: true },
+      onRequest: opts.readRateLimit,
+      schema: {
+        tags: ["posts"],
+        summary:
+          "Read a post; 404 when it is missing, deleted or the reader may not see it (no token: PUBLIC posts only)",
+        security: optionalBearer,
+        params: idParams,
+        querystring: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            consistency: {
+              type: "string",
+              enum: Object.keys(CONSISTENCY),
+              default: "content_token",
+              description:
+                "how a FOLLOWERS post's follow is checked. content_token (default): the follower projection, if it has applied the post's acl_token, else the truth; " +
+                "a block or unfollow committed before the post was created is always seen (no new-enemy read), but an unfollowed reader can still read OLDER followers-only " +
+                "posts for up to the projector's lag (the revocation window). fresh_token: the projection only if it has caught up with every relation event so far, else the " +
+                "truth (closes the window at the cost of more truth reads). truth: always the relation table (exact, the most expensive).",
+            },
           },
         },
-      },
-      response: {
-        200: postRead,
-        ...errors(400, 401, 404, 429),
+        response: {
+          200: postRead,
+          ...errors(400, 401, 404, 429),
+        },
       },
     },
-  }, async (request: FastifyRequest<{ Params: { id: string }; Querystring: { consistency: string } }>) => {
-    const mode = CONSISTENCY[request.query.consistency]!;
-    if (!request.caller) {
-      // Without a token there is nobody to check blocks or follows for: PUBLIC posts only, the
-      // one post read that may come from a replica (it decides nothing about anyone).
-      const found = await app.readFrom(request, (pool) => readPublicPost(pool, request.params.id));
-      if (!found) throw notFound("post");
-      return { post: toJson(found), decidedBy: "public" };
-    }
-    const { rows } = await ledger.pool.query<{ visibility: Visibility }>("SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL", [request.params.id]);
-    if (!rows[0]) throw notFound("post");
-    const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
-    if (!decision.allowed) throw notFound("post");
-    return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
-  });
+    async (request: FastifyRequest<{ Params: { id: string }; Querystring: { consistency: string } }>) => {
+      const mode = CONSISTENCY[request.query.consistency]!;
+      if (!request.caller) {
+        // Without a token there is nobody to check blocks or follows for: PUBLIC posts only, the
+        // one post read that may come from a replica (it decides nothing about anyone).
+        const found = await app.readFrom(request, (pool) => readPublicPost(pool, request.params.id));
+        if (!found) throw notFound("post");
+        return { post: toJson(found), decidedBy: "public" };
+      }
+      const { rows } = await ledger.pool.query<{ visibility: Visibility }>(
+        "SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL",
+        [request.params.id],
+      );
+      if (!rows[0]) throw notFound("post");
+      const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
+      if (!decision.allowed) throw notFound("post");
+      return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
+    },
+  );
 
-  app.delete("/v1/posts/:id", {
-    schema: {
-      tags: ["posts"], summary: "Delete my post (an admin: anyone's). Its likes stay in the ledger but the post and its item are gone for every reader; repeating is a NOOP",
-      security: bearer, params: idParams,
-      response: { 200: postDeletion, ...errors(400, 401, 403, 404, 429) },
+  app.delete(
+    "/v1/posts/:id",
+    {
+      schema: {
+        tags: ["posts"],
+        summary:
+          "Delete my post (an admin: anyone's). Its likes stay in the ledger but the post and its item are gone for every reader; repeating is a NOOP",
+        security: bearer,
+        params: idParams,
+        response: { 200: postDeletion, ...errors(400, 401, 403, 404, 429) },
+      },
+      onRequest: opts.writeRateLimit,
     },
-    onRequest: opts.writeRateLimit,
-  }, async (request: FastifyRequest<{ Params: { id: string } }>) => {
-    const caller = requireCaller(request);
-    const { rows } = await ledger.pool.query<{ author: string; deleted: boolean }>(
-      "SELECT author, deleted_at IS NOT NULL AS deleted FROM post WHERE post_id = $1", [request.params.id]);
-    const found = rows[0];
-    // Someone else's post: 403 when they may read it, the same 404 as a missing post otherwise.
-    if (!found || (found.author !== caller.id && !caller.admin && (found.deleted || !(await ledger.posts.canRead(caller.id, request.params.id, "TRUTH")).allowed))) {
-      throw notFound("post");
-    }
-    if (found.author !== caller.id && !caller.admin) throw forbidden("only the author deletes a post");
-    const { outcome } = await ledger.posts.deletePost(found.author, request.params.id);
-    metrics.outcomes.inc({ operation: "delete-post", outcome });
-    return { id: request.params.id, outcome };
-  });
+    async (request: FastifyRequest<{ Params: { id: string } }>) => {
+      const caller = requireCaller(request);
+      const { rows } = await ledger.pool.query<{ author: string; deleted: boolean }>(
+        "SELECT author, deleted_at IS NOT NULL AS deleted FROM post WHERE post_id = $1",
+        [request.params.id],
+      );
+      const found = rows[0];
+      // Someone else's post: 403 when they may read it, the same 404 as a missing post otherwise.
+      if (
+        !found ||
+        (found.author !== caller.id &&
+          !caller.admin &&
+          (found.deleted || !(await ledger.posts.canRead(caller.id, request.params.id, "TRUTH")).allowed))
+      ) {
+        throw notFound("post");
+      }
+      if (found.author !== caller.id && !caller.admin) throw forbidden("only the author deletes a post");
+      const { outcome } = await ledger.posts.deletePost(found.author, request.params.id);
+      metrics.outcomes.inc({ operation: "delete-post", outcome });
+      return { id: request.params.id, outcome };
+    },
+  );
 }

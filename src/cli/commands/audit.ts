@@ -16,26 +16,30 @@ function verdict(ok: boolean): string {
 }
 
 function pairs(record: Record<string, number>): string {
-  return Object.entries(record).map(([k, v]) => `${k}=${v}`).join(" ");
+  return Object.entries(record)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
 }
 
 export function formatAudit(report: AuditReport): string {
   const { likes, relations } = report;
   const diff = relations.projectionDiff;
   const diffClean = diff === null || Object.values(diff).every((n) => n === 0);
-  return [
-    `likes write side     ${verdict(writeSideClean(likes.writeSide))} ${formatWriteSide(likes.writeSide)}`,
-    `likes read side      ${verdict(readSideClean(likes.readSide))} ${formatReadSide(likes.readSide)}`,
-    `relation invariants  ${verdict(relationAuditClean(relations.invariants))} ${pairs(relations.invariants)}`,
-    diff === null
-      ? `follower projection  skipped   (not caught up yet: the diff against the truth is checked once it is)`
-      : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
-    `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
-    `notifications        ${verdict(notificationAuditClean(report.notifications))} ${formatNotificationAudit(report.notifications)}`,
-    `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
-    `erasure leftovers    ${verdict(erasureAuditClean(report.erasure))} ${pairs(report.erasure)}`,
-    report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
-  ].join("\n") + "\n";
+  return (
+    [
+      `likes write side     ${verdict(writeSideClean(likes.writeSide))} ${formatWriteSide(likes.writeSide)}`,
+      `likes read side      ${verdict(readSideClean(likes.readSide))} ${formatReadSide(likes.readSide)}`,
+      `relation invariants  ${verdict(relationAuditClean(relations.invariants))} ${pairs(relations.invariants)}`,
+      diff === null
+        ? `follower projection  skipped   (not caught up yet: the diff against the truth is checked once it is)`
+        : `follower projection  ${verdict(diffClean)} ${pairs(diff)}`,
+      `comment counts       ${verdict(counterAuditClean(report.comments))} ${formatCounterAudit("comment_count", report.comments)}`,
+      `notifications        ${verdict(notificationAuditClean(report.notifications))} ${formatNotificationAudit(report.notifications)}`,
+      `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
+      `erasure leftovers    ${verdict(erasureAuditClean(report.erasure))} ${pairs(report.erasure)}`,
+      report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
+    ].join("\n") + "\n"
+  );
 }
 
 /** `social-ledger audit`: fullAudit (what GET /v1/admin/audit returns); exit code 1 unless clean. */

@@ -16,9 +16,15 @@ export async function erase(accountId: string, opts: { batchSize?: number; json?
   const config = loadConfig();
   const database = await openDatabase(config, { poolSize: 2, applicationName: "social-ledger-erase" });
   try {
-    const ledger = await openLedger(database.pool, { erasureBatchSize: opts.batchSize ?? config.erasureBatchSize, pacing: config.pacing });
+    const ledger = await openLedger(database.pool, {
+      erasureBatchSize: opts.batchSize ?? config.erasureBatchSize,
+      pacing: config.pacing,
+    });
     const started = await ledger.erasure.start(accountId, "cli");
-    if (started.outcome !== "STARTED") process.stderr.write(`erase: ${started.outcome === "ERASED" ? "already erased" : "resuming the running erasure"}\n`);
+    if (started.outcome !== "STARTED")
+      process.stderr.write(
+        `erase: ${started.outcome === "ERASED" ? "already erased" : "resuming the running erasure"}\n`,
+      );
     let lastPhase = "";
     let lastLine = 0;
     const status = await ledger.erasure.run(accountId, {

@@ -12,10 +12,13 @@ import { UsageError } from "../args.ts";
 const REDIS_WAIT_MS = 5000;
 
 export function formatImportReport(r: ImportReport): string {
-  const head = r.existing === "done"
-    ? `import run ${r.runId}: this file (${r.lines} lines) was imported before; nothing changed`
-    : `import run ${r.runId}: ${r.lines} lines${r.existing === "resumed" ? " (resumed)" : ""}${r.path === "empty-ledger" ? " (empty-ledger path)" : ""}, done`;
-  const written = Object.entries(r.applied).map(([k, v]) => `${k}=${v}`).join(" ");
+  const head =
+    r.existing === "done"
+      ? `import run ${r.runId}: this file (${r.lines} lines) was imported before; nothing changed`
+      : `import run ${r.runId}: ${r.lines} lines${r.existing === "resumed" ? " (resumed)" : ""}${r.path === "empty-ledger" ? " (empty-ledger path)" : ""}, done`;
+  const written = Object.entries(r.applied)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
   return `${head}\n  written: ${written || "nothing"}\n`;
 }
 
@@ -24,19 +27,34 @@ export function formatImportReport(r: ImportReport): string {
  * applies it (docs/import.md). A bad line: every bad line (first 20) on stderr, exit 2, nothing
  * imported. With REDIS_URL, the count layer's counters of the touched targets are dropped at the end.
  */
-export async function importCommand(file: string, opts: { batchSize?: number; json?: boolean; emptyLedger?: boolean }): Promise<number> {
+export async function importCommand(
+  file: string,
+  opts: { batchSize?: number; json?: boolean; emptyLedger?: boolean },
+): Promise<number> {
   if (file !== "-" && !existsSync(file)) throw new UsageError(`no such file: ${file}`);
   const config = loadConfig();
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-import" });
   const counts = config.redisUrl
     ? await openCountLayer(database.pool, {
-      redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets, requireRedis: true, startWaitMs: REDIS_WAIT_MS,
-    })
+        redisUrl: config.redisUrl,
+        allowEviction: config.redisAllowEviction,
+        buckets: config.countBuckets,
+        requireRedis: true,
+        startWaitMs: REDIS_WAIT_MS,
+      })
     : undefined;
   const store = counts?.redis ? new CountStore(counts.redis, config.countBuckets) : undefined;
   const tty = process.stderr.isTTY && !opts.json;
   const bar = tty
-    ? new cliProgress.SingleBar({ format: "import {phase} [{bar}] {value}/{total} lines", stream: process.stderr, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic)
+    ? new cliProgress.SingleBar(
+        {
+          format: "import {phase} [{bar}] {value}/{total} lines",
+          stream: process.stderr,
+          hideCursor: true,
+          clearOnComplete: true,
+        },
+        cliProgress.Presets.shades_classic,
+      )
     : undefined;
   try {
     const input = file === "-" ? process.stdin : createReadStream(file);
@@ -52,7 +70,13 @@ export async function importCommand(file: string, opts: { batchSize?: number; js
         bar?.setTotal(phaseLines);
         bar?.update(done, { phase });
       },
-      ...(store ? { dropCounters: async (targets) => { for (const t of targets) await store.drop(t.kind, t.target); } } : {}),
+      ...(store
+        ? {
+            dropCounters: async (targets) => {
+              for (const t of targets) await store.drop(t.kind, t.target);
+            },
+          }
+        : {}),
     });
     bar?.stop();
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatImportReport(report));

@@ -18,15 +18,28 @@ import { describeDatabase } from "../banner.ts";
 export async function migrateCommand(opts: { status?: boolean } = {}): Promise<number> {
   const config = loadConfig();
   const statusOnly = opts.status ?? false;
-  const database = await openDatabase(config, { poolSize: 1, applicationName: "social-ledger-migrate", migrate: !statusOnly });
+  const database = await openDatabase(config, {
+    poolSize: 1,
+    applicationName: "social-ledger-migrate",
+    migrate: !statusOnly,
+  });
   try {
     const files = await loadMigrations();
     const history = await checkMigrationHistory(database.pool, files);
-    const { rows } = history.length === 0 ? { rows: [] } : await database.pool.query<{ id: number; name: string; checksum: string | null; applied_at: Date; now: boolean }>(
-      `SELECT id, name, checksum, applied_at,
+    const { rows } =
+      history.length === 0
+        ? { rows: [] }
+        : await database.pool.query<{
+            id: number;
+            name: string;
+            checksum: string | null;
+            applied_at: Date;
+            now: boolean;
+          }>(
+            `SELECT id, name, checksum, applied_at,
               applied_at >= (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS now
          FROM ledger_migration ORDER BY id`,
-    );
+          );
     const applied = rows.length;
     const report = {
       database: describeDatabase(config, database),
@@ -34,7 +47,12 @@ export async function migrateCommand(opts: { status?: boolean } = {}): Promise<n
       applied,
       pending: files.length - applied,
       appliedNow: rows.filter((r) => r.now).map((r) => r.name),
-      migrations: rows.map((r) => ({ id: r.id, name: r.name, checksum: r.checksum, appliedAt: r.applied_at.toISOString() })),
+      migrations: rows.map((r) => ({
+        id: r.id,
+        name: r.name,
+        checksum: r.checksum,
+        appliedAt: r.applied_at.toISOString(),
+      })),
       pendingMigrations: files.slice(applied).map((m) => m.name),
       partitions: statusOnly ? await initialisedPartitions(database.pool) : await readPartitions(database.pool),
     };

@@ -11,7 +11,9 @@ import { cliLogger } from "../log.ts";
 import { openWorkerLedger } from "./worker-ledger.ts";
 
 const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "comment_count"> = {
-  likes: "like_count", relations: "follower_projection", comments: "comment_count",
+  likes: "like_count",
+  relations: "follower_projection",
+  comments: "comment_count",
 };
 
 /**
@@ -20,40 +22,66 @@ const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "c
  * applyBatch (verification, dedup, watermark). Logs one JSON line per batch with its source: "broker",
  * or "outbox" for what the gap filler took from the outbox; one line per dead letter.
  */
-export async function natsWorker(config: Config, opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string }): Promise<number> {
+export async function natsWorker(
+  config: Config,
+  opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string },
+): Promise<number> {
   const transport = loadTransportConfig();
   const log = cliLogger({ component: "worker" });
-  const { database, ledger, partitions } = await openWorkerLedger(config, { partitions: opts.partitions, poolSize: 6 }, log);
+  const { database, ledger, partitions } = await openWorkerLedger(
+    config,
+    { partitions: opts.partitions, poolSize: 6 },
+    log,
+  );
   const metrics = new LedgerMetrics(database.pool);
   const transportMetrics = new TransportMetrics(metrics.registry, database.pool);
   const observer = observeConsumers(metrics, log);
   let workers;
   try {
     workers = await openJetStreamWorkers(ledger, transport, {
-      partitions, batchSize: opts.batchSize, metrics: transportMetrics,
-      onError: (err, name) => metrics.consumerFailures.inc({ consumer: CONSUMER_OF_KIND[name.split("_").at(-2) ?? ""] ?? "like_count" }),
+      partitions,
+      batchSize: opts.batchSize,
+      metrics: transportMetrics,
+      onError: (err, name) =>
+        metrics.consumerFailures.inc({ consumer: CONSUMER_OF_KIND[name.split("_").at(-2) ?? ""] ?? "like_count" }),
       onFailing: observer.onFailing,
       onRecovered: observer.onRecovered,
       onBatch: (kind, part, source, verdicts) => {
         const consumer = CONSUMER_OF_KIND[kind]!;
-        for (const [verdict, n] of Object.entries(verdicts)) if (n > 0) metrics.consumerEvents.inc({ consumer, verdict }, n);
+        for (const [verdict, n] of Object.entries(verdicts))
+          if (n > 0) metrics.consumerEvents.inc({ consumer, verdict }, n);
         if (Object.values(verdicts).some((n) => n > 0)) log.info({ consumer, part, source, ...verdicts }, "batch");
       },
-      onDeadLetter: (kind, part, reason, error) => log.warn({ kind, part, reason, error: error instanceof Error ? error.message : String(error) }, "dead letter"),
+      onDeadLetter: (kind, part, reason, error) =>
+        log.warn({ kind, part, reason, error: error instanceof Error ? error.message : String(error) }, "dead letter"),
     });
   } catch (err) {
     await database.close();
     throw err;
   }
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
-    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
-  });
+  const metricsServer =
+    opts.metricsPort === undefined
+      ? undefined
+      : await startMetricsServer(metrics, {
+          port: opts.metricsPort,
+          host: opts.host ?? "127.0.0.1",
+          token: config.metricsToken,
+          refreshMs: config.metricsRefreshSeconds * 1000,
+        });
   for (const w of workers.loops) w.start();
-  log.info({
-    transport: "nats", stream: transport.stream, servers: transport.servers, partitions, of: ledger.partitions, batchSize: opts.batchSize,
-    database: describeDatabase(config, database),
-    ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
-  }, "started");
+  log.info(
+    {
+      transport: "nats",
+      stream: transport.stream,
+      servers: transport.servers,
+      partitions,
+      of: ledger.partitions,
+      batchSize: opts.batchSize,
+      database: describeDatabase(config, database),
+      ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
+    },
+    "started",
+  );
   await runUntilSignal(
     async () => {
       await workers.close();

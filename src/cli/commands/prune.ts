@@ -6,17 +6,25 @@ import { pruneRetained, type RetentionReport } from "../../retention/retention.t
 import { openDatabase } from "../../runtime/database.ts";
 
 const SKIP_REASON = {
-  REBUILD_RUNNING: "a rebuild is running (it needs the events and keys above its snapshot); try again when it has finished",
+  REBUILD_RUNNING:
+    "a rebuild is running (it needs the events and keys above its snapshot); try again when it has finished",
   CAP_UNAVAILABLE: "a transport's position could not be read (is Redis up?); its outbox is kept",
 } as const;
 
 export function formatRetentionReport(report: RetentionReport): string {
-  return report.kinds.map((k) => {
-    const head = `${k.kind}: pruned ${k.keyRows} dedup key(s) at or below the watermarks and ${k.outboxRows} outbox event(s)`;
-    const parts = k.partitions.map((b) => `  part ${b.part}: floor ${b.floor} -> ${b.boundary} (last ${b.last}, watermark ${b.watermark}` +
-      `${b.held !== null ? `, held ${b.held}` : ""}${b.capped !== null ? `, capped ${b.capped}` : ""})`);
-    return [k.skipped ? `${head}; outbox skipped: ${SKIP_REASON[k.skipped]}` : head, ...parts].join("\n");
-  }).join("\n") + "\n";
+  return (
+    report.kinds
+      .map((k) => {
+        const head = `${k.kind}: pruned ${k.keyRows} dedup key(s) at or below the watermarks and ${k.outboxRows} outbox event(s)`;
+        const parts = k.partitions.map(
+          (b) =>
+            `  part ${b.part}: floor ${b.floor} -> ${b.boundary} (last ${b.last}, watermark ${b.watermark}` +
+            `${b.held !== null ? `, held ${b.held}` : ""}${b.capped !== null ? `, capped ${b.capped}` : ""})`,
+        );
+        return [k.skipped ? `${head}; outbox skipped: ${SKIP_REASON[k.skipped]}` : head, ...parts].join("\n");
+      })
+      .join("\n") + "\n"
+  );
 }
 
 /**
@@ -33,10 +41,14 @@ export async function prune(opts: { json?: boolean; keepLast?: number; keepSecon
     if (config.redisUrl) {
       redis = await connectRedis(config.redisUrl, { allowEviction: true }).catch(() => undefined);
       const connected = redis;
-      caps.push(connected ? countLayerRetentionCap(connected) : async (kind) => {
-        if (kind === "comments") return undefined;
-        throw new Error("Redis is unreachable");
-      });
+      caps.push(
+        connected
+          ? countLayerRetentionCap(connected)
+          : async (kind) => {
+              if (kind === "comments") return undefined;
+              throw new Error("Redis is unreachable");
+            },
+      );
     }
     const report = await pruneRetained(database.pool, {
       keepLast: opts.keepLast ?? config.retention.keepLast,

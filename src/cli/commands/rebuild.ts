@@ -21,19 +21,33 @@ export function formatRebuildReport(report: RebuildReport, checked = "item(s)"):
     `  snapshot seqs per partition: [${report.snapshotSeqs.join(", ")}]`,
   ];
   for (const d of report.drifted.slice(0, MAX_LISTED)) {
-    const skipped = d.skippedPartitions.length > 0 ? `  (partitions ${d.skippedPartitions.join(",")} left to a newer rebuild)` : "";
+    const skipped =
+      d.skippedPartitions.length > 0 ? `  (partitions ${d.skippedPartitions.join(",")} left to a newer rebuild)` : "";
     lines.push(`  ${d.itemId}: ${d.oldN} -> ${d.newN} (drift ${signed(d.drift)})${skipped}`);
   }
-  if (report.drifted.length > MAX_LISTED) lines.push(`  ... and ${report.drifted.length - MAX_LISTED} more (--json lists all)`);
+  if (report.drifted.length > MAX_LISTED)
+    lines.push(`  ... and ${report.drifted.length - MAX_LISTED} more (--json lists all)`);
   return `${lines.join("\n")}\n`;
 }
 
 /** The comment counts' report in the readable form of the like report (keys are post ids). */
 export function formatCommentRebuildReport(report: CounterRebuildReport): string {
-  return formatRebuildReport({
-    runId: report.runId, snapshotSeqs: report.snapshotSeqs, itemsChecked: report.keysChecked, totalAbsDrift: report.totalAbsDrift,
-    drifted: report.drifted.map((d) => ({ itemId: d.key, oldN: d.oldN, newN: d.newN, drift: d.drift, skippedPartitions: d.skippedPartitions })),
-  }, "post(s)");
+  return formatRebuildReport(
+    {
+      runId: report.runId,
+      snapshotSeqs: report.snapshotSeqs,
+      itemsChecked: report.keysChecked,
+      totalAbsDrift: report.totalAbsDrift,
+      drifted: report.drifted.map((d) => ({
+        itemId: d.key,
+        oldN: d.oldN,
+        newN: d.newN,
+        drift: d.drift,
+        skippedPartitions: d.skippedPartitions,
+      })),
+    },
+    "post(s)",
+  );
 }
 
 /** `social-ledger rebuild --kind comments`: the comment counts from a snapshot of the counted comments. */
@@ -58,9 +72,13 @@ async function rebuildNotifications(opts: { items?: string[]; json?: boolean }):
   try {
     const ledger = await openLedger(database.pool);
     const report = await ledger.notificationRebuild.rebuild(opts.items ? { recipients: opts.items } : {});
-    const lines = [`notification rebuild run ${report.runId}: ${report.recipientsChecked} recipient(s) checked, ${report.rowsDrifted} row(s) drifted, ${report.rowsPending} pending`];
-    for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.recipient}: ${c.rowsDrifted} drifted, ${c.rowsPending} pending`);
-    if (report.changed.length > MAX_LISTED) lines.push(`  ... and ${report.changed.length - MAX_LISTED} more (--json lists all)`);
+    const lines = [
+      `notification rebuild run ${report.runId}: ${report.recipientsChecked} recipient(s) checked, ${report.rowsDrifted} row(s) drifted, ${report.rowsPending} pending`,
+    ];
+    for (const c of report.changed.slice(0, MAX_LISTED))
+      lines.push(`  ${c.recipient}: ${c.rowsDrifted} drifted, ${c.rowsPending} pending`);
+    if (report.changed.length > MAX_LISTED)
+      lines.push(`  ... and ${report.changed.length - MAX_LISTED} more (--json lists all)`);
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${lines.join("\n")}\n`);
     return 0;
   } finally {
@@ -86,7 +104,12 @@ export async function rebuild(opts: { kind?: RebuildKind; items?: string[]; json
         ? opts.items.length
         : (await database.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM item")).rows[0]!.n;
       bar = new cliProgress.SingleBar(
-        { format: "rebuild [{bar}] {value}/{total} items | {eta_formatted} left", stream: process.stdout, hideCursor: true, clearOnComplete: true },
+        {
+          format: "rebuild [{bar}] {value}/{total} items | {eta_formatted} left",
+          stream: process.stdout,
+          hideCursor: true,
+          clearOnComplete: true,
+        },
         cliProgress.Presets.shades_classic,
       );
       bar.start(Math.max(total, 1), 0);

@@ -8,13 +8,25 @@ import { openDatabase } from "../../runtime/database.ts";
 const REDIS_WAIT_MS = 5000;
 
 export function formatReconcileReports(reports: readonly ReconcileReport[]): string {
-  return reports.map((r) => {
-    const lines = [`${r.kind}: ${r.visited} changed counter(s) visited, ${r.installed} reconciled, ${r.drifted.length} drifted` +
-      (r.failed.length > 0 ? `, ${r.failed.length} failed` : "")];
-    for (const d of r.drifted.slice(0, 50)) lines.push(`  ${d.target}: showed ${d.displayed}, facts ${d.truth} (drift ${d.drift > 0 ? "+" : ""}${d.drift})`);
-    for (const f of r.failed.slice(0, 50)) lines.push(`  ${f.target}: failed (${f.reason}); ${f.dropped ? "counter dropped, backfilled from the facts at its next read" : "could not be dropped either; visited again next run"}`);
-    return lines.join("\n");
-  }).join("\n") + "\n";
+  return (
+    reports
+      .map((r) => {
+        const lines = [
+          `${r.kind}: ${r.visited} changed counter(s) visited, ${r.installed} reconciled, ${r.drifted.length} drifted` +
+            (r.failed.length > 0 ? `, ${r.failed.length} failed` : ""),
+        ];
+        for (const d of r.drifted.slice(0, 50))
+          lines.push(
+            `  ${d.target}: showed ${d.displayed}, facts ${d.truth} (drift ${d.drift > 0 ? "+" : ""}${d.drift})`,
+          );
+        for (const f of r.failed.slice(0, 50))
+          lines.push(
+            `  ${f.target}: failed (${f.reason}); ${f.dropped ? "counter dropped, backfilled from the facts at its next read" : "could not be dropped either; visited again next run"}`,
+          );
+        return lines.join("\n");
+      })
+      .join("\n") + "\n"
+  );
 }
 
 /**
@@ -24,13 +36,20 @@ export function formatReconcileReports(reports: readonly ReconcileReport[]): str
 export async function reconcileCommand(opts: { json?: boolean }): Promise<number> {
   const config = loadConfig();
   if (!config.redisUrl) {
-    process.stderr.write("social-ledger reconcile: REDIS_URL is not set; without Redis counts come from PostgreSQL and there is nothing to reconcile (see `social-ledger rebuild`)\n");
+    process.stderr.write(
+      "social-ledger reconcile: REDIS_URL is not set; without Redis counts come from PostgreSQL and there is nothing to reconcile (see `social-ledger rebuild`)\n",
+    );
     return 2;
   }
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-reconcile" });
   try {
     const counts = await openCountLayer(database.pool, {
-      redisUrl: config.redisUrl, allowEviction: config.redisAllowEviction, buckets: config.countBuckets, pacing: config.pacing, requireRedis: true, startWaitMs: REDIS_WAIT_MS,
+      redisUrl: config.redisUrl,
+      allowEviction: config.redisAllowEviction,
+      buckets: config.countBuckets,
+      pacing: config.pacing,
+      requireRedis: true,
+      startWaitMs: REDIS_WAIT_MS,
     }).catch((err: unknown) => {
       if (err instanceof RedisUnreachableError || err instanceof EvictingRedisError) return err;
       throw err;
@@ -48,7 +67,10 @@ export async function reconcileCommand(opts: { json?: boolean }): Promise<number
       process.stdout.write(opts.json ? `${JSON.stringify(reports, null, 2)}\n` : formatReconcileReports(reports));
       if (outcome instanceof CountLayerRunError) process.stderr.write(`social-ledger reconcile: ${outcome.message}\n`);
       const failedTargets = reports.reduce((n, r) => n + r.failed.length, 0);
-      if (failedTargets > 0) process.stderr.write(`social-ledger reconcile: ${failedTargets} counter(s) failed to reconcile (listed above)\n`);
+      if (failedTargets > 0)
+        process.stderr.write(
+          `social-ledger reconcile: ${failedTargets} counter(s) failed to reconcile (listed above)\n`,
+        );
       return outcome instanceof CountLayerRunError || failedTargets > 0 ? 1 : 0;
     } finally {
       await counts.close();

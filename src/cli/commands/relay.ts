@@ -16,13 +16,20 @@ import { cliLogger } from "../log.ts";
  * JetStream until SIGINT/SIGTERM. Any number may run; one leads (advisory lock), the others wait.
  * One JSON line per published batch.
  */
-export async function relay(opts: { transport: string; batchSize: number; metricsPort?: number; host?: string }): Promise<number> {
-  if (opts.transport !== "nats") throw new UsageError(`--transport: only "nats" has a relay, got ${JSON.stringify(opts.transport)}`);
+export async function relay(opts: {
+  transport: string;
+  batchSize: number;
+  metricsPort?: number;
+  host?: string;
+}): Promise<number> {
+  if (opts.transport !== "nats")
+    throw new UsageError(`--transport: only "nats" has a relay, got ${JSON.stringify(opts.transport)}`);
   const config = loadConfig();
   const transport = loadTransportConfig();
   const log = cliLogger({ component: "relay" });
   const database = await openDatabase(config, {
-    poolSize: 3, applicationName: "social-ledger-relay",
+    poolSize: 3,
+    applicationName: "social-ledger-relay",
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   const metrics = new LedgerMetrics(database.pool);
@@ -31,21 +38,39 @@ export async function relay(opts: { transport: string; batchSize: number; metric
   try {
     const ledger = await openLedger(database.pool);
     runtime = await openRelay(ledger, transport, {
-      batchSize: opts.batchSize, metrics: transportMetrics,
-      onFailing: (err) => log.warn({ err: err instanceof Error ? err.message : String(err) }, "relay pass failed; retrying with backoff"),
+      batchSize: opts.batchSize,
+      metrics: transportMetrics,
+      onFailing: (err) =>
+        log.warn({ err: err instanceof Error ? err.message : String(err) }, "relay pass failed; retrying with backoff"),
       onRecovered: (_name, outage) => log.info(outage, "relay resumed"),
-      onLeadership: (leading) => log.info({ leading }, leading ? "leading: publishing the outboxes" : "standing by: another relay leads"),
+      onLeadership: (leading) =>
+        log.info({ leading }, leading ? "leading: publishing the outboxes" : "standing by: another relay leads"),
       onPublished: (kind, part, stored, duplicates) => log.info({ kind, part, stored, duplicates }, "published"),
     });
   } catch (err) {
     await database.close();
     throw err;
   }
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
-    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
-  });
+  const metricsServer =
+    opts.metricsPort === undefined
+      ? undefined
+      : await startMetricsServer(metrics, {
+          port: opts.metricsPort,
+          host: opts.host ?? "127.0.0.1",
+          token: config.metricsToken,
+          refreshMs: config.metricsRefreshSeconds * 1000,
+        });
   runtime.loop.start();
-  log.info({ transport: "nats", stream: transport.stream, servers: transport.servers, batchSize: opts.batchSize, database: describeDatabase(config, database) }, "started");
+  log.info(
+    {
+      transport: "nats",
+      stream: transport.stream,
+      servers: transport.servers,
+      batchSize: opts.batchSize,
+      database: describeDatabase(config, database),
+    },
+    "started",
+  );
   await runUntilSignal(
     async () => {
       await runtime.close();

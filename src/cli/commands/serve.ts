@@ -8,16 +8,27 @@ import { serviceBanner } from "../banner.ts";
 const COMPILED = import.meta.url.endsWith(".js");
 
 /** `social-ledger serve`: what `npm start` does, with the options of the command line. Exits on SIGINT/SIGTERM. */
-export async function serve(opts: { workers: boolean; host: string; port?: number; metricsPort?: number; metricsHost: string }): Promise<number> {
+export async function serve(opts: {
+  workers: boolean;
+  host: string;
+  port?: number;
+  metricsPort?: number;
+  metricsHost: string;
+}): Promise<number> {
   const config = loadConfig();
   if (opts.port !== undefined) config.port = opts.port;
   const service = await startService(config, {
-    workers: opts.workers, host: opts.host, ...(opts.metricsPort === undefined ? {} : { metricsPort: opts.metricsPort, metricsHost: opts.metricsHost }),
+    workers: opts.workers,
+    host: opts.host,
+    ...(opts.metricsPort === undefined ? {} : { metricsPort: opts.metricsPort, metricsHost: opts.metricsHost }),
   });
   // From the node process's start (performance's time origin): node's own start, loading the code,
   // the database (an embedded cluster's initdb on a first start), the migrations, listening.
   const startup = { ms: Math.round(performance.now()), compiled: COMPILED };
-  service.app.log.info({ startupMs: startup.ms, compiled: COMPILED }, `started in ${startup.ms} ms from process start (${COMPILED ? "compiled JavaScript" : "TypeScript sources through tsx"})`);
+  service.app.log.info(
+    { startupMs: startup.ms, compiled: COMPILED },
+    `started in ${startup.ms} ms from process start (${COMPILED ? "compiled JavaScript" : "TypeScript sources through tsx"})`,
+  );
   // The banner is for a person; stdout stays one JSON log object per line for machines.
   process.stderr.write(serviceBanner(service, config.jwks, startup));
   await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });

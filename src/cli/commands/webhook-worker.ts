@@ -21,14 +21,31 @@ export async function webhookWorker(opts: { loops?: number; metricsPort?: number
   const { database } = await openWorkerLedger(config, { poolSize: loops + 2 }, log);
   const metrics = new LedgerMetrics(database.pool);
   const workers = startableWebhookLoops(database.pool, { ...config.webhooks, loops }, metrics.registry, {
-    failing: (worker, err) => log.warn({ worker, reason: err instanceof Error ? err.message : String(err) }, "webhook delivery pass failed; retrying with backoff"),
+    failing: (worker, err) =>
+      log.warn(
+        { worker, reason: err instanceof Error ? err.message : String(err) },
+        "webhook delivery pass failed; retrying with backoff",
+      ),
     recovered: (worker, outage) => log.info({ worker, ...outage }, "webhook delivery resumed"),
   });
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
-    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
-  });
+  const metricsServer =
+    opts.metricsPort === undefined
+      ? undefined
+      : await startMetricsServer(metrics, {
+          port: opts.metricsPort,
+          host: opts.host ?? "127.0.0.1",
+          token: config.metricsToken,
+          refreshMs: config.metricsRefreshSeconds * 1000,
+        });
   for (const w of workers) w.start();
-  log.info({ loops, database: describeDatabase(config, database), ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}) }, "started");
+  log.info(
+    {
+      loops,
+      database: describeDatabase(config, database),
+      ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
+    },
+    "started",
+  );
   await runUntilSignal(
     async () => {
       await Promise.all(workers.map((w) => w.stop()));

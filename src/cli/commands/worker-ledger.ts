@@ -15,14 +15,17 @@ export async function openWorkerLedger(
   log: ReturnType<typeof cliLogger>,
 ): Promise<{ database: Database; ledger: Ledger; partitions: number[] }> {
   const database = await openDatabase(config, {
-    poolSize: opts.poolSize, applicationName: "social-ledger-worker",
+    poolSize: opts.poolSize,
+    applicationName: "social-ledger-worker",
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   try {
     const ledger = await openLedger(database.pool);
     const outside = opts.partitions?.filter((p) => p >= ledger.partitions) ?? [];
     if (outside.length > 0) {
-      throw new UsageError(`--partitions: ${outside.join(",")} not in this database, which has ${ledger.partitions} partition(s) (0..${ledger.partitions - 1})`);
+      throw new UsageError(
+        `--partitions: ${outside.join(",")} not in this database, which has ${ledger.partitions} partition(s) (0..${ledger.partitions - 1})`,
+      );
     }
     return { database, ledger, partitions: opts.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p) };
   } catch (err) {

@@ -15,23 +15,36 @@ import { openWorkerLedger } from "./worker-ledger.ts";
  * events); with --metrics-port it serves /metrics with serve's metric names. SIGINT/SIGTERM lets
  * the current batches commit, closes the pool (and an embedded cluster this process started), exits 0.
  */
-export async function worker(opts: { partitions?: number[]; batchSize: number; metricsPort?: number; host?: string; transport?: string }): Promise<number> {
+export async function worker(opts: {
+  partitions?: number[];
+  batchSize: number;
+  metricsPort?: number;
+  host?: string;
+  transport?: string;
+}): Promise<number> {
   const config = loadConfig();
   if (opts.transport === "nats") {
     const { natsWorker } = await import("./nats-worker.ts");
     return natsWorker(config, opts);
   }
   const log = cliLogger({ component: "worker" });
-  const { database, ledger, partitions } = await openWorkerLedger(config, { partitions: opts.partitions, poolSize: 4 }, log);
+  const { database, ledger, partitions } = await openWorkerLedger(
+    config,
+    { partitions: opts.partitions, poolSize: 4 },
+    log,
+  );
   const metrics = new LedgerMetrics(database.pool);
   const observer = observeConsumers(metrics, log);
   // Events per consumer and verdict over this process's life, logged at the end; one line per batch that handled any.
   const totals: Record<string, Record<string, number>> = {
-    like_count: { applied: 0, covered: 0, dup: 0 }, follower_projection: { applied: 0, stale: 0, dup: 0 }, comment_count: { applied: 0, covered: 0, dup: 0 },
+    like_count: { applied: 0, covered: 0, dup: 0 },
+    follower_projection: { applied: 0, stale: 0, dup: 0 },
+    comment_count: { applied: 0, covered: 0, dup: 0 },
   };
   const batch = (consumer: string, verdicts: Record<string, number>) => {
     if (Object.values(verdicts).every((n) => n === 0)) return;
-    for (const [verdict, n] of Object.entries(verdicts)) totals[consumer]![verdict] = (totals[consumer]![verdict] ?? 0) + n;
+    for (const [verdict, n] of Object.entries(verdicts))
+      totals[consumer]![verdict] = (totals[consumer]![verdict] ?? 0) + n;
     log.info({ consumer, ...verdicts }, "batch");
   };
   const workers = createWorkers(ledger, {
@@ -51,15 +64,26 @@ export async function worker(opts: { partitions?: number[]; batchSize: number; m
       batch("comment_count", s);
     },
   });
-  const metricsServer = opts.metricsPort === undefined ? undefined : await startMetricsServer(metrics, {
-    port: opts.metricsPort, host: opts.host ?? "127.0.0.1", token: config.metricsToken, refreshMs: config.metricsRefreshSeconds * 1000,
-  });
+  const metricsServer =
+    opts.metricsPort === undefined
+      ? undefined
+      : await startMetricsServer(metrics, {
+          port: opts.metricsPort,
+          host: opts.host ?? "127.0.0.1",
+          token: config.metricsToken,
+          refreshMs: config.metricsRefreshSeconds * 1000,
+        });
   for (const w of workers) w.start();
-  log.info({
-    partitions, of: ledger.partitions, batchSize: opts.batchSize,
-    database: describeDatabase(config, database),
-    ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
-  }, "started");
+  log.info(
+    {
+      partitions,
+      of: ledger.partitions,
+      batchSize: opts.batchSize,
+      database: describeDatabase(config, database),
+      ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
+    },
+    "started",
+  );
   await runUntilSignal(
     async () => {
       await Promise.all(workers.map((w) => w.stop()));

@@ -61,7 +61,7 @@ function timeSplits(u, axisIdx, min, max) {
   const span = max - min;
   const room = Math.max(2, Math.floor(u.bbox.width / uPlot.pxRatio / TIME_LABEL_PX));
   const fits = TIME_STEPS.find((s) => span / s <= room) ?? TIME_STEPS[TIME_STEPS.length - 1];
-  const step = fits <= span / 2 ? fits : [...TIME_STEPS].reverse().find((s) => s <= span / 2) ?? TIME_STEPS[0];
+  const step = fits <= span / 2 ? fits : ([...TIME_STEPS].reverse().find((s) => s <= span / 2) ?? TIME_STEPS[0]);
   const ticks = [];
   for (let t = Math.ceil(min / step) * step; t <= max; t += step) ticks.push(t);
   return ticks;
@@ -84,7 +84,12 @@ function sampleSpecs() {
   }
   const rate = (pick) => (s) => (s.rates ? pick(s.rates) : null);
   return {
-    "plot-lag": { series: lagSeries, values: lagValues, axes: [{ label: "events" }], scales: { y: { range: fromZero(5) } } },
+    "plot-lag": {
+      series: lagSeries,
+      values: lagValues,
+      axes: [{ label: "events" }],
+      scales: { y: { range: fromZero(5) } },
+    },
     "plot-consumers": {
       series: [
         ...VIEWS.map((v) => line(v, VIEW_COLOR[v])),
@@ -128,14 +133,19 @@ function sampleSpecs() {
         line("fallbacks/s", color(COUNT_KINDS.length + 1), { scale: "rate", dash: [2, 3] }),
       ],
       values: [
-        ...COUNT_KINDS.map((k) => rate((r) => {
-          const c = r.countCache ? r.countCache[k] : undefined;
-          return c && c.hitRatio !== null ? Math.round(c.hitRatio * 1000) / 10 : null;
-        })),
+        ...COUNT_KINDS.map((k) =>
+          rate((r) => {
+            const c = r.countCache ? r.countCache[k] : undefined;
+            return c && c.hitRatio !== null ? Math.round(c.hitRatio * 1000) / 10 : null;
+          }),
+        ),
         rate((r) => cacheSum(r, "lookupsPerSec")),
         rate((r) => cacheSum(r, "fallbacksPerSec")),
       ],
-      axes: [{ label: "hit %", scale: "percent" }, { label: "per second", scale: "rate" }],
+      axes: [
+        { label: "hit %", scale: "percent" },
+        { label: "per second", scale: "rate" },
+      ],
       scales: { percent: PERCENT, rate: { range: fromZero(1) } },
     },
   };
@@ -153,7 +163,10 @@ function driftSpec() {
   return {
     series: COUNTER_VIEWS.flatMap((v, i) => [
       sparseLine(`${v} |drift|`, color(2 * i), { points: point(color(2 * i)) }),
-      sparseLine(`${v} ${v === "like_count" ? "items" : "posts"} drifted`, color(2 * i + 1), { points: point(color(2 * i + 1)), dash: [5, 3] }),
+      sparseLine(`${v} ${v === "like_count" ? "items" : "posts"} drifted`, color(2 * i + 1), {
+        points: point(color(2 * i + 1)),
+        dash: [5, 3],
+      }),
     ]),
     axes: [{ label: "|drift|" }],
     scales: { y: { range: fromZero(5) } },
@@ -163,7 +176,9 @@ function driftSpec() {
 /** One x per run time of any counter inside the window; each counter's two series are null where another counter ran. */
 function driftData(drift, [start, end]) {
   const inWindow = (r) => r.at / 1000 >= start && r.at / 1000 <= end;
-  const xs = [...new Set(COUNTER_VIEWS.flatMap((v) => drift[v].filter(inWindow).map((r) => r.at / 1000)))].sort((a, b) => a - b);
+  const xs = [...new Set(COUNTER_VIEWS.flatMap((v) => drift[v].filter(inWindow).map((r) => r.at / 1000)))].sort(
+    (a, b) => a - b,
+  );
   const series = COUNTER_VIEWS.flatMap((v) => {
     const byX = new Map(drift[v].map((r) => [r.at / 1000, r]));
     return [xs.map((x) => byX.get(x)?.totalAbsDrift ?? null), xs.map((x) => byX.get(x)?.itemsDrifted ?? null)];
@@ -194,7 +209,10 @@ export function createPlots() {
       shared.window = [end - Math.min(historyMs / 1000, Math.max(MIN_WINDOW_S, end - oldest)), end];
       const xs = samples.map((s) => s.t / 1000);
       for (const plot of plots) {
-        const data = plot.id === "plot-drift" ? driftData(latest.drift, shared.window) : [xs, ...plot.spec.values.map((value) => samples.map(value))];
+        const data =
+          plot.id === "plot-drift"
+            ? driftData(latest.drift, shared.window)
+            : [xs, ...plot.spec.values.map((value) => samples.map(value))];
         setPlotData(plot, data);
       }
     },
@@ -206,7 +224,14 @@ function makePlot(id, spec, shared) {
   const chart = section.querySelector(".chart");
   const axes = [{ splits: timeSplits, values: timeLabels, space: TIME_LABEL_PX }];
   spec.axes.forEach((a, i) => {
-    axes.push({ scale: a.scale ?? "y", label: a.label, side: i === 0 ? 3 : 1, grid: { show: i === 0 }, size: 50, labelSize: 20 });
+    axes.push({
+      scale: a.scale ?? "y",
+      label: a.label,
+      side: i === 0 ? 3 : 1,
+      grid: { show: i === 0 },
+      size: 50,
+      labelSize: 20,
+    });
   });
   const opts = {
     width: Math.max(200, chart.clientWidth),

@@ -6,7 +6,11 @@
 const VIEWS = ["like_count", "follower_projection", "comment_count"];
 const COUNTER_VIEWS = ["like_count", "comment_count"];
 /** The consumer loop of each view, as createWorkers names them (`like-counter#g`). */
-const LOOP_OF_VIEW = { like_count: "like-counter", follower_projection: "follower-projector", comment_count: "comment-counter" };
+const LOOP_OF_VIEW = {
+  like_count: "like-counter",
+  follower_projection: "follower-projector",
+  comment_count: "comment-counter",
+};
 const RULE_TEXT = { stalled: "watermark stalled", growing: "lag growing" };
 
 const $ = (id) => document.getElementById(id);
@@ -41,11 +45,13 @@ export function renderStatus(latest) {
   $("status").dataset.state = status.state;
   $("status-text").textContent = status.state === "ok" ? "All clear" : `ALARM (${status.reasons.length})`;
   $("updated").textContent = `updated ${new Date(latest.now).toLocaleTimeString()}`;
-  $("reasons").replaceChildren(...status.reasons.map((r) => {
-    const li = document.createElement("li");
-    li.textContent = r;
-    return li;
-  }));
+  $("reasons").replaceChildren(
+    ...status.reasons.map((r) => {
+      const li = document.createElement("li");
+      li.textContent = r;
+      return li;
+    }),
+  );
 }
 
 /** One view's figures: its partitions' watermarks, the alarms on them and its loops in this process. */
@@ -55,7 +61,9 @@ function viewState(latest, view) {
   const loops = latest.consumers.filter((c) => c.kind === view);
   const failing = loops.filter((c) => c.failedInARow >= latest.thresholds.consumerFailures);
   // The worst partition: an alarming one first, then the largest lag, then the lowest number.
-  const worst = [...marks].sort((a, b) => Number(rules.has(b.part)) - Number(rules.has(a.part)) || b.lag - a.lag || a.part - b.part)[0];
+  const worst = [...marks].sort(
+    (a, b) => Number(rules.has(b.part)) - Number(rules.has(a.part)) || b.lag - a.lag || a.part - b.part,
+  )[0];
   return { marks, rules, loops, failing, worst, lag: marks.reduce((n, w) => n + w.lag, 0) };
 }
 
@@ -63,22 +71,28 @@ function summaryRow(latest, view) {
   const s = viewState(latest, view);
   const name = cell(view);
   name.title = `consumer loops: ${LOOP_OF_VIEW[view]}#g`;
-  if (s.marks.length === 0) return tr(name, cell("–"), cell("–"), cell("–"), cell("–"), cell("no data: the database did not answer", "alarm"));
-  const worst = s.worst.lag > 0 || s.rules.has(s.worst.part)
-    ? cell(`p${s.worst.part}: lag ${s.worst.lag}`, s.rules.has(s.worst.part) ? "alarm" : "")
-    : cell("none lagging", "quiet");
+  if (s.marks.length === 0)
+    return tr(name, cell("–"), cell("–"), cell("–"), cell("–"), cell("no data: the database did not answer", "alarm"));
+  const worst =
+    s.worst.lag > 0 || s.rules.has(s.worst.part)
+      ? cell(`p${s.worst.part}: lag ${s.worst.lag}`, s.rules.has(s.worst.part) ? "alarm" : "")
+      : cell("none lagging", "quiet");
   const retrying = s.loops.filter((c) => c.failedInARow > 0).length;
-  const loops = s.loops.length === 0
-    ? cell("none here", "quiet")
-    : cell(`${s.loops.length}${s.failing.length > 0 ? `, ${s.failing.length} failing` : retrying > 0 ? `, ${retrying} retrying` : ""}`, s.failing.length > 0 ? "alarm" : "");
+  const loops =
+    s.loops.length === 0
+      ? cell("none here", "quiet")
+      : cell(
+          `${s.loops.length}${s.failing.length > 0 ? `, ${s.failing.length} failing` : retrying > 0 ? `, ${retrying} retrying` : ""}`,
+          s.failing.length > 0 ? "alarm" : "",
+        );
   const states = [];
   for (const rule of ["stalled", "growing"]) {
     const parts = [...s.rules].filter(([, r]) => r === rule).map(([p]) => p);
     if (parts.length > 0) states.push(`${RULE_TEXT[rule]}: ${partNames(parts)}`);
   }
   if (s.failing.length > 0) states.push(`${s.failing.length} loop${s.failing.length > 1 ? "s" : ""} failing`);
-  const state = states.length > 0 ? cell(states.join("; "), "alarm")
-    : s.lag > 0 ? cell("catching up") : cell("caught up", "ok");
+  const state =
+    states.length > 0 ? cell(states.join("; "), "alarm") : s.lag > 0 ? cell("catching up") : cell("caught up", "ok");
   const row = tr(name, cell(s.lag), worst, cell(s.marks.reduce((n, w) => n + w.appliedUpto, 0)), loops, state);
   row.dataset.view = view;
   row.dataset.state = states.length > 0 ? "alarm" : s.lag > 0 ? "catching-up" : "ok";
@@ -90,56 +104,82 @@ function partitionRows(latest) {
   const partitions = Math.max(0, ...latest.watermarks.map((w) => w.part + 1));
   const byKey = new Map(latest.watermarks.map((w) => [`${w.view}/${w.part}`, w]));
   const rules = new Map(latest.status.partitions.map((a) => [`${a.view}/${a.part}`, a.rule]));
-  return Array.from({ length: partitions }, (_, part) => tr(cell(part), ...VIEWS.flatMap((view) => {
-    const w = byKey.get(`${view}/${part}`);
-    if (!w) return [cell("–"), cell("–")];
-    const rule = rules.get(`${view}/${part}`);
-    const lag = cell(w.lag, rule ? "alarm" : w.lag > 0 ? "" : "quiet");
-    lag.dataset.view = view;
-    if (rule) lag.title = RULE_TEXT[rule];
-    return [cell(w.appliedUpto), lag];
-  })));
+  return Array.from({ length: partitions }, (_, part) =>
+    tr(
+      cell(part),
+      ...VIEWS.flatMap((view) => {
+        const w = byKey.get(`${view}/${part}`);
+        if (!w) return [cell("–"), cell("–")];
+        const rule = rules.get(`${view}/${part}`);
+        const lag = cell(w.lag, rule ? "alarm" : w.lag > 0 ? "" : "quiet");
+        lag.dataset.view = view;
+        if (rule) lag.title = RULE_TEXT[rule];
+        return [cell(w.appliedUpto), lag];
+      }),
+    ),
+  );
 }
 
 /** Per loop group g: the failed passes in a row of like-counter#g, follower-projector#g and comment-counter#g. */
 function loopRows(latest) {
   const groups = [...new Set(latest.consumers.map((c) => c.name.split("#")[1] ?? c.name))];
   const byName = new Map(latest.consumers.map((c) => [c.name, c]));
-  return groups.map((g) => tr(cell(`#${g}`), ...VIEWS.map((view) => {
-    const loop = byName.get(`${LOOP_OF_VIEW[view]}#${g}`);
-    if (!loop) return cell("–");
-    return cell(loop.failedInARow, loop.failedInARow >= latest.thresholds.consumerFailures ? "alarm" : loop.failedInARow > 0 ? "" : "quiet");
-  })));
+  return groups.map((g) =>
+    tr(
+      cell(`#${g}`),
+      ...VIEWS.map((view) => {
+        const loop = byName.get(`${LOOP_OF_VIEW[view]}#${g}`);
+        if (!loop) return cell("–");
+        return cell(
+          loop.failedInARow,
+          loop.failedInARow >= latest.thresholds.consumerFailures ? "alarm" : loop.failedInARow > 0 ? "" : "quiet",
+        );
+      }),
+    ),
+  );
 }
 
 function headerOnce(table, rows) {
   if (table.tHead.rows.length > 0) return;
-  table.tHead.append(...rows.map((cells) => {
-    const row = document.createElement("tr");
-    for (const [text, span] of cells) {
-      const th = document.createElement("th");
-      th.textContent = text;
-      if (span > 1) th.colSpan = span;
-      row.append(th);
-    }
-    return row;
-  }));
+  table.tHead.append(
+    ...rows.map((cells) => {
+      const row = document.createElement("tr");
+      for (const [text, span] of cells) {
+        const th = document.createElement("th");
+        th.textContent = text;
+        if (span > 1) th.colSpan = span;
+        row.append(th);
+      }
+      return row;
+    }),
+  );
 }
 
 export function renderTables(latest) {
   const { lagMs, consumerFailures } = latest.thresholds;
-  $("alarm-rules").textContent = `red only by the alarm rules: a watermark standing still or lag growing for ${lagMs / 1000} s, a loop failing ${consumerFailures} passes in a row`;
+  $("alarm-rules").textContent =
+    `red only by the alarm rules: a watermark standing still or lag growing for ${lagMs / 1000} s, a loop failing ${consumerFailures} passes in a row`;
   $("views").tBodies[0].replaceChildren(...VIEWS.map((v) => summaryRow(latest, v)));
 
   const partitions = $("watermarks");
-  headerOnce(partitions, [[["", 1], ...VIEWS.map((v) => [v, 2])], [["partition", 1], ...VIEWS.flatMap(() => [["applied up to", 1], ["lag", 1]])]]);
+  headerOnce(partitions, [
+    [["", 1], ...VIEWS.map((v) => [v, 2])],
+    [
+      ["partition", 1],
+      ...VIEWS.flatMap(() => [
+        ["applied up to", 1],
+        ["lag", 1],
+      ]),
+    ],
+  ]);
   partitions.tBodies[0].replaceChildren(...partitionRows(latest));
   $("partition-count").textContent = `${partitions.tBodies[0].rows.length} partitions × ${VIEWS.length} views`;
 
   const loops = $("consumers");
   headerOnce(loops, [[["loop", 1], ...VIEWS.map((v) => [LOOP_OF_VIEW[v], 1])]]);
   loops.tBodies[0].replaceChildren(...loopRows(latest));
-  $("loop-count").textContent = `${latest.consumers.length} loops, failed passes in a row (alarm at ${latest.thresholds.consumerFailures})`;
+  $("loop-count").textContent =
+    `${latest.consumers.length} loops, failed passes in a row (alarm at ${latest.thresholds.consumerFailures})`;
 
   const audit = $("audit");
   if (latest.audit) {
@@ -152,7 +192,8 @@ export function renderTables(latest) {
     if (!last) return [];
     const what = v === "like_count" ? "items" : "posts";
     const li = document.createElement("li");
-    li.textContent = `${v} run ${last.runId} at ${new Date(last.at).toLocaleString()}: ${last.itemsChecked} ${what} checked, ` +
+    li.textContent =
+      `${v} run ${last.runId} at ${new Date(last.at).toLocaleString()}: ${last.itemsChecked} ${what} checked, ` +
       `${last.itemsDrifted} drifted, total |drift| ${last.totalAbsDrift}`;
     return [li];
   });
