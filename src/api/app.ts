@@ -186,8 +186,8 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
         title: "social-ledger",
         version: "1",
         description: "Likes and follows as exact facts; counts and follower lists as derived views with a defined lag.",
-        // package.json is private and names no license: none is granted.
-        license: { name: "UNLICENSED", url: "https://docs.npmjs.com/cli/v11/configuring-npm/package-json#license" },
+        // The license of LICENSE and package.json (test/client/client-in-step.test.ts compares them).
+        license: { name: "Apache-2.0", url: "https://www.apache.org/licenses/LICENSE-2.0" },
       },
       // Relative to where the document is served from: the API answers on the document's own origin.
       servers: [{ url: "/", description: "the server that serves this document" }],
