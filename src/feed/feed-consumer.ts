@@ -1,4 +1,10 @@
-import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "../counters/partition-batch.ts";
+import {
+  addTally,
+  drainBatches,
+  inPartitionBatch,
+  partitionOfBatch,
+  pollPartitions,
+} from "../counters/partition-batch.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -39,7 +45,6 @@ export interface PlanRow {
   reader: string;
   post_id: string;
   author: string;
-  at: Date;
 }
 
 /**
@@ -191,7 +196,6 @@ export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[]
     plan.map((r) => r.reader),
     plan.map((r) => r.post_id),
     plan.map((r) => r.author),
-    plan.map((r) => r.at),
   ]);
   const { removed, added, grown } = rows[0]!;
   const trimmed =

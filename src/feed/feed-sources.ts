@@ -20,7 +20,7 @@ export interface FeedSource {
   capped: boolean;
   /**
    * SELECT of the plan of the fresh events (partition $1, seqs $2, the cap $3 when `capped`): rows (op, reader,
-   * post_id, author, at), op 'add' (the row belongs in the inbox now) or 'remove' (it must not be
+   * post_id, author), op 'add' (the row belongs in the inbox now) or 'remove' (it must not be
    * there). Read from the facts in a statement that starts after the authors are locked: that is
    * the whole concurrency argument (docs/feed.md, "Why a late event changes nothing").
    */
@@ -39,10 +39,10 @@ export const POST_SOURCE: FeedSource = {
   planSql: `
     WITH ev AS (SELECT DISTINCT o.post_id FROM post_outbox o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])),
     p AS (SELECT p.post_id, p.author, p.created_at, p.deleted_at IS NULL AS live FROM post p JOIN ev USING (post_id))
-    SELECT 'add' AS op, t.reader, t.post_id, t.author, t.at
+    SELECT 'add' AS op, t.reader, t.post_id, t.author
       FROM p JOIN feed_truth t ON t.post_id = p.post_id AND t.author = p.author WHERE p.live
     UNION ALL
-    SELECT 'remove', i.reader, i.post_id, i.author, i.at FROM p JOIN feed_inbox i ON i.post_id = p.post_id WHERE NOT p.live`,
+    SELECT 'remove', i.reader, i.post_id, i.author FROM p JOIN feed_inbox i ON i.post_id = p.post_id WHERE NOT p.live`,
 };
 
 export const RELATION_SOURCE: FeedSource = {
@@ -50,7 +50,8 @@ export const RELATION_SOURCE: FeedSource = {
   outbox: "relation_event",
   tables: { sequence: "event_seq", seen: "feed_relation_seen", watermark: "feed_relation_watermark" },
   fingerprintSql: "concat_ws('/', o.follower, o.followee, o.state, o.version)",
-  authorsSql: "SELECT DISTINCT o.followee AS author FROM relation_event o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])",
+  authorsSql:
+    "SELECT DISTINCT o.followee AS author FROM relation_event o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])",
   capped: true,
   // Whatever the event says, the pair is reconciled with the relation as it is now: ACTIVE, the
   // followee's newest readable posts merge in; anything else (removed, pending, blocked either
@@ -60,13 +61,13 @@ export const RELATION_SOURCE: FeedSource = {
     judged AS (
       SELECT pair.*, EXISTS (SELECT 1 FROM relation r WHERE r.follower = pair.follower AND r.followee = pair.followee AND r.state = 'ACTIVE') AS active
         FROM pair)
-    SELECT 'add' AS op, j.follower AS reader, t.post_id, t.author, t.at
+    SELECT 'add' AS op, j.follower AS reader, t.post_id, t.author
       FROM judged j CROSS JOIN LATERAL (
         SELECT t.post_id, t.author, t.at FROM feed_truth t
          WHERE t.reader = j.follower AND t.author = j.followee ORDER BY t.at DESC, t.post_id DESC LIMIT $3) t
      WHERE j.active
     UNION ALL
-    SELECT 'remove', i.reader, i.post_id, i.author, i.at
+    SELECT 'remove', i.reader, i.post_id, i.author
       FROM judged j JOIN feed_inbox i ON i.reader = j.follower AND i.author = j.followee WHERE NOT j.active`,
 };
 
@@ -96,17 +97,19 @@ export const LOCK_READERS_SQL = `
 
 /**
  * Applies a plan to the inboxes of locked readers: removes the 'remove' rows, inserts the 'add'
- * rows above their reader's horizon, then trims every reader that gained rows to the newest $6
+ * rows above their reader's horizon (the post's key read from post: a timestamp never travels
+ * through JavaScript, whose Date would round it to the millisecond), then (TRIM_SQL) trims every reader that gained rows to the cap
  * and raises its horizon to the newest key trimmed away. Returns the rows changed.
  */
 export const APPLY_PLAN_SQL = `
-  WITH plan AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS p(op, reader, post_id, author, at)),
+  WITH plan AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS p(op, reader, post_id, author)),
   removed AS (
     DELETE FROM feed_inbox i USING plan p WHERE p.op = 'remove' AND i.reader = p.reader AND i.post_id = p.post_id RETURNING 1),
   added AS (
     INSERT INTO feed_inbox (reader, post_id, author, at)
-    SELECT p.reader, p.post_id, p.author, p.at FROM plan p JOIN feed_reader h ON h.reader = p.reader
-     WHERE p.op = 'add' AND (h.horizon_at IS NULL OR (p.at, p.post_id) > (h.horizon_at, h.horizon_id))
+    SELECT p.reader, p.post_id, p.author, x.created_at
+      FROM plan p JOIN post x ON x.post_id = p.post_id JOIN feed_reader h ON h.reader = p.reader
+     WHERE p.op = 'add' AND (h.horizon_at IS NULL OR (x.created_at, p.post_id) > (h.horizon_at, h.horizon_id))
      ORDER BY p.reader, p.post_id
     ON CONFLICT DO NOTHING
     RETURNING reader)

@@ -97,7 +97,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
       consumers: () =>
         consumerLoops.flatMap((w) => {
           const kind = consumerKindOf(w.name);
-          return kind === "notifications" || kind === "feed" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
+          return kind === "notifications" || kind === "feed"
+            ? []
+            : [{ name: w.name, kind, failedInARow: w.failedInARow }];
         }),
       onError: (err, what) => logDashboard(err, what),
     },

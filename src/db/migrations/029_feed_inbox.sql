@@ -27,12 +27,16 @@ INSERT INTO post_seq (part) SELECT generate_series(0, partitions - 1) FROM ledge
 -- from this one trigger, in its own transaction: no write path can forget it. A deletion is the
 -- tombstone's first deleted_at; a repeated delete changes nothing and writes nothing.
 CREATE FUNCTION post_write_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_seq bigint;
 BEGIN
-  WITH s AS (UPDATE post_seq SET last = last + 1 WHERE part = NEW.part RETURNING last)
+  UPDATE post_seq SET last = last + 1 WHERE part = NEW.part RETURNING last INTO v_seq;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'post_seq has no row for partition %: the ledger is not initialised', NEW.part;
+  END IF;
   INSERT INTO post_outbox (part, seq, post_id, author, kind, version)
-  SELECT NEW.part, s.last, NEW.post_id, NEW.author,
-         CASE WHEN TG_OP = 'INSERT' THEN 'created' ELSE 'deleted' END, CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE 2 END
-    FROM s;
+  VALUES (NEW.part, v_seq, NEW.post_id, NEW.author,
+          CASE WHEN TG_OP = 'INSERT' THEN 'created' ELSE 'deleted' END, CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE 2 END);
   RETURN NULL;
 END
 $$;
