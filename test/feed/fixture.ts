@@ -1,4 +1,5 @@
 import type { Pool } from "../../src/db/pool.ts";
+import type { Hooks } from "../../src/hooks.ts";
 import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { auditFeed, feedAuditClean } from "../../src/feed/feed-audit.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
@@ -12,10 +13,13 @@ export interface FeedFixture {
 export async function feedFixture(
   partitions: number,
   accounts: readonly string[],
-  options: { private?: readonly string[]; maxItems?: number } = {},
+  options: { private?: readonly string[]; maxItems?: number; hooks?: Hooks } = {},
 ): Promise<FeedFixture> {
   const db = await createTestDatabase({ partitions });
-  const ledger = await openLedger(db.pool, options.maxItems === undefined ? {} : { feedMaxItems: options.maxItems });
+  const ledger = await openLedger(db.pool, {
+    ...(options.maxItems === undefined ? {} : { feedMaxItems: options.maxItems }),
+    ...(options.hooks === undefined ? {} : { hooks: options.hooks }),
+  });
   for (const a of accounts) await ledger.relations.upsertAccount(a, { private: options.private?.includes(a) ?? false });
   return { db, ledger, close: () => db.close() };
 }
