@@ -34,7 +34,11 @@ test("a block commits while a post is created and while it is fanned out: the bl
   await ledger.relations.unblock("bob", "ann");
   await ledger.relations.follow("ann", "bob");
   await drainFeed(ledger);
-  assert.deepEqual(await timelineIds(ledger, "ann"), [first.postId], "followed again after the unblock: the old post shows");
+  assert.deepEqual(
+    await timelineIds(ledger, "ann"),
+    [first.postId],
+    "followed again after the unblock: the old post shows",
+  );
 
   // 2. The fan-out of a new post has read the follow and written the inbox row; the block commits
   // before the fan-out does (it waits for nothing the feed holds).

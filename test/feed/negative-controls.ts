@@ -2,6 +2,7 @@
  * Deliberately wrong reads and plans, kept only so tests can show that the checks catch them. Never use them.
  */
 import type { Pool } from "../../src/db/pool.ts";
+import { planFromFacts, type FeedPlanner, type PlanRow } from "../../src/feed/feed-consumer.ts";
 import { HOME_PAGE_SQL } from "../../src/feed/feed-reads.ts";
 
 const READ_TIME_RULE = "AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)";
@@ -22,3 +23,19 @@ export async function inboxPageWithoutReadTimeRule(pool: Pool, reader: string): 
   ]);
   return rows.map((r) => r.post_id);
 }
+
+/**
+ * A plan read from what the relation event says instead of from the relation as it is now (the
+ * chapter's unversioned projection): a follow event applied after the unfollow merges the
+ * followee's posts back, and nothing ever takes them out again.
+ */
+export const planFromEventState: FeedPlanner = async (client, source, part, fresh, maxItems) => {
+  if (source.name !== "relations") return planFromFacts(client, source, part, fresh, maxItems);
+  const { rows } = await client.query<PlanRow>(
+    `SELECT CASE WHEN o.state = 'ACTIVE' THEN 'add' ELSE 'remove' END AS op, o.follower AS reader, p.post_id, p.author
+       FROM relation_event o JOIN post p ON p.author = o.followee AND p.deleted_at IS NULL
+      WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])`,
+    [part, fresh],
+  );
+  return rows;
+};
