@@ -15,6 +15,7 @@ import { RelationService } from "./relations/relation-service.ts";
 import { NotificationFeed } from "./notifications/notification-consumer.ts";
 import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
 import { FeedConsumers } from "./feed/feed-consumer.ts";
+import { FeedRebuild } from "./feed/feed-rebuild.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
 import type { PacingOptions } from "./workers/pacer.ts";
 
@@ -35,6 +36,7 @@ export interface Ledger {
   notifications: NotificationFeed;
   notificationRebuild: NotificationRebuild;
   feed: FeedConsumers;
+  feedRebuild: FeedRebuild;
   erasure: ErasureService;
 }
 
@@ -79,6 +81,11 @@ export async function openLedger(
     notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
     feed: new FeedConsumers(pool, {
       hooks,
+      ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+    }),
+    feedRebuild: new FeedRebuild(pool, {
+      hooks,
+      ...pacing,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
     }),
     erasure: await ErasureService.open(pool, {

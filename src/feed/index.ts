@@ -5,3 +5,5 @@ export type { TimelineEntry, TimelinePage } from "./feed-reads.ts";
 export { auditFeed, feedAuditClean, formatFeedAudit, FEED_AUDIT_SQL } from "./feed-audit.ts";
 export type { FeedAudit } from "./feed-audit.ts";
 export { FEED_SOURCES } from "./feed-sources.ts";
+export { FeedRebuild } from "./feed-rebuild.ts";
+export type { FeedRebuildReport } from "./feed-rebuild.ts";

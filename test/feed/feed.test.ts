@@ -105,3 +105,30 @@ test("an account erasure takes its posts out of every inbox and empties its own"
   assert.equal((await fx.db.pool.query("SELECT 1 FROM feed_inbox WHERE reader = 'eve' OR author = 'eve'")).rowCount, 0);
   assert.ok(await feedClean(ledger));
 });
+
+test("the audit sees a lie in an inbox (an extra row, a missing one) that no pending event explains; the rebuild repairs one reader or all and reports the drift", async (t) => {
+  const fx = await feedFixture(2, PEOPLE, { maxItems: 3 });
+  t.after(() => fx.close());
+  const { ledger } = fx;
+  await ledger.relations.follow("ann", "bob");
+  const posts = [];
+  for (let i = 0; i < 4; i++) posts.push(await ledger.posts.createPost("bob", "PUBLIC", `bob ${i}`));
+  const cats = await ledger.posts.createPost("cat", "PUBLIC", "not followed");
+  await drainFeed(ledger);
+  assert.ok(await feedClean(ledger));
+  await fx.db.pool.query(
+    "INSERT INTO feed_inbox (reader, post_id, author, at) SELECT 'ann', post_id, author, created_at FROM post WHERE post_id = $1",
+    [cats.postId],
+  );
+  await fx.db.pool.query("DELETE FROM feed_inbox WHERE reader = 'bob' AND post_id = $1", [posts[3]!.postId]);
+  const audit = await auditFeed(fx.db.pool, 3);
+  assert.deepEqual([audit.extra, audit.missing, audit.explainedByPending], [1, 1, 0]);
+
+  const one = await ledger.feedRebuild.rebuild({ readers: ["ann"] });
+  assert.deepEqual([one.readersChecked, one.rowsAdded, one.rowsRemoved], [1, 0, 1]);
+  const all = await ledger.feedRebuild.rebuild();
+  assert.deepEqual([all.readersDrifted, all.rowsAdded, all.rowsRemoved], [1, 1, 0]);
+  assert.ok(await feedClean(ledger));
+  assert.equal((await ledger.feedRebuild.rebuild()).readersDrifted, 0, "a second rebuild finds nothing");
+  await assert.rejects(ledger.feedRebuild.rebuild({ readers: [""] }), /readers/);
+});

@@ -164,3 +164,26 @@ AS $$
     EXISTS (SELECT 1 FROM relation r WHERE r.follower = p_reader AND r.followee = p_author AND r.state = 'ACTIVE')
     AND post_readable(p_reader, p_author, p_visibility, p_part, p_token, 'CONTENT_TOKEN')))
 $$;
+
+-- One reader's inbox := its truth, the newest p_max (the rebuild), with the reader's row already
+-- locked by the caller. The horizon goes to the newest truth key left out (none: NULL), so posts
+-- trimmed away before come back when they are among the newest. Returns the rows it changed.
+CREATE FUNCTION feed_install_reader(p_reader text, p_max integer)
+  RETURNS TABLE (added integer, removed integer) LANGUAGE sql
+AS $$
+  WITH truth AS (
+    SELECT t.post_id, t.author, t.at, row_number() OVER (ORDER BY t.at DESC, t.post_id DESC) AS rn
+      FROM feed_truth t WHERE t.reader = p_reader),
+  keep AS (SELECT * FROM truth WHERE rn <= p_max),
+  cut AS (SELECT at, post_id FROM truth WHERE rn = p_max + 1),
+  removed AS (
+    DELETE FROM feed_inbox i WHERE i.reader = p_reader AND NOT EXISTS (SELECT 1 FROM keep k WHERE k.post_id = i.post_id)
+    RETURNING 1),
+  added AS (
+    INSERT INTO feed_inbox (reader, post_id, author, at) SELECT p_reader, k.post_id, k.author, k.at FROM keep k ORDER BY k.post_id
+    ON CONFLICT DO NOTHING RETURNING 1),
+  horizon AS (
+    UPDATE feed_reader SET horizon_at = (SELECT at FROM cut), horizon_id = (SELECT post_id FROM cut) WHERE reader = p_reader
+    RETURNING 1)
+  SELECT (SELECT count(*) FROM added)::int, (SELECT count(*) FROM removed)::int FROM (SELECT count(*) FROM horizon) h
+$$;
