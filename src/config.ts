@@ -154,6 +154,11 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "most facts an account erasure turns off per batch (one short transaction)",
   },
   {
+    name: "LEDGER_FEED_MAX_ITEMS",
+    shown: "800",
+    meaning: "most posts a reader's home timeline inbox keeps; older ones are trimmed away (docs/feed.md)",
+  },
+  {
     name: "LEDGER_BACKGROUND_BATCH_MS",
     shown: "10",
     meaning:
@@ -341,6 +346,8 @@ export interface Config {
   writeLanes: number | undefined;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
+  /** LEDGER_FEED_MAX_ITEMS: the most posts a home timeline inbox keeps (docs/feed.md). */
+  feedMaxItems: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
   pacing: PacingOptions;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
@@ -725,6 +732,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       numericDefault("LEDGER_ERASURE_BATCH_SIZE"),
       1,
       10_000,
+    ),
+    feedMaxItems: integer(
+      "LEDGER_FEED_MAX_ITEMS",
+      env.LEDGER_FEED_MAX_ITEMS,
+      numericDefault("LEDGER_FEED_MAX_ITEMS"),
+      1,
+      100_000,
     ),
     pacing: {
       budgetMs: integer(

@@ -14,6 +14,8 @@ import { RelationProjector } from "./relations/projector.ts";
 import { RelationService } from "./relations/relation-service.ts";
 import { NotificationFeed } from "./notifications/notification-consumer.ts";
 import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
+import { FeedConsumers } from "./feed/feed-consumer.ts";
+import { FeedRebuild } from "./feed/feed-rebuild.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
 import type { PacingOptions } from "./workers/pacer.ts";
 
@@ -33,6 +35,8 @@ export interface Ledger {
   commentRebuild: CounterRebuild;
   notifications: NotificationFeed;
   notificationRebuild: NotificationRebuild;
+  feed: FeedConsumers;
+  feedRebuild: FeedRebuild;
   erasure: ErasureService;
 }
 
@@ -44,6 +48,8 @@ export async function openLedger(
     writeBatchMax?: number;
     writeLanes?: number;
     pacing?: PacingOptions;
+    /** LEDGER_FEED_MAX_ITEMS: the most posts one home timeline inbox keeps. */
+    feedMaxItems?: number;
   } = {},
 ): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
@@ -73,6 +79,15 @@ export async function openLedger(
     }),
     notifications: new NotificationFeed(pool, { hooks }),
     notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
+    feed: new FeedConsumers(pool, {
+      hooks,
+      ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+    }),
+    feedRebuild: new FeedRebuild(pool, {
+      hooks,
+      ...pacing,
+      ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+    }),
     erasure: await ErasureService.open(pool, {
       hooks,
       ...pacing,
@@ -86,6 +101,7 @@ export interface WorkerEvents {
   onRelations?: (verdicts: { applied: number; stale: number; dup: number }) => void;
   onComments?: (stats: { applied: number; covered: number; dup: number }) => void;
   onNotifications?: (stats: { applied: number; skipped: number; dup: number }) => void;
+  onFeed?: (stats: { applied: number; dup: number; rows: number }) => void;
 }
 
 export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
@@ -99,7 +115,7 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
   loops?: number;
 }
 
-/** The consumer loops (like counter, follower projector, comment counter, notifications) over the given partitions. */
+/** The consumer loops (like counter, follower projector, comment counter, notifications, home timeline) over the given partitions. */
 export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? 200;
@@ -139,6 +155,15 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         const s = await ledger.notifications.pollOnce(group, batchSize);
         options.onNotifications?.(s);
         return s.applied + s.skipped + s.dup;
+      },
+      options,
+    ),
+    new PartitionWorker(
+      `feed#${g}`,
+      async () => {
+        const s = await ledger.feed.pollOnce(group, batchSize);
+        options.onFeed?.(s);
+        return s.applied + s.dup;
       },
       options,
     ),

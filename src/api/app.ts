@@ -33,6 +33,7 @@ import { likeRoutes } from "./routes/likes.ts";
 import { postRoutes } from "./routes/posts.ts";
 import { relationRoutes } from "./routes/relations.ts";
 import { notificationRoutes } from "./routes/notifications.ts";
+import { timelineRoutes } from "./routes/timelines.ts";
 import { erasureRoutes } from "./routes/erasure.ts";
 import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
@@ -312,6 +313,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
   await app.register(postRoutes, limits);
   await app.register(commentRoutes, limits);
   await app.register(notificationRoutes, limits);
+  await app.register(timelineRoutes, limits);
   await app.register(adminRoutes, limits);
   await app.register(webhookRoutes, { ...limits, ...(opts.webhooks ? { registry: opts.webhooks } : {}) });
   await app.register(dashboardRoutes, {

@@ -43,7 +43,7 @@ export class LedgerMetrics {
     registerProcessMetrics(this.registry);
     registerPoolMetrics(this.registry, pool);
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
-    for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications"])
+    for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications", "feed"])
       this.consumerFailures.inc({ consumer }, 0);
     // What describes the database (lag, watermarks, rebuild drift) comes from the database,
     // whichever process wrote it: a rebuild run by the CLI counts too.

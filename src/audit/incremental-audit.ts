@@ -10,6 +10,8 @@ import {
   type RelationAudit,
 } from "../relations/relation-audit.ts";
 import { auditNotifications, type NotificationAudit } from "../notifications/notification-audit.ts";
+import { auditFeed, feedAuditClean, type FeedAudit } from "../feed/feed-audit.ts";
+import { DEFAULT_FEED_MAX_ITEMS } from "../feed/feed-consumer.ts";
 import { auditWebhooks, type WebhookAudit } from "../webhooks/webhook-audit.ts";
 import {
   COMMENT_AUDIT_INCREMENTAL_SQL,
@@ -83,6 +85,8 @@ export interface IncrementalAuditOptions {
    * 10,000; Infinity: never, and stored baselines are dropped as their keys are audited).
    */
   recountAbove?: number;
+  /** LEDGER_FEED_MAX_ITEMS: the cap the feed section checks the inboxes against (default 800). */
+  feedMaxItems?: number;
 }
 
 /** What fullAudit reports, from the incremental forms; `scope` says what each section covered. */
@@ -93,6 +97,8 @@ export interface PeriodicAuditReport {
   comments: CounterAudit;
   notifications: NotificationAudit;
   webhooks: WebhookAudit;
+  /** The home timelines, in their full form every run (feed_audit): no incremental form yet. */
+  feed: FeedAudit;
   scope: Record<Section, SectionScope>;
 }
 
@@ -177,7 +183,8 @@ export async function incrementalAudit(
     report.relations.invariants = await auditRelations(pool);
     report.relations.projectionDiff = report.relations.projectionCaughtUp ? await projectionDiff(pool) : null;
   }
-  let clean = true;
+  report.feed = await auditFeed(pool, options.feedMaxItems ?? DEFAULT_FEED_MAX_ITEMS);
+  let clean = feedAuditClean(report.feed);
   for (const section of Object.keys(SECTIONS) as Section[]) {
     const ok = sectionClean(section, report);
     clean &&= ok;

@@ -60,7 +60,7 @@ export function positiveInteger(name: string, max: number): (raw: string) => num
 }
 
 /** The views a database-side rebuild repairs (the follower projection has none: it is versioned). */
-export const REBUILD_KINDS = ["likes", "comments", "notifications"] as const;
+export const REBUILD_KINDS = ["likes", "comments", "notifications", "feed"] as const;
 export type RebuildKind = (typeof REBUILD_KINDS)[number];
 
 /** A non-negative integer option (`--keep-last 0` is meaningful) within bounds. */

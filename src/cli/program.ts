@@ -230,17 +230,20 @@ one edited, renamed, renumbered or reverted after it was applied, or one this co
   program
     .command("rebuild")
     .description(
-      "Rebuild like (or comment) counts, or the notifications, from a snapshot of the facts and report the drift it corrected",
+      "Rebuild like (or comment) counts, the notifications or the home timelines from the facts and report the drift it corrected",
     )
     .addOption(
-      new Option("--kind <kind>", "which view: likes (per item), comments (per post) or notifications (per recipient)")
+      new Option(
+        "--kind <kind>",
+        "which view: likes (per item), comments (per post), notifications (per recipient) or feed (per reader)",
+      )
         .choices(REBUILD_KINDS)
         .default("likes"),
     )
     .addOption(
       new Option(
         "--items <list>",
-        "comma-separated item ids, post ids with --kind comments, recipients with --kind notifications (default: all)",
+        "comma-separated item ids, post ids with --kind comments, recipients with --kind notifications, readers with --kind feed (default: all)",
       ).argParser(parseItems),
     )
     .option("--json", "print the report as JSON")

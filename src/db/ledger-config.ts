@@ -15,6 +15,9 @@ const PARTITIONED_ROW_TABLES = [
   "notification_like_watermark",
   "notification_relation_watermark",
   "notification_comment_watermark",
+  "post_seq",
+  "feed_post_watermark",
+  "feed_relation_watermark",
 ] as const;
 
 /**

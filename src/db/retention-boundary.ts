@@ -19,9 +19,9 @@ import type { Pool, PoolClient } from "./pool.ts";
 export type RetentionKind = "likes" | "relations" | "comments";
 
 /**
- * The outbox and its neighbours per kind: fixed names, never input. `notifications` is the
- * notification view's watermark and seen keys of the kind (docs/notifications.md): a second
- * consumer of the same outbox, which the prune waits for as well.
+ * The outbox and its neighbours per kind: fixed names, never input. `others` are the watermarks
+ * and seen keys of the other views that consume the same outbox (the notification view,
+ * docs/notifications.md; the home timeline, docs/feed.md), which the prune waits for as well.
  */
 export const RETENTION_TABLES = {
   likes: {
@@ -29,21 +29,24 @@ export const RETENTION_TABLES = {
     sequence: "like_seq",
     watermark: "counter_watermark",
     keys: "processed_event",
-    notifications: { watermark: "notification_like_watermark", keys: "notification_like_seen" },
+    others: [{ watermark: "notification_like_watermark", keys: "notification_like_seen" }],
   },
   relations: {
     outbox: "relation_event",
     sequence: "event_seq",
     watermark: "proj_watermark",
     keys: "proj_seen",
-    notifications: { watermark: "notification_relation_watermark", keys: "notification_relation_seen" },
+    others: [
+      { watermark: "notification_relation_watermark", keys: "notification_relation_seen" },
+      { watermark: "feed_relation_watermark", keys: "feed_relation_seen" },
+    ],
   },
   comments: {
     outbox: "comment_outbox",
     sequence: "comment_seq",
     watermark: "comment_watermark",
     keys: "comment_processed",
-    notifications: { watermark: "notification_comment_watermark", keys: "notification_comment_seen" },
+    others: [{ watermark: "notification_comment_watermark", keys: "notification_comment_seen" }],
   },
 } as const satisfies Record<
   RetentionKind,
@@ -52,7 +55,7 @@ export const RETENTION_TABLES = {
     sequence: string;
     watermark: string;
     keys: string;
-    notifications: { watermark: string; keys: string };
+    others: readonly { watermark: string; keys: string }[];
   }
 >;
 
@@ -110,14 +113,15 @@ export async function computeBoundaries(
     held: number | null;
     young: number | null;
   }>(
-    `SELECT s.part, s.last, least(w.applied_upto, coalesce(nw.applied_upto, 0)) AS watermark, coalesce(f.pruned_upto, 0) AS floor,
+    `SELECT s.part, s.last, least(w.applied_upto, ${t.others.map((_, i) => `coalesce(o${i}.applied_upto, 0)`).join(", ")}) AS watermark,
+            coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
             CASE WHEN $2::float8 IS NOT NULL THEN
               (SELECT o.seq FROM ${t.outbox} o
                 WHERE o.part = s.part AND o.seq > coalesce(f.pruned_upto, 0) AND o.created_at >= now() - make_interval(secs => $2::float8)
                 ORDER BY o.seq LIMIT 1) END AS young
        FROM ${t.sequence} s JOIN ${t.watermark} w USING (part)
-       LEFT JOIN ${t.notifications.watermark} nw ON nw.part = s.part
+       ${t.others.map((o, i) => `LEFT JOIN ${o.watermark} o${i} ON o${i}.part = s.part`).join(" ")}
        LEFT JOIN retention_floor f ON f.kind = $1 AND f.part = s.part
       WHERE $3::int IS NULL OR s.part = $3
       ORDER BY s.part`,

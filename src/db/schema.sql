@@ -227,6 +227,53 @@ CREATE TABLE event_seq (
   CONSTRAINT event_seq_pkey PRIMARY KEY (part)
 );
 
+CREATE TABLE feed_inbox (
+  reader text NOT NULL,
+  post_id text NOT NULL,
+  author text NOT NULL,
+  at timestamp with time zone NOT NULL,
+  CONSTRAINT feed_inbox_pkey PRIMARY KEY (reader, post_id)
+);
+CREATE INDEX feed_inbox_by_author ON public.feed_inbox USING btree (reader, author);
+CREATE INDEX feed_inbox_by_post ON public.feed_inbox USING btree (post_id);
+CREATE INDEX feed_inbox_page ON public.feed_inbox USING btree (reader, at DESC, post_id DESC);
+
+CREATE TABLE feed_post_seen (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  CONSTRAINT feed_post_seen_pkey PRIMARY KEY (part, seq)
+);
+
+CREATE TABLE feed_post_watermark (
+  part integer NOT NULL,
+  applied_upto bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT feed_post_watermark_applied_upto_check CHECK ((applied_upto >= 0)),
+  CONSTRAINT feed_post_watermark_part_fkey FOREIGN KEY (part) REFERENCES post_seq(part),
+  CONSTRAINT feed_post_watermark_pkey PRIMARY KEY (part)
+);
+
+CREATE TABLE feed_reader (
+  reader text NOT NULL,
+  horizon_at timestamp with time zone,
+  horizon_id text,
+  CONSTRAINT feed_reader_check CHECK (((horizon_at IS NULL) = (horizon_id IS NULL))),
+  CONSTRAINT feed_reader_pkey PRIMARY KEY (reader)
+);
+
+CREATE TABLE feed_relation_seen (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  CONSTRAINT feed_relation_seen_pkey PRIMARY KEY (part, seq)
+);
+
+CREATE TABLE feed_relation_watermark (
+  part integer NOT NULL,
+  applied_upto bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT feed_relation_watermark_applied_upto_check CHECK ((applied_upto >= 0)),
+  CONSTRAINT feed_relation_watermark_part_fkey FOREIGN KEY (part) REFERENCES event_seq(part),
+  CONSTRAINT feed_relation_watermark_pkey PRIMARY KEY (part)
+);
+
 CREATE TABLE import_run (
   run_id bigint NOT NULL,
   digest text NOT NULL,
@@ -464,6 +511,32 @@ CREATE TABLE post (
 );
 CREATE INDEX post_by_author ON public.post USING btree (author, post_id);
 CREATE TRIGGER post_erasure_guard BEFORE INSERT OR UPDATE ON post FOR EACH ROW EXECUTE FUNCTION erasure_guard_content();
+CREATE TRIGGER post_outbox_created AFTER INSERT ON post FOR EACH ROW EXECUTE FUNCTION post_write_event();
+CREATE TRIGGER post_outbox_deleted AFTER UPDATE OF deleted_at ON post FOR EACH ROW WHEN (old.deleted_at IS NULL AND new.deleted_at IS NOT NULL) EXECUTE FUNCTION post_write_event();
+
+CREATE TABLE post_outbox (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  post_id text NOT NULL,
+  author text NOT NULL,
+  kind text NOT NULL,
+  version bigint NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT post_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'deleted'::text]))),
+  CONSTRAINT post_outbox_part_fkey FOREIGN KEY (part) REFERENCES post_seq(part),
+  CONSTRAINT post_outbox_pkey PRIMARY KEY (part, seq),
+  CONSTRAINT post_outbox_post_id_version_key UNIQUE (post_id, version),
+  CONSTRAINT post_outbox_seq_check CHECK ((seq > 0)),
+  CONSTRAINT post_outbox_version_check CHECK ((version = ANY (ARRAY[(1)::bigint, (2)::bigint])))
+);
+
+CREATE TABLE post_seq (
+  part integer NOT NULL,
+  last bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT post_seq_last_check CHECK ((last >= 0)),
+  CONSTRAINT post_seq_part_check CHECK ((part >= 0)),
+  CONSTRAINT post_seq_pkey PRIMARY KEY (part)
+);
 
 CREATE TABLE processed_event (
   part integer NOT NULL,
@@ -671,6 +744,22 @@ CREATE VIEW counted_comment AS
     deleted_by
    FROM comment
   WHERE comment_counted(deleted_at);
+
+CREATE VIEW feed_truth AS
+ SELECT r.follower AS reader,
+    p.post_id,
+    p.author,
+    p.created_at AS at
+   FROM relation r
+     JOIN post p ON p.author = r.followee
+  WHERE r.state = 'ACTIVE'::text AND p.deleted_at IS NULL AND post_readable(r.follower, p.author, p.visibility, p.part, p.acl_token, 'TRUTH'::text)
+UNION ALL
+ SELECT p.author AS reader,
+    p.post_id,
+    p.author,
+    p.created_at AS at
+   FROM post p
+  WHERE p.deleted_at IS NULL;
 
 CREATE VIEW notification_item_author AS
  SELECT p.post_id AS item_id,
@@ -1170,6 +1259,85 @@ CREATE OR REPLACE FUNCTION public.erasure_writing()
  STABLE
 AS $function$ SELECT coalesce(current_setting('ledger.erasure', true), '') <> '' $function$;
 
+CREATE OR REPLACE FUNCTION public.feed_audit(p_max integer)
+ RETURNS TABLE(readers integer, extra integer, missing integer, over_cap integer, below_horizon integer, explained_by_pending integer, lag integer)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  WITH above AS (
+    SELECT t.* FROM feed_truth t LEFT JOIN feed_reader h ON h.reader = t.reader
+     WHERE h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id)),
+  ranked AS (SELECT a.*, row_number() OVER (PARTITION BY a.reader ORDER BY a.at DESC, a.post_id DESC) AS rn FROM above a),
+  truth AS (SELECT reader, post_id, author FROM ranked WHERE rn <= p_max),
+  diff AS (
+    SELECT coalesce(t.reader, i.reader) AS reader, coalesce(t.post_id, i.post_id) AS post_id,
+           coalesce(t.author, i.author) AS author, t.reader IS NULL AS extra
+      FROM truth t FULL JOIN feed_inbox i ON i.reader = t.reader AND i.post_id = t.post_id
+     WHERE t.reader IS NULL OR i.reader IS NULL),
+  judged AS (
+    SELECT d.extra,
+           EXISTS (SELECT 1 FROM post_outbox o JOIN feed_post_watermark w USING (part)
+                    WHERE o.post_id = d.post_id AND o.seq > w.applied_upto
+                      AND NOT EXISTS (SELECT 1 FROM feed_post_seen s WHERE s.part = o.part AND s.seq = o.seq))
+        OR EXISTS (SELECT 1 FROM relation_event o JOIN feed_relation_watermark w USING (part)
+                    WHERE o.follower = d.reader AND o.followee = d.author AND o.seq > w.applied_upto
+                      AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)) AS pending
+      FROM diff d)
+  SELECT (SELECT count(DISTINCT reader) FROM (SELECT reader FROM feed_inbox UNION SELECT reader FROM truth) r)::int,
+         count(*) FILTER (WHERE extra AND NOT pending)::int,
+         count(*) FILTER (WHERE NOT extra AND NOT pending)::int,
+         (SELECT count(*) FROM (SELECT 1 FROM feed_inbox GROUP BY reader HAVING count(*) > p_max) o)::int,
+         (SELECT count(*) FROM feed_inbox i JOIN feed_reader h ON h.reader = i.reader
+           WHERE (i.at, i.post_id) <= (h.horizon_at, h.horizon_id))::int,
+         count(*) FILTER (WHERE pending)::int,
+         ((SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN feed_post_watermark w USING (part))
+        + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN feed_relation_watermark w USING (part)))::int
+    FROM judged
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_entry_visible(p_reader text, p_author text, p_visibility text, p_part integer, p_token bigint, p_deleted_at timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT p_deleted_at IS NULL AND (p_reader = p_author OR (
+    EXISTS (SELECT 1 FROM relation r WHERE r.follower = p_reader AND r.followee = p_author AND r.state = 'ACTIVE')
+    AND post_readable(p_reader, p_author, p_visibility, p_part, p_token, 'CONTENT_TOKEN')))
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_install_reader(p_reader text, p_max integer)
+ RETURNS TABLE(added integer, removed integer)
+ LANGUAGE sql
+AS $function$
+  WITH truth AS (
+    SELECT t.post_id, t.author, t.at, row_number() OVER (ORDER BY t.at DESC, t.post_id DESC) AS rn
+      FROM feed_truth t WHERE t.reader = p_reader),
+  keep AS (SELECT * FROM truth WHERE rn <= p_max),
+  cut AS (SELECT at, post_id FROM truth WHERE rn = p_max + 1),
+  removed AS (
+    DELETE FROM feed_inbox i WHERE i.reader = p_reader AND NOT EXISTS (SELECT 1 FROM keep k WHERE k.post_id = i.post_id)
+    RETURNING 1),
+  added AS (
+    INSERT INTO feed_inbox (reader, post_id, author, at) SELECT p_reader, k.post_id, k.author, k.at FROM keep k ORDER BY k.post_id
+    ON CONFLICT DO NOTHING RETURNING 1),
+  horizon AS (
+    UPDATE feed_reader SET horizon_at = (SELECT at FROM cut), horizon_id = (SELECT post_id FROM cut) WHERE reader = p_reader
+    RETURNING 1)
+  SELECT (SELECT count(*) FROM added)::int, (SELECT count(*) FROM removed)::int FROM (SELECT count(*) FROM horizon) h
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_reader_truth(p_reader text, p_max integer)
+ RETURNS TABLE(post_id text, author text, at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT t.post_id, t.author, t.at
+    FROM feed_truth t LEFT JOIN feed_reader h ON h.reader = p_reader
+   WHERE t.reader = p_reader AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
+   ORDER BY t.at DESC, t.post_id DESC
+   LIMIT p_max
+$function$;
+
 CREATE OR REPLACE FUNCTION public.item_state(p_reader text, p_item text, p_mode text)
  RETURNS text
  LANGUAGE plpgsql
@@ -1519,6 +1687,24 @@ AS $function$
       THEN EXISTS (SELECT 1 FROM proj_follower f WHERE f.followee = p_author AND f.follower = p_reader AND f.state = 'ACTIVE')
     ELSE EXISTS (SELECT 1 FROM relation r WHERE r.follower = p_reader AND r.followee = p_author AND r.state = 'ACTIVE')
   END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.post_write_event()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_seq bigint;
+BEGIN
+  UPDATE post_seq SET last = last + 1 WHERE part = NEW.part RETURNING last INTO v_seq;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'post_seq has no row for partition %: the ledger is not initialised', NEW.part;
+  END IF;
+  INSERT INTO post_outbox (part, seq, post_id, author, kind, version)
+  VALUES (NEW.part, v_seq, NEW.post_id, NEW.author,
+          CASE WHEN TG_OP = 'INSERT' THEN 'created' ELSE 'deleted' END, CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE 2 END);
+  RETURN NULL;
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_block(p_blocker text, p_blocked text, p_partitions integer)

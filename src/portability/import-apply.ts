@@ -7,6 +7,7 @@ import { stablePartition } from "../partition.ts";
 import type { RelationService } from "../relations/relation-service.ts";
 import { setHideCollections } from "../relations/account-settings.ts";
 import { NotificationRebuild } from "../notifications/notification-rebuild.ts";
+import { FeedRebuild } from "../feed/feed-rebuild.ts";
 import * as sql from "./import-sql.ts";
 
 export class ImportRunningError extends LedgerError {
@@ -79,6 +80,8 @@ export interface ApplyOptions {
   batchMillis?: number;
   /** Called after every batch with the phase's lines applied so far and its lines in all (the staged lines of its kind). */
   onProgress?: (phase: Phase, linesDone: number, phaseLines: number) => void;
+  /** LEDGER_FEED_MAX_ITEMS: the cap of the home timeline inboxes the notifications phase rebuilds (default 800). */
+  feedMaxItems?: number;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
   dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
   /** Called when a phase ends with `apply: <phase>` and the milliseconds it took in this run (the bench's breakdown). */
@@ -222,6 +225,13 @@ export class ImportApply {
       changed += (await rebuild.rebuild({ recipients: recipients.slice(i, i + NOTIFICATION_PAGE) })).changed.length;
     }
     await this.addApplied(runId, "notifications", changed);
+    // The home timelines of the run's followers, for the same reason (docs/feed.md): an imported
+    // follow has no event for the feed consumer to merge. Idempotent as well.
+    const { rows: readers } = await this.pool.query<{ reader: string }>(sql.FEED_READERS, [runId]);
+    const feed = new FeedRebuild(this.pool, {
+      ...(this.options.feedMaxItems === undefined ? {} : { maxItems: this.options.feedMaxItems }),
+    });
+    await feed.rebuild({ readers: readers.map((r) => r.reader) });
     return null;
   }
 

@@ -206,6 +206,10 @@ export const TOUCHED_TARGETS = `
     FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow', 'item')`;
 
 /** The accounts the run's lines notify: the followees of its follows, the authors of the posts and comments it likes. */
+/** The followers of the run's follow lines: whose home timeline the set-based follows changed. */
+export const FEED_READERS =
+  "SELECT DISTINCT s.a AS reader FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow' ORDER BY 1";
+
 export const NOTIFIED_RECIPIENTS = `
   SELECT s.b AS recipient FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow'
   UNION

@@ -55,16 +55,18 @@ async function tryRebuildLock(client: PoolClient, kind: RetentionKind): Promise<
 }
 
 /**
- * Deletes the kind's dedup keys at or below each watermark and records how far; and the
- * notification view's seen keys at or below its own watermark (its consumer, too, answers dup
- * below the watermark without asking them, and its rebuild reads none: nothing to record).
+ * Deletes the kind's dedup keys at or below each watermark and records how far; and the other
+ * views' seen keys (notifications, home timeline) at or below their own watermarks (their
+ * consumers, too, answer dup below the watermark without asking them, and their rebuilds read
+ * none: nothing to record).
  */
 async function pruneKeys(client: PoolClient, kind: RetentionKind): Promise<number> {
   const t = RETENTION_TABLES[kind];
-  const n = t.notifications;
-  await client.query(
-    `DELETE FROM ${n.keys} k USING ${n.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto`,
-  );
+  for (const n of t.others) {
+    await client.query(
+      `DELETE FROM ${n.keys} k USING ${n.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto`,
+    );
+  }
   const { rows } = await client.query<{ n: number }>(
     `WITH gone AS (DELETE FROM ${t.keys} k USING ${t.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto RETURNING k.part),
      marked AS (

@@ -6,15 +6,16 @@ import type { WorkerOptions } from "../ledger.ts";
 type ConsumerCallbacks = Required<
   Pick<
     WorkerOptions,
-    "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments" | "onNotifications"
+    "onError" | "onFailing" | "onRecovered" | "onLikes" | "onRelations" | "onComments" | "onNotifications" | "onFeed"
   >
 >;
 
-/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g, follower-projector#g, comment-counter#g, notifications#g). */
+/** The view a consumer loop maintains, from its name (createWorkers names them like-counter#g, follower-projector#g, comment-counter#g, notifications#g, feed#g). */
 export function consumerKindOf(
   worker: string,
-): "like_count" | "follower_projection" | "comment_count" | "notifications" {
+): "like_count" | "follower_projection" | "comment_count" | "notifications" | "feed" {
   if (worker.startsWith("notifications")) return "notifications";
+  if (worker.startsWith("feed")) return "feed";
   return worker.startsWith("like")
     ? "like_count"
     : worker.startsWith("comment")
@@ -52,6 +53,10 @@ export function observeConsumers(metrics: LedgerMetrics, log: FastifyBaseLogger)
     onNotifications: (s) => {
       for (const [verdict, n] of Object.entries(s))
         if (n > 0) metrics.consumerEvents.inc({ consumer: "notifications", verdict }, n);
+    },
+    onFeed: (s) => {
+      for (const [verdict, n] of Object.entries(s))
+        if (n > 0) metrics.consumerEvents.inc({ consumer: "feed", verdict }, n);
     },
   };
 }

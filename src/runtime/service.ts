@@ -60,6 +60,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   });
   const ledger = await openLedger(database.pool, {
     erasureBatchSize: config.erasureBatchSize,
+    feedMaxItems: config.feedMaxItems,
     writeBatchMax: config.writeBatchMax,
     ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }),
     pacing: config.pacing,
@@ -91,12 +92,14 @@ export async function startService(config: Config, options: ServiceOptions = {})
       pool: database.pool,
       metrics,
       // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
-      audit: () => incrementalAudit(database.pool),
-      // The dashboard plots the counted views and the projection; the notification loops' health is in /metrics.
+      audit: () => incrementalAudit(database.pool, { feedMaxItems: config.feedMaxItems }),
+      // The dashboard plots the counted views and the projection; the notification and feed loops' health is in /metrics.
       consumers: () =>
         consumerLoops.flatMap((w) => {
           const kind = consumerKindOf(w.name);
-          return kind === "notifications" ? [] : [{ name: w.name, kind, failedInARow: w.failedInARow }];
+          return kind === "notifications" || kind === "feed"
+            ? []
+            : [{ name: w.name, kind, failedInARow: w.failedInARow }];
         }),
       onError: (err, what) => logDashboard(err, what),
     },

@@ -165,6 +165,7 @@ export async function startApi(
         await ledger.projector.drain();
         await ledger.commentConsumer.drain();
         await ledger.notifications.drain();
+        await ledger.feed.drain();
       },
       close() {
         closed ??= (async () => {

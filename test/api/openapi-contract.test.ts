@@ -181,6 +181,8 @@ test("api contract: every object a response carries lists what it always has as 
     FollowerCount: ["count", "source"],
     CommentCount: ["count", "source"],
     PostRead: ["post", "decidedBy"],
+    HomeTimelinePage: ["entries", "lag"],
+    TimelineEntry: ["post", "likes", "comments", "likedByMe"],
     LikeState: ["liked", "version"],
     ItemCreated: ["id"],
   }))
@@ -377,6 +379,9 @@ test("api contract: the answers of a walk over every operation, successes and er
     bob.post(`/v1/posts/${post.id}/comments`, { body: "reply", parentId: comment.id }),
   );
   await r("POST", `/v1/posts/${post.id}/comments`, () => bob.post(`/v1/posts/${post.id}/comments`, { body: "second" }));
+  await h.drain();
+  await r("GET", "/v1/timelines/home", () => alice.get("/v1/timelines/home?limit=1"));
+  await r("GET", "/v1/timelines/home", () => alice.get("/v1/timelines/home?cursor=nonsense"));
   await r("GET", `/v1/posts/${post.id}/comments`, () => h.request("GET", `/v1/posts/${post.id}/comments?limit=1`));
   await r("GET", `/v1/comments/${comment.id}/replies`, () => alice.get(`/v1/comments/${comment.id}/replies`));
   await r("PATCH", `/v1/comments/${comment.id}`, () => patch(alice, `/v1/comments/${comment.id}`, { body: "edited" }));

@@ -17,6 +17,7 @@ import { countLayerRetentionCap } from "../../src/cache/retention-cap.ts";
 import { pruneRetained } from "../../src/retention/retention.ts";
 import { NotificationFeed } from "../../src/notifications/notification-consumer.ts";
 import { RelationProjector } from "../../src/relations/projector.ts";
+import { FeedConsumers } from "../../src/feed/feed-consumer.ts";
 import { RelationService } from "../../src/relations/relation-service.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { TestRedis } from "../../support/redis-server.ts";
@@ -48,8 +49,9 @@ async function scenario(t: { after: (fn: () => Promise<void>) => void }, withCap
   await relations.follow("carol", "alice");
   await relations.follow("dave", "alice");
   await projector.drain();
-  // The prune waits for every view of the outbox, the notifications too (docs/notifications.md).
+  // The prune waits for every view of the outbox, the notifications and the home timeline too.
   await new NotificationFeed(db.pool).drain();
+  await new FeedConsumers(db.pool).drain();
 
   const report = await pruneRetained(db.pool, {
     keepLast: 0,

@@ -27,6 +27,7 @@ export async function drainAll(ledger: Ledger): Promise<void> {
   await ledger.projector.drain();
   await ledger.commentConsumer.drain();
   await ledger.notifications.drain();
+  await ledger.feed.drain();
 }
 
 /** The view's active rows, in a stable order, as comparable text. */

@@ -361,6 +361,7 @@ test("the outbox prune waits for the notification watermark; a rebuild that runs
   await ledger.likeConsumer.drain();
   await ledger.projector.drain();
   await ledger.commentConsumer.drain();
+  await ledger.feed.drain();
   const margin = { keepLast: 0, keepSeconds: 0 };
   const held = await pruneRetained(db.pool, margin);
   assert.equal(

@@ -282,6 +282,7 @@ test(
     await ledger.likeConsumer.drain();
     await ledger.projector.drain();
     await ledger.notifications.drain();
+    await ledger.feed.drain();
     assert.equal((await fullAudit(ledger)).clean, true);
     await pruneRetained(db.pool, { keepLast: 0, keepSeconds: 0 });
     const audit = await fullAudit(ledger);

@@ -75,6 +75,7 @@ async function drainAll(ledger: Ledger): Promise<void> {
   await ledger.projector.drain();
   await ledger.commentConsumer.drain();
   await ledger.notifications.drain();
+  await ledger.feed.drain();
 }
 
 interface Captured {

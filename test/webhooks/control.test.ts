@@ -25,6 +25,7 @@ async function drainConsumers(lab: WebhookLab): Promise<void> {
   await lab.ledger.projector.drain();
   await lab.ledger.commentConsumer.drain();
   await lab.ledger.notifications.drain();
+  await lab.ledger.feed.drain();
 }
 
 async function likeFloor(lab: WebhookLab, part = 0): Promise<number> {

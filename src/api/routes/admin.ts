@@ -21,6 +21,7 @@ import {
   notificationAuditClean,
   readNotificationWatermarks,
 } from "../../notifications/notification-audit.ts";
+import { auditFeed, feedAuditClean } from "../../feed/feed-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
 
@@ -59,6 +60,7 @@ export async function fullAudit(ledger: Ledger) {
   const notifications = await auditNotifications(ledger.pool);
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
+  const feed = await auditFeed(ledger.pool, ledger.feed.maxItems);
   const projectionCaughtUp = diff !== null;
   const clean =
     writeSideClean(likesWrite) &&
@@ -68,7 +70,8 @@ export async function fullAudit(ledger: Ledger) {
     counterAuditClean(comments) &&
     notificationAuditClean(notifications) &&
     webhookAuditClean(webhooks) &&
-    erasureAuditClean(erasure);
+    erasureAuditClean(erasure) &&
+    feedAuditClean(feed);
   return {
     clean,
     likes: { writeSide: likesWrite, readSide: likesRead },
@@ -77,6 +80,7 @@ export async function fullAudit(ledger: Ledger) {
     notifications,
     webhooks,
     erasure,
+    feed,
   };
 }
 
@@ -160,6 +164,11 @@ const auditResponse = named("AuditReport", {
       type: "object",
       description:
         "leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts)",
+      additionalProperties: true,
+    },
+    feed: {
+      type: "object",
+      description: "every home timeline inbox against its reader's truth (the SQL function feed_audit, docs/feed.md)",
       additionalProperties: true,
     },
   },

@@ -46,7 +46,8 @@ const postDeletion = namedWriteAnswer("PostDeletion", {
   properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } },
 });
 
-function toJson(p: Post) {
+/** A post as GET /v1/posts/{id} shows it (also each home timeline entry). */
+export function postJson(p: Post) {
   return {
     id: p.postId,
     author: p.author,
@@ -78,7 +79,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
         ensureAuthor: true,
       });
       metrics.outcomes.inc({ operation: "post", outcome: "CHANGED" });
-      return reply.status(201).send(toJson(created));
+      return reply.status(201).send(postJson(created));
     },
   );
 
@@ -122,7 +123,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
         // one post read that may come from a replica (it decides nothing about anyone).
         const found = await app.readFrom(request, (pool) => readPublicPost(pool, request.params.id));
         if (!found) throw notFound("post");
-        return { post: toJson(found), decidedBy: "public" };
+        return { post: postJson(found), decidedBy: "public" };
       }
       const { rows } = await ledger.pool.query<{ visibility: Visibility }>(
         "SELECT visibility FROM post WHERE post_id = $1 AND deleted_at IS NULL",
@@ -131,7 +132,7 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
       if (!rows[0]) throw notFound("post");
       const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
       if (!decision.allowed) throw notFound("post");
-      return { post: toJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
+      return { post: postJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
     },
   );
 

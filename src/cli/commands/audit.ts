@@ -8,6 +8,7 @@ import { openDatabase } from "../../runtime/database.ts";
 import { formatNotificationAudit, notificationAuditClean } from "../../notifications/notification-audit.ts";
 import { webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 import { erasureAuditClean } from "../../erasure/erasure-audit.ts";
+import { feedAuditClean, formatFeedAudit } from "../../feed/feed-audit.ts";
 
 type AuditReport = Awaited<ReturnType<typeof fullAudit>>;
 
@@ -37,6 +38,7 @@ export function formatAudit(report: AuditReport): string {
       `notifications        ${verdict(notificationAuditClean(report.notifications))} ${formatNotificationAudit(report.notifications)}`,
       `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
       `erasure leftovers    ${verdict(erasureAuditClean(report.erasure))} ${pairs(report.erasure)}`,
+      `home timelines       ${verdict(feedAuditClean(report.feed))} ${formatFeedAudit(report.feed)}`,
       report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
     ].join("\n") + "\n"
   );
@@ -47,7 +49,7 @@ export async function audit(opts: { json?: boolean }): Promise<number> {
   const config = loadConfig();
   const database = await openDatabase(config, { poolSize: 2, applicationName: "social-ledger-audit" });
   try {
-    const report = await fullAudit(await openLedger(database.pool));
+    const report = await fullAudit(await openLedger(database.pool, { feedMaxItems: config.feedMaxItems }));
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatAudit(report));
     return report.clean ? 0 : 1;
   } finally {

@@ -61,6 +61,7 @@ export async function importCommand(
     bar?.start(file === "-" ? 0 : Math.max(1, Math.round(statSync(file).size / 60)), 0, { phase: "check" });
     const report = await importFacts(database.pool, input, {
       ...(opts.batchSize ? { batchSize: opts.batchSize } : {}),
+      feedMaxItems: config.feedMaxItems,
       ...(opts.emptyLedger ? { emptyLedger: "require" as const } : {}),
       onLines: (lines) => {
         if (bar && lines > bar.getTotal()) bar.setTotal(lines);

@@ -86,6 +86,26 @@ async function rebuildNotifications(opts: { items?: string[]; json?: boolean }):
   }
 }
 
+/** `social-ledger rebuild --kind feed`: the home timelines from the facts, per reader (docs/feed.md). */
+async function rebuildFeed(opts: { items?: string[]; json?: boolean }): Promise<number> {
+  const config = loadConfig();
+  const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });
+  try {
+    const ledger = await openLedger(database.pool, { feedMaxItems: config.feedMaxItems, pacing: config.pacing });
+    const report = await ledger.feedRebuild.rebuild(opts.items ? { readers: opts.items } : {});
+    const lines = [
+      `feed rebuild: ${report.readersChecked} reader(s) checked, ${report.readersDrifted} drifted, ${report.rowsAdded} row(s) added, ${report.rowsRemoved} removed`,
+    ];
+    for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.reader}: +${c.added} -${c.removed}`);
+    if (report.changed.length > MAX_LISTED)
+      lines.push(`  ... and ${report.changed.length - MAX_LISTED} more (--json lists all)`);
+    process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${lines.join("\n")}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
 /**
  * `social-ledger rebuild`: LikeRebuild.rebuild with a progress bar driven by its
  * "rebuild.beforeCommit" hook point (one call per installed item), then the drift report.
@@ -93,6 +113,7 @@ async function rebuildNotifications(opts: { items?: string[]; json?: boolean }):
 export async function rebuild(opts: { kind?: RebuildKind; items?: string[]; json?: boolean }): Promise<number> {
   if (opts.kind === "comments") return rebuildComments(opts);
   if (opts.kind === "notifications") return rebuildNotifications(opts);
+  if (opts.kind === "feed") return rebuildFeed(opts);
   const config = loadConfig();
   const hooks = new Hooks();
   const database = await openDatabase(config, { poolSize: 4, applicationName: "social-ledger-rebuild" });

@@ -20,7 +20,7 @@ export async function openWorkerLedger(
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   try {
-    const ledger = await openLedger(database.pool);
+    const ledger = await openLedger(database.pool, { feedMaxItems: config.feedMaxItems });
     const outside = opts.partitions?.filter((p) => p >= ledger.partitions) ?? [];
     if (outside.length > 0) {
       throw new UsageError(

@@ -1,0 +1,103 @@
+import type { Pool } from "../db/pool.ts";
+import type { Post } from "../content/posts.ts";
+import type { Visibility } from "../content/post-types.ts";
+import { validateId } from "../ids.ts";
+import { cursorTimeSql, decodeCursor, keysetPage, validateLimit } from "../pagination.ts";
+
+export interface TimelineEntry {
+  post: Post;
+  likes: number;
+  comments: number;
+  likedByMe: boolean;
+}
+
+export interface TimelinePage {
+  entries: TimelineEntry[];
+  /** Post and relation events not yet applied to the inboxes that could change this page (docs/feed.md, "Lag"). */
+  lag: number;
+  /** Opaque; absent on the last page. */
+  nextCursor?: string;
+}
+
+/**
+ * A page of a reader's inbox, newest first, keyset on (at DESC, post_id DESC) (index
+ * feed_inbox_page), above the reader's horizon, each row passing feed_entry_visible at read
+ * time: what the inbox holds is only a candidate. Counts as the count reads give them (the sum
+ * of the count rows); liked from the facts.
+ */
+export const HOME_PAGE_SQL = `
+  SELECT p.post_id, p.author, p.visibility, p.body, p.part, p.acl_token, p.created_at, ${cursorTimeSql("i.at")} AS cursor_at,
+         (SELECT coalesce(sum(n), 0) FROM like_count c WHERE c.item_id = p.post_id)::bigint AS likes,
+         (SELECT coalesce(sum(n), 0) FROM comment_count c WHERE c.post_id = p.post_id)::bigint AS comments,
+         EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = $1 AND f.item_id = p.post_id AND f.liked) AS liked
+    FROM feed_inbox i JOIN post p ON p.post_id = i.post_id
+    LEFT JOIN feed_reader h ON h.reader = i.reader
+   WHERE i.reader = $1
+     AND ($2::timestamptz IS NULL OR (i.at, i.post_id) < ($2::timestamptz, $3::text))
+     AND (h.horizon_at IS NULL OR (i.at, i.post_id) > (h.horizon_at, h.horizon_id))
+     AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)
+   ORDER BY i.at DESC, i.post_id DESC
+   LIMIT $4`;
+
+/**
+ * The events that could change a reader's page and are not applied yet: post events by the
+ * reader, by an account the reader follows, or of a post in the reader's inbox; relation events
+ * of the reader's own follows (a block either way removes the reader's follow with such an event).
+ */
+export const HOME_LAG_SQL = `
+  SELECT (SELECT count(*) FROM post_outbox o JOIN feed_post_watermark w USING (part)
+           WHERE o.seq > w.applied_upto
+             AND NOT EXISTS (SELECT 1 FROM feed_post_seen s WHERE s.part = o.part AND s.seq = o.seq)
+             AND (o.author = $1
+                  OR EXISTS (SELECT 1 FROM relation r WHERE r.follower = $1 AND r.followee = o.author AND r.state = 'ACTIVE')
+                  OR EXISTS (SELECT 1 FROM feed_inbox i WHERE i.reader = $1 AND i.post_id = o.post_id)))::int
+       + (SELECT count(*) FROM relation_event o JOIN feed_relation_watermark w USING (part)
+           WHERE o.seq > w.applied_upto AND o.follower = $1
+             AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq))::int AS lag`;
+
+interface PageRow {
+  post_id: string;
+  author: string;
+  visibility: Visibility;
+  body: string;
+  part: number;
+  acl_token: number;
+  created_at: Date;
+  cursor_at: string;
+  likes: number;
+  comments: number;
+  liked: boolean;
+}
+
+/** The caller's home timeline, one page (docs/feed.md). */
+export async function readHomeTimeline(
+  pool: Pool,
+  reader: string,
+  options: { limit?: number; cursor?: string } = {},
+): Promise<TimelinePage> {
+  validateId("reader", reader);
+  const limit = validateLimit(options.limit);
+  const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
+  // Lag first: an event applied between the two reads is then counted and not missed (the page is at least as fresh as it says).
+  const { rows: lagRows } = await pool.query<{ lag: number }>(HOME_LAG_SQL, [reader]);
+  const { rows } = await pool.query<PageRow>(HOME_PAGE_SQL, [reader, after?.at ?? null, after?.id ?? null, limit + 1]);
+  const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.cursor_at, id: r.post_id }));
+  return {
+    entries: page.map((r) => ({
+      post: {
+        postId: r.post_id,
+        author: r.author,
+        visibility: r.visibility,
+        body: r.body,
+        part: r.part,
+        aclToken: r.acl_token,
+        createdAt: r.created_at,
+      },
+      likes: Number(r.likes),
+      comments: Number(r.comments),
+      likedByMe: r.liked,
+    })),
+    lag: lagRows[0]!.lag,
+    ...(nextCursor ? { nextCursor } : {}),
+  };
+}

@@ -1,0 +1,41 @@
+/**
+ * Deliberately wrong reads and plans, kept only so tests can show that the checks catch them. Never use them.
+ */
+import type { Pool } from "../../src/db/pool.ts";
+import { planFromFacts, type FeedPlanner, type PlanRow } from "../../src/feed/feed-consumer.ts";
+import { HOME_PAGE_SQL } from "../../src/feed/feed-reads.ts";
+
+const READ_TIME_RULE = "AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)";
+
+/**
+ * The home page as the inbox holds it, without the read-time rule (what Mastodon serves: the
+ * insert-time filter only). A post fanned out to a reader just before its author blocked the
+ * reader, or merged just before the reader unfollowed, is on the page until the relation event
+ * is applied.
+ */
+export async function inboxPageWithoutReadTimeRule(pool: Pool, reader: string): Promise<string[]> {
+  if (!HOME_PAGE_SQL.includes(READ_TIME_RULE)) throw new Error("HOME_PAGE_SQL no longer holds the read-time rule");
+  const { rows } = await pool.query<{ post_id: string }>(HOME_PAGE_SQL.replace(READ_TIME_RULE, ""), [
+    reader,
+    null,
+    null,
+    201,
+  ]);
+  return rows.map((r) => r.post_id);
+}
+
+/**
+ * A plan read from what the relation event says instead of from the relation as it is now (the
+ * chapter's unversioned projection): a follow event applied after the unfollow merges the
+ * followee's posts back, and nothing ever takes them out again.
+ */
+export const planFromEventState: FeedPlanner = async (client, source, part, fresh, maxItems) => {
+  if (source.name !== "relations") return planFromFacts(client, source, part, fresh, maxItems);
+  const { rows } = await client.query<PlanRow>(
+    `SELECT CASE WHEN o.state = 'ACTIVE' THEN 'add' ELSE 'remove' END AS op, o.follower AS reader, p.post_id, p.author
+       FROM relation_event o JOIN post p ON p.author = o.followee AND p.deleted_at IS NULL
+      WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])`,
+    [part, fresh],
+  );
+  return rows;
+};
