@@ -15,8 +15,8 @@ CREATE INDEX post_author_newest ON post (author, created_at DESC, post_id DESC) 
 -- table. Deleted posts never.
 --
 -- The rule is post_readable's CASE written out, not a call of it: a call per row starts the SQL
--- function's executor for every post (a function with sub-selects is never inlined), about 40x
--- the cost of the page's own reads. Written out, the checks that depend only on the reader and the
+-- function's executor for every post (a function with sub-selects is never inlined): 5x the
+-- page's cost when measured (docs/feed-hot-authors.md). Written out, the checks that depend only on the reader and the
 -- author (the block, the follow) reference no column of the post, so each becomes an InitPlan of
 -- the author's range: run at most once per author, and only when a post needs it. The SQL test
 -- test/content/author-posts-rule.test.ts holds it equal to post_readable on every case.
