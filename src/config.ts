@@ -159,6 +159,12 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "most posts a reader's home timeline inbox keeps; older ones are trimmed away (docs/feed.md)",
   },
   {
+    name: "LEDGER_FEED_HOT_FOLLOWERS",
+    shown: "10000",
+    meaning:
+      "an author with at least this many followers is not fanned out to inboxes but merged into home timelines at read time",
+  },
+  {
     name: "LEDGER_BACKGROUND_BATCH_MS",
     shown: "10",
     meaning:
@@ -348,6 +354,8 @@ export interface Config {
   erasureBatchSize: number;
   /** LEDGER_FEED_MAX_ITEMS: the most posts a home timeline inbox keeps (docs/feed.md). */
   feedMaxItems: number;
+  /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time, not fanned out (docs/feed-hot-authors.md). */
+  feedHotFollowers: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
   pacing: PacingOptions;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
@@ -739,6 +747,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       numericDefault("LEDGER_FEED_MAX_ITEMS"),
       1,
       100_000,
+    ),
+    feedHotFollowers: integer(
+      "LEDGER_FEED_HOT_FOLLOWERS",
+      env.LEDGER_FEED_HOT_FOLLOWERS,
+      numericDefault("LEDGER_FEED_HOT_FOLLOWERS"),
+      1,
+      1_000_000_000,
     ),
     pacing: {
       budgetMs: integer(

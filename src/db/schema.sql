@@ -509,6 +509,7 @@ CREATE TABLE post (
   CONSTRAINT post_post_id_fkey FOREIGN KEY (post_id) REFERENCES item(item_id),
   CONSTRAINT post_visibility_check CHECK ((visibility = ANY (ARRAY['PUBLIC'::text, 'FOLLOWERS'::text, 'SELF'::text])))
 );
+CREATE INDEX post_author_newest ON public.post USING btree (author, created_at DESC, post_id DESC) WHERE (deleted_at IS NULL);
 CREATE INDEX post_by_author ON public.post USING btree (author, post_id);
 CREATE TRIGGER post_erasure_guard BEFORE INSERT OR UPDATE ON post FOR EACH ROW EXECUTE FUNCTION erasure_guard_content();
 CREATE TRIGGER post_outbox_created AFTER INSERT ON post FOR EACH ROW EXECUTE FUNCTION post_write_event();
@@ -816,6 +817,35 @@ UNION ALL
   WHERE p.author <> c.author;
 
 -- Functions and procedures
+
+CREATE OR REPLACE FUNCTION public.author_posts_page(p_reader text, p_authors text[], p_before_at timestamp with time zone, p_before_id text, p_limit integer)
+ RETURNS TABLE(post_id text, author text, visibility text, body text, acl_token bigint, created_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT p.post_id, p.author, p.visibility, p.body, p.acl_token, p.created_at
+    FROM (SELECT DISTINCT a.author FROM unnest(p_authors) AS a(author)) a
+    CROSS JOIN LATERAL (
+      SELECT q.post_id, q.author, q.visibility, q.body, q.acl_token, q.created_at
+        FROM post q
+       WHERE q.author = a.author AND q.deleted_at IS NULL
+         AND (q.created_at, q.post_id) < (coalesce(p_before_at, 'infinity'::timestamptz), coalesce(p_before_id, ''))
+         AND CASE
+               WHEN p_reader IS NOT NULL AND p_reader = a.author THEN true
+               WHEN q.visibility = 'PUBLIC' THEN p_reader IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM block b
+                  WHERE (b.blocker = p_reader AND b.blocked = a.author) OR (b.blocker = a.author AND b.blocked = p_reader))
+               WHEN q.visibility <> 'FOLLOWERS' OR p_reader IS NULL THEN false
+               WHEN (SELECT w.applied_upto FROM proj_watermark w WHERE w.part = q.part) >= q.acl_token THEN EXISTS (
+                 SELECT 1 FROM proj_follower f WHERE f.followee = a.author AND f.follower = p_reader AND f.state = 'ACTIVE')
+               ELSE EXISTS (
+                 SELECT 1 FROM relation r WHERE r.follower = p_reader AND r.followee = a.author AND r.state = 'ACTIVE')
+             END
+       ORDER BY q.created_at DESC, q.post_id DESC
+       LIMIT p_limit) p
+   ORDER BY p.created_at DESC, p.post_id DESC
+   LIMIT p_limit
+$function$;
 
 CREATE OR REPLACE FUNCTION public.comment_counted(deleted_at timestamp with time zone)
  RETURNS boolean

@@ -369,6 +369,10 @@ test("api contract: the answers of a walk over every operation, successes and er
     201,
   );
   await r("GET", `/v1/posts/${post.id}`, () => alice.get(`/v1/posts/${post.id}?consistency=truth`));
+  ok(await bob.post("/v1/posts", { visibility: "FOLLOWERS", body: "for followers" }), 201);
+  await r("GET", "/v1/accounts/bob/posts", () => alice.get("/v1/accounts/bob/posts?limit=1"));
+  await r("GET", "/v1/accounts/bob/posts", () => h.request("GET", "/v1/accounts/bob/posts"));
+  await r("GET", "/v1/accounts/ghost/posts", () => alice.get("/v1/accounts/ghost/posts"));
   const comment = ok(
     (await r("POST", `/v1/posts/${post.id}/comments`, () =>
       alice.post<{ id: string }>(`/v1/posts/${post.id}/comments`, { body: "first" }),

@@ -2,8 +2,23 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { RateLimits } from "../context.ts";
 import { requireCaller } from "../auth.ts";
 import { forbidden, notFound } from "../errors.ts";
-import { bearer, errors, idParams, named, namedWriteAnswer, optionalBearer, post, postBody } from "../schemas.ts";
+import { pageOptions, sendPage, type PageQuery } from "../paging.ts";
+import {
+  bearer,
+  errors,
+  idParams,
+  named,
+  namedWriteAnswer,
+  optionalBearer,
+  pageOf,
+  pageQuery,
+  post,
+  postBody,
+} from "../schemas.ts";
+import { readAuthorPosts, type PostEntry } from "../../content/author-posts.ts";
 import { readLivePost, type Post } from "../../content/posts.ts";
+import { readAccount } from "../../relations/relation-reads.ts";
+import { blockedEitherWay } from "../../relations/relation-service.ts";
 import type { ReadMode, Visibility } from "../../content/post-types.ts";
 import type { Pool } from "../../db/pool.ts";
 
@@ -45,6 +60,43 @@ const postDeletion = namedWriteAnswer("PostDeletion", {
   required: ["id", "outcome"],
   properties: { id: { type: "string" }, outcome: { type: "string", enum: ["CHANGED", "NOOP"] } },
 });
+
+const postEntryPage = pageOf(
+  "PostEntryPage",
+  "posts",
+  named("PostEntry", {
+    type: "object",
+    required: ["post", "likeCount", "commentCount", "liked"],
+    properties: {
+      post,
+      likeCount: {
+        type: "integer",
+        description: "the derived like count: may lag the likes by the consumer's backlog",
+      },
+      commentCount: {
+        type: "integer",
+        description: "the derived comment count: may lag the comments by the consumer's backlog",
+      },
+      liked: { type: "boolean", description: "the caller likes the post, from the facts (false without a token)" },
+    },
+  }),
+);
+
+function entryJson(e: PostEntry) {
+  return {
+    post: {
+      id: e.postId,
+      author: e.author,
+      visibility: e.visibility,
+      body: e.body,
+      aclToken: e.aclToken,
+      createdAt: e.createdAt.toISOString(),
+    },
+    likeCount: e.likeCount,
+    commentCount: e.commentCount,
+    liked: e.liked,
+  };
+}
 
 /** A post as GET /v1/posts/{id} shows it (also each home timeline entry). */
 export function postJson(p: Post) {
@@ -133,6 +185,37 @@ export async function postRoutes(app: FastifyInstance, opts: RateLimits): Promis
       const decision = await ledger.posts.canRead(request.caller.id, request.params.id, mode);
       if (!decision.allowed) throw notFound("post");
       return { post: postJson(await ledger.posts.getPost(request.params.id)), decidedBy: decision.source };
+    },
+  );
+
+  app.get(
+    "/v1/accounts/:id/posts",
+    {
+      config: { auth: "optional" },
+      onRequest: opts.readRateLimit,
+      schema: {
+        tags: ["posts"],
+        summary:
+          "An account's posts that the caller may read, newest first, each with its like and comment counts and whether the caller likes it (cursor in the body and in Link rel=next; no token: PUBLIC posts); 404 when the account is missing or in a block with the caller",
+        security: optionalBearer,
+        params: idParams,
+        querystring: pageQuery,
+        response: { 200: postEntryPage, ...errors(400, 401, 404, 429) },
+      },
+    },
+    async (request: FastifyRequest<{ Params: { id: string }; Querystring: PageQuery }>, reply) => {
+      const reader = request.caller?.id ?? null;
+      const author = request.params.id === "me" ? requireCaller(request).id : request.params.id;
+      // As the profile: a missing account and one in a block with the caller are the same 404.
+      // Each post is still judged in the page's own statement, so a block committed after this
+      // check hides its posts too.
+      if (
+        !(await readAccount(ledger.pool, author)) ||
+        (reader !== null && reader !== author && (await blockedEitherWay(ledger.pool, reader, author)))
+      )
+        throw notFound("account");
+      const page = await readAuthorPosts(ledger.pool, reader, [author], pageOptions(request.query));
+      return sendPage(request, reply, { ...page, posts: page.posts.map(entryJson) }, request.query);
     },
   );
 

@@ -1,0 +1,269 @@
+/**
+ * `npm run bench:feed`: on an embedded PostgreSQL of its own, generates the feed chapter's graph
+ * (support/feed-population.ts: heavy-tailed followers, posts) at each size and measures, in one
+ * run per size, the reads against a primary-key read of a post:
+ *   - an author's page (GET /v1/accounts/{id}/posts's statement) p99 ÷ the primary-key read p99;
+ *   - the hot-author merge (author_posts_page over the 20 hot authors a reader follows) p99 ÷ the same;
+ *   - bytes per post row (the post table with its indexes and TOAST);
+ *   - the fan-out write cost per inbox row and the merge's cost per extra author, from which the
+ *     hot-follower threshold's crossover is computed (docs/feed-hot-authors.md, "Cost model").
+ *
+ *   node --import tsx bench/feed.ts [--accounts N] [--reads 2000] [--workers 4] [--limit 20] [--partitions 16]
+ *
+ * Without --accounts it runs 10,000 and 100,000 accounts. Results go to .tmp/bench-results/feed-<time>.json.
+ * The phases are a list (PHASES): the inbox's figures (fan-out rate, freshness, one inbox's
+ * rebuild) are phases to add there, each reading and writing the same SizeContext.
+ */
+import { mkdir, rm, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { readAuthorPosts } from "../src/content/author-posts.ts";
+import { readLivePost } from "../src/content/posts.ts";
+import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
+import { initLedger } from "../src/db/ledger-config.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { createPool, type Pool } from "../src/db/pool.ts";
+import { runFixedCount, type Figures } from "./load.ts";
+import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
+
+const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
+
+interface FeedOptions {
+  sizes: number[];
+  reads: number;
+  workers: number;
+  limit: number;
+  partitions: number;
+}
+
+/** What one size's phases share: the database, the population, and the figures written so far. */
+export interface SizeContext {
+  pool: Pool;
+  pop: FeedPopulation;
+  o: FeedOptions;
+  figures: Record<string, Figures>;
+  values: Record<string, number>;
+}
+
+export interface Phase {
+  name: string;
+  run(ctx: SizeContext): Promise<void>;
+}
+
+/** A row for the results file: every figure but the latencies. */
+const strip = (f: Figures): Figures => ({ ...f, latencyMs: undefined });
+
+/** Post ids of the generated population (a00000001-p1 ..): a deterministic spread over accounts and ages. */
+const somePost = (pop: FeedPopulation, k: number) =>
+  `a${String(1 + ((k * 7919) % pop.accounts)).padStart(8, "0")}-p${1 + ((k * 31) % 10)}`;
+const someAccount = (pop: FeedPopulation, k: number) =>
+  `a${String(1 + ((k * 104729) % pop.accounts)).padStart(8, "0")}`;
+
+/**
+ * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
+ * the ratio's two sides share the machine's load as evenly as one run allows.
+ * Add the inbox's phases here ("fan-out", "freshness", "inbox rebuild") once it exists.
+ */
+export const PHASES: Phase[] = [
+  {
+    name: "primary-key read (before)",
+    run: async (c) => {
+      c.figures.pkBefore = await runFixedCount(c.o.reads, c.o.workers, (k) => readLivePost(c.pool, somePost(c.pop, k)));
+    },
+  },
+  {
+    name: "author page",
+    run: async (c) => {
+      c.figures.authorPage = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readAuthorPosts(c.pool, someAccount(c.pop, k + 1), [someAccount(c.pop, k)], { limit: c.o.limit }),
+      );
+    },
+  },
+  {
+    name: "hot author's page",
+    run: async (c) => {
+      c.figures.hotAuthorPage = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readAuthorPosts(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, [c.pop.hotAuthors[k % 20]!], {
+          limit: c.o.limit,
+        }),
+      );
+    },
+  },
+  {
+    name: "hot-author merge (20 authors)",
+    run: async (c) => {
+      c.figures.hotMerge = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readAuthorPosts(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, c.pop.hotAuthors, {
+          limit: c.o.limit,
+        }),
+      );
+    },
+  },
+  {
+    name: "primary-key read (after)",
+    run: async (c) => {
+      c.figures.pkAfter = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readLivePost(c.pool, somePost(c.pop, k + c.o.reads)),
+      );
+    },
+  },
+  {
+    name: "fan-out write cost (inbox-shaped rows)",
+    // One post of the most followed account written to each ACTIVE follower's row of a table
+    // shaped as an inbox (reader, time, post), set-based: the floor of a fan-out's cost per row.
+    run: async (c) => {
+      await c.pool.query(
+        "CREATE TABLE bench_inbox (reader text NOT NULL, created_at timestamptz NOT NULL, post_id text NOT NULL, PRIMARY KEY (reader, created_at, post_id))",
+      );
+      try {
+        let rows = 0;
+        const t0 = performance.now();
+        for (let i = 0; i < 3; i++) {
+          const r = await c.pool.query(
+            "INSERT INTO bench_inbox SELECT follower, now(), $2 FROM proj_follower WHERE followee = $1 AND state = 'ACTIVE'",
+            [c.pop.hotAuthors[0], `bench-post-${i}`],
+          );
+          rows += r.rowCount ?? 0;
+        }
+        c.values.fanoutUsPerRow = (1000 * (performance.now() - t0)) / rows;
+        c.values.fanoutRows = rows;
+      } finally {
+        await c.pool.query("DROP TABLE bench_inbox");
+      }
+    },
+  },
+  {
+    name: "bytes per post",
+    run: async (c) => {
+      const { rows } = await c.pool.query<{ total: number; index: number; n: number }>(
+        `SELECT pg_total_relation_size('post')::bigint AS total, pg_relation_size('post_author_newest')::bigint AS index,
+                (SELECT count(*) FROM post)::bigint AS n`,
+      );
+      c.values.bytesPerPost = rows[0]!.total / rows[0]!.n;
+      c.values.indexBytesPerPost = rows[0]!.index / rows[0]!.n;
+    },
+  },
+];
+
+function parseOptions(argv: readonly string[]): FeedOptions {
+  const { values: v } = parseArgs({
+    args: [...argv],
+    options: {
+      accounts: { type: "string" },
+      reads: { type: "string" },
+      workers: { type: "string" },
+      limit: { type: "string" },
+      partitions: { type: "string" },
+    },
+  });
+  const positive = (name: string, raw: string | undefined, fallback: number) => {
+    const n = raw === undefined ? fallback : Number(raw);
+    if (!Number.isSafeInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${raw}`);
+    return n;
+  };
+  return {
+    sizes: v.accounts === undefined ? [10_000, 100_000] : [positive("accounts", v.accounts, 0)],
+    reads: positive("reads", v.reads, 2000),
+    workers: positive("workers", v.workers, 4),
+    limit: positive("limit", v.limit, 20),
+    partitions: positive("partitions", v.partitions, 16),
+  };
+}
+
+const ms = (x: number) => x.toFixed(2);
+
+function report(c: SizeContext, generateSeconds: number): Record<string, unknown> {
+  const pk = c.figures.pkBefore!.latencyMs && c.figures.pkAfter!.latencyMs ? merged(c) : c.figures.pkBefore!;
+  const ratio = (f: Figures | undefined) => (f ? f.p99Ms / pk.p99Ms : Number.NaN);
+  const perExtraAuthorMs = (c.figures.hotMerge!.p50Ms - c.figures.hotAuthorPage!.p50Ms) / 19;
+  // Cost model (docs/feed-hot-authors.md): a post's fan-out to F followers costs F x w and must
+  // finish within the freshness budget B (1 s) on one consumer; above F* = B / w it is merged at read time.
+  const crossover = 1_000_000 / c.values.fanoutUsPerRow!;
+  const lines = [
+    `accounts ${c.pop.accounts}: ${c.pop.follows} follows, ${c.pop.posts} posts, largest ${c.pop.largestFollowers} followers, ${c.pop.accountsOver10k} accounts >= 10,000 (generated in ${generateSeconds.toFixed(0)} s)`,
+    `  primary-key read        p50 ${ms(pk.p50Ms)} ms  p99 ${ms(pk.p99Ms)} ms`,
+    `  author page (${c.o.limit})        p50 ${ms(c.figures.authorPage!.p50Ms)} ms  p99 ${ms(c.figures.authorPage!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.authorPage).toFixed(2)} (goal <= 3)`,
+    `  hot author's page       p50 ${ms(c.figures.hotAuthorPage!.p50Ms)} ms  p99 ${ms(c.figures.hotAuthorPage!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotAuthorPage).toFixed(2)}`,
+    `  hot merge, 20 authors   p50 ${ms(c.figures.hotMerge!.p50Ms)} ms  p99 ${ms(c.figures.hotMerge!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotMerge).toFixed(2)} (goal <= 3)`,
+    `  merge cost per extra author (p50) ${ms(perExtraAuthorMs)} ms`,
+    `  fan-out write ${c.values.fanoutUsPerRow!.toFixed(1)} µs per inbox row (${c.values.fanoutRows} rows) -> crossover F* = 1 s / w = ${Math.round(crossover)} followers`,
+    `  bytes per post row ${c.values.bytesPerPost!.toFixed(0)} (post_author_newest ${c.values.indexBytesPerPost!.toFixed(0)})`,
+  ];
+  process.stdout.write(lines.join("\n") + "\n");
+  return {
+    accounts: c.pop.accounts,
+    population: { ...c.pop, hotReaders: c.pop.hotReaders.length },
+    generateSeconds,
+    primaryKey: strip(pk),
+    figures: Object.fromEntries(Object.entries(c.figures).map(([k, f]) => [k, strip(f)])),
+    ratios: {
+      authorPage: ratio(c.figures.authorPage),
+      hotAuthorPage: ratio(c.figures.hotAuthorPage),
+      hotMerge: ratio(c.figures.hotMerge),
+    },
+    values: { ...c.values, perExtraAuthorMs, crossoverFollowers: crossover },
+  };
+}
+
+function merged(c: SizeContext): Figures {
+  const all = Float64Array.from([...c.figures.pkBefore!.latencyMs!, ...c.figures.pkAfter!.latencyMs!]).sort();
+  const pct = (q: number) => all[Math.min(all.length, Math.max(1, Math.ceil((q / 100) * all.length))) - 1]!;
+  const seconds = c.figures.pkBefore!.seconds + c.figures.pkAfter!.seconds;
+  return {
+    ...c.figures.pkBefore!,
+    ops: all.length,
+    seconds,
+    opsPerSec: all.length / seconds,
+    p50Ms: pct(50),
+    p99Ms: pct(99),
+  };
+}
+
+async function measureSize(
+  cluster: EmbeddedCluster,
+  accounts: number,
+  o: FeedOptions,
+): Promise<Record<string, unknown>> {
+  const database = `bench_feed_${accounts}`;
+  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  await admin.query(`DROP DATABASE IF EXISTS ${database}`);
+  await admin.query(`CREATE DATABASE ${database}`);
+  const pool = createPool({ connectionString: cluster.connectionString(database), max: o.workers + 2 });
+  try {
+    await migrate(pool);
+    await initLedger(pool, { partitions: o.partitions });
+    process.stdout.write(`generating ${accounts} accounts ...\n`);
+    const g0 = performance.now();
+    const pop = await generateFeedPopulation(pool, accounts, (line) => process.stdout.write(line + "\n"));
+    const generateSeconds = (performance.now() - g0) / 1000;
+    const ctx: SizeContext = { pool, pop, o, figures: {}, values: {} };
+    for (const phase of PHASES) {
+      process.stdout.write(`  ${phase.name} ...\n`);
+      await phase.run(ctx);
+    }
+    return report(ctx, generateSeconds);
+  } finally {
+    await pool.end();
+    await admin.query(`DROP DATABASE IF EXISTS ${database}`);
+    await admin.end();
+  }
+}
+
+async function runFeed(o: FeedOptions): Promise<void> {
+  const root = await clusterTempDir("social-ledger-bench-feed-");
+  const cluster = await EmbeddedCluster.start({ dataDir: path.join(root, "pgdata") });
+  try {
+    const runs = [];
+    for (const accounts of o.sizes) runs.push(await measureSize(cluster, accounts, o));
+    await mkdir(RESULTS_DIR, { recursive: true });
+    const file = path.join(RESULTS_DIR, `feed-${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+    await writeFile(file, JSON.stringify({ options: o, runs }, null, 2));
+    process.stdout.write(`results: ${path.relative(process.cwd(), file)}\n`);
+  } finally {
+    await cluster.stop();
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await runFeed(parseOptions(process.argv.slice(2)));
