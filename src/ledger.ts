@@ -42,7 +42,6 @@ export async function openLedger(
     hooks?: Hooks;
     erasureBatchSize?: number;
     writeBatchMax?: number;
-    writeLanes?: number;
     pacing?: PacingOptions;
   } = {},
 ): Promise<Ledger> {
@@ -54,7 +53,6 @@ export async function openLedger(
     hooks,
     likes: await LikeService.open(pool, {
       ...(options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
-      ...(options.writeLanes === undefined ? {} : { lanes: options.writeLanes }),
     }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),

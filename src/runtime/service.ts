@@ -61,7 +61,6 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const ledger = await openLedger(database.pool, {
     erasureBatchSize: config.erasureBatchSize,
     writeBatchMax: config.writeBatchMax,
-    ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }),
     pacing: config.pacing,
     ...(options.hooks ? { hooks: options.hooks } : {}),
   });

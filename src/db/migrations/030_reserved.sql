@@ -1,0 +1,1 @@
+-- Placeholder: number 030 is another branch's migration; this file is dropped when that branch merges.
