@@ -27,7 +27,7 @@ interface LikeWrite {
   itemId: string;
   want: boolean;
   part: number;
-  /** like_set_if_visible's rule (the API's write) instead of like_set's. */
+  /** The API's write: item_state's visibility rule, instead of the library's (any existing item). */
   checked: boolean;
 }
 
