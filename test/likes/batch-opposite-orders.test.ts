@@ -114,5 +114,9 @@ test("negative control: like_set_batch taking sequence rows in input order: B ho
   const seen = await oppositeBatches(t, true);
   t.diagnostic(`note input order: ${JSON.stringify(seen)}`);
   assert.equal(seen.highHeldByB, true, "B took partition 3's row first, as its input came");
-  assert.deepEqual([seen.a, seen.b].filter((x) => x === "40P01").length, 1, "exactly one batch is the deadlock's victim");
+  assert.deepEqual(
+    [seen.a, seen.b].filter((x) => x === "40P01").length,
+    1,
+    "exactly one batch is the deadlock's victim",
+  );
 });
