@@ -24,7 +24,7 @@ import { LikeService } from "../../src/likes/like-service.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { runWorkers, seededRandom } from "../support/concurrency.ts";
 import { replaceFunctionText } from "../support/function-mutant.ts";
-import { openTransactions, waitForAnyLockWait, waitForLockWait } from "../support/pg-locks.ts";
+import { openTransactions, waitForLockWait } from "../support/pg-locks.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
 import { count, likesFixture, user, LAB_ITEMS } from "./fixture.ts";
 
