@@ -5,7 +5,7 @@
  * Each tree migrates its own databases with its own migrations and writes through its own
  * LikeService (a pool of 20, as `serve` uses); each cell is four rounds in ABBA order, summed.
  * Options: --before DIR (required), --seconds S per round (default 3), --callers 16,64,256,
- * --partitions 1,16.
+ * --partitions 1,16, --after-in-flight K (this tree's batches in flight, default its own default).
  */
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -24,7 +24,7 @@ interface Tree {
   name: string;
   migrate: (pool: Pool) => Promise<unknown>;
   initLedger: (pool: Pool, o: { partitions: number }) => Promise<unknown>;
-  open: (pool: Pool) => Promise<Writer>;
+  open: (pool: Pool, options: object) => Promise<Writer>;
 }
 
 const ITEMS = 20;
@@ -38,7 +38,7 @@ async function loadTree(name: string, dir: string): Promise<Tree> {
     name,
     migrate: migrate.migrate,
     initLedger: config.initLedger,
-    open: (pool) => likes.LikeService.open(pool),
+    open: (pool, options) => likes.LikeService.open(pool, options),
   };
 }
 
@@ -49,6 +49,7 @@ async function main(): Promise<void> {
       seconds: { type: "string", default: "3" },
       callers: { type: "string", default: "16,64,256" },
       partitions: { type: "string", default: "1,16" },
+      "after-in-flight": { type: "string" },
     },
   });
   if (!values.before) throw new Error("--before DIR is required (a checkout with node_modules)");
@@ -70,7 +71,8 @@ async function main(): Promise<void> {
         const pool = bench.pool(name, 20);
         await tree.migrate(pool);
         await tree.initLedger(pool, { partitions });
-        const w = await tree.open(pool);
+        const inFlight = values["after-in-flight"];
+        const w = await tree.open(pool, tree.name === "after" && inFlight ? { batchesInFlight: Number(inFlight) } : {});
         for (let i = 0; i < ITEMS; i++) await w.createItem(`it-${i}`);
         writers.push(w);
       }
