@@ -15,7 +15,6 @@ export const OP = {
   chapter: "chapter's transaction (baseline)",
   mixed: "like/unlike, mixed items",
   mixedUnbatched: "like/unlike, mixed items, unbatched (LEDGER_WRITE_BATCH_MAX=1)",
-  mixedLanes: "like/unlike, mixed items, two lanes (LEDGER_WRITE_LANES=2)",
   hot: "like/unlike, one hot item",
   pkBacklog: "primary-key SELECT, backlog pending",
   readBacklog: "count read, backlog pending",
@@ -125,18 +124,6 @@ export function ratios(rows: readonly Row[]): Ratio[] {
     add(
       "like CHANGED/s batched ÷ unbatched",
       pair(find(OP.mixed), unbatched, (a, b) => changedPerSec(a) / changedPerSec(b)),
-      "",
-      () => true,
-    );
-    add(
-      "like CHANGED/s two lanes ÷ one batcher per partition",
-      pair(find(OP.mixedLanes), find(OP.mixed), (a, b) => changedPerSec(a) / changedPerSec(b)),
-      "",
-      () => true,
-    );
-    add(
-      "like CHANGED/s two lanes ÷ pgbench INSERT/s (16 clients)",
-      pair(find(OP.mixedLanes), pgInsert, (a, b) => changedPerSec(a) / b.figures.opsPerSec),
       "",
       () => true,
     );

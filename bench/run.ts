@@ -171,17 +171,6 @@ async function main(o: Opts): Promise<void> {
           path: "library",
           run: (chunk) => otherServiceWrites(t.likesUnbatched, "nb", o, chunk),
         },
-        // Lanes share a batcher among partitions: P > 1 only (at P = 1 it is the row above it).
-        ...(t.partitions > 1
-          ? [
-              {
-                op: OP.mixedLanes,
-                path: "library" as const,
-                run: (chunk: Chunk) => otherServiceWrites(t.likesLanes, "ln", o, chunk),
-                extraNote: () => batchNote(t, "lanes"),
-              },
-            ]
-          : []),
         // The chapter's transaction needs one sequence row for everybody: P = 1 databases only.
         ...(t.partitions === 1
           ? [{ op: OP.chapter, path: "library" as const, run: (chunk: Chunk) => chapterWrites(t, o, chunk) }]

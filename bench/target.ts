@@ -21,8 +21,6 @@ export interface Target {
   ledger: Ledger;
   /** The same database's likes with LEDGER_WRITE_BATCH_MAX = 1: one like_set call per write (issue 22's side by side). */
   likesUnbatched: LikeService;
-  /** The same database's likes with LEDGER_WRITE_LANES = 2: partition p batched in lane p mod 2 (docs/write-path.md "Lanes"). */
-  likesLanes: LikeService;
   /** The same database's follows with LEDGER_WRITE_BATCH_MAX = 1: one relation_follow / relation_unfollow call per write. */
   relationsUnbatched: RelationService;
   app: FastifyInstance;
@@ -64,7 +62,6 @@ export async function openTarget(
     pool,
     ledger,
     likesUnbatched: await LikeService.open(pool, { batchMax: 1 }),
-    likesLanes: await LikeService.open(pool, { lanes: 2 }),
     relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }),
     app,
     baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }),

@@ -69,8 +69,8 @@ export function timedLibraryWrites(t: Target, o: Opts, hot: boolean, chunk: Chun
 /**
  * The mixed-items toggles through another LikeService of the same database, on users of its own
  * (`userPrefix`) so that its pairs and the ledger's row's never meet: the side-by-side rows of
- * issue 22, LEDGER_WRITE_BATCH_MAX = 1 (one like_set call per write, the path before group
- * commit) and LEDGER_WRITE_LANES = 2.
+ * issue 22, LEDGER_WRITE_BATCH_MAX = 1 (each write a batch of one, sent at once, as before group
+ * commit).
  */
 export function otherServiceWrites(likes: LikeService, userPrefix: string, o: Opts, chunk: Chunk): Promise<Figures> {
   return runForSeconds(
@@ -356,7 +356,6 @@ export const WRITE_OPS: ReadonlySet<string> = new Set([
   OP.rawInsert,
   OP.mixed,
   OP.mixedUnbatched,
-  OP.mixedLanes,
   OP.chapter,
   OP.hot,
   OP.follow,
@@ -371,9 +370,7 @@ export async function walPosition(): Promise<number> {
 }
 
 /** Group commit's batches of the target's batched LikeService (or RelationService) so far (warm-up and HTTP rows included). */
-export function batchNote(t: Target, service: "likes" | "relations" | "lanes" = "likes"): string {
-  const s = service === "lanes" ? t.likesLanes.batchStats() : t.ledger[service].batchStats();
-  return s
-    ? `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}`
-    : "unbatched";
+export function batchNote(t: Target, service: "likes" | "relations" = "likes"): string {
+  const s = t.ledger[service].batchStats();
+  return `group commit so far: ${s.writes} writes in ${s.batches} batches, ${(s.writes / Math.max(1, s.batches)).toFixed(1)} per batch, largest ${s.largest}`;
 }

@@ -143,12 +143,6 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
       "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each",
   },
   {
-    name: "LEDGER_WRITE_LANES",
-    shown: "unset",
-    meaning:
-      "like batchers shared by the partitions (partition p writes through lane p mod N, one batch in flight per lane); unset: one per partition",
-  },
-  {
     name: "LEDGER_ERASURE_BATCH_SIZE",
     shown: "500",
     meaning: "most facts an account erasure turns off per batch (one short transaction)",
@@ -346,10 +340,8 @@ export interface Config {
   };
   /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
-  /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "Group commit"); 1: one like_set call each. */
+  /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "One write path"); 1: each write a batch of one. */
   writeBatchMax: number;
-  /** LEDGER_WRITE_LANES: like batchers shared by the partitions (docs/write-path.md, "Lanes"); undefined: one per partition. */
-  writeLanes: number | undefined;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
   /** LEDGER_FEED_MAX_ITEMS: the most posts a home timeline inbox keeps (docs/feed.md). */
@@ -733,7 +725,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       1,
       10_000,
     ),
-    writeLanes: env.LEDGER_WRITE_LANES ? integer("LEDGER_WRITE_LANES", env.LEDGER_WRITE_LANES, 0, 1, 1024) : undefined,
     erasureBatchSize: integer(
       "LEDGER_ERASURE_BATCH_SIZE",
       env.LEDGER_ERASURE_BATCH_SIZE,

@@ -46,7 +46,6 @@ export async function openLedger(
     hooks?: Hooks;
     erasureBatchSize?: number;
     writeBatchMax?: number;
-    writeLanes?: number;
     pacing?: PacingOptions;
     /** LEDGER_FEED_MAX_ITEMS: the most posts one home timeline inbox keeps. */
     feedMaxItems?: number;
@@ -60,7 +59,6 @@ export async function openLedger(
     hooks,
     likes: await LikeService.open(pool, {
       ...(options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
-      ...(options.writeLanes === undefined ? {} : { lanes: options.writeLanes }),
     }),
     likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),

@@ -1,6 +1,7 @@
 /**
- * Group commit: writes that arrive while the database is busy go together, as one statement
- * and one commit. A write is sent at once when fewer than `maxInFlight` batches are in flight
+ * Group commit, the batching writer likes and relations share (one per service, for every
+ * partition: docs/write-path.md, "One write path"): writes that arrive while the database is
+ * busy go together, as one statement and one commit. A write is sent at once when fewer than `maxInFlight` batches are in flight
  * (so an idle service adds no wait, and there is no timer); otherwise it queues, and the queue
  * goes as the next batch (at most `maxBatch` writes) when a batch returns. `submit` resolves
  * with the write's own answer once its batch has committed, or rejects with the batch's error.

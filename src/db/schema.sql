@@ -1455,49 +1455,11 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION public.like_set(p_user text, p_item text, p_want boolean, p_part integer)
- RETURNS TABLE(outcome text, liked boolean, version bigint, seq bigint)
- LANGUAGE plpgsql
+ RETURNS TABLE(outcome text, liked boolean, version bigint, seq bigint, code text, account text)
+ LANGUAGE sql
 AS $function$
-DECLARE
-  cur_liked   boolean;
-  new_version bigint;
-  new_seq     bigint;
-BEGIN
-  LOOP
-    IF p_want THEN
-      INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, true, 1)
-        ON CONFLICT DO NOTHING;
-      IF FOUND THEN
-        new_version := 1;
-        EXIT;
-      END IF;
-    ELSE
-      INSERT INTO like_fact (user_id, item_id, liked, version) VALUES (p_user, p_item, false, 0)
-        ON CONFLICT DO NOTHING;
-    END IF;
-    -- Lock and change in one statement; 0 rows: the pair's newest committed state already is p_want.
-    UPDATE like_fact f SET liked = p_want, version = f.version + 1, changed_at = now()
-     WHERE f.user_id = p_user AND f.item_id = p_item AND f.liked <> p_want
-    RETURNING f.version INTO new_version;
-    EXIT WHEN FOUND;
-    SELECT f.liked, f.version INTO cur_liked, new_version
-      FROM like_fact f WHERE f.user_id = p_user AND f.item_id = p_item;
-    IF FOUND AND cur_liked = p_want THEN
-      RETURN QUERY SELECT 'NOOP'::text, cur_liked, new_version, 0::bigint;
-      RETURN;
-    END IF;
-    -- A write committed between the two statements and moved the pair away from p_want (or the
-    -- row was deleted): decide again from the start.
-  END LOOP;
-  UPDATE like_seq s SET last = s.last + 1 WHERE s.part = p_part RETURNING s.last INTO new_seq;
-  INSERT INTO like_outbox (part, seq, user_id, item_id, delta, version)
-    VALUES (p_part, new_seq, p_user, p_item, CASE WHEN p_want THEN 1 ELSE -1 END, new_version);
-  IF current_setting('ledger.test_hooks', true) = 'on' THEN
-    PERFORM ledger_hook('like.beforeCommit', jsonb_build_object(
-      'userId', p_user, 'itemId', p_item, 'part', p_part, 'seq', new_seq, 'version', new_version));
-  END IF;
-  RETURN QUERY SELECT 'CHANGED'::text, p_want, new_version, new_seq;
-END
+  SELECT b.outcome, b.liked, b.version, b.seq, b.code, b.account
+    FROM like_set_batch(ARRAY[p_user], ARRAY[p_item], ARRAY[p_want], ARRAY[p_part], ARRAY[false]) b
 $function$;
 
 CREATE OR REPLACE FUNCTION public.like_set_batch(p_users text[], p_items text[], p_wants boolean[], p_parts integer[], p_checked boolean[])
@@ -1665,19 +1627,11 @@ END
 $function$;
 
 CREATE OR REPLACE FUNCTION public.like_set_if_visible(p_user text, p_item text, p_want boolean, p_part integer)
- RETURNS TABLE(outcome text, liked boolean, version bigint, seq bigint)
- LANGUAGE plpgsql
+ RETURNS TABLE(outcome text, liked boolean, version bigint, seq bigint, code text, account text)
+ LANGUAGE sql
 AS $function$
-DECLARE
-  v_state text := item_state(p_user, p_item, 'TRUTH');
-BEGIN
-  IF v_state = 'MISSING'
-     OR (v_state = 'HIDDEN' AND (p_want OR NOT EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = p_user AND f.item_id = p_item AND f.liked))) THEN
-    RETURN QUERY SELECT 'HIDDEN'::text, false, 0::bigint, 0::bigint;
-    RETURN;
-  END IF;
-  RETURN QUERY SELECT l.outcome, l.liked, l.version, l.seq FROM like_set(p_user, p_item, p_want, p_part) l;
-END
+  SELECT b.outcome, b.liked, b.version, b.seq, b.code, b.account
+    FROM like_set_batch(ARRAY[p_user], ARRAY[p_item], ARRAY[p_want], ARRAY[p_part], ARRAY[true]) b
 $function$;
 
 CREATE OR REPLACE FUNCTION public.notification_group_key(p_type text, p_item text, p_at timestamp with time zone, p_id text)
@@ -1802,59 +1756,18 @@ $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_decide(p_followee text, p_follower text, p_approve boolean, p_partitions integer)
  RETURNS TABLE(outcome text, state text, version bigint, seq bigint, reason text, code text)
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  cur      record;
-  v_target text := CASE WHEN p_approve THEN 'ACTIVE' ELSE 'REMOVED' END;
-BEGIN
-  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);
-  IF cur.state <> 'PENDING' THEN
-    RETURN QUERY SELECT 'REJECTED', cur.state, cur.version, 0::bigint, 'not PENDING (' || cur.state || ')', 'NOT_PENDING';
-    RETURN;
-  END IF;
-  RETURN QUERY SELECT 'CHANGED', v_target, cur.version + 1,
-    relation_write_event(p_follower, p_followee, v_target, cur.version + 1, p_partitions),
-    cur.state || '->' || v_target, NULL::text;
-END
+  SELECT b.outcome, b.state, b.version, b.seq, b.reason, b.code
+    FROM relation_set_batch(ARRAY['decide'], ARRAY[p_followee], ARRAY[p_follower], ARRAY[p_approve], p_partitions) b
 $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_follow(p_follower text, p_followee text, p_partitions integer)
  RETURNS TABLE(outcome text, state text, version bigint, seq bigint, reason text, code text)
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  cur      record;
-  v_target text;
-BEGIN
-  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);
-  IF current_setting('ledger.test_hooks', true) = 'on' THEN
-    PERFORM ledger_hook('follow.afterLock', jsonb_build_object('follower', p_follower, 'followee', p_followee));
-  END IF;
-  -- After the lock: a block must take the same row lock first (chapter 30, 30-H/30-I).
-  IF relation_blocked_either_way(p_follower, p_followee) THEN
-    RETURN QUERY SELECT 'REJECTED', cur.state, cur.version, 0::bigint, 'blocked', 'BLOCKED';
-    RETURN;
-  END IF;
-  IF cur.state = 'ACTIVE' THEN
-    RETURN QUERY SELECT 'NOOP', cur.state, cur.version, 0::bigint, 'already ACTIVE', NULL::text;
-    RETURN;
-  END IF;
-  SELECT CASE WHEN a.private THEN 'PENDING' ELSE 'ACTIVE' END INTO v_target FROM account a WHERE a.account_id = p_followee;
-  IF v_target = 'PENDING' THEN
-    -- A request is only PENDING while the account is private: the share lock waits for an
-    -- unlock in progress (which approves the requests it can see) and re-reads the flag after it.
-    SELECT CASE WHEN a.private THEN 'PENDING' ELSE 'ACTIVE' END INTO v_target FROM account a WHERE a.account_id = p_followee FOR SHARE;
-  END IF;
-  -- A request left PENDING towards an account that is public now is approved by asking again.
-  IF cur.state = v_target THEN
-    RETURN QUERY SELECT 'NOOP', cur.state, cur.version, 0::bigint, 'already ' || cur.state, NULL::text;
-    RETURN;
-  END IF;
-  RETURN QUERY SELECT 'CHANGED', v_target, cur.version + 1,
-    relation_write_event(p_follower, p_followee, v_target, cur.version + 1, p_partitions),
-    cur.state || '->' || v_target, NULL::text;
-END
+  SELECT b.outcome, b.state, b.version, b.seq, b.reason, b.code
+    FROM relation_set_batch(ARRAY['follow'], ARRAY[p_follower], ARRAY[p_followee], ARRAY[NULL::boolean], p_partitions) b
 $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_lock_pair(p_follower text, p_followee text, OUT state text, OUT version bigint)
@@ -1960,7 +1873,7 @@ BEGIN
       o_outcome[i] := 'REJECTED'; o_code[i] := v_refusal.code; o_account[i] := v_refusal.account;
       o_reason[i] := 'account ' || v_refusal.account || ' is being erased';
     ELSIF v_refusal.code = 'ACCOUNT_NOT_FOUND' THEN
-      o_outcome[i] := 'ACCOUNT_NOT_FOUND'; o_reason[i] := v_refusal.missing;
+      o_outcome[i] := 'REJECTED'; o_code[i] := 'ACCOUNT_NOT_FOUND'; o_reason[i] := v_refusal.missing;
     END IF;
   END LOOP;
 
@@ -2111,7 +2024,7 @@ BEGIN
     FROM unnest(ARRAY[p_blocker, p_blocked]) WITH ORDINALITY AS i(id, ord)
    WHERE NOT EXISTS (SELECT 1 FROM account a WHERE a.account_id = i.id AND a.erased_state IS DISTINCT FROM 'ERASED');
   IF v_missing IS NOT NULL THEN
-    RETURN QUERY SELECT 'ACCOUNT_NOT_FOUND', v_state, v_version, 0::bigint, v_missing, NULL::text;
+    RETURN QUERY SELECT 'REJECTED', v_state, v_version, 0::bigint, v_missing, 'ACCOUNT_NOT_FOUND';
     RETURN;
   END IF;
   SELECT a.account_id INTO v_erasing FROM account a WHERE a.account_id IN (p_blocker, p_blocked) AND a.erased_state = 'ERASING' LIMIT 1;
@@ -2134,20 +2047,10 @@ $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_unfollow(p_follower text, p_followee text, p_partitions integer)
  RETURNS TABLE(outcome text, state text, version bigint, seq bigint, reason text, code text)
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  cur record;
-BEGIN
-  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);
-  IF cur.state = 'REMOVED' THEN
-    RETURN QUERY SELECT 'NOOP', cur.state, cur.version, 0::bigint, 'already REMOVED', NULL::text;
-    RETURN;
-  END IF;
-  RETURN QUERY SELECT 'CHANGED', 'REMOVED', cur.version + 1,
-    relation_write_event(p_follower, p_followee, 'REMOVED', cur.version + 1, p_partitions),
-    cur.state || '->REMOVED', NULL::text;
-END
+  SELECT b.outcome, b.state, b.version, b.seq, b.reason, b.code
+    FROM relation_set_batch(ARRAY['unfollow'], ARRAY[p_follower], ARRAY[p_followee], ARRAY[NULL::boolean], p_partitions) b
 $function$;
 
 CREATE OR REPLACE FUNCTION public.relation_write_event(p_follower text, p_followee text, p_target text, p_version bigint, p_partitions integer)

@@ -3,6 +3,7 @@ import { readPartitions } from "../db/ledger-config.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { LedgerError } from "../errors.ts";
 import { REBUILD_LOCK_KEY } from "../likes/like-rebuild.ts";
+import { likeRefusalError } from "../likes/like-service.ts";
 import { stablePartition } from "../partition.ts";
 import type { RelationService } from "../relations/relation-service.ts";
 import { setHideCollections } from "../relations/account-settings.ts";
@@ -330,12 +331,14 @@ export class ImportApply {
         let written = 0;
         let hidden = 0;
         for (const r of rows) {
-          const { rows: out } = await this.pool.query<{ outcome: string }>(
-            "SELECT outcome FROM like_set_if_visible($1, $2, true, $3)",
+          const { rows: out } = await this.pool.query<{ outcome: string; code: string | null; account: string | null }>(
+            "SELECT outcome, code, account FROM like_set_if_visible($1, $2, true, $3)",
             [r.user_id, r.item_id, stablePartition(r.user_id, partitions)],
           );
+          const refused = likeRefusalError(out[0]!);
+          if (refused) throw refused;
           if (out[0]!.outcome === "CHANGED") written++;
-          else if (out[0]!.outcome === "HIDDEN") hidden++;
+          else if (out[0]!.outcome === "REJECTED") hidden++;
         }
         await withTransaction(this.pool, async (client) => {
           await this.advance(client, runId, upto, phase, written);

@@ -10,11 +10,12 @@ import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "./errors.ts";
 import { erasedAccounts } from "./account-settings.ts";
 import { missingAccounts, pairRelationship } from "./relation-reads.ts";
-import type { AccountSettings, RelationResult, RelationState, Relationship } from "./types.ts";
+import type { AccountSettings, Outcome, RelationResult, RelationState, Relationship } from "./types.ts";
 
-/** A row returned by the write functions relation_follow, relation_unfollow, relation_decide, relation_block and relation_unblock (src/db/schema.sql). */
+/** A row returned by the write functions relation_set_batch, relation_block and relation_unblock (src/db/schema.sql). */
 interface WriteRow {
-  outcome: "CHANGED" | "NOOP" | "REJECTED" | "ACCOUNT_NOT_FOUND";
+  /** REJECTED with code ACCOUNT_NOT_FOUND: `reason` names the missing accounts. */
+  outcome: Outcome;
   state: RelationState;
   version: number;
   seq: number;
@@ -24,14 +25,11 @@ interface WriteRow {
 
 const RESULT_COLUMNS = "outcome, state, version, seq, reason, code";
 const WRITE_FUNCTIONS = {
-  follow: { name: "relation_follow", text: `SELECT ${RESULT_COLUMNS} FROM relation_follow($1, $2, $3)` },
-  unfollow: { name: "relation_unfollow", text: `SELECT ${RESULT_COLUMNS} FROM relation_unfollow($1, $2, $3)` },
-  decide: { name: "relation_decide", text: `SELECT ${RESULT_COLUMNS} FROM relation_decide($1, $2, $3, $4)` },
   block: { name: "relation_block", text: `SELECT ${RESULT_COLUMNS} FROM relation_block($1, $2, $3)` },
   unblock: { name: "relation_unblock", text: `SELECT ${RESULT_COLUMNS} FROM relation_unblock($1, $2)` },
 } as const;
 
-/** The writes group commit batches: one pair each, whose followee's partition is the batch's. */
+/** The writes group commit batches: one pair each, of any partition. */
 type BatchedOp = "follow" | "unfollow" | "decide";
 
 /** One write for relation_set_batch, in the single function's argument order (decide: a = followee). */
@@ -54,7 +52,7 @@ const RELATION_SET_BATCH = {
   text: `SELECT ord, ${RESULT_COLUMNS}, account FROM relation_set_batch($1::text[], $2::text[], $3::text[], $4::boolean[], $5::integer)`,
 };
 
-/** Batches in flight at once per partition, as for likes: one committing while the next takes its row locks and queues for event_seq. */
+/** Batches in flight at once, as for likes: one committing while the next takes its row locks and queues for the event_seq rows. */
 export const RELATION_BATCHES_IN_FLIGHT = 2;
 
 /**
@@ -67,8 +65,10 @@ export const RELATION_BATCHES_IN_FLIGHT = 2;
 const ERASURE_RACE_ATTEMPTS = 3;
 
 export interface RelationServiceOptions {
-  /** Most follow/unfollow/decide writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each its own function call. */
+  /** Most follow/unfollow/decide writes per batch (LEDGER_WRITE_BATCH_MAX); 1: each write a batch of one. */
   batchMax?: number;
+  /** Batches in flight at once; default RELATION_BATCHES_IN_FLIGHT. */
+  batchesInFlight?: number;
 }
 
 /**
@@ -81,51 +81,41 @@ export interface RelationServiceOptions {
  * lock: a block transaction must take the same row lock first, so what the check reads cannot
  * change before this transaction commits (the chapter's argument, test 30-H/30-I).
  *
- * Each operation runs as one server-side function call (relation_follow, ..., src/db/schema.sql), one round
- * trip. The deterministic race tests pause inside those functions, at their hook points
- * (ledger_hook), so they race the statements production runs (docs/testing.md).
+ * Each operation runs as one server-side function call (relation_set_batch, relation_block,
+ * relation_unblock, src/db/schema.sql), one round trip. The deterministic race tests pause inside
+ * those functions, at their hook points (ledger_hook), so they race the statements production
+ * runs (docs/testing.md).
  *
- * Group commit (docs/write-path.md "Group commit"): follows, unfollows and decisions
- * of one followee partition that arrive while RELATION_BATCHES_IN_FLIGHT batches of it are
- * running go together as one relation_set_batch call, which decides each on its
- * own in arrival order, passes the same hook points, and answers each with its own row. A write
- * to an idle partition goes at once, as the single call. Block and unblock are not batched.
+ * One write path (docs/write-path.md, "One write path"): every follow, unfollow and decision of
+ * this process goes through one batcher, whatever its partition. Writes that arrive while
+ * RELATION_BATCHES_IN_FLIGHT batches are running go together as one relation_set_batch call,
+ * which decides each on its own in arrival order, takes the event_seq rows of its partitions in
+ * ascending order, passes the same hook points, and answers each with its own row. A write that
+ * finds the service idle goes at once, as a batch of one. Block and unblock are not batched.
  */
 export class RelationService {
-  /** One batcher per followee partition; empty: LEDGER_WRITE_BATCH_MAX = 1, one function call per write. */
-  private readonly batchers: GroupCommit<RelationWrite, RelationResult | Error>[] = [];
+  private readonly batcher: GroupCommit<RelationWrite, RelationResult | Error>;
 
   private constructor(
     private readonly pool: Pool,
     readonly partitions: number,
     options: RelationServiceOptions,
   ) {
-    const batchMax = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
-    if (batchMax > 1) {
-      for (let part = 0; part < partitions; part++) {
-        this.batchers.push(
-          new GroupCommit((writes) => this.runBatch(writes), {
-            maxBatch: batchMax,
-            maxInFlight: RELATION_BATCHES_IN_FLIGHT,
-          }),
-        );
-      }
-    }
+    const maxBatch = options.batchMax ?? numericDefault("LEDGER_WRITE_BATCH_MAX");
+    this.batcher = new GroupCommit((writes) => this.runBatch(writes), {
+      maxBatch,
+      // Unbatched (LEDGER_WRITE_BATCH_MAX = 1): every caller's write is sent at once, as before group commit.
+      maxInFlight: options.batchesInFlight ?? (maxBatch === 1 ? Number.MAX_SAFE_INTEGER : RELATION_BATCHES_IN_FLIGHT),
+    });
   }
 
   static async open(pool: Pool, options: RelationServiceOptions = {}): Promise<RelationService> {
     return new RelationService(pool, await readPartitions(pool), options);
   }
 
-  /** Group commit's figures so far, over every partition; undefined when unbatched. */
-  batchStats(): { batches: number; writes: number; largest: number } | undefined {
-    if (this.batchers.length === 0) return undefined;
-    const all = this.batchers.map((b) => b.stats);
-    return {
-      batches: all.reduce((n, s) => n + s.batches, 0),
-      writes: all.reduce((n, s) => n + s.writes, 0),
-      largest: Math.max(...all.map((s) => s.largest)),
-    };
+  /** Group commit's figures so far. */
+  batchStats(): { batches: number; writes: number; largest: number } {
+    return { ...this.batcher.stats };
   }
 
   partitionOf(followee: string): number {
@@ -237,7 +227,7 @@ export class RelationService {
 
   /**
    * Follow, unfollow and decide: validated and self-targeted calls answered here, then through
-   * the followee partition's batcher (group commit), or straight to the function when unbatched.
+   * the batcher (group commit).
    */
   private async batchedWrite(
     write: RelationWrite,
@@ -248,28 +238,17 @@ export class RelationService {
     validateId(nameA, write.a);
     validateId(nameB, write.b);
     if (write.a === write.b) return self;
-    const batcher = this.batchers[this.partitionOf(write.op === "decide" ? write.a : write.b)];
-    if (!batcher) return this.callSingle(write);
-    const answer = await batcher.submit(write);
+    const answer = await this.batcher.submit(write);
     if (answer instanceof Error) throw answer;
     return answer;
   }
 
-  /** The single function of one batched write (a batch of one, or LEDGER_WRITE_BATCH_MAX = 1). */
-  private callSingle(w: RelationWrite): Promise<RelationResult> {
-    if (w.op === "decide")
-      return this.runWrite(w.a, w.b, WRITE_FUNCTIONS.decide, [w.a, w.b, w.approve, this.partitions]);
-    return this.runWrite(w.a, w.b, WRITE_FUNCTIONS[w.op], [w.a, w.b, this.partitions]);
-  }
-
   /**
    * One batch, one autocommit statement, re-run whole on a serialization failure or deadlock (it
-   * wrote nothing). A batch of one is today's single function call, whose errors are its write's
-   * own. A larger batch answers each write with its own row: a result, or the error the single
-   * call would have thrown for it (AccountNotFoundError, AccountBeingErasedError).
+   * wrote nothing). Each write is answered with its own row: a result, or the typed error of its
+   * refusal (AccountNotFoundError, AccountErasedError, AccountBeingErasedError).
    */
   private async runBatch(writes: readonly RelationWrite[]): Promise<(RelationResult | Error)[]> {
-    if (writes.length === 1) return [await this.callSingle(writes[0]!)];
     const values = [
       writes.map((w) => w.op),
       writes.map((w) => w.a),
@@ -281,12 +260,12 @@ export class RelationService {
     const byOrd: BatchRow[] = [];
     for (const row of rows) byOrd[row.ord - 1] = row;
     // An error path: which acting accounts of the writes answered missing are erased.
-    const missingActors = writes.filter((w, i) => byOrd[i]?.outcome === "ACCOUNT_NOT_FOUND").map((w) => w.a);
+    const missingActors = writes.filter((w, i) => byOrd[i]?.code === "ACCOUNT_NOT_FOUND").map((w) => w.a);
     const erased = new Set(missingActors.length > 0 ? await erasedAccounts(this.pool, missingActors) : []);
     return writes.map((w, i) => {
       const row = byOrd[i];
       if (!row) throw new Error(`relation_set_batch returned no answer for write ${i + 1} of ${writes.length}`);
-      if (row.outcome === "ACCOUNT_NOT_FOUND" && erased.has(w.a)) return AccountErasedError.of(w.a);
+      if (row.code === "ACCOUNT_NOT_FOUND" && erased.has(w.a)) return AccountErasedError.of(w.a);
       return batchAnswer(row);
     });
   }
@@ -347,7 +326,7 @@ export class RelationService {
       if (err instanceof AccountErasedError) throw await notFoundOrErased(this.pool, a, b);
       throw err;
     }
-    if (row.outcome === "ACCOUNT_NOT_FOUND") throw await notFoundOrErased(this.pool, a, row.reason);
+    if (row.code === "ACCOUNT_NOT_FOUND") throw await notFoundOrErased(this.pool, a, row.reason);
     const result: RelationResult = {
       outcome: row.outcome,
       state: row.state,
@@ -408,7 +387,7 @@ async function accountNotFound(db: PoolClient | Pool, ids: string[]): Promise<Ac
 
 /** A row of relation_set_batch as the single call's answer, or the error the single call would have thrown. */
 function batchAnswer(row: BatchRow): RelationResult | Error {
-  if (row.outcome === "ACCOUNT_NOT_FOUND") return new AccountNotFoundError(row.reason);
+  if (row.code === "ACCOUNT_NOT_FOUND") return new AccountNotFoundError(row.reason);
   if (row.code === "ACCOUNT_BEING_ERASED") {
     // The same typed error as the guard's SQLSTATE SLE01 on the single call (erasure_refuse).
     return new AccountBeingErasedError(

@@ -62,7 +62,6 @@ export async function startService(config: Config, options: ServiceOptions = {})
     erasureBatchSize: config.erasureBatchSize,
     feedMaxItems: config.feedMaxItems,
     writeBatchMax: config.writeBatchMax,
-    ...(config.writeLanes === undefined ? {} : { writeLanes: config.writeLanes }),
     pacing: config.pacing,
     ...(options.hooks ? { hooks: options.hooks } : {}),
   });

@@ -51,9 +51,6 @@ test("config: integers outside their range or not integers are refused by name",
   assert.equal(loadConfig({ LEDGER_PARTITIONS: "4" }).partitions, 4);
   for (const bad of ["0", "65536", "80.5", "eighty", "-1"]) refused({ PORT: bad }, "PORT");
   for (const bad of ["0", "1025", "x"]) refused({ LEDGER_PARTITIONS: bad }, "LEDGER_PARTITIONS");
-  assert.equal(loadConfig({}).writeLanes, undefined, "unset: one like batcher per partition");
-  assert.equal(loadConfig({ LEDGER_WRITE_LANES: "2" }).writeLanes, 2);
-  for (const bad of ["0", "1025", "2.5", "two"]) refused({ LEDGER_WRITE_LANES: bad }, "LEDGER_WRITE_LANES");
   refused({ LEDGER_COUNT_BUCKETS: "0" }, "LEDGER_COUNT_BUCKETS");
   refused({ LEDGER_RECONCILE_INTERVAL_MS: "99" }, "LEDGER_RECONCILE_INTERVAL_MS");
 });

@@ -20,13 +20,11 @@ import {
   writeSide,
   writeSideClean,
 } from "../../src/likes/like-audit.ts";
-import { loadConfig } from "../../src/config.ts";
-import { openLedger } from "../../src/ledger.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { stablePartition } from "../../src/partition.ts";
 import { runWorkers, seededRandom } from "../support/concurrency.ts";
 import { replaceFunctionText } from "../support/function-mutant.ts";
-import { openTransactions, waitForAnyLockWait, waitForLockWait } from "../support/pg-locks.ts";
+import { openTransactions, waitForLockWait } from "../support/pg-locks.ts";
 import { SqlHook } from "../support/sql-hooks.ts";
 import { count, likesFixture, user, LAB_ITEMS } from "./fixture.ts";
 
@@ -305,20 +303,19 @@ test("P=4 a batch parked at like.beforeCommit holds its partition's sequence row
 });
 
 /**
- * Lanes (LikeService `lanes`): at P = 4 with two lanes, lane 0 holds partitions 0 and 2. A write
- * of partition 0 parks at like.beforeCommit holding partition 0's like_seq row; then writes of
- * partitions 0 and 2 (lane 0) and one of partition 1 (lane 1) arrive. Returns what was seen
- * once lane 1's write has committed, and the rest of the run for the caller to finish.
+ * One batcher for every partition: at P = 4 with one batch in flight, a write of partition 0 parks
+ * at like.beforeCommit; writes of partitions 0, 2 and 1 arrive meanwhile and queue; when the
+ * parked batch commits they go as one batch spanning three partitions, each numbered gapless in
+ * its own partition.
  */
-async function parkedLane(
-  f: Awaited<ReturnType<typeof likesFixture>>,
-  gate: SqlHook,
-  batchesInFlight?: number,
-  service?: LikeService,
-) {
-  const likes =
-    service ??
-    (await LikeService.open(f.db.pool, { batchMax: 16, lanes: 2, ...(batchesInFlight ? { batchesInFlight } : {}) }));
+test("P=4 writes of partitions 0, 2 and 1 queued behind a parked batch go as one batch, numbered 2 in partition 0 and 1 in partitions 1 and 2", async (t) => {
+  const f = await likesFixture(4);
+  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
+  t.after(async () => {
+    await gate.release();
+    await f.close();
+  });
+  const likes = await LikeService.open(f.db.pool, { batchMax: 16, batchesInFlight: 1 });
   const inPart = (p: number) =>
     Array.from({ length: 200 }, (_, i) => user(i + 1)).filter((u) => stablePartition(u, 4) === p);
   const [a1, a2] = inPart(0);
@@ -326,84 +323,22 @@ async function parkedLane(
   const [c1] = inPart(2);
   const parked = likes.like(a1!, "item-lab-01");
   const { pid } = await gate.parked();
-  const queued = Promise.all([likes.like(a2!, "item-lab-02"), likes.like(c1!, "item-lab-02")]);
-  const other = await likes.like(b1!, "item-lab-03");
-  return { likes, pid, parked, queued, other, batchesSent: likes.batchStats()!.batches };
-}
-
-test("P=4 two lanes: while a batch of lane 0 is parked holding partition 0's sequence row, lane 0 sends no second batch (its writes of partitions 0 and 2 queue), lane 1 commits; then they go as one batch with the next numbers", async (t) => {
-  const f = await likesFixture(4);
-  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
-  t.after(async () => {
-    await gate.release();
-    await f.close();
-  });
-  const run = await parkedLane(f, gate);
-  assert.equal(run.other.outcome, "CHANGED", "lane 1 is not held up by lane 0's parked batch");
-  assert.equal(run.batchesSent, 2, "the parked batch and lane 1's: lane 0's next writes were not sent");
+  const queued = Promise.all([
+    likes.like(a2!, "item-lab-02"),
+    likes.like(c1!, "item-lab-02"),
+    likes.like(b1!, "item-lab-03"),
+  ]);
+  assert.equal(likes.batchStats().batches, 1, "the queued writes were not sent");
   const writers = (await openTransactions(f.db.pool)).filter((x) => x.xid !== null).map((x) => x.pid);
-  assert.deepEqual(writers, [run.pid], "no other writing transaction is open");
+  assert.deepEqual(writers, [pid], "no other writing transaction is open");
   await gate.release();
-  const first = await run.parked;
-  const [a2, c1] = await run.queued;
-  assert.deepEqual([first.seq, a2.seq, c1.seq], [1, 2, 1], "partition 0 numbers 1, 2; partition 2 number 1");
-  const s = run.likes.batchStats()!;
-  assert.deepEqual([s.batches, s.largest], [3, 2], "lane 0's two queued writes went as one batch");
-  assert.ok(writeSideClean(await writeSide(f.db.pool)));
-});
-
-test("negative control: two lanes with two batches in flight each: lane 0's second batch is sent at once and waits (pg_locks) for the parked batch's transaction on partition 0's row, which the check above sees", async (t) => {
-  const f = await likesFixture(4);
-  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
-  t.after(async () => {
-    await gate.release();
-    await f.close();
-  });
-  const run = await parkedLane(f, gate, 2);
-  const wait = await waitForAnyLockWait(f.db.pool);
-  const {
-    rows: [holder],
-  } = await f.db.pool.query<{ pid: number }>(
-    `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-        AND l.transactionid = (SELECT w.transactionid FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted AND w.locktype = 'transactionid')`,
-    [wait.pid],
+  const first = await parked;
+  const [a2r, c1r, b1r] = await queued;
+  assert.deepEqual(
+    [first, a2r, c1r, b1r].map((r) => `${r.outcome} p${r.part} seq${r.seq}`),
+    ["CHANGED p0 seq1", "CHANGED p0 seq2", "CHANGED p2 seq1", "CHANGED p1 seq1"],
   );
-  t.diagnostic(
-    `note control: batches sent ${run.batchesSent}, pid ${wait.pid} waits (${wait.locktype}) for pid ${holder?.pid}`,
-  );
-  assert.equal(wait.locktype, "transactionid");
-  assert.equal(holder?.pid, run.pid, "the second batch of lane 0 waits for the parked one's transaction");
-  assert.notEqual(run.batchesSent, 2, "the check above fails here");
-  await gate.release();
-  await Promise.all([run.parked, run.queued]);
+  const s = likes.batchStats();
+  assert.deepEqual([s.batches, s.largest], [2, 3], "the three queued writes of three partitions went as one batch");
   assert.ok(writeSideClean(await writeSide(f.db.pool)));
-});
-
-test("LEDGER_WRITE_LANES reaches the service: openLedger({ writeLanes: 2 }) at P=4 holds lane 0's writes behind its parked batch", async (t) => {
-  const f = await likesFixture(4);
-  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
-  t.after(async () => {
-    await gate.release();
-    await f.close();
-  });
-  const ledger = await openLedger(f.db.pool, { writeLanes: loadConfig({ LEDGER_WRITE_LANES: "2" }).writeLanes! });
-  const run = await parkedLane(f, gate, undefined, ledger.likes);
-  assert.equal(run.batchesSent, 2, "the parked batch and lane 1's: lane 0's next writes were not sent");
-  await gate.release();
-  await Promise.all([run.parked, run.queued]);
-  assert.ok(writeSideClean(await writeSide(f.db.pool)));
-});
-
-test("negative control: openLedger without writeLanes (one batcher per partition) sends partition 2's write at once, which the check above sees", async (t) => {
-  const f = await likesFixture(4);
-  const gate = await SqlHook.arm(f.db.pool, "like.beforeCommit");
-  t.after(async () => {
-    await gate.release();
-    await f.close();
-  });
-  const run = await parkedLane(f, gate, undefined, (await openLedger(f.db.pool)).likes);
-  t.diagnostic(`control: batches sent ${run.batchesSent}`);
-  assert.notEqual(run.batchesSent, 2, "the check above fails here");
-  await gate.release();
-  await Promise.all([run.parked, run.queued]);
 });

@@ -18,7 +18,7 @@ async function relationState(f: RelationsFixture, follower: string, followee: st
 for (const partitions of [1, 4]) {
   test(`30-H P=${partitions} follow holds the row lock, block waits (pg_locks granted=false); final REMOVED`, async (t) => {
     const f = await relationsFixture(partitions, 100);
-    // The follow parks inside relation_follow, right after its row lock (follow.afterLock).
+    // The follow (a batch of one) parks inside relation_set_batch, right after its row lock (follow.afterLock).
     const followLocked = await SqlHook.arm(f.db.pool, "follow.afterLock");
     t.after(async () => {
       await followLocked.release();
@@ -54,17 +54,19 @@ test("30-I P=1 negative control: checking the block before the lock leaves ACTIV
     await checked.release();
     await f.close();
   });
-  // The broken variant, in this test's database only: relation_follow as migrated, with its block
-  // check moved before the row lock and a hook point between the two.
-  await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
-    ["  cur      record;", "  cur      record;\n  v_blocked boolean;"],
+  // The broken variant, in this test's database only: relation_set_batch (a lone follow is a batch
+  // of one) as migrated, with its block check moved before the row locks and a hook point between.
+  await replaceFunctionText(f.db.pool, "relation_set_batch(text[],text[],text[],boolean[],integer)", [
+    ["  v_hit      record;", "  v_hit      record;\n  v_blocked  boolean[] := array_fill(false, ARRAY[n]);"],
     [
-      "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
-      "  v_blocked := relation_blocked_either_way(p_follower, p_followee);\n" +
-        "  PERFORM ledger_hook('follow.afterBlockCheck', jsonb_build_object('follower', p_follower, 'followee', p_followee));\n" +
-        "  SELECT * INTO cur FROM relation_lock_pair(p_follower, p_followee);",
+      "  -- Each pair once, in the global order",
+      "  FOR i IN 1 .. n LOOP\n" +
+        "    v_blocked[i] := relation_blocked_either_way(v_follower[i], v_followee[i]);\n" +
+        "  END LOOP;\n" +
+        "  PERFORM ledger_hook('follow.afterBlockCheck', jsonb_build_object('follower', v_follower[1], 'followee', v_followee[1]));\n" +
+        "  -- Each pair once, in the global order",
     ],
-    ["  IF relation_blocked_either_way(p_follower, p_followee) THEN", "  IF v_blocked THEN"],
+    ["      IF relation_blocked_either_way(v_follower[i], v_followee[i]) THEN", "      IF v_blocked[i] THEN"],
   ]);
   const following = f.rel.follow(acct(80), acct(81));
   await checked.parked();

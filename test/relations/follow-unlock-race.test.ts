@@ -1,9 +1,9 @@
 /**
  * A follow request racing the unlock of the private account it is sent to ends ACTIVE: the
- * request share-locks the account row (relation_follow's SELECT ... FOR SHARE), so an unlock that
+ * request share-locks the account row (relation_set_batch's SELECT ... FOR SHARE), so an unlock that
  * starts while the request is uncommitted waits for it, then sees the PENDING row and approves
- * it. The request is parked inside relation_follow itself (relation.afterEvent),
- * so this races the function production runs. The negative control is that function with only
+ * it. The request, a batch of one as the service sends a lone follow, is parked inside
+ * relation_set_batch itself (relation.afterEvent), so this races the function production runs. The negative control is that function with only
  * its FOR SHARE removed, in this test's database: the unlock does not wait, finds no request to
  * approve (the row is not committed), and the request is left PENDING towards a public account.
  * The request is a repeated one (the pair's row exists, REMOVED): a pair's first follow inserts
@@ -24,10 +24,11 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
   const f = await relationsFixture(partitions, 10, [2]);
   t.after(() => f.close());
   if (withoutShareLock) {
-    await replaceFunctionText(f.db.pool, "relation_follow(text, text, integer)", [
+    // The single follow is a batch of one: the rule is relation_set_batch's.
+    await replaceFunctionText(f.db.pool, "relation_set_batch(text[],text[],text[],boolean[],integer)", [
       [
-        " FROM account a WHERE a.account_id = p_followee FOR SHARE;",
-        " FROM account a WHERE a.account_id = p_followee;",
+        " FROM account a WHERE a.account_id = v_followee[i] FOR SHARE;",
+        " FROM account a WHERE a.account_id = v_followee[i];",
       ],
     ]);
   }
@@ -57,7 +58,7 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
       [fan, star],
     );
     t.diagnostic(
-      `note ${withoutShareLock ? "without FOR SHARE" : "relation_follow as migrated"}: ${first}; request ${requested.outcome} ${requested.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`,
+      `note ${withoutShareLock ? "without FOR SHARE" : "relation_set_batch as migrated"}: ${first}; request ${requested.outcome} ${requested.state}; unlock approved ${unlocked.approvedRequests}; final ${rows[0]!.state}`,
     );
     return {
       first,
@@ -71,7 +72,7 @@ async function race(t: TestContext, partitions: number, withoutShareLock: boolea
 }
 
 for (const partitions of [1, 4]) {
-  test(`P=${partitions} a follow request parked inside relation_follow while its account is unlocked: the unlock waits for its share lock, approves it, and it ends ACTIVE`, async (t) => {
+  test(`P=${partitions} a follow request (a batch of one) parked inside relation_set_batch while its account is unlocked: the unlock waits for its share lock, approves it, and it ends ACTIVE`, async (t) => {
     const r = await race(t, partitions, false);
     assert.match(r.first, /^the unlock waits/);
     assert.equal(r.approved, 1);
@@ -80,7 +81,7 @@ for (const partitions of [1, 4]) {
   });
 }
 
-test("P=1 negative control: relation_follow without FOR SHARE leaves the request PENDING towards an account that is public", async (t) => {
+test("P=1 negative control: relation_set_batch without FOR SHARE, a lone follow, leaves the request PENDING towards an account that is public", async (t) => {
   const r = await race(t, 1, true);
   assert.match(r.first, /^the unlock committed first, approving 0/);
   assert.equal(r.final, "PENDING");

@@ -86,7 +86,7 @@ const MIXED: Write[] = [
 
 const MIXED_WANT = [
   "CHANGED ACTIVE v1 seq1 (REMOVED->ACTIVE)",
-  "ACCOUNT_NOT_FOUND REMOVED v0 seq0 (nobody)",
+  "REJECTED:ACCOUNT_NOT_FOUND REMOVED v0 seq0 (nobody)",
   "CHANGED PENDING v1 seq2 (REMOVED->PENDING)",
   "REJECTED:BLOCKED REMOVED v0 seq0 (blocked)",
   "CHANGED ACTIVE v1 seq3 (REMOVED->ACTIVE)",
@@ -159,7 +159,7 @@ test("the same writes one by one through the single functions (LEDGER_WRITE_BATC
       answers.push(show(r));
     } catch (err) {
       assert.ok(err instanceof AccountNotFoundError, String(err));
-      answers.push(`ACCOUNT_NOT_FOUND REMOVED v0 seq0 (${err.message.replace(/^unknown account: /, "")})`);
+      answers.push(`REJECTED:ACCOUNT_NOT_FOUND REMOVED v0 seq0 (${err.message.replace(/^unknown account: /, "")})`);
     }
   }
   assert.deepEqual(rows.map(show), answers);
@@ -215,9 +215,9 @@ test("one batch with accounts being erased and erased: each write refused on its
   // An erased acting account is a tombstone's write (the service turns its ACCOUNT_NOT_FOUND into AccountErasedError).
   const tombstone = `AccountErasedError account ${erased} was erased: its id can never act again, and no new fact may name it`;
   const rows = (await batch(batched.db.pool, 1, writes)).map((r, i) =>
-    r.outcome === "ACCOUNT_NOT_FOUND" && writes[i]!.a === erased
+    r.code === "ACCOUNT_NOT_FOUND" && writes[i]!.a === erased
       ? tombstone
-      : r.outcome === "ACCOUNT_NOT_FOUND"
+      : r.code === "ACCOUNT_NOT_FOUND"
         ? `AccountNotFoundError unknown account: ${r.reason}`
         : r.code === "ACCOUNT_BEING_ERASED"
           ? `AccountBeingErasedError ${r.account}`
