@@ -56,13 +56,28 @@ export async function inPartitionBatch<R extends object>(
 }
 
 /** What the loop needs of a view's consumer. */
-export interface BatchConsumer<E, K extends string> {
-  fetchPending(part: number, limit: number): Promise<E[]>;
-  applyBatch(events: readonly E[]): Promise<Tally<K>>;
+export interface BatchConsumer<E extends { seq: number }, K extends string> {
+  /** Up to `limit` unprocessed events above the watermark and above `after`. */
+  fetchPending(part: number, limit: number, after?: number): Promise<E[]>;
+  /** Applies events that fetchPending read from the outbox (no second check against it). */
+  applyFetched(events: readonly E[]): Promise<Tally<K>>;
 }
 
-/** One pass over the given partitions: at most one batch each; returns what it did. */
-export async function pollPartitions<E, K extends string>(
+/**
+ * Batches one pass takes from one partition at most while each comes back full, so that a loop
+ * serving several partitions still visits each of them often.
+ */
+export const BATCHES_PER_PASS = 8;
+
+/**
+ * One pass over the given partitions; returns what it did. Per partition it applies a batch and,
+ * while that batch's transaction runs, reads the next one (the events above the batch's last
+ * seq) on another connection, so the read and the apply of one partition overlap: one loop then
+ * drains a partition at the pace of its applies alone. It stays on a partition while batches come
+ * back full, at most BATCHES_PER_PASS of them. A read ahead of a batch whose apply failed is
+ * dropped with it: the next pass reads from the watermark again.
+ */
+export async function pollPartitions<E extends { seq: number }, K extends string>(
   consumer: BatchConsumer<E, NoInfer<K>>,
   empty: () => Tally<K>,
   parts: readonly number[],
@@ -70,14 +85,22 @@ export async function pollPartitions<E, K extends string>(
 ): Promise<Tally<K>> {
   const total = empty();
   for (const part of parts) {
-    const events = await consumer.fetchPending(part, batchSize);
-    if (events.length > 0) addTally(total, await consumer.applyBatch(events));
+    let events = await consumer.fetchPending(part, batchSize);
+    for (let batch = 1; events.length > 0; batch++) {
+      const more = events.length === batchSize && batch < BATCHES_PER_PASS;
+      const [applied, next] = await Promise.all([
+        consumer.applyFetched(events),
+        more ? consumer.fetchPending(part, batchSize, events[events.length - 1]!.seq) : [],
+      ]);
+      addTally(total, applied);
+      events = next;
+    }
   }
   return total;
 }
 
 /** Passes until every partition's watermark has reached its sequence (drainPartitions). */
-export async function drainBatches<E, K extends string>(
+export async function drainBatches<E extends { seq: number }, K extends string>(
   pool: Pool,
   tables: WatermarkTables,
   name: string,

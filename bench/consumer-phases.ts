@@ -1,0 +1,162 @@
+/**
+ * Do the consumers keep up with writers running flat out? Three rows per database, in one run:
+ *  1. peak writes: like/unlike toggles at PEAK_CALLERS concurrent callers through the library, no
+ *     consumer running: the write rate the consumers must outrun (CHANGED/s);
+ *  2. drain: the backlog row 1 left, consumed by the like counter's drain (one loop, as in
+ *     `LikeConsumer.drain`) and then by the notification view's like consumer: events/s each;
+ *  3. lag under peak load: the same writers with the service's consumer loops running
+ *     (createWorkers, as serve runs them), the like counter's and the like notifications' lag
+ *     sampled every LAG_SAMPLE_MS. The stated bound: every sample at most the events written in
+ *     LAG_BOUND_SECONDS at the row's own rate, and both views caught up within that time once the
+ *     writers stop. A lag that grows without limit breaks it within seconds.
+ */
+import { createWorkers } from "../src/ledger.ts";
+import { abort } from "./lifecycle.ts";
+import { runForSeconds } from "./load.ts";
+import { ITEMS, item, toggle, type Opts } from "./options.ts";
+import { OP } from "./ratios.ts";
+import { problems, type Row } from "./report.ts";
+import { eventsWritten, type Target } from "./target.ts";
+
+/** The offered concurrency of the peak rows: where P = 1's like rate peaks on 2 cores (128-256 callers). */
+export const PEAK_CALLERS = 256;
+export const LAG_SAMPLE_MS = 100;
+/** The lag bound, in seconds of writes at the measured rate. */
+export const LAG_BOUND_SECONDS = 1;
+/** Distinct users of the peak rows: more than PEAK_CALLERS pairs in flight never meet. */
+const PEAK_USERS = 4000;
+
+const NOTIFICATION_LIKE_LAG = `
+  SELECT coalesce(sum(s.last - w.applied_upto), 0)::bigint AS lag
+    FROM like_seq s JOIN notification_like_watermark w USING (part)`;
+const COUNTER_LAG = `
+  SELECT coalesce(sum(s.last - w.applied_upto), 0)::bigint AS lag
+    FROM like_seq s JOIN counter_watermark w USING (part)`;
+
+async function lagOf(t: Target, sql: string): Promise<number> {
+  const { rows } = await t.pool.query<{ lag: number }>(sql);
+  return Number(rows[0]!.lag);
+}
+
+function peakWrites(t: Target, prefix: string, seconds: number, first: number) {
+  const ops = 2 * PEAK_USERS;
+  return runForSeconds(
+    seconds,
+    PEAK_CALLERS,
+    (k) => {
+      const { j, like } = toggle(k, ops, PEAK_USERS);
+      const user = `${prefix}${j}`;
+      const itemId = item(j % ITEMS);
+      return like ? t.ledger.likes.like(user, itemId) : t.ledger.likes.unlike(user, itemId);
+    },
+    abort.signal,
+    first,
+  );
+}
+
+function seconds(o: Opts): number {
+  return Math.max(3, 4 * o.chunkSeconds);
+}
+
+/** Rows 1 and 2: the peak write rate with no consumer running, then the drain of the backlog it left. */
+export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]> {
+  // Whatever earlier phases left is drained first, so the drain below measures this backlog only.
+  await t.ledger.likeConsumer.drain(1000);
+  await t.ledger.notifications.consumer("likes").drain(1000);
+  const events0 = await eventsWritten(t.pool);
+  const figures = await peakWrites(t, "pk", seconds(o), 0);
+  const changed = (await eventsWritten(t.pool)) - events0;
+  const write: Row = {
+    op: OP.peakWrite,
+    path: "library",
+    partitions: t.partitions,
+    figures,
+    note: [`${PEAK_CALLERS} callers, no consumer running, CHANGED ${changed}`, ...problems(figures)].join(", "),
+    extra: { changed, callers: PEAK_CALLERS },
+  };
+  const drained = async (op: string, run: () => Promise<{ applied: number }>, lagSql: string): Promise<Row> => {
+    const backlog = await lagOf(t, lagSql);
+    const t0 = performance.now();
+    const stats = await run();
+    const s = (performance.now() - t0) / 1000;
+    const events = Object.values(stats).reduce((a, b) => a + b, 0);
+    return {
+      op,
+      path: "library",
+      partitions: t.partitions,
+      figures: { ops: events, seconds: s, opsPerSec: events / s, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
+      note: `backlog ${backlog}, one loop: ${JSON.stringify(stats)}`,
+      extra: { backlog, ...stats },
+    };
+  };
+  const counter = await drained(OP.peakDrain, () => t.ledger.likeConsumer.drain(), COUNTER_LAG);
+  const notifications = await drained(
+    OP.peakDrainNotifications,
+    () => t.ledger.notifications.consumer("likes").drain(),
+    NOTIFICATION_LIKE_LAG,
+  );
+  return [write, counter, notifications];
+}
+
+/** Row 3: the peak writers with the service's consumer loops running, the lag sampled throughout. */
+export async function lagUnderPeakPhase(t: Target, o: Opts): Promise<Row> {
+  await t.ledger.likeConsumer.drain(1000);
+  await t.ledger.notifications.drain(1000);
+  let applied = 0;
+  const workers = createWorkers(t.ledger, { idleMs: 20, onLikes: (s) => (applied += s.applied + s.covered + s.dup) });
+  for (const w of workers) w.start();
+  const counterLag: number[] = [];
+  const notificationLag: number[] = [];
+  let writing = true;
+  const sampler = (async () => {
+    while (writing) {
+      counterLag.push(await lagOf(t, COUNTER_LAG));
+      notificationLag.push(await lagOf(t, NOTIFICATION_LIKE_LAG));
+      await new Promise((resolve) => setTimeout(resolve, LAG_SAMPLE_MS));
+    }
+  })();
+  const events0 = await eventsWritten(t.pool);
+  const figures = await peakWrites(t, "pl", seconds(o), 0);
+  const changed = (await eventsWritten(t.pool)) - events0;
+  writing = false;
+  await sampler;
+  const t0 = performance.now();
+  while (
+    ((await lagOf(t, COUNTER_LAG)) > 0 || (await lagOf(t, NOTIFICATION_LIKE_LAG)) > 0) &&
+    !abort.signal.aborted &&
+    performance.now() - t0 < 60_000
+  ) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const catchUpMs = performance.now() - t0;
+  for (const w of workers) await w.stop();
+  const rate = changed / figures.seconds;
+  const bound = Math.ceil(rate * LAG_BOUND_SECONDS);
+  const maxCounterLag = Math.max(0, ...counterLag);
+  const maxNotificationLag = Math.max(0, ...notificationLag);
+  const within = maxCounterLag <= bound && maxNotificationLag <= bound && catchUpMs <= 1000 * LAG_BOUND_SECONDS;
+  return {
+    op: OP.lagUnderPeak,
+    path: "library",
+    partitions: t.partitions,
+    figures,
+    note: [
+      `${PEAK_CALLERS} callers, CHANGED ${changed}; lag max ${maxCounterLag} (counter), ${maxNotificationLag} (notifications) ` +
+        `over ${counterLag.length} samples, bound ${bound} (${LAG_BOUND_SECONDS} s of writes): ${within ? "within" : "EXCEEDED"}; ` +
+        `caught up ${Math.round(catchUpMs)} ms after the writers stopped`,
+      ...problems(figures),
+    ].join(", "),
+    extra: {
+      changed,
+      callers: PEAK_CALLERS,
+      counterLag,
+      notificationLag,
+      maxCounterLag,
+      maxNotificationLag,
+      lagBound: bound,
+      lagWithinBound: within,
+      catchUpMs,
+      counterApplied: applied,
+    },
+  };
+}
