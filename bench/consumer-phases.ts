@@ -3,7 +3,8 @@
  *  1. peak writes: like/unlike toggles at PEAK_CALLERS concurrent callers through the library, no
  *     consumer running: the write rate the consumers must outrun (CHANGED/s);
  *  2. drain: the backlog row 1 left, consumed by the like counter's drain (one loop, as in
- *     `LikeConsumer.drain`) and then by the notification view's like consumer: events/s each;
+ *     `LikeConsumer.drain`) and then by the notification view's like consumer: events/s each
+ *     (rows 1 and 2 alternate in rounds);
  *  3. lag under peak load: the same writers with the service's consumer loops running
  *     (createWorkers, as serve runs them), the like counter's and the like notifications' lag
  *     sampled every LAG_SAMPLE_MS. The stated bound: every sample at most the events written in
@@ -11,8 +12,9 @@
  *     writers stop. A lag that grows without limit breaks it within seconds.
  */
 import { createWorkers } from "../src/ledger.ts";
-import { abort } from "./lifecycle.ts";
-import { runForSeconds } from "./load.ts";
+import { CONSUMER_BATCH } from "../src/counters/partition-batch.ts";
+import { abort, checkAbort } from "./lifecycle.ts";
+import { mergeFigures, runForSeconds, type Figures } from "./load.ts";
 import { ITEMS, item, toggle, type Opts } from "./options.ts";
 import { OP } from "./ratios.ts";
 import { problems, type Row } from "./report.ts";
@@ -54,54 +56,85 @@ function peakWrites(t: Target, prefix: string, seconds: number, first: number) {
   );
 }
 
-function seconds(o: Opts): number {
-  return Math.max(3, 4 * o.chunkSeconds);
+/** Rounds of the alternating rows 1 and 2, and seconds of writes per round. */
+const ROUNDS = 4;
+function roundSeconds(o: Opts): number {
+  return Math.max(1, o.chunkSeconds);
 }
 
-/** Rows 1 and 2: the peak write rate with no consumer running, then the drain of the backlog it left. */
+interface Drained {
+  events: number;
+  seconds: number;
+  stats: Record<string, number>;
+}
+
+async function timedDrain(run: () => Promise<object>, into: Drained): Promise<void> {
+  const t0 = performance.now();
+  const stats = (await run()) as Record<string, number>;
+  into.seconds += (performance.now() - t0) / 1000;
+  for (const [k, v] of Object.entries(stats)) {
+    into.stats[k] = (into.stats[k] ?? 0) + v;
+    into.events += v;
+  }
+}
+
+/**
+ * Rows 1 and 2 in ROUNDS alternating rounds (so both sides of the ratio meet the same minutes of a
+ * shared machine): writes at peak concurrency with no consumer running, then the like counter's
+ * drain of the backlog they left, then the like notifications' drain of it, each by one loop.
+ */
 export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]> {
-  // Whatever earlier phases left is drained first, so the drain below measures this backlog only.
-  await t.ledger.likeConsumer.drain(1000);
-  await t.ledger.notifications.consumer("likes").drain(1000);
-  const events0 = await eventsWritten(t.pool);
-  const figures = await peakWrites(t, "pk", seconds(o), 0);
-  const changed = (await eventsWritten(t.pool)) - events0;
+  // Whatever earlier phases left is drained first, so the drains below measure these backlogs only.
+  await t.ledger.likeConsumer.drain();
+  await t.ledger.notifications.consumer("likes").drain();
+  const runs: Figures[] = [];
+  let changed = 0;
+  const counter: Drained = { events: 0, seconds: 0, stats: {} };
+  const notifications: Drained = { events: 0, seconds: 0, stats: {} };
+  for (let round = 0, next = 0; round < ROUNDS; round++) {
+    const events0 = await eventsWritten(t.pool);
+    const figures = await peakWrites(t, "pk", roundSeconds(o), next);
+    next += figures.ops;
+    runs.push(figures);
+    changed += (await eventsWritten(t.pool)) - events0;
+    await timedDrain(() => t.ledger.likeConsumer.drain(), counter);
+    await timedDrain(() => t.ledger.notifications.consumer("likes").drain(), notifications);
+    checkAbort();
+  }
+  const figures = mergeFigures(runs);
   const write: Row = {
     op: OP.peakWrite,
     path: "library",
     partitions: t.partitions,
     figures,
-    note: [`${PEAK_CALLERS} callers, no consumer running, CHANGED ${changed}`, ...problems(figures)].join(", "),
+    note: [
+      `${PEAK_CALLERS} callers, no consumer running, CHANGED ${changed}, ${ROUNDS} rounds alternating with the drains`,
+      ...problems(figures),
+    ].join(", "),
     extra: { changed, callers: PEAK_CALLERS },
   };
-  const drained = async (op: string, run: () => Promise<{ applied: number }>, lagSql: string): Promise<Row> => {
-    const backlog = await lagOf(t, lagSql);
-    const t0 = performance.now();
-    const stats = await run();
-    const s = (performance.now() - t0) / 1000;
-    const events = Object.values(stats).reduce((a, b) => a + b, 0);
-    return {
-      op,
-      path: "library",
-      partitions: t.partitions,
-      figures: { ops: events, seconds: s, opsPerSec: events / s, p50Ms: Number.NaN, p99Ms: Number.NaN, errors: 0 },
-      note: `backlog ${backlog}, one loop: ${JSON.stringify(stats)}`,
-      extra: { backlog, ...stats },
-    };
-  };
-  const counter = await drained(OP.peakDrain, () => t.ledger.likeConsumer.drain(), COUNTER_LAG);
-  const notifications = await drained(
-    OP.peakDrainNotifications,
-    () => t.ledger.notifications.consumer("likes").drain(),
-    NOTIFICATION_LIKE_LAG,
-  );
-  return [write, counter, notifications];
+  const drained = (op: string, d: Drained): Row => ({
+    op,
+    path: "library",
+    partitions: t.partitions,
+    figures: {
+      ops: d.events,
+      seconds: d.seconds,
+      opsPerSec: d.events / d.seconds,
+      p50Ms: Number.NaN,
+      p99Ms: Number.NaN,
+      errors: 0,
+    },
+    note: `one loop, batches of ${CONSUMER_BATCH}: ${JSON.stringify(d.stats)}`,
+    extra: { ...d.stats },
+  });
+  return [write, drained(OP.peakDrain, counter), drained(OP.peakDrainNotifications, notifications)];
 }
 
 /** Row 3: the peak writers with the service's consumer loops running, the lag sampled throughout. */
 export async function lagUnderPeakPhase(t: Target, o: Opts): Promise<Row> {
-  await t.ledger.likeConsumer.drain(1000);
-  await t.ledger.notifications.drain(1000);
+  await t.ledger.likeConsumer.drain();
+  await t.ledger.notifications.drain();
   let applied = 0;
   const workers = createWorkers(t.ledger, { idleMs: 20, onLikes: (s) => (applied += s.applied + s.covered + s.dup) });
   for (const w of workers) w.start();
@@ -116,7 +149,7 @@ export async function lagUnderPeakPhase(t: Target, o: Opts): Promise<Row> {
     }
   })();
   const events0 = await eventsWritten(t.pool);
-  const figures = await peakWrites(t, "pl", seconds(o), 0);
+  const figures = await peakWrites(t, "pl", ROUNDS * roundSeconds(o), 0);
   const changed = (await eventsWritten(t.pool)) - events0;
   writing = false;
   await sampler;

@@ -2,7 +2,14 @@ import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { watermarkTablesOf, type CountEvent, type CounterSpec } from "./counter-spec.ts";
-import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "./partition-batch.ts";
+import {
+  addTally,
+  CONSUMER_BATCH,
+  drainBatches,
+  inPartitionBatch,
+  partitionOfBatch,
+  pollPartitions,
+} from "./partition-batch.ts";
 import { fetchPendingSql } from "./watermark.ts";
 
 export interface CounterStats {
@@ -203,7 +210,7 @@ export class CounterConsumer {
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<CounterStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<CounterStats> {
     return drainBatches(this.pool, watermarkTablesOf(this.spec), this.spec.kind, this, emptyCounterStats, batchSize);
   }
 

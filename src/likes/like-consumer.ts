@@ -7,6 +7,7 @@ import {
   type CounterStats,
 } from "../counters/counter-consumer.ts";
 import type { CountEvent } from "../counters/counter-spec.ts";
+import { CONSUMER_BATCH } from "../counters/partition-batch.ts";
 import type { Hooks } from "../hooks.ts";
 import { LIKE_COUNTER } from "./like-spec.ts";
 import type { LikeEvent } from "./types.ts";
@@ -77,7 +78,7 @@ export class LikeConsumer {
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<ConsumeStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<ConsumeStats> {
     return this.counter.drain(batchSize);
   }
 }

@@ -4,6 +4,7 @@ import {
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
+  CONSUMER_BATCH,
 } from "../counters/partition-batch.ts";
 import { fetchPendingSql } from "../counters/watermark.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
@@ -181,7 +182,7 @@ export class NotificationConsumer {
     return pollPartitions(this, emptyNotificationStats, parts, batchSize);
   }
 
-  async drain(batchSize = 200): Promise<NotificationStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<NotificationStats> {
     return drainBatches(
       this.pool,
       this.source.tables,
@@ -239,7 +240,7 @@ export class NotificationFeed {
     return total;
   }
 
-  async drain(batchSize = 200): Promise<NotificationStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<NotificationStats> {
     const total = emptyNotificationStats();
     for (const c of this.consumers) addTally(total, await c.drain(batchSize));
     return total;

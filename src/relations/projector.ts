@@ -4,6 +4,7 @@ import {
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
+  CONSUMER_BATCH,
 } from "../counters/partition-batch.ts";
 import { fetchPendingSql, type WatermarkTables } from "../counters/watermark.ts";
 import type { Pool, PoolClient } from "../db/pool.ts";
@@ -274,7 +275,7 @@ export class RelationProjector {
   }
 
   /** Projects until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<VerdictCounts> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<VerdictCounts> {
     return drainBatches(this.pool, RELATION_WATERMARK, "relations", this, emptyVerdicts, batchSize);
   }
 }
