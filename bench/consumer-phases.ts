@@ -2,9 +2,10 @@
  * Do the consumers keep up with writers running flat out? Three rows per database, in one run:
  *  1. peak writes: like/unlike toggles at PEAK_CALLERS concurrent callers through the library, no
  *     consumer running: the write rate the consumers must outrun (CHANGED/s);
- *  2. drain: the backlog row 1 left, consumed by the like counter's drain (one loop, as in
- *     `LikeConsumer.drain`) and then by the notification view's like consumer: events/s each
- *     (rows 1 and 2 alternate in rounds);
+ *  2. drain: the backlog row 1 left, consumed by the like counter's loops as the service runs
+ *     them (min(P, 4), the partitions dealt over them; at P = 1 one loop on one partition) and then
+ *     by the notification view's like consumer the same way: events/s each (rows 1 and 2
+ *     alternate in rounds);
  *  3. lag under peak load: the same writers with the service's consumer loops running
  *     (createWorkers, as serve runs them), the like counter's and the like notifications' lag
  *     sampled every LAG_SAMPLE_MS. The stated bound: every sample at most the events written in
@@ -68,20 +69,36 @@ interface Drained {
   stats: Record<string, number>;
 }
 
-async function timedDrain(run: () => Promise<object>, into: Drained): Promise<void> {
+type Pass = (parts: readonly number[], batchSize: number) => Promise<object>;
+
+/**
+ * The backlog drained as the service's loops drain it (createWorkers: the partitions dealt over
+ * min(P, 4) loops running side by side, each passing over its partitions until a pass finds
+ * nothing), timed, its tallies added to `into`.
+ */
+async function timedDrain(t: Target, pass: Pass, into: Drained): Promise<void> {
+  const parts = Array.from({ length: t.partitions }, (_, p) => p);
+  const loops = Math.min(parts.length, 4);
   const t0 = performance.now();
-  const stats = (await run()) as Record<string, number>;
+  await Promise.all(
+    Array.from({ length: loops }, async (_, g) => {
+      const group = parts.filter((_, i) => i % loops === g);
+      for (;;) {
+        const stats = Object.entries(await pass(group, CONSUMER_BATCH)) as [string, number][];
+        const events = stats.reduce((a, [, v]) => a + v, 0);
+        for (const [k, v] of stats) into.stats[k] = (into.stats[k] ?? 0) + v;
+        into.events += events;
+        if (events === 0) return;
+      }
+    }),
+  );
   into.seconds += (performance.now() - t0) / 1000;
-  for (const [k, v] of Object.entries(stats)) {
-    into.stats[k] = (into.stats[k] ?? 0) + v;
-    into.events += v;
-  }
 }
 
 /**
  * Rows 1 and 2 in ROUNDS alternating rounds (so both sides of the ratio meet the same minutes of a
  * shared machine): writes at peak concurrency with no consumer running, then the like counter's
- * drain of the backlog they left, then the like notifications' drain of it, each by one loop.
+ * drain of the backlog they left, then the like notifications' drain of it.
  */
 export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]> {
   // Whatever earlier phases left is drained first, so the drains below measure these backlogs only.
@@ -97,8 +114,9 @@ export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]>
     next += figures.ops;
     runs.push(figures);
     changed += (await eventsWritten(t.pool)) - events0;
-    await timedDrain(() => t.ledger.likeConsumer.drain(), counter);
-    await timedDrain(() => t.ledger.notifications.consumer("likes").drain(), notifications);
+    await timedDrain(t, (parts, size) => t.ledger.likeConsumer.pollOnce(parts, size), counter);
+    const likeNotifications = t.ledger.notifications.consumer("likes");
+    await timedDrain(t, (parts, size) => likeNotifications.pollOnce(parts, size), notifications);
     checkAbort();
   }
   const figures = mergeFigures(runs);
@@ -125,7 +143,7 @@ export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]>
       p99Ms: Number.NaN,
       errors: 0,
     },
-    note: `one loop, batches of ${CONSUMER_BATCH}: ${JSON.stringify(d.stats)}`,
+    note: `${Math.min(t.partitions, 4)} loop(s) as the service runs them, batches of ${CONSUMER_BATCH}: ${JSON.stringify(d.stats)}`,
     extra: { ...d.stats },
   });
   return [write, drained(OP.peakDrain, counter), drained(OP.peakDrainNotifications, notifications)];

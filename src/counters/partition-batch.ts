@@ -81,12 +81,13 @@ export const CONSUMER_BATCH = 2000;
 export const BATCHES_PER_PASS = 8;
 
 /**
- * One pass over the given partitions; returns what it did. Per partition it applies a batch and,
- * while that batch's transaction runs, reads the next one (the events above the batch's last
- * seq) on another connection, so the read and the apply of one partition overlap: one loop then
- * drains a partition at the pace of its applies alone. It stays on a partition while batches come
- * back full, at most BATCHES_PER_PASS of them. A read ahead of a batch whose apply failed is
- * dropped with it: the next pass reads from the watermark again.
+ * One pass over the given partitions; returns what it did. While a batch's transaction runs, the
+ * pass reads the next batch on another connection: the same partition's events above the batch's
+ * last seq when the batch came back full (at most BATCHES_PER_PASS batches of a partition per
+ * pass, so a loop serving several partitions visits each often), else the next partition's first
+ * batch. One loop's reads and applies overlap, so it goes at the pace of its applies alone. A
+ * batch read ahead of one whose apply failed is dropped with the pass: the next pass reads from the
+ * watermark again.
  */
 export async function pollPartitions<E extends { seq: number }, K extends string>(
   consumer: BatchConsumer<E, NoInfer<K>>,
@@ -95,16 +96,26 @@ export async function pollPartitions<E extends { seq: number }, K extends string
   batchSize: number,
 ): Promise<Tally<K>> {
   const total = empty();
-  for (const part of parts) {
-    let events = await consumer.fetchPending(part, batchSize);
-    for (let batch = 1; events.length > 0; batch++) {
-      const more = events.length === batchSize && batch < BATCHES_PER_PASS;
-      const [applied, next] = await Promise.all([
-        consumer.applyFetched(events),
-        more ? consumer.fetchPending(part, batchSize, events[events.length - 1]!.seq) : [],
-      ]);
+  let index = 0;
+  let batch = 1;
+  let events = parts.length > 0 ? await consumer.fetchPending(parts[0]!, batchSize) : [];
+  while (index < parts.length) {
+    const part = parts[index]!;
+    let next: Promise<E[]>;
+    if (events.length === batchSize && batch < BATCHES_PER_PASS) {
+      batch++;
+      next = consumer.fetchPending(part, batchSize, events[events.length - 1]!.seq);
+    } else {
+      index++;
+      batch = 1;
+      next = index < parts.length ? consumer.fetchPending(parts[index]!, batchSize) : Promise.resolve([]);
+    }
+    if (events.length > 0) {
+      const [applied, fetched] = await Promise.all([consumer.applyFetched(events), next]);
       addTally(total, applied);
-      events = next;
+      events = fetched;
+    } else {
+      events = await next;
     }
   }
   return total;
