@@ -68,7 +68,7 @@ export interface BatchConsumer<E extends { seq: number }, K extends string> {
  * consumer loops and every drain). Under load each round trip waits for a CPU, so a batch costs
  * its statements' waits whatever its size: on the loaded 2-core machine one loop drained 4.6k
  * events/s in batches of 200, 12.6k in batches of 1,000 and 16.6k in batches of 2,000
- * (docs/decisions/0019-consumers-keep-up.md). A batch holds its count rows' locks until it commits,
+ * (docs/decisions/0023-consumers-keep-up.md). A batch holds its count rows' locks until it commits,
  * which is what a rebuild's install of one of its keys waits for; a caught-up loop's batches hold
  * what arrived since the last one, far fewer.
  */
