@@ -29,6 +29,10 @@ export const OP = {
   followUnbatched: "follow/unfollow, unbatched (LEDGER_WRITE_BATCH_MAX=1)",
   lagUnderLoad: "like/unlike with consumers on (lag sampled)",
   projectorDrain: "follower projector drain (events)",
+  peakWrite: "like/unlike at peak concurrency, no consumer",
+  peakDrain: "like counter drain of the peak backlog (events)",
+  peakDrainNotifications: "like notifications drain of the peak backlog (events)",
+  lagUnderPeak: "like/unlike at peak concurrency, consumers on (lag sampled)",
 } as const;
 
 export interface Ratio {
@@ -156,6 +160,29 @@ export function ratios(rows: readonly Row[]): Ratio[] {
       pair(find(OP.drain), find(OP.mixed), (a, b) => a.figures.opsPerSec / changedPerSec(b)),
       "≥ 1.5",
       (v) => v >= 1.5,
+    );
+    // The consumers against the writers at their peak, both measured in this run (bench/consumer-phases.ts).
+    const peak = find(OP.peakWrite);
+    add(
+      "like counter drain events/s ÷ peak like CHANGED/s",
+      pair(find(OP.peakDrain), peak, (a, b) => a.figures.opsPerSec / changedPerSec(b)),
+      "≥ 1.5",
+      (v) => v >= 1.5,
+    );
+    add(
+      "like notifications drain events/s ÷ peak like CHANGED/s",
+      pair(find(OP.peakDrainNotifications), peak, (a, b) => a.figures.opsPerSec / changedPerSec(b)),
+      "≥ 1.5",
+      (v) => v >= 1.5,
+    );
+    const underPeak = find(OP.lagUnderPeak);
+    add(
+      "max lag under peak writes ÷ its bound (1 s of writes)",
+      underPeak &&
+        Math.max(Number(underPeak.extra?.maxCounterLag), Number(underPeak.extra?.maxNotificationLag)) /
+          Number(underPeak.extra?.lagBound),
+      "≤ 1",
+      (v) => v <= 1,
     );
     add(
       "follow/unfollow CHANGED/s batched ÷ unbatched",

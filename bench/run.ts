@@ -39,6 +39,7 @@ import {
   type Opts,
 } from "./options.ts";
 import { openTarget, type Target } from "./target.ts";
+import { lagUnderPeakPhase, peakWriteAndDrainPhase } from "./consumer-phases.ts";
 import { parseScaleOptions, runScale } from "./scale.ts";
 import {
   WRITE_OPS,
@@ -197,6 +198,8 @@ async function main(o: Opts): Promise<void> {
   await phase((t) => readPhase(t, OP.readDrained, "HTTP", () => httpReads(t, o)));
 
   await phase((t) => lagUnderLoadPhase(t, o));
+  await phase((t) => peakWriteAndDrainPhase(t, o));
+  await phase((t) => lagUnderPeakPhase(t, o));
   // The side phases below measure other components (Redis, a standby, NATS). One that fails (a
   // Redis command deadline missed on a loaded machine, say) is reported and skipped: the write
   // and read figures above, the ratios and the audits are still worth printing.

@@ -4,6 +4,7 @@ import { Hooks } from "./hooks.ts";
 import { COMMENT_COUNTER } from "./content/comment-spec.ts";
 import { CommentService } from "./content/comments.ts";
 import { CounterConsumer } from "./counters/counter-consumer.ts";
+import { CONSUMER_BATCH } from "./counters/partition-batch.ts";
 import { CounterRebuild, UnknownCounterKeysError } from "./counters/counter-rebuild.ts";
 import { LikeConsumer } from "./likes/like-consumer.ts";
 import { LikeRebuild } from "./likes/like-rebuild.ts";
@@ -116,7 +117,7 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
 /** The consumer loops (like counter, follower projector, comment counter, notifications, home timeline) over the given partitions. */
 export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
-  const batchSize = options.batchSize ?? 200;
+  const batchSize = options.batchSize ?? CONSUMER_BATCH;
   const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
   const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
   return groups.flatMap((group, g) => [

@@ -2,7 +2,15 @@ import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { watermarkTablesOf, type CountEvent, type CounterSpec } from "./counter-spec.ts";
-import { addTally, drainBatches, inPartitionBatch, partitionOfBatch, pollPartitions } from "./partition-batch.ts";
+import {
+  addTally,
+  CONSUMER_BATCH,
+  drainBatches,
+  inPartitionBatch,
+  partitionOfBatch,
+  pollPartitions,
+} from "./partition-batch.ts";
+import { fetchPendingSql } from "./watermark.ts";
 
 export interface CounterStats {
   applied: number;
@@ -116,10 +124,7 @@ export class CounterConsumer {
     const s = spec;
     const columns = outboxColumns(s);
     this.sql = {
-      fetchPending: `SELECT ${columns} FROM ${s.outbox} o JOIN ${s.watermark} w ON w.part = o.part
-                      WHERE o.part = $1 AND o.seq > w.applied_upto
-                        AND NOT EXISTS (SELECT 1 FROM ${s.processed} p WHERE p.part = o.part AND p.seq = o.seq)
-                      ORDER BY o.seq LIMIT $2`,
+      fetchPending: fetchPendingSql(s.outbox, columns, watermarkTablesOf(s)),
       fetchRange: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq BETWEEN $2 AND $3 ORDER BY o.seq`,
       // The retention floor (docs/retention.md) with the rows, in one statement.
       fetchSeqs: `SELECT f.floor, ${columns}
@@ -140,13 +145,30 @@ export class CounterConsumer {
    * (docs/retention.md).
    */
   async applyBatch(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, true);
+  }
+
+  /**
+   * Applies a batch that this consumer's fetchPending read from the outbox itself: outbox rows
+   * never change (a prune only deletes rows at or below the watermark, which the apply treats as
+   * duplicates), so checking them against the outbox again would only read the same rows twice.
+   * Everything else, hook points included, is applyBatch's path.
+   */
+  async applyFetched(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, false);
+  }
+
+  private async applyEvents(
+    events: readonly CountEvent[],
+    delivered: boolean,
+  ): Promise<CounterStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     return inPartitionBatch(
       this.pool,
       watermarkTablesOf(this.spec),
       part,
       async (client) => {
-        const checked = await this.requireOutboxMatch(client, part, events);
+        const checked = delivered ? await this.requireOutboxMatch(client, part, events) : events;
         const expired = events.length - checked.length;
         // Count rows are created and locked in key order, the same for every consumer, and a
         // rebuild install locks only the rows of one key: no lock cycle can form.
@@ -162,15 +184,16 @@ export class CounterConsumer {
   }
 
   /**
-   * Up to `limit` unprocessed events of a partition above its watermark. Read without locks,
-   * so competing consumers may fetch overlapping batches; the processed table absorbs the overlap.
+   * Up to `limit` unprocessed events of a partition above its watermark (and above `after`: the
+   * last seq of a batch still being applied, so the next batch is read meanwhile). Read without
+   * locks, so competing consumers may fetch overlapping batches; the processed table absorbs the overlap.
    */
-  async fetchPending(part: number, limit: number): Promise<CountEvent[]> {
+  async fetchPending(part: number, limit: number, after = 0): Promise<CountEvent[]> {
     // A named statement is parsed and planned once per connection.
     const { rows } = await this.pool.query<OutboxRow>({
       name: `${this.spec.kind}_fetch_pending`,
       text: this.sql.fetchPending,
-      values: [part, limit],
+      values: [part, limit, after],
     });
     return rows.map(toEvent);
   }
@@ -187,7 +210,7 @@ export class CounterConsumer {
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<CounterStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<CounterStats> {
     return drainBatches(this.pool, watermarkTablesOf(this.spec), this.spec.kind, this, emptyCounterStats, batchSize);
   }
 

@@ -37,6 +37,25 @@ export async function advanceWatermark(client: PoolClient, t: WatermarkTables, p
   return rows[0]!.applied_upto;
 }
 
+/**
+ * Up to $2 events of partition $1 above its watermark and above $3 (the last seq of a batch
+ * still being applied, 0 for none) and not yet seen, in seq order, read from `outbox` as `o` with
+ * `columns`. The watermark is a scalar subquery, so it bounds the outbox's
+ * primary-key range (`part = $1 AND seq > w`) and the read costs the batch, not the partition's
+ * whole retained history: joined as a table, its bound was a join filter applied after an index
+ * scan from the partition's first event, and the seen check a merge anti join over every seen key
+ * (test/counters/fetch-pending-plan.test.ts). The seen check carries the same bound, so whichever
+ * anti join the planner picks reads only the seen keys above it (usually none: only a transport's
+ * out-of-order batch leaves any).
+ */
+export function fetchPendingSql(outbox: string, columns: string, t: WatermarkTables): string {
+  const above = `greatest((SELECT applied_upto FROM ${t.watermark} WHERE part = $1), $3::bigint)`;
+  return `SELECT ${columns} FROM ${outbox} o
+           WHERE o.part = $1 AND o.seq > ${above}
+             AND NOT EXISTS (SELECT 1 FROM ${t.seen} p WHERE p.part = $1 AND p.seq = o.seq AND p.seq > ${above})
+           ORDER BY o.seq LIMIT $2`;
+}
+
 export async function lockWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
   const { rows } = await client.query<{ applied_upto: number }>(
     `SELECT applied_upto FROM ${t.watermark} WHERE part = $1 FOR UPDATE`,

@@ -5,6 +5,7 @@ import {
   partitionOfBatch,
   pollPartitions,
 } from "../counters/partition-batch.ts";
+import { fetchPendingSql } from "../counters/watermark.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -91,10 +92,7 @@ export class FeedConsumer {
     const s = source;
     const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
     this.sql = {
-      fetchPending: `SELECT ${columns} FROM ${s.outbox} o JOIN ${s.tables.watermark} w ON w.part = o.part
-                      WHERE o.part = $1 AND o.seq > w.applied_upto
-                        AND NOT EXISTS (SELECT 1 FROM ${s.tables.seen} p WHERE p.part = o.part AND p.seq = o.seq)
-                      ORDER BY o.seq LIMIT $2`,
+      fetchPending: fetchPendingSql(s.outbox, columns, s.tables),
       fetchRange: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq BETWEEN $2 AND $3 ORDER BY o.seq`,
       fetchSeqs: `SELECT f.floor, ${columns}
                     FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = $3 AND part = $1), 0) AS floor) f
@@ -107,7 +105,24 @@ export class FeedConsumer {
     };
   }
 
+  /** Applies a batch of one partition's delivered events, each checked against the outbox first. */
   async applyBatch(events: readonly FeedEvent[]): Promise<FeedStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, true);
+  }
+
+  /**
+   * Applies a batch that fetchPending read from the outbox itself: its rows never change (a prune
+   * deletes only rows at or below the watermark, duplicates to the apply), so they are not
+   * checked against it again. Everything else, hook points included, is applyBatch's path.
+   */
+  async applyFetched(events: readonly FeedEvent[]): Promise<FeedStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, false);
+  }
+
+  private async applyEvents(
+    events: readonly FeedEvent[],
+    delivered: boolean,
+  ): Promise<FeedStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const seqs = events.map((e) => e.seq);
     const source = this.source.name;
@@ -116,7 +131,7 @@ export class FeedConsumer {
       this.source.tables,
       part,
       async (client) => {
-        const kept = await this.requireOutboxMatch(client, part, events);
+        const kept = delivered ? await this.requireOutboxMatch(client, part, events) : seqs;
         const expired = events.length - kept.length;
         const fresh = (await client.query<{ seq: number }>(this.sql.markSeen, [part, kept])).rows.map((r) => r.seq);
         const { rows: authors } = await client.query<{ author: string }>(this.source.authorsSql, [part, fresh]);
@@ -135,12 +150,12 @@ export class FeedConsumer {
     return applyPlanRows(client, plan, this.maxItems);
   }
 
-  /** Up to `limit` unprocessed events of a partition above its watermark (no locks: the seen table absorbs overlaps). */
-  async fetchPending(part: number, limit: number): Promise<FeedEvent[]> {
+  /** Up to `limit` unprocessed events of a partition above its watermark and above `after` (no locks: the seen table absorbs overlaps). */
+  async fetchPending(part: number, limit: number, after = 0): Promise<FeedEvent[]> {
     const { rows } = await this.pool.query<FeedEvent>({
       name: `feed_${this.source.name}_fetch_pending`,
       text: this.sql.fetchPending,
-      values: [part, limit],
+      values: [part, limit, after],
     });
     return rows;
   }

@@ -6,8 +6,8 @@ import {
   emptyCounterStats,
   type CounterStats,
 } from "../counters/counter-consumer.ts";
-import { watermarkTablesOf, type CountEvent } from "../counters/counter-spec.ts";
-import { drainBatches, pollPartitions } from "../counters/partition-batch.ts";
+import type { CountEvent } from "../counters/counter-spec.ts";
+import { CONSUMER_BATCH } from "../counters/partition-batch.ts";
 import type { Hooks } from "../hooks.ts";
 import { LIKE_COUNTER } from "./like-spec.ts";
 import type { LikeEvent } from "./types.ts";
@@ -63,8 +63,8 @@ export class LikeConsumer {
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark (read without locks). */
-  async fetchPending(part: number, limit: number): Promise<LikeEvent[]> {
-    return (await this.counter.fetchPending(part, limit)).map(toLikeEvent);
+  async fetchPending(part: number, limit: number, after = 0): Promise<LikeEvent[]> {
+    return (await this.counter.fetchPending(part, limit, after)).map(toLikeEvent);
   }
 
   /** Events by sequence range, processed or not: how a transport redelivers. */
@@ -74,11 +74,11 @@ export class LikeConsumer {
 
   /** One pass over the given partitions; returns what it did. */
   async pollOnce(parts: readonly number[], batchSize = 100): Promise<ConsumeStats> {
-    return pollPartitions(this, emptyStats, parts, batchSize);
+    return this.counter.pollOnce(parts, batchSize);
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<ConsumeStats> {
-    return drainBatches(this.pool, watermarkTablesOf(LIKE_COUNTER), LIKE_COUNTER.kind, this, emptyStats, batchSize);
+  async drain(batchSize = CONSUMER_BATCH): Promise<ConsumeStats> {
+    return this.counter.drain(batchSize);
   }
 }

@@ -4,7 +4,9 @@ import {
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
+  CONSUMER_BATCH,
 } from "../counters/partition-batch.ts";
+import { fetchPendingSql } from "../counters/watermark.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
@@ -109,10 +111,7 @@ export class NotificationConsumer {
     const s = source;
     const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
     this.sql = {
-      fetchPending: `SELECT ${columns} FROM ${s.outbox} o JOIN ${s.tables.watermark} w ON w.part = o.part
-                      WHERE o.part = $1 AND o.seq > w.applied_upto
-                        AND NOT EXISTS (SELECT 1 FROM ${s.tables.seen} p WHERE p.part = o.part AND p.seq = o.seq)
-                      ORDER BY o.seq LIMIT $2`,
+      fetchPending: fetchPendingSql(s.outbox, columns, s.tables),
       fetchRange: `SELECT ${columns} FROM ${s.outbox} o WHERE o.part = $1 AND o.seq BETWEEN $2 AND $3 ORDER BY o.seq`,
       fetchSeqs: `SELECT f.floor, ${columns}
                     FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = $3 AND part = $1), 0) AS floor) f
@@ -126,6 +125,24 @@ export class NotificationConsumer {
   async applyBatch(
     events: readonly NotificationEvent[],
   ): Promise<NotificationStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, true);
+  }
+
+  /**
+   * Applies a batch that fetchPending read from the outbox itself: its rows never change (a prune
+   * deletes only rows at or below the watermark, duplicates to the apply), so they are not
+   * checked against it again. Everything else, hook points included, is applyBatch's path.
+   */
+  async applyFetched(
+    events: readonly NotificationEvent[],
+  ): Promise<NotificationStats & { watermark: number; expired: number }> {
+    return this.applyEvents(events, false);
+  }
+
+  private async applyEvents(
+    events: readonly NotificationEvent[],
+    delivered: boolean,
+  ): Promise<NotificationStats & { watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const seqs = events.map((e) => e.seq);
     const source = this.source.name;
@@ -134,7 +151,7 @@ export class NotificationConsumer {
       this.source.tables,
       part,
       async (client) => {
-        const kept = await this.requireOutboxMatch(client, part, events);
+        const kept = delivered ? await this.requireOutboxMatch(client, part, events) : seqs;
         const expired = events.length - kept.length;
         const { rows } = await client.query<{ recipient: string }>(this.sql.recipients, [part, kept]);
         await client.query(LOCK_RECIPIENTS_SQL, [rows.map((r) => r.recipient)]);
@@ -146,12 +163,12 @@ export class NotificationConsumer {
     );
   }
 
-  /** Up to `limit` unprocessed events of a partition above its watermark (no locks: the seen table absorbs overlaps). */
-  async fetchPending(part: number, limit: number): Promise<NotificationEvent[]> {
+  /** Up to `limit` unprocessed events of a partition above its watermark and above `after` (no locks: the seen table absorbs overlaps). */
+  async fetchPending(part: number, limit: number, after = 0): Promise<NotificationEvent[]> {
     const { rows } = await this.pool.query<EventRow>({
       name: `notifications_${this.source.name}_fetch_pending`,
       text: this.sql.fetchPending,
-      values: [part, limit],
+      values: [part, limit, after],
     });
     return rows;
   }
@@ -165,7 +182,7 @@ export class NotificationConsumer {
     return pollPartitions(this, emptyNotificationStats, parts, batchSize);
   }
 
-  async drain(batchSize = 200): Promise<NotificationStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<NotificationStats> {
     return drainBatches(
       this.pool,
       this.source.tables,
@@ -223,7 +240,7 @@ export class NotificationFeed {
     return total;
   }
 
-  async drain(batchSize = 200): Promise<NotificationStats> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<NotificationStats> {
     const total = emptyNotificationStats();
     for (const c of this.consumers) addTally(total, await c.drain(batchSize));
     return total;

@@ -4,8 +4,9 @@ import {
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
+  CONSUMER_BATCH,
 } from "../counters/partition-batch.ts";
-import type { WatermarkTables } from "../counters/watermark.ts";
+import { fetchPendingSql, type WatermarkTables } from "../counters/watermark.ts";
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import type { Hooks } from "../hooks.ts";
@@ -28,6 +29,12 @@ export const RELATION_WATERMARK: WatermarkTables = {
   seen: "proj_seen",
   watermark: "proj_watermark",
 };
+
+const FETCH_PENDING_SQL = fetchPendingSql(
+  "relation_event",
+  "o.part, o.seq, o.follower, o.followee, o.state, o.version, o.created_at",
+  RELATION_WATERMARK,
+);
 
 interface EventRow {
   part: number;
@@ -178,6 +185,24 @@ export class RelationProjector {
   async applyBatch(
     events: readonly RelationEvent[],
   ): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
+    return this.applyEvents(events, true);
+  }
+
+  /**
+   * Applies a batch that fetchPending read from relation_event itself: its rows never change (a
+   * prune deletes only rows at or below the watermark, duplicates to the apply), so they are not
+   * checked against it again. Everything else, the hook point included, is applyBatch's path.
+   */
+  async applyFetched(
+    events: readonly RelationEvent[],
+  ): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
+    return this.applyEvents(events, false);
+  }
+
+  private async applyEvents(
+    events: readonly RelationEvent[],
+    delivered: boolean,
+  ): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
     const part = partitionOfBatch(events);
     const step = this.options.step;
     const order = events
@@ -202,7 +227,7 @@ export class RelationProjector {
       RELATION_WATERMARK,
       part,
       async (client) => {
-        const floor = await requireEventMatch(client, part, events);
+        const floor = delivered ? await requireEventMatch(client, part, events) : 0;
         const kept = events.map((e, i) => ({ e, i })).filter(({ e }) => e.seq > floor);
         const verdicts: Verdict[] = events.map(() => "dup");
         if (step) {
@@ -226,15 +251,12 @@ export class RelationProjector {
     );
   }
 
-  async fetchPending(part: number, limit: number): Promise<RelationEvent[]> {
+  /** Up to `limit` unprocessed events above the watermark and above `after` (the last seq of a batch being applied). */
+  async fetchPending(part: number, limit: number, after = 0): Promise<RelationEvent[]> {
     const { rows } = await this.pool.query<EventRow>({
       name: "relation_fetch_pending",
-      text: `SELECT e.part, e.seq, e.follower, e.followee, e.state, e.version, e.created_at
-               FROM relation_event e JOIN proj_watermark w ON w.part = e.part
-              WHERE e.part = $1 AND e.seq > w.applied_upto
-                AND NOT EXISTS (SELECT 1 FROM proj_seen s WHERE s.part = e.part AND s.seq = e.seq)
-              ORDER BY e.seq LIMIT $2`,
-      values: [part, limit],
+      text: FETCH_PENDING_SQL,
+      values: [part, limit, after],
     });
     return rows.map(toRelationEvent);
   }
@@ -253,7 +275,7 @@ export class RelationProjector {
   }
 
   /** Projects until every partition's watermark has reached its sequence. */
-  async drain(batchSize = 200): Promise<VerdictCounts> {
+  async drain(batchSize = CONSUMER_BATCH): Promise<VerdictCounts> {
     return drainBatches(this.pool, RELATION_WATERMARK, "relations", this, emptyVerdicts, batchSize);
   }
 }
