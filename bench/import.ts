@@ -132,13 +132,7 @@ function scaled(scale: number): RealisticShape {
  * its rate over the lines of its kind; then the ledger against the file (facts per kind), the
  * counts and projection against the facts, and the audit.
  */
-async function reportRealistic(
-  pool: Pool,
-  shape: ShapeCounts,
-  report: ImportReport,
-  seconds: number,
-  steps: readonly [string, number][],
-): Promise<void> {
+async function reportRealistic(pool: Pool, shape: ShapeCounts, report: ImportReport, seconds: number): Promise<void> {
   const truth = await importTruth(pool);
   const audit = await fullAudit(await openLedger(pool));
   const facts = shape.lines;
@@ -161,15 +155,26 @@ async function reportRealistic(
       `  import: ${facts} lines in ${seconds.toFixed(2)} s = ${(facts / seconds).toFixed(0)} facts/s (goal >= 20,000); path: ${report.path}\n` +
       `  where the time went:\n` +
       report.phases.map((ph) => `    ${formatPhase(ph)}\n`).join("") +
-      `  steps over 10 ms:\n` +
-      steps
-        .filter(([, ms]) => ms >= 10)
-        .map(([step, ms]) => `    ${(ms / 1000).toFixed(2).padStart(7)} s  ${step}\n`)
-        .join("") +
       `  afterwards: accounts ${truth.accounts}/${expected.accounts}, liked ${truth.liked}/${expected.liked}, following ${truth.following}/${expected.following}, blocks ${truth.blocks}/${expected.blocks}; ` +
       `like_count rows off the facts ${truth.countMismatches}, follower projection/count rows off the facts ${truth.projectionMismatches}; audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
   );
   if (!ok) process.exitCode = 1;
+}
+
+interface ProfileRow {
+  ms: number;
+  calls: number;
+  rows: number;
+  query: string;
+}
+
+function printProfile(profile: readonly ProfileRow[]): void {
+  if (profile.length === 0) return;
+  process.stdout.write("  pg_stat_statements, the import's top-level statements by total time (ms, calls, rows):\n");
+  for (const r of profile)
+    process.stdout.write(
+      `    ${String(r.ms).padStart(8)} ${String(r.calls).padStart(6)} ${String(r.rows).padStart(8)}  ${r.query}\n`,
+    );
 }
 
 /** pg_stat_statements for the totals, auto_explain for the plan of every statement over half a second. */
@@ -218,17 +223,18 @@ try {
     onTiming: (step, ms) => steps.push([step, ms]),
   });
   const importSeconds = (performance.now() - started) / 1000;
-  if (shape) {
-    await reportRealistic(pool, shape, report, importSeconds, steps);
-  } else {
-    const written = report.applied.likes ?? 0;
-    const { rows: profile } = values.profile
-      ? await pool.query<{ ms: number; calls: number; rows: number; query: string }>(
-          `SELECT round(total_exec_time)::int AS ms, calls::int, rows::int, regexp_replace(left(query, 110), '\\s+', ' ', 'g') AS query
+  const { rows: profile } = values.profile
+    ? await pool.query<ProfileRow>(
+        `SELECT round(total_exec_time)::int AS ms, calls::int, rows::int, regexp_replace(left(query, 110), '\\s+', ' ', 'g') AS query
        FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel
       ORDER BY total_exec_time DESC LIMIT 14`,
-        )
-      : { rows: [] };
+      )
+    : { rows: [] };
+  if (shape) {
+    await reportRealistic(pool, shape, report, importSeconds);
+    printProfile(profile);
+  } else {
+    const written = report.applied.likes ?? 0;
 
     await plain.query("CREATE TABLE plain_like (user_id text NOT NULL, item_id text NOT NULL)");
     const client = await plain.connect();
@@ -276,15 +282,7 @@ try {
           .join("") +
         `  afterwards: like_fact liked ${rows[0]!.liked}, sum(like_count) ${rows[0]!.counted}, audit ${audit.clean ? "clean" : "NOT CLEAN"}\n`,
     );
-    if (profile.length > 0) {
-      process.stdout.write(
-        "  pg_stat_statements, the import's top-level statements by total time (ms, calls, rows):\n",
-      );
-      for (const r of profile)
-        process.stdout.write(
-          `    ${String(r.ms).padStart(8)} ${String(r.calls).padStart(6)} ${String(r.rows).padStart(8)}  ${r.query}\n`,
-        );
-    }
+    printProfile(profile);
     if (!audit.clean || rows[0]!.liked !== written || rows[0]!.counted !== written) process.exitCode = 1;
   }
 } finally {
