@@ -7,7 +7,7 @@ import { likeRefusalError } from "../likes/like-service.ts";
 import { stablePartition } from "../partition.ts";
 import type { RelationService } from "../relations/relation-service.ts";
 import { setHideCollections } from "../relations/account-settings.ts";
-import { NotificationRebuild } from "../notifications/notification-rebuild.ts";
+import { NOTIFICATION_REBUILD_LOCK_KEY, NotificationRebuild } from "../notifications/notification-rebuild.ts";
 import { FeedRebuild } from "../feed/feed-rebuild.ts";
 import * as sql from "./import-sql.ts";
 
@@ -85,8 +85,11 @@ export interface ApplyOptions {
   feedMaxItems?: number;
   /** Drops the Redis counters of the run's targets (the count layer backfills them from the facts); absent: no Redis. */
   dropCounters?: (targets: readonly { kind: string; target: string }[]) => Promise<void>;
-  /** Called when a phase ends with `apply: <phase>` and the milliseconds it took in this run (the bench's breakdown). */
-  onTiming?: (step: string, ms: number) => void;
+  /**
+   * Called when a phase ends with `apply: <phase>`, the milliseconds it took in this run and, for a
+   * phase that walks staged lines, how many it went through in this run (the report's breakdown).
+   */
+  onTiming?: (step: string, ms: number, lines?: number) => void;
 }
 
 interface RunState {
@@ -137,12 +140,16 @@ export class ImportApply {
     const budget = this.options.batchMillis ?? 1_000;
     let size = Math.min(1_000, maxSize);
     let phaseStarted = performance.now();
+    let phaseLines = 0;
     while (state.phase !== "done") {
       const phase = state.phase;
-      if (phase === "likes" && !holdsRebuildLock) {
-        // A like rebuild installs counts from its snapshot plus the events after it; these facts
-        // have no events, so none may run across this phase (docs/import.md, "Counts").
-        await lock.query("SELECT pg_advisory_lock($1)", [REBUILD_LOCK_KEY]);
+      if ((phase === "likes" || phase === "follows") && !holdsRebuildLock) {
+        // A rebuild installs its view from its snapshot plus the events after it; these facts have
+        // no events, so none may run across the phase: a like rebuild across the likes (docs/import.md,
+        // "Counts"), a notification rebuild across the follows, whose rows they write.
+        await lock.query("SELECT pg_advisory_lock($1)", [
+          phase === "likes" ? REBUILD_LOCK_KEY : NOTIFICATION_REBUILD_LOCK_KEY,
+        ]);
         holdsRebuildLock = true;
       }
       if (phase !== "caches" && phase !== "notifications" && last?.phase !== phase)
@@ -165,7 +172,9 @@ export class ImportApply {
             (await this.pool.query<{ written: number }>(sql.INSERT_ACTORS, [runId])).rows[0]!.written,
           );
         if (holdsRebuildLock) {
-          await lock.query("SELECT pg_advisory_unlock($1)", [REBUILD_LOCK_KEY]);
+          await lock.query("SELECT pg_advisory_unlock($1)", [
+            phase === "likes" ? REBUILD_LOCK_KEY : NOTIFICATION_REBUILD_LOCK_KEY,
+          ]);
           holdsRebuildLock = false;
         }
         const next = PHASES[PHASES.indexOf(phase) + 1]!;
@@ -175,12 +184,14 @@ export class ImportApply {
         );
         if (next === "done") await this.pool.query("DELETE FROM import_stage WHERE run_id = $1", [runId]);
         const now = performance.now();
-        this.options.onTiming?.(`apply: ${phase}`, now - phaseStarted);
+        this.options.onTiming?.(`apply: ${phase}`, now - phaseStarted, KIND_OF[phase] ? phaseLines : undefined);
         phaseStarted = now;
+        phaseLines = 0;
       } else {
         const started = performance.now();
         await this.applyBatch(phase, [runId, state.afterOrd, upto, KIND_OF[phase]!], state, partitions);
         const took = Math.max(1, performance.now() - started);
+        phaseLines += upto - state.afterOrd;
         size = Math.max(
           Math.min(100, maxSize),
           Math.min(maxSize, Math.round(((upto - state.afterOrd) * budget) / took)),

@@ -163,21 +163,19 @@ export interface EmptyLoad {
  * inside the staging transaction: the facts sorted, their baselines and counts set-based, then
  * like_fact's list indexes built and the foreign keys re-validated whole. One transaction: a kill
  * leaves nothing, and the ledger is as empty as before, so the same command starts again.
- * `timed` is called with each step's name and milliseconds.
+ * `timed` is called with each step's name, milliseconds and, for the items and facts, the rows written.
  */
 export async function loadEmptyLikeSide(
   client: PoolClient,
   importedAt: Date,
   partitions: number,
-  timed: (step: string, ms: number) => void,
+  timed: (step: string, ms: number, lines?: number) => void,
 ): Promise<EmptyLoad> {
   const step = async <T>(name: string, work: () => Promise<T>): Promise<T> => {
     const started = performance.now();
-    try {
-      return await work();
-    } finally {
-      timed(name, performance.now() - started);
-    }
+    const result = await work();
+    timed(name, performance.now() - started, typeof result === "number" ? result : undefined);
+    return result;
   };
   // The index builds sort in memory, and the GROUP BY of the counts hashes there.
   await client.query("SET LOCAL maintenance_work_mem = '512MB'");

@@ -1,3 +1,5 @@
+import { NOTIFICATION_COLUMNS, withIdAndGroup } from "../notifications/notification-sources.ts";
+
 /**
  * The set-based statements of the import's apply phases (docs/import.md). Each reads the staged
  * lines of run $1 in the range ($2, $3] of one kind's `ord` (their key order). A fact without
@@ -115,8 +117,10 @@ export const LOCK_FOLLOW_PAIRS = [
 ] as const;
 
 /**
- * The follows of the range without history, written at version 1 with their baseline and their
- * projection (version 1, since = at) and follower count, in one statement read after the locks:
+ * The follows of the range without history, written at version 1 with their baseline, their
+ * projection (version 1, since = at), follower count and notification row (the row the
+ * notification rebuild installs for a fact at version 1: seq 0, part 0; a row of a higher version
+ * is newer and stays), in one statement read after the locks:
  * a pair blocked either way (by the database or an earlier phase of this file) is left REMOVED;
  * PENDING towards a public account is ACTIVE; ACTIVE towards a private account is an approved
  * follow. $5 import time.
@@ -143,9 +147,21 @@ export const APPLY_FOLLOWS = `
   counted AS (
     INSERT INTO proj_count (followee, n)
     SELECT followee, count(*) FROM projected WHERE state = 'ACTIVE' GROUP BY followee ORDER BY followee
-    ON CONFLICT (followee) DO UPDATE SET n = proj_count.n + EXCLUDED.n RETURNING 1)
+    ON CONFLICT (followee) DO UPDATE SET n = proj_count.n + EXCLUDED.n RETURNING 1),
+  candidate AS (
+    SELECT 'relation'::text AS source, follower AS actor, followee AS subject, followee AS recipient,
+           CASE state WHEN 'PENDING' THEN 'follow_request' ELSE 'follow' END AS type, NULL::text AS item_id,
+           true AS active, 1::bigint AS version, changed_at AS at, 0 AS part, 0::bigint AS seq FROM upd),
+  notified AS (
+    INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
+    ${withIdAndGroup("candidate")} FROM candidate ORDER BY candidate.source, candidate.actor, candidate.subject
+    ON CONFLICT (source, actor, subject) DO UPDATE
+       SET type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active, version = EXCLUDED.version,
+           at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key, part = 0, seq = 0
+     WHERE n.version < EXCLUDED.version
+    RETURNING 1)
   SELECT (SELECT count(*) FROM upd)::int AS written, (SELECT count(*) FROM baseline)::int AS baselines,
-         (SELECT count(*) FROM counted)::int AS counted`;
+         (SELECT count(*) FROM counted)::int AS counted, (SELECT count(*) FROM notified)::int AS notified`;
 
 /** The like counters' partitions of the range's users, as a consumer batch takes them ($5 P). */
 export const LOCK_LIKE_WATERMARKS = `
@@ -205,13 +221,25 @@ export const TOUCHED_TARGETS = `
   SELECT DISTINCT CASE s.kind WHEN 'follow' THEN 'followers' ELSE 'likes' END AS kind, coalesce(s.b, s.a) AS target
     FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow', 'item')`;
 
-/** The accounts the run's lines notify: the followees of its follows, the authors of the posts and comments it likes. */
 /** The followers of the run's follow lines: whose home timeline the set-based follows changed. */
 export const FEED_READERS =
   "SELECT DISTINCT s.a AS reader FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow' ORDER BY 1";
 
+/**
+ * The accounts the run's lines notify whose view misses the row of a fact the run names: the
+ * followees of its follows, the authors of the posts and comments it likes, where the fact stands
+ * (version above 0) and the view has no row of the pair. The follows phase writes the rows of the
+ * follows it writes, and the live writes' events reach the view through its consumer (a pair whose
+ * event is not consumed yet is listed too: the rebuild leaves a pending pair to its event), so this
+ * is usually nobody.
+ */
 export const NOTIFIED_RECIPIENTS = `
-  SELECT s.b AS recipient FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow'
+  SELECT s.b AS recipient FROM import_stage s JOIN relation r ON r.follower = s.a AND r.followee = s.b AND r.version > 0
+   WHERE s.run_id = $1 AND s.kind = 'follow'
+     AND NOT EXISTS (SELECT 1 FROM notification n WHERE n.source = 'relation' AND n.actor = s.a AND n.subject = s.b)
   UNION
-  SELECT a.author FROM import_stage s JOIN notification_item_author a ON a.item_id = s.b WHERE s.run_id = $1 AND s.kind = 'like'
+  SELECT a.author FROM import_stage s JOIN notification_item_author a ON a.item_id = s.b AND a.author <> s.a
+    JOIN like_fact f ON f.user_id = s.a AND f.item_id = s.b AND f.version > 0
+   WHERE s.run_id = $1 AND s.kind = 'like'
+     AND NOT EXISTS (SELECT 1 FROM notification n WHERE n.source = 'like' AND n.actor = s.a AND n.subject = s.b)
   ORDER BY 1`;

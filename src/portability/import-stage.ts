@@ -143,8 +143,8 @@ export interface StageOptions {
    * the empty-ledger path or LedgerNotEmptyError (nothing written); never: the resumable path.
    */
   emptyLedger?: "auto" | "require" | "never";
-  /** Called with each step's name and its milliseconds (the bench's breakdown). */
-  onTiming?: (step: string, ms: number) => void;
+  /** Called with each step's name, its milliseconds and the lines it went through (the report's breakdown). */
+  onTiming?: (step: string, ms: number, lines?: number) => void;
 }
 
 /**
@@ -177,9 +177,9 @@ export async function stageImport(
   const timed = options.onTiming ?? (() => {});
   const partitions = await readPartitions(pool);
   let mark = performance.now();
-  const lap = (step: string) => {
+  const lap = (step: string, lines?: number) => {
     const t = performance.now();
-    timed(step, t - mark);
+    timed(step, t - mark, lines);
     mark = t;
   };
   return withTransaction(
@@ -231,11 +231,11 @@ export async function stageImport(
       mark = performance.now();
       await copyIn(client, "COPY import_lines (run_id, kind, line, a, b, state, private, hide, at) FROM STDIN", rows());
       options.onLines?.(lines);
-      lap("pass 1: read, parse and check lines, COPY into import_lines");
+      lap("pass 1: read, parse and check lines, COPY into import_lines", lines);
       // The read rows are the planner's to know about (a hash join, not a nested loop per line).
       await client.query("ANALYZE import_lines");
       const cross = await crossLineErrors(client, runId);
-      lap("pass 1: ANALYZE and cross-line checks");
+      lap("pass 1: ANALYZE and cross-line checks", lines);
       if (badTotal + cross.total > 0) {
         const listed = [...bad, ...cross.listed].sort((x, y) => x.line - y.line).slice(0, LISTED_BAD_LINES);
         // Thrown inside the transaction: it rolls back, so not even the staged lines stay.
@@ -275,7 +275,7 @@ export async function stageImport(
         "INSERT INTO import_run (run_id, digest, lines, imported_at, phase, applied) VALUES ($1, $2, $3, $4, 'accounts', $5)",
         [runId, hex, lines, now, loaded ? { items: loaded.items, likes: loaded.likes } : {}],
       );
-      lap("staging: sorted insert into import_stage");
+      lap("staging: sorted insert into import_stage", lines);
       return { runId, lines, importedAt: now, existing: "none", path } satisfies StagedRun;
     },
     { maxAttempts: 1 },

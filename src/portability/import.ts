@@ -3,6 +3,14 @@ import { RelationService } from "../relations/relation-service.ts";
 import { ImportApply, type Applied, type ApplyOptions } from "./import-apply.ts";
 import { stageImport, type StageOptions, type StagedRun } from "./import-stage.ts";
 
+/** One step of the import as this run took it: staging steps, the empty-ledger load's steps, then each apply phase. */
+export interface PhaseTiming {
+  step: string;
+  ms: number;
+  /** The lines the step went through (of its kind for an apply phase), where it walks lines. */
+  lines?: number;
+}
+
 export interface ImportReport {
   runId: number;
   lines: number;
@@ -11,6 +19,15 @@ export interface ImportReport {
   /** empty-ledger: items and likes were bulk-loaded in the staging transaction (docs/import.md); resumable: all in batches. */
   path: StagedRun["path"];
   applied: Applied;
+  /** Where this run's time went, in order. */
+  phases: PhaseTiming[];
+}
+
+/** A step's time and, where it walks lines, its rate: `  1.23 s  apply: follows  40000 lines, 32520 lines/s`. */
+export function formatPhase(p: PhaseTiming): string {
+  const head = `${(p.ms / 1000).toFixed(2).padStart(7)} s  ${p.step}`;
+  if (p.lines === undefined) return head;
+  return `${head.padEnd(72)} ${String(p.lines).padStart(9)} lines, ${String(Math.round((p.lines * 1000) / Math.max(p.ms, 1))).padStart(8)} lines/s`;
 }
 
 /**
@@ -23,8 +40,13 @@ export async function importFacts(
   input: NodeJS.ReadableStream,
   options: StageOptions & ApplyOptions = {},
 ): Promise<ImportReport> {
-  const staged = await stageImport(pool, input, options);
-  const apply = new ImportApply(pool, await RelationService.open(pool), options);
+  const phases: PhaseTiming[] = [];
+  const onTiming = (step: string, ms: number, lines?: number) => {
+    phases.push(lines === undefined ? { step, ms } : { step, ms, lines });
+    options.onTiming?.(step, ms, lines);
+  };
+  const staged = await stageImport(pool, input, { ...options, onTiming });
+  const apply = new ImportApply(pool, await RelationService.open(pool), { ...options, onTiming });
   const applied = await apply.apply(staged.runId);
-  return { runId: staged.runId, lines: staged.lines, existing: staged.existing, path: staged.path, applied };
+  return { runId: staged.runId, lines: staged.lines, existing: staged.existing, path: staged.path, applied, phases };
 }

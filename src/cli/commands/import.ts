@@ -3,7 +3,7 @@ import cliProgress from "cli-progress";
 import { openCountLayer } from "../../cache/count-layer.ts";
 import { CountStore } from "../../cache/count-store.ts";
 import { loadConfig } from "../../config.ts";
-import { importFacts, type ImportReport } from "../../portability/import.ts";
+import { formatPhase, importFacts, type ImportReport } from "../../portability/import.ts";
 import { BadLinesError } from "../../portability/import-stage.ts";
 import { openDatabase } from "../../runtime/database.ts";
 import { UsageError } from "../args.ts";
@@ -19,7 +19,8 @@ export function formatImportReport(r: ImportReport): string {
   const written = Object.entries(r.applied)
     .map(([k, v]) => `${k}=${v}`)
     .join(" ");
-  return `${head}\n  written: ${written || "nothing"}\n`;
+  const phases = r.phases.map((p) => `  ${formatPhase(p)}\n`).join("");
+  return `${head}\n  written: ${written || "nothing"}\n${phases ? `  time per step:\n${phases}` : ""}`;
 }
 
 /**
