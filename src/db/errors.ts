@@ -78,8 +78,21 @@ interface PgErrorShape {
   message?: unknown;
 }
 
-/** Node socket error codes that mean the connection is gone. EPIPE also has the shape of a SQLSTATE. */
-const DROPPED_SOCKET_CODES: ReadonlySet<string> = new Set(["ECONNRESET", "ECONNREFUSED", "EPIPE"]);
+/**
+ * Node socket error codes that mean the connection is gone or cannot be made. EPIPE also has the
+ * shape of a SQLSTATE. The unreachable ones come from a partition: a connect whose address stops
+ * answering ARP fails with EHOSTUNREACH, a link without its route with ENETUNREACH.
+ */
+const DROPPED_SOCKET_CODES: ReadonlySet<string> = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "EHOSTDOWN",
+  "ENETUNREACH",
+  "ENETDOWN",
+]);
 
 function sqlStateOf(err: unknown): string | undefined {
   const code = (err as PgErrorShape | null)?.code;

@@ -6,18 +6,21 @@
  * acknowledged (likes and unlikes set a target state, so a repeat is safe even if the 503'd
  * attempt had committed); any other status is recorded as unexpected.
  */
+import { performance } from "node:perf_hooks";
 import { signToken } from "../../src/api/auth.ts";
 import { httpClient, pollUntil } from "./cli-child.ts";
 
 export interface LoadFigures {
   acknowledged: number;
   unavailable: number;
-  /** Status codes other than 200 and 503, and 503s without our error code (DATABASE_UNAVAILABLE, SHUTTING_DOWN) or Retry-After. */
+  /** Status codes other than 200 and 503, and 503s without our error code (DATABASE_UNAVAILABLE, DATABASE_DISK_FULL, SHUTTING_DOWN) or Retry-After. */
   unexpected: string[];
   /** Acknowledged requests sent after the first 503: proof that service resumed. */
   acknowledgedAfterOutage: number;
   /** Refused or dropped connections, when the test expects the server to go away. */
   networkErrors: number;
+  /** The longest any request took to be answered (any status), in ms; a test may reset it to 0 to measure a window. */
+  slowestMs: number;
 }
 
 export class LikeLoad {
@@ -27,6 +30,7 @@ export class LikeLoad {
     unexpected: [],
     acknowledgedAfterOutage: 0,
     networkErrors: 0,
+    slowestMs: 0,
   };
   /** Set when the server is expected to exit: a refused connection then ends a client instead of failing the test. */
   tolerateNetworkErrors = false;
@@ -92,7 +96,7 @@ export class LikeLoad {
         const code = (res.body.error as { code?: string } | undefined)?.code;
         if (
           res.status === 503 &&
-          (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN") &&
+          (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN" || code === "DATABASE_DISK_FULL") &&
           res.retryAfter !== null
         ) {
           this.figures.unavailable++;
@@ -113,7 +117,9 @@ export class LikeLoad {
   }
 
   private async send(method: string, urlPath: string, token: string) {
+    const started = performance.now();
     const res = await this.call(method, urlPath, token);
+    this.figures.slowestMs = Math.max(this.figures.slowestMs, performance.now() - started);
     return { status: res.status, body: res.body, retryAfter: res.headers.get("retry-after") };
   }
 
