@@ -8,7 +8,10 @@
  */
 import { performance } from "node:perf_hooks";
 import { signToken } from "../../src/api/auth.ts";
-import { httpClient, pollUntil } from "./cli-child.ts";
+import assert from "node:assert/strict";
+import type { TestContext } from "node:test";
+import { createPool } from "../../src/db/pool.ts";
+import { httpClient, pollUntil, runCli } from "./cli-child.ts";
 
 export interface LoadFigures {
   acknowledged: number;
@@ -152,4 +155,48 @@ export class LikeLoad {
     }
     return wrong;
   }
+}
+
+/**
+ * With independent SQL (the superuser's `adminUrl`): every acknowledged like/unlike of `load` is
+ * the state of its pair, counts read through the service (allowedLag=0) reach the facts, and
+ * `audit` (run with `env`, pointed at `adminUrl`) is clean.
+ */
+export async function verifyLikesKept(
+  t: TestContext,
+  load: LikeLoad,
+  service: { adminUrl: string; address: string; secret: string; env: NodeJS.ProcessEnv },
+): Promise<void> {
+  const pool = createPool({ connectionString: service.adminUrl, max: 2 });
+  try {
+    const { rows } = await pool.query<{ user_id: string; item_id: string; liked: boolean }>(
+      "SELECT user_id, item_id, liked FROM like_fact WHERE user_id LIKE 'load-user-%'",
+    );
+    const stored = new Map(rows.map((r) => [`${r.user_id}/${r.item_id}`, r.liked]));
+    assert.deepEqual(
+      await load.mismatches(async (user, item) => stored.get(`${user}/${item}`) ?? false),
+      [],
+      "acknowledged writes lost or resurrected",
+    );
+    const facts = await pool.query<{ item_id: string; n: number }>(
+      "SELECT item_id, count(*) FILTER (WHERE liked)::int AS n FROM like_fact WHERE item_id LIKE 'load-item-%' GROUP BY item_id",
+    );
+    const call = httpClient(service.address);
+    const reader = await signToken(new TextEncoder().encode(service.secret), "reader");
+    for (const { item_id: item, n } of facts.rows) {
+      await pollUntil(
+        `count of ${item} caught up`,
+        () => call<{ count: number; stale: boolean }>("GET", `/v1/items/${item}/like-count?allowedLag=0`, reader),
+        (res) => res.status === 200 && res.body.count === n && !res.body.stale,
+        60_000,
+      );
+    }
+    t.diagnostic(
+      `note pairs in doubt (last request unanswered)=${load.inDoubt.size}; items checked=${facts.rows.length}`,
+    );
+  } finally {
+    await pool.end();
+  }
+  const audit = await runCli(["audit"], { ...service.env, DATABASE_URL: service.adminUrl });
+  assert.equal(audit.code, 0, audit.stdout + audit.stderr);
 }

@@ -19,8 +19,8 @@ import { createPool } from "../../src/db/pool.ts";
 import { signToken } from "../../src/api/auth.ts";
 import { LineChild } from "../support/line-child.ts";
 import { NetworkNamespace, type Link } from "../support/netns.ts";
-import { BIN, REPO_ROOT, childEnv, httpClient, pollUntil, runCli } from "./cli-child.ts";
-import { LikeLoad } from "./like-load.ts";
+import { BIN, REPO_ROOT, childEnv, httpClient } from "./cli-child.ts";
+import { LikeLoad, verifyLikesKept } from "./like-load.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const CLIENTS = 8;
@@ -89,42 +89,6 @@ async function partitioned(t: TestContext, deadlines: Record<string, string>): P
   return { ns, backend, cluster, url, secret, env, serve, address };
 }
 
-/** Every acknowledged like/unlike is the state of its pair; counts equal the facts once caught up; audit clean. */
-async function verifyNothingLost(t: TestContext, p: Partitioned, load: LikeLoad): Promise<void> {
-  const pool = createPool({ connectionString: p.cluster.connectionString(), max: 2 });
-  try {
-    const { rows } = await pool.query<{ user_id: string; item_id: string; liked: boolean }>(
-      "SELECT user_id, item_id, liked FROM like_fact WHERE user_id LIKE 'load-user-%'",
-    );
-    const stored = new Map(rows.map((r) => [`${r.user_id}/${r.item_id}`, r.liked]));
-    assert.deepEqual(
-      await load.mismatches(async (user, item) => stored.get(`${user}/${item}`) ?? false),
-      [],
-      "acknowledged writes lost or resurrected",
-    );
-    const facts = await pool.query<{ item_id: string; n: number }>(
-      "SELECT item_id, count(*) FILTER (WHERE liked)::int AS n FROM like_fact WHERE item_id LIKE 'load-item-%' GROUP BY item_id",
-    );
-    const call = httpClient(p.address);
-    const reader = await signToken(new TextEncoder().encode(p.secret), "reader");
-    for (const { item_id: item, n } of facts.rows) {
-      await pollUntil(
-        `count of ${item} caught up`,
-        () => call<{ count: number; stale: boolean }>("GET", `/v1/items/${item}/like-count?allowedLag=0`, reader),
-        (res) => res.status === 200 && res.body.count === n && !res.body.stale,
-        60_000,
-      );
-    }
-    t.diagnostic(
-      `note pairs in doubt (last request unanswered)=${load.inDoubt.size}; items checked=${facts.rows.length}`,
-    );
-  } finally {
-    await pool.end();
-  }
-  const audit = await runCli(["audit"], { ...p.env, DATABASE_URL: p.cluster.connectionString() });
-  assert.equal(audit.code, 0, audit.stdout + audit.stderr);
-}
-
 /** ledger_database_refusals_total{reason} from serve's /metrics. */
 async function refusals(address: string): Promise<Record<string, number>> {
   const text = await (await fetch(new URL("/metrics", address))).text();
@@ -175,7 +139,12 @@ test(
     );
     assert.ok(p.serve.alive(), "node was not restarted");
     assert.equal((await call("GET", "/readyz")).status, 200);
-    await verifyNothingLost(t, p, load);
+    await verifyLikesKept(t, load, {
+      adminUrl: p.cluster.connectionString(),
+      address: p.address,
+      secret: p.secret,
+      env: p.env,
+    });
   },
 );
 
