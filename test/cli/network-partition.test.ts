@@ -17,6 +17,7 @@ import path from "node:path";
 import { EmbeddedCluster, clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
 import { createPool } from "../../src/db/pool.ts";
 import { signToken } from "../../src/api/auth.ts";
+import { TestRedis } from "../../support/redis-server.ts";
 import { LineChild } from "../support/line-child.ts";
 import { NetworkNamespace, type Link } from "../support/netns.ts";
 import { BIN, REPO_ROOT, childEnv, httpClient } from "./cli-child.ts";
@@ -37,6 +38,8 @@ const SLACK_MS = 1_500;
 interface Partitioned {
   ns: NetworkNamespace;
   backend: Link;
+  /** The link to Redis, when the test asked for one. */
+  redisLink?: Link;
   cluster: EmbeddedCluster;
   /** The superuser's URL as the namespace reaches it (over the backend link). */
   url: string;
@@ -46,19 +49,27 @@ interface Partitioned {
   address: string;
 }
 
-async function partitioned(t: TestContext, deadlines: Record<string, string>): Promise<Partitioned> {
+async function partitioned(
+  t: TestContext,
+  deadlines: Record<string, string>,
+  options: { redis?: boolean } = {},
+): Promise<Partitioned> {
   const root = await clusterTempDir("ledger-partition-");
   const ns = NetworkNamespace.create();
   const children: LineChild[] = [];
-  const owned: { cluster?: EmbeddedCluster } = {};
+  const owned: { cluster?: EmbeddedCluster; redis?: TestRedis } = {};
   t.after(async () => {
     for (const child of children) if (child.alive()) await child.stop("SIGKILL");
     ns.remove();
     await owned.cluster?.stop();
+    await owned.redis?.kill();
     await rm(root, { recursive: true, force: true });
   });
   const backend = ns.addLink();
   const front = ns.addLink();
+  const redisLink = options.redis ? ns.addLink() : undefined;
+  if (redisLink)
+    owned.redis = await TestRedis.start(["--bind", "127.0.0.1", redisLink.here.address, "--protected-mode", "no"]);
   const cluster = (owned.cluster = await EmbeddedCluster.start({
     dataDir: path.join(root, "pgdata"),
     settings: { listen_addresses: `127.0.0.1,${backend.here.address}` },
@@ -81,12 +92,13 @@ async function partitioned(t: TestContext, deadlines: Record<string, string>): P
     PORT: String(port),
     LOG_LEVEL: "info",
     LEDGER_AUDIT_EVERY_SECONDS: "0",
+    ...(redisLink ? { REDIS_URL: `redis://${redisLink.here.address}:${owned.redis!.port}` } : {}),
     ...deadlines,
   });
   const serve = new LineChild("serve (in the namespace)", [BIN, "serve"], { cwd: REPO_ROOT, env, wrapper: ns.exec });
   children.push(serve);
   const address = LISTENING.exec(await serve.waitFor(LISTENING, 90_000))![1]!;
-  return { ns, backend, cluster, url, secret, env, serve, address };
+  return { ns, backend, redisLink, cluster, url, secret, env, serve, address };
 }
 
 /** ledger_database_refusals_total{reason} from serve's /metrics. */
@@ -178,5 +190,51 @@ test(
     t.diagnostic(
       `note answered ${res.status} after ${(performance.now() - started).toFixed(0)} ms, once the link returned`,
     );
+  },
+);
+
+test(
+  "Redis partitioned away (packets dropped, no reset) under HTTP load: likes go on, count reads fall back to PostgreSQL within the bound, the counts catch up after the link returns",
+  { timeout: 240_000 },
+  async (t) => {
+    const p = await partitioned(t, { LEDGER_REDIS_KEEPALIVE_MS: "1000" }, { redis: true });
+    const call = httpClient(p.address);
+    const reader = await signToken(new TextEncoder().encode(p.secret), "reader");
+    const load = await LikeLoad.prepare(p.address, p.secret, { clients: CLIENTS, items: ITEMS });
+    load.start();
+    await load.until("load running", (f) => f.acknowledged >= LOAD_BEFORE_FAULT);
+    const redisUp = async () =>
+      /^ledger_redis_up (\d)/m.exec(await (await fetch(new URL("/metrics", p.address))).text())?.[1];
+    assert.equal(await redisUp(), "1", "counts come from Redis before the cut");
+    p.ns.cut(p.redisLink!);
+    load.figures.slowestMs = 0;
+    const acknowledgedAtCut = load.figures.acknowledged;
+    let slowestRead = 0;
+    const readStatuses = new Set<number>();
+    for (let i = 0; i < 20; i++) {
+      const started = performance.now();
+      const res = await call("GET", `/v1/items/load-item-${i % ITEMS}/like-count`, reader);
+      slowestRead = Math.max(slowestRead, performance.now() - started);
+      readStatuses.add(res.status);
+    }
+    const during = await load.until("likes go on", (f) => f.acknowledged >= acknowledgedAtCut + LOAD_BEFORE_FAULT);
+    const slowestWrite = during.slowestMs;
+    const upDuring = await redisUp();
+    p.ns.restore(p.redisLink!);
+    await load.stop();
+    t.diagnostic(
+      `note under the Redis partition: slowest count read ${slowestRead.toFixed(0)} ms, slowest like ${slowestWrite.toFixed(0)} ms; read statuses ${[...readStatuses].join(",")}; ledger_redis_up during ${upDuring}`,
+    );
+    assert.deepEqual(during.unexpected, []);
+    assert.equal(upDuring, "0", "the missed deadlines mark Redis down");
+    assert.deepEqual([...readStatuses], [200], "count reads are answered (from PostgreSQL)");
+    assert.ok(slowestRead <= BOUND_MS + SLACK_MS, `a count read took ${slowestRead.toFixed(0)} ms`);
+    assert.ok(slowestWrite <= BOUND_MS + SLACK_MS, `a like took ${slowestWrite.toFixed(0)} ms`);
+    await verifyLikesKept(t, load, {
+      adminUrl: p.cluster.connectionString(),
+      address: p.address,
+      secret: p.secret,
+      env: p.env,
+    });
   },
 );
