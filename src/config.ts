@@ -20,6 +20,26 @@ export interface EnvironmentVariable {
 export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: "DATABASE_URL", shown: "unset", meaning: "use this PostgreSQL instead of the embedded one" },
   {
+    name: "LEDGER_PG_CONNECT_TIMEOUT_MS",
+    shown: "5000",
+    meaning: "longest wait for a pooled PostgreSQL connection, opening one included (then 503)",
+  },
+  {
+    name: "LEDGER_PG_QUERY_TIMEOUT_MS",
+    shown: "10000",
+    meaning: "a statement unanswered this long fails (503) and its connection is destroyed; 0: no deadline",
+  },
+  {
+    name: "LEDGER_PG_KEEPALIVE_MS",
+    shown: "10000",
+    meaning: "TCP keepalive on PostgreSQL connections: idle time before the first probe; 0: off",
+  },
+  {
+    name: "LEDGER_PG_IDLE_MS",
+    shown: "10000",
+    meaning: "an idle pooled PostgreSQL connection is closed after this long",
+  },
+  {
     name: "LEDGER_DATA_DIR",
     shown: "./data",
     meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords",
@@ -200,6 +220,16 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     shown: "unset",
     meaning: "1: start even when Redis's maxmemory-policy is allkeys-*",
   },
+  {
+    name: "LEDGER_REDIS_COMMAND_TIMEOUT_MS",
+    shown: "200",
+    meaning: "a Redis command unanswered this long fails (reads fall back to PostgreSQL)",
+  },
+  {
+    name: "LEDGER_REDIS_KEEPALIVE_MS",
+    shown: "10000",
+    meaning: "TCP keepalive on Redis connections: idle time before the first probe; 0: off",
+  },
   { name: "LEDGER_COUNT_BUCKETS", shown: "16", meaning: "live-delta buckets per Redis counter (hot keys)" },
   {
     name: "LEDGER_RECONCILE_INTERVAL_MS",
@@ -213,6 +243,12 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   },
   { name: "NATS_URL", shown: "unset", meaning: "NATS servers (comma-separated) of relay / worker --transport nats" },
   { name: "LEDGER_NATS_STREAM", shown: "LEDGER", meaning: "JetStream stream name (dead letters in <name>_DLQ)" },
+  {
+    name: "LEDGER_NATS_PING_INTERVAL_MS",
+    shown: "10000",
+    meaning: "the NATS client pings the server this often; LEDGER_NATS_MAX_PINGS_OUT unanswered: reconnect",
+  },
+  { name: "LEDGER_NATS_MAX_PINGS_OUT", shown: "2", meaning: "unanswered pings before the NATS connection is dropped" },
   { name: "LEDGER_NATS_ACK_WAIT_MS", shown: "30000", meaning: "redelivery after this long without an ack" },
   {
     name: "LEDGER_NATS_MAX_DELIVER",
@@ -352,6 +388,12 @@ export interface Config {
   pacing: PacingOptions;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
   retention: { keepLast: number; keepSeconds: number };
+  /** Bounded waits on the PostgreSQL connections (docs/service.md, "Faults"). */
+  postgres: PostgresTimeouts;
+  /** LEDGER_REDIS_COMMAND_TIMEOUT_MS: a Redis command's deadline. */
+  redisCommandTimeoutMs: number;
+  /** LEDGER_REDIS_KEEPALIVE_MS: TCP keepalive's idle time on Redis connections; 0: off. */
+  redisKeepAliveMs: number;
   /** REDIS_URL: counts from Redis (docs/cache.md); unset: from PostgreSQL. */
   redisUrl: string | undefined;
   /** LEDGER_REDIS_ALLOW_EVICTION=1: start even when Redis's maxmemory-policy is allkeys-*. */
@@ -626,6 +668,28 @@ function metricsToken(raw: string | undefined): string | undefined {
   return raw;
 }
 
+/** How long the service waits on PostgreSQL: every checkout and every statement has a deadline. */
+export interface PostgresTimeouts {
+  /** LEDGER_PG_CONNECT_TIMEOUT_MS: a checkout (opening a connection included); 0: none. */
+  connectTimeoutMs: number;
+  /** LEDGER_PG_QUERY_TIMEOUT_MS: a statement's deadline, after which its connection is destroyed; 0: none. */
+  queryTimeoutMs: number;
+  /** LEDGER_PG_KEEPALIVE_MS: TCP keepalive's idle time before the first probe; 0: off. */
+  keepAliveMs: number;
+  /** LEDGER_PG_IDLE_MS: an idle pooled connection is closed after this long. */
+  idleMs: number;
+}
+
+export function postgresTimeouts(env: NodeJS.ProcessEnv = process.env): PostgresTimeouts {
+  const ms = (name: string, min: number) => integer(name, env[name], numericDefault(name), min, 3_600_000);
+  return {
+    connectTimeoutMs: ms("LEDGER_PG_CONNECT_TIMEOUT_MS", 0),
+    queryTimeoutMs: ms("LEDGER_PG_QUERY_TIMEOUT_MS", 0),
+    keepAliveMs: ms("LEDGER_PG_KEEPALIVE_MS", 0),
+    idleMs: ms("LEDGER_PG_IDLE_MS", 100),
+  };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,
@@ -778,6 +842,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         31_536_000,
       ),
     },
+    postgres: postgresTimeouts(env),
+    redisCommandTimeoutMs: integer(
+      "LEDGER_REDIS_COMMAND_TIMEOUT_MS",
+      env.LEDGER_REDIS_COMMAND_TIMEOUT_MS,
+      numericDefault("LEDGER_REDIS_COMMAND_TIMEOUT_MS"),
+      10,
+      600_000,
+    ),
+    redisKeepAliveMs: integer(
+      "LEDGER_REDIS_KEEPALIVE_MS",
+      env.LEDGER_REDIS_KEEPALIVE_MS,
+      numericDefault("LEDGER_REDIS_KEEPALIVE_MS"),
+      0,
+      3_600_000,
+    ),
     redisUrl: env.REDIS_URL || undefined,
     redisAllowEviction: flag("LEDGER_REDIS_ALLOW_EVICTION", env.LEDGER_REDIS_ALLOW_EVICTION),
     countBuckets: integer(

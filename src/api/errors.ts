@@ -1,7 +1,8 @@
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
-import { ConnectionLostError } from "../db/errors.ts";
+import { ConnectionLostError, DiskFullError, QueryDeadlineError } from "../db/errors.ts";
 import { LedgerError } from "../errors.ts";
+import { databaseRefusals } from "./database-refusals.ts";
 
 /** Errors of the HTTP layer itself, with the same {code, message} shape as the library's. */
 export class HttpError extends LedgerError {
@@ -118,8 +119,24 @@ export function databaseUnavailable(reply: FastifyReply): FastifyReply {
 /** The one error handler: every error body is {error: {code, message}} with a stable code. */
 export function handleError(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   if (err instanceof ConnectionLostError) {
-    request.log.warn({ reason: err.message }, "database unavailable");
+    const reason = err.cause instanceof QueryDeadlineError ? "deadline" : "connection_lost";
+    databaseRefusals[reason]++;
+    request.log.warn({ reason: err.message, cause: reason }, "database unavailable");
     void databaseUnavailable(reply);
+    return;
+  }
+  if (err instanceof DiskFullError) {
+    databaseRefusals.disk_full++;
+    request.log.error({ reason: err.message, sqlState: err.sqlState }, "database disk full: writes refused");
+    void reply
+      .status(503)
+      .header("retry-after", String(DATABASE_RETRY_AFTER_S))
+      .send(
+        errorBody(
+          "DATABASE_DISK_FULL",
+          `the database's disk is full; nothing was written; retry after ${DATABASE_RETRY_AFTER_S} s`,
+        ),
+      );
     return;
   }
   if (err instanceof HttpError) {

@@ -7,6 +7,7 @@ import { readNotificationWatermarks, type NotificationWatermark } from "../notif
 import { refresherOf } from "../metrics-refresh.ts";
 import { registerPoolMetrics } from "../db/pool-metrics.ts";
 import { registerProcessMetrics } from "../runtime/process-metrics.ts";
+import { DATABASE_REFUSAL_REASONS, databaseRefusals } from "./database-refusals.ts";
 
 /** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_SECONDS). */
 export const METRICS_REFRESH_MS = 10_000;
@@ -42,6 +43,16 @@ export class LedgerMetrics {
     // Every command that serves /metrics (serve, worker, webhook-worker, relay) builds one of these on its pool.
     registerProcessMetrics(this.registry);
     registerPoolMetrics(this.registry, pool);
+    new client.Counter({
+      name: "ledger_database_refusals_total",
+      help: "Requests answered 503 because of the database, by reason (deadline, connection_lost, disk_full)",
+      labelNames: ["reason"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const reason of DATABASE_REFUSAL_REASONS) this.inc({ reason }, databaseRefusals[reason]);
+      },
+    });
     // A series per consumer from the start: a failure ratio reads 0, not nothing, before the first failure.
     for (const consumer of ["like_count", "follower_projection", "comment_count", "notifications", "feed"])
       this.consumerFailures.inc({ consumer }, 0);

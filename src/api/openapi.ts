@@ -94,7 +94,9 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
   429: { RATE_LIMITED: "over the caller's budget; Retry-After says when to come back" },
   503: {
     DATABASE_UNAVAILABLE:
-      "the database is down, restarting or recovering; retry after Retry-After seconds (a write answered so may or may not have committed; repeating a target-state write is safe)",
+      "the database is down, restarting, recovering or unreachable (no answer within LEDGER_PG_QUERY_TIMEOUT_MS); retry after Retry-After seconds (a write answered so may or may not have committed; repeating a target-state write is safe)",
+    DATABASE_DISK_FULL:
+      "the database's disk is full (SQLSTATE 53100): nothing was written; reads go on; retry after Retry-After seconds",
     SHUTTING_DOWN: "the server is stopping; retry on another connection",
     NOT_READY: "migrations are behind (readiness only)",
     NOT_LIVE: "the embedded PostgreSQL could not be restarted and the process is exiting (liveness only)",

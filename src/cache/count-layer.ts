@@ -23,6 +23,9 @@ export interface CountLayerOptions {
   /** REDIS_URL (`redis+cluster://host:port,...` for a Redis Cluster); undefined: every read goes to PostgreSQL and nothing else here runs. */
   redisUrl?: string;
   allowEviction?: boolean;
+  /** LEDGER_REDIS_COMMAND_TIMEOUT_MS (default 200) and LEDGER_REDIS_KEEPALIVE_MS (default 10 s). */
+  commandTimeoutMs?: number;
+  keepAliveMs?: number;
   buckets?: number;
   localTtlMs?: number;
   reconcileIntervalMs?: number;
@@ -119,7 +122,11 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
       close: async () => {},
     };
   }
-  const opened = openRedis(options.redisUrl, { allowEviction: options.allowEviction });
+  const opened = openRedis(options.redisUrl, {
+    allowEviction: options.allowEviction,
+    commandTimeoutMs: options.commandTimeoutMs,
+    keepAliveMs: options.keepAliveMs,
+  });
   const redis: RedisClient = opened.redis;
   const log: LayerLog = (level, message, fields) => options.log?.(level, message, fields);
   const startWaitMs = options.startWaitMs ?? 1000;

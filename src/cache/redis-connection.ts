@@ -55,6 +55,8 @@ export interface RedisOptions {
   /** Per-command timeout; a read that takes longer falls back to PostgreSQL. */
   commandTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /** TCP keepalive's idle time before the first probe (default 10 s); 0: off. */
+  keepAliveMs?: number;
   /** Start even when maxmemory-policy is allkeys-* (LEDGER_REDIS_ALLOW_EVICTION). */
   allowEviction?: boolean;
   /** connectRedis: how long to wait for Redis to become usable before RedisUnreachableError (default 5 s). */
@@ -146,12 +148,18 @@ interface Connectable {
   watch(listener: (err?: Error) => void): void;
 }
 
+/** node-redis's socket keepalive options; the command deadlines (withDeadline) bound a busy connection, keepalive an idle one. */
+function keepAlive(options: RedisOptions): { keepAlive: boolean; keepAliveInitialDelay?: number } {
+  const ms = options.keepAliveMs ?? 10_000;
+  return ms > 0 ? { keepAlive: true, keepAliveInitialDelay: ms } : { keepAlive: false };
+}
+
 function singleNode(url: string, options: RedisOptions): Connectable {
   const client = createClient({
     url,
     disableOfflineQueue: true,
     commandOptions: { timeout: options.commandTimeoutMs ?? 200 },
-    socket: { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy },
+    socket: { connectTimeout: options.connectTimeoutMs ?? 1000, reconnectStrategy, ...keepAlive(options) },
   });
   // Without a listener node-redis rethrows connection errors as unhandled; the state is
   // visible through isReady and the metrics.
@@ -222,6 +230,7 @@ function cluster(seed: NonNullable<ReturnType<typeof parseClusterUrl>>, options:
   const socket = {
     connectTimeout: options.connectTimeoutMs ?? 1000,
     reconnectStrategy,
+    ...keepAlive(options),
     ...(seed.tls ? { tls: true as const } : {}),
   };
   const client = createCluster({

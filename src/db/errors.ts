@@ -30,6 +30,26 @@ export class TransactionConflictError extends DatabaseError {}
 export class ConnectionLostError extends DatabaseError {}
 
 /**
+ * SQLSTATE 53100 (disk_full): PostgreSQL could not extend a file (a table, an index, a temporary
+ * file). Nothing of the statement was written; writes fail until space returns, reads go on.
+ */
+export class DiskFullError extends DatabaseError {}
+
+/**
+ * A statement not answered within the pool's deadline (LEDGER_PG_QUERY_TIMEOUT_MS). The pool
+ * destroys the connection rather than reuse it: the server may still answer the abandoned
+ * statement, or nothing may come back at all (a partition drops packets without a reset).
+ * Mapped to ConnectionLostError: whether it committed is unknown.
+ */
+export class QueryDeadlineError extends Error {
+  readonly code = "QUERY_DEADLINE";
+  constructor(readonly ms: number) {
+    super(`PostgreSQL did not answer within ${ms} ms; the connection was destroyed`);
+    this.name = "QueryDeadlineError";
+  }
+}
+
+/**
  * SQLSTATE SLE01 of the erasure's write guard (src/erasure): a write by or towards an account
  * whose erasure is running. Nothing was written; it may be sent again once the erasure is done.
  */
@@ -58,8 +78,21 @@ interface PgErrorShape {
   message?: unknown;
 }
 
-/** Node socket error codes that mean the connection is gone. EPIPE also has the shape of a SQLSTATE. */
-const DROPPED_SOCKET_CODES: ReadonlySet<string> = new Set(["ECONNRESET", "ECONNREFUSED", "EPIPE"]);
+/**
+ * Node socket error codes that mean the connection is gone or cannot be made. EPIPE also has the
+ * shape of a SQLSTATE. The unreachable ones come from a partition: a connect whose address stops
+ * answering ARP fails with EHOSTUNREACH, a link without its route with ENETUNREACH.
+ */
+const DROPPED_SOCKET_CODES: ReadonlySet<string> = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "EHOSTDOWN",
+  "ENETUNREACH",
+  "ENETDOWN",
+]);
 
 function sqlStateOf(err: unknown): string | undefined {
   const code = (err as PgErrorShape | null)?.code;
@@ -80,6 +113,7 @@ function isDroppedSocket(err: unknown): boolean {
 /** Maps a driver error to a typed error; an error that is already typed is returned unchanged. */
 export function mapPgError(err: unknown): unknown {
   if (err instanceof LedgerError) return err;
+  if (err instanceof QueryDeadlineError) return new ConnectionLostError("CONNECTION_LOST", err.message, err, "08006");
   const sqlState = sqlStateOf(err);
   const constraintValue = (err as PgErrorShape | null)?.constraint;
   const constraint = typeof constraintValue === "string" ? constraintValue : undefined;
@@ -95,6 +129,8 @@ export function mapPgError(err: unknown): unknown {
       return new AccountBeingErasedError("ACCOUNT_BEING_ERASED", message, err, sqlState);
     case "SLE02":
       return new AccountErasedError("ACCOUNT_ERASED", message, err, sqlState);
+    case "53100":
+      return new DiskFullError("DATABASE_DISK_FULL", message, err, sqlState);
     case "40001":
     case "40P01":
       return new TransactionConflictError("TRANSACTION_CONFLICT", message, err, sqlState);

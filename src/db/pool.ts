@@ -1,7 +1,7 @@
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { CheckoutWaits } from "./checkout-waits.ts";
-import { mapPgError } from "./errors.ts";
+import { QueryDeadlineError, mapPgError } from "./errors.ts";
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
@@ -14,8 +14,56 @@ export interface PoolOptions {
   connectionString: string;
   max?: number;
   applicationName?: string;
-  /** How long a checkout waits for a connection before failing with ConnectionLostError (default 5 s). */
+  /** How long a checkout waits for a connection, opening one included, before failing with ConnectionLostError (default 5 s; 0: forever). */
   connectionTimeoutMs?: number;
+  /**
+   * A statement's deadline (LEDGER_PG_QUERY_TIMEOUT_MS): unanswered after this long, its
+   * connection is destroyed and it fails with ConnectionLostError. Default: none, for the
+   * library's callers and the one-shot commands (a migration, an audit or an import may run
+   * long); the service's processes pass the configured one. COPY streams have none.
+   */
+  queryTimeoutMs?: number;
+  /** TCP keepalive's idle time before the first probe (default 10 s; 0: off). */
+  keepAliveMs?: number;
+  /** An idle connection is closed after this long (default 10 s). */
+  idleMs?: number;
+}
+
+/**
+ * pg.Client with a deadline on every statement. pg's own query_timeout rejects the statement
+ * but keeps the connection for the next one, whose answer would then be read after the
+ * abandoned one's; destroying the socket instead fails whatever else is queued on it, and
+ * pg-pool never hands out a client that has failed so.
+ */
+function clientWithDeadline(ms: number): typeof pg.Client {
+  return class DeadlineClient extends pg.Client {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- forwards every overload of pg.Client#query unchanged
+    override query(...args: any[]): any {
+      const first = args[0] as { submit?: unknown } | undefined;
+      // A Submittable (a COPY stream) runs as long as its data flows.
+      if (typeof first?.submit === "function") return (super.query as (...a: unknown[]) => unknown)(...args);
+      const timer = setTimeout(() => this.destroyConnection(new QueryDeadlineError(ms)), ms);
+      const last = args.length - 1;
+      if (typeof args[last] === "function") {
+        const callback = args[last] as (...a: unknown[]) => void;
+        args[last] = (...results: unknown[]) => {
+          clearTimeout(timer);
+          callback(...results);
+        };
+        return (super.query as (...a: unknown[]) => unknown)(...args);
+      }
+      const result = (super.query as (...a: unknown[]) => unknown)(...args);
+      if (result instanceof Promise) return result.finally(() => clearTimeout(timer));
+      clearTimeout(timer);
+      return result;
+    }
+
+    private destroyConnection(err: Error): void {
+      (this as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream?.destroy(
+        err,
+      );
+    }
+  };
 }
 
 /**
@@ -60,13 +108,22 @@ class MappedPool extends pg.Pool {
 }
 
 export function createPool(options: PoolOptions): Pool {
+  const keepAliveMs = options.keepAliveMs ?? 10_000;
+  const queryTimeoutMs = options.queryTimeoutMs ?? 0;
   const pool = new MappedPool({
     connectionString: options.connectionString,
     max: options.max ?? 10,
     application_name: options.applicationName ?? "social-ledger",
     // pg's default is to wait forever: with the database gone, requests would hang instead of
-    // answering 503.
+    // answering 503. A checkout that opens a connection is bounded too (pg-pool destroys its socket).
     connectionTimeoutMillis: options.connectionTimeoutMs ?? 5_000,
+    idleTimeoutMillis: options.idleMs ?? 10_000,
+    // An idle connection to a host that vanished without a reset is noticed by the kernel's
+    // probes (after this idle time, then net.ipv4.tcp_keepalive_intvl x _probes); a busy one by
+    // the statement deadline.
+    keepAlive: keepAliveMs > 0,
+    keepAliveInitialDelayMillis: keepAliveMs,
+    ...(queryTimeoutMs > 0 ? { Client: clientWithDeadline(queryTimeoutMs) } : {}),
   });
   // An idle client whose server went away emits 'error'; without a listener that crashes
   // the process. The next checkout gets a fresh connection, so logging is enough.

@@ -1,3 +1,4 @@
+import type { PostgresTimeouts } from "../config.ts";
 import { ConnectionLostError, TransactionConflictError } from "../db/errors.ts";
 import { createPool, type Pool } from "../db/pool.ts";
 import { parseLsn } from "./wal-position.ts";
@@ -96,7 +97,7 @@ export class ReplicaRouter {
   static fromUrls(
     primary: Pool,
     urls: readonly string[],
-    options: ReplicaRouterOptions & { poolSize?: number },
+    options: ReplicaRouterOptions & { poolSize?: number; timeouts?: PostgresTimeouts },
   ): ReplicaRouter {
     const replicas = urls.map((url, i) => ({
       name: `replica-${i}`,
@@ -106,6 +107,9 @@ export class ReplicaRouter {
         max: options.poolSize ?? 10,
         applicationName: "social-ledger-replica-read",
         connectionTimeoutMs: 1_000,
+        queryTimeoutMs: options.timeouts?.queryTimeoutMs,
+        keepAliveMs: options.timeouts?.keepAliveMs,
+        idleMs: options.timeouts?.idleMs,
       }),
     }));
     return new ReplicaRouter(primary, replicas, options);

@@ -176,6 +176,13 @@ export interface OpenOptions {
    * it is, for a command that only reports on it (`migrate --status`).
    */
   migrate?: boolean;
+  /**
+   * Bound every statement by LEDGER_PG_QUERY_TIMEOUT_MS (the long-running processes: serve,
+   * worker, relay, whose requests and loops must answer while the database cannot be reached).
+   * The one-shot commands (audit, rebuild, import, ...) and the migrations have no deadline: a
+   * statement of theirs may rightly run long. Checkouts, keepalive and idle time apply to all.
+   */
+  statementDeadline?: boolean;
 }
 
 /**
@@ -202,10 +209,18 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   const supervisor = cluster
     ? new EmbeddedSupervisor(cluster, { maxRestarts: config.embeddedRestarts, log })
     : undefined;
-  const pool = createPool({
+  const timeouts = config.postgres;
+  const poolOptions = {
     connectionString: url,
-    max: options.poolSize ?? 20,
     applicationName: options.applicationName ?? "social-ledger",
+    connectionTimeoutMs: timeouts.connectTimeoutMs,
+    keepAliveMs: timeouts.keepAliveMs,
+    idleMs: timeouts.idleMs,
+  };
+  const pool = createPool({
+    ...poolOptions,
+    max: options.poolSize ?? 20,
+    queryTimeoutMs: options.statementDeadline ? timeouts.queryTimeoutMs : 0,
   });
   const close = async () => {
     await supervisor?.stop();
@@ -223,13 +238,19 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   try {
     if (started) accessChanges = await secureEmbeddedRoles(config.dataDir, started.port, started.credentials);
     if (options.migrate ?? true) {
-      await migrate(pool);
-      await initLedger(
-        pool,
-        config.partitions === undefined
-          ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW }
-          : { partitions: config.partitions },
-      );
+      // A migration (an index build on a large table) may rightly run longer than a statement's deadline.
+      const setupPool = options.statementDeadline ? createPool({ ...poolOptions, max: 2 }) : pool;
+      try {
+        await migrate(setupPool);
+        await initLedger(
+          setupPool,
+          config.partitions === undefined
+            ? { partitionsOfNew: SERVICE_PARTITIONS_OF_NEW }
+            : { partitions: config.partitions },
+        );
+      } finally {
+        if (setupPool !== pool) await setupPool.end();
+      }
     }
   } catch (err) {
     await close().catch(() => undefined);

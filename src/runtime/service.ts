@@ -56,6 +56,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     undefined;
   const database = await openDatabase(config, {
     applicationName: "social-ledger-serve",
+    statementDeadline: true,
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
   const ledger = await openLedger(database.pool, {
@@ -73,6 +74,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const counts = await openCountLayer(database.pool, {
     redisUrl: config.redisUrl,
     allowEviction: config.redisAllowEviction,
+    commandTimeoutMs: config.redisCommandTimeoutMs,
+    keepAliveMs: config.redisKeepAliveMs,
     buckets: config.countBuckets,
     reconcileIntervalMs: config.reconcileIntervalMs,
     pacing: config.pacing,
@@ -118,6 +121,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
       maxLagMs: config.replicas.maxLagMs,
       tokenWaitMs: config.replicas.tokenWaitMs,
       checkEveryMs: config.replicas.checkEveryMs,
+      timeouts: config.postgres,
       onState: replicaMetrics.onState,
       onRoute: replicaMetrics.onRoute,
       onTokenWait: replicaMetrics.onTokenWait,

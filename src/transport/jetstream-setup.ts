@@ -49,6 +49,10 @@ export async function connectNats(config: TransportConfig, name: string): Promis
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     waitOnFirstConnect: true,
+    // A broker behind a partition answers nothing and resets nothing: unanswered pings are what
+    // drop the connection (then it reconnects), not TCP's retransmission limit.
+    pingInterval: config.pingIntervalMs,
+    maxPingOut: config.maxPingsOut,
   });
 }
 

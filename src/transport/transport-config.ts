@@ -17,6 +17,10 @@ export interface TransportConfig {
   maxAgeSeconds: number;
   /** LEDGER_GAP_CHECK_MS: a worker whose watermark stood still this long below what the relay had published fills the gap from the outbox. */
   gapCheckMs: number;
+  /** LEDGER_NATS_PING_INTERVAL_MS: how often the client pings the server; a silent connection is noticed after LEDGER_NATS_MAX_PINGS_OUT of them. */
+  pingIntervalMs: number;
+  /** LEDGER_NATS_MAX_PINGS_OUT: unanswered pings before the client drops the connection and reconnects. */
+  maxPingsOut: number;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -75,6 +79,20 @@ export function loadTransportConfig(env: NodeJS.ProcessEnv = process.env): Trans
       numericDefault("LEDGER_GAP_CHECK_MS"),
       50,
       3_600_000,
+    ),
+    pingIntervalMs: integer(
+      "LEDGER_NATS_PING_INTERVAL_MS",
+      env.LEDGER_NATS_PING_INTERVAL_MS,
+      numericDefault("LEDGER_NATS_PING_INTERVAL_MS"),
+      100,
+      600_000,
+    ),
+    maxPingsOut: integer(
+      "LEDGER_NATS_MAX_PINGS_OUT",
+      env.LEDGER_NATS_MAX_PINGS_OUT,
+      numericDefault("LEDGER_NATS_MAX_PINGS_OUT"),
+      1,
+      100,
     ),
   };
 }

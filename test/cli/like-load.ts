@@ -6,18 +6,24 @@
  * acknowledged (likes and unlikes set a target state, so a repeat is safe even if the 503'd
  * attempt had committed); any other status is recorded as unexpected.
  */
+import { performance } from "node:perf_hooks";
 import { signToken } from "../../src/api/auth.ts";
-import { httpClient, pollUntil } from "./cli-child.ts";
+import assert from "node:assert/strict";
+import type { TestContext } from "node:test";
+import { createPool } from "../../src/db/pool.ts";
+import { httpClient, pollUntil, runCli } from "./cli-child.ts";
 
 export interface LoadFigures {
   acknowledged: number;
   unavailable: number;
-  /** Status codes other than 200 and 503, and 503s without our error code (DATABASE_UNAVAILABLE, SHUTTING_DOWN) or Retry-After. */
+  /** Status codes other than 200 and 503, and 503s without our error code (DATABASE_UNAVAILABLE, DATABASE_DISK_FULL, SHUTTING_DOWN) or Retry-After. */
   unexpected: string[];
   /** Acknowledged requests sent after the first 503: proof that service resumed. */
   acknowledgedAfterOutage: number;
   /** Refused or dropped connections, when the test expects the server to go away. */
   networkErrors: number;
+  /** The longest any request took to be answered (any status), in ms; a test may reset it to 0 to measure a window. */
+  slowestMs: number;
 }
 
 export class LikeLoad {
@@ -27,6 +33,7 @@ export class LikeLoad {
     unexpected: [],
     acknowledgedAfterOutage: 0,
     networkErrors: 0,
+    slowestMs: 0,
   };
   /** Set when the server is expected to exit: a refused connection then ends a client instead of failing the test. */
   tolerateNetworkErrors = false;
@@ -92,7 +99,7 @@ export class LikeLoad {
         const code = (res.body.error as { code?: string } | undefined)?.code;
         if (
           res.status === 503 &&
-          (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN") &&
+          (code === "DATABASE_UNAVAILABLE" || code === "SHUTTING_DOWN" || code === "DATABASE_DISK_FULL") &&
           res.retryAfter !== null
         ) {
           this.figures.unavailable++;
@@ -113,7 +120,9 @@ export class LikeLoad {
   }
 
   private async send(method: string, urlPath: string, token: string) {
+    const started = performance.now();
     const res = await this.call(method, urlPath, token);
+    this.figures.slowestMs = Math.max(this.figures.slowestMs, performance.now() - started);
     return { status: res.status, body: res.body, retryAfter: res.headers.get("retry-after") };
   }
 
@@ -146,4 +155,48 @@ export class LikeLoad {
     }
     return wrong;
   }
+}
+
+/**
+ * With independent SQL (the superuser's `adminUrl`): every acknowledged like/unlike of `load` is
+ * the state of its pair, counts read through the service (allowedLag=0) reach the facts, and
+ * `audit` (run with `env`, pointed at `adminUrl`) is clean.
+ */
+export async function verifyLikesKept(
+  t: TestContext,
+  load: LikeLoad,
+  service: { adminUrl: string; address: string; secret: string; env: NodeJS.ProcessEnv },
+): Promise<void> {
+  const pool = createPool({ connectionString: service.adminUrl, max: 2 });
+  try {
+    const { rows } = await pool.query<{ user_id: string; item_id: string; liked: boolean }>(
+      "SELECT user_id, item_id, liked FROM like_fact WHERE user_id LIKE 'load-user-%'",
+    );
+    const stored = new Map(rows.map((r) => [`${r.user_id}/${r.item_id}`, r.liked]));
+    assert.deepEqual(
+      await load.mismatches(async (user, item) => stored.get(`${user}/${item}`) ?? false),
+      [],
+      "acknowledged writes lost or resurrected",
+    );
+    const facts = await pool.query<{ item_id: string; n: number }>(
+      "SELECT item_id, count(*) FILTER (WHERE liked)::int AS n FROM like_fact WHERE item_id LIKE 'load-item-%' GROUP BY item_id",
+    );
+    const call = httpClient(service.address);
+    const reader = await signToken(new TextEncoder().encode(service.secret), "reader");
+    for (const { item_id: item, n } of facts.rows) {
+      await pollUntil(
+        `count of ${item} caught up`,
+        () => call<{ count: number; stale: boolean }>("GET", `/v1/items/${item}/like-count?allowedLag=0`, reader),
+        (res) => res.status === 200 && res.body.count === n && !res.body.stale,
+        60_000,
+      );
+    }
+    t.diagnostic(
+      `note pairs in doubt (last request unanswered)=${load.inDoubt.size}; items checked=${facts.rows.length}`,
+    );
+  } finally {
+    await pool.end();
+  }
+  const audit = await runCli(["audit"], { ...service.env, DATABASE_URL: service.adminUrl });
+  assert.equal(audit.code, 0, audit.stdout + audit.stderr);
 }

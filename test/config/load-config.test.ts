@@ -74,3 +74,17 @@ test("config: the background pacing is a budget in ms (0: fixed batches) and a d
     refused({ LEDGER_BACKGROUND_DUTY: bad }, "LEDGER_BACKGROUND_DUTY");
   for (const bad of ["-1", "2.5", "10001"]) refused({ LEDGER_BACKGROUND_BATCH_MS: bad }, "LEDGER_BACKGROUND_BATCH_MS");
 });
+
+test("config: every connection's wait has a documented default, 0 turns a deadline off, a bad value is refused by name", () => {
+  const c = loadConfig({});
+  assert.deepEqual(c.postgres, { connectTimeoutMs: 5000, queryTimeoutMs: 10000, keepAliveMs: 10000, idleMs: 10000 });
+  assert.deepEqual([c.redisCommandTimeoutMs, c.redisKeepAliveMs], [200, 10000]);
+  assert.deepEqual(
+    loadConfig({ LEDGER_PG_QUERY_TIMEOUT_MS: "0", LEDGER_PG_CONNECT_TIMEOUT_MS: "0", LEDGER_PG_KEEPALIVE_MS: "0" })
+      .postgres,
+    { connectTimeoutMs: 0, queryTimeoutMs: 0, keepAliveMs: 0, idleMs: 10000 },
+  );
+  refused({ LEDGER_PG_QUERY_TIMEOUT_MS: "10s" }, "LEDGER_PG_QUERY_TIMEOUT_MS");
+  refused({ LEDGER_PG_IDLE_MS: "0" }, "LEDGER_PG_IDLE_MS");
+  refused({ LEDGER_REDIS_COMMAND_TIMEOUT_MS: "-1" }, "LEDGER_REDIS_COMMAND_TIMEOUT_MS");
+});

@@ -1,8 +1,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
-import { backendPid } from "../../src/db/pool.ts";
-import { DatabaseError, UniqueViolationError } from "../../src/db/errors.ts";
+import { performance } from "node:perf_hooks";
+import { backendPid, createPool } from "../../src/db/pool.ts";
+import { ConnectionLostError, DatabaseError, QueryDeadlineError, UniqueViolationError } from "../../src/db/errors.ts";
+import { withTransaction } from "../../src/db/transaction.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 test("db pool: one-shot queries outside a transaction reject with typed errors too", async (t) => {
@@ -49,5 +51,62 @@ test("negative control: a plain pg.Pool's checked-out client has no 'error' list
   } finally {
     bare.release();
     ours.release();
+  }
+});
+
+/** A pool of one connection whose statements have a deadline, and a second session holding an advisory lock it will wait for. */
+async function stuckStatement(t: import("node:test").TestContext, options: { pgQueryTimeout?: number } = {}) {
+  const db = await createTestDatabase();
+  const holder = await db.pool.connect();
+  await holder.query("SELECT pg_advisory_lock(4242)");
+  const bounded =
+    options.pgQueryTimeout === undefined
+      ? createPool({ connectionString: db.url, max: 1, queryTimeoutMs: 300 })
+      : new pg.Pool({ connectionString: db.url, max: 1, query_timeout: options.pgQueryTimeout });
+  t.after(async () => {
+    await holder.query("SELECT pg_advisory_unlock_all()").catch(() => undefined);
+    holder.release();
+    await bounded.end();
+    await db.close();
+  });
+  return { db, bounded };
+}
+
+test("db pool: a statement past LEDGER_PG_QUERY_TIMEOUT_MS fails as ConnectionLostError (cause QueryDeadlineError) and its connection is destroyed, not reused", async (t) => {
+  const { bounded } = await stuckStatement(t);
+  const first = await bounded.connect();
+  const stuckPid = backendPid(first);
+  first.release();
+  const started = performance.now();
+  await assert.rejects(
+    bounded.query("SELECT pg_advisory_lock(4242)"),
+    (err: unknown) => err instanceof ConnectionLostError && err.cause instanceof QueryDeadlineError,
+  );
+  const waited = performance.now() - started;
+  assert.ok(waited >= 300 && waited < 5_000, `failed after ${waited.toFixed(0)} ms`);
+  await assert.rejects(
+    withTransaction(bounded, (client) => client.query("SELECT pg_advisory_lock(4242)")),
+    ConnectionLostError,
+  );
+  const next = await bounded.connect();
+  try {
+    assert.notEqual(backendPid(next), stuckPid, "a fresh connection, not the one whose statement was abandoned");
+    assert.equal((await next.query<{ n: number }>("SELECT 1 AS n")).rows[0]!.n, 1);
+  } finally {
+    next.release();
+  }
+});
+
+test("negative control: pg's own query_timeout rejects the statement but hands the same connection out again", async (t) => {
+  const { bounded } = await stuckStatement(t, { pgQueryTimeout: 300 });
+  const first = await bounded.connect();
+  const pid = backendPid(first);
+  await assert.rejects(first.query("SELECT pg_advisory_lock(4242)"), /Query read timeout/);
+  first.release();
+  const again = await bounded.connect();
+  try {
+    assert.equal(backendPid(again), pid, "the connection whose statement was abandoned is reused");
+  } finally {
+    again.release(true);
   }
 });

@@ -37,10 +37,21 @@ export class LineChild {
     readonly name: string,
     /** Arguments after the node executable. */
     readonly argv: readonly string[],
-    /** `uid` / `gid` (as root): run the child as that OS user; `detached`: in a process group of its own. */
-    options: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number; detached?: boolean },
+    /**
+     * `uid` / `gid` (as root): run the child as that OS user; `detached`: in a process group of its own;
+     * `wrapper`: a command that execs node (`ip netns exec <name>`: node in a network namespace).
+     */
+    options: {
+      cwd: string;
+      env?: NodeJS.ProcessEnv;
+      uid?: number;
+      gid?: number;
+      detached?: boolean;
+      wrapper?: readonly string[];
+    },
   ) {
-    this.proc = spawn(process.execPath, [...argv], {
+    const [command, ...prefix] = [...(options.wrapper ?? []), process.execPath];
+    this.proc = spawn(command!, [...prefix, ...argv], {
       cwd: options.cwd,
       env: options.env ?? process.env,
       stdio: ["ignore", "pipe", "pipe"],

@@ -30,6 +30,7 @@ export async function relay(opts: {
   const database = await openDatabase(config, {
     poolSize: 3,
     applicationName: "social-ledger-relay",
+    statementDeadline: true,
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   const metrics = new LedgerMetrics(database.pool);

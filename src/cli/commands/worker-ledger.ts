@@ -17,6 +17,7 @@ export async function openWorkerLedger(
   const database = await openDatabase(config, {
     poolSize: opts.poolSize,
     applicationName: "social-ledger-worker",
+    statementDeadline: true,
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   try {
