@@ -88,7 +88,7 @@ async function publishEverythingAgain(r: Rig): Promise<number> {
     await Promise.all(
       events.map((e) =>
         js.publish(eventSubject(r.config, row.kind, row.part), JSON.stringify(e), {
-          msgID: `${messageId(row.kind, row.part, e.seq)}:again`,
+          msgID: `${messageId(row.kind, row.part, e.seq, 1)}:again`,
         }),
       ),
     );
