@@ -22,6 +22,7 @@ import {
   readNotificationWatermarks,
 } from "../../notifications/notification-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
+import { LOST_DELIVERIES_SQL } from "../../webhooks/lost-deliveries.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
 
 /**
@@ -59,6 +60,7 @@ export async function fullAudit(ledger: Ledger) {
   const notifications = await auditNotifications(ledger.pool);
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
+  const findings = { lostWebhookDeliveries: (await ledger.pool.query<{ n: number }>(LOST_DELIVERIES_SQL)).rows[0]!.n };
   const projectionCaughtUp = diff !== null;
   const clean =
     writeSideClean(likesWrite) &&
@@ -77,6 +79,7 @@ export async function fullAudit(ledger: Ledger) {
     notifications,
     webhooks,
     erasure,
+    findings,
   };
 }
 
@@ -160,6 +163,12 @@ const auditResponse = named("AuditReport", {
       type: "object",
       description:
         "leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts)",
+      additionalProperties: true,
+    },
+    findings: {
+      type: "object",
+      description:
+        "not violations: lostWebhookDeliveries counts messages receivers acknowledged whose event a database promotion lost (webhook_lost_delivery, docs/failover.md)",
       additionalProperties: true,
     },
   },
