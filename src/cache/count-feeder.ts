@@ -1,10 +1,21 @@
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
-import { cursorKey } from "./count-keys.ts";
+import { COUNT_KEY_PREFIX, cursorKey, timelineKey } from "./count-keys.ts";
+import { currentTimeline } from "../transport/event-timeline.ts";
 import { MalformedCounterError, type CountStore } from "./count-store.ts";
 import type { CountEvent, CounterKind } from "./counter-kinds.ts";
 import type { FailureSink } from "./layer-failures.ts";
+
+/** Every key of the layer on one node (ARGV[1] the pattern), in one script: a failover's rare reset. */
+const DROP_LAYER_LUA = `#!lua flags=allow-cross-slot-keys
+local cursor, n = '0', 0
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do redis.call('UNLINK', k); n = n + 1 end
+until cursor == '0'
+return n`;
 
 /**
  * The hot path of the count layer: after the database commit, each committed outbox event of a
@@ -31,6 +42,8 @@ export class CountFeeder {
       metrics?: CacheMetrics;
       batchSize?: number;
       failures?: FailureSink;
+      /** The layer was emptied because the database's timeline changed (a promotion). */
+      onRealigned?: (change: { from: number; to: number; keys: number }) => void;
     } = {},
   ) {}
 
@@ -50,6 +63,7 @@ export class CountFeeder {
   private async pass(): Promise<number> {
     const redis = this.store.redis;
     const hooks = this.options.hooks ?? new Hooks();
+    await this.realign();
     const stored = await redis.hGetAll(cursorKey(this.kind.name));
     const { rows: positions } = await this.pool.query<{ part: number; last: number }>(this.kind.positionsSql);
     if (Object.keys(stored).length === 0) {
@@ -93,6 +107,26 @@ export class CountFeeder {
       }
     }
     return rows.length;
+  }
+
+  /**
+   * A promotion (the database's timeline moved) may have lost events this layer counted, and the new
+   * primary hands their positions to other events, which the increment log would refuse as already
+   * applied. So the layer starts over, as after a flush: every key of it is removed, the feeder's next
+   * step starts at the present, and each counter is backfilled from the facts on its first read. A
+   * Redis fed before the timeline was recorded here (no timeline key, a cursor present) is taken as fed
+   * from the present timeline.
+   */
+  private async realign(): Promise<void> {
+    const redis = this.store.redis;
+    const now = String(await currentTimeline(this.pool));
+    const stored = await redis.sendCommand<string | null>(["GET", timelineKey()]);
+    if (stored === now) return;
+    if (stored !== null) {
+      const removed = await redis.onEveryNode<number>(["EVAL", DROP_LAYER_LUA, "0", `${COUNT_KEY_PREFIX}*`]);
+      this.options.onRealigned?.({ from: Number(stored), to: Number(now), keys: removed.reduce((a, b) => a + b, 0) });
+    }
+    await redis.sendCommand(["SET", timelineKey(), now]);
   }
 
   /** false when the counter was malformed and dropped instead (reported as a failure). */

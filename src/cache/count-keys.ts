@@ -40,3 +40,6 @@ export const cursorKey = (kind: string) => `${V}:feed:${kind}`;
 
 /** The boundary of the last completed reconciliation per partition. */
 export const reconciledKey = (kind: string) => `${V}:reconciled:${kind}`;
+
+/** The database timeline the layer's counters and cursors were fed from (docs/failover.md). */
+export const timelineKey = () => `${V}:timeline`;
