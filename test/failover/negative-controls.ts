@@ -1,3 +1,4 @@
+import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import type { TransportKindName } from "../../src/transport/transport-kinds.ts";
 
 /**
@@ -7,4 +8,18 @@ import type { TransportKindName } from "../../src/transport/transport-kinds.ts";
  */
 export function positionOnlyMessageId(kind: TransportKindName, part: number, seq: number): string {
   return `${kind}:${part}:${seq}`;
+}
+
+/**
+ * The Redis count feeder without its realignment at a timeline change: the layer keeps the lost
+ * tail's increments, and its increment log refuses the new events at the tail's positions as
+ * already applied. Returns the function that puts the real one back.
+ */
+export function feederWithoutRealign(): () => void {
+  const proto = CountFeeder.prototype as unknown as { realign: () => Promise<void> };
+  const real = proto.realign;
+  proto.realign = async () => undefined;
+  return () => {
+    proto.realign = real;
+  };
 }
