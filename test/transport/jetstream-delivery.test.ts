@@ -198,6 +198,12 @@ test(
     await setUp(r.ledger);
     for (let i = 0; i < 6; i++) await r.ledger.likes.like(USERS[i]!, ITEMS[i % ITEMS.length]!);
     await startRelay(r);
+    // All six in the stream before A subscribes, so that A's first pull hands them over as one batch.
+    await pollUntil(
+      "the relay published 1..6",
+      async () => (await transportLag(r.db.pool)).find((l) => l.kind === "likes")?.published ?? 0,
+      (n) => n === 6,
+    );
     const hooksA = new Hooks();
     const gate = new Gate("transport.afterApply");
     hooksA.on("transport.afterApply", gate.handler);
