@@ -523,3 +523,34 @@ test(
     await assertConverged(r.ledger);
   },
 );
+
+test(
+  "a copy of an event of another timeline that the outbox does not hold under it (a promotion lost it) is dead-lettered as lost, even when every other field matches the row now at its position",
+  { timeout: 120_000 },
+  async (t) => {
+    const r = await rig(t, { partitions: 1 });
+    await setUp(r.ledger);
+    for (let i = 0; i < 3; i++) await r.ledger.likes.like(USERS[i]!, ITEMS[1]!);
+    const c = await startWorkers(r, { kinds: ["likes"], gapFill: false });
+    const nc = await connectNats(r.config, "test-old-timeline");
+    r.defer(() => nc.close());
+    const js = jetstream(nc);
+    const subject = eventSubject(r.config, "likes", 0);
+    const rows = await transportKinds(r.ledger).likes.fetchRange(0, 1, 3);
+    // Timeline 7 is not the database's (1): seq 2 as the lost event had it (the same fields as the row now
+    // there, which verification alone would accept), and seq 5, a position the outbox has not reached.
+    await js.publish(subject, JSON.stringify({ ...rows[1]!, timeline: 7 }), { msgID: "lost-2" });
+    await js.publish(subject, JSON.stringify({ ...rows[2]!, seq: 5, timeline: 7 }), { msgID: "lost-5" });
+    await startRelay(r);
+    await pollUntil(
+      "applied and dead-lettered",
+      async () => [c.verdicts.applied ?? 0, c.deadLetters.length],
+      ([applied, dead]) => applied === 3 && dead === 2,
+    );
+    assert.deepEqual(c.deadLetters, ["likes:0:lost", "likes:0:lost"]);
+    const jsm = await jetstreamManager(nc);
+    const dlq = await jsm.streams.getMessage(`${r.config.stream}_DLQ`, { seq: 1 });
+    assert.match(dlq!.header.get("Ledger-Error"), /event 0:2 of timeline 7 is not in the outbox .*holds another event/);
+    await assertConverged(r.ledger);
+  },
+);
