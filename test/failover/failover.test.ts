@@ -9,7 +9,7 @@
  * receiver is stopped (primary_conninfo emptied) before the tail is written, and the tail is carried
  * downstream (published, applied, delivered, fed) before the kill.
  */
-import { test, type TestContext } from "node:test";
+import { after, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { rm } from "node:fs/promises";
@@ -116,16 +116,33 @@ async function superuser<T extends pg.QueryResultRow>(url: string, sql: string):
   }
 }
 
+/** A migrated cluster, stopped cleanly, made once: each run's primary starts on a copy (cp -a keeps the server's ownership). */
+let template: Promise<string> | undefined;
+after(async () => {
+  if (template) await rm(path.dirname(await template), { recursive: true, force: true });
+});
+
+function migratedTemplate(): Promise<string> {
+  template ??= (async () => {
+    const dataDir = path.join(await clusterTempDir("ledger-failover-template-"), "data");
+    const cluster = await EmbeddedCluster.start({ dataDir });
+    const setup = createPool({ connectionString: cluster.connectionString(), max: 2 });
+    await migrate(setup);
+    await initLedger(setup, { partitions: PARTITIONS });
+    await setup.end();
+    await cluster.stop();
+    return dataDir;
+  })();
+  return template;
+}
+
 async function startRig(
   t: TestContext,
   options: { synchronous: boolean; messageId?: RelayOptions["messageId"] },
 ): Promise<Rig> {
   const root = await clusterTempDir("ledger-failover-");
+  execFileSync("cp", ["-a", await migratedTemplate(), path.join(root, "primary")]);
   const primary = await EmbeddedCluster.start({ dataDir: path.join(root, "primary") });
-  const setup = createPool({ connectionString: primary.connectionString(), max: 2 });
-  await migrate(setup);
-  await initLedger(setup, { partitions: PARTITIONS });
-  await setup.end();
   const standby = await TestStandby.fromPrimary(primary, { dataDir: path.join(root, "standby") });
   if (options.synchronous) {
     await superuser(primary.connectionString(), `ALTER SYSTEM SET synchronous_standby_names = '${standby.slot}'`);
