@@ -1,20 +1,23 @@
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
-import { COUNT_KEY_PREFIX, cursorKey, timelineKey } from "./count-keys.ts";
+import { cursorKey, kindKeyPatterns, timelineKey } from "./count-keys.ts";
 import { currentTimeline } from "../transport/event-timeline.ts";
 import { MalformedCounterError, type CountStore } from "./count-store.ts";
 import type { CountEvent, CounterKind } from "./counter-kinds.ts";
 import type { FailureSink } from "./layer-failures.ts";
 
-/** Every key of the layer on one node (ARGV[1] the pattern), in one script: a failover's rare reset. */
-const DROP_LAYER_LUA = `#!lua flags=allow-cross-slot-keys
-local cursor, n = '0', 0
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  cursor = r[1]
-  for _, k in ipairs(r[2]) do redis.call('UNLINK', k); n = n + 1 end
-until cursor == '0'
+/** Every key on one node matching one of ARGV's patterns, in one script: a failover's rare reset. */
+const DROP_KEYS_LUA = `#!lua flags=allow-cross-slot-keys
+local n = 0
+for _, pattern in ipairs(ARGV) do
+  local cursor = '0'
+  repeat
+    local r = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = r[1]
+    for _, k in ipairs(r[2]) do redis.call('UNLINK', k); n = n + 1 end
+  until cursor == '0'
+end
 return n`;
 
 /**
@@ -110,23 +113,27 @@ export class CountFeeder {
   }
 
   /**
-   * A promotion (the database's timeline moved) may have lost events this layer counted, and the new
-   * primary hands their positions to other events, which the increment log would refuse as already
-   * applied. So the layer starts over, as after a flush: every key of it is removed, the feeder's next
-   * step starts at the present, and each counter is backfilled from the facts on its first read. A
-   * Redis fed before the timeline was recorded here (no timeline key, a cursor present) is taken as fed
-   * from the present timeline.
+   * A promotion (the database's timeline moved) may have lost events this kind's counters hold, and the
+   * new primary hands their positions to other events, which the increment log would refuse as already
+   * applied. So the kind starts over on the new primary: its cursor is set to the outbox's present
+   * first, then every other key of the kind is removed, and each counter is backfilled from the facts
+   * on its next read. In that order, no counter is ever present without the cursor below its boundary
+   * (a backfill after the removal reads a boundary at or above that present). A Redis fed before the
+   * timeline was recorded here is taken as fed from the present timeline.
    */
   private async realign(): Promise<void> {
     const redis = this.store.redis;
+    const name = this.kind.name;
     const now = String(await currentTimeline(this.pool));
-    const stored = await redis.sendCommand<string | null>(["GET", timelineKey()]);
+    const stored = await redis.sendCommand<string | null>(["HGET", timelineKey(), name]);
     if (stored === now) return;
     if (stored !== null) {
-      const removed = await redis.onEveryNode<number>(["EVAL", DROP_LAYER_LUA, "0", `${COUNT_KEY_PREFIX}*`]);
+      const { rows: positions } = await this.pool.query<{ part: number; last: number }>(this.kind.positionsSql);
+      await redis.hSet(cursorKey(name), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+      const removed = await redis.onEveryNode<number>(["EVAL", DROP_KEYS_LUA, "0", ...kindKeyPatterns(name)]);
       this.options.onRealigned?.({ from: Number(stored), to: Number(now), keys: removed.reduce((a, b) => a + b, 0) });
     }
-    await redis.sendCommand(["SET", timelineKey(), now]);
+    await redis.hSet(timelineKey(), { [name]: now });
   }
 
   /** false when the counter was malformed and dropped instead (reported as a failure). */

@@ -40,7 +40,7 @@ import { TestRedis } from "../../support/redis-server.ts";
 import { TestStandby } from "../../support/standby.ts";
 import { TcpProxy } from "../../support/tcp-proxy.ts";
 import { TestReceiver } from "../webhooks/receiver.ts";
-import { feederWithoutRealign, positionOnlyMessageId } from "./negative-controls.ts";
+import { feederWithoutRealign, PositionOnlyIdDelivery, positionOnlyMessageId } from "./negative-controls.ts";
 
 const PARTITIONS = 2;
 const WRITERS = 4;
@@ -138,7 +138,7 @@ function migratedTemplate(): Promise<string> {
 
 async function startRig(
   t: TestContext,
-  options: { synchronous: boolean; messageId?: RelayOptions["messageId"] },
+  options: { synchronous: boolean; messageId?: RelayOptions["messageId"]; positionOnlyWebhookIds?: boolean },
 ): Promise<Rig> {
   const root = await clusterTempDir("ledger-failover-");
   execFileSync("cp", ["-a", await migratedTemplate(), path.join(root, "primary")]);
@@ -204,7 +204,7 @@ async function startRig(
     load: new Loops(),
     workers: new Loops(),
   };
-  rig.delivery = new WebhookDelivery(pool, {
+  rig.delivery = new (options.positionOnlyWebhookIds ? PositionOnlyIdDelivery : WebhookDelivery)(pool, {
     retryBaseMs: 1,
     maxBackoffMs: 20,
     limits: { allowPrivate: true, responseTimeoutMs: 5_000, connectTimeoutMs: 2_000 },
@@ -372,6 +372,26 @@ async function outboxWebhookIds(rig: Rig): Promise<Set<string>> {
   );
 }
 
+/**
+ * The events of timeline 2 a receiver that de-duplicates by webhook-id (Standard Webhooks) never
+ * processes: it keeps the first body of each id, and an event is processed when its body is kept.
+ */
+async function droppedByReceiverDedup(rig: Rig): Promise<string[]> {
+  const kept = new Map<string, string>();
+  for (const d of rig.receiver.deliveries) if (d.status === 200 && !kept.has(d.id)) kept.set(d.id, d.body);
+  const processed = new Set(
+    [...kept.values()].map((body) => {
+      const data = (JSON.parse(body) as { data: { partition: number; seq: number; userId: string; version: number } })
+        .data;
+      return `${data.partition}:${data.seq}:${data.userId}:${data.version}`;
+    }),
+  );
+  const { rows } = await rig.pool.query<{ k: string }>(
+    "SELECT part || ':' || seq || ':' || user_id || ':' || version AS k FROM like_outbox WHERE timeline = 2",
+  );
+  return rows.map((r) => r.k).filter((k) => !processed.has(k));
+}
+
 /** Every likes message JetStream holds, as "part:seq:timeline:user:item:version". */
 async function streamEvents(rig: Rig): Promise<Set<string>> {
   const info = await rig.jsm.streams.info(rig.config.stream);
@@ -411,11 +431,14 @@ async function hasOutboxRow(rig: Rig, a: Ack, timeline: number): Promise<boolean
  * Asynchronous replication: the tail written after the standby stopped receiving is lost, and it is
  * exactly what is missing; what downstream had taken of it is realigned or reported.
  */
-async function asyncFailover(t: TestContext, messageId?: RelayOptions["messageId"]) {
+async function asyncFailover(
+  t: TestContext,
+  controls: { messageId?: RelayOptions["messageId"]; positionOnlyWebhookIds?: boolean } = {},
+) {
   const started = Date.now();
   const marks: string[] = [];
   const mark = (what: string) => marks.push(`${what} ${((Date.now() - started) / 1000).toFixed(1)}s`);
-  const rig = await startRig(t, { synchronous: false, ...(messageId ? { messageId } : {}) });
+  const rig = await startRig(t, { synchronous: false, ...controls });
   mark("rig");
   startLoad(rig, 0);
   await acksReach(rig, "before-cut", 60);
@@ -495,6 +518,11 @@ test("asynchronous replication: the lost tail is exactly the writes after the cu
   assert.deepEqual(extra, reported, "what the receiver holds beyond the facts is what was reported");
   assert.deepEqual(reported, [...tailIds].sort(), "the reported deliveries are the tail's");
   assert.deepEqual(rig.lostReported.map((d) => d.webhookId).sort(), reported, "reported once, through onLost too");
+  assert.deepEqual(
+    await droppedByReceiverDedup(rig),
+    [],
+    "a receiver de-duplicating by webhook-id processes every new event",
+  );
   const audit = await fullAudit(rig.ledger);
   assert.equal(audit.findings.lostWebhookDeliveries, tailIds.size);
   // Dead letters of the tail's copies (if the broker had some unacked at the kill) are reported as lost, nothing else.
@@ -508,17 +536,19 @@ test("asynchronous replication: the lost tail is exactly the writes after the cu
   );
 });
 
-test("negative control: message ids without the timeline lose events of the new primary in JetStream, and a Redis layer that does not realign counts the lost tail", async (t) => {
+test("negative control: ids without the timeline lose events of the new primary in JetStream and at a de-duplicating webhook receiver, and a Redis layer that does not realign counts the lost tail", async (t) => {
   t.after(feederWithoutRealign());
-  const { rig } = await asyncFailover(t, positionOnlyMessageId);
+  const { rig } = await asyncFailover(t, { messageId: positionOnlyMessageId, positionOnlyWebhookIds: true });
   const reused = await outboxEvents(rig, `timeline = 2`);
   const stream = await streamEvents(rig);
   const missing = [...reused].filter((k) => !stream.has(k));
   assert.ok(missing.length > 0, "the broker dropped an event of the new timeline as a duplicate of a lost one");
   const drift = await redisDrift(rig);
   assert.ok(drift.length > 0, "Redis still counts the lost tail");
+  const dropped = await droppedByReceiverDedup(rig);
+  assert.ok(dropped.length > 0, "a receiver de-duplicating by webhook-id drops new events as repeats of lost ones");
   t.diagnostic(
-    `events of timeline 2 missing from the stream: ${missing.length} of ${reused.size}; Redis counts off: ${drift.join(", ")}`,
+    `events of timeline 2 missing from the stream: ${missing.length} of ${reused.size}; dropped by the receiver's dedup: ${dropped.length}; Redis counts off: ${drift.join(", ")}`,
   );
 });
 

@@ -1,4 +1,7 @@
 import { CountFeeder } from "../../src/cache/count-feeder.ts";
+import type { AttemptResult } from "../../src/webhooks/delivery-http.ts";
+import { WebhookDelivery, type Claim } from "../../src/webhooks/delivery-worker.ts";
+import type { WebhookEvent } from "../../src/webhooks/webhook-events.ts";
 import type { TransportKindName } from "../../src/transport/transport-kinds.ts";
 
 /**
@@ -22,4 +25,15 @@ export function feederWithoutRealign(): () => void {
   return () => {
     proto.realign = real;
   };
+}
+
+/**
+ * Webhook messages whose id is the position alone (`evt_<source>_<part>_<seq>` on every timeline): a
+ * receiver that de-duplicates by webhook-id takes an event of the new primary for the lost one that
+ * had its position, and drops it.
+ */
+export class PositionOnlyIdDelivery extends WebhookDelivery {
+  protected override send(claim: Claim, event: WebhookEvent): Promise<AttemptResult> {
+    return super.send(claim, { ...event, id: `evt_${event.source}_${event.part}_${event.seq}` });
+  }
 }
