@@ -180,7 +180,14 @@ export class JetStreamPartitionConsumer {
       if (gone)
         lost.set(
           d,
-          new EventLostInFailoverError(this.kind.kind, this.part, d.e.seq, d.e.timeline ?? 1, now, timeline !== undefined),
+          new EventLostInFailoverError(
+            this.kind.kind,
+            this.part,
+            d.e.seq,
+            d.e.timeline ?? 1,
+            now,
+            timeline !== undefined,
+          ),
         );
     }
     return lost;
@@ -291,12 +298,14 @@ export const deliverVerified: DeliveryStrategy = async (c, msgs) => {
   // Reported through the dead-letter stream and its metric, never applied and never acked as a duplicate.
   const lost = await c.lostInFailover(decoded, w);
   for (const [{ m }, error] of lost) await c.deadLetter(m, "lost", error);
-  const fresh = decoded.filter((d) => !lost.has(d)).filter(({ m, e }) => {
-    if (e.seq > w) return true;
-    m.ack();
-    verdicts.dup!++;
-    return false;
-  });
+  const fresh = decoded
+    .filter((d) => !lost.has(d))
+    .filter(({ m, e }) => {
+      if (e.seq > w) return true;
+      m.ack();
+      verdicts.dup!++;
+      return false;
+    });
   if (fresh.length === 0) return verdicts;
   try {
     add(verdicts, await c.apply(fresh.map((d) => d.e)));
