@@ -1,10 +1,24 @@
 import type { Pool } from "../db/pool.ts";
 import { Hooks } from "../hooks.ts";
 import type { CacheMetrics } from "./cache-metrics.ts";
-import { cursorKey } from "./count-keys.ts";
+import { cursorKey, kindKeyPatterns, timelineKey } from "./count-keys.ts";
+import { currentTimeline } from "../transport/event-timeline.ts";
 import { MalformedCounterError, type CountStore } from "./count-store.ts";
 import type { CountEvent, CounterKind } from "./counter-kinds.ts";
 import type { FailureSink } from "./layer-failures.ts";
+
+/** Every key on one node matching one of ARGV's patterns, in one script: a failover's rare reset. */
+const DROP_KEYS_LUA = `#!lua flags=allow-cross-slot-keys
+local n = 0
+for _, pattern in ipairs(ARGV) do
+  local cursor = '0'
+  repeat
+    local r = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = r[1]
+    for _, k in ipairs(r[2]) do redis.call('UNLINK', k); n = n + 1 end
+  until cursor == '0'
+end
+return n`;
 
 /**
  * The hot path of the count layer: after the database commit, each committed outbox event of a
@@ -31,6 +45,8 @@ export class CountFeeder {
       metrics?: CacheMetrics;
       batchSize?: number;
       failures?: FailureSink;
+      /** The layer was emptied because the database's timeline changed (a promotion). */
+      onRealigned?: (change: { from: number; to: number; keys: number }) => void;
     } = {},
   ) {}
 
@@ -50,6 +66,7 @@ export class CountFeeder {
   private async pass(): Promise<number> {
     const redis = this.store.redis;
     const hooks = this.options.hooks ?? new Hooks();
+    await this.realign();
     const stored = await redis.hGetAll(cursorKey(this.kind.name));
     const { rows: positions } = await this.pool.query<{ part: number; last: number }>(this.kind.positionsSql);
     if (Object.keys(stored).length === 0) {
@@ -93,6 +110,30 @@ export class CountFeeder {
       }
     }
     return rows.length;
+  }
+
+  /**
+   * A promotion (the database's timeline moved) may have lost events this kind's counters hold, and the
+   * new primary hands their positions to other events, which the increment log would refuse as already
+   * applied. So the kind starts over on the new primary: its cursor is set to the outbox's present
+   * first, then every other key of the kind is removed, and each counter is backfilled from the facts
+   * on its next read. In that order, no counter is ever present without the cursor below its boundary
+   * (a backfill after the removal reads a boundary at or above that present). A Redis fed before the
+   * timeline was recorded here is taken as fed from the present timeline.
+   */
+  private async realign(): Promise<void> {
+    const redis = this.store.redis;
+    const name = this.kind.name;
+    const now = String(await currentTimeline(this.pool));
+    const stored = await redis.sendCommand<string | null>(["HGET", timelineKey(), name]);
+    if (stored === now) return;
+    if (stored !== null) {
+      const { rows: positions } = await this.pool.query<{ part: number; last: number }>(this.kind.positionsSql);
+      await redis.hSet(cursorKey(name), Object.fromEntries(positions.map((p) => [String(p.part), String(p.last)])));
+      const removed = await redis.onEveryNode<number>(["EVAL", DROP_KEYS_LUA, "0", ...kindKeyPatterns(name)]);
+      this.options.onRealigned?.({ from: Number(stored), to: Number(now), keys: removed.reduce((a, b) => a + b, 0) });
+    }
+    await redis.hSet(timelineKey(), { [name]: now });
   }
 
   /** false when the counter was malformed and dropped instead (reported as a failure). */

@@ -40,3 +40,16 @@ export const cursorKey = (kind: string) => `${V}:feed:${kind}`;
 
 /** The boundary of the last completed reconciliation per partition. */
 export const reconciledKey = (kind: string) => `${V}:reconciled:${kind}`;
+
+/** Per kind, the database timeline its counters and cursor were fed from (docs/failover.md). */
+export const timelineKey = () => `${V}:timeline`;
+
+/** SCAN patterns of every key of one kind but its feeder's cursor: counters, buckets, logs, the reconciled boundary. */
+export const kindKeyPatterns = (kind: string) => [
+  `${V}:cnt:${kind}:*`,
+  `${V}:log:${kind}:*`,
+  `${V}:cnt:{${kind}:*`,
+  `${V}:bkt:{${kind}:*`,
+  `${V}:log:{${kind}:*`,
+  reconciledKey(kind),
+];

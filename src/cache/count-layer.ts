@@ -163,7 +163,20 @@ export async function openCountLayer(pool: Pool, options: CountLayerOptions = {}
     ...(options.pacing ? { pacing: options.pacing } : {}),
   });
   const feeders = new Map(
-    COUNTER_KINDS.map((kind) => [kind.name, new CountFeeder(pool, store, kind, { hooks, metrics, failures })]),
+    COUNTER_KINDS.map((kind) => [
+      kind.name,
+      new CountFeeder(pool, store, kind, {
+        hooks,
+        metrics,
+        failures,
+        onRealigned: (change) =>
+          log(
+            "warn",
+            "count layer emptied: the database's timeline moved (a promotion); counters are backfilled from the facts on their next read (docs/failover.md)",
+            { ...change },
+          ),
+      }),
+    ]),
   );
   const interval = options.reconcileIntervalMs ?? 60_000;
   let nextReconcile = Date.now() + interval;

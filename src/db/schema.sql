@@ -138,6 +138,7 @@ CREATE TABLE comment_outbox (
   delta smallint NOT NULL,
   version bigint NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT comment_outbox_comment_id_version_key UNIQUE (comment_id, version),
   CONSTRAINT comment_outbox_delta_check CHECK ((delta = ANY (ARRAY['-1'::integer, 1]))),
   CONSTRAINT comment_outbox_part_fkey FOREIGN KEY (part) REFERENCES comment_seq(part),
@@ -365,6 +366,7 @@ CREATE TABLE like_outbox (
   delta smallint NOT NULL,
   version bigint NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT like_outbox_delta_check CHECK ((delta = ANY (ARRAY['-1'::integer, 1]))),
   CONSTRAINT like_outbox_part_fkey FOREIGN KEY (part) REFERENCES like_seq(part),
   CONSTRAINT like_outbox_pkey PRIMARY KEY (part, seq),
@@ -606,6 +608,7 @@ CREATE TABLE relation_event (
   state text NOT NULL,
   version bigint NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT relation_event_follower_followee_version_key UNIQUE (follower, followee, version),
   CONSTRAINT relation_event_part_fkey FOREIGN KEY (part) REFERENCES event_seq(part),
   CONSTRAINT relation_event_pkey PRIMARY KEY (part, seq),
@@ -671,6 +674,7 @@ CREATE TABLE webhook_block_event (
   blocked text,
   state text NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT webhook_block_event_part_fkey FOREIGN KEY (part) REFERENCES webhook_block_seq(part),
   CONSTRAINT webhook_block_event_pkey PRIMARY KEY (part, seq),
   CONSTRAINT webhook_block_event_seq_check CHECK ((seq > 0)),
@@ -722,6 +726,22 @@ CREATE TABLE webhook_endpoint (
   CONSTRAINT webhook_endpoint_pkey PRIMARY KEY (endpoint_id),
   CONSTRAINT webhook_endpoint_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
   CONSTRAINT webhook_endpoint_secret_check CHECK ((secret ~~ 'whsec\_%'::text))
+);
+
+CREATE TABLE webhook_lost_delivery (
+  endpoint_id text NOT NULL,
+  webhook_id text NOT NULL,
+  source text NOT NULL,
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  timeline integer NOT NULL,
+  delivered_at timestamp with time zone NOT NULL,
+  detected_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT webhook_lost_delivery_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(endpoint_id) ON DELETE CASCADE,
+  CONSTRAINT webhook_lost_delivery_part_check CHECK ((part >= 0)),
+  CONSTRAINT webhook_lost_delivery_pkey PRIMARY KEY (endpoint_id, webhook_id),
+  CONSTRAINT webhook_lost_delivery_seq_check CHECK ((seq > 0)),
+  CONSTRAINT webhook_lost_delivery_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text])))
 );
 
 -- Views
@@ -1439,6 +1459,15 @@ CREATE OR REPLACE FUNCTION public.ledger_partition(key text, partitions integer)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 AS $function$ SELECT (('x' || substr(md5(key), 1, 8))::bit(32)::bigint % partitions)::integer $function$;
+
+CREATE OR REPLACE FUNCTION public.ledger_timeline()
+ RETURNS integer
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+              ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
+$function$;
 
 CREATE OR REPLACE FUNCTION public.like_erasure_refusal(p_user text, p_item text)
  RETURNS text

@@ -207,6 +207,11 @@ export async function startService(config: Config, options: ServiceOptions = {})
                 "webhook delivery pass failed; retrying with backoff",
               ),
             recovered: (worker, outage) => app.log.info({ worker, ...outage }, "webhook delivery resumed"),
+            lost: (webhookIds, timeline) =>
+              app.log.error(
+                { webhookIds, timelineFrom: timeline.from, timelineTo: timeline.to },
+                "webhook messages delivered before a database promotion name events the new primary does not have (webhook_lost_delivery, docs/failover.md)",
+              ),
           },
           options.hooks,
         );

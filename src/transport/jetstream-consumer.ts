@@ -5,11 +5,12 @@ import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
 import { deadLetterSubject, durableName } from "./jetstream-setup.ts";
 import type { TransportConfig } from "./transport-config.ts";
-import { MalformedEventError } from "./transport-errors.ts";
+import { currentTimeline, outboxTimelines } from "./event-timeline.ts";
+import { EventLostInFailoverError, MalformedEventError } from "./transport-errors.ts";
 import type { OutboxEvent, TransportKind } from "./transport-kinds.ts";
 import { consumerWatermark, readRelayWatermark } from "./relay-watermark.ts";
 
-export type DeadLetterReason = "malformed" | "verification" | "attempts";
+export type DeadLetterReason = "malformed" | "verification" | "attempts" | "lost";
 
 export interface JetStreamConsumerEvents {
   /** A batch took effect: from the broker, or from the outbox by the gap filler. */
@@ -154,7 +155,42 @@ export class JetStreamPartitionConsumer {
       throw new MalformedEventError(m.subject, `partition ${String(e.part)} on the subject of partition ${this.part}`);
     if (!Number.isSafeInteger(e.seq) || (e.seq as number) < 1)
       throw new MalformedEventError(m.subject, "seq is not a positive integer");
+    if (e.timeline !== undefined && (!Number.isSafeInteger(e.timeline) || (e.timeline as number) < 1))
+      throw new MalformedEventError(m.subject, "timeline is not a positive integer");
     return this.kind.revive(e);
+  }
+
+  /**
+   * The messages of events committed on another timeline than the database's present one that the
+   * outbox does not hold under that timeline (docs/failover.md): the row at the position has another
+   * timeline, or there is no row above the watermark (a row missing at or below it was pruned, and the
+   * message is a duplicate). Only messages of another timeline are looked up, so this costs one
+   * statement per batch until a promotion, and one more per batch that carries old-timeline copies.
+   */
+  async lostInFailover<T extends { e: OutboxEvent }>(decoded: T[], watermark: number): Promise<Map<T, Error>> {
+    const lost = new Map<T, Error>();
+    const now = await currentTimeline(this.pool);
+    const foreign = decoded.filter(({ e }) => (e.timeline ?? 1) !== now);
+    if (foreign.length === 0) return lost;
+    const seqs = foreign.map(({ e }) => e.seq);
+    const stored = await outboxTimelines(this.pool, this.kind.kind, this.part, Math.min(...seqs), Math.max(...seqs));
+    for (const d of foreign) {
+      const timeline = stored.get(d.e.seq);
+      const gone = timeline === undefined ? d.e.seq > watermark : timeline !== (d.e.timeline ?? 1);
+      if (gone)
+        lost.set(
+          d,
+          new EventLostInFailoverError(
+            this.kind.kind,
+            this.part,
+            d.e.seq,
+            d.e.timeline ?? 1,
+            now,
+            timeline !== undefined,
+          ),
+        );
+    }
+    return lost;
   }
 
   /** Applies through the kind's consumer, between the beforeApply and afterApply hook points. */
@@ -259,12 +295,17 @@ export const deliverVerified: DeliveryStrategy = async (c, msgs) => {
     }
   }
   const w = await consumerWatermark(c.pool, c.kind.kind, c.part);
-  const fresh = decoded.filter(({ m, e }) => {
-    if (e.seq > w) return true;
-    m.ack();
-    verdicts.dup!++;
-    return false;
-  });
+  // Reported through the dead-letter stream and its metric, never applied and never acked as a duplicate.
+  const lost = await c.lostInFailover(decoded, w);
+  for (const [{ m }, error] of lost) await c.deadLetter(m, "lost", error);
+  const fresh = decoded
+    .filter((d) => !lost.has(d))
+    .filter(({ m, e }) => {
+      if (e.seq > w) return true;
+      m.ack();
+      verdicts.dup!++;
+      return false;
+    });
   if (fresh.length === 0) return verdicts;
   try {
     add(verdicts, await c.apply(fresh.map((d) => d.e)));

@@ -36,9 +36,14 @@ export function durableName(config: Pick<TransportConfig, "stream">, kind: Trans
   return `${config.stream}_${kind}_${part}`;
 }
 
-/** The broker's duplicate window drops a re-published id; our own dedup is by (part, seq) in the database. */
-export function messageId(kind: TransportKindName, part: number, seq: number): string {
-  return `${kind}:${part}:${seq}`;
+/**
+ * The broker's duplicate window drops a re-published id; our own dedup is by (part, seq) in the database.
+ * The id names the event, not only its position: a promotion with asynchronous replication hands a
+ * position out again to a different event, committed on a later timeline (docs/failover.md), and the
+ * same id would make the broker drop it as a copy of the lost one. Timeline 1 keeps the ids it always had.
+ */
+export function messageId(kind: TransportKindName, part: number, seq: number, timeline: number): string {
+  return timeline === 1 ? `${kind}:${part}:${seq}` : `${kind}:${part}:${seq}:t${timeline}`;
 }
 
 /** Connects, retrying forever (a broker restart is an outage to ride out, not a reason to exit). */

@@ -5,6 +5,7 @@ import { Hooks } from "../hooks.ts";
 import { eventSubject, messageId } from "./jetstream-setup.ts";
 import type { TransportConfig } from "./transport-config.ts";
 import type { OutboxEvent, TransportKind } from "./transport-kinds.ts";
+import { outboxTimelines } from "./event-timeline.ts";
 import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, transportLag } from "./relay-watermark.ts";
 
 /** pg advisory lock key of the relay's leadership: "relaylead" in ASCII, distinct from the rebuilds' keys. */
@@ -23,6 +24,8 @@ export interface RelayOptions {
   onPublished?: (kind: TransportKindName, part: number, stored: number, duplicates: number) => void;
   /** Called when this relay takes or loses the leader lock. */
   onLeadership?: (leading: boolean) => void;
+  /** Replaces messageId: for the negative control that leaves the timeline out only. */
+  messageId?: (kind: TransportKindName, part: number, seq: number, timeline: number) => string;
 }
 
 /**
@@ -85,14 +88,18 @@ export class OutboxRelay {
     const upto = batch[batch.length - 1]!.seq;
     await this.hooks.at("relay.beforePublish", { kind, part, from: from + 1, upto });
     const subject = eventSubject(this.config, kind, part);
+    const timelines = await outboxTimelines(this.pool, kind, part, from + 1, upto);
+    const identify = this.options.messageId ?? messageId;
     // Sent in seq order on one connection, so JetStream stores them in that order; the acks come back in any order.
     const acks = await Promise.all(
-      batch.map((e) =>
-        this.js.publish(subject, JSON.stringify(e), {
-          msgID: messageId(kind, part, e.seq),
+      batch.map((e) => {
+        // A row gone since the batch was read was pruned below every consumer: its copy is a duplicate anyway.
+        const timeline = timelines.get(e.seq) ?? 1;
+        return this.js.publish(subject, JSON.stringify({ ...e, timeline }), {
+          msgID: identify(kind, part, e.seq, timeline),
           expect: { streamName: this.config.stream },
-        }),
-      ),
+        });
+      }),
     );
     await this.hooks.at("relay.afterPublish", { kind, part, from: from + 1, upto });
     await advanceRelayWatermark(this.pool, kind, part, upto);

@@ -8,6 +8,8 @@ export type TransportKindName = "likes" | "relations" | "comments";
 export interface OutboxEvent {
   part: number;
   seq: number;
+  /** The timeline the event was committed on: on the wire (the relay adds it), not in the consumers' own rows. */
+  timeline?: number;
 }
 
 /**

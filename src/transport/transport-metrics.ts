@@ -35,7 +35,7 @@ export class TransportMetrics {
     });
     for (const kind of ["likes", "relations", "comments"]) {
       this.gapFilled.inc({ kind }, 0);
-      for (const reason of ["malformed", "verification", "attempts"]) this.deadLetters.inc({ kind, reason }, 0);
+      for (const reason of ["malformed", "verification", "attempts", "lost"]) this.deadLetters.inc({ kind, reason }, 0);
     }
     // Read on the registry's refresh timer, never by a scrape (src/metrics-refresh.ts).
     let lagRows: Awaited<ReturnType<typeof transportLag>> = [];

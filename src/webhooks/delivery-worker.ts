@@ -7,6 +7,8 @@ import { attempt, DEFAULT_LIMITS, type AttemptLimits, type AttemptResult } from 
 import { holderOf } from "./endpoint-registry.ts";
 import { bodyOf, deliverable, readEvents, SOURCES, type WebhookEvent, type WebhookSource } from "./webhook-events.ts";
 import { signatureHeader } from "./webhook-signature.ts";
+import { currentTimeline } from "../transport/event-timeline.ts";
+import { DeliveryMemory, lostDeliveries, recordLostDeliveries, type DeliveredEvent } from "./lost-deliveries.ts";
 
 /**
  * The delivery worker (docs/webhooks.md): one step claims one due cursor with a row lock
@@ -27,6 +29,8 @@ export interface DeliveryOptions {
   hooks?: Hooks;
   /** Each attempt's outcome, for metrics. */
   onAttempt?: (endpointId: string, result: "delivered" | "failed") => void;
+  /** Delivered messages whose event a promotion lost (docs/failover.md), once each, for the metric and the log. */
+  onLost?: (lost: readonly DeliveredEvent[], timeline: { from: number; to: number }) => void;
 }
 
 export interface Claim {
@@ -77,6 +81,10 @@ export class WebhookDelivery {
   private readonly maxBackoffMs: number;
   protected readonly pageSize: number;
   readonly hooks: Hooks;
+  private readonly memory = new DeliveryMemory();
+  /** The database's timeline at the last pass; a change is a promotion (docs/failover.md). */
+  private timeline: number | undefined;
+  private realigning: Promise<void> | undefined;
 
   constructor(
     protected readonly pool: Pool,
@@ -91,6 +99,7 @@ export class WebhookDelivery {
 
   /** Forgets expired rotated-out secrets, then steps until nothing is due or `budget` events were handled; returns the events handled. */
   async pass(budget = 100): Promise<number> {
+    await (this.realigning ??= this.realign().finally(() => (this.realigning = undefined)));
     await forgetExpiredSecrets(this.pool);
     let handled = 0;
     while (handled < budget) {
@@ -136,13 +145,41 @@ export class WebhookDelivery {
           seq: event.seq,
           ok: result.ok,
         });
-        if (result.ok) await this.advance(client, claim, event.seq, result.status);
-        else await this.fail(client, claim, event.seq - 1, result);
+        if (result.ok) {
+          // Remembered before the commit: the receiver has it, whether or not the cursor's advance survives.
+          this.memory.remember({
+            endpointId: claim.endpoint_id,
+            source: claim.source,
+            part: claim.part,
+            seq: event.seq,
+            timeline: event.timeline,
+            webhookId: event.id,
+            deliveredAt: new Date(),
+          });
+          await this.advance(client, claim, event.seq, result.status);
+        } else await this.fail(client, claim, event.seq - 1, result);
         this.options.onAttempt?.(claim.endpoint_id, result.ok ? "delivered" : "failed");
         return index + 1;
       },
       { maxAttempts: 1 },
     );
+  }
+
+  /**
+   * When the database's timeline changed since the last pass (a promotion), the messages delivered
+   * before it whose event the new primary does not hold under the same id are reported: recorded in
+   * webhook_lost_delivery (the audit's findings) and passed to onLost. The cursors need nothing: they
+   * are the new primary's, and what they send again under an unchanged id the receiver already has.
+   */
+  private async realign(): Promise<void> {
+    const now = await currentTimeline(this.pool);
+    const before = this.timeline;
+    if (before !== undefined && before !== now) {
+      const lost = await lostDeliveries(this.pool, this.memory.take());
+      await recordLostDeliveries(this.pool, lost);
+      if (lost.length > 0) this.options.onLost?.(lost, { from: before, to: now });
+    }
+    this.timeline = now;
   }
 
   protected async send(claim: Claim, event: WebhookEvent): Promise<AttemptResult> {

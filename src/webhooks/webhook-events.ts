@@ -4,8 +4,9 @@ import { previousRelationStateSql } from "../relations/relation-audit.ts";
 /**
  * From outbox rows to webhook messages (docs/webhooks.md, "Events"). Each source is one outbox
  * with a gapless, commit-ordered sequence per partition; a message's id names its event
- * (evt_<source>_<partition>_<seq>), so every attempt and every replay of an event carries the
- * same id.
+ * (evt_<source>_<partition>_<seq>, and _t<timeline> after a promotion: docs/failover.md), so every
+ * attempt and every replay of an event carries the same id, and an event written after a promotion at
+ * a position a lost event had used carries another.
  */
 
 export type WebhookSource = "likes" | "relations" | "comments" | "blocks";
@@ -59,6 +60,8 @@ export interface WebhookEvent {
   source: WebhookSource;
   part: number;
   seq: number;
+  /** The timeline the event was committed on (docs/failover.md). */
+  timeline: number;
   type: EventType;
   /** The event's commit time (the outbox row's created_at), ISO 8601. */
   occurredAt: string;
@@ -75,27 +78,36 @@ export function bodyOf(event: WebhookEvent): string {
   return JSON.stringify({ type: event.type, timestamp: event.occurredAt, data: event.data });
 }
 
-export function eventId(source: WebhookSource, part: number, seq: number): string {
-  return `evt_${source}_${part}_${seq}`;
+/** Timeline 1 keeps the ids events always had; a later timeline is named, so no two events share an id. */
+export function eventId(source: WebhookSource, part: number, seq: number, timeline: number): string {
+  return timeline === 1 ? `evt_${source}_${part}_${seq}` : `evt_${source}_${part}_${seq}_t${timeline}`;
 }
 
-type Row = Record<string, unknown> & { seq: number; created_at: Date };
+/** Each source's outbox table (fixed names, never input). */
+export const OUTBOX_OF_SOURCE: Record<WebhookSource, string> = {
+  likes: "like_outbox",
+  relations: "relation_event",
+  comments: "comment_outbox",
+  blocks: "webhook_block_event",
+};
+
+type Row = Record<string, unknown> & { seq: number; timeline: number; created_at: Date };
 
 /** Per source: the events of partition $1 above seq $2, at most $3, in seq order, with the facts a message carries. */
 const PAGE_SQL: Record<WebhookSource, string> = {
-  likes: `SELECT seq, user_id, item_id, delta, version, created_at FROM like_outbox
+  likes: `SELECT seq, timeline, user_id, item_id, delta, version, created_at FROM like_outbox
            WHERE part = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
   // The previous state of the pair: its previous event, or the pruned prefix's newest state
   // (the audit's rule), so a request that ends is told apart from a follow that ends.
-  relations: `SELECT e.seq, e.follower, e.followee, e.state, e.version, e.created_at, ${previousRelationStateSql("e", "p", "b")} AS previous_state
+  relations: `SELECT e.seq, e.timeline, e.follower, e.followee, e.state, e.version, e.created_at, ${previousRelationStateSql("e", "p", "b")} AS previous_state
                 FROM relation_event e
                 LEFT JOIN relation_event p ON p.follower = e.follower AND p.followee = e.followee AND p.version = e.version - 1
                 LEFT JOIN relation_event_pruned b ON b.follower = e.follower AND b.followee = e.followee
                WHERE e.part = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`,
-  comments: `SELECT o.seq, o.comment_id, o.post_id, o.delta, o.version, o.created_at, c.author, c.parent_id, c.deleted_by
+  comments: `SELECT o.seq, o.timeline, o.comment_id, o.post_id, o.delta, o.version, o.created_at, c.author, c.parent_id, c.deleted_by
                FROM comment_outbox o LEFT JOIN comment c ON c.comment_id = o.comment_id
               WHERE o.part = $1 AND o.seq > $2 ORDER BY o.seq LIMIT $3`,
-  blocks: `SELECT seq, blocker, blocked, state, created_at FROM webhook_block_event
+  blocks: `SELECT seq, timeline, blocker, blocked, state, created_at FROM webhook_block_event
             WHERE part = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
 };
 
@@ -140,10 +152,11 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
     case "blocks":
       if (r.state === "ERASED") {
         return {
-          id: eventId(source, part, r.seq),
+          id: eventId(source, part, r.seq, r.timeline),
           source,
           part,
           seq: r.seq,
+          timeline: r.timeline,
           type: "block.removed",
           occurredAt: r.created_at.toISOString(),
           data: base,
@@ -155,10 +168,11 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
       break;
   }
   return {
-    id: eventId(source, part, r.seq),
+    id: eventId(source, part, r.seq, r.timeline),
     source,
     part,
     seq: r.seq,
+    timeline: r.timeline,
     type,
     occurredAt: r.created_at.toISOString(),
     data,

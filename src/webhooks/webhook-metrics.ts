@@ -17,6 +17,7 @@ interface EndpointFigures {
  */
 export class WebhookMetrics {
   readonly deliveries: client.Counter<"endpoint" | "result">;
+  readonly lostDeliveries: client.Counter<"endpoint">;
   private figures: EndpointFigures[] = [];
 
   constructor(registry: Registry, pool: Pool, failingAfter: number) {
@@ -24,6 +25,12 @@ export class WebhookMetrics {
       name: "ledger_webhook_deliveries_total",
       help: "Webhook delivery attempts by endpoint and result (delivered: a 2xx; failed: anything else, retried later)",
       labelNames: ["endpoint", "result"],
+      registers: [registry],
+    });
+    this.lostDeliveries = new client.Counter({
+      name: "ledger_webhook_lost_deliveries_total",
+      help: "Messages an endpoint acknowledged whose event a database promotion lost (docs/failover.md)",
+      labelNames: ["endpoint"],
       registers: [registry],
     });
     refresherOf(registry).add(async () => {

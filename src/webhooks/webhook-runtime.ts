@@ -20,6 +20,8 @@ export function registryOptionsOf(config: WebhookConfig): RegistryOptions {
 export interface WebhookLoopLog {
   failing(worker: string, err: unknown): void;
   recovered(worker: string, outage: { failedPasses: number; ms: number }): void;
+  /** Delivered messages whose event a promotion lost (docs/failover.md). */
+  lost(webhookIds: string[], timeline: { from: number; to: number }): void;
 }
 
 /** The delivery loops of one process, counting their attempts in `registry`. */
@@ -40,6 +42,13 @@ export function startableWebhookLoops(
     retryBaseMs: config.retryBaseMs,
     maxBackoffMs: config.maxBackoffSeconds * 1000,
     onAttempt: metrics.onAttempt,
+    onLost: (lost, timeline) => {
+      for (const d of lost) metrics.lostDeliveries.inc({ endpoint: d.endpointId });
+      log.lost(
+        lost.map((d) => d.webhookId),
+        timeline,
+      );
+    },
     ...(hooks ? { hooks } : {}),
   });
   return config.loops === 0

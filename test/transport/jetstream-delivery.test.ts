@@ -88,7 +88,7 @@ async function publishEverythingAgain(r: Rig): Promise<number> {
     await Promise.all(
       events.map((e) =>
         js.publish(eventSubject(r.config, row.kind, row.part), JSON.stringify(e), {
-          msgID: `${messageId(row.kind, row.part, e.seq)}:again`,
+          msgID: `${messageId(row.kind, row.part, e.seq, 1)}:again`,
         }),
       ),
     );
@@ -198,6 +198,12 @@ test(
     await setUp(r.ledger);
     for (let i = 0; i < 6; i++) await r.ledger.likes.like(USERS[i]!, ITEMS[i % ITEMS.length]!);
     await startRelay(r);
+    // All six in the stream before A subscribes, so that A's first pull hands them over as one batch.
+    await pollUntil(
+      "the relay published 1..6",
+      async () => (await transportLag(r.db.pool)).find((l) => l.kind === "likes")?.published ?? 0,
+      (n) => n === 6,
+    );
     const hooksA = new Hooks();
     const gate = new Gate("transport.afterApply");
     hooksA.on("transport.afterApply", gate.handler);
@@ -514,6 +520,37 @@ test(
       reasons.includes("attempts@3"),
       `the attempts dead letter was on its third delivery: ${reasons.join(", ")}`,
     );
+    await assertConverged(r.ledger);
+  },
+);
+
+test(
+  "a copy of an event of another timeline that the outbox does not hold under it (a promotion lost it) is dead-lettered as lost, even when every other field matches the row now at its position",
+  { timeout: 120_000 },
+  async (t) => {
+    const r = await rig(t, { partitions: 1 });
+    await setUp(r.ledger);
+    for (let i = 0; i < 3; i++) await r.ledger.likes.like(USERS[i]!, ITEMS[1]!);
+    const c = await startWorkers(r, { kinds: ["likes"], gapFill: false });
+    const nc = await connectNats(r.config, "test-old-timeline");
+    r.defer(() => nc.close());
+    const js = jetstream(nc);
+    const subject = eventSubject(r.config, "likes", 0);
+    const rows = await transportKinds(r.ledger).likes.fetchRange(0, 1, 3);
+    // Timeline 7 is not the database's (1): seq 2 as the lost event had it (the same fields as the row now
+    // there, which verification alone would accept), and seq 5, a position the outbox has not reached.
+    await js.publish(subject, JSON.stringify({ ...rows[1]!, timeline: 7 }), { msgID: "lost-2" });
+    await js.publish(subject, JSON.stringify({ ...rows[2]!, seq: 5, timeline: 7 }), { msgID: "lost-5" });
+    await startRelay(r);
+    await pollUntil(
+      "applied and dead-lettered",
+      async () => [c.verdicts.applied ?? 0, c.deadLetters.length],
+      ([applied, dead]) => applied === 3 && dead === 2,
+    );
+    assert.deepEqual(c.deadLetters, ["likes:0:lost", "likes:0:lost"]);
+    const jsm = await jetstreamManager(nc);
+    const dlq = await jsm.streams.getMessage(`${r.config.stream}_DLQ`, { seq: 1 });
+    assert.match(dlq!.header.get("Ledger-Error"), /event 0:2 of timeline 7 is not in the outbox .*holds another event/);
     await assertConverged(r.ledger);
   },
 );

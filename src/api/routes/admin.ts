@@ -23,6 +23,7 @@ import {
 } from "../../notifications/notification-audit.ts";
 import { auditFeed, feedAuditClean } from "../../feed/feed-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
+import { LOST_DELIVERIES_SQL } from "../../webhooks/lost-deliveries.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
 
 /**
@@ -61,6 +62,7 @@ export async function fullAudit(ledger: Ledger) {
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
   const feed = await auditFeed(ledger.pool, ledger.feed.maxItems);
+  const findings = { lostWebhookDeliveries: (await ledger.pool.query<{ n: number }>(LOST_DELIVERIES_SQL)).rows[0]!.n };
   const projectionCaughtUp = diff !== null;
   const clean =
     writeSideClean(likesWrite) &&
@@ -81,6 +83,7 @@ export async function fullAudit(ledger: Ledger) {
     webhooks,
     erasure,
     feed,
+    findings,
   };
 }
 
@@ -169,6 +172,12 @@ const auditResponse = named("AuditReport", {
     feed: {
       type: "object",
       description: "every home timeline inbox against its reader's truth (the SQL function feed_audit, docs/feed.md)",
+      additionalProperties: true,
+    },
+    findings: {
+      type: "object",
+      description:
+        "not violations: lostWebhookDeliveries counts messages receivers acknowledged whose event a database promotion lost (webhook_lost_delivery, docs/failover.md)",
       additionalProperties: true,
     },
   },

@@ -39,6 +39,7 @@ export function formatAudit(report: AuditReport): string {
       `webhook cursors      ${verdict(webhookAuditClean(report.webhooks))} ${pairs(report.webhooks)}`,
       `erasure leftovers    ${verdict(erasureAuditClean(report.erasure))} ${pairs(report.erasure)}`,
       `home timelines       ${verdict(feedAuditClean(report.feed))} ${formatFeedAudit(report.feed)}`,
+      `failover findings    ${report.findings.lostWebhookDeliveries === 0 ? "none     " : "REPORTED "} ${pairs(report.findings)} (not a violation: see webhook_lost_delivery, docs/failover.md)`,
       report.clean ? "clean: no violation" : "NOT CLEAN: at least one violation",
     ].join("\n") + "\n"
   );

@@ -27,6 +27,11 @@ export async function webhookWorker(opts: { loops?: number; metricsPort?: number
         "webhook delivery pass failed; retrying with backoff",
       ),
     recovered: (worker, outage) => log.info({ worker, ...outage }, "webhook delivery resumed"),
+    lost: (webhookIds, timeline) =>
+      log.error(
+        { webhookIds, timelineFrom: timeline.from, timelineTo: timeline.to },
+        "webhook messages delivered before a database promotion name events the new primary does not have (webhook_lost_delivery, docs/failover.md)",
+      ),
   });
   const metricsServer =
     opts.metricsPort === undefined
