@@ -173,6 +173,8 @@ async function startRig(
     duplicateWindowSeconds: 120,
     maxAgeSeconds: 3_600,
     gapCheckMs: 1_000,
+    pingIntervalMs: 10_000,
+    maxPingsOut: 2,
   };
   const nc = await connectNats(config, "failover-test");
   const jsm = await jetstreamManager(nc);
