@@ -50,16 +50,28 @@ function requestBytes(host: string, spec: HttpRequestSpec): Buffer {
   );
 }
 
+/** An open connection, not yet sending. */
+function open(url: URL): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(url.port), url.hostname);
+    socket.setNoDelay(true);
+    socket.once("connect", () => {
+      socket.off("error", reject);
+      resolve(socket);
+    });
+    socket.once("error", reject);
+  });
+}
+
 /** One connection: sends the next request when the previous response is complete. */
 function connection(
+  socket: net.Socket,
   url: URL,
   take: () => number | undefined,
   job: HttpClientJob,
   report: HttpClientReport,
 ): Promise<void> {
   return new Promise((resolve) => {
-    const socket = net.connect(Number(url.port), url.hostname);
-    socket.setNoDelay(true);
     let buffered: Buffer = Buffer.alloc(0);
     let started = 0;
     let bodyNeeded = -1;
@@ -79,7 +91,6 @@ function connection(
       socket.destroy();
       resolve();
     };
-    socket.on("connect", next);
     socket.on("error", fail);
     socket.on("data", (chunk: Buffer) => {
       buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
@@ -103,20 +114,36 @@ function connection(
         if (buffered.length === 0) return;
       }
     });
+    next();
   });
 }
 
-/** Runs one job: connections until `amount` responses (or `seconds`), then the report. */
-async function run(job: HttpClientJob): Promise<HttpClientReport> {
+/**
+ * Runs one job: opens every connection first, says so (`connected`) and waits for the go of the
+ * thread that started it (which then reads the server's CPU), so that neither the run's time nor
+ * the server's CPU per request includes opening 1024 connections; then sends until `amount`
+ * responses (or `seconds`), and reports.
+ */
+async function run(job: HttpClientJob, go: Promise<void>): Promise<HttpClientReport> {
   const url = new URL(job.url);
+  const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
+  const sockets: net.Socket[] = [];
+  for (const opened of await Promise.allSettled(Array.from({ length: job.connections }, () => open(url)))) {
+    if (opened.status === "fulfilled") sockets.push(opened.value);
+    else {
+      report.errors++;
+      report.firstError ??= opened.reason instanceof Error ? opened.reason.message : String(opened.reason);
+    }
+  }
+  parentPort!.postMessage({ connected: true });
+  await go;
   let issued = 0;
   const deadline = job.seconds === undefined ? Number.POSITIVE_INFINITY : performance.now() + 1000 * job.seconds;
   const amount = job.amount ?? Number.POSITIVE_INFINITY;
   const take = () => (issued < amount && performance.now() < deadline ? issued++ : undefined);
-  const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
   const t0 = performance.now();
   const cpu0 = threadCpuMs();
-  await Promise.all(Array.from({ length: job.connections }, () => connection(url, take, job, report)));
+  await Promise.all(sockets.map((socket) => connection(socket, url, take, job, report)));
   report.elapsedMs = performance.now() - t0;
   const cpu1 = threadCpuMs();
   if (cpu0 !== undefined && cpu1 !== undefined) report.clientCpuMs = cpu1 - cpu0;
@@ -125,7 +152,12 @@ async function run(job: HttpClientJob): Promise<HttpClientReport> {
 
 // The thread stays for the whole benchmark and takes one job per message, so its code is compiled
 // and optimised once, not again for every (short) chunk of an alternating phase.
-parentPort!.on("message", (message: { job?: HttpClientJob }) => {
-  if (message.job) void run(message.job).then((report) => parentPort!.postMessage({ report }));
+let go: (() => void) | undefined;
+parentPort!.on("message", (message: { job?: HttpClientJob; go?: boolean }) => {
+  if (message.go) go?.();
+  if (message.job) {
+    const started = new Promise<void>((resolve) => (go = resolve));
+    void run(message.job, started).then((report) => parentPort!.postMessage({ report }));
+  }
 });
 parentPort!.postMessage({ ready: true });

@@ -227,7 +227,7 @@ export interface HttpLoad {
 /**
  * `amount` requests, or as many as `seconds` allow, over `connections` keep-alive connections
  * (bench/http-client.ts), run in a worker thread of its own so that it does not share the
- * server's event loop. `build(k)` gives request k (all computed here, before the run), so the
+ * server's event loop; its time and the server's CPU count from when every connection is open. `build(k)` gives request k (all computed here, before the run), so the
  * requests rotate over users and items with a per-request Authorization header; a timed run
  * sends requests `first`, `first + 1`, ... of a cycle of `cycle` built requests (request k is
  * built request k mod cycle).
@@ -247,11 +247,16 @@ export async function runHttp(
     : { url: options.url, amount: options.amount, first: 0, connections: options.connections, specs };
   const worker = await httpClientThread();
   options.onInstance?.({ stop: () => void stopHttpClient() });
-  const cpu0 = threadCpuMs();
+  // Read when the client has opened its connections, just before it starts sending.
+  let cpu0: number | undefined;
   let report: HttpClientReport;
   try {
     report = await new Promise<HttpClientReport>((resolve, reject) => {
-      const onMessage = (message: { report?: HttpClientReport }) => {
+      const onMessage = (message: { report?: HttpClientReport; connected?: boolean }) => {
+        if (message.connected) {
+          cpu0 = threadCpuMs();
+          worker.postMessage({ go: true });
+        }
         if (!message.report) return;
         worker.off("message", onMessage);
         worker.off("exit", onExit);

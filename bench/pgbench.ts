@@ -82,7 +82,12 @@ async function latenciesMs(dir: string): Promise<Float64Array> {
   return Float64Array.from(out).sort();
 }
 
-const threads = (v: Variant) => Math.min(2, v.clients);
+/**
+ * pgbench's threads: 2 (the client's share of 2 cores) up to 16 clients; above, one per 8 clients,
+ * since each thread opens its connections one after the other inside -T (128 over 2 threads took
+ * longer than a 7 s run on a loaded machine).
+ */
+const threads = (v: Variant) => Math.min(v.clients, Math.max(2, Math.ceil(v.clients / 8)));
 const command = (v: Variant, seconds: number) => `pgbench -c ${v.clients} -j ${threads(v)} -T ${seconds} -M prepared`;
 
 /**
@@ -200,9 +205,13 @@ export function pgbenchInsertKind(
   t: Target,
   seconds: number,
   chunks: number,
+  clients = 16,
+  op: string = OP.pgbenchInsert16,
 ): WriteKind {
-  const v = VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!;
-  const perChunk = Math.max(3, Math.ceil(seconds / chunks));
+  const v = { ...VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!, clients, op };
+  // pgbench's -T includes opening its connections (a SCRAM exchange and a backend each): on a
+  // loaded machine 16 took 2 s and 128 more than 7 s, so a run with more clients runs longer.
+  const perChunk = Math.max(3 + Math.ceil(clients / 16), Math.ceil(seconds / chunks));
   let tableReady: Promise<unknown> | undefined;
   return {
     op: v.op,
