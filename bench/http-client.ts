@@ -25,6 +25,11 @@ export interface HttpClientJob {
   /** Requests to send, or for how long to send them (no request starts after `seconds`). */
   amount?: number;
   seconds?: number;
+  /**
+   * With `seconds`: requests still unanswered this long after the deadline are abandoned (their
+   * connections closed), their age so far kept in `abandonedMs`.
+   */
+  graceSeconds?: number;
   /** Request k of the run is specs[(first + k) mod specs.length]. */
   first: number;
   connections: number;
@@ -35,6 +40,8 @@ export interface HttpClientReport {
   /** Per response, in completion order. */
   latencyMs: number[];
   statuses: number[];
+  /** Requests abandoned at the cut-off (graceSeconds), with how long each had waited then. */
+  abandonedMs: number[];
   errors: number;
   firstError?: string;
   elapsedMs: number;
@@ -66,26 +73,38 @@ function open(url: URL): Promise<net.Socket> {
 /** One connection: sends the next request when the previous response is complete. */
 function connection(
   socket: net.Socket,
-  url: URL,
+  requests: readonly Buffer[],
+  first: number,
   take: () => number | undefined,
-  job: HttpClientJob,
   report: HttpClientReport,
+  stops: (() => void)[],
 ): Promise<void> {
   return new Promise((resolve) => {
     let buffered: Buffer = Buffer.alloc(0);
     let started = 0;
     let bodyNeeded = -1;
     let status = 0;
+    let done = false;
+    stops.push(() => {
+      if (done) return;
+      report.abandonedMs.push(performance.now() - started);
+      done = true;
+      socket.destroy();
+      resolve();
+    });
     const next = () => {
       const k = take();
       if (k === undefined) {
+        done = true;
         socket.end();
         return resolve();
       }
       started = performance.now();
-      socket.write(requestBytes(url.host, job.specs[(job.first + k) % job.specs.length]!));
+      socket.write(requests[(first + k) % requests.length]!);
     };
     const fail = (err: Error) => {
+      if (done) return;
+      done = true;
       report.errors++;
       report.firstError ??= err.message;
       socket.destroy();
@@ -126,7 +145,7 @@ function connection(
  */
 async function run(job: HttpClientJob, go: Promise<void>): Promise<HttpClientReport> {
   const url = new URL(job.url);
-  const report: HttpClientReport = { latencyMs: [], statuses: [], errors: 0, elapsedMs: 0 };
+  const report: HttpClientReport = { latencyMs: [], statuses: [], abandonedMs: [], errors: 0, elapsedMs: 0 };
   const sockets: net.Socket[] = [];
   for (const opened of await Promise.allSettled(Array.from({ length: job.connections }, () => open(url)))) {
     if (opened.status === "fulfilled") sockets.push(opened.value);
@@ -135,6 +154,8 @@ async function run(job: HttpClientJob, go: Promise<void>): Promise<HttpClientRep
       report.firstError ??= opened.reason instanceof Error ? opened.reason.message : String(opened.reason);
     }
   }
+  // Each request's bytes once, before the clock: the client's CPU is taken from the cores it measures.
+  const requests = job.specs.map((spec) => requestBytes(url.host, spec));
   parentPort!.postMessage({ connected: true });
   await go;
   let issued = 0;
@@ -143,7 +164,15 @@ async function run(job: HttpClientJob, go: Promise<void>): Promise<HttpClientRep
   const take = () => (issued < amount && performance.now() < deadline ? issued++ : undefined);
   const t0 = performance.now();
   const cpu0 = threadCpuMs();
-  await Promise.all(sockets.map((socket) => connection(socket, url, take, job, report)));
+  const stops: (() => void)[] = [];
+  const running = Promise.all(sockets.map((socket) => connection(socket, requests, job.first, take, report, stops)));
+  // A slow path at 1024 connections answered its last requests tens of seconds after the deadline.
+  const cutOff =
+    job.seconds === undefined || job.graceSeconds === undefined
+      ? undefined
+      : setTimeout(() => stops.forEach((stop) => stop()), 1000 * (job.seconds + job.graceSeconds));
+  await running;
+  clearTimeout(cutOff);
   report.elapsedMs = performance.now() - t0;
   const cpu1 = threadCpuMs();
   if (cpu0 !== undefined && cpu1 !== undefined) report.clientCpuMs = cpu1 - cpu0;
