@@ -119,6 +119,8 @@ async function sampledLag<T>(
 
 interface LagFigures {
   samples: number[];
+  writes: number;
+  batches: number;
 }
 
 function httpSpec(t: Target, kind: "like" | "follow"): (k: number) => HttpRequestSpec {
@@ -159,6 +161,8 @@ function sweepKind(
   positions: Positions,
 ): WriteKind {
   const key = `${kind} ${path}`;
+  // Group commit's batches while this kind runs (kinds take turns, so the difference is its own).
+  const batches = () => (kind === "like" ? t.ledger.likes : t.ledger.relations).batchStats?.();
   const run = async (chunk: Chunk): Promise<Figures> => {
     const first = positions.get(key) ?? 0;
     const figures = await runChunk(first, chunk.seconds);
@@ -184,11 +188,19 @@ function sweepKind(
     path,
     ...(kind === "follow" ? { events: relationEventsWritten } : {}),
     run: async (chunk) => {
+      const before = batches();
       const { value, samples } = await sampledLag(lagPool, kind === "like" ? "likes" : "relations", () => run(chunk));
+      const after = batches();
       lag.samples.push(...samples);
+      if (before && after) {
+        lag.writes += after.writes - before.writes;
+        lag.batches += after.batches - before.batches;
+      }
       return value;
     },
-    extraNote: () => `lag max ${Math.max(0, ...lag.samples)} (${lag.samples.length} samples)`,
+    extraNote: () =>
+      `lag max ${Math.max(0, ...lag.samples)} (${lag.samples.length} samples)` +
+      (lag.batches > 0 ? `, ${(lag.writes / lag.batches).toFixed(1)} writes per batch` : ""),
   };
 }
 
@@ -271,7 +283,7 @@ export async function runSweep(
       for (const callers of shape.callers) {
         const lags: LagFigures[] = [];
         const kind = (k: "like" | "follow", path: "library" | "HTTP") => {
-          const lag: LagFigures = { samples: [] };
+          const lag: LagFigures = { samples: [], writes: 0, batches: 0 };
           lags.push(lag);
           return sweepKind(t, lagPool, k, path, callers, lag, positions);
         };
@@ -295,9 +307,11 @@ export async function runSweep(
         const made = await alternatingWrites(t, kinds, shape.rounds, shape.seconds);
         made.forEach((row, i) => {
           const samples = lags[i]?.samples;
+          const lag = lags[i];
           row.extra = {
             ...row.extra,
             callers,
+            ...(lag && lag.batches > 0 ? { writesPerBatch: lag.writes / lag.batches } : {}),
             ...(samples ? { lagMax: Math.max(0, ...samples), lagLast: samples[samples.length - 1] ?? 0 } : {}),
           };
           if (row.path === "pgbench") row.extra.clients = clients;
@@ -365,7 +379,23 @@ const changedPerSec = (r: Row) => Number(r.extra?.changed ?? r.figures.ops) / r.
 /** The compact table: one line per level and path, like and follow side by side. */
 export function formatSweep(rows: readonly Row[]): string {
   const lines: string[][] = [
-    ["P", "callers", "path", "like/s", "p50", "p99", "lag max", "µs/op", "follow/s", "p50", "p99", "lag max", "µs/op"],
+    [
+      "P",
+      "callers",
+      "path",
+      "like/s",
+      "p50",
+      "p99",
+      "lag max",
+      "µs/op",
+      "per batch",
+      "follow/s",
+      "p50",
+      "p99",
+      "lag max",
+      "µs/op",
+      "per batch",
+    ],
   ];
   const num = (v: number, d = 0) =>
     Number.isFinite(v) ? v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d }) : "-";
@@ -377,8 +407,9 @@ export function formatSweep(rows: readonly Row[]): string {
           num(r.figures.p99Ms, 1),
           num(Number(r.extra?.lagMax)),
           num(r.figures.mainCpuUsPerOp ?? Number.NaN),
+          num(Number(r.extra?.writesPerBatch ?? Number.NaN), 1),
         ]
-      : ["-", "-", "-", "-", "-"];
+      : ["-", "-", "-", "-", "-", "-"];
   for (const p of [...new Set(rows.map((r) => r.partitions))]) {
     const levels = [
       ...new Set(rows.filter((r) => r.partitions === p && r.extra?.callers).map((r) => r.extra!.callers)),
