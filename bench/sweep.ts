@@ -8,7 +8,7 @@
  * Per row: CHANGED/s, p50, p99, the consumers' lag (largest and last sample while writing) and
  * the main thread's CPU per operation (the HTTP server's per request). Per P: the like
  * consumer's drain of a backlog, and count reads next to a primary-key read in the same pool.
- * The ratios are the goals of the write path (docs/write-path.md "Under concurrency").
+ * The ratios are the goals of the write path under concurrency (docs/decisions/0023-http-under-concurrency.md).
  */
 import { numericDefault } from "../src/config.ts";
 import type { EmbeddedCluster } from "../src/db/embedded-cluster.ts";
