@@ -89,7 +89,8 @@ async function main(o: Opts): Promise<void> {
 
   started.root = await clusterTempDir("social-ledger-bench-");
   started.dataDir = path.join(started.root, "pgdata");
-  started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "200" } });
+  // The sweep adds pgbench's 128 clients and two pools of its own to the main phases' pools.
+  started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "300" } });
   started.cluster = await started.starting;
   checkAbort();
   const cluster = started.cluster;
