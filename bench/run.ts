@@ -275,7 +275,7 @@ async function main(o: Opts): Promise<void> {
   // Issue 14: reads on a hot standby of this cluster next to the same reads on the primary.
   if (!o.skipReplica)
     await sidePhase("streaming replica", async () => {
-      const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "200" });
+      const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "300" });
       try {
         await phase(async (t) =>
           (
