@@ -10,7 +10,8 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
                           its own database of the same cluster, phase by phase
   --workers N             concurrent library workers (default 16)
   --connections C         HTTP client connections (default 16)
-  --quick                 the short run, smaller counts (about 4 minutes for one P on 2 cores)
+  --quick                 the short run, smaller counts (about 4 minutes for one P on 2 cores,
+                          and 2 more for the reduced concurrency sweep)
   --chunk-seconds s       seconds of each of the 4 chunks of every row of the alternating
                           write phase (default 2.5, 1 with --quick: at least 3 s per row)
   --ops n                 library operations of the warm-up, follow and lag phases
