@@ -23,6 +23,8 @@ export interface Figures {
   p99Ms: number;
   /** Operations that threw (library) or connection errors / timeouts (HTTP). */
   errors: number;
+  /** HTTP only: requests abandoned unanswered at a timed run's cut-off (their waits are in the percentiles as lower bounds). */
+  abandoned?: number;
   /** HTTP only: responses outside 2xx, by status. */
   statusCodes?: Record<string, number>;
   firstError?: string;
@@ -56,6 +58,7 @@ export function mergeFigures(runs: readonly Figures[]): Figures {
     p50Ms: percentile(all, 50),
     p99Ms: percentile(all, 99),
     errors: runs.reduce((a, f) => a + f.errors, 0),
+    ...(runs.some((f) => f.abandoned) ? { abandoned: runs.reduce((a, f) => a + (f.abandoned ?? 0), 0) } : {}),
     ...(runs.some((f) => f.statusCodes) ? { statusCodes } : {}),
     ...(firstError === undefined ? {} : { firstError }),
     ...weighted("mainCpuUsPerOp"),
@@ -227,7 +230,7 @@ export interface HttpLoad {
 /**
  * `amount` requests, or as many as `seconds` allow, over `connections` keep-alive connections
  * (bench/http-client.ts), run in a worker thread of its own so that it does not share the
- * server's event loop. `build(k)` gives request k (all computed here, before the run), so the
+ * server's event loop; its time and the server's CPU count from when every connection is open. `build(k)` gives request k (all computed here, before the run), so the
  * requests rotate over users and items with a per-request Authorization header; a timed run
  * sends requests `first`, `first + 1`, ... of a cycle of `cycle` built requests (request k is
  * built request k mod cycle).
@@ -238,20 +241,32 @@ export async function runHttp(
     connections: number;
     build: (k: number) => HttpRequestSpec;
     onInstance?: (load: HttpLoad | undefined) => void;
-  } & ({ amount: number } | { seconds: number; cycle: number; first: number }),
+  } & ({ amount: number } | { seconds: number; cycle: number; first: number; graceSeconds?: number }),
 ): Promise<Figures> {
   const timed = "seconds" in options;
   const specs = Array.from({ length: timed ? options.cycle : options.amount }, (_, k) => options.build(k));
   const job: HttpClientJob = timed
-    ? { url: options.url, seconds: options.seconds, first: options.first, connections: options.connections, specs }
+    ? {
+        url: options.url,
+        seconds: options.seconds,
+        ...(options.graceSeconds === undefined ? {} : { graceSeconds: options.graceSeconds }),
+        first: options.first,
+        connections: options.connections,
+        specs,
+      }
     : { url: options.url, amount: options.amount, first: 0, connections: options.connections, specs };
   const worker = await httpClientThread();
   options.onInstance?.({ stop: () => void stopHttpClient() });
-  const cpu0 = threadCpuMs();
+  // Read when the client has opened its connections, just before it starts sending.
+  let cpu0: number | undefined;
   let report: HttpClientReport;
   try {
     report = await new Promise<HttpClientReport>((resolve, reject) => {
-      const onMessage = (message: { report?: HttpClientReport }) => {
+      const onMessage = (message: { report?: HttpClientReport; connected?: boolean }) => {
+        if (message.connected) {
+          cpu0 = threadCpuMs();
+          worker.postMessage({ go: true });
+        }
         if (!message.report) return;
         worker.off("message", onMessage);
         worker.off("exit", onExit);
@@ -270,7 +285,7 @@ export async function runHttp(
   for (const status of report.statuses) {
     if (status < 200 || status > 299) statusCodes[status] = (statusCodes[status] ?? 0) + 1;
   }
-  const sorted = Float64Array.from(report.latencyMs).sort();
+  const sorted = Float64Array.from([...report.latencyMs, ...report.abandonedMs]).sort();
   const ops = report.statuses.length;
   const seconds = report.elapsedMs / 1000;
   return {
@@ -280,6 +295,7 @@ export async function runHttp(
     p50Ms: percentile(sorted, 50),
     p99Ms: percentile(sorted, 99),
     errors: report.errors,
+    ...(report.abandonedMs.length > 0 ? { abandoned: report.abandonedMs.length } : {}),
     statusCodes,
     ...(report.firstError === undefined ? {} : { firstError: report.firstError }),
     ...cpuUsPerOp(cpu0, cpu1, ops),

@@ -10,12 +10,18 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
                           its own database of the same cluster, phase by phase
   --workers N             concurrent library workers (default 16)
   --connections C         HTTP client connections (default 16)
-  --quick                 the short run, smaller counts (about 4 minutes for one P on 2 cores)
+  --quick                 the short run, smaller counts (about 4 minutes for one P on 2 cores,
+                          and 2 more for the reduced concurrency sweep)
   --chunk-seconds s       seconds of each of the 4 chunks of every row of the alternating
                           write phase (default 2.5, 1 with --quick: at least 3 s per row)
   --ops n                 library operations of the warm-up, follow and lag phases
   --requests n            HTTP requests of the warm-up and the other HTTP phases
   --reads n               count reads per path and phase
+  --sweep-only            only the concurrency sweep (bench/sweep.ts): likes and follows at
+                          16/64/256/1024 callers, library and HTTP, P=1 and the default P,
+                          next to pgbench at 16/64/128 clients (16/256 callers and 16/64
+                          clients with --quick)
+  --no-sweep              everything but the concurrency sweep
   --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
   --history n             also the retention figure (bench/retention.ts): after n like events,
                           write rate, count read p99 and table sizes with the history kept and
@@ -95,6 +101,8 @@ export function parseOptions() {
         requests: { type: "string" },
         reads: { type: "string" },
         "skip-replica": { type: "boolean", default: false },
+        "sweep-only": { type: "boolean", default: false },
+        "no-sweep": { type: "boolean", default: false },
         history: { type: "string" },
         scale: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
@@ -124,6 +132,7 @@ export function parseOptions() {
     requests: positiveInt("requests", parsed.requests, size.requests),
     reads: positiveInt("reads", parsed.reads, size.reads),
     skipReplica: parsed["skip-replica"],
+    sweep: parsed["sweep-only"] ? ("only" as const) : parsed["no-sweep"] ? ("off" as const) : ("on" as const),
     // The retention figure: skipped unless asked for, a small history in the quick run.
     // The scale bench's size, or 0: the figures of this bench.
     scale: parsed.scale === undefined ? 0 : positiveInt("scale", parsed.scale, 0, 100_000_000),

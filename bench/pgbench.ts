@@ -82,7 +82,12 @@ async function latenciesMs(dir: string): Promise<Float64Array> {
   return Float64Array.from(out).sort();
 }
 
-const threads = (v: Variant) => Math.min(2, v.clients);
+/**
+ * pgbench's threads: 2 (the client's share of 2 cores) up to 16 clients; above, one per 8 clients,
+ * since each thread opens its connections one after the other inside -T (128 over 2 threads took
+ * longer than a 7 s run on a loaded machine).
+ */
+const threads = (v: Variant) => Math.min(v.clients, Math.max(2, Math.ceil(v.clients / 8)));
 const command = (v: Variant, seconds: number) => `pgbench -c ${v.clients} -j ${threads(v)} -T ${seconds} -M prepared`;
 
 /**
@@ -96,6 +101,7 @@ async function runPgbench(
   v: Variant,
   seconds: number,
   applicationName: string,
+  transactionsPerClient?: number,
 ): Promise<{ figures: Figures; wal: number }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), "social-ledger-pgbench-"));
   try {
@@ -110,8 +116,7 @@ async function runPgbench(
       String(v.clients),
       "-j",
       String(threads(v)),
-      "-T",
-      String(seconds),
+      ...(transactionsPerClient === undefined ? ["-T", String(seconds)] : ["-t", String(transactionsPerClient)]),
       "-f",
       script,
       "-l",
@@ -200,19 +205,26 @@ export function pgbenchInsertKind(
   t: Target,
   seconds: number,
   chunks: number,
+  clients = 16,
+  op: string = OP.pgbenchInsert16,
 ): WriteKind {
-  const v = VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!;
-  const perChunk = Math.max(3, Math.ceil(seconds / chunks));
+  const v = { ...VARIANTS.find((x) => x.op === OP.pgbenchInsert16)!, clients, op };
+  // pgbench's -T includes opening its connections (a SCRAM exchange and a backend each): on a
+  // loaded machine 16 took 2 s and 128 more than 11 s, so that a run of -T measured nothing. Up
+  // to 64 clients a run is timed; above, it is a count per client (-t), and its rate is pgbench's
+  // own, without the initial connection time.
+  const perChunk = Math.max(3 + Math.ceil(clients / 16), Math.ceil(seconds / chunks));
+  const counted = clients > 64 ? Math.max(10, Math.ceil((perChunk * 1000) / clients)) : undefined;
   let tableReady: Promise<unknown> | undefined;
   return {
     op: v.op,
     path: "pgbench",
     rawInsert: true,
-    describe: `${command(v, perChunk)} per chunk`,
+    describe: `${counted === undefined ? command(v, perChunk) : command(v, perChunk).replace(/-T \d+/, `-t ${counted}`)} per chunk`,
     run: async () => {
       tableReady ??= createTable(t);
       await tableReady;
-      return (await runPgbench(pgbench, cluster, t, v, perChunk, BENCH_APPLICATION)).figures;
+      return (await runPgbench(pgbench, cluster, t, v, perChunk, BENCH_APPLICATION, counted)).figures;
     },
   };
 }

@@ -88,6 +88,7 @@ export function progress(row: Row): void {
 export function problems(f: Figures): string[] {
   const out: string[] = [];
   if (f.errors > 0) out.push(`${f.errors} errors${f.firstError ? ` [${f.firstError}]` : ""}`);
+  if (f.abandoned) out.push(`${f.abandoned} abandoned unanswered at the cut-off`);
   for (const [code, n] of Object.entries(f.statusCodes ?? {})) out.push(`${n}x ${code}`);
   return out;
 }

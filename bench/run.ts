@@ -40,6 +40,7 @@ import {
 } from "./options.ts";
 import { openTarget, type Target } from "./target.ts";
 import { lagUnderPeakPhase, peakWriteAndDrainPhase } from "./consumer-phases.ts";
+import { SWEEP, formatSweep, formatSweepRatios, runSweep, sweepRatios, type SweepResult } from "./sweep.ts";
 import { parseScaleOptions, runScale } from "./scale.ts";
 import {
   WRITE_OPS,
@@ -89,7 +90,8 @@ async function main(o: Opts): Promise<void> {
 
   started.root = await clusterTempDir("social-ledger-bench-");
   started.dataDir = path.join(started.root, "pgdata");
-  started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "200" } });
+  // The sweep adds pgbench's 128 clients and two pools of its own to the main phases' pools.
+  started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "300" } });
   started.cluster = await started.starting;
   checkAbort();
   const cluster = started.cluster;
@@ -111,6 +113,9 @@ async function main(o: Opts): Promise<void> {
   process.stderr.write(
     `  ${pgbench ? `raw baselines by ${pgbench} (${o.pgbenchSeconds} s per variant; the 16-client INSERT in ${WRITE_CHUNKS} chunks of at least 3 s)` : PGBENCH_MISSING}\n`,
   );
+
+  const sweepShape = o.quick ? SWEEP.quick : SWEEP.full;
+  if (o.sweep === "only") return sweepOnly(o, startedAt, loadAtStart, t0, pg, pgbench);
 
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const poolSize = Math.max(o.workers, o.connections) + 4;
@@ -262,7 +267,7 @@ async function main(o: Opts): Promise<void> {
   // Issue 14: reads on a hot standby of this cluster next to the same reads on the primary.
   if (!o.skipReplica)
     await sidePhase("streaming replica", async () => {
-      const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "200" });
+      const replicas = new ReplicaBench(cluster, started.root!, { max_connections: "300" });
       try {
         await phase(async (t) =>
           (
@@ -350,8 +355,11 @@ async function main(o: Opts): Promise<void> {
     rows.push(...retention.rows);
   }
 
+  const sweep = o.sweep === "on" ? await runSweep(started.cluster!, o, pgbench, sweepShape) : undefined;
+  checkAbort();
+
   // The figures of a run that broke an invariant mean nothing: check both sides.
-  const { audits, auditLines } = await auditTargets(targets, retention);
+  const { audits, auditLines } = await auditTargets([...targets, ...(sweep?.targets ?? [])], retention);
   const seconds = (performance.now() - t0) / 1000;
 
   const figures = printSummary(
@@ -362,18 +370,17 @@ async function main(o: Opts): Promise<void> {
     loadAtStart,
   );
 
+  const sweepFigures = sweep ? printSweep(sweep) : undefined;
+
   const file = await writeResults(RESULTS_DIR, startedAt, {
     startedAt: startedAt.toISOString(),
     seconds: Math.round(seconds * 10) / 10,
     machine: { ...machineInfo(), loadAvgAtStart: loadAtStart, partitions: o.partitions },
     postgres: pg,
     options: o,
-    rows: rows.map((r) => {
-      const figures = { ...r.figures };
-      delete figures.latencyMs;
-      return { op: r.op, path: r.path, partitions: r.partitions, ...figures, note: r.note, ...r.extra };
-    }),
+    rows: resultRows(rows),
     ratios: figures,
+    ...(sweep ? { sweep: { rows: resultRows(sweep.rows), ratios: sweepFigures } } : {}),
     ...(retention ? { retention: { summary: retention.summary, sizes: retention.sizes } } : {}),
     audits,
   });
@@ -381,6 +388,60 @@ async function main(o: Opts): Promise<void> {
   // A run with a side phase missing printed what it had, but is not a complete run.
   if (failedPhases.length > 0 || !Object.values(audits).every((a) => (a as { clean: boolean }).clean))
     process.exitCode = 1;
+}
+
+function resultRows(rows: readonly Row[]): Record<string, unknown>[] {
+  return rows.map((r) => {
+    const figures = { ...r.figures };
+    delete figures.latencyMs;
+    return { op: r.op, path: r.path, partitions: r.partitions, ...figures, note: r.note, ...r.extra };
+  });
+}
+
+/** The sweep's table and ratios on stdout; the ratios returned for the results file. */
+function printSweep(sweep: SweepResult): ReturnType<typeof sweepRatios> {
+  const figures = sweepRatios(sweep.rows);
+  process.stdout.write(
+    `\nconcurrency sweep (like and follow CHANGED/s, p50/p99 ms, consumer lag in events, main thread CPU µs per operation: ` +
+      `the callers' or the HTTP server's, consumers included), P = 1 and the default P, a pool of 20, consumers running:\n` +
+      `${formatSweep(sweep.rows)}\n\nratios of the concurrency sweep (goals of the write path under concurrency), each from rows of this run:\n` +
+      `${formatSweepRatios(figures)}\n\n`,
+  );
+  return figures;
+}
+
+/** `--sweep-only`: the concurrency sweep alone, its audits and results file. */
+async function sweepOnly(
+  o: Opts,
+  startedAt: Date,
+  loadAtStart: number[],
+  t0: number,
+  pg: Record<string, string>,
+  pgbench: string | undefined,
+): Promise<void> {
+  const sweep = await runSweep(started.cluster!, o, pgbench, o.quick ? SWEEP.quick : SWEEP.full);
+  const { audits, auditLines } = await auditTargets(sweep.targets, undefined);
+  const figures = printSweep(sweep);
+  const seconds = (performance.now() - t0) / 1000;
+  process.stdout.write(
+    [
+      ...auditLines,
+      ...(pgbench ? [] : [PGBENCH_MISSING]),
+      `Note: absolute numbers on a shared ${os.cpus().length}-core machine are noisy (1-min load average ${loadAtStart[0]!.toFixed(1)} at the start,` +
+        ` ${os.loadavg()[0]!.toFixed(1)} at the end); only side-by-side comparisons within one run mean something.`,
+    ].join("\n") + "\n",
+  );
+  const file = await writeResults(RESULTS_DIR, startedAt, {
+    startedAt: startedAt.toISOString(),
+    seconds: Math.round(seconds * 10) / 10,
+    machine: { ...machineInfo(), loadAvgAtStart: loadAtStart },
+    postgres: pg,
+    options: o,
+    sweep: { rows: resultRows(sweep.rows), ratios: figures },
+    audits,
+  });
+  process.stdout.write(`results: ${path.relative(process.cwd(), file)} (run took ${seconds.toFixed(0)} s)\n`);
+  if (!Object.values(audits).every((a) => (a as { clean: boolean }).clean)) process.exitCode = 1;
 }
 
 const options = parseOptions();

@@ -21,9 +21,11 @@ export async function auditTargets(
     const projection = await projectionDiff(t.pool);
     const clean =
       writeSideClean(w) && readSideClean(r) && r.countMismatchItems === 0 && formatDiff(projection) === "0,0,0";
-    audits[`P${t.partitions}`] = { clean, writeSide: w, readSide: r, projection };
+    // The main databases are named by their P; others (the concurrency sweep's) by their database.
+    const name = t.database === `bench_p${t.partitions}` ? `P${t.partitions}` : t.database;
+    audits[name] = { clean, writeSide: w, readSide: r, projection };
     auditLines.push(
-      `audit P=${t.partitions}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} like events, ${r.countMismatchItems} count mismatches after drain; ` +
+      `audit ${name}: ${clean ? "clean" : "VIOLATIONS"} (${w.lastSeq} like events, ${r.countMismatchItems} count mismatches after drain; ` +
         `follower projection diff ${formatDiff(projection)})`,
     );
   }

@@ -35,8 +35,9 @@ export async function openTarget(
   partitions: number,
   poolSize: number,
   httpTokens: string[],
+  options: { database?: string; accounts?: number } = {},
 ): Promise<Target> {
-  const database = `bench_p${partitions}`;
+  const database = options.database ?? `bench_p${partitions}`;
   await started.admin!.query(`CREATE DATABASE ${database}`);
   const pool = createPool({
     connectionString: cluster.connectionString(database),
@@ -64,7 +65,8 @@ export async function openTarget(
     likesUnbatched: await LikeService.open(pool, { batchMax: 1 }),
     relationsUnbatched: await RelationService.open(pool, { batchMax: 1 }),
     app,
-    baseUrl: await app.listen({ port: 0, host: "127.0.0.1" }),
+    // The concurrency sweep opens up to 1024 connections at once: above node's default backlog (511).
+    baseUrl: await app.listen({ port: 0, host: "127.0.0.1", backlog: 2048 }),
     auth: [],
     jwtSecret: secret,
   };
@@ -73,7 +75,7 @@ export async function openTarget(
   for (let n = 0; n < 8; n++) await ledger.likes.createItem(`warm-${n}`);
   await createRawInsertTable(pool);
   await pool.query("INSERT INTO account (account_id) SELECT 'acct' || n FROM generate_series(0, $1::int - 1) AS n", [
-    USERS,
+    options.accounts ?? USERS,
   ]);
   for (let n = 0; n < httpTokens.length; n++) target.auth.push(`Bearer ${await signToken(secret, httpTokens[n]!)}`);
   return target;

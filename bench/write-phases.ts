@@ -224,7 +224,7 @@ function followWrites(t: Target, o: Opts, unbatched: boolean, chunk: Chunk): Pro
   );
 }
 
-async function relationEventsWritten(pool: Pool): Promise<number> {
+export async function relationEventsWritten(pool: Pool): Promise<number> {
   const { rows } = await pool.query<{ n: number }>("SELECT coalesce(sum(last), 0)::bigint AS n FROM event_seq");
   return rows[0]!.n;
 }

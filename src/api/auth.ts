@@ -87,13 +87,18 @@ export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) 
     if (request.is404) return done();
     const mode: AuthMode = request.routeOptions.config.auth ?? "required";
     if (mode === "none") return done();
+    const header = request.headers.authorization;
+    const remembered = tokens.remembered(header);
+    // Every request with a known token: admitted with nothing allocated (no refusal can follow).
+    if (remembered) {
+      request.caller = remembered;
+      return done();
+    }
     // A 401 of this hook draws on the address's budget of refusals; other errors pass as they are.
     const answer = refusals
       ? (err?: Error) =>
           err instanceof HttpError && err.statusCode === 401 ? refusals.count(request, reply, err, done) : done(err)
       : done;
-    const header = request.headers.authorization;
-    const remembered = tokens.remembered(header);
     if (remembered !== undefined) return admit(request, mode, remembered, answer);
     const early = refusals?.refuseEarly(request, reply);
     if (early) return done(early);
