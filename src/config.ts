@@ -2,7 +2,7 @@ import path from "node:path";
 import { InvalidInputError } from "./errors.ts";
 import type { PacingOptions } from "./workers/pacer.ts";
 
-/** The longest lifetime of a token `social-ledger token --ttl` mints, and the default of LEDGER_JWT_MAX_TTL_SECONDS: ten years. */
+/** The longest lifetime of a token `social-ledger token --ttl` mints, and the default of LEDGER_JWT_MAX_TTL_MS: ten years. */
 export const MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600;
 
 /** One environment variable the service reads: its default as the help and README show it, and what it does. */
@@ -11,6 +11,54 @@ export interface EnvironmentVariable {
   /** The value used when it is unset, as written in the help and the README ("unset": none). */
   shown: string;
   meaning: string;
+  /**
+   * A tuning knob: its default fits a deployment on any machine and changes only for a measured
+   * reason. The help and the README list these apart, under "Advanced settings".
+   */
+  advanced?: true;
+}
+
+/**
+ * Variables renamed so that every duration is in milliseconds (a name ends in _MS) and every rate is
+ * per minute. The old name is still read, its value scaled to the new unit, with a warning on stderr;
+ * the new name wins when both are set.
+ */
+export const RENAMED_VARIABLES: readonly { old: string; name: string; scale: number }[] = [
+  "JWT_MAX_TTL",
+  "JWKS_COOLDOWN",
+  "JWKS_MAX_AGE",
+  "METRICS_REFRESH",
+  "PRUNE_EVERY",
+  "RETENTION_KEEP",
+  "ALARM_LAG",
+  "AUDIT_EVERY",
+  "NATS_DUPLICATE_WINDOW",
+  "NATS_MAX_AGE",
+  "WEBHOOK_MAX_BACKOFF",
+  "WEBHOOK_ROTATION_GRACE",
+].map((stem) => ({ old: `LEDGER_${stem}_SECONDS`, name: `LEDGER_${stem}_MS`, scale: 1000 }));
+
+/**
+ * The environment with each renamed variable under its current name (scaled), and one warning per
+ * old name found. A value under an old name that is not a number is carried over as written, so the
+ * current name's reader refuses it with its usual message.
+ */
+export function withRenamedVariables(env: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; warnings: string[] } {
+  const out = { ...env };
+  const warnings: string[] = [];
+  for (const { old, name, scale } of RENAMED_VARIABLES) {
+    const raw = env[old];
+    if (raw === undefined || raw === "") continue;
+    delete out[old];
+    if (env[name] !== undefined && env[name] !== "") {
+      warnings.push(`${old} is ignored: ${name} is set (${old} was renamed ${name})`);
+      continue;
+    }
+    const value = Number(raw);
+    out[name] = raw.trim() !== "" && Number.isFinite(value) ? String(value * scale) : raw;
+    warnings.push(`${old} was renamed ${name}: read as ${name}=${out[name]}; set ${name} instead`);
+  }
+  return { env: out, warnings };
 }
 
 /**
@@ -23,21 +71,25 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: "LEDGER_PG_CONNECT_TIMEOUT_MS",
     shown: "5000",
     meaning: "longest wait for a pooled PostgreSQL connection, opening one included (then 503)",
+    advanced: true,
   },
   {
     name: "LEDGER_PG_QUERY_TIMEOUT_MS",
     shown: "10000",
     meaning: "a statement unanswered this long fails (503) and its connection is destroyed; 0: no deadline",
+    advanced: true,
   },
   {
     name: "LEDGER_PG_KEEPALIVE_MS",
     shown: "10000",
     meaning: "TCP keepalive on PostgreSQL connections: idle time before the first probe; 0: off",
+    advanced: true,
   },
   {
     name: "LEDGER_PG_IDLE_MS",
     shown: "10000",
     meaning: "an idle pooled PostgreSQL connection is closed after this long",
+    advanced: true,
   },
   {
     name: "LEDGER_DATA_DIR",
@@ -67,8 +119,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "HS256 secret (at least 32 bytes); default: generated once in the data directory",
   },
   {
-    name: "LEDGER_JWT_MAX_TTL_SECONDS",
-    shown: String(MAX_TOKEN_TTL_S),
+    name: "LEDGER_JWT_MAX_TTL_MS",
+    shown: String(MAX_TOKEN_TTL_S * 1000),
     meaning: "tokens valid for longer are refused (the longest token --ttl)",
   },
   {
@@ -100,14 +152,16 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
       "with LEDGER_JWKS_URL: the header typ values a token may carry (comma-separated; JWT also takes tokens without typ, and refuses those with ID-token claims)",
   },
   {
-    name: "LEDGER_JWKS_COOLDOWN_SECONDS",
-    shown: "30",
+    name: "LEDGER_JWKS_COOLDOWN_MS",
+    shown: "30000",
     meaning: "an unknown kid (or a failed fetch) refetches the JWKS at most this often",
+    advanced: true,
   },
   {
-    name: "LEDGER_JWKS_MAX_AGE_SECONDS",
-    shown: "600",
+    name: "LEDGER_JWKS_MAX_AGE_MS",
+    shown: "600000",
     meaning: "fetched keys are refreshed after this long (kept while the provider is down)",
+    advanced: true,
   },
   {
     name: "LEDGER_METRICS_TOKEN",
@@ -115,9 +169,10 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "/metrics requires this bearer token (unset: open; or serve --metrics-port)",
   },
   {
-    name: "LEDGER_METRICS_REFRESH_SECONDS",
-    shown: "10",
+    name: "LEDGER_METRICS_REFRESH_MS",
+    shown: "10000",
     meaning: "how often the figures /metrics shows from the database are read",
+    advanced: true,
   },
   { name: "LEDGER_WRITES_PER_MINUTE", shown: "600", meaning: "per-user write rate limit" },
   {
@@ -142,73 +197,86 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "origins a browser app may call the API from (comma-separated, or *)",
   },
   {
-    name: "LEDGER_PRUNE_EVERY_SECONDS",
-    shown: "600",
+    name: "LEDGER_PRUNE_EVERY_MS",
+    shown: "600000",
     meaning: "serve prunes dedup keys and outbox events this often; 0: never",
+    advanced: true,
   },
   {
     name: "LEDGER_RETENTION_KEEP_EVENTS",
     shown: "10000",
     meaning: "retention margin: the newest events of each partition a prune keeps",
+    advanced: true,
   },
   {
-    name: "LEDGER_RETENTION_KEEP_SECONDS",
-    shown: "86400",
+    name: "LEDGER_RETENTION_KEEP_MS",
+    shown: "86400000",
     meaning: "retention margin: outbox events younger than this are kept",
+    advanced: true,
   },
   {
     name: "LEDGER_WRITE_BATCH_MAX",
     shown: "64",
     meaning:
       "likes and unlikes, and follows, unfollows and decisions, committed together at most (group commit); 1: one transaction each",
+    advanced: true,
   },
   {
     name: "LEDGER_ERASURE_BATCH_SIZE",
     shown: "500",
     meaning: "most facts an account erasure turns off per batch (one short transaction)",
+    advanced: true,
   },
   {
     name: "LEDGER_FEED_MAX_ITEMS",
     shown: "800",
     meaning: "most posts a reader's home timeline inbox keeps; older ones are trimmed away (docs/feed.md)",
+    advanced: true,
   },
   {
     name: "LEDGER_FEED_HOT_FOLLOWERS",
     shown: "10000",
     meaning:
       "an author with at least this many followers is not fanned out to inboxes but merged into home timelines at read time",
+    advanced: true,
   },
   {
     name: "LEDGER_BACKGROUND_BATCH_MS",
     shown: "10",
     meaning:
       "background jobs (erasure, rebuild, prune, reconciliation) size each batch to take about this long; 0: fixed batches",
+    advanced: true,
   },
   {
     name: "LEDGER_BACKGROUND_DUTY",
     shown: "0.5",
     meaning: "share of the time a background job may be busy: it rests after each batch (0.05 to 1; 1: back to back)",
+    advanced: true,
   },
   {
     name: "LEDGER_EMBEDDED_RESTARTS",
     shown: "5",
     meaning: "restarts of a dead embedded PostgreSQL per 10 minutes; 0: exit 1 at once",
+    advanced: true,
   },
   {
-    name: "LEDGER_ALARM_LAG_SECONDS",
-    shown: "60",
+    name: "LEDGER_ALARM_LAG_MS",
+    shown: "60000",
     meaning: "dashboard: a lag standing still or growing this long turns the header red",
+    advanced: true,
   },
   {
     name: "LEDGER_ALARM_CONSUMER_FAILURES",
     shown: "5",
     meaning: "dashboard: a consumer failing this many passes in a row turns the header red",
+    advanced: true,
   },
   {
-    name: "LEDGER_AUDIT_EVERY_SECONDS",
-    shown: "300",
+    name: "LEDGER_AUDIT_EVERY_MS",
+    shown: "300000",
     meaning:
       "the service runs the periodic audit (what changed since its last run, plus a rotating sample; docs/counters.md) this often for the dashboard; 0: only when asked",
+    advanced: true,
   },
   {
     name: "REDIS_URL",
@@ -224,22 +292,31 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: "LEDGER_REDIS_COMMAND_TIMEOUT_MS",
     shown: "200",
     meaning: "a Redis command unanswered this long fails (reads fall back to PostgreSQL)",
+    advanced: true,
   },
   {
     name: "LEDGER_REDIS_KEEPALIVE_MS",
     shown: "10000",
     meaning: "TCP keepalive on Redis connections: idle time before the first probe; 0: off",
+    advanced: true,
   },
-  { name: "LEDGER_COUNT_BUCKETS", shown: "16", meaning: "live-delta buckets per Redis counter (hot keys)" },
+  {
+    name: "LEDGER_COUNT_BUCKETS",
+    shown: "16",
+    meaning: "live-delta buckets per Redis counter (hot keys)",
+    advanced: true,
+  },
   {
     name: "LEDGER_RECONCILE_INTERVAL_MS",
     shown: "60000",
     meaning: "time between reconciliations of the Redis counters",
+    advanced: true,
   },
   {
     name: "LEDGER_COUNT_LOCAL_TTL_MS",
     shown: "250",
     meaning: "how long a count read from Redis stays in the process's memory; 0: not at all",
+    advanced: true,
   },
   { name: "NATS_URL", shown: "unset", meaning: "NATS servers (comma-separated) of relay / worker --transport nats" },
   { name: "LEDGER_NATS_STREAM", shown: "LEDGER", meaning: "JetStream stream name (dead letters in <name>_DLQ)" },
@@ -247,20 +324,38 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: "LEDGER_NATS_PING_INTERVAL_MS",
     shown: "10000",
     meaning: "the NATS client pings the server this often; LEDGER_NATS_MAX_PINGS_OUT unanswered: reconnect",
+    advanced: true,
   },
-  { name: "LEDGER_NATS_MAX_PINGS_OUT", shown: "2", meaning: "unanswered pings before the NATS connection is dropped" },
-  { name: "LEDGER_NATS_ACK_WAIT_MS", shown: "30000", meaning: "redelivery after this long without an ack" },
+  {
+    name: "LEDGER_NATS_MAX_PINGS_OUT",
+    shown: "2",
+    meaning: "unanswered pings before the NATS connection is dropped",
+    advanced: true,
+  },
+  {
+    name: "LEDGER_NATS_ACK_WAIT_MS",
+    shown: "30000",
+    meaning: "redelivery after this long without an ack",
+    advanced: true,
+  },
   {
     name: "LEDGER_NATS_MAX_DELIVER",
     shown: "10",
     meaning: "deliveries before a message goes to the dead-letter stream",
+    advanced: true,
   },
-  { name: "LEDGER_NATS_DUPLICATE_WINDOW_SECONDS", shown: "120", meaning: "the stream's duplicate window" },
-  { name: "LEDGER_NATS_MAX_AGE_SECONDS", shown: "604800", meaning: "how long the stream keeps messages" },
+  {
+    name: "LEDGER_NATS_DUPLICATE_WINDOW_MS",
+    shown: "120000",
+    meaning: "the stream's duplicate window",
+    advanced: true,
+  },
+  { name: "LEDGER_NATS_MAX_AGE_MS", shown: "604800000", meaning: "how long the stream keeps messages", advanced: true },
   {
     name: "LEDGER_GAP_CHECK_MS",
     shown: "5000",
     meaning: "a watermark standing still this long is filled from the outbox",
+    advanced: true,
   },
   {
     name: "DATABASE_REPLICA_URLS",
@@ -271,13 +366,20 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: "LEDGER_REPLICA_MAX_LAG_MS",
     shown: "5000",
     meaning: "a replica lagging more is skipped by reads without a token",
+    advanced: true,
   },
   {
     name: "LEDGER_REPLICA_TOKEN_WAIT_MS",
     shown: "100",
     meaning: "how long a read with a token waits for a replica before reading the primary",
+    advanced: true,
   },
-  { name: "LEDGER_REPLICA_CHECK_MS", shown: "1000", meaning: "how often each replica's lag is checked" },
+  {
+    name: "LEDGER_REPLICA_CHECK_MS",
+    shown: "1000",
+    meaning: "how often each replica's lag is checked",
+    advanced: true,
+  },
   {
     name: "LEDGER_WEBHOOK_ALLOW_PRIVATE",
     shown: "unset",
@@ -287,31 +389,37 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: "LEDGER_WEBHOOK_TIMEOUT_MS",
     shown: "10000",
     meaning: "a webhook attempt without a complete answer this long fails (connect: at most 5000)",
+    advanced: true,
   },
   {
     name: "LEDGER_WEBHOOK_RETRY_BASE_MS",
     shown: "1000",
     meaning: "first webhook retry after about this long, doubling per failed attempt (with jitter)",
+    advanced: true,
   },
   {
-    name: "LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS",
-    shown: "3600",
+    name: "LEDGER_WEBHOOK_MAX_BACKOFF_MS",
+    shown: "3600000",
     meaning: "longest wait between two attempts of a webhook",
+    advanced: true,
   },
   {
     name: "LEDGER_WEBHOOK_FAILING_AFTER",
     shown: "5",
     meaning: "failed attempts of one event in a row that mark its endpoint failing",
+    advanced: true,
   },
   {
-    name: "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS",
-    shown: "86400",
+    name: "LEDGER_WEBHOOK_ROTATION_GRACE_MS",
+    shown: "86400000",
     meaning: "how long a rotated-out webhook secret still signs deliveries",
+    advanced: true,
   },
   {
     name: "LEDGER_WEBHOOK_LOOPS",
     shown: "2",
     meaning: "webhook delivery loops of serve and webhook-worker; 0: serve delivers none",
+    advanced: true,
   },
 ];
 
@@ -345,13 +453,13 @@ export interface Config {
   partitions: number | undefined;
   /** HS256 secret (LEDGER_JWT_SECRET); the embedded default keeps a generated one in the data directory. */
   jwtSecret: string | undefined;
-  /** LEDGER_JWT_MAX_TTL_SECONDS: a token whose lifetime (exp - iat, or exp - now) is longer is refused. */
+  /** LEDGER_JWT_MAX_TTL_MS: a token whose lifetime (exp - iat, or exp - now) is longer is refused. */
   jwtMaxTtlSeconds: number;
   /** LEDGER_JWKS_URL and its companions: tokens of the product's identity provider; unset: HS256 with jwtSecret. */
   jwks: JwksConfig | undefined;
   /** LEDGER_METRICS_TOKEN: /metrics requires it as a bearer token (at least 16 characters); unset: /metrics is open. */
   metricsToken: string | undefined;
-  /** LEDGER_METRICS_REFRESH_SECONDS: how often the figures /metrics shows from the database are read. */
+  /** LEDGER_METRICS_REFRESH_MS: how often the figures /metrics shows from the database are read. */
   metricsRefreshSeconds: number;
   /** Writes per user per minute. */
   writesPerMinute: number;
@@ -367,14 +475,14 @@ export interface Config {
   embeddedRestarts: number;
   /** The dashboard's header (docs/dashboard.md): alarm thresholds and how often the service audits itself. */
   dashboard: {
-    /** LEDGER_ALARM_LAG_SECONDS: a partition's lag stalled or growing for this long. */
+    /** LEDGER_ALARM_LAG_MS: a partition's lag stalled or growing for this long. */
     lagAlarmSeconds: number;
     /** LEDGER_ALARM_CONSUMER_FAILURES: a consumer loop failing this many passes in a row. */
     consumerFailureAlarm: number;
-    /** LEDGER_AUDIT_EVERY_SECONDS: the periodic (incremental) audit's period; 0: only audits asked for through the API. */
+    /** LEDGER_AUDIT_EVERY_MS: the periodic (incremental) audit's period; 0: only audits asked for through the API. */
     auditEverySeconds: number;
   };
-  /** LEDGER_PRUNE_EVERY_SECONDS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
+  /** LEDGER_PRUNE_EVERY_MS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
   /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "One write path"); 1: each write a batch of one. */
   writeBatchMax: number;
@@ -386,7 +494,7 @@ export interface Config {
   feedHotFollowers: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
   pacing: PacingOptions;
-  /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_SECONDS: the retention margin (docs/retention.md). */
+  /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_MS: the retention margin (docs/retention.md). */
   retention: { keepLast: number; keepSeconds: number };
   /** Bounded waits on the PostgreSQL connections (docs/service.md, "Faults"). */
   postgres: PostgresTimeouts;
@@ -426,11 +534,11 @@ export interface WebhookConfig {
   timeoutMs: number;
   /** LEDGER_WEBHOOK_RETRY_BASE_MS: the first retry's delay (doubling, with jitter). */
   retryBaseMs: number;
-  /** LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS: the retry delay's ceiling. */
+  /** LEDGER_WEBHOOK_MAX_BACKOFF_MS: the retry delay's ceiling. */
   maxBackoffSeconds: number;
   /** LEDGER_WEBHOOK_FAILING_AFTER: failed attempts in a row that mark an endpoint failing. */
   failingAfter: number;
-  /** LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS: how long a rotated-out secret still signs. */
+  /** LEDGER_WEBHOOK_ROTATION_GRACE_MS: how long a rotated-out secret still signs. */
   rotationGraceSeconds: number;
   /** LEDGER_WEBHOOK_LOOPS: delivery loops per process (0: serve delivers none). */
   loops: number;
@@ -443,11 +551,11 @@ export function loadWebhookConfig(env: NodeJS.ProcessEnv = process.env): Webhook
     allowPrivate: flag("LEDGER_WEBHOOK_ALLOW_PRIVATE", env.LEDGER_WEBHOOK_ALLOW_PRIVATE),
     timeoutMs: n("LEDGER_WEBHOOK_TIMEOUT_MS", env.LEDGER_WEBHOOK_TIMEOUT_MS, 100, 600_000),
     retryBaseMs: n("LEDGER_WEBHOOK_RETRY_BASE_MS", env.LEDGER_WEBHOOK_RETRY_BASE_MS, 1, 3_600_000),
-    maxBackoffSeconds: n("LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS", env.LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS, 1, 604_800),
+    maxBackoffSeconds: wholeSeconds("LEDGER_WEBHOOK_MAX_BACKOFF_MS", env.LEDGER_WEBHOOK_MAX_BACKOFF_MS, 1, 604_800),
     failingAfter: n("LEDGER_WEBHOOK_FAILING_AFTER", env.LEDGER_WEBHOOK_FAILING_AFTER, 1, 1_000_000),
-    rotationGraceSeconds: n(
-      "LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS",
-      env.LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS,
+    rotationGraceSeconds: wholeSeconds(
+      "LEDGER_WEBHOOK_ROTATION_GRACE_MS",
+      env.LEDGER_WEBHOOK_ROTATION_GRACE_MS,
       0,
       31_536_000,
     ),
@@ -507,8 +615,8 @@ const JWKS_ONLY = [
   "LEDGER_JWT_ADMIN_CLAIM",
   "LEDGER_JWT_ADMIN_VALUE",
   "LEDGER_JWT_TYPES",
-  "LEDGER_JWKS_COOLDOWN_SECONDS",
-  "LEDGER_JWKS_MAX_AGE_SECONDS",
+  "LEDGER_JWKS_COOLDOWN_MS",
+  "LEDGER_JWKS_MAX_AGE_MS",
 ] as const;
 
 /** Loopback hosts, the only ones whose JWKS may come over plain http (a key set an attacker can rewrite in transit lets them mint any token). */
@@ -581,24 +689,20 @@ function jwksConfig(env: NodeJS.ProcessEnv): JwksConfig | undefined {
     adminClaim: claimName("LEDGER_JWT_ADMIN_CLAIM", env.LEDGER_JWT_ADMIN_CLAIM, "role"),
     // Group names may hold spaces ("Ledger Admins"): taken as written.
     adminValue: env.LEDGER_JWT_ADMIN_VALUE || "admin",
-    cooldownMs:
-      1000 *
-      integer(
-        "LEDGER_JWKS_COOLDOWN_SECONDS",
-        env.LEDGER_JWKS_COOLDOWN_SECONDS,
-        numericDefault("LEDGER_JWKS_COOLDOWN_SECONDS"),
-        0,
-        86_400,
-      ),
-    cacheMaxAgeMs:
-      1000 *
-      integer(
-        "LEDGER_JWKS_MAX_AGE_SECONDS",
-        env.LEDGER_JWKS_MAX_AGE_SECONDS,
-        numericDefault("LEDGER_JWKS_MAX_AGE_SECONDS"),
-        0,
-        604_800,
-      ),
+    cooldownMs: integer(
+      "LEDGER_JWKS_COOLDOWN_MS",
+      env.LEDGER_JWKS_COOLDOWN_MS,
+      numericDefault("LEDGER_JWKS_COOLDOWN_MS"),
+      0,
+      86_400 * 1000,
+    ),
+    cacheMaxAgeMs: integer(
+      "LEDGER_JWKS_MAX_AGE_MS",
+      env.LEDGER_JWKS_MAX_AGE_MS,
+      numericDefault("LEDGER_JWKS_MAX_AGE_MS"),
+      0,
+      604_800 * 1000,
+    ),
     tokenTypes: tokenTypes(env.LEDGER_JWT_TYPES),
   };
 }
@@ -623,6 +727,18 @@ function integer(name: string, raw: string | undefined, fallback: number, min: n
     throw new InvalidInputError(name, `must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
   }
   return value;
+}
+
+/**
+ * A duration given in milliseconds that the service keeps in whole seconds (a token's lifetime,
+ * JetStream's windows, timers): an integer number of ms in min..max seconds and a multiple of 1000,
+ * returned in seconds. A value with a fraction of a second is refused, not rounded.
+ */
+export function wholeSeconds(name: string, raw: string | undefined, minSeconds: number, maxSeconds: number): number {
+  const ms = integer(name, raw, numericDefault(name), minSeconds * 1000, maxSeconds * 1000);
+  if (ms % 1000 !== 0)
+    throw new InvalidInputError(name, `must be whole seconds (a multiple of 1000 ms), got ${JSON.stringify(raw)}`);
+  return ms / 1000;
 }
 
 function fraction(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -700,22 +816,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ? integer("LEDGER_PARTITIONS", env.LEDGER_PARTITIONS, numericDefault("LEDGER_PARTITIONS"), 1, 1024)
       : undefined,
     jwtSecret: env.LEDGER_JWT_SECRET || undefined,
-    jwtMaxTtlSeconds: integer(
-      "LEDGER_JWT_MAX_TTL_SECONDS",
-      env.LEDGER_JWT_MAX_TTL_SECONDS,
-      numericDefault("LEDGER_JWT_MAX_TTL_SECONDS"),
-      1,
-      100 * MAX_TOKEN_TTL_S,
-    ),
+    jwtMaxTtlSeconds: wholeSeconds("LEDGER_JWT_MAX_TTL_MS", env.LEDGER_JWT_MAX_TTL_MS, 1, 100 * MAX_TOKEN_TTL_S),
     jwks: jwksConfig(env),
     metricsToken: metricsToken(env.LEDGER_METRICS_TOKEN),
-    metricsRefreshSeconds: integer(
-      "LEDGER_METRICS_REFRESH_SECONDS",
-      env.LEDGER_METRICS_REFRESH_SECONDS,
-      numericDefault("LEDGER_METRICS_REFRESH_SECONDS"),
-      1,
-      3600,
-    ),
+    metricsRefreshSeconds: wholeSeconds("LEDGER_METRICS_REFRESH_MS", env.LEDGER_METRICS_REFRESH_MS, 1, 3600),
     writesPerMinute: integer(
       "LEDGER_WRITES_PER_MINUTE",
       env.LEDGER_WRITES_PER_MINUTE,
@@ -753,13 +857,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       1000,
     ),
     dashboard: {
-      lagAlarmSeconds: integer(
-        "LEDGER_ALARM_LAG_SECONDS",
-        env.LEDGER_ALARM_LAG_SECONDS,
-        numericDefault("LEDGER_ALARM_LAG_SECONDS"),
-        1,
-        86_400,
-      ),
+      lagAlarmSeconds: wholeSeconds("LEDGER_ALARM_LAG_MS", env.LEDGER_ALARM_LAG_MS, 1, 86_400),
       consumerFailureAlarm: integer(
         "LEDGER_ALARM_CONSUMER_FAILURES",
         env.LEDGER_ALARM_CONSUMER_FAILURES,
@@ -767,21 +865,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         1,
         1_000_000,
       ),
-      auditEverySeconds: integer(
-        "LEDGER_AUDIT_EVERY_SECONDS",
-        env.LEDGER_AUDIT_EVERY_SECONDS,
-        numericDefault("LEDGER_AUDIT_EVERY_SECONDS"),
-        0,
-        86_400,
-      ),
+      auditEverySeconds: wholeSeconds("LEDGER_AUDIT_EVERY_MS", env.LEDGER_AUDIT_EVERY_MS, 0, 86_400),
     },
-    pruneEverySeconds: integer(
-      "LEDGER_PRUNE_EVERY_SECONDS",
-      env.LEDGER_PRUNE_EVERY_SECONDS,
-      numericDefault("LEDGER_PRUNE_EVERY_SECONDS"),
-      0,
-      86_400,
-    ),
+    pruneEverySeconds: wholeSeconds("LEDGER_PRUNE_EVERY_MS", env.LEDGER_PRUNE_EVERY_MS, 0, 86_400),
     writeBatchMax: integer(
       "LEDGER_WRITE_BATCH_MAX",
       env.LEDGER_WRITE_BATCH_MAX,
@@ -834,13 +920,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         0,
         1_000_000_000,
       ),
-      keepSeconds: integer(
-        "LEDGER_RETENTION_KEEP_SECONDS",
-        env.LEDGER_RETENTION_KEEP_SECONDS,
-        numericDefault("LEDGER_RETENTION_KEEP_SECONDS"),
-        0,
-        31_536_000,
-      ),
+      keepSeconds: wholeSeconds("LEDGER_RETENTION_KEEP_MS", env.LEDGER_RETENTION_KEEP_MS, 0, 31_536_000),
     },
     postgres: postgresTimeouts(env),
     redisCommandTimeoutMs: integer(

@@ -52,7 +52,7 @@ export interface AppOptions {
   jwtSecret?: Uint8Array;
   /** Tokens of the product's identity provider (LEDGER_JWKS_URL): HS256 tokens are then refused. */
   jwks?: JwksOptions;
-  /** Tokens valid for longer than this are refused (LEDGER_JWT_MAX_TTL_SECONDS; default: what `token --ttl` allows). */
+  /** Tokens valid for longer than this are refused (LEDGER_JWT_MAX_TTL_MS; default: what `token --ttl` allows). */
   jwtMaxTtlSeconds?: number;
   metrics?: LedgerMetrics;
   /** Writes per user per minute (likes, follows, blocks, posts). */

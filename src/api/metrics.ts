@@ -9,13 +9,13 @@ import { registerPoolMetrics } from "../db/pool-metrics.ts";
 import { registerProcessMetrics } from "../runtime/process-metrics.ts";
 import { DATABASE_REFUSAL_REASONS, databaseRefusals } from "./database-refusals.ts";
 
-/** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_SECONDS). */
+/** How often the figures from the database are read by default (LEDGER_METRICS_REFRESH_MS). */
 export const METRICS_REFRESH_MS = 10_000;
 
 /**
  * Prometheus metrics of one process. Counters are incremented where things happen; lag and
  * watermarks are read from the database on a timer (a few rows per partition, every
- * LEDGER_METRICS_REFRESH_SECONDS), so they are right even when the consumers run in other
+ * LEDGER_METRICS_REFRESH_MS), so they are right even when the consumers run in other
  * processes, and a scrape itself runs no query (src/metrics-refresh.ts).
  */
 export class LedgerMetrics {

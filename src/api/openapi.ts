@@ -41,7 +41,7 @@ export const ERROR_CODES_BY_STATUS: Record<number, Record<string, string>> = {
   },
   401: {
     UNAUTHENTICATED: "no, an expired or an invalid bearer token",
-    TOKEN_LIFETIME_TOO_LONG: "the token is valid for longer than LEDGER_JWT_MAX_TTL_SECONDS allows",
+    TOKEN_LIFETIME_TOO_LONG: "the token is valid for longer than LEDGER_JWT_MAX_TTL_MS allows",
     TOKEN_KEY_UNAVAILABLE:
       "with an identity provider (LEDGER_JWKS_URL): its keys could not be fetched and the token's key is not cached; retry later",
     TOKEN_UNKNOWN_KID: "with an identity provider: it publishes no key with the token's kid",

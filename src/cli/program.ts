@@ -8,7 +8,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
-import { ENVIRONMENT, MAX_TOKEN_TTL_S } from "../config.ts";
+import { ENVIRONMENT, MAX_TOKEN_TTL_S, RENAMED_VARIABLES, withRenamedVariables } from "../config.ts";
 import { LedgerError } from "../errors.ts";
 import {
   REBUILD_KINDS,
@@ -38,14 +38,20 @@ const USAGE_CODES: ReadonlySet<string> = new Set([
   "LEDGER_NOT_EMPTY",
 ]);
 
-/** The variables' table of src/config.ts, one line each: name, default, meaning. */
+/** The variables' table of src/config.ts, one line each: name, default, meaning; the tuning knobs apart. */
 export function environmentHelp(): string {
   const nameWidth = Math.max(...ENVIRONMENT.map((v) => v.name.length)) + 2;
   const defaultWidth = Math.max(...ENVIRONMENT.map((v) => v.shown.length)) + 2;
-  const lines = ENVIRONMENT.map((v) => `  ${v.name.padEnd(nameWidth)}${v.shown.padEnd(defaultWidth)}${v.meaning}`);
+  const lines = (advanced: boolean) =>
+    ENVIRONMENT.filter((v) => (v.advanced ?? false) === advanced)
+      .map((v) => `  ${v.name.padEnd(nameWidth)}${v.shown.padEnd(defaultWidth)}${v.meaning}`)
+      .join("\n");
   return `
 Environment (name, default, meaning):
-${lines.join("\n")}
+${lines(false)}
+
+Advanced settings (tuning knobs: the defaults fit; durations in ms, rates per minute):
+${lines(true)}
 
 Errors: one line on stderr, "social-ledger <command>: <message>".
 Exit codes: 0 success; 1 runtime failure (audit: a violation; reconcile: Redis failed);
@@ -270,7 +276,7 @@ then the drift report: items checked, each drifted item old -> new with its drif
     .addOption(
       new Option(
         "--keep-seconds <s>",
-        "keep events younger than s seconds (default: LEDGER_RETENTION_KEEP_SECONDS or 86400)",
+        "keep events younger than s seconds (default: LEDGER_RETENTION_KEEP_MS or 86400)",
       ).argParser(nonNegativeInteger("--keep-seconds", 31_536_000)),
     )
     .option("--json", "print the report as JSON")
@@ -451,6 +457,13 @@ function describe(err: unknown): string {
 
 /** Parses and runs one command line; resolves with the exit code (serve and worker exit by themselves). */
 export async function runCli(argv: readonly string[]): Promise<number> {
+  // Every command reads process.env, so the renamed variables are carried over once, here.
+  const renamed = withRenamedVariables(process.env);
+  for (const warning of renamed.warnings) process.stderr.write(`social-ledger: warning: ${warning}\n`);
+  for (const { old, name } of RENAMED_VARIABLES) {
+    delete process.env[old];
+    if (renamed.env[name] !== undefined) process.env[name] = renamed.env[name];
+  }
   let code = EXIT_OK;
   let running: string | undefined;
   const program = buildProgram((c) => (code = c));

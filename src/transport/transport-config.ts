@@ -1,4 +1,4 @@
-import { numericDefault } from "../config.ts";
+import { numericDefault, wholeSeconds } from "../config.ts";
 import { TransportConfigError } from "./transport-errors.ts";
 
 /** What the relay and the JetStream workers need to know about the broker (environment, see README). */
@@ -11,9 +11,9 @@ export interface TransportConfig {
   ackWaitMs: number;
   /** LEDGER_NATS_MAX_DELIVER: deliveries of one message before it goes to the dead-letter stream. */
   maxDeliver: number;
-  /** LEDGER_NATS_DUPLICATE_WINDOW_SECONDS: JetStream drops a re-published Nats-Msg-Id within this window. */
+  /** LEDGER_NATS_DUPLICATE_WINDOW_MS: JetStream drops a re-published Nats-Msg-Id within this window. */
   duplicateWindowSeconds: number;
-  /** LEDGER_NATS_MAX_AGE_SECONDS: how long the stream keeps a message (the outbox stays the truth). */
+  /** LEDGER_NATS_MAX_AGE_MS: how long the stream keeps a message (the outbox stays the truth). */
   maxAgeSeconds: number;
   /** LEDGER_GAP_CHECK_MS: a worker whose watermark stood still this long below what the relay had published fills the gap from the outbox. */
   gapCheckMs: number;
@@ -59,20 +59,13 @@ export function loadTransportConfig(env: NodeJS.ProcessEnv = process.env): Trans
       2,
       1000,
     ),
-    duplicateWindowSeconds: integer(
-      "LEDGER_NATS_DUPLICATE_WINDOW_SECONDS",
-      env.LEDGER_NATS_DUPLICATE_WINDOW_SECONDS,
-      numericDefault("LEDGER_NATS_DUPLICATE_WINDOW_SECONDS"),
+    duplicateWindowSeconds: wholeSeconds(
+      "LEDGER_NATS_DUPLICATE_WINDOW_MS",
+      env.LEDGER_NATS_DUPLICATE_WINDOW_MS,
       1,
       86_400,
     ),
-    maxAgeSeconds: integer(
-      "LEDGER_NATS_MAX_AGE_SECONDS",
-      env.LEDGER_NATS_MAX_AGE_SECONDS,
-      numericDefault("LEDGER_NATS_MAX_AGE_SECONDS"),
-      60,
-      365 * 86_400,
-    ),
+    maxAgeSeconds: wholeSeconds("LEDGER_NATS_MAX_AGE_MS", env.LEDGER_NATS_MAX_AGE_MS, 60, 365 * 86_400),
     gapCheckMs: integer(
       "LEDGER_GAP_CHECK_MS",
       env.LEDGER_GAP_CHECK_MS,

@@ -43,7 +43,7 @@ export interface RegistryOptions {
   allowPrivate?: boolean;
   /** A cursor whose event failed this many attempts makes its endpoint `failing`. */
   failingAfter?: number;
-  /** LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS: how long a rotated-out secret still signs. */
+  /** LEDGER_WEBHOOK_ROTATION_GRACE_MS: how long a rotated-out secret still signs. */
   rotationGraceSeconds?: number;
   resolver?: Resolver;
 }

@@ -226,9 +226,9 @@ test("dashboard in Chromium against a service with 16 partitions under load: the
       LEDGER_DATA_DIR: dataDir,
       LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
       LEDGER_WRITES_PER_MINUTE: "1000000",
-      LEDGER_ALARM_LAG_SECONDS: "4",
+      LEDGER_ALARM_LAG_MS: "4000",
       LEDGER_ALARM_CONSUMER_FAILURES: "3",
-      LEDGER_AUDIT_EVERY_SECONDS: "0",
+      LEDGER_AUDIT_EVERY_MS: "0",
     }),
     port: 0,
   };

@@ -87,7 +87,7 @@ test("oidc: a wrong token is 401 with a code of its own (kid, aud, iss, exp, alg
     ["not valid yet", await idp.sign(rsa, {}, { nbfIn: 300 }), "TOKEN_NOT_YET_VALID"],
     ["no exp", await idp.sign(rsa, {}, { expIn: false }), "UNAUTHENTICATED"],
     [
-      "valid for longer than LEDGER_JWT_MAX_TTL_SECONDS",
+      "valid for longer than LEDGER_JWT_MAX_TTL_MS",
       await idp.sign(rsa, {}, { expIn: 11 * 365 * 24 * 3600 }),
       "TOKEN_LIFETIME_TOO_LONG",
     ],

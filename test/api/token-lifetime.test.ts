@@ -5,7 +5,7 @@ import { signToken } from "../../src/api/auth.ts";
 import { MAX_TOKEN_TTL_S } from "../../src/config.ts";
 import { assertError, ok, startApi } from "./harness.ts";
 
-/** A token's lifetime is bounded (LEDGER_JWT_MAX_TTL_SECONDS), however far its exp lies. */
+/** A token's lifetime is bounded (LEDGER_JWT_MAX_TTL_MS), however far its exp lies. */
 
 const now = () => Math.floor(Date.now() / 1000);
 
@@ -33,7 +33,7 @@ test("token lifetime: by default a token valid for longer than `token --ttl` all
   ok(await read(await signToken(h.secret, "alice")), 200, "the default 30-day token");
 });
 
-test("token lifetime: LEDGER_JWT_MAX_TTL_SECONDS bounds exp - iat, and exp - now when iat is absent or in the future", async (t) => {
+test("token lifetime: LEDGER_JWT_MAX_TTL_MS bounds exp - iat, and exp - now when iat is absent or in the future", async (t) => {
   const h = await startApi({ app: { jwtMaxTtlSeconds: 3600 } });
   t.after(() => h.close());
   const read = (token: string) => h.request("GET", "/v1/accounts/me/likes", { token });

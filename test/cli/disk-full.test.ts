@@ -93,7 +93,7 @@ async function fillUnderLoad(t: TestContext, walSwitches: boolean): Promise<void
       LEDGER_JWT_SECRET: secret,
       PORT: String(await freePort()),
       LOG_LEVEL: "info",
-      LEDGER_AUDIT_EVERY_SECONDS: "0",
+      LEDGER_AUDIT_EVERY_MS: "0",
     });
     const serve = (owned.serve = new LineChild("serve", [BIN, "serve"], { cwd: REPO_ROOT, env }));
     const address = LISTENING.exec(await serve.waitFor(LISTENING, 90_000))![1]!;

@@ -91,7 +91,7 @@ test(
       LEDGER_JWKS_URL: idp.url,
       LEDGER_JWT_ISSUER: idp.issuer,
       LEDGER_JWT_AUDIENCE: idp.audience,
-      LEDGER_JWKS_COOLDOWN_SECONDS: "0",
+      LEDGER_JWKS_COOLDOWN_MS: "0",
       LOG_LEVEL: "info",
     });
     const serve = lab.serve("serve (provider down)");

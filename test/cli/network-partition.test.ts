@@ -91,7 +91,7 @@ async function partitioned(
     HOST: front.there.address,
     PORT: String(port),
     LOG_LEVEL: "info",
-    LEDGER_AUDIT_EVERY_SECONDS: "0",
+    LEDGER_AUDIT_EVERY_MS: "0",
     ...(redisLink ? { REDIS_URL: `redis://${redisLink.here.address}:${owned.redis!.port}` } : {}),
     ...deadlines,
   });

@@ -47,13 +47,13 @@ test(
   },
 );
 
-test("token --ttl above LEDGER_JWT_MAX_TTL_SECONDS is refused with exit code 2 (serve would refuse the token)", async (t) => {
+test("token --ttl above LEDGER_JWT_MAX_TTL_MS is refused with exit code 2 (serve would refuse the token)", async (t) => {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), "ledger-token-ttl-"));
   t.after(() => rm(dataDir, { recursive: true, force: true }));
-  const env = childEnv({ LEDGER_DATA_DIR: dataDir, LEDGER_JWT_MAX_TTL_SECONDS: "3600" });
+  const env = childEnv({ LEDGER_DATA_DIR: dataDir, LEDGER_JWT_MAX_TTL_MS: "3600000" });
   const refused = await runCli(["token", "alice", "--ttl", "3601"], env);
   assert.equal(refused.code, 2, refused.stderr);
-  assert.match(refused.stderr, /LEDGER_JWT_MAX_TTL_SECONDS/);
+  assert.match(refused.stderr, /LEDGER_JWT_MAX_TTL_MS/);
   assert.equal(refused.stdout, "");
   const minted = await runCli(["token", "alice", "--ttl", "3600", "--create-secret"], env);
   assert.equal(minted.code, 0, minted.stderr);

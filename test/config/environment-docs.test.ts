@@ -60,3 +60,18 @@ test("negative control: a help that says LEDGER_PARTITIONS (4) is caught", () =>
   const wrong = "Environment (name, default, meaning):\n  LEDGER_PARTITIONS  4  partition count\n";
   assert.notEqual(helpVariables(wrong).get("LEDGER_PARTITIONS"), table.get("LEDGER_PARTITIONS"));
 });
+
+test("the tuning knobs are listed apart, as advanced settings, in the help and in the README", async () => {
+  const advanced = ENVIRONMENT.filter((v) => v.advanced).map((v) => v.name);
+  assert.ok(advanced.length > 20, `the table marks the knobs (${advanced.length})`);
+  const result = await runCli(["--help"], childEnv({}));
+  const helpBlock = result.stdout.slice(result.stdout.indexOf("Advanced settings"), result.stdout.indexOf("Errors:"));
+  assert.deepEqual([...helpVariables(`Environment (name, default, meaning):\n${helpBlock}`).keys()], advanced);
+  const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+  const readmeBlock = readme.slice(readme.indexOf("**Advanced settings.**"));
+  const table = readmeBlock.slice(0, readmeBlock.indexOf("\n\n", readmeBlock.indexOf("| variable |")));
+  assert.deepEqual(
+    [...table.matchAll(/^\| `([A-Z][A-Z0-9_]+)` \|/gm)].map((m) => m[1]),
+    advanced,
+  );
+});

@@ -47,8 +47,8 @@ test("config: a provider with its defaults (sub, role admin, 30 s cooldown, 10 m
       LEDGER_JWT_USER_CLAIM: "preferred_username",
       LEDGER_JWT_ADMIN_CLAIM: "groups",
       LEDGER_JWT_ADMIN_VALUE: "Ledger Admins",
-      LEDGER_JWKS_COOLDOWN_SECONDS: "5",
-      LEDGER_JWKS_MAX_AGE_SECONDS: "0",
+      LEDGER_JWKS_COOLDOWN_MS: "5000",
+      LEDGER_JWKS_MAX_AGE_MS: "0",
       LEDGER_JWT_TYPES: " at+jwt, application/JWT ,JWT",
     }).jwks,
     {
@@ -83,7 +83,7 @@ test("config: a provider without its issuer or audience is refused, so is plain 
   refused({ ...PROVIDER, LEDGER_JWKS_URL: "id.example.com/jwks" }, "LEDGER_JWKS_URL", /https/);
   refused({ ...PROVIDER, LEDGER_JWKS_URL: "file:///etc/jwks.json" }, "LEDGER_JWKS_URL", /https/);
   refused({ ...PROVIDER, LEDGER_JWT_USER_CLAIM: "user name" }, "LEDGER_JWT_USER_CLAIM", /claim name/);
-  refused({ ...PROVIDER, LEDGER_JWKS_COOLDOWN_SECONDS: "-1" }, "LEDGER_JWKS_COOLDOWN_SECONDS", /integer/);
+  refused({ ...PROVIDER, LEDGER_JWKS_COOLDOWN_MS: "-1" }, "LEDGER_JWKS_COOLDOWN_MS", /integer/);
   refused({ ...PROVIDER, LEDGER_JWT_TYPES: "at+jwt JWT" }, "LEDGER_JWT_TYPES", /comma-separated media types/);
   refused({ ...PROVIDER, LEDGER_JWT_TYPES: " , " }, "LEDGER_JWT_TYPES", /comma-separated media types/);
 });
@@ -101,8 +101,8 @@ test("config: LEDGER_JWT_SECRET with a provider, or a provider's companion witho
     "LEDGER_JWT_ADMIN_CLAIM",
     "LEDGER_JWT_ADMIN_VALUE",
     "LEDGER_JWT_TYPES",
-    "LEDGER_JWKS_COOLDOWN_SECONDS",
-    "LEDGER_JWKS_MAX_AGE_SECONDS",
+    "LEDGER_JWKS_COOLDOWN_MS",
+    "LEDGER_JWKS_MAX_AGE_MS",
   ]) {
     refused({ [name]: "5" }, name, /applies only with LEDGER_JWKS_URL/);
   }

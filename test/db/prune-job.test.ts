@@ -1,6 +1,6 @@
 /**
  * The service prunes dedup keys by itself (its periodic retention job): with
- * LEDGER_PRUNE_EVERY_SECONDS=1 a running service leaves no processed_event row at or below the
+ * LEDGER_PRUNE_EVERY_MS=1000 a running service leaves no processed_event row at or below the
  * watermark once its consumers have applied the events; with 0 (the negative control) they stay.
  * With the retention margin at 0 the same job empties the outbox too (docs/retention.md).
  */
@@ -16,7 +16,7 @@ import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 async function run(
-  pruneEverySeconds: string,
+  pruneEveryMs: string,
   margin: Record<string, string> = {},
 ): Promise<{ keys: number; applied: number; outbox: number; clean: boolean }> {
   const db = await createTestDatabase({ partitions: 2, poolSize: 2 });
@@ -24,7 +24,7 @@ async function run(
     DATABASE_URL: db.url,
     PORT: String(await freePort()),
     LEDGER_JWT_SECRET: randomBytes(32).toString("hex"),
-    LEDGER_PRUNE_EVERY_SECONDS: pruneEverySeconds,
+    LEDGER_PRUNE_EVERY_MS: pruneEveryMs,
     ...margin,
   });
   const service = await startService(config, { logger: false });
@@ -46,8 +46,7 @@ async function run(
       read,
       (s) =>
         s.lag === 0 &&
-        (pruneEverySeconds === "0" ||
-          (s.keys === 0 && (margin.LEDGER_RETENTION_KEEP_EVENTS !== "0" || s.outbox === 0))),
+        (pruneEveryMs === "0" || (s.keys === 0 && (margin.LEDGER_RETENTION_KEEP_EVENTS !== "0" || s.outbox === 0))),
     );
     const clean = (await fullAudit(ledger)).clean;
     return { keys: state.keys, applied: state.applied, outbox: state.outbox, clean };
@@ -57,8 +56,8 @@ async function run(
   }
 }
 
-test("the service prunes dedup keys below the watermarks every LEDGER_PRUNE_EVERY_SECONDS; with 0 (negative control) the keys stay", async (t) => {
-  const pruned = await run("1");
+test("the service prunes dedup keys below the watermarks every LEDGER_PRUNE_EVERY_MS; with 0 (negative control) the keys stay", async (t) => {
+  const pruned = await run("1000");
   const kept = await run("0");
   t.diagnostic(`note after 20 applied likes: keys left with the job=${pruned.keys}, without=${kept.keys}`);
   assert.deepEqual(
@@ -70,7 +69,7 @@ test("the service prunes dedup keys below the watermarks every LEDGER_PRUNE_EVER
 });
 
 test("with the margin at 0 the service's job also prunes the outbox to the watermarks; the audits stay clean", async (t) => {
-  const pruned = await run("1", { LEDGER_RETENTION_KEEP_EVENTS: "0", LEDGER_RETENTION_KEEP_SECONDS: "0" });
+  const pruned = await run("1000", { LEDGER_RETENTION_KEEP_EVENTS: "0", LEDGER_RETENTION_KEEP_MS: "0" });
   t.diagnostic(`note after 20 applied likes, margin 0: ${JSON.stringify(pruned)}`);
   assert.deepEqual(pruned, { keys: 0, applied: 20, outbox: 0, clean: true });
 });

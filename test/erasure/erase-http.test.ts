@@ -108,7 +108,7 @@ test(
       PORT: String(await freePort()),
       LEDGER_JWT_SECRET: secret,
       LEDGER_ERASURE_BATCH_SIZE: "2",
-      LEDGER_PRUNE_EVERY_SECONDS: "0",
+      LEDGER_PRUNE_EVERY_MS: "0",
     };
     const hooks = new Hooks();
     const gate = new Gate("erasure.betweenBatches");

@@ -44,7 +44,7 @@ test(
       LEDGER_WRITES_PER_MINUTE: "1000000",
       LEDGER_WEBHOOK_ALLOW_PRIVATE: "1",
       LEDGER_WEBHOOK_RETRY_BASE_MS: "20",
-      LEDGER_WEBHOOK_MAX_BACKOFF_SECONDS: "1",
+      LEDGER_WEBHOOK_MAX_BACKOFF_MS: "1000",
       LEDGER_WEBHOOK_LOOPS: "2",
     });
     const receiver = await TestReceiver.start();

@@ -80,7 +80,7 @@ export class TokenVerifier {
       throw new HttpError(
         401,
         "TOKEN_LIFETIME_TOO_LONG",
-        `the token is valid for longer than ${this.maxTtlSeconds} s (LEDGER_JWT_MAX_TTL_SECONDS); mint one with a shorter lifetime`,
+        `the token is valid for longer than ${this.maxTtlSeconds} s (LEDGER_JWT_MAX_TTL_MS); mint one with a shorter lifetime`,
       );
     }
   }

@@ -103,7 +103,7 @@ const rotateBody = named("WebhookSecretRotation", {
       type: "integer",
       minimum: 0,
       maximum: 31_536_000,
-      description: "how long the old secret still signs (default LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS)",
+      description: "how long the old secret still signs (default LEDGER_WEBHOOK_ROTATION_GRACE_MS)",
     },
   },
 });

@@ -24,7 +24,10 @@ export async function token(
     );
   // serve would refuse it: say so now rather than hand out a token that never works.
   if (opts.ttl > config.jwtMaxTtlSeconds)
-    throw new InvalidInputError("--ttl", `must be at most LEDGER_JWT_MAX_TTL_SECONDS (${config.jwtMaxTtlSeconds})`);
+    throw new InvalidInputError(
+      "--ttl",
+      `must be at most ${config.jwtMaxTtlSeconds} s (LEDGER_JWT_MAX_TTL_MS=${config.jwtMaxTtlSeconds * 1000})`,
+    );
   const source = jwtSecretSource(config);
   let created = false;
   if (source.kind === "file" && !existsSync(source.file)) {
