@@ -140,6 +140,23 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/accounts/{id}/posts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An account's posts that the caller may read, newest first, each with its like and comment counts and whether the caller likes it (cursor in the body and in Link rel=next; no token: PUBLIC posts); 404 when the account is missing or in a block with the caller */
+        get: operations["getAccountsByIdPosts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/accounts/me/blocks": {
         parameters: {
             query?: never;
@@ -728,6 +745,23 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/timelines/home": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** My home timeline: the posts of the accounts I follow and my own, newest first, each checked at read time as GET /v1/posts/{id} checks it (cursor in the body and in Link rel=next) */
+        get: operations["getTimelinesHome"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 };
 export type webhooks = Record<string, never>;
 export type components = {
@@ -810,6 +844,14 @@ export type components = {
             };
             /** @description leftovers: facts still held by, and block events still naming, an erased account (src/erasure/erasure-audit.ts) */
             erasure?: {
+                [key: string]: unknown;
+            };
+            /** @description every home timeline inbox against its reader's truth (the SQL function feed_audit, docs/feed.md) */
+            feed?: {
+                [key: string]: unknown;
+            };
+            /** @description not violations: lostWebhookDeliveries counts messages receivers acknowledged whose event a database promotion lost (webhook_lost_delivery, docs/failover.md) */
+            findings?: {
                 [key: string]: unknown;
             };
             /** @description writeSide and readSide checks of the likes ledger */
@@ -1076,6 +1118,14 @@ export type components = {
             nextCursor?: string;
             requests: components["schemas"]["FollowRequest"][];
         };
+        /** HomeTimelinePage */
+        HomeTimelinePage: {
+            entries: components["schemas"]["TimelineEntry"][];
+            /** @description post and relation events committed but not yet applied to the caller's inbox that could change this page (0: the page is as fresh as the facts) */
+            lag: number;
+            /** @description the cursor of the next page; absent on the last page */
+            nextCursor?: string;
+        };
         /** ItemCreated */
         ItemCreated: {
             /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
@@ -1303,6 +1353,22 @@ export type components = {
             /** @enum {string} */
             visibility: "PUBLIC" | "FOLLOWERS" | "SELF";
         };
+        /** PostEntry */
+        PostEntry: {
+            /** @description the derived comment count: may lag the comments by the consumer's backlog */
+            commentCount: number;
+            /** @description the derived like count: may lag the likes by the consumer's backlog */
+            likeCount: number;
+            /** @description the caller likes the post, from the facts (false without a token) */
+            liked: boolean;
+            post: components["schemas"]["Post"];
+        };
+        /** PostEntryPage */
+        PostEntryPage: {
+            /** @description the cursor of the next page; absent on the last page */
+            nextCursor?: string;
+            posts: components["schemas"]["PostEntry"][];
+        };
         /** PostRead */
         PostRead: {
             /**
@@ -1350,6 +1416,16 @@ export type components = {
         };
         /** RelationshipList */
         RelationshipList: components["schemas"]["AccountRelationship"][];
+        /** TimelineEntry */
+        TimelineEntry: {
+            /** @description the post's comment count */
+            comments: number;
+            /** @description whether the caller likes the post */
+            likedByMe: boolean;
+            /** @description the post's like count, as GET /v1/items/{id}/likes counts it */
+            likes: number;
+            post: components["schemas"]["Post"];
+        };
         /** ViewWatermark */
         ViewWatermark: {
             appliedUpto: number;
@@ -1481,7 +1557,7 @@ export type components = {
         };
         /** WebhookSecretRotation */
         WebhookSecretRotation: {
-            /** @description how long the old secret still signs (default LEDGER_WEBHOOK_ROTATION_GRACE_SECONDS) */
+            /** @description how long the old secret still signs (default LEDGER_WEBHOOK_ROTATION_GRACE_MS) */
             graceSeconds?: number;
         } | null;
     };
@@ -2242,6 +2318,87 @@ export interface operations {
             };
             /** @description Error: `error.code` is one of ERROR_CODES with this status. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+        };
+    };
+    getAccountsByIdPosts: {
+        parameters: {
+            query?: {
+                /** @description nextCursor of the previous page (also in its Link rel="next" header) */
+                cursor?: string;
+                /** @description page size; above 200 it is clamped to 200 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An account's posts that the caller may read, newest first, each with its like and comment counts and whether the caller likes it (cursor in the body and in Link rel=next; no token: PUBLIC posts); 404 when the account is missing or in a block with the caller */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PostEntryPage"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6301,6 +6458,76 @@ export interface operations {
             };
             /** @description Error: `error.code` is one of ERROR_CODES with this status. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+        };
+    };
+    getTimelinesHome: {
+        parameters: {
+            query?: {
+                /** @description nextCursor of the previous page (also in its Link rel="next" header) */
+                cursor?: string;
+                /** @description page size; above 200 it is clamped to 200 */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description My home timeline: the posts of the accounts I follow and my own, newest first, each checked at read time as GET /v1/posts/{id} checks it (cursor in the body and in Link rel=next) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HomeTimelinePage"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
