@@ -150,6 +150,8 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
     ["get", "/v1/accounts/{id}/follower-count", 200, [400, 401, 403, 404, 429, 503]],
     ["get", "/v1/accounts/me/relationships/{id}", 200, [401, 404, 429, 503]],
     ["get", "/v1/accounts/me/relationships", 200, [400, 401, 429, 503]],
+    ["get", "/v1/accounts/{id}/posts", 200, [400, 401, 404, 429, 503]],
+    ["get", "/v1/timelines/home", 200, [400, 401, 429, 503]],
     ["post", "/v1/posts", 201, [400, 401, 429, 503]],
     ["get", "/v1/posts/{id}", 200, [400, 401, 404, 429, 503]],
     ["delete", "/v1/posts/{id}", 200, [400, 401, 403, 404, 429, 503]],
