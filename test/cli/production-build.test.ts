@@ -222,6 +222,9 @@ test(
     assert.equal(await bin(), "0.0.0-the-build");
     await writeFile(path.join(sources, "likes", "added.ts"), "export {};\n");
     await utimes(path.join(sources, "likes", "added.ts"), before, before);
+    // The directory's mtime is the add's; set it past the stamp, since the add may come within the
+    // stamp's second of slack on a fast run (CI once ran this whole test in 1.3 s).
+    await utimes(path.join(sources, "likes"), later, later);
     assert.equal(await bin(), version, "a source added after the build (its directory changed): the sources run");
     await rm(path.join(sources, "likes", "added.ts"));
     await utimes(path.join(sources, "likes"), before, before);
