@@ -136,9 +136,13 @@ async function fillUnderLoad(t: TestContext, walSwitches: boolean): Promise<void
       [],
       "nothing but 200 and 503 DATABASE_DISK_FULL / DATABASE_UNAVAILABLE with Retry-After",
     );
-    assert.ok((byReason.disk_full ?? 0) > 0, "ledger_database_refusals_total{reason=disk_full} counts the refusals");
-    assert.ok(diskFullLines.length > 0, "a log line says the disk is full");
-    assert.match(diskFullLines[0]!, /"sqlState":"53100"/);
+    // With the forced WAL switch PostgreSQL may PANIC before any write of the load gets its 53100:
+    // then every refusal is the crash's (asserted above), and only without it is a 53100 certain.
+    if (!walSwitches) {
+      assert.ok((byReason.disk_full ?? 0) > 0, "ledger_database_refusals_total{reason=disk_full} counts the refusals");
+      assert.ok(diskFullLines.length > 0, "a log line says the disk is full");
+      assert.match(diskFullLines[0]!, /"sqlState":"53100"/);
+    }
     if (panics.length === 0) assert.equal(read.status, 200, "a read of what exists is answered while the disk is full");
     assert.ok(serve.alive(), "node was not restarted");
     await pollUntil(
