@@ -30,7 +30,7 @@ import {
   processAlive,
   runCli,
 } from "./cli-child.ts";
-import { LikeLoad } from "./like-load.ts";
+import { LikeLoad, LOAD_SERVICE_ENV } from "./like-load.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const CLIENTS = 8;
@@ -54,6 +54,7 @@ async function setup(t: TestContext, vars: Record<string, string> = {}): Promise
     LEDGER_JWT_SECRET: secret,
     PORT: String(await freePort()),
     LOG_LEVEL: "info",
+    ...LOAD_SERVICE_ENV,
     ...vars,
   });
   const children: CliChild[] = [];

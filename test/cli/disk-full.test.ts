@@ -18,7 +18,7 @@ import { signToken } from "../../src/api/auth.ts";
 import { createPool } from "../../src/db/pool.ts";
 import { LineChild } from "../support/line-child.ts";
 import { BIN, REPO_ROOT, childEnv, httpClient, pollUntil } from "./cli-child.ts";
-import { LikeLoad, verifyLikesKept } from "./like-load.ts";
+import { LikeLoad, LOAD_SERVICE_ENV, verifyLikesKept } from "./like-load.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const CLIENTS = 8;
@@ -94,6 +94,7 @@ async function fillUnderLoad(t: TestContext, walSwitches: boolean): Promise<void
       PORT: String(await freePort()),
       LOG_LEVEL: "info",
       LEDGER_AUDIT_EVERY_MS: "0",
+      ...LOAD_SERVICE_ENV,
     });
     const serve = (owned.serve = new LineChild("serve", [BIN, "serve"], { cwd: REPO_ROOT, env }));
     const address = LISTENING.exec(await serve.waitFor(LISTENING, 90_000))![1]!;

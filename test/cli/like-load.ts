@@ -13,6 +13,13 @@ import type { TestContext } from "node:test";
 import { createPool } from "../../src/db/pool.ts";
 import { httpClient, pollUntil, runCli } from "./cli-child.ts";
 
+/**
+ * What a service under this load must be started with: each client repeats a 503'd request every
+ * 25 ms for as long as an outage lasts, and every attempt counts against the per-user write limit
+ * (600 a minute by default), so a long outage would otherwise end in 429s the test did not cause.
+ */
+export const LOAD_SERVICE_ENV = { LEDGER_WRITES_PER_MINUTE: "1000000" } as const;
+
 export interface LoadFigures {
   acknowledged: number;
   unavailable: number;

@@ -21,7 +21,7 @@ import { TestRedis } from "../../support/redis-server.ts";
 import { LineChild } from "../support/line-child.ts";
 import { NetworkNamespace, type Link } from "../support/netns.ts";
 import { BIN, REPO_ROOT, childEnv, httpClient } from "./cli-child.ts";
-import { LikeLoad, verifyLikesKept } from "./like-load.ts";
+import { LikeLoad, LOAD_SERVICE_ENV, verifyLikesKept } from "./like-load.ts";
 
 const LISTENING = /^social-ledger listening on (http:\/\/\S+)$/;
 const CLIENTS = 8;
@@ -92,6 +92,7 @@ async function partitioned(
     PORT: String(port),
     LOG_LEVEL: "info",
     LEDGER_AUDIT_EVERY_MS: "0",
+    ...LOAD_SERVICE_ENV,
     ...(redisLink ? { REDIS_URL: `redis://${redisLink.here.address}:${owned.redis!.port}` } : {}),
     ...deadlines,
   });
