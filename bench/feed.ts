@@ -6,13 +6,16 @@
  *   - the hot-author merge (author_posts_page over the 20 hot authors a reader follows) p99 ÷ the same;
  *   - bytes per post row (the post table with its indexes and TOAST);
  *   - the fan-out write cost per inbox row and the merge's cost per extra author, from which the
- *     hot-follower threshold's crossover is computed (docs/feed-hot-authors.md, "Cost model").
+ *     hot-follower threshold's crossover is computed (docs/feed.md, "Cost model and the threshold");
+ *   - the home timeline (GET /v1/timelines/home's statements: lag, then the page merging the inbox
+ *     with the hot authors the reader follows) p99 ÷ the same, for typical readers and for readers
+ *     following the 20 hot authors.
  *
  *   node --import tsx bench/feed.ts [--accounts N] [--reads 2000] [--workers 4] [--limit 20] [--partitions 16]
  *
  * Without --accounts it runs 10,000 and 100,000 accounts. Results go to .tmp/bench-results/feed-<time>.json.
- * The phases are a list (PHASES): the inbox's figures (fan-out rate, freshness, one inbox's
- * rebuild) are phases to add there, each reading and writing the same SizeContext.
+ * The phases are a list (PHASES): the inbox's remaining figures (fan-out rate, freshness, one
+ * inbox's rebuild) are phases to add there, each reading and writing the same SizeContext.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -20,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { readAuthorPosts } from "../src/content/author-posts.ts";
 import { readLivePost } from "../src/content/posts.ts";
+import { readHomeTimeline } from "../src/feed/feed-reads.ts";
 import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
 import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
@@ -63,7 +67,7 @@ const someAccount = (pop: FeedPopulation, k: number) =>
 /**
  * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
  * the ratio's two sides share the machine's load as evenly as one run allows.
- * Add the inbox's phases here ("fan-out", "freshness", "inbox rebuild") once it exists.
+ * Add the inbox's other phases here ("fan-out", "freshness", "inbox rebuild").
  */
 export const PHASES: Phase[] = [
   {
@@ -97,6 +101,43 @@ export const PHASES: Phase[] = [
         readAuthorPosts(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, c.pop.hotAuthors, {
           limit: c.o.limit,
         }),
+      );
+    },
+  },
+  {
+    name: "home timeline (typical readers, readers of the 20 hot authors)",
+    // The generated graph has no inboxes: the 20 hot accounts are judged hot by the production
+    // function at the threshold of the least followed of them, and the measured readers' inboxes
+    // are installed from the facts (feed_install_reader, the rebuild's function, cap 800).
+    run: async (c) => {
+      const { rows: least } = await c.pool.query<{ n: number }>(
+        "SELECT min(n)::int AS n FROM proj_count WHERE followee = ANY ($1::text[])",
+        [c.pop.hotAuthors],
+      );
+      c.values.hotThreshold = least[0]!.n;
+      await c.pool.query("SELECT * FROM feed_judge_hot_authors($1::text[], $2::int)", [c.pop.hotAuthors, least[0]!.n]);
+      const hotReaders = new Set(c.pop.hotReaders);
+      const typical = [...new Set(Array.from({ length: 200 }, (_, k) => someAccount(c.pop, k + 7)))].filter(
+        (a) => !hotReaders.has(a),
+      );
+      for (const reader of [...typical, ...c.pop.hotReaders]) {
+        await c.pool.query("INSERT INTO feed_reader (reader) VALUES ($1) ON CONFLICT DO NOTHING", [reader]);
+        await c.pool.query("SELECT * FROM feed_install_reader($1, 800)", [reader]);
+      }
+      const { rows: shape } = await c.pool.query<{ inbox: number; hot: number }>(
+        `SELECT avg((SELECT count(*) FROM feed_inbox i WHERE i.reader = r))::float8 AS inbox,
+                avg(cardinality(feed_hot_followees(r)))::float8 AS hot
+           FROM unnest($1::text[]) r`,
+        [typical],
+      );
+      c.values.typicalReaders = typical.length;
+      c.values.typicalInboxRows = shape[0]!.inbox;
+      c.values.typicalHotFollowees = shape[0]!.hot;
+      c.figures.homeTypical = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readHomeTimeline(c.pool, typical[k % typical.length]!, { limit: c.o.limit }),
+      );
+      c.figures.homeHotReader = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+        readHomeTimeline(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, { limit: c.o.limit }),
       );
     },
   },
@@ -177,7 +218,7 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
   const pk = c.figures.pkBefore!.latencyMs && c.figures.pkAfter!.latencyMs ? merged(c) : c.figures.pkBefore!;
   const ratio = (f: Figures | undefined) => (f ? f.p99Ms / pk.p99Ms : Number.NaN);
   const perExtraAuthorMs = (c.figures.hotMerge!.p50Ms - c.figures.hotAuthorPage!.p50Ms) / 19;
-  // Cost model (docs/feed-hot-authors.md): a post's fan-out to F followers costs F x w and must
+  // Cost model (docs/feed.md): a post's fan-out to F followers costs F x w and must
   // finish within the freshness budget B (1 s) on one consumer; above F* = B / w it is merged at read time.
   const crossover = 1_000_000 / c.values.fanoutUsPerRow!;
   const lines = [
@@ -187,6 +228,8 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
     `  hot author's page       p50 ${ms(c.figures.hotAuthorPage!.p50Ms)} ms  p99 ${ms(c.figures.hotAuthorPage!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotAuthorPage).toFixed(2)}`,
     `  hot merge, 20 authors   p50 ${ms(c.figures.hotMerge!.p50Ms)} ms  p99 ${ms(c.figures.hotMerge!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotMerge).toFixed(2)} (goal <= 3)`,
     `  merge cost per extra author (p50) ${ms(perExtraAuthorMs)} ms`,
+    `  home page, typical reader  p50 ${ms(c.figures.homeTypical!.p50Ms)} ms  p99 ${ms(c.figures.homeTypical!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.homeTypical).toFixed(2)} (goal <= 3; ${c.values.typicalReaders} readers, ${c.values.typicalInboxRows!.toFixed(0)} inbox rows and ${c.values.typicalHotFollowees!.toFixed(1)} hot followees on average)`,
+    `  home page, 20 hot followees  p50 ${ms(c.figures.homeHotReader!.p50Ms)} ms  p99 ${ms(c.figures.homeHotReader!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.homeHotReader).toFixed(2)} (goal <= 3; hot from ${c.values.hotThreshold} followers)`,
     `  fan-out write ${c.values.fanoutUsPerRow!.toFixed(1)} µs per inbox row (${c.values.fanoutRows} rows) -> crossover F* = 1 s / w = ${Math.round(crossover)} followers`,
     `  bytes per post row ${c.values.bytesPerPost!.toFixed(0)} (post_author_newest ${c.values.indexBytesPerPost!.toFixed(0)})`,
   ];
@@ -201,6 +244,8 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
       authorPage: ratio(c.figures.authorPage),
       hotAuthorPage: ratio(c.figures.hotAuthorPage),
       hotMerge: ratio(c.figures.hotMerge),
+      homeTypical: ratio(c.figures.homeTypical),
+      homeHotReader: ratio(c.figures.homeHotReader),
     },
     values: { ...c.values, perExtraAuthorMs, crossoverFollowers: crossover },
   };

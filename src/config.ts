@@ -490,7 +490,7 @@ export interface Config {
   erasureBatchSize: number;
   /** LEDGER_FEED_MAX_ITEMS: the most posts a home timeline inbox keeps (docs/feed.md). */
   feedMaxItems: number;
-  /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time, not fanned out (docs/feed-hot-authors.md). */
+  /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time, not fanned out (docs/feed.md). */
   feedHotFollowers: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
   pacing: PacingOptions;

@@ -50,6 +50,8 @@ export async function openLedger(
     pacing?: PacingOptions;
     /** LEDGER_FEED_MAX_ITEMS: the most posts one home timeline inbox keeps. */
     feedMaxItems?: number;
+    /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time. */
+    feedHotFollowers?: number;
   } = {},
 ): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
@@ -81,6 +83,7 @@ export async function openLedger(
     feed: new FeedConsumers(pool, {
       hooks,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+      ...(options.feedHotFollowers === undefined ? {} : { hotFollowers: options.feedHotFollowers }),
     }),
     feedRebuild: new FeedRebuild(pool, {
       hooks,

@@ -44,7 +44,7 @@ interface EntryRow {
 
 /**
  * One page of the SQL function author_posts_page (the read rule, the per-author ranges and the
- * merge are there: src/db/migrations, docs/feed-hot-authors.md) with each post's counts and the
+ * merge are there: src/db/schema.sql, docs/feed.md) with each post's counts and the
  * reader's like. $1 reader (NULL: no token), $2 authors, $3/$4 the keyset, $5 rows to fetch.
  */
 const ENTRY_PAGE_SQL = `

@@ -228,6 +228,12 @@ CREATE TABLE event_seq (
   CONSTRAINT event_seq_pkey PRIMARY KEY (part)
 );
 
+CREATE TABLE feed_hot_author (
+  author text NOT NULL,
+  since timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT feed_hot_author_pkey PRIMARY KEY (author)
+);
+
 CREATE TABLE feed_inbox (
   reader text NOT NULL,
   post_id text NOT NULL,
@@ -773,7 +779,9 @@ CREATE VIEW feed_truth AS
     p.created_at AS at
    FROM relation r
      JOIN post p ON p.author = r.followee
-  WHERE r.state = 'ACTIVE'::text AND p.deleted_at IS NULL AND post_readable(r.follower, p.author, p.visibility, p.part, p.acl_token, 'TRUTH'::text)
+  WHERE r.state = 'ACTIVE'::text AND p.deleted_at IS NULL AND NOT (EXISTS ( SELECT 1
+           FROM feed_hot_author h
+          WHERE h.author = r.followee)) AND post_readable(r.follower, p.author, p.visibility, p.part, p.acl_token, 'TRUTH'::text)
 UNION ALL
  SELECT p.author AS reader,
     p.post_id,
@@ -1355,6 +1363,33 @@ AS $function$
     AND post_readable(p_reader, p_author, p_visibility, p_part, p_token, 'CONTENT_TOKEN')))
 $function$;
 
+CREATE OR REPLACE FUNCTION public.feed_hot_followees(p_reader text)
+ RETURNS text[]
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT coalesce(array_agg(h.author ORDER BY h.author), '{}')
+    FROM feed_hot_author h JOIN relation r ON r.follower = p_reader AND r.followee = h.author AND r.state = 'ACTIVE'
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_hot_transition_plan(p_heated text[], p_cooled text[], p_max integer)
+ RETURNS TABLE(op text, reader text, post_id text, author text)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT 'remove', i.reader, i.post_id, i.author
+    FROM unnest(p_heated) AS a(author)
+    JOIN relation r ON r.followee = a.author AND r.state = 'ACTIVE'
+    JOIN feed_inbox i ON i.reader = r.follower AND i.author = a.author
+  UNION ALL
+  SELECT 'add', r.follower, t.post_id, t.author
+    FROM unnest(p_cooled) AS a(author)
+    JOIN relation r ON r.followee = a.author AND r.state = 'ACTIVE'
+    CROSS JOIN LATERAL (
+      SELECT t.post_id, t.author FROM feed_truth t
+       WHERE t.reader = r.follower AND t.author = a.author ORDER BY t.at DESC, t.post_id DESC LIMIT p_max) t
+$function$;
+
 CREATE OR REPLACE FUNCTION public.feed_install_reader(p_reader text, p_max integer)
  RETURNS TABLE(added integer, removed integer)
  LANGUAGE sql
@@ -1374,6 +1409,24 @@ AS $function$
     UPDATE feed_reader SET horizon_at = (SELECT at FROM cut), horizon_id = (SELECT post_id FROM cut) WHERE reader = p_reader
     RETURNING 1)
   SELECT (SELECT count(*) FROM added)::int, (SELECT count(*) FROM removed)::int FROM (SELECT count(*) FROM horizon) h
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_judge_hot_authors(p_authors text[], p_threshold integer)
+ RETURNS TABLE(author text, hot boolean)
+ LANGUAGE sql
+AS $function$
+  WITH judged AS (
+    SELECT a.author, coalesce((SELECT c.n FROM proj_count c WHERE c.followee = a.author), 0) >= p_threshold AS hot,
+           EXISTS (SELECT 1 FROM feed_hot_author h WHERE h.author = a.author) AS was_hot
+      FROM (SELECT DISTINCT x AS author FROM unnest(p_authors) AS x) a),
+  heated AS (
+    INSERT INTO feed_hot_author (author) SELECT j.author FROM judged j WHERE j.hot AND NOT j.was_hot ORDER BY 1
+    ON CONFLICT DO NOTHING RETURNING feed_hot_author.author),
+  cooled AS (
+    DELETE FROM feed_hot_author h USING judged j WHERE h.author = j.author AND NOT j.hot RETURNING h.author)
+  SELECT heated.author, true FROM heated
+  UNION ALL
+  SELECT cooled.author, false FROM cooled
 $function$;
 
 CREATE OR REPLACE FUNCTION public.feed_reader_truth(p_reader text, p_max integer)

@@ -18,6 +18,7 @@ import {
   TRIM_SQL,
   type FeedSource,
 } from "./feed-sources.ts";
+import { DEFAULT_FEED_HOT_FOLLOWERS, judgeHotAuthors } from "./feed-hot.ts";
 
 /** The default of LEDGER_FEED_MAX_ITEMS: the most posts one inbox keeps. */
 export const DEFAULT_FEED_MAX_ITEMS = 800;
@@ -63,11 +64,20 @@ export type FeedPlanner = (
 export const planFromFacts: FeedPlanner = async (client, source, part, fresh, maxItems) =>
   (await client.query<PlanRow>(source.planSql, source.capped ? [part, fresh, maxItems] : [part, fresh])).rows;
 
+export interface FeedConsumerOptions {
+  hooks?: Hooks;
+  maxItems?: number;
+  /** LEDGER_FEED_HOT_FOLLOWERS (docs/feed.md, "Hot authors"). */
+  hotFollowers?: number;
+  /** Replaces planFromFacts: for negative controls only. */
+  plan?: FeedPlanner;
+}
+
 /**
  * Applies one outbox's events to the inboxes, in the frame every view runs in (inPartitionBatch:
  * lock the watermark row, body, advance the contiguous watermark). The body checks the batch
  * against the outbox, registers the new events in the seen table (the rest are dups and do
- * nothing), locks the events' authors, reads the plan from the facts as they are now, locks the
+ * nothing), locks the events' authors, judges the post events' authors hot or not (feed-hot.ts), reads the plan from the facts as they are now, locks the
  * plan's readers in order, and applies it (remove, add above the horizon, trim to the cap). An
  * event is never applied as it was written but as the facts are when it is applied, so a
  * redelivered, reordered or late event reconciles to the same inboxes (docs/feed.md). Hook
@@ -78,17 +88,19 @@ export class FeedConsumer {
   private readonly hooks: Hooks;
   private readonly plan: FeedPlanner;
   readonly maxItems: number;
+  /** LEDGER_FEED_HOT_FOLLOWERS: judged by the post consumer only. */
+  readonly hotFollowers: number;
   private readonly sql: { fetchPending: string; fetchRange: string; fetchSeqs: string; markSeen: string };
 
   constructor(
     private readonly pool: Pool,
     readonly source: FeedSource,
-    /** `plan` replaces planFromFacts: for negative controls only. */
-    options: { hooks?: Hooks; maxItems?: number; plan?: FeedPlanner } = {},
+    options: FeedConsumerOptions = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
     this.plan = options.plan ?? planFromFacts;
     this.maxItems = options.maxItems ?? DEFAULT_FEED_MAX_ITEMS;
+    this.hotFollowers = options.hotFollowers ?? DEFAULT_FEED_HOT_FOLLOWERS;
     const s = source;
     const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
     this.sql = {
@@ -137,15 +149,30 @@ export class FeedConsumer {
         const { rows: authors } = await client.query<{ author: string }>(this.source.authorsSql, [part, fresh]);
         await client.query(LOCK_AUTHORS_SQL, [authors.map((a) => a.author)]);
         await this.hooks.at("feed.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
-        const rows = fresh.length > 0 ? await this.applyPlan(client, part, fresh) : 0;
+        // Only a post event changes an author's hot state, under its lock, before the plan is read.
+        const transition =
+          this.source.name === "posts"
+            ? await judgeHotAuthors(
+                client,
+                authors.map((a) => a.author),
+                this.hotFollowers,
+                this.maxItems,
+              )
+            : [];
+        const rows = fresh.length > 0 ? await this.applyPlan(client, part, fresh, transition) : 0;
         return { applied: fresh.length, dup: events.length - fresh.length, rows, expired };
       },
       (pid) => this.hooks.at("feed.consumer.beforeCommit", { source, part, seqs, pid }),
     );
   }
 
-  private async applyPlan(client: PoolClient, part: number, fresh: readonly number[]): Promise<number> {
-    const plan = await this.plan(client, this.source, part, fresh, this.maxItems);
+  private async applyPlan(
+    client: PoolClient,
+    part: number,
+    fresh: readonly number[],
+    transition: readonly PlanRow[],
+  ): Promise<number> {
+    const plan = [...transition, ...(await this.plan(client, this.source, part, fresh, this.maxItems))];
     if (plan.length === 0) return 0;
     return applyPlanRows(client, plan, this.maxItems);
   }
@@ -222,7 +249,7 @@ export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[]
 export class FeedConsumers {
   readonly consumers: FeedConsumer[];
 
-  constructor(pool: Pool, options: { hooks?: Hooks; maxItems?: number; plan?: FeedPlanner } = {}) {
+  constructor(pool: Pool, options: FeedConsumerOptions = {}) {
     this.consumers = FEED_SOURCES.map((s) => new FeedConsumer(pool, s, options));
   }
 

@@ -20,24 +20,40 @@ export interface TimelinePage {
 }
 
 /**
- * A page of a reader's inbox, newest first, keyset on (at DESC, post_id DESC) (index
- * feed_inbox_page), above the reader's horizon, each row passing feed_entry_visible at read
- * time: what the inbox holds is only a candidate. Counts as the count reads give them (the sum
- * of the count rows); liked from the facts.
+ * A page of a reader's home timeline, newest first, keyset on (at DESC, post_id DESC), ending at
+ * the reader's horizon: the union of
+ * - the reader's inbox (index feed_inbox_page), each row passing feed_entry_visible at read time:
+ *   what the inbox holds is only a candidate;
+ * - the posts of the hot authors the reader follows now (feed_hot_followees), merged at read time
+ *   by author_posts_page: one range of post_author_newest per author with the page's LIMIT
+ *   inside, judged by the same rule (followed now, and post_readable with the post's token).
+ * The union is de-duplicated by post (an inbox row and a merged post are the same (at, post_id):
+ * an inbox row's at is its post's created_at). Counts as the count reads give them (the sum of
+ * the count rows); liked from the facts. docs/feed.md, "Hot authors".
  */
 export const HOME_PAGE_SQL = `
-  SELECT p.post_id, p.author, p.visibility, p.body, p.part, p.acl_token, p.created_at, ${cursorTimeSql("i.at")} AS cursor_at,
+  WITH h AS (SELECT f.horizon_at, f.horizon_id FROM feed_reader f WHERE f.reader = $1),
+  inbox AS (
+    SELECT i.post_id, i.at
+      FROM feed_inbox i JOIN post p ON p.post_id = i.post_id
+     WHERE i.reader = $1
+       AND ($2::timestamptz IS NULL OR (i.at, i.post_id) < ($2::timestamptz, $3::text))
+       AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)
+     ORDER BY i.at DESC, i.post_id DESC
+     LIMIT $4),
+  merged AS (
+    SELECT m.post_id, m.created_at AS at FROM author_posts_page($1, feed_hot_followees($1), $2, $3, $4::int) m),
+  page AS (
+    SELECT c.post_id, c.at FROM (SELECT * FROM inbox UNION SELECT * FROM merged) c
+     WHERE NOT EXISTS (SELECT 1 FROM h WHERE (c.at, c.post_id) <= (h.horizon_at, h.horizon_id))
+     ORDER BY c.at DESC, c.post_id DESC
+     LIMIT $4)
+  SELECT p.post_id, p.author, p.visibility, p.body, p.part, p.acl_token, p.created_at, ${cursorTimeSql("page.at")} AS cursor_at,
          (SELECT coalesce(sum(n), 0) FROM like_count c WHERE c.item_id = p.post_id)::bigint AS likes,
          (SELECT coalesce(sum(n), 0) FROM comment_count c WHERE c.post_id = p.post_id)::bigint AS comments,
          EXISTS (SELECT 1 FROM like_fact f WHERE f.user_id = $1 AND f.item_id = p.post_id AND f.liked) AS liked
-    FROM feed_inbox i JOIN post p ON p.post_id = i.post_id
-    LEFT JOIN feed_reader h ON h.reader = i.reader
-   WHERE i.reader = $1
-     AND ($2::timestamptz IS NULL OR (i.at, i.post_id) < ($2::timestamptz, $3::text))
-     AND (h.horizon_at IS NULL OR (i.at, i.post_id) > (h.horizon_at, h.horizon_id))
-     AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)
-   ORDER BY i.at DESC, i.post_id DESC
-   LIMIT $4`;
+    FROM page JOIN post p ON p.post_id = page.post_id
+   ORDER BY page.at DESC, page.post_id DESC`;
 
 /**
  * The events that could change a reader's page and are not applied yet: post events by the

@@ -62,6 +62,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const ledger = await openLedger(database.pool, {
     erasureBatchSize: config.erasureBatchSize,
     feedMaxItems: config.feedMaxItems,
+    feedHotFollowers: config.feedHotFollowers,
     writeBatchMax: config.writeBatchMax,
     pacing: config.pacing,
     ...(options.hooks ? { hooks: options.hooks } : {}),

@@ -13,11 +13,12 @@ export interface FeedFixture {
 export async function feedFixture(
   partitions: number,
   accounts: readonly string[],
-  options: { private?: readonly string[]; maxItems?: number; hooks?: Hooks } = {},
+  options: { private?: readonly string[]; maxItems?: number; hotFollowers?: number; hooks?: Hooks } = {},
 ): Promise<FeedFixture> {
   const db = await createTestDatabase({ partitions });
   const ledger = await openLedger(db.pool, {
     ...(options.maxItems === undefined ? {} : { feedMaxItems: options.maxItems }),
+    ...(options.hotFollowers === undefined ? {} : { feedHotFollowers: options.hotFollowers }),
     ...(options.hooks === undefined ? {} : { hooks: options.hooks }),
   });
   for (const a of accounts) await ledger.relations.upsertAccount(a, { private: options.private?.includes(a) ?? false });

@@ -39,3 +39,41 @@ export const planFromEventState: FeedPlanner = async (client, source, part, fres
   );
   return rows;
 };
+
+/**
+ * The posts a hot-author merge would show a reader without the read-time rule: every post, live
+ * or deleted, of any visibility, of a hot author the reader has a relation row with in any state
+ * (followed once, unfollowed since, blocked since).
+ */
+export async function mergedWithoutReadTimeRule(pool: Pool, reader: string): Promise<string[]> {
+  const { rows } = await pool.query<{ post_id: string }>(
+    `SELECT p.post_id FROM feed_hot_author h JOIN relation r ON r.follower = $1 AND r.followee = h.author
+       JOIN post p ON p.author = h.author ORDER BY p.created_at DESC, p.post_id DESC`,
+    [reader],
+  );
+  return rows.map((r) => r.post_id);
+}
+
+/** The home page without de-duplicating the inbox and the merge (UNION ALL): a post in both shows twice. */
+export async function homePageWithoutDedup(pool: Pool, reader: string): Promise<string[]> {
+  const union = "(SELECT * FROM inbox UNION SELECT * FROM merged)";
+  if (!HOME_PAGE_SQL.includes(union)) throw new Error("HOME_PAGE_SQL no longer unions the inbox and the merge");
+  const { rows } = await pool.query<{ post_id: string }>(
+    HOME_PAGE_SQL.replace(union, "(SELECT * FROM inbox UNION ALL SELECT * FROM merged)"),
+    [reader, null, null, 201],
+  );
+  return rows.map((r) => r.post_id);
+}
+
+/** feed_truth as it was before hot authors: every followee's posts, hot or not (what the audit would expect without the exclusion). */
+export async function truthWithHotAuthors(pool: Pool): Promise<void> {
+  const { rows } = await pool.query<{ def: string }>("SELECT pg_get_viewdef('feed_truth'::regclass) AS def");
+  if (!rows[0]!.def.includes("feed_hot_author")) throw new Error("feed_truth no longer excludes hot authors");
+  await pool.query(`CREATE OR REPLACE VIEW feed_truth AS
+    SELECT r.follower AS reader, p.post_id, p.author, p.created_at AS at
+      FROM relation r JOIN post p ON p.author = r.followee
+     WHERE r.state = 'ACTIVE' AND p.deleted_at IS NULL
+       AND post_readable(r.follower, p.author, p.visibility, p.part, p.acl_token, 'TRUTH')
+    UNION ALL
+    SELECT p.author, p.post_id, p.author, p.created_at FROM post p WHERE p.deleted_at IS NULL`);
+}
