@@ -17,6 +17,7 @@ import { NotificationFeed } from "./notifications/notification-consumer.ts";
 import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
 import { FeedConsumers } from "./feed/feed-consumer.ts";
 import { FeedRebuild } from "./feed/feed-rebuild.ts";
+import { FeedAbsence } from "./feed/feed-absence.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
 import type { PacingOptions } from "./workers/pacer.ts";
 
@@ -38,6 +39,8 @@ export interface Ledger {
   notificationRebuild: NotificationRebuild;
   feed: FeedConsumers;
   feedRebuild: FeedRebuild;
+  /** The read side of absent readers: a returning reader's inbox is installed before its page. */
+  feedAbsence: FeedAbsence;
   erasure: ErasureService;
 }
 
@@ -50,6 +53,10 @@ export async function openLedger(
     pacing?: PacingOptions;
     /** LEDGER_FEED_MAX_ITEMS: the most posts one home timeline inbox keeps. */
     feedMaxItems?: number;
+    /** LEDGER_FEED_ABSENT_MS: fan-out skips readers who have not read for this long. */
+    feedAbsentMs?: number;
+    /** LEDGER_FEED_RETURN_REBUILD_MS: the bound of a returning reader's inbox install. */
+    feedReturnRebuildMs?: number;
   } = {},
 ): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
@@ -81,11 +88,18 @@ export async function openLedger(
     feed: new FeedConsumers(pool, {
       hooks,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+      ...(options.feedAbsentMs === undefined ? {} : { absentMs: options.feedAbsentMs }),
     }),
     feedRebuild: new FeedRebuild(pool, {
       hooks,
       ...pacing,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+    }),
+    feedAbsence: new FeedAbsence(pool, {
+      hooks,
+      ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+      ...(options.feedAbsentMs === undefined ? {} : { absentMs: options.feedAbsentMs }),
+      ...(options.feedReturnRebuildMs === undefined ? {} : { rebuildMs: options.feedReturnRebuildMs }),
     }),
     erasure: await ErasureService.open(pool, {
       hooks,

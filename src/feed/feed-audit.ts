@@ -15,10 +15,14 @@ export interface FeedAudit {
   explainedByPending: number;
   /** Post and relation events above the feed's watermarks, all partitions. */
   lag: number;
+  /** Readers fan-out skipped as absent (docs/feed.md, "Absent readers"): their inboxes may lack rows, none is counted missing. */
+  skippedReaders: number;
 }
 
 /** THE feed invariant, the SQL function feed_audit (docs/feed.md, "The invariant"). */
 export const FEED_AUDIT_SQL = `SELECT * FROM feed_audit($1)`;
+
+const SKIPPED_READERS_SQL = "SELECT count(*)::int AS n FROM feed_reader WHERE skipped_since IS NOT NULL";
 
 export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit> {
   const { rows } = await pool.query<{
@@ -31,6 +35,7 @@ export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit
     lag: number;
   }>(FEED_AUDIT_SQL, [maxItems]);
   const r = rows[0]!;
+  const skipped = await pool.query<{ n: number }>(SKIPPED_READERS_SQL);
   return {
     readers: r.readers,
     extra: r.extra,
@@ -39,6 +44,7 @@ export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit
     belowHorizon: r.below_horizon,
     explainedByPending: r.explained_by_pending,
     lag: r.lag,
+    skippedReaders: skipped.rows[0]!.n,
   };
 }
 
@@ -47,5 +53,5 @@ export function feedAuditClean(a: FeedAudit): boolean {
 }
 
 export function formatFeedAudit(a: FeedAudit): string {
-  return `readers=${a.readers} extra=${a.extra} missing=${a.missing} over_cap=${a.overCap} below_horizon=${a.belowHorizon} pending=${a.explainedByPending} lag=${a.lag}`;
+  return `readers=${a.readers} extra=${a.extra} missing=${a.missing} over_cap=${a.overCap} below_horizon=${a.belowHorizon} pending=${a.explainedByPending} lag=${a.lag} skipped_readers=${a.skippedReaders}`;
 }

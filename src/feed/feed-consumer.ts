@@ -9,6 +9,7 @@ import { fetchPendingSql } from "../counters/watermark.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
+import { DEFAULT_FEED_ABSENT_MS, withoutAbsentReaders } from "./feed-absence.ts";
 import {
   APPLY_PLAN_SQL,
   CREATE_READERS_SQL,
@@ -68,7 +69,8 @@ export const planFromFacts: FeedPlanner = async (client, source, part, fresh, ma
  * lock the watermark row, body, advance the contiguous watermark). The body checks the batch
  * against the outbox, registers the new events in the seen table (the rest are dups and do
  * nothing), locks the events' authors, reads the plan from the facts as they are now, locks the
- * plan's readers in order, and applies it (remove, add above the horizon, trim to the cap). An
+ * plan's readers in order, and applies it (remove, add above the horizon except for absent
+ * readers, trim to the cap). An
  * event is never applied as it was written but as the facts are when it is applied, so a
  * redelivered, reordered or late event reconciles to the same inboxes (docs/feed.md). Hook
  * points: feed.consumer.afterLock {source, part, seqs, pid} once the authors are locked,
@@ -78,17 +80,19 @@ export class FeedConsumer {
   private readonly hooks: Hooks;
   private readonly plan: FeedPlanner;
   readonly maxItems: number;
+  /** LEDGER_FEED_ABSENT_MS: readers who have not read for this long get no rows (docs/feed.md, "Absent readers"). */
+  readonly absentMs: number;
   private readonly sql: { fetchPending: string; fetchRange: string; fetchSeqs: string; markSeen: string };
 
   constructor(
     private readonly pool: Pool,
     readonly source: FeedSource,
-    /** `plan` replaces planFromFacts: for negative controls only. */
-    options: { hooks?: Hooks; maxItems?: number; plan?: FeedPlanner } = {},
+    options: FeedConsumerOptions = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
     this.plan = options.plan ?? planFromFacts;
     this.maxItems = options.maxItems ?? DEFAULT_FEED_MAX_ITEMS;
+    this.absentMs = options.absentMs ?? DEFAULT_FEED_ABSENT_MS;
     const s = source;
     const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
     this.sql = {
@@ -147,7 +151,7 @@ export class FeedConsumer {
   private async applyPlan(client: PoolClient, part: number, fresh: readonly number[]): Promise<number> {
     const plan = await this.plan(client, this.source, part, fresh, this.maxItems);
     if (plan.length === 0) return 0;
-    return applyPlanRows(client, plan, this.maxItems);
+    return applyPlanRows(client, plan, this.maxItems, this.absentMs);
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark and above `after` (no locks: the seen table absorbs overlaps). */
@@ -199,13 +203,21 @@ export class FeedConsumer {
 }
 
 /**
- * Creates and locks the plan's readers (in order), applies the plan and trims the readers that
- * grew; returns the rows changed. The consumers and the rebuild write inboxes only through this.
+ * Creates and locks the plan's readers (in order), drops the 'add' rows of absent readers (read
+ * after the locks: withoutAbsentReaders), applies the rest and trims the readers that grew;
+ * returns the rows changed. The consumers write inboxes only through this.
  */
-export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[], maxItems: number): Promise<number> {
-  const readers = [...new Set(plan.map((r) => r.reader))];
+export async function applyPlanRows(
+  client: PoolClient,
+  fullPlan: readonly PlanRow[],
+  maxItems: number,
+  absentMs: number,
+): Promise<number> {
+  const readers = [...new Set(fullPlan.map((r) => r.reader))];
   await client.query(CREATE_READERS_SQL, [readers]);
   await client.query(LOCK_READERS_SQL, [readers]);
+  const plan = await withoutAbsentReaders(client, fullPlan, absentMs);
+  if (plan.length === 0) return 0;
   const { rows } = await client.query<{ removed: number; added: number; grown: string[] }>(APPLY_PLAN_SQL, [
     plan.map((r) => r.op),
     plan.map((r) => r.reader),
@@ -218,11 +230,19 @@ export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[]
   return removed + added + trimmed;
 }
 
+export interface FeedConsumerOptions {
+  hooks?: Hooks;
+  maxItems?: number;
+  absentMs?: number;
+  /** Replaces planFromFacts: for negative controls only. */
+  plan?: FeedPlanner;
+}
+
 /** The two consumers of the home timeline (posts, relations), polled and drained together. */
 export class FeedConsumers {
   readonly consumers: FeedConsumer[];
 
-  constructor(pool: Pool, options: { hooks?: Hooks; maxItems?: number; plan?: FeedPlanner } = {}) {
+  constructor(pool: Pool, options: FeedConsumerOptions = {}) {
     this.consumers = FEED_SOURCES.map((s) => new FeedConsumer(pool, s, options));
   }
 

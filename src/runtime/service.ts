@@ -62,6 +62,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const ledger = await openLedger(database.pool, {
     erasureBatchSize: config.erasureBatchSize,
     feedMaxItems: config.feedMaxItems,
+    feedAbsentMs: config.feedAbsentMs,
+    feedReturnRebuildMs: config.feedReturnRebuildMs,
     writeBatchMax: config.writeBatchMax,
     pacing: config.pacing,
     ...(options.hooks ? { hooks: options.hooks } : {}),

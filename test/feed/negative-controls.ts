@@ -39,3 +39,22 @@ export const planFromEventState: FeedPlanner = async (client, source, part, fres
   );
   return rows;
 };
+
+/**
+ * A plan that leaves out absent readers when it is read, before their feed_reader rows are
+ * locked (instead of deciding after the lock, as withoutAbsentReaders does): a returning
+ * reader's rebuild that is installing the inbox, not yet committed, is not seen, so a post
+ * committed after the rebuild's snapshot reaches neither the rebuild nor the fan-out.
+ */
+export const planSkippingAbsentBeforeLock =
+  (absentMs: number): FeedPlanner =>
+  async (client, source, part, fresh, maxItems) => {
+    const plan = await planFromFacts(client, source, part, fresh, maxItems);
+    const { rows } = await client.query<{ reader: string }>(
+      `SELECT reader FROM feed_reader WHERE reader = ANY ($1::text[])
+          AND (skipped_since IS NOT NULL OR last_read_at < now() - make_interval(secs => $2::bigint / 1000.0))`,
+      [[...new Set(plan.map((r) => r.reader))], absentMs],
+    );
+    const absent = new Set(rows.map((r) => r.reader));
+    return plan.filter((r) => r.op === "remove" || !absent.has(r.reader));
+  };

@@ -21,7 +21,10 @@ export async function openWorkerLedger(
     log: (level, message, fields = {}) => log[level]({ database: fields }, message),
   });
   try {
-    const ledger = await openLedger(database.pool, { feedMaxItems: config.feedMaxItems });
+    const ledger = await openLedger(database.pool, {
+      feedMaxItems: config.feedMaxItems,
+      feedAbsentMs: config.feedAbsentMs,
+    });
     const outside = opts.partitions?.filter((p) => p >= ledger.partitions) ?? [];
     if (outside.length > 0) {
       throw new UsageError(
