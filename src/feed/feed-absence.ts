@@ -1,4 +1,5 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
+import { DatabaseError } from "../db/errors.ts";
 import { backendPid } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { Hooks } from "../hooks.ts";
@@ -100,7 +101,7 @@ export class FeedAbsence {
       const rebuilt = await this.rebuild(reader);
       return { complete: true, rebuilt };
     } catch (err) {
-      if (OUT_OF_TIME.has((err as { code?: string }).code ?? ""))
+      if (err instanceof DatabaseError && OUT_OF_TIME.has(err.sqlState ?? ""))
         return { complete: false, retryAfterMs: this.rebuildMs };
       throw err;
     }

@@ -143,14 +143,17 @@ test("a post committed while a returning reader's inbox is installed is not lost
 
 test("a fan-out that skipped the reader and has not committed holds the reader's row: the read's install waits for it (pg_locks) and then includes the post; past LEDGER_FEED_RETURN_REBUILD_MS the read answers incomplete, commits nothing, and the next read installs", async (t) => {
   const hooks = new Hooks();
+  const fanOutGate = new Gate("feed.consumer.beforeCommit");
   const fx = await feedFixture(1, ["ann", "bob"], { hooks });
-  t.after(() => fx.close());
+  t.after(async () => {
+    fanOutGate.release(); // a failed assertion must not leave the fan-out parked while the pool closes
+    await fx.close();
+  });
   const { ledger } = fx;
   const pool = fx.db.pool;
   const { first, second } = await absentAnn(fx);
   const third = (await ledger.posts.createPost("bob", "FOLLOWERS", "fanned out while ann returns")).postId;
 
-  const fanOutGate = new Gate("feed.consumer.beforeCommit");
   hooks.on("feed.consumer.beforeCommit", fanOutGate.handler);
   const fanOut = ledger.feed.consumer("posts").drain();
   await fanOutGate.waitArrived();
