@@ -69,10 +69,10 @@ export const planFromFacts: FeedPlanner = async (client, source, part, fresh, ma
  * lock the watermark row, body, advance the contiguous watermark). The body checks the batch
  * against the outbox, registers the new events in the seen table (the rest are dups and do
  * nothing), locks the events' authors, reads the plan from the facts as they are now, locks the
- * plan's readers in order, and applies it (remove, add above the horizon except for absent
- * readers, trim to the cap). An
- * event is never applied as it was written but as the facts are when it is applied, so a
- * redelivered, reordered or late event reconciles to the same inboxes (docs/feed.md). Hook
+ * plan's readers in order, and applies it (remove, add above the horizon except to absent
+ * readers, trim to the cap). An event is never applied as it was written but as the facts are
+ * when it is applied, so a redelivered, reordered or late event reconciles to the same inboxes
+ * (docs/feed.md). Hook
  * points: feed.consumer.afterLock {source, part, seqs, pid} once the authors are locked,
  * feed.consumer.beforeCommit {source, part, seqs, pid}.
  */
