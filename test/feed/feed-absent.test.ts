@@ -179,3 +179,43 @@ test("a fan-out that skipped the reader and has not committed holds the reader's
   const audit = await auditFeed(pool, ledger.feed.maxItems);
   assert.deepEqual([audit.extra, audit.missing], [0, 0]);
 });
+
+test("crash safety: a batch that dies after skipping leaves neither the skip nor its mark; an install whose backend is killed before its commit leaves the reader skipped and the inbox as it was, and the next read installs it", async (t) => {
+  const hooks = new Hooks();
+  const installGate = new Gate("feed.return.beforeCommit");
+  const fx = await feedFixture(1, ["ann", "bob"], { hooks });
+  t.after(async () => {
+    installGate.release();
+    await fx.close();
+  });
+  const { ledger } = fx;
+  const pool = fx.db.pool;
+  await ledger.relations.follow("ann", "bob");
+  const first = (await ledger.posts.createPost("bob", "FOLLOWERS", "before the absence")).postId;
+  await drainFeed(ledger);
+  await makeAbsent(pool, "ann");
+  const second = (await ledger.posts.createPost("bob", "FOLLOWERS", "while ann is away")).postId;
+
+  const off = hooks.on("feed.consumer.beforeCommit", () => {
+    throw new Error("crash before commit");
+  });
+  await assert.rejects(ledger.feed.consumer("posts").pollOnce([0]), /crash before commit/);
+  off();
+  assert.equal((await readerState(pool, "ann")).skipped, false, "the mark rolled back with the batch");
+  await drainFeed(ledger);
+  assert.equal((await readerState(pool, "ann")).skipped, true);
+  assert.deepEqual(await inboxOf(pool, "ann"), [first]);
+
+  hooks.on("feed.return.beforeCommit", installGate.handler);
+  const returning = ledger.feedAbsence.returnReader("ann");
+  const parked = await installGate.waitArrived();
+  await pool.query("SELECT pg_terminate_backend($1)", [parked.pid]);
+  installGate.release();
+  await assert.rejects(returning);
+  hooks.on("feed.return.beforeCommit", () => undefined);
+  assert.equal((await readerState(pool, "ann")).skipped, true, "the killed install committed nothing");
+  assert.deepEqual(await inboxOf(pool, "ann"), [first]);
+
+  assert.deepEqual(await ledger.feedAbsence.returnReader("ann"), { complete: true, rebuilt: true });
+  assert.deepEqual((await inboxOf(pool, "ann")).sort(), [first, second].sort());
+});
