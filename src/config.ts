@@ -241,6 +241,20 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     advanced: true,
   },
   {
+    name: "LEDGER_FEED_ABSENT_MS",
+    shown: "604800000",
+    meaning:
+      "a reader who has not read the home timeline for this long (7 days) gets nothing from fan-out; the next read installs the inbox (docs/feed.md)",
+    advanced: true,
+  },
+  {
+    name: "LEDGER_FEED_RETURN_REBUILD_MS",
+    shown: "2000",
+    meaning:
+      "how long a returning absent reader's read may spend installing the inbox; past it the page answers 206 with complete: false and Retry-After",
+    advanced: true,
+  },
+  {
     name: "LEDGER_BACKGROUND_BATCH_MS",
     shown: "10",
     meaning:
@@ -492,6 +506,10 @@ export interface Config {
   feedMaxItems: number;
   /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time, not fanned out (docs/feed.md). */
   feedHotFollowers: number;
+  /** LEDGER_FEED_ABSENT_MS: fan-out skips a reader who has not read the home timeline for this long (docs/feed.md). */
+  feedAbsentMs: number;
+  /** LEDGER_FEED_RETURN_REBUILD_MS: the bound of a returning reader's inbox install (docs/feed.md). */
+  feedReturnRebuildMs: number;
   /** LEDGER_BACKGROUND_BATCH_MS / LEDGER_BACKGROUND_DUTY: the background jobs' pacing (src/workers/pacer.ts, docs/erasure.md). */
   pacing: PacingOptions;
   /** LEDGER_RETENTION_KEEP_EVENTS / LEDGER_RETENTION_KEEP_MS: the retention margin (docs/retention.md). */
@@ -895,6 +913,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       numericDefault("LEDGER_FEED_HOT_FOLLOWERS"),
       1,
       1_000_000_000,
+    ),
+    feedAbsentMs: integer(
+      "LEDGER_FEED_ABSENT_MS",
+      env.LEDGER_FEED_ABSENT_MS,
+      numericDefault("LEDGER_FEED_ABSENT_MS"),
+      60_000,
+      100 * 365 * 86_400_000,
+    ),
+    feedReturnRebuildMs: integer(
+      "LEDGER_FEED_RETURN_REBUILD_MS",
+      env.LEDGER_FEED_RETURN_REBUILD_MS,
+      numericDefault("LEDGER_FEED_RETURN_REBUILD_MS"),
+      10,
+      600_000,
     ),
     pacing: {
       budgetMs: integer(

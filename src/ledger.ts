@@ -17,6 +17,7 @@ import { NotificationFeed } from "./notifications/notification-consumer.ts";
 import { NotificationRebuild } from "./notifications/notification-rebuild.ts";
 import { FeedConsumers } from "./feed/feed-consumer.ts";
 import { FeedRebuild } from "./feed/feed-rebuild.ts";
+import { FeedAbsence } from "./feed/feed-absence.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "./workers/partition-worker.ts";
 import type { PacingOptions } from "./workers/pacer.ts";
 
@@ -38,6 +39,8 @@ export interface Ledger {
   notificationRebuild: NotificationRebuild;
   feed: FeedConsumers;
   feedRebuild: FeedRebuild;
+  /** The read side of absent readers: a returning reader's inbox is installed before its page. */
+  feedAbsence: FeedAbsence;
   erasure: ErasureService;
 }
 
@@ -52,6 +55,10 @@ export async function openLedger(
     feedMaxItems?: number;
     /** LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time. */
     feedHotFollowers?: number;
+    /** LEDGER_FEED_ABSENT_MS: fan-out skips readers who have not read for this long. */
+    feedAbsentMs?: number;
+    /** LEDGER_FEED_RETURN_REBUILD_MS: the bound of a returning reader's inbox install. */
+    feedReturnRebuildMs?: number;
   } = {},
 ): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
@@ -84,11 +91,18 @@ export async function openLedger(
       hooks,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
       ...(options.feedHotFollowers === undefined ? {} : { hotFollowers: options.feedHotFollowers }),
+      ...(options.feedAbsentMs === undefined ? {} : { absentMs: options.feedAbsentMs }),
     }),
     feedRebuild: new FeedRebuild(pool, {
       hooks,
       ...pacing,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+    }),
+    feedAbsence: new FeedAbsence(pool, {
+      hooks,
+      ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
+      ...(options.feedAbsentMs === undefined ? {} : { absentMs: options.feedAbsentMs }),
+      ...(options.feedReturnRebuildMs === undefined ? {} : { rebuildMs: options.feedReturnRebuildMs }),
     }),
     erasure: await ErasureService.open(pool, {
       hooks,

@@ -5,6 +5,7 @@ import { OutcomeCounter } from "./outcome-counter.ts";
 import { transactionStats } from "../db/transaction.ts";
 import { readNotificationWatermarks, type NotificationWatermark } from "../notifications/notification-audit.ts";
 import { refresherOf } from "../metrics-refresh.ts";
+import { readFeedFigures, type FeedFigures } from "../feed/feed-audit.ts";
 import { registerPoolMetrics } from "../db/pool-metrics.ts";
 import { registerProcessMetrics } from "../runtime/process-metrics.ts";
 import { DATABASE_REFUSAL_REASONS, databaseRefusals } from "./database-refusals.ts";
@@ -81,6 +82,8 @@ export class LedgerMetrics {
           this.set({ view: r.view, partition: String(r.part) }, r.appliedUpto);
         for (const r of figures()?.notificationWatermarks ?? [])
           this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.appliedUpto);
+        for (const r of figures()?.feed.watermarks ?? [])
+          this.set({ view: `feed_${r.source}`, partition: String(r.part) }, r.appliedUpto);
       },
     });
     new client.Gauge({
@@ -94,6 +97,9 @@ export class LedgerMetrics {
           this.set({ view: r.view, partition: String(r.part) }, r.last - r.appliedUpto);
         for (const r of figures()?.notificationWatermarks ?? [])
           this.set({ view: `notifications_${r.source}`, partition: String(r.part) }, r.lag);
+        // The home timeline's two consumers (docs/feed.md): view feed_posts, feed_relations.
+        for (const r of figures()?.feed.watermarks ?? [])
+          this.set({ view: `feed_${r.source}`, partition: String(r.part) }, r.lag);
       },
     });
     // Counters whose value is a total kept elsewhere (the database, this process's retry
@@ -125,6 +131,30 @@ export class LedgerMetrics {
       "Items whose count a rebuild found drifted (like_rebuild_run, by any process)",
       () => figures()?.rebuild.driftedItems,
     );
+    // The feed invariant's lies (feed_audit: extra or missing rows no pending event explains), summed
+    // over the periodic audits' runs (feed_audit_run): zero series from the start, so a rule sees the first.
+    new client.Counter({
+      name: "ledger_feed_drift_rows_total",
+      help: "Home timeline inbox rows the periodic audits found extra or missing (feed_audit_run, by any process)",
+      labelNames: ["kind"],
+      registers: [this.registry],
+      collect() {
+        const drift = figures()?.feed.drift;
+        if (!drift) return;
+        this.reset();
+        this.inc({ kind: "extra" }, drift.extra);
+        this.inc({ kind: "missing" }, drift.missing);
+      },
+    });
+    new client.Gauge({
+      name: "ledger_feed_skipped_readers",
+      help: "Readers fan-out skips as absent (LEDGER_FEED_ABSENT_MS): their next read installs their inbox",
+      registers: [this.registry],
+      collect() {
+        const current = figures();
+        if (current) this.set(current.feed.skippedReaders);
+      },
+    });
     // A negative count is an invariant violation: shown as it is (never clamped) and counted here.
     new client.Gauge({
       name: "ledger_negative_counts",
@@ -185,17 +215,19 @@ export interface DatabaseFigures {
   notificationWatermarks: NotificationWatermark[];
   rebuild: { runs: number; driftAbs: number; driftedItems: number };
   negativeCommentCounts: number;
+  feed: FeedFigures;
 }
 
 /** What /metrics shows of the database: watermarks and the rebuild totals, in two statements. */
 export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> {
-  const [watermarks, notificationWatermarks, rebuild, negative] = await Promise.all([
+  const [watermarks, notificationWatermarks, rebuild, negative, feed] = await Promise.all([
     readWatermarks(pool),
     readNotificationWatermarks(pool),
     pool.query<{ runs: number; drift_abs: number; drifted_items: number }>(
       "SELECT count(*)::bigint AS runs, coalesce(sum(total_abs_drift), 0)::bigint AS drift_abs, coalesce(sum(items_drifted), 0)::bigint AS drifted_items FROM like_rebuild_run",
     ),
     pool.query<{ n: number }>("SELECT count(*)::int AS n FROM comment_count WHERE n < 0"),
+    readFeedFigures(pool),
   ]);
   const r = rebuild.rows[0]!;
   return {
@@ -203,5 +235,6 @@ export async function readDatabaseFigures(pool: Pool): Promise<DatabaseFigures> 
     notificationWatermarks,
     rebuild: { runs: r.runs, driftAbs: r.drift_abs, driftedItems: r.drifted_items },
     negativeCommentCounts: negative.rows[0]!.n,
+    feed,
   };
 }

@@ -226,7 +226,7 @@ function headersOf(
   if (status !== 431) headers.push("X-Request-Id");
   const rateLimited = op.responses?.["429"] !== undefined;
   if (rateLimited && status !== 431) headers.push("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset");
-  if (status === 429 || status === 503) headers.push("Retry-After");
+  if (status === 429 || status === 503 || status === 206) headers.push("Retry-After");
   const routedRead = op.parameters?.some((p) => p.in === "query" && p.name === "freshness") === true;
   if (routedRead) headers.push("x-ledger-read-from");
   if (status >= 200 && status < 300) {

@@ -10,7 +10,7 @@ import {
   type RelationAudit,
 } from "../relations/relation-audit.ts";
 import { auditNotifications, type NotificationAudit } from "../notifications/notification-audit.ts";
-import { auditFeed, feedAuditClean, type FeedAudit } from "../feed/feed-audit.ts";
+import { auditFeed, feedAuditClean, recordFeedAudit, type FeedAudit } from "../feed/feed-audit.ts";
 import { DEFAULT_FEED_MAX_ITEMS } from "../feed/feed-consumer.ts";
 import { auditWebhooks, type WebhookAudit } from "../webhooks/webhook-audit.ts";
 import {
@@ -184,6 +184,8 @@ export async function incrementalAudit(
     report.relations.projectionDiff = report.relations.projectionCaughtUp ? await projectionDiff(pool) : null;
   }
   report.feed = await auditFeed(pool, options.feedMaxItems ?? DEFAULT_FEED_MAX_ITEMS);
+  // The periodic audit's feed figures are what ledger_feed_drift_rows_total counts (src/api/metrics.ts).
+  await recordFeedAudit(pool, report.feed);
   let clean = feedAuditClean(report.feed);
   for (const section of Object.keys(SECTIONS) as Section[]) {
     const ok = sectionClean(section, report);

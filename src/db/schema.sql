@@ -228,6 +228,18 @@ CREATE TABLE event_seq (
   CONSTRAINT event_seq_pkey PRIMARY KEY (part)
 );
 
+CREATE TABLE feed_audit_run (
+  run_id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  at timestamp with time zone DEFAULT now() NOT NULL,
+  extra integer NOT NULL,
+  missing integer NOT NULL,
+  skipped_readers integer NOT NULL,
+  CONSTRAINT feed_audit_run_extra_check CHECK ((extra >= 0)),
+  CONSTRAINT feed_audit_run_missing_check CHECK ((missing >= 0)),
+  CONSTRAINT feed_audit_run_pkey PRIMARY KEY (run_id),
+  CONSTRAINT feed_audit_run_skipped_readers_check CHECK ((skipped_readers >= 0))
+);
+
 CREATE TABLE feed_hot_author (
   author text NOT NULL,
   since timestamp with time zone DEFAULT now() NOT NULL,
@@ -263,9 +275,12 @@ CREATE TABLE feed_reader (
   reader text NOT NULL,
   horizon_at timestamp with time zone,
   horizon_id text,
+  last_read_at timestamp with time zone DEFAULT now() NOT NULL,
+  skipped_since timestamp with time zone,
   CONSTRAINT feed_reader_check CHECK (((horizon_at IS NULL) = (horizon_id IS NULL))),
   CONSTRAINT feed_reader_pkey PRIMARY KEY (reader)
 );
+CREATE INDEX feed_reader_skipped ON public.feed_reader USING btree (reader) WHERE (skipped_since IS NOT NULL);
 
 CREATE TABLE feed_relation_seen (
   part integer NOT NULL,
@@ -1334,6 +1349,8 @@ AS $function$
      WHERE t.reader IS NULL OR i.reader IS NULL),
   judged AS (
     SELECT d.extra,
+           EXISTS (SELECT 1 FROM feed_reader f WHERE f.reader = d.reader AND f.skipped_since IS NOT NULL)
+             AND (NOT d.extra OR EXISTS (SELECT 1 FROM above a WHERE a.reader = d.reader AND a.post_id = d.post_id)) AS skipped,
            EXISTS (SELECT 1 FROM post_outbox o JOIN feed_post_watermark w USING (part)
                     WHERE o.post_id = d.post_id AND o.seq > w.applied_upto
                       AND NOT EXISTS (SELECT 1 FROM feed_post_seen s WHERE s.part = o.part AND s.seq = o.seq))
@@ -1342,12 +1359,12 @@ AS $function$
                       AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)) AS pending
       FROM diff d)
   SELECT (SELECT count(DISTINCT reader) FROM (SELECT reader FROM feed_inbox UNION SELECT reader FROM truth) r)::int,
-         count(*) FILTER (WHERE extra AND NOT pending)::int,
-         count(*) FILTER (WHERE NOT extra AND NOT pending)::int,
+         count(*) FILTER (WHERE extra AND NOT pending AND NOT skipped)::int,
+         count(*) FILTER (WHERE NOT extra AND NOT pending AND NOT skipped)::int,
          (SELECT count(*) FROM (SELECT 1 FROM feed_inbox GROUP BY reader HAVING count(*) > p_max) o)::int,
          (SELECT count(*) FROM feed_inbox i JOIN feed_reader h ON h.reader = i.reader
            WHERE (i.at, i.post_id) <= (h.horizon_at, h.horizon_id))::int,
-         count(*) FILTER (WHERE pending)::int,
+         count(*) FILTER (WHERE pending AND NOT skipped)::int,
          ((SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN feed_post_watermark w USING (part))
         + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN feed_relation_watermark w USING (part)))::int
     FROM judged
@@ -1439,6 +1456,40 @@ AS $function$
    WHERE t.reader = p_reader AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
    ORDER BY t.at DESC, t.post_id DESC
    LIMIT p_max
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_return_reader(p_reader text, p_max integer)
+ RETURNS TABLE(rebuilt boolean, added integer, removed integer)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_skipped boolean;
+BEGIN
+  SELECT f.skipped_since IS NOT NULL INTO v_skipped FROM feed_reader f WHERE f.reader = p_reader;
+  IF v_skipped THEN
+    SELECT i.added, i.removed INTO added, removed FROM feed_install_reader(p_reader, p_max) i;
+  ELSE
+    added := 0;
+    removed := 0;
+  END IF;
+  UPDATE feed_reader f SET last_read_at = now(), skipped_since = NULL WHERE f.reader = p_reader;
+  rebuilt := coalesce(v_skipped, false);
+  RETURN NEXT;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_skip_absent(p_readers text[], p_absent_ms bigint)
+ RETURNS TABLE(reader text)
+ LANGUAGE sql
+AS $function$
+  WITH marked AS (
+    UPDATE feed_reader f SET skipped_since = now()
+     WHERE f.reader = ANY (p_readers) AND f.skipped_since IS NULL
+       AND f.last_read_at < now() - make_interval(secs => p_absent_ms / 1000.0)
+    RETURNING f.reader)
+  SELECT m.reader FROM marked m
+  UNION ALL
+  SELECT f.reader FROM feed_reader f WHERE f.reader = ANY (p_readers) AND f.skipped_since IS NOT NULL
 $function$;
 
 CREATE OR REPLACE FUNCTION public.item_state(p_reader text, p_item text, p_mode text)

@@ -15,10 +15,14 @@ export interface FeedAudit {
   explainedByPending: number;
   /** Post and relation events above the feed's watermarks, all partitions. */
   lag: number;
+  /** Readers fan-out skipped as absent (docs/feed.md, "Absent readers"): their inboxes may lack rows, none is counted missing. */
+  skippedReaders: number;
 }
 
 /** THE feed invariant, the SQL function feed_audit (docs/feed.md, "The invariant"). */
 export const FEED_AUDIT_SQL = `SELECT * FROM feed_audit($1)`;
+
+const SKIPPED_READERS_SQL = "SELECT count(*)::int AS n FROM feed_reader WHERE skipped_since IS NOT NULL";
 
 export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit> {
   const { rows } = await pool.query<{
@@ -31,6 +35,7 @@ export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit
     lag: number;
   }>(FEED_AUDIT_SQL, [maxItems]);
   const r = rows[0]!;
+  const skipped = await pool.query<{ n: number }>(SKIPPED_READERS_SQL);
   return {
     readers: r.readers,
     extra: r.extra,
@@ -39,6 +44,7 @@ export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit
     belowHorizon: r.below_horizon,
     explainedByPending: r.explained_by_pending,
     lag: r.lag,
+    skippedReaders: skipped.rows[0]!.n,
   };
 }
 
@@ -47,5 +53,59 @@ export function feedAuditClean(a: FeedAudit): boolean {
 }
 
 export function formatFeedAudit(a: FeedAudit): string {
-  return `readers=${a.readers} extra=${a.extra} missing=${a.missing} over_cap=${a.overCap} below_horizon=${a.belowHorizon} pending=${a.explainedByPending} lag=${a.lag}`;
+  return `readers=${a.readers} extra=${a.extra} missing=${a.missing} over_cap=${a.overCap} below_horizon=${a.belowHorizon} pending=${a.explainedByPending} lag=${a.lag} skipped_readers=${a.skippedReaders}`;
+}
+
+/** Records a periodic audit's feed figures (feed_audit_run): ledger_feed_drift_rows_total adds them up, by any process. */
+export async function recordFeedAudit(pool: Pool, a: FeedAudit): Promise<void> {
+  await pool.query("INSERT INTO feed_audit_run (extra, missing, skipped_readers) VALUES ($1, $2, $3)", [
+    a.extra,
+    a.missing,
+    a.skippedReaders,
+  ]);
+}
+
+/** One source outbox of the feed in one partition: its sequence, the feed's watermark, the events above it. */
+export interface FeedWatermark {
+  source: "posts" | "relations";
+  part: number;
+  last: number;
+  appliedUpto: number;
+  lag: number;
+}
+
+/** What /metrics shows of the feed: its two consumers' watermarks and lag per partition, and the drift its audits found. */
+export interface FeedFigures {
+  watermarks: FeedWatermark[];
+  /** Sums over feed_audit_run: rows the periodic audits found extra or missing (lies, not lag). */
+  drift: { runs: number; extra: number; missing: number };
+  /** Readers fan-out skips now as absent. */
+  skippedReaders: number;
+}
+
+export async function readFeedFigures(pool: Pool): Promise<FeedFigures> {
+  const [watermarks, drift, skipped] = await Promise.all([
+    pool.query<{ source: FeedWatermark["source"]; part: number; last: number; applied_upto: number }>(
+      `SELECT 'posts' AS source, s.part, s.last, w.applied_upto FROM post_seq s JOIN feed_post_watermark w USING (part)
+       UNION ALL
+       SELECT 'relations', s.part, s.last, w.applied_upto FROM event_seq s JOIN feed_relation_watermark w USING (part)
+       ORDER BY 1, 2`,
+    ),
+    pool.query<{ runs: number; extra: number; missing: number }>(
+      "SELECT count(*)::int AS runs, coalesce(sum(extra), 0)::bigint AS extra, coalesce(sum(missing), 0)::bigint AS missing FROM feed_audit_run",
+    ),
+    pool.query<{ n: number }>(SKIPPED_READERS_SQL),
+  ]);
+  const d = drift.rows[0]!;
+  return {
+    watermarks: watermarks.rows.map((r) => ({
+      source: r.source,
+      part: r.part,
+      last: Number(r.last),
+      appliedUpto: Number(r.applied_upto),
+      lag: Number(r.last) - Number(r.applied_upto),
+    })),
+    drift: { runs: d.runs, extra: Number(d.extra), missing: Number(d.missing) },
+    skippedReaders: skipped.rows[0]!.n,
+  };
 }

@@ -9,6 +9,7 @@ import { fetchPendingSql } from "../counters/watermark.ts";
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { InvalidInputError } from "../errors.ts";
 import { Hooks } from "../hooks.ts";
+import { DEFAULT_FEED_ABSENT_MS, withoutAbsentReaders } from "./feed-absence.ts";
 import {
   APPLY_PLAN_SQL,
   CREATE_READERS_SQL,
@@ -77,10 +78,11 @@ export interface FeedConsumerOptions {
  * Applies one outbox's events to the inboxes, in the frame every view runs in (inPartitionBatch:
  * lock the watermark row, body, advance the contiguous watermark). The body checks the batch
  * against the outbox, registers the new events in the seen table (the rest are dups and do
- * nothing), locks the events' authors, judges the post events' authors hot or not (feed-hot.ts), reads the plan from the facts as they are now, locks the
- * plan's readers in order, and applies it (remove, add above the horizon, trim to the cap). An
- * event is never applied as it was written but as the facts are when it is applied, so a
- * redelivered, reordered or late event reconciles to the same inboxes (docs/feed.md). Hook
+ * nothing), locks the events' authors, judges the post events' authors hot or not (feed-hot.ts),
+ * reads the plan from the facts as they are now, locks the plan's readers in order, and applies it
+ * (remove, add above the horizon except to absent readers, trim to the cap). An event is never
+ * applied as it was written but as the facts are when it is applied, so a redelivered, reordered
+ * or late event reconciles to the same inboxes (docs/feed.md). Hook
  * points: feed.consumer.afterLock {source, part, seqs, pid} once the authors are locked,
  * feed.consumer.beforeCommit {source, part, seqs, pid}.
  */
@@ -90,6 +92,8 @@ export class FeedConsumer {
   readonly maxItems: number;
   /** LEDGER_FEED_HOT_FOLLOWERS: judged by the post consumer only. */
   readonly hotFollowers: number;
+  /** LEDGER_FEED_ABSENT_MS: readers who have not read for this long get no rows (docs/feed.md, "Absent readers"). */
+  readonly absentMs: number;
   private readonly sql: { fetchPending: string; fetchRange: string; fetchSeqs: string; markSeen: string };
 
   constructor(
@@ -101,6 +105,7 @@ export class FeedConsumer {
     this.plan = options.plan ?? planFromFacts;
     this.maxItems = options.maxItems ?? DEFAULT_FEED_MAX_ITEMS;
     this.hotFollowers = options.hotFollowers ?? DEFAULT_FEED_HOT_FOLLOWERS;
+    this.absentMs = options.absentMs ?? DEFAULT_FEED_ABSENT_MS;
     const s = source;
     const columns = `o.part, o.seq, ${s.fingerprintSql} AS fingerprint`;
     this.sql = {
@@ -174,7 +179,7 @@ export class FeedConsumer {
   ): Promise<number> {
     const plan = [...transition, ...(await this.plan(client, this.source, part, fresh, this.maxItems))];
     if (plan.length === 0) return 0;
-    return applyPlanRows(client, plan, this.maxItems);
+    return applyPlanRows(client, plan, this.maxItems, this.absentMs);
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark and above `after` (no locks: the seen table absorbs overlaps). */
@@ -226,13 +231,21 @@ export class FeedConsumer {
 }
 
 /**
- * Creates and locks the plan's readers (in order), applies the plan and trims the readers that
- * grew; returns the rows changed. The consumers and the rebuild write inboxes only through this.
+ * Creates and locks the plan's readers (in order), drops the 'add' rows of absent readers (read
+ * after the locks: withoutAbsentReaders), applies the rest and trims the readers that grew;
+ * returns the rows changed. The consumers write inboxes only through this.
  */
-export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[], maxItems: number): Promise<number> {
-  const readers = [...new Set(plan.map((r) => r.reader))];
+export async function applyPlanRows(
+  client: PoolClient,
+  fullPlan: readonly PlanRow[],
+  maxItems: number,
+  absentMs: number,
+): Promise<number> {
+  const readers = [...new Set(fullPlan.map((r) => r.reader))];
   await client.query(CREATE_READERS_SQL, [readers]);
   await client.query(LOCK_READERS_SQL, [readers]);
+  const plan = await withoutAbsentReaders(client, fullPlan, absentMs);
+  if (plan.length === 0) return 0;
   const { rows } = await client.query<{ removed: number; added: number; grown: string[] }>(APPLY_PLAN_SQL, [
     plan.map((r) => r.op),
     plan.map((r) => r.reader),
@@ -243,6 +256,14 @@ export async function applyPlanRows(client: PoolClient, plan: readonly PlanRow[]
   const trimmed =
     grown.length === 0 ? 0 : (await client.query<{ trimmed: number }>(TRIM_SQL, [grown, maxItems])).rows[0]!.trimmed;
   return removed + added + trimmed;
+}
+
+export interface FeedConsumerOptions {
+  hooks?: Hooks;
+  maxItems?: number;
+  absentMs?: number;
+  /** Replaces planFromFacts: for negative controls only. */
+  plan?: FeedPlanner;
 }
 
 /** The two consumers of the home timeline (posts, relations), polled and drained together. */

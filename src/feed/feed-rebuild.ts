@@ -17,6 +17,8 @@ export interface FeedRebuildReport {
   changed: { reader: string; added: number; removed: number }[];
 }
 
+const CLEAR_SKIPPED_SQL = "UPDATE feed_reader SET skipped_since = NULL WHERE reader = $1 AND skipped_since IS NOT NULL";
+
 /** Every account that has, or should have, an inbox. */
 const ALL_READERS_SQL = `
   SELECT reader FROM feed_reader
@@ -77,6 +79,8 @@ export class FeedRebuild {
         "SELECT added, removed FROM feed_install_reader($1, $2)",
         [reader, this.maxItems],
       );
+      // The inbox is the truth now: complete, whether or not fan-out had skipped its reader.
+      await client.query(CLEAR_SKIPPED_SQL, [reader]);
       await this.hooks.at("feed.rebuild.beforeCommit", { reader, pid: backendPid(client) });
       return rows[0]!;
     });

@@ -63,6 +63,8 @@ export async function startService(config: Config, options: ServiceOptions = {})
     erasureBatchSize: config.erasureBatchSize,
     feedMaxItems: config.feedMaxItems,
     feedHotFollowers: config.feedHotFollowers,
+    feedAbsentMs: config.feedAbsentMs,
+    feedReturnRebuildMs: config.feedReturnRebuildMs,
     writeBatchMax: config.writeBatchMax,
     pacing: config.pacing,
     ...(options.hooks ? { hooks: options.hooks } : {}),

@@ -76,6 +76,8 @@ export async function startApi(
     poolSize?: number;
     redisUrl?: string;
     erasureBatchSize?: number;
+    /** LEDGER_FEED_RETURN_REBUILD_MS of the ledger. */
+    feedReturnRebuildMs?: number;
     app?: Partial<BuildOptions>;
   } = {},
 ): Promise<ApiHarness> {
@@ -84,10 +86,10 @@ export async function startApi(
   let app: FastifyInstance | undefined;
   let counts: CountLayer | undefined;
   try {
-    const ledger = await openLedger(
-      db.pool,
-      options.erasureBatchSize === undefined ? {} : { erasureBatchSize: options.erasureBatchSize },
-    );
+    const ledger = await openLedger(db.pool, {
+      ...(options.erasureBatchSize === undefined ? {} : { erasureBatchSize: options.erasureBatchSize }),
+      ...(options.feedReturnRebuildMs === undefined ? {} : { feedReturnRebuildMs: options.feedReturnRebuildMs }),
+    });
     const metrics = new LedgerMetrics(db.pool);
     counts = await openCountLayer(db.pool, { redisUrl: options.redisUrl, registry: metrics.registry, localTtlMs: 0 });
     const layer = counts;

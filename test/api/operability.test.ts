@@ -113,7 +113,10 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
   const h = await startApi();
   t.after(() => h.close());
   interface Operation {
-    responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
+    responses?: Record<
+      string,
+      { content?: Record<string, { schema?: { $ref?: string } }>; headers?: Record<string, unknown> }
+    >;
     security?: unknown[];
   }
   interface Doc {
@@ -205,6 +208,11 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
     if (path.startsWith("/v1/") && !op.security) problems.push(`${method.toUpperCase()} ${path}: no security`);
   }
   assert.deepEqual(problems, []);
+  // The home timeline's second success: 206 while an absent reader's inbox is installed, the same page schema with Retry-After.
+  const home = doc.paths["/v1/timelines/home"]!.get!.responses ?? {};
+  assert.ok(home["206"]?.content?.["application/json"]?.schema, "GET /v1/timelines/home documents its 206");
+  assert.deepEqual(home["206"]?.content, home["200"]?.content, "the 206 page has the 200 page's schema");
+  assert.ok(Object.keys(home["206"]?.headers ?? {}).includes("Retry-After"), "the 206 carries Retry-After");
   const listed = Object.entries(doc.paths)
     .flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`))
     .filter((r) => r.includes("/v1/"));

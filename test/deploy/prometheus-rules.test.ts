@@ -57,6 +57,18 @@ test("negative controls: rules that alert on any lag, sum the figures every proc
       fails: /expr: "ledger_kind:count_drift_abs:increase1h"/,
     },
     {
+      what: "feed drift summed over processes instead of max",
+      from: "expr: max by (kind) (increase(ledger_feed_drift_rows_total[1h]))",
+      to: "expr: sum by (kind) (increase(ledger_feed_drift_rows_total[1h]))",
+      fails: /expr: "ledger_feed:drift_rows:increase1h/,
+    },
+    {
+      what: "a feed drift alert that fires on the zero series",
+      from: "expr: max by (kind) (increase(ledger_feed_drift_rows_total[15m])) > 0",
+      to: "expr: max by (kind) (increase(ledger_feed_drift_rows_total[15m])) >= 0",
+      fails: /alertname: LedgerFeedDriftFound/,
+    },
+    {
       what: "a consumer alarm at the first failed pass",
       from: "(increase(ledger_consumer_failures_total[5m])) >= 5",
       to: "(increase(ledger_consumer_failures_total[5m])) > 0",

@@ -77,3 +77,22 @@ export async function truthWithHotAuthors(pool: Pool): Promise<void> {
     UNION ALL
     SELECT p.author, p.post_id, p.author, p.created_at FROM post p WHERE p.deleted_at IS NULL`);
 }
+
+/**
+ * A plan that leaves out absent readers when it is read, before their feed_reader rows are
+ * locked (instead of deciding after the lock, as withoutAbsentReaders does): a returning
+ * reader's rebuild that is installing the inbox, not yet committed, is not seen, so a post
+ * committed after the rebuild's snapshot reaches neither the rebuild nor the fan-out.
+ */
+export const planSkippingAbsentBeforeLock =
+  (absentMs: number): FeedPlanner =>
+  async (client, source, part, fresh, maxItems) => {
+    const plan = await planFromFacts(client, source, part, fresh, maxItems);
+    const { rows } = await client.query<{ reader: string }>(
+      `SELECT reader FROM feed_reader WHERE reader = ANY ($1::text[])
+          AND (skipped_since IS NOT NULL OR last_read_at < now() - make_interval(secs => $2::bigint / 1000.0))`,
+      [[...new Set(plan.map((r) => r.reader))], absentMs],
+    );
+    const absent = new Set(rows.map((r) => r.reader));
+    return plan.filter((r) => r.op === "remove" || !absent.has(r.reader));
+  };

@@ -1120,6 +1120,8 @@ export type components = {
         };
         /** HomeTimelinePage */
         HomeTimelinePage: {
+            /** @description false (status 206, with Retry-After) while the inbox of a reader returning after LEDGER_FEED_ABSENT_MS is still being installed: the entries are what the inbox holds so far, fewer than the truth may give; true (status 200) otherwise */
+            complete: boolean;
             entries: components["schemas"]["TimelineEntry"][];
             /** @description post and relation events committed but not yet applied to the caller's inbox that could change this page (0: the page is as fresh as the facts) */
             lag: number;
@@ -6510,6 +6512,15 @@ export interface operations {
         responses: {
             /** @description My home timeline: the posts of the accounts I follow and my own, newest first, each checked at read time as GET /v1/posts/{id} checks it (cursor in the body and in Link rel=next) */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HomeTimelinePage"];
+                };
+            };
+            /** @description My home timeline: the posts of the accounts I follow and my own, newest first, each checked at read time as GET /v1/posts/{id} checks it (cursor in the body and in Link rel=next) */
+            206: {
                 headers: {
                     [name: string]: unknown;
                 };

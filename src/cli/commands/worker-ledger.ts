@@ -24,6 +24,7 @@ export async function openWorkerLedger(
     const ledger = await openLedger(database.pool, {
       feedMaxItems: config.feedMaxItems,
       feedHotFollowers: config.feedHotFollowers,
+      feedAbsentMs: config.feedAbsentMs,
     });
     const outside = opts.partitions?.filter((p) => p >= ledger.partitions) ?? [];
     if (outside.length > 0) {
