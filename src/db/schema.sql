@@ -21,6 +21,7 @@ CREATE TABLE account (
 );
 CREATE INDEX account_erased ON public.account USING btree (account_id) WHERE (erased_state IS NOT NULL);
 CREATE TRIGGER account_erasure_guard BEFORE UPDATE ON account FOR EACH ROW EXECUTE FUNCTION erasure_guard_account();
+CREATE TRIGGER account_outbox_written AFTER INSERT OR UPDATE ON account FOR EACH ROW EXECUTE FUNCTION account_write_event();
 
 CREATE TABLE account_erasure (
   account_id text NOT NULL,
@@ -42,6 +43,31 @@ CREATE TABLE account_erasure (
   CONSTRAINT account_erasure_total_check CHECK ((total >= 0))
 );
 CREATE INDEX account_erasure_running ON public.account_erasure USING btree (account_id) WHERE (finished_at IS NULL);
+
+CREATE TABLE account_outbox (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  account_id text NOT NULL,
+  kind text NOT NULL,
+  private boolean,
+  hide_collections boolean,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT account_outbox_check CHECK (((kind = 'erased'::text) = ((private IS NULL) AND (hide_collections IS NULL)))),
+  CONSTRAINT account_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'erased'::text]))),
+  CONSTRAINT account_outbox_part_fkey FOREIGN KEY (part) REFERENCES account_seq(part),
+  CONSTRAINT account_outbox_pkey PRIMARY KEY (part, seq),
+  CONSTRAINT account_outbox_seq_check CHECK ((seq > 0))
+);
+CREATE INDEX account_outbox_by_account ON public.account_outbox USING btree (account_id);
+
+CREATE TABLE account_seq (
+  part integer NOT NULL,
+  last bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT account_seq_last_check CHECK ((last >= 0)),
+  CONSTRAINT account_seq_part_check CHECK ((part >= 0)),
+  CONSTRAINT account_seq_pkey PRIMARY KEY (part)
+);
 
 CREATE TABLE audit_cursor (
   section text NOT NULL,
@@ -525,6 +551,7 @@ CREATE TABLE post_outbox (
   kind text NOT NULL,
   version bigint NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT post_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'deleted'::text]))),
   CONSTRAINT post_outbox_part_fkey FOREIGN KEY (part) REFERENCES post_seq(part),
   CONSTRAINT post_outbox_pkey PRIMARY KEY (part, seq),
@@ -707,7 +734,7 @@ CREATE TABLE webhook_cursor (
   CONSTRAINT webhook_cursor_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(endpoint_id) ON DELETE CASCADE,
   CONSTRAINT webhook_cursor_part_check CHECK ((part >= 0)),
   CONSTRAINT webhook_cursor_pkey PRIMARY KEY (endpoint_id, source, part),
-  CONSTRAINT webhook_cursor_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text])))
+  CONSTRAINT webhook_cursor_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text, 'posts'::text, 'accounts'::text])))
 );
 CREATE INDEX webhook_cursor_due ON public.webhook_cursor USING btree (next_attempt_at);
 
@@ -741,7 +768,7 @@ CREATE TABLE webhook_lost_delivery (
   CONSTRAINT webhook_lost_delivery_part_check CHECK ((part >= 0)),
   CONSTRAINT webhook_lost_delivery_pkey PRIMARY KEY (endpoint_id, webhook_id),
   CONSTRAINT webhook_lost_delivery_seq_check CHECK ((seq > 0)),
-  CONSTRAINT webhook_lost_delivery_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text])))
+  CONSTRAINT webhook_lost_delivery_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text, 'posts'::text, 'accounts'::text])))
 );
 
 -- Views
@@ -837,6 +864,40 @@ UNION ALL
   WHERE p.author <> c.author;
 
 -- Functions and procedures
+
+CREATE OR REPLACE FUNCTION public.account_write_event()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_kind text;
+  v_part integer;
+  v_seq  bigint;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.erased_state IS NOT NULL THEN
+      RETURN NULL;
+    END IF;
+    v_kind := 'created';
+  ELSIF NEW.erased_state = 'ERASED' AND OLD.erased_state IS DISTINCT FROM 'ERASED' THEN
+    v_kind := 'erased';
+  ELSIF NEW.erased_state IS NULL
+        AND (NEW.private IS DISTINCT FROM OLD.private OR NEW.hide_collections IS DISTINCT FROM OLD.hide_collections) THEN
+    v_kind := 'updated';
+  ELSE
+    RETURN NULL;
+  END IF;
+  SELECT ledger_partition(NEW.account_id, c.partitions) INTO v_part FROM ledger_config c;
+  INSERT INTO account_seq AS s (part, last) VALUES (v_part, 1)
+    ON CONFLICT (part) DO UPDATE SET last = s.last + 1
+    RETURNING s.last INTO v_seq;
+  INSERT INTO account_outbox (part, seq, account_id, kind, private, hide_collections)
+    VALUES (v_part, v_seq, NEW.account_id, v_kind,
+            CASE WHEN v_kind <> 'erased' THEN NEW.private END,
+            CASE WHEN v_kind <> 'erased' THEN NEW.hide_collections END);
+  RETURN NULL;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION public.author_posts_page(p_reader text, p_authors text[], p_before_at timestamp with time zone, p_before_id text, p_limit integer)
  RETURNS TABLE(post_id text, author text, visibility text, body text, acl_token bigint, created_at timestamp with time zone)
