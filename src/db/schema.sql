@@ -53,7 +53,8 @@ CREATE TABLE account_outbox (
   hide_collections boolean,
   timeline integer DEFAULT ledger_timeline() NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
-  CONSTRAINT account_outbox_check CHECK (((kind = 'erased'::text) = ((private IS NULL) AND (hide_collections IS NULL)))),
+  CONSTRAINT account_outbox_check CHECK (((private IS NULL) = (hide_collections IS NULL))),
+  CONSTRAINT account_outbox_check1 CHECK (((kind <> 'erased'::text) OR (private IS NULL))),
   CONSTRAINT account_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'erased'::text]))),
   CONSTRAINT account_outbox_part_fkey FOREIGN KEY (part) REFERENCES account_seq(part),
   CONSTRAINT account_outbox_pkey PRIMARY KEY (part, seq),
@@ -891,6 +892,10 @@ BEGIN
   INSERT INTO account_seq AS s (part, last) VALUES (v_part, 1)
     ON CONFLICT (part) DO UPDATE SET last = s.last + 1
     RETURNING s.last INTO v_seq;
+  IF v_kind = 'erased' THEN
+    UPDATE account_outbox o SET private = NULL, hide_collections = NULL
+     WHERE o.account_id = NEW.account_id AND o.private IS NOT NULL;
+  END IF;
   INSERT INTO account_outbox (part, seq, account_id, kind, private, hide_collections)
     VALUES (v_part, v_seq, NEW.account_id, v_kind,
             CASE WHEN v_kind <> 'erased' THEN NEW.private END,

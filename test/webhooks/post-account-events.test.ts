@@ -130,8 +130,8 @@ test("an erasure is one account.erased, written in the erasure's finishing trans
 
   await erasure.start("erin", "admin");
   await erasure.run("erin", {});
-  const { rows } = await lab.db.pool.query<{ kind: string; same_tx: boolean }>(
-    `SELECT o.kind, o.xmin::text = a.xmin::text AS same_tx
+  const { rows } = await lab.db.pool.query<{ kind: string; same_tx: boolean; private: boolean | null }>(
+    `SELECT o.kind, o.xmin::text = a.xmin::text AS same_tx, o.private
        FROM account_outbox o JOIN account a USING (account_id) WHERE o.account_id = 'erin' ORDER BY o.seq`,
   );
   assert.deepEqual(
@@ -140,6 +140,7 @@ test("an erasure is one account.erased, written in the erasure's finishing trans
     "one account.erased; the reset of its settings is no account.updated",
   );
   assert.equal(rows[1]!.same_tx, true, "account.erased committed with the account's ERASED state");
+  assert.equal(rows[0]!.private, null, "the settings its account.created recorded are emptied");
   // The erasure's post tombstones wrote post.deleted events (the feed needs them) ...
   const deleted = await lab.db.pool.query("SELECT 1 FROM post_outbox WHERE author = 'erin' AND kind = 'deleted'");
   assert.equal(deleted.rowCount, 3);

@@ -14,8 +14,9 @@ CREATE TABLE account_seq (
 );
 
 -- One row per account event. The settings are the row's after the write, kept here so that every
--- attempt and replay of the event carries the same body (the account row changes later, and an
--- erasure resets it). An 'erased' event carries no settings.
+-- attempt and replay of the event carries the same body (the account row changes later). An
+-- 'erased' event carries none, and the erasure empties them in the account's earlier events: no
+-- setting of an erased account remains (docs/erasure.md).
 CREATE TABLE account_outbox (
   part             integer NOT NULL REFERENCES account_seq (part),
   seq              bigint  NOT NULL CHECK (seq > 0),
@@ -26,7 +27,8 @@ CREATE TABLE account_outbox (
   timeline         integer NOT NULL DEFAULT ledger_timeline(),
   created_at       timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (part, seq),
-  CHECK ((kind = 'erased') = (private IS NULL AND hide_collections IS NULL))
+  CHECK ((private IS NULL) = (hide_collections IS NULL)),
+  CHECK (kind <> 'erased' OR private IS NULL)
 );
 CREATE INDEX account_outbox_by_account ON account_outbox (account_id);
 
@@ -34,7 +36,8 @@ CREATE INDEX account_outbox_by_account ON account_outbox (account_id);
 -- routes, the import, the erasure's finish) gets its event from this trigger:
 --   * a new account that is not a tombstone: 'created' (an imported tombstone is no erasure: nothing);
 --   * the finish of an erasure (erased_state becomes ERASED): 'erased', one per erasure, in the
---     transaction of the erasure's last batch; the reset of the settings in the same UPDATE is part of it;
+--     transaction of the erasure's last batch; the reset of the settings in the same UPDATE is part
+--     of it, and the settings the account's earlier events recorded are emptied;
 --   * any other change of private or hide_collections: 'updated'. A write that leaves both as they
 --     were (an upsert of the same value, erasure_start's ERASING) writes nothing.
 -- Lock order: the account row, then its account_seq row. An erasure's last batch takes the block
@@ -62,6 +65,10 @@ BEGIN
   INSERT INTO account_seq AS s (part, last) VALUES (v_part, 1)
     ON CONFLICT (part) DO UPDATE SET last = s.last + 1
     RETURNING s.last INTO v_seq;
+  IF v_kind = 'erased' THEN
+    UPDATE account_outbox o SET private = NULL, hide_collections = NULL
+     WHERE o.account_id = NEW.account_id AND o.private IS NOT NULL;
+  END IF;
   INSERT INTO account_outbox (part, seq, account_id, kind, private, hide_collections)
     VALUES (v_part, v_seq, NEW.account_id, v_kind,
             CASE WHEN v_kind <> 'erased' THEN NEW.private END,
