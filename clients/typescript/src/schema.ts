@@ -1449,7 +1449,7 @@ export type components = {
             nextAttemptAt: string;
             partition: number;
             /** @enum {string} */
-            source: "likes" | "relations" | "comments" | "blocks";
+            source: "likes" | "relations" | "comments" | "blocks" | "posts" | "accounts";
         };
         /** WebhookDeleted */
         WebhookDeleted: {
@@ -1485,7 +1485,7 @@ export type components = {
         /** WebhookEndpointChange */
         WebhookEndpointChange: {
             /** @description event types to deliver, or ["*"] for every type */
-            events?: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted")[];
+            events?: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted" | "post.created" | "post.deleted" | "account.created" | "account.updated" | "account.erased")[];
             /** @description http(s) URL; by default it must resolve to public addresses only (LEDGER_WEBHOOK_ALLOW_PRIVATE) */
             url?: string;
         };
@@ -1514,7 +1514,7 @@ export type components = {
         /** WebhookEndpointDraft */
         WebhookEndpointDraft: {
             /** @description event types to deliver, or ["*"] for every type */
-            events: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted")[];
+            events: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted" | "post.created" | "post.deleted" | "account.created" | "account.updated" | "account.erased")[];
             /** @description http(s) URL; by default it must resolve to public addresses only (LEDGER_WEBHOOK_ALLOW_PRIVATE) */
             url: string;
         };
@@ -1553,7 +1553,7 @@ export type components = {
             fromSeq: number;
             partition: number;
             /** @enum {string} */
-            source: "likes" | "relations" | "comments" | "blocks";
+            source: "likes" | "relations" | "comments" | "blocks" | "posts" | "accounts";
         };
         /** WebhookSecretRotation */
         WebhookSecretRotation: {
