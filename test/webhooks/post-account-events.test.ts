@@ -36,6 +36,9 @@ test("post.created and post.deleted carry id, author, visibility and times for e
       ["post.deleted", made[2]!.postId, "SELF"],
     ],
   );
+  // The control: the text is there to be leaked (the two live posts hold it).
+  const bodies = await lab.db.pool.query("SELECT 1 FROM post WHERE body LIKE $1", [`${SECRET_TEXT}%`]);
+  assert.equal(bodies.rowCount, 2);
   for (const d of got) {
     assert.ok(!d.body.includes(SECRET_TEXT), `${d.id} carries no post text`);
     assert.match(d.id, /^evt_posts_\d+_\d+$/);
