@@ -33,51 +33,98 @@ CREATE TABLE account_outbox (
 CREATE INDEX account_outbox_by_account ON account_outbox (account_id);
 
 -- Every writer of account rows (PUT /v1/accounts/{id}, a first relation write, the settings
--- routes, the import, the erasure's finish) gets its event from this trigger:
+-- routes, the import, the erasure's finish) gets its events from the two triggers below, in the
+-- transaction of its write:
 --   * a new account that is not a tombstone: 'created' (an imported tombstone is no erasure: nothing);
 --   * the finish of an erasure (erased_state becomes ERASED): 'erased', one per erasure, in the
 --     transaction of the erasure's last batch; the reset of the settings in the same UPDATE is part
 --     of it, and the settings the account's earlier events recorded are emptied;
 --   * any other change of private or hide_collections: 'updated'. A write that leaves both as they
 --     were (an upsert of the same value, erasure_start's ERASING) writes nothing.
--- Lock order: the account row, then its account_seq row. An erasure's last batch takes the block
--- sequence row before it; the settings path takes event_seq (an unlock's approvals) after it.
-CREATE FUNCTION account_write_event() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Statement-level, over the statement's transition tables, so that a statement writing many
+-- accounts (the import's) bumps each partition's sequence row once: a row-level trigger updates
+-- the same sequence row once per account, and in one transaction each update walks the versions
+-- the earlier ones left (docs/decisions/0031-account-events-per-statement.md).
+-- Lock order: the account rows, then the account_seq rows in ascending partition order. An
+-- erasure's last batch takes the block sequence row before them; an unlock's approvals take
+-- event_seq after them.
+CREATE FUNCTION account_outbox_append(p_ids text[], p_kinds text[], p_private boolean[], p_hide boolean[])
+  RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-  v_kind text;
-  v_part integer;
-  v_seq  bigint;
+  v_partitions integer;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    IF NEW.erased_state IS NOT NULL THEN
-      RETURN NULL;
-    END IF;
-    v_kind := 'created';
-  ELSIF NEW.erased_state = 'ERASED' AND OLD.erased_state IS DISTINCT FROM 'ERASED' THEN
-    v_kind := 'erased';
-  ELSIF NEW.erased_state IS NULL
-        AND (NEW.private IS DISTINCT FROM OLD.private OR NEW.hide_collections IS DISTINCT FROM OLD.hide_collections) THEN
-    v_kind := 'updated';
-  ELSE
-    RETURN NULL;
+  IF coalesce(cardinality(p_ids), 0) = 0 THEN
+    RETURN;
   END IF;
-  SELECT ledger_partition(NEW.account_id, c.partitions) INTO v_part FROM ledger_config c;
-  INSERT INTO account_seq AS s (part, last) VALUES (v_part, 1)
-    ON CONFLICT (part) DO UPDATE SET last = s.last + 1
-    RETURNING s.last INTO v_seq;
-  IF v_kind = 'erased' THEN
-    UPDATE account_outbox o SET private = NULL, hide_collections = NULL
-     WHERE o.account_id = NEW.account_id AND o.private IS NOT NULL;
-  END IF;
+  SELECT c.partitions INTO v_partitions FROM ledger_config c;
+  INSERT INTO account_seq (part)
+    SELECT DISTINCT ledger_partition(x, v_partitions) FROM unnest(p_ids) AS x ORDER BY 1
+    ON CONFLICT (part) DO NOTHING;
+  PERFORM 1 FROM account_seq s
+    WHERE s.part IN (SELECT ledger_partition(x, v_partitions) FROM unnest(p_ids) AS x)
+    ORDER BY s.part FOR UPDATE;
+  WITH ev AS (
+    SELECT e.id, e.kind, e.private, e.hide, e.ord, ledger_partition(e.id, v_partitions) AS part
+      FROM unnest(p_ids, p_kinds, p_private, p_hide) WITH ORDINALITY AS e(id, kind, private, hide, ord)),
+  bumped AS (
+    UPDATE account_seq s SET last = s.last + k.n
+      FROM (SELECT ev.part, count(*) AS n FROM ev GROUP BY ev.part) k
+     WHERE s.part = k.part
+    RETURNING s.part, s.last - k.n AS base)
   INSERT INTO account_outbox (part, seq, account_id, kind, private, hide_collections)
-    VALUES (v_part, v_seq, NEW.account_id, v_kind,
-            CASE WHEN v_kind <> 'erased' THEN NEW.private END,
-            CASE WHEN v_kind <> 'erased' THEN NEW.hide_collections END);
+  SELECT ev.part, b.base + row_number() OVER (PARTITION BY ev.part ORDER BY ev.ord), ev.id, ev.kind, ev.private, ev.hide
+    FROM ev JOIN bumped b ON b.part = ev.part;
+END
+$$;
+
+CREATE FUNCTION account_inserted_events() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_ids text[];
+  v_private boolean[];
+  v_hide boolean[];
+BEGIN
+  SELECT array_agg(n.account_id ORDER BY n.account_id), array_agg(n.private ORDER BY n.account_id),
+         array_agg(n.hide_collections ORDER BY n.account_id)
+    INTO v_ids, v_private, v_hide
+    FROM new_accounts n WHERE n.erased_state IS NULL;
+  PERFORM account_outbox_append(v_ids, array_fill('created'::text, ARRAY[coalesce(cardinality(v_ids), 0)]), v_private, v_hide);
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER account_outbox_written AFTER INSERT OR UPDATE ON account
-  FOR EACH ROW EXECUTE FUNCTION account_write_event();
+
+CREATE FUNCTION account_updated_events() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_ids text[];
+  v_kinds text[];
+  v_private boolean[];
+  v_hide boolean[];
+BEGIN
+  WITH changed AS (
+    SELECT n.account_id, n.private, n.hide_collections,
+           CASE WHEN n.erased_state = 'ERASED' AND o.erased_state IS DISTINCT FROM 'ERASED' THEN 'erased'
+                WHEN n.erased_state IS NULL
+                 AND (n.private IS DISTINCT FROM o.private OR n.hide_collections IS DISTINCT FROM o.hide_collections) THEN 'updated'
+           END AS kind
+      FROM new_accounts n JOIN old_accounts o ON o.account_id = n.account_id)
+  SELECT array_agg(c.account_id ORDER BY c.account_id), array_agg(c.kind ORDER BY c.account_id),
+         array_agg(CASE WHEN c.kind = 'updated' THEN c.private END ORDER BY c.account_id),
+         array_agg(CASE WHEN c.kind = 'updated' THEN c.hide_collections END ORDER BY c.account_id)
+    INTO v_ids, v_kinds, v_private, v_hide
+    FROM changed c WHERE c.kind IS NOT NULL;
+  IF 'erased' = ANY (v_kinds) THEN
+    UPDATE account_outbox o SET private = NULL, hide_collections = NULL
+     WHERE o.account_id IN (SELECT x.id FROM unnest(v_ids, v_kinds) AS x(id, kind) WHERE x.kind = 'erased')
+       AND o.private IS NOT NULL;
+  END IF;
+  PERFORM account_outbox_append(v_ids, v_kinds, v_private, v_hide);
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER account_outbox_inserted AFTER INSERT ON account
+  REFERENCING NEW TABLE AS new_accounts FOR EACH STATEMENT EXECUTE FUNCTION account_inserted_events();
+CREATE TRIGGER account_outbox_updated AFTER UPDATE ON account
+  REFERENCING OLD TABLE AS old_accounts NEW TABLE AS new_accounts FOR EACH STATEMENT EXECUTE FUNCTION account_updated_events();
 
 -- The two new webhook sources.
 ALTER TABLE webhook_cursor DROP CONSTRAINT webhook_cursor_source_check;
