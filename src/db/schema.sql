@@ -21,6 +21,8 @@ CREATE TABLE account (
 );
 CREATE INDEX account_erased ON public.account USING btree (account_id) WHERE (erased_state IS NOT NULL);
 CREATE TRIGGER account_erasure_guard BEFORE UPDATE ON account FOR EACH ROW EXECUTE FUNCTION erasure_guard_account();
+CREATE TRIGGER account_outbox_inserted AFTER INSERT ON account REFERENCING NEW TABLE AS new_accounts FOR EACH STATEMENT EXECUTE FUNCTION account_inserted_events();
+CREATE TRIGGER account_outbox_updated AFTER UPDATE ON account REFERENCING OLD TABLE AS old_accounts NEW TABLE AS new_accounts FOR EACH STATEMENT EXECUTE FUNCTION account_updated_events();
 
 CREATE TABLE account_erasure (
   account_id text NOT NULL,
@@ -42,6 +44,32 @@ CREATE TABLE account_erasure (
   CONSTRAINT account_erasure_total_check CHECK ((total >= 0))
 );
 CREATE INDEX account_erasure_running ON public.account_erasure USING btree (account_id) WHERE (finished_at IS NULL);
+
+CREATE TABLE account_outbox (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  account_id text NOT NULL,
+  kind text NOT NULL,
+  private boolean,
+  hide_collections boolean,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT account_outbox_check CHECK (((private IS NULL) = (hide_collections IS NULL))),
+  CONSTRAINT account_outbox_check1 CHECK (((kind <> 'erased'::text) OR (private IS NULL))),
+  CONSTRAINT account_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'erased'::text]))),
+  CONSTRAINT account_outbox_part_fkey FOREIGN KEY (part) REFERENCES account_seq(part),
+  CONSTRAINT account_outbox_pkey PRIMARY KEY (part, seq),
+  CONSTRAINT account_outbox_seq_check CHECK ((seq > 0))
+);
+CREATE INDEX account_outbox_by_account ON public.account_outbox USING btree (account_id);
+
+CREATE TABLE account_seq (
+  part integer NOT NULL,
+  last bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT account_seq_last_check CHECK ((last >= 0)),
+  CONSTRAINT account_seq_part_check CHECK ((part >= 0)),
+  CONSTRAINT account_seq_pkey PRIMARY KEY (part)
+);
 
 CREATE TABLE audit_cursor (
   section text NOT NULL,
@@ -546,6 +574,7 @@ CREATE TABLE post_outbox (
   kind text NOT NULL,
   version bigint NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  timeline integer DEFAULT ledger_timeline() NOT NULL,
   CONSTRAINT post_outbox_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'deleted'::text]))),
   CONSTRAINT post_outbox_part_fkey FOREIGN KEY (part) REFERENCES post_seq(part),
   CONSTRAINT post_outbox_pkey PRIMARY KEY (part, seq),
@@ -728,7 +757,7 @@ CREATE TABLE webhook_cursor (
   CONSTRAINT webhook_cursor_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(endpoint_id) ON DELETE CASCADE,
   CONSTRAINT webhook_cursor_part_check CHECK ((part >= 0)),
   CONSTRAINT webhook_cursor_pkey PRIMARY KEY (endpoint_id, source, part),
-  CONSTRAINT webhook_cursor_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text])))
+  CONSTRAINT webhook_cursor_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text, 'posts'::text, 'accounts'::text])))
 );
 CREATE INDEX webhook_cursor_due ON public.webhook_cursor USING btree (next_attempt_at);
 
@@ -762,7 +791,7 @@ CREATE TABLE webhook_lost_delivery (
   CONSTRAINT webhook_lost_delivery_part_check CHECK ((part >= 0)),
   CONSTRAINT webhook_lost_delivery_pkey PRIMARY KEY (endpoint_id, webhook_id),
   CONSTRAINT webhook_lost_delivery_seq_check CHECK ((seq > 0)),
-  CONSTRAINT webhook_lost_delivery_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text])))
+  CONSTRAINT webhook_lost_delivery_source_check CHECK ((source = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'blocks'::text, 'posts'::text, 'accounts'::text])))
 );
 
 -- Views
@@ -860,6 +889,87 @@ UNION ALL
   WHERE p.author <> c.author;
 
 -- Functions and procedures
+
+CREATE OR REPLACE FUNCTION public.account_inserted_events()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_ids text[];
+  v_private boolean[];
+  v_hide boolean[];
+BEGIN
+  SELECT array_agg(n.account_id ORDER BY n.account_id), array_agg(n.private ORDER BY n.account_id),
+         array_agg(n.hide_collections ORDER BY n.account_id)
+    INTO v_ids, v_private, v_hide
+    FROM new_accounts n WHERE n.erased_state IS NULL;
+  PERFORM account_outbox_append(v_ids, array_fill('created'::text, ARRAY[coalesce(cardinality(v_ids), 0)]), v_private, v_hide);
+  RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.account_outbox_append(p_ids text[], p_kinds text[], p_private boolean[], p_hide boolean[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_partitions integer;
+BEGIN
+  IF coalesce(cardinality(p_ids), 0) = 0 THEN
+    RETURN;
+  END IF;
+  SELECT c.partitions INTO v_partitions FROM ledger_config c;
+  INSERT INTO account_seq (part)
+    SELECT DISTINCT ledger_partition(x, v_partitions) FROM unnest(p_ids) AS x ORDER BY 1
+    ON CONFLICT (part) DO NOTHING;
+  PERFORM 1 FROM account_seq s
+    WHERE s.part IN (SELECT ledger_partition(x, v_partitions) FROM unnest(p_ids) AS x)
+    ORDER BY s.part FOR UPDATE;
+  WITH ev AS (
+    SELECT e.id, e.kind, e.private, e.hide, e.ord, ledger_partition(e.id, v_partitions) AS part
+      FROM unnest(p_ids, p_kinds, p_private, p_hide) WITH ORDINALITY AS e(id, kind, private, hide, ord)),
+  bumped AS (
+    UPDATE account_seq s SET last = s.last + k.n
+      FROM (SELECT ev.part, count(*) AS n FROM ev GROUP BY ev.part) k
+     WHERE s.part = k.part
+    RETURNING s.part, s.last - k.n AS base)
+  INSERT INTO account_outbox (part, seq, account_id, kind, private, hide_collections)
+  SELECT ev.part, b.base + row_number() OVER (PARTITION BY ev.part ORDER BY ev.ord), ev.id, ev.kind, ev.private, ev.hide
+    FROM ev JOIN bumped b ON b.part = ev.part;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.account_updated_events()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_ids text[];
+  v_kinds text[];
+  v_private boolean[];
+  v_hide boolean[];
+BEGIN
+  WITH changed AS (
+    SELECT n.account_id, n.private, n.hide_collections,
+           CASE WHEN n.erased_state = 'ERASED' AND o.erased_state IS DISTINCT FROM 'ERASED' THEN 'erased'
+                WHEN n.erased_state IS NULL
+                 AND (n.private IS DISTINCT FROM o.private OR n.hide_collections IS DISTINCT FROM o.hide_collections) THEN 'updated'
+           END AS kind
+      FROM new_accounts n JOIN old_accounts o ON o.account_id = n.account_id)
+  SELECT array_agg(c.account_id ORDER BY c.account_id), array_agg(c.kind ORDER BY c.account_id),
+         array_agg(CASE WHEN c.kind = 'updated' THEN c.private END ORDER BY c.account_id),
+         array_agg(CASE WHEN c.kind = 'updated' THEN c.hide_collections END ORDER BY c.account_id)
+    INTO v_ids, v_kinds, v_private, v_hide
+    FROM changed c WHERE c.kind IS NOT NULL;
+  IF 'erased' = ANY (v_kinds) THEN
+    UPDATE account_outbox o SET private = NULL, hide_collections = NULL
+     WHERE o.account_id IN (SELECT x.id FROM unnest(v_ids, v_kinds) AS x(id, kind) WHERE x.kind = 'erased')
+       AND o.private IS NOT NULL;
+  END IF;
+  PERFORM account_outbox_append(v_ids, v_kinds, v_private, v_hide);
+  RETURN NULL;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION public.author_posts_page(p_reader text, p_authors text[], p_before_at timestamp with time zone, p_before_id text, p_limit integer)
  RETURNS TABLE(post_id text, author text, visibility text, body text, acl_token bigint, created_at timestamp with time zone)

@@ -21,6 +21,20 @@ export interface ImportReport {
   applied: Applied;
   /** Where this run's time went, in order. */
   phases: PhaseTiming[];
+  webhooks: ImportWebhooks;
+}
+
+/**
+ * What the run wrote that no webhook tells a receiver of (docs/webhooks.md, "Imports"): the
+ * follows and likes written set-based have no outbox event (a history baseline stands for it).
+ * Its accounts, blocks, and follows and likes written through the live functions sent their events.
+ */
+export interface ImportWebhooks {
+  withoutEvents: { follows: number; likes: number };
+}
+
+export function importWebhooks(applied: Applied): ImportWebhooks {
+  return { withoutEvents: { follows: applied.follows ?? 0, likes: applied.likes ?? 0 } };
 }
 
 /** A step's time and, where it walks lines, its rate: `  1.23 s  apply: follows  40000 lines, 32520 lines/s`. */
@@ -48,5 +62,13 @@ export async function importFacts(
   const staged = await stageImport(pool, input, { ...options, onTiming });
   const apply = new ImportApply(pool, await RelationService.open(pool), { ...options, onTiming });
   const applied = await apply.apply(staged.runId);
-  return { runId: staged.runId, lines: staged.lines, existing: staged.existing, path: staged.path, applied, phases };
+  return {
+    runId: staged.runId,
+    lines: staged.lines,
+    existing: staged.existing,
+    path: staged.path,
+    applied,
+    phases,
+    webhooks: importWebhooks(applied),
+  };
 }

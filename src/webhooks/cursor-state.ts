@@ -1,3 +1,5 @@
+import { OUTBOX_OF_SOURCE, SOURCES, WEBHOOK_SOURCES } from "./webhook-events.ts";
+
 /**
  * Where every delivery cursor stands against its outbox partition: the partition's end, and
  * the commit time of the next event the cursor waits on. One statement for the admin routes and
@@ -28,8 +30,5 @@ const perSource = (source: string, sequence: string, outbox: string) => `
 export const CURSOR_STATE_SQL = `
   SELECT endpoint_id AS "endpointId", source, part, delivered_upto AS "deliveredUpto", last, attempts,
          next_attempt_at AS "nextAttemptAt", last_error AS "lastError", last_status AS "lastStatus", oldest AS "oldestPendingSeconds"
-    FROM (${perSource("likes", "like_seq", "like_outbox")}
-          UNION ALL ${perSource("relations", "event_seq", "relation_event")}
-          UNION ALL ${perSource("comments", "comment_seq", "comment_outbox")}
-          UNION ALL ${perSource("blocks", "webhook_block_seq", "webhook_block_event")}) AS cursors
+    FROM (${WEBHOOK_SOURCES.map((source) => perSource(source, SOURCES[source].sequence, OUTBOX_OF_SOURCE[source])).join(" UNION ALL ")}) AS cursors
    ORDER BY endpoint_id, source, part`;

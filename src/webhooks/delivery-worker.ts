@@ -5,7 +5,16 @@ import { Hooks } from "../hooks.ts";
 import { PartitionWorker, type PartitionWorkerOptions } from "../workers/partition-worker.ts";
 import { attempt, DEFAULT_LIMITS, type AttemptLimits, type AttemptResult } from "./delivery-http.ts";
 import { holderOf } from "./endpoint-registry.ts";
-import { bodyOf, deliverable, readEvents, SOURCES, type WebhookEvent, type WebhookSource } from "./webhook-events.ts";
+import {
+  bodyOf,
+  CURSOR_END,
+  CURSOR_END_JOINS,
+  deliverable,
+  readEvents,
+  SOURCES,
+  type WebhookEvent,
+  type WebhookSource,
+} from "./webhook-events.ts";
 import { signatureHeader } from "./webhook-signature.ts";
 import { currentTimeline } from "../transport/event-timeline.ts";
 import { DeliveryMemory, lostDeliveries, recordLostDeliveries, type DeliveredEvent } from "./lost-deliveries.ts";
@@ -54,12 +63,9 @@ export const CLAIM_SQL = `
          CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret
     FROM webhook_cursor c
     JOIN webhook_endpoint e ON e.endpoint_id = c.endpoint_id
-    LEFT JOIN like_seq ls ON c.source = 'likes' AND ls.part = c.part
-    LEFT JOIN event_seq rs ON c.source = 'relations' AND rs.part = c.part
-    LEFT JOIN comment_seq cs ON c.source = 'comments' AND cs.part = c.part
-    LEFT JOIN webhook_block_seq bs ON c.source = 'blocks' AND bs.part = c.part
+    ${CURSOR_END_JOINS}
    WHERE NOT e.paused AND c.next_attempt_at <= now()
-     AND c.delivered_upto < coalesce(ls.last, rs.last, cs.last, bs.last, 0)
+     AND c.delivered_upto < ${CURSOR_END}
    ORDER BY c.next_attempt_at
    LIMIT 1
    FOR UPDATE OF c SKIP LOCKED`;

@@ -1,4 +1,5 @@
 import type { Pool } from "../db/pool.ts";
+import { CURSOR_END, CURSOR_END_JOINS, UNPRUNED_SOURCES_SQL } from "./webhook-events.ts";
 
 /**
  * The webhook invariants, one SQL statement each (docs/webhooks.md); every query returns the
@@ -8,16 +9,13 @@ export const WEBHOOK_INVARIANTS = {
   /** A cursor never passes its partition's last committed event. */
   cursorsPastEnd: `
     SELECT count(*)::int AS n FROM webhook_cursor c
-      LEFT JOIN like_seq ls ON c.source = 'likes' AND ls.part = c.part
-      LEFT JOIN event_seq rs ON c.source = 'relations' AND rs.part = c.part
-      LEFT JOIN comment_seq cs ON c.source = 'comments' AND cs.part = c.part
-      LEFT JOIN webhook_block_seq bs ON c.source = 'blocks' AND bs.part = c.part
-     WHERE c.delivered_upto > coalesce(ls.last, rs.last, cs.last, bs.last, 0)`,
+    ${CURSOR_END_JOINS}
+     WHERE c.delivered_upto > ${CURSOR_END}`,
   /** Every cursor of a pruned outbox holds retention exactly at its position. */
   holdsOffCursor: `
     SELECT count(*)::int AS n FROM webhook_cursor c
       LEFT JOIN retention_hold h ON h.holder = 'webhook:' || c.endpoint_id AND h.kind = c.source AND h.part = c.part
-     WHERE c.source <> 'blocks' AND h.upto IS DISTINCT FROM c.delivered_upto`,
+     WHERE c.source NOT IN (${UNPRUNED_SOURCES_SQL}) AND h.upto IS DISTINCT FROM c.delivered_upto`,
   /** No event an endpoint has not passed was pruned: a cursor below the floor lost events. */
   cursorsBelowFloor: `
     SELECT count(*)::int AS n FROM webhook_cursor c

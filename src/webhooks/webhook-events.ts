@@ -9,7 +9,7 @@ import { previousRelationStateSql } from "../relations/relation-audit.ts";
  * a position a lost event had used carries another.
  */
 
-export type WebhookSource = "likes" | "relations" | "comments" | "blocks";
+export type WebhookSource = "likes" | "relations" | "comments" | "blocks" | "posts" | "accounts";
 
 export const EVENT_TYPES = [
   "like.created",
@@ -22,6 +22,11 @@ export const EVENT_TYPES = [
   "block.removed",
   "comment.created",
   "comment.deleted",
+  "post.created",
+  "post.deleted",
+  "account.created",
+  "account.updated",
+  "account.erased",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -37,12 +42,17 @@ export const SOURCE_OF_TYPE: Record<EventType, WebhookSource> = {
   "block.removed": "blocks",
   "comment.created": "comments",
   "comment.deleted": "comments",
+  "post.created": "posts",
+  "post.deleted": "posts",
+  "account.created": "accounts",
+  "account.updated": "accounts",
+  "account.erased": "accounts",
 };
 
 export interface SourceTables {
   /** The outbox's sequence table (part, last): how far each partition has gone. */
   sequence: string;
-  /** The source's name in retention_floor / retention_hold; blocks are not pruned (docs/webhooks.md). */
+  /** The source's name in retention_floor / retention_hold; blocks, posts and accounts are not pruned (docs/webhooks.md). */
   retentionKind: "likes" | "relations" | "comments" | undefined;
 }
 
@@ -51,8 +61,23 @@ export const SOURCES: Record<WebhookSource, SourceTables> = {
   relations: { sequence: "event_seq", retentionKind: "relations" },
   comments: { sequence: "comment_seq", retentionKind: "comments" },
   blocks: { sequence: "webhook_block_seq", retentionKind: undefined },
+  posts: { sequence: "post_seq", retentionKind: undefined },
+  accounts: { sequence: "account_seq", retentionKind: undefined },
 };
 export const WEBHOOK_SOURCES = Object.keys(SOURCES) as WebhookSource[];
+
+/**
+ * For SQL over webhook_cursor `c`: one LEFT JOIN per source's sequence table, and `last`, the
+ * end of the cursor's partition (0 while its sequence row does not exist yet).
+ */
+export const CURSOR_END_JOINS = WEBHOOK_SOURCES.map(
+  (source, i) => `LEFT JOIN ${SOURCES[source].sequence} s${i} ON c.source = '${source}' AND s${i}.part = c.part`,
+).join("\n    ");
+export const CURSOR_END = `coalesce(${WEBHOOK_SOURCES.map((_, i) => `s${i}.last`).join(", ")}, 0)`;
+/** The sources retention never prunes (no hold), as an SQL list. */
+export const UNPRUNED_SOURCES_SQL = WEBHOOK_SOURCES.filter((s) => SOURCES[s].retentionKind === undefined)
+  .map((s) => `'${s}'`)
+  .join(", ");
 
 /** One outbox event as a webhook message. */
 export interface WebhookEvent {
@@ -67,8 +92,9 @@ export interface WebhookEvent {
   occurredAt: string;
   data: Record<string, unknown>;
   /**
-   * A block event an erasure redacted (it named the erased account; docs/erasure.md): it keeps its
-   * place in the sequence, carries nothing, and is never sent, on a replay neither.
+   * A block event an erasure redacted (it named the erased account; docs/erasure.md), or a post or
+   * account event of an erased account (but its account.erased): it keeps its place in the
+   * sequence, carries nothing, and is never sent, on a replay neither.
    */
   redacted?: true;
 }
@@ -89,6 +115,8 @@ export const OUTBOX_OF_SOURCE: Record<WebhookSource, string> = {
   relations: "relation_event",
   comments: "comment_outbox",
   blocks: "webhook_block_event",
+  posts: "post_outbox",
+  accounts: "account_outbox",
 };
 
 type Row = Record<string, unknown> & { seq: number; timeline: number; created_at: Date };
@@ -109,6 +137,18 @@ const PAGE_SQL: Record<WebhookSource, string> = {
               WHERE o.part = $1 AND o.seq > $2 ORDER BY o.seq LIMIT $3`,
   blocks: `SELECT seq, timeline, blocker, blocked, state, created_at FROM webhook_block_event
             WHERE part = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+  // The post row keeps its visibility and times as a tombstone; never its body (no body is sent).
+  posts: `SELECT o.seq, o.timeline, o.post_id, o.author, o.kind, o.version, o.created_at, p.visibility,
+                 p.created_at AS post_created_at, p.deleted_at, a.erased_state = 'ERASED' AS erased
+            FROM post_outbox o
+            LEFT JOIN post p ON p.post_id = o.post_id
+            LEFT JOIN account a ON a.account_id = o.author
+           WHERE o.part = $1 AND o.seq > $2 ORDER BY o.seq LIMIT $3`,
+  accounts: `SELECT o.seq, o.timeline, o.account_id, o.kind, o.private, o.hide_collections, o.created_at,
+                    a.erased_state = 'ERASED' AS erased
+               FROM account_outbox o
+               LEFT JOIN account a ON a.account_id = o.account_id
+              WHERE o.part = $1 AND o.seq > $2 ORDER BY o.seq LIMIT $3`,
 };
 
 function relationType(state: string, previous: string): EventType {
@@ -150,21 +190,33 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
       };
       break;
     case "blocks":
-      if (r.state === "ERASED") {
-        return {
-          id: eventId(source, part, r.seq, r.timeline),
-          source,
-          part,
-          seq: r.seq,
-          timeline: r.timeline,
-          type: "block.removed",
-          occurredAt: r.created_at.toISOString(),
-          data: base,
-          redacted: true,
-        };
-      }
+      if (r.state === "ERASED") return redacted(source, part, r, "block.removed");
       type = r.state === "BLOCKED" ? "block.created" : "block.removed";
       data = { blocker: r.blocker, blocked: r.blocked, blocking: r.state === "BLOCKED", ...base };
+      break;
+    case "posts":
+      type = r.kind === "created" ? "post.created" : "post.deleted";
+      if (r.erased === true) return redacted(source, part, r, type);
+      data = {
+        postId: r.post_id,
+        author: r.author,
+        visibility: r.visibility ?? null,
+        createdAt: r.post_created_at instanceof Date ? r.post_created_at.toISOString() : null,
+        ...(r.kind === "deleted"
+          ? { deletedAt: r.deleted_at instanceof Date ? r.deleted_at.toISOString() : null }
+          : {}),
+        version: r.version,
+        ...base,
+      };
+      break;
+    case "accounts":
+      type = `account.${String(r.kind)}` as EventType;
+      // account.erased is the one event about an erased account that is sent: it is the erasure's news.
+      if (r.erased === true && type !== "account.erased") return redacted(source, part, r, type);
+      data =
+        type === "account.erased"
+          ? { accountId: r.account_id, ...base }
+          : { accountId: r.account_id, private: r.private, hideCollections: r.hide_collections, ...base };
       break;
   }
   return {
@@ -176,6 +228,21 @@ function toEvent(source: WebhookSource, part: number, r: Row): WebhookEvent {
     type,
     occurredAt: r.created_at.toISOString(),
     data,
+  };
+}
+
+/** An event that keeps its place in the sequence and carries nothing: never sent. */
+function redacted(source: WebhookSource, part: number, r: Row, type: EventType): WebhookEvent {
+  return {
+    id: eventId(source, part, r.seq, r.timeline),
+    source,
+    part,
+    seq: r.seq,
+    timeline: r.timeline,
+    type,
+    occurredAt: r.created_at.toISOString(),
+    data: { partition: part, seq: r.seq },
+    redacted: true,
   };
 }
 

@@ -6,6 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
+import { WEBHOOK_SOURCES } from "../../src/webhooks/webhook-events.ts";
 import { assertError, createAccounts, ok, startApi } from "../api/harness.ts";
 import { WriteGuard } from "../support/write-guard.ts";
 import { FAST_RETRIES, PUBLIC_URL } from "./fixture.ts";
@@ -46,7 +47,8 @@ test("webhook admin routes: register, list, get, change, pause, resume, rotate, 
   );
   const one = ok<Endpoint>(await admin.get(`/v1/admin/webhooks/${created.id}`));
   assert.equal("secret" in one, false);
-  assert.equal(one.cursors!.length, 4 * 2, "a cursor per outbox and partition");
+  assert.equal(one.cursors!.length, WEBHOOK_SOURCES.length * 2, "a cursor per outbox and partition");
+  assert.equal(WEBHOOK_SOURCES.length, 6);
 
   const alice = await h.as("alice");
   ok(await alice.put("/v1/items/item-1/likes/me"));

@@ -12,6 +12,7 @@ import { auditWebhooks } from "../../src/webhooks/webhook-audit.ts";
 import { pollUntil } from "../../support/poll.ts";
 import { withDeadline } from "../support/line-child.ts";
 import { assertContiguous, FAST_RETRIES, webhookLab } from "./fixture.ts";
+import { documentedEvents } from "./event-docs.ts";
 import { seqsByPartition, signersOf, TestReceiver } from "./receiver.ts";
 
 test("the receiver's own HMAC agrees with the Standard Webhooks test vector (so it is a real check)", () => {
@@ -38,6 +39,7 @@ test("the receiver's own HMAC agrees with the Standard Webhooks test vector (so 
 test("every event type the outboxes hold is delivered once, signed, with a stable id, its facts, and in order per partition", async (t) => {
   const lab = await webhookLab(t, { partitions: 2 });
   const { postId } = await lab.seed();
+  await lab.ledger.relations.upsertAccount("erin");
   const { id: endpointId, secret } = await lab.register(["*"]);
   assert.match(secret, /^whsec_[A-Za-z0-9+/]{43}=$/, "whsec_ + base64 of 32 bytes");
   const { ledger } = lab;
@@ -54,6 +56,12 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
   await ledger.relations.unblock("alice", "dave"); // block.removed
   const comment = await ledger.comments.create("bob", postId, "nice");
   await ledger.comments.delete("bob", comment.id);
+  const post = await ledger.posts.createPost("carol", "FOLLOWERS", "a post"); // post.created
+  await ledger.posts.deletePost("carol", post.postId); // post.deleted
+  await ledger.relations.upsertAccount("frank"); // account.created
+  await ledger.relations.upsertAccount("frank", { private: true }); // account.updated
+  await ledger.erasure.start("erin", "admin");
+  await ledger.erasure.run("erin"); // account.erased
   const before = Math.floor(Date.now() / 1000);
   await lab.deliverAll();
 
@@ -68,7 +76,7 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
   for (const d of got) {
     assert.deepEqual(d.signedBy, [secret], `${d.id} is signed with the endpoint's secret`);
     assert.equal(d.signature.split(" ").length, 1, "one signature without a rotation");
-    const m = /^evt_(likes|relations|comments|blocks)_(\d+)_(\d+)$/.exec(d.id)!;
+    const m = /^evt_(likes|relations|comments|blocks|posts|accounts)_(\d+)_(\d+)$/.exec(d.id)!;
     assert.ok(m, `id ${d.id}`);
     assert.deepEqual(
       [d.parsed.data.partition, d.parsed.data.seq],
@@ -80,6 +88,14 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
     assert.deepEqual(Object.keys(d.parsed).sort(), ["data", "timestamp", "type"]);
   }
   assertContiguous(seqsByPartition(got), "all events");
+  // Each body's data is what docs/webhooks.md's Events table says of its type, field for field.
+  const documented = await documentedEvents();
+  for (const d of got)
+    assert.deepEqual(
+      Object.keys(d.parsed.data).sort(),
+      [...documented.get(d.parsed.type)!.fields, "partition", "seq"].sort(),
+      `${d.parsed.type}'s data as documented`,
+    );
   const byType = (type: string) => got.filter((d) => d.parsed.type === type).map((d) => d.parsed.data);
   assert.deepEqual(
     byType("like.created").map((x) => [x.userId, x.itemId, x.liked]),
@@ -136,6 +152,26 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
   assert.deepEqual(
     byType("comment.deleted").map((x) => [x.commentId, x.deletedBy]),
     [[comment.id, "bob"]],
+  );
+  assert.deepEqual(
+    byType("post.created").map((x) => [x.postId, x.author, x.visibility]),
+    [[post.postId, "carol", "FOLLOWERS"]],
+  );
+  assert.deepEqual(
+    byType("post.deleted").map((x) => [x.postId, x.author]),
+    [[post.postId, "carol"]],
+  );
+  assert.deepEqual(
+    byType("account.created").map((x) => [x.accountId, x.private]),
+    [["frank", false]],
+  );
+  assert.deepEqual(
+    byType("account.updated").map((x) => [x.accountId, x.private]),
+    [["frank", true]],
+  );
+  assert.deepEqual(
+    byType("account.erased").map((x) => x.accountId),
+    ["erin"],
   );
   const endpoint = await lab.registry.get(endpointId);
   assert.equal(endpoint.backlog, 0);

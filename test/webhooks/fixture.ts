@@ -11,6 +11,7 @@ import { EndpointRegistry, type RegistryOptions } from "../../src/webhooks/endpo
 import { pollUntil } from "../../support/poll.ts";
 import { createTestDatabase, type TestDatabase } from "../support/test-db.ts";
 import { TestReceiver } from "./receiver.ts";
+import { CURSOR_END, CURSOR_END_JOINS } from "../../src/webhooks/webhook-events.ts";
 
 export interface WebhookLab {
   db: TestDatabase;
@@ -89,11 +90,8 @@ export async function webhookLab(
 /** Cursors of endpoints that are not paused with events past them (due or not). */
 const pendingCursorsSql = `
   SELECT 1 FROM webhook_cursor c JOIN webhook_endpoint e USING (endpoint_id)
-    LEFT JOIN like_seq ls ON c.source = 'likes' AND ls.part = c.part
-    LEFT JOIN event_seq rs ON c.source = 'relations' AND rs.part = c.part
-    LEFT JOIN comment_seq cs ON c.source = 'comments' AND cs.part = c.part
-    LEFT JOIN webhook_block_seq bs ON c.source = 'blocks' AND bs.part = c.part
-   WHERE NOT e.paused AND c.delivered_upto < coalesce(ls.last, rs.last, cs.last, bs.last, 0)`;
+    ${CURSOR_END_JOINS}
+   WHERE NOT e.paused AND c.delivered_upto < ${CURSOR_END}`;
 
 /** Every partition's seqs strictly increasing by one from its first delivery: in order, nothing skipped, no duplicate. */
 export function assertContiguous(byPartition: Map<string, number[]>, where: string): void {

@@ -1451,7 +1451,7 @@ export type components = {
             nextAttemptAt: string;
             partition: number;
             /** @enum {string} */
-            source: "likes" | "relations" | "comments" | "blocks";
+            source: "likes" | "relations" | "comments" | "blocks" | "posts" | "accounts";
         };
         /** WebhookDeleted */
         WebhookDeleted: {
@@ -1487,7 +1487,7 @@ export type components = {
         /** WebhookEndpointChange */
         WebhookEndpointChange: {
             /** @description event types to deliver, or ["*"] for every type */
-            events?: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted")[];
+            events?: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted" | "post.created" | "post.deleted" | "account.created" | "account.updated" | "account.erased")[];
             /** @description http(s) URL; by default it must resolve to public addresses only (LEDGER_WEBHOOK_ALLOW_PRIVATE) */
             url?: string;
         };
@@ -1516,7 +1516,7 @@ export type components = {
         /** WebhookEndpointDraft */
         WebhookEndpointDraft: {
             /** @description event types to deliver, or ["*"] for every type */
-            events: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted")[];
+            events: ("*" | "like.created" | "like.removed" | "follow.created" | "follow.requested" | "follow.removed" | "follow.request_removed" | "block.created" | "block.removed" | "comment.created" | "comment.deleted" | "post.created" | "post.deleted" | "account.created" | "account.updated" | "account.erased")[];
             /** @description http(s) URL; by default it must resolve to public addresses only (LEDGER_WEBHOOK_ALLOW_PRIVATE) */
             url: string;
         };
@@ -1555,7 +1555,7 @@ export type components = {
             fromSeq: number;
             partition: number;
             /** @enum {string} */
-            source: "likes" | "relations" | "comments" | "blocks";
+            source: "likes" | "relations" | "comments" | "blocks" | "posts" | "accounts";
         };
         /** WebhookSecretRotation */
         WebhookSecretRotation: {

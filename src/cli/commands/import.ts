@@ -20,7 +20,19 @@ export function formatImportReport(r: ImportReport): string {
     .map(([k, v]) => `${k}=${v}`)
     .join(" ");
   const phases = r.phases.map((p) => `  ${formatPhase(p)}\n`).join("");
-  return `${head}\n  written: ${written || "nothing"}\n${phases ? `  time per step:\n${phases}` : ""}`;
+  return `${head}\n  written: ${written || "nothing"}\n${r.existing === "done" ? "" : formatWebhooks(r)}${phases ? `  time per step:\n${phases}` : ""}`;
+}
+
+/** What webhook receivers were not told of (docs/webhooks.md, "Imports"). */
+function formatWebhooks(r: ImportReport): string {
+  const { follows, likes } = r.webhooks.withoutEvents;
+  if (follows + likes === 0)
+    return "  webhooks: every follow and like written sent its event (accounts and blocks always do)\n";
+  return (
+    `  webhooks: follows=${follows} likes=${likes} written without events: no webhook tells a receiver of them;\n` +
+    `    resync receivers from \`social-ledger export\` (docs/webhooks.md, "Imports"); accounts, blocks and the\n` +
+    `    other follows and likes sent their events\n`
+  );
 }
 
 /**
