@@ -1,7 +1,8 @@
 /**
  * What the soak (bench/soak.ts) runs: its own embedded PostgreSQL 16 cluster, redis-server on a
  * free port, `social-ledger serve` (consumers, Redis counts, webhook loops, the periodic prune and
- * audit) and a second consumer process (`social-ledger worker`) as child processes, with short
+ * audit), a second consumer process (`social-ledger worker`) and a `social-ledger webhook-worker`
+ * as child processes, with short
  * retention, prune, audit and reconciliation periods so that those run many times in one run.
  * Each child's stdout is scanned for log lines at error level and above (LOG_LEVEL=warn).
  */
@@ -94,17 +95,19 @@ export class SoakChild {
   }
 }
 
+export const NODE_NAMES = ["serve", "worker", "webhook-worker"] as const;
+export type NodeName = (typeof NODE_NAMES)[number];
+
 export interface SoakProcesses {
   cluster: EmbeddedCluster;
-  /** The soak's own pool (sampling, the final drain): one connection. */
+  /** The soak's own pool (sampling, the final drain). */
   pool: Pool;
   databaseUrl: string;
   redis: TestRedis;
   redisPid: number;
-  serve: SoakChild;
-  worker: SoakChild;
+  /** serve, the second consumer process and the webhook-worker, each with its /metrics. */
+  nodes: { name: NodeName; child: SoakChild; metricsUrl: string }[];
   baseUrl: string;
-  workerMetricsUrl: string;
   jwtSecret: string;
   /** The environment the children run with (the final `audit` uses it too). */
   env: NodeJS.ProcessEnv;
@@ -128,7 +131,14 @@ export async function startSoakProcesses(): Promise<SoakProcesses> {
   await admin.query("CREATE DATABASE soak");
   await admin.end();
   const databaseUrl = cluster.connectionString("soak");
-  const pool = createPool({ connectionString: databaseUrl, max: 1, applicationName: "soak-sampler" });
+  // Waits as long as it takes on a loaded machine (a sample late is better than none), and keeps its connections open.
+  const pool = createPool({
+    connectionString: databaseUrl,
+    max: 2,
+    applicationName: "soak-sampler",
+    connectionTimeoutMs: 0,
+    idleMs: 3_600_000,
+  });
   started.pools.push(pool);
 
   const redis = await TestRedis.start();
@@ -138,7 +148,6 @@ export async function startSoakProcesses(): Promise<SoakProcesses> {
   await probe.close();
 
   const port = await freePort();
-  const workerMetricsPort = await freePort();
   const jwtSecret = randomBytes(32).toString("hex");
   const env: NodeJS.ProcessEnv = {
     ...cleanEnv(),
@@ -161,11 +170,16 @@ export async function startSoakProcesses(): Promise<SoakProcesses> {
   children.push(serve);
   const baseUrl = `http://127.0.0.1:${port}`;
   await untilAnswers(`${baseUrl}/readyz`, serve);
+  const nodes: SoakProcesses["nodes"] = [{ name: "serve", child: serve, metricsUrl: `${baseUrl}/metrics` }];
   // Started after serve has migrated the database.
-  const worker = new SoakChild("worker", ["worker", "--metrics-port", String(workerMetricsPort)], env);
-  children.push(worker);
-  const workerMetricsUrl = `http://127.0.0.1:${workerMetricsPort}/metrics`;
-  await untilAnswers(workerMetricsUrl, worker);
+  for (const name of ["worker", "webhook-worker"] as const) {
+    const metricsPort = await freePort();
+    const child = new SoakChild(name, [name, "--metrics-port", String(metricsPort)], env);
+    children.push(child);
+    const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    await untilAnswers(metricsUrl, child);
+    nodes.push({ name, child, metricsUrl });
+  }
 
   return {
     cluster,
@@ -173,14 +187,12 @@ export async function startSoakProcesses(): Promise<SoakProcesses> {
     databaseUrl,
     redis,
     redisPid,
-    serve,
-    worker,
+    nodes,
     baseUrl,
-    workerMetricsUrl,
     jwtSecret,
     env,
     async stop() {
-      await Promise.all([serve.stop(), worker.stop()]);
+      await Promise.all(nodes.map((n) => n.child.stop()));
       await redis.kill();
     },
   };

@@ -14,18 +14,20 @@ import {
   type GoalResult,
   type Tolerance,
 } from "../support/soak-goals.ts";
+import { NODE_NAMES } from "./soak-processes.ts";
 import type { Sample } from "./soak-sampler.ts";
 
 /** The series whose slope is judged, how each is read from a sample, and what drift is noise. */
 const MEMORY: Tolerance = { relative: 0.05, absolute: 2 };
 const COUNT: Tolerance = { relative: 0.05, absolute: 2 };
 export const FLAT_SERIES: Record<string, { read: (s: Sample) => number; tolerance: Tolerance }> = {
-  "serve rss MB": { read: (s) => s.processes.serve.rssMb, tolerance: MEMORY },
-  "serve heap MB": { read: (s) => s.heapMb.serve, tolerance: MEMORY },
-  "serve fds": { read: (s) => s.processes.serve.fds, tolerance: COUNT },
-  "worker rss MB": { read: (s) => s.processes.worker.rssMb, tolerance: MEMORY },
-  "worker heap MB": { read: (s) => s.heapMb.worker, tolerance: MEMORY },
-  "worker fds": { read: (s) => s.processes.worker.fds, tolerance: COUNT },
+  ...Object.fromEntries(
+    NODE_NAMES.flatMap((name) => [
+      [`${name} rss MB`, { read: (s: Sample) => s.processes[name].rssMb, tolerance: MEMORY }],
+      [`${name} heap MB`, { read: (s: Sample) => s.heapMb[name], tolerance: MEMORY }],
+      [`${name} fds`, { read: (s: Sample) => s.processes[name].fds, tolerance: COUNT }],
+    ]),
+  ),
   // Private memory: a backend's VmRSS grows with the shared buffers it touches, which is not a leak.
   "postgres anon MB": { read: (s) => s.processes.postgres.anonMb, tolerance: MEMORY },
   "postgres fds": { read: (s) => s.processes.postgres.fds, tolerance: { relative: 0.1, absolute: 10 } },
@@ -127,6 +129,7 @@ export function printSamples(samples: readonly Sample[], withHeader = true): voi
     "srvFd",
     "wrkRSS",
     "wrkHeap",
+    "hookRSS",
     "pgAnon",
     "pgFd",
     "pgConn",
@@ -149,6 +152,7 @@ export function printSamples(samples: readonly Sample[], withHeader = true): voi
       String(s.processes.serve.fds),
       f1(s.processes.worker.rssMb),
       f1(s.heapMb.worker),
+      f1(s.processes["webhook-worker"].rssMb),
       f1(s.processes.postgres.anonMb),
       String(s.processes.postgres.fds),
       String(s.connections.postgres),

@@ -8,6 +8,7 @@ import { createClient } from "redis";
 import { readDatabaseFigures } from "../src/api/metrics.ts";
 import { RETENTION_TABLES } from "../src/db/retention-boundary.ts";
 import type { Pool } from "../src/db/pool.ts";
+import type { NodeName } from "./soak-processes.ts";
 
 export interface ProcessFigures {
   /** VmRSS, MB. */
@@ -21,8 +22,8 @@ export interface ProcessFigures {
 
 export interface Sample {
   minute: number;
-  processes: Record<"serve" | "worker" | "postgres" | "redis" | "soak", ProcessFigures>;
-  heapMb: { serve: number; worker: number };
+  processes: Record<NodeName | "postgres" | "redis" | "soak", ProcessFigures>;
+  heapMb: Record<NodeName, number>;
   connections: { postgres: number; redis: number };
   /** Rows of the outboxes and dedup keys retention prunes, in total and per table. */
   outboxRows: number;
@@ -91,17 +92,22 @@ export function metricValues(page: string, name: string): number[] {
   return values;
 }
 
-async function metricsPage(url: string, token?: string): Promise<string> {
-  const res = await fetch(url, token ? { headers: { authorization: `Bearer ${token}` } } : {});
-  return res.ok ? res.text() : "";
+/** A process's /metrics page; empty when it does not answer (its heap is then NaN in the sample). */
+async function metricsPage(url: string): Promise<string> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+    return res.ok ? await res.text() : "";
+  } catch {
+    return "";
+  }
 }
 
 export interface SamplerSources {
   pool: Pool;
-  serveMetricsUrl: string;
-  workerMetricsUrl: string;
+  /** The Node processes: serve first (its /metrics has the webhook backlog). */
+  nodes: readonly { name: NodeName; pid: number; metricsUrl: string }[];
   redisUrl: string;
-  pids: { serve: number; worker: number; postmaster: number; redis: number };
+  pids: { postmaster: number; redis: number };
 }
 
 export class SoakSampler {
@@ -121,10 +127,9 @@ export class SoakSampler {
   }
 
   async sample(minute: number, load: { requests: number; errors: number; p99Ms: number }): Promise<Sample> {
-    const { pool, pids } = this.sources;
-    const [servePage, workerPage, figures, connections, redisInfo] = await Promise.all([
-      metricsPage(this.sources.serveMetricsUrl),
-      metricsPage(this.sources.workerMetricsUrl),
+    const { pool, pids, nodes } = this.sources;
+    const [pages, figures, connections, redisInfo] = await Promise.all([
+      Promise.all(nodes.map((n) => metricsPage(n.metricsUrl))),
       readDatabaseFigures(pool),
       pool.query<{ n: number }>(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = current_database() AND pid <> pg_backend_pid()",
@@ -144,16 +149,17 @@ export class SoakSampler {
       ...figures.watermarks.map((w) => w.last - w.appliedUpto),
       ...figures.notificationWatermarks.map((w) => w.lag),
     );
+    const perNode = <T>(value: (node: SamplerSources["nodes"][number], k: number) => T) =>
+      Object.fromEntries(nodes.map((n, k) => [n.name, value(n, k)])) as Record<NodeName, T>;
     return {
       minute,
       processes: {
-        serve: processFigures([pids.serve]),
-        worker: processFigures([pids.worker]),
+        ...perNode((n) => processFigures([n.pid])),
         postgres: processFigures(processTree(pids.postmaster)),
         redis: processFigures([pids.redis]),
         soak: processFigures([process.pid]),
       },
-      heapMb: { serve: heap(servePage), worker: heap(workerPage) },
+      heapMb: perNode((_, k) => heap(pages[k]!)),
       connections: {
         postgres: connections.rows[0]!.n,
         redis: Number(/connected_clients:(\d+)/.exec(redisInfo)?.[1] ?? NaN),
@@ -163,7 +169,7 @@ export class SoakSampler {
       tables,
       unprunedRows: sum(UNPRUNED),
       lagEvents: lag,
-      webhookBacklog: metricValues(servePage, "ledger_webhook_backlog_events").reduce((a, v) => a + v, 0),
+      webhookBacklog: metricValues(pages[0]!, "ledger_webhook_backlog_events").reduce((a, v) => a + v, 0),
       ...load,
     };
   }
@@ -171,17 +177,15 @@ export class SoakSampler {
 
 /** Totals of the counters that count failures: consumer passes that failed, webhook attempts that failed. */
 export async function failureCounters(
-  serveMetricsUrl: string,
-  workerMetricsUrl: string,
+  metricsUrls: readonly string[],
 ): Promise<{ consumerFailures: number; webhookFailures: number }> {
-  const [serve, worker] = await Promise.all([metricsPage(serveMetricsUrl), metricsPage(workerMetricsUrl)]);
-  const total = (page: string, name: string) => metricValues(page, name).reduce((a, v) => a + v, 0);
-  const failedAttempts = serve
+  const page = (await Promise.all(metricsUrls.map((url) => metricsPage(url)))).join("\n");
+  const failedAttempts = page
     .split("\n")
     .filter((l) => l.startsWith("ledger_webhook_deliveries_total{") && l.includes('result="failed"'))
     .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
   return {
-    consumerFailures: total(serve, "ledger_consumer_failures_total") + total(worker, "ledger_consumer_failures_total"),
+    consumerFailures: metricValues(page, "ledger_consumer_failures_total").reduce((a, v) => a + v, 0),
     webhookFailures: failedAttempts,
   };
 }

@@ -2,8 +2,8 @@
  * `npm run soak -- --minutes N`: the service under its real mix for N minutes at a fixed offered
  * rate, sampled every minute, judged at the end (issue 34). It starts its own embedded PostgreSQL 16
  * cluster, redis-server on a free port, `social-ledger serve` (consumers, Redis counts, webhook
- * delivery, the periodic prune and audit) and a second consumer process (`social-ledger worker`) as
- * child processes, and a webhook receiver over HTTP (bench/soak-processes.ts, bench/soak-receiver.ts);
+ * delivery, the periodic prune and audit), a second consumer process (`social-ledger worker`) and a
+ * `social-ledger webhook-worker` as child processes, and a webhook receiver over HTTP (bench/soak-processes.ts, bench/soak-receiver.ts);
  * the load is open-loop (bench/soak-load.ts). Each sample (bench/soak-sampler.ts) reads every
  * process's RSS and descriptors, the heaps, the connections, the outbox and dedup-key rows, the lag
  * and the window's p99. At the end: each series' slope and whether it is within noise, the p99 of
@@ -68,13 +68,30 @@ async function auditCli(env: NodeJS.ProcessEnv): Promise<{ clean: boolean; outpu
   return { clean: code === 0, output };
 }
 
+/** Sample reads that failed and were repeated (a lost sampler connection): counted with the errors. */
+const sampleFailures: string[] = [];
+async function sampleWithRetry(read: () => Promise<Sample>): Promise<Sample> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (err) {
+      sampleFailures.push(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+      if (attempt === 3) throw err;
+    }
+  }
+}
+
 async function main(): Promise<number> {
   const receiver = await WebhookReceiver.start();
   const procs = await startSoakProcesses();
   console.log(
-    `soak: ${minutes} min, a sample every ${sampleMs} ms, ${rate} requests/s offered, serve pid ${procs.serve.pid}, worker pid ${procs.worker.pid}, postgres pid ${procs.cluster.pid}, redis pid ${procs.redisPid}`,
+    `soak: ${minutes} min, a sample every ${sampleMs} ms, ${rate} requests/s offered; pids: ${procs.nodes.map((n) => `${n.name} ${n.child.pid}`).join(", ")}, postgres ${procs.cluster.pid}, redis ${procs.redisPid}`,
   );
+  const setupStarted = Date.now();
   const load = await SoakLoad.prepare(procs.baseUrl, procs.jwtSecret, { users, items });
+  console.log(
+    `setup: ${users} accounts with a post each, ${items} items in ${((Date.now() - setupStarted) / 1000).toFixed(1)} s`,
+  );
   const hook = await fetch(new URL("/v1/admin/webhooks", procs.baseUrl), {
     method: "POST",
     headers: { authorization: `Bearer ${load.adminToken}`, "content-type": "application/json" },
@@ -82,13 +99,11 @@ async function main(): Promise<number> {
   });
   if (hook.status !== 201) throw new Error(`registering the webhook: ${hook.status} ${await hook.text()}`);
 
-  const serveMetricsUrl = `${procs.baseUrl}/metrics`;
   const sampler = new SoakSampler({
     pool: procs.pool,
-    serveMetricsUrl,
-    workerMetricsUrl: procs.workerMetricsUrl,
+    nodes: procs.nodes.map((n) => ({ name: n.name, pid: n.child.pid, metricsUrl: n.metricsUrl })),
     redisUrl: procs.redis.url,
-    pids: { serve: procs.serve.pid, worker: procs.worker.pid, postmaster: procs.cluster.pid!, redis: procs.redisPid },
+    pids: { postmaster: procs.cluster.pid!, redis: procs.redisPid },
   });
   await sampler.open();
   const samples: Sample[] = [];
@@ -101,11 +116,13 @@ async function main(): Promise<number> {
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, startedAt + i * sampleMs - Date.now())));
     const window = load.take();
     windowLatencies.push(window.latencies);
-    const sample = await sampler.sample((Date.now() - startedAt) / 60_000, {
-      requests: window.requests,
-      errors: window.errors,
-      p99Ms: p99Of(window.latencies),
-    });
+    const sample = await sampleWithRetry(() =>
+      sampler.sample((Date.now() - startedAt) / 60_000, {
+        requests: window.requests,
+        errors: window.errors,
+        p99Ms: p99Of(window.latencies),
+      }),
+    );
     samples.push(sample);
     const dashboard = await fetch(new URL(`/v1/admin/dashboard?since=${Date.now()}`, procs.baseUrl), {
       headers: { authorization: `Bearer ${load.adminToken}` },
@@ -115,7 +132,7 @@ async function main(): Promise<number> {
       : null;
     if (audit?.source === "periodic") periodicAudits.set(audit.at, audit.clean);
     printSamples([sample], i === 1);
-    if (procs.serve.exited || procs.worker.exited) break;
+    if (procs.nodes.some((n) => n.child.exited)) break;
   }
   await load.stop();
   // Drained before the final audit: the consumers' lag and the webhook backlog back to zero.
@@ -130,8 +147,8 @@ async function main(): Promise<number> {
     () => false,
   );
   const audit = await auditCli(procs.env);
-  const failures = await failureCounters(serveMetricsUrl, procs.workerMetricsUrl);
-  const processExits = [procs.serve, procs.worker].filter((c) => c.exited).length;
+  const failures = await failureCounters(procs.nodes.map((n) => n.metricsUrl));
+  const processExits = procs.nodes.filter((n) => n.child.exited).length;
   await sampler.close();
   await procs.stop();
   await receiver.close();
@@ -142,15 +159,19 @@ async function main(): Promise<number> {
     sampleMinutes: sampleMs / 60_000,
     errors: {
       http: load.totals.errors,
-      serveLog: procs.serve.errorLines,
-      workerLog: procs.worker.errorLines,
+      errorLogLines: procs.nodes.reduce((a, n) => a + n.child.errorLines, 0),
       consumerFailures: failures.consumerFailures,
       webhookFailures: failures.webhookFailures,
       webhookMalformed: receiver.malformed,
       processExits,
       notDrained: drained ? 0 : 1,
+      sampleFailures: sampleFailures.length,
     },
-    firstErrors: [...load.firstErrors, ...procs.serve.firstErrors, ...procs.worker.firstErrors],
+    firstErrors: [
+      ...load.firstErrors,
+      ...procs.nodes.flatMap((n) => n.child.firstErrors),
+      ...sampleFailures.slice(0, 3).map((e) => `sample: ${e}`),
+    ],
     auditClean: audit.clean,
     periodicAudits: {
       seen: periodicAudits.size,
