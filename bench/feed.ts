@@ -6,13 +6,16 @@
  *   - the hot-author merge (author_posts_page over the 20 hot authors a reader follows) p99 ÷ the same;
  *   - bytes per post row (the post table with its indexes and TOAST);
  *   - the fan-out write cost per inbox row and the merge's cost per extra author, from which the
- *     hot-follower threshold's crossover is computed (docs/feed-hot-authors.md, "Cost model").
+ *     hot-follower threshold's crossover is computed (docs/feed-hot-authors.md, "Cost model");
+ *   - the inbox (bench/feed-inbox.ts): inbox rows written per second and writes per post under a
+ *     steady stream of posts and follow changes, freshness (commit -> a follower's first page) under
+ *     that load, one inbox's rebuild, bytes per inbox row.
  *
  *   node --import tsx bench/feed.ts [--accounts N] [--reads 2000] [--workers 4] [--limit 20] [--partitions 16]
+ *     [--stream-seconds 30] [--post-rate 20] [--follow-rate 10] [--loops 2]
  *
  * Without --accounts it runs 10,000 and 100,000 accounts. Results go to .tmp/bench-results/feed-<time>.json.
- * The phases are a list (PHASES): the inbox's figures (fan-out rate, freshness, one inbox's
- * rebuild) are phases to add there, each reading and writing the same SizeContext.
+ * The phases are a list (PHASES), each reading and writing the same SizeContext.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -26,6 +29,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { runFixedCount, type Figures } from "./load.ts";
 import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
+import { INBOX_PHASES, inboxReport } from "./feed-inbox.ts";
 
 const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
 
@@ -35,6 +39,11 @@ interface FeedOptions {
   workers: number;
   limit: number;
   partitions: number;
+  /** The inbox phases' steady stream: its length, posts and follow changes per second, consumer loops. */
+  streamSeconds: number;
+  postRate: number;
+  followRate: number;
+  loops: number;
 }
 
 /** What one size's phases share: the database, the population, and the figures written so far. */
@@ -62,8 +71,8 @@ const someAccount = (pop: FeedPopulation, k: number) =>
 
 /**
  * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
- * the ratio's two sides share the machine's load as evenly as one run allows.
- * Add the inbox's phases here ("fan-out", "freshness", "inbox rebuild") once it exists.
+ * the ratio's two sides share the machine's load as evenly as one run allows. The inbox's phases
+ * come last: they write posts, follows and inbox rows the read phases must not see.
  */
 export const PHASES: Phase[] = [
   {
@@ -144,6 +153,7 @@ export const PHASES: Phase[] = [
       c.values.indexBytesPerPost = rows[0]!.index / rows[0]!.n;
     },
   },
+  ...INBOX_PHASES,
 ];
 
 function parseOptions(argv: readonly string[]): FeedOptions {
@@ -155,6 +165,10 @@ function parseOptions(argv: readonly string[]): FeedOptions {
       workers: { type: "string" },
       limit: { type: "string" },
       partitions: { type: "string" },
+      "stream-seconds": { type: "string" },
+      "post-rate": { type: "string" },
+      "follow-rate": { type: "string" },
+      loops: { type: "string" },
     },
   });
   const positive = (name: string, raw: string | undefined, fallback: number) => {
@@ -168,6 +182,10 @@ function parseOptions(argv: readonly string[]): FeedOptions {
     workers: positive("workers", v.workers, 4),
     limit: positive("limit", v.limit, 20),
     partitions: positive("partitions", v.partitions, 16),
+    streamSeconds: positive("stream-seconds", v["stream-seconds"], 30),
+    postRate: positive("post-rate", v["post-rate"], 20),
+    followRate: positive("follow-rate", v["follow-rate"], 10),
+    loops: positive("loops", v.loops, 2),
   };
 }
 
@@ -189,6 +207,7 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
     `  merge cost per extra author (p50) ${ms(perExtraAuthorMs)} ms`,
     `  fan-out write ${c.values.fanoutUsPerRow!.toFixed(1)} µs per inbox row (${c.values.fanoutRows} rows) -> crossover F* = 1 s / w = ${Math.round(crossover)} followers`,
     `  bytes per post row ${c.values.bytesPerPost!.toFixed(0)} (post_author_newest ${c.values.indexBytesPerPost!.toFixed(0)})`,
+    ...inboxReport(c.values),
   ];
   process.stdout.write(lines.join("\n") + "\n");
   return {
@@ -229,7 +248,11 @@ async function measureSize(
   const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
   await admin.query(`DROP DATABASE IF EXISTS ${database}`);
   await admin.query(`CREATE DATABASE ${database}`);
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: o.workers + 2 });
+  // Room for the read workers, or for the inbox stream's writers, consumer loops and freshness probes.
+  const pool = createPool({
+    connectionString: cluster.connectionString(database),
+    max: Math.max(o.workers, o.loops + 8) + 2,
+  });
   try {
     await migrate(pool);
     await initLedger(pool, { partitions: o.partitions });

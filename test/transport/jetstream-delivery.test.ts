@@ -138,7 +138,11 @@ test(
       0,
       "the broker delivered everything: nothing was gap-filled from the outbox",
     );
-    assert.equal(consumers.sources.broker, events, "each event delivered once so far");
+    // relation_event feeds two consumer kinds (the projector and the feed), each with its own durable;
+    // the setup's post events were applied before the relay started, so it never published them.
+    const copies = lagRows.reduce((a, row) => a + row.last * (row.kind === "relations" ? 2 : 1), 0);
+    const deliveries = copies - w.posts.length;
+    assert.equal(consumers.sources.broker, deliveries, "each event delivered once to each of its consumers so far");
     await assertConverged(r.ledger);
 
     const republished = await publishEverythingAgain(r);
@@ -146,9 +150,9 @@ test(
     await pollUntil(
       "second copies consumed",
       async () => consumers.verdicts.dup ?? 0,
-      (dup) => dup >= events,
+      (dup) => dup >= copies,
     );
-    assert.equal(consumers.verdicts.dup, events, "every second copy was a duplicate");
+    assert.equal(consumers.verdicts.dup, copies, "every copy published again was a duplicate");
     await assertConverged(r.ledger);
     await assertDedupKeysComplete(r.db.pool);
     assert.deepEqual(consumers.deadLetters, []);
