@@ -10,12 +10,15 @@
  *   - the home timeline (GET /v1/timelines/home's statements: lag, then the page merging the inbox
  *     with the hot authors the reader follows) p99 ÷ the same, for typical readers and for readers
  *     following the 20 hot authors.
+ *   - the inbox (bench/feed-inbox.ts): inbox rows written per second and writes per post under a
+ *     steady stream of posts and follow changes, freshness (commit -> a follower's first page) under
+ *     that load, one inbox's rebuild, bytes per inbox row.
  *
  *   node --import tsx bench/feed.ts [--accounts N] [--reads 2000] [--workers 4] [--limit 20] [--partitions 16]
+ *     [--stream-seconds 30] [--post-rate 20] [--follow-rate 10] [--loops 2]
  *
  * Without --accounts it runs 10,000 and 100,000 accounts. Results go to .tmp/bench-results/feed-<time>.json.
- * The phases are a list (PHASES): the inbox's remaining figures (fan-out rate, freshness, one
- * inbox's rebuild) are phases to add there, each reading and writing the same SizeContext.
+ * The phases are a list (PHASES), each reading and writing the same SizeContext.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -30,6 +33,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
 import { runFixedCount, type Figures } from "./load.ts";
 import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
+import { INBOX_PHASES, inboxReport } from "./feed-inbox.ts";
 
 const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
 
@@ -39,6 +43,11 @@ interface FeedOptions {
   workers: number;
   limit: number;
   partitions: number;
+  /** The inbox phases' steady stream: its length, posts and follow changes per second, consumer loops. */
+  streamSeconds: number;
+  postRate: number;
+  followRate: number;
+  loops: number;
 }
 
 /** What one size's phases share: the database, the population, and the figures written so far. */
@@ -66,8 +75,8 @@ const someAccount = (pop: FeedPopulation, k: number) =>
 
 /**
  * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
- * the ratio's two sides share the machine's load as evenly as one run allows.
- * Add the inbox's other phases here ("fan-out", "freshness", "inbox rebuild").
+ * the ratio's two sides share the machine's load as evenly as one run allows. The inbox's phases
+ * come last: they write posts, follows and inbox rows the read phases must not see.
  */
 export const PHASES: Phase[] = [
   {
@@ -185,6 +194,7 @@ export const PHASES: Phase[] = [
       c.values.indexBytesPerPost = rows[0]!.index / rows[0]!.n;
     },
   },
+  ...INBOX_PHASES,
 ];
 
 function parseOptions(argv: readonly string[]): FeedOptions {
@@ -196,6 +206,10 @@ function parseOptions(argv: readonly string[]): FeedOptions {
       workers: { type: "string" },
       limit: { type: "string" },
       partitions: { type: "string" },
+      "stream-seconds": { type: "string" },
+      "post-rate": { type: "string" },
+      "follow-rate": { type: "string" },
+      loops: { type: "string" },
     },
   });
   const positive = (name: string, raw: string | undefined, fallback: number) => {
@@ -209,6 +223,10 @@ function parseOptions(argv: readonly string[]): FeedOptions {
     workers: positive("workers", v.workers, 4),
     limit: positive("limit", v.limit, 20),
     partitions: positive("partitions", v.partitions, 16),
+    streamSeconds: positive("stream-seconds", v["stream-seconds"], 30),
+    postRate: positive("post-rate", v["post-rate"], 20),
+    followRate: positive("follow-rate", v["follow-rate"], 10),
+    loops: positive("loops", v.loops, 2),
   };
 }
 
@@ -232,6 +250,7 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
     `  home page, 20 hot followees  p50 ${ms(c.figures.homeHotReader!.p50Ms)} ms  p99 ${ms(c.figures.homeHotReader!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.homeHotReader).toFixed(2)} (goal <= 3; hot from ${c.values.hotThreshold} followers)`,
     `  fan-out write ${c.values.fanoutUsPerRow!.toFixed(1)} µs per inbox row (${c.values.fanoutRows} rows) -> crossover F* = 1 s / w = ${Math.round(crossover)} followers`,
     `  bytes per post row ${c.values.bytesPerPost!.toFixed(0)} (post_author_newest ${c.values.indexBytesPerPost!.toFixed(0)})`,
+    ...inboxReport(c.values),
   ];
   process.stdout.write(lines.join("\n") + "\n");
   return {
@@ -274,7 +293,11 @@ async function measureSize(
   const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
   await admin.query(`DROP DATABASE IF EXISTS ${database}`);
   await admin.query(`CREATE DATABASE ${database}`);
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: o.workers + 2 });
+  // Room for the read workers, or for the inbox stream's writers, consumer loops and freshness probes.
+  const pool = createPool({
+    connectionString: cluster.connectionString(database),
+    max: Math.max(o.workers, o.loops + 8) + 2,
+  });
   try {
     await migrate(pool);
     await initLedger(pool, { partitions: o.partitions });

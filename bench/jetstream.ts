@@ -12,7 +12,7 @@ import { openJetStreamWorkers } from "../src/transport/jetstream-runtime.ts";
 import { connectNats, ensureStreams, jetstreamManager } from "../src/transport/jetstream-setup.ts";
 import { OutboxRelay } from "../src/transport/outbox-relay.ts";
 import { loadTransportConfig } from "../src/transport/transport-config.ts";
-import { transportKinds } from "../src/transport/transport-kinds.ts";
+import { outboxReaders } from "../src/transport/transport-kinds.ts";
 import { transportLag } from "../src/transport/relay-watermark.ts";
 import { TestNats } from "../support/nats-server.ts";
 import type { Figures } from "./load.ts";
@@ -77,7 +77,7 @@ export async function jetstreamRows(
     const nc = await connectNats(config, "bench-relay");
     try {
       await ensureStreams(await jetstreamManager(nc), config);
-      const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, {
+      const relay = new OutboxRelay(ledger.pool, outboxReaders(ledger), jetstream(nc), config, {
         kinds: ["likes"],
         batchSize: 1000,
       });

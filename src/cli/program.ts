@@ -190,7 +190,7 @@ never skips. Any number may run beside serve. docs/webhooks.md.`,
 
   program
     .command("relay")
-    .description("Publish the outboxes (likes, relations, comments) to NATS JetStream until SIGINT/SIGTERM")
+    .description("Publish the outboxes (likes, relations, comments, posts) to NATS JetStream until SIGINT/SIGTERM")
     .addOption(new Option("--transport <name>", "the broker").choices(["nats"]).makeOptionMandatory())
     .addOption(
       new Option("--batch-size <n>", "events per partition and pass")

@@ -16,7 +16,7 @@ import type { Pool, PoolClient } from "./pool.ts";
  */
 
 /** The outboxes retention prunes, by the kind name retention_floor and retention_hold use. */
-export type RetentionKind = "likes" | "relations" | "comments";
+export type RetentionKind = "likes" | "relations" | "comments" | "posts";
 
 /**
  * The outbox and its neighbours per kind: fixed names, never input. `others` are the watermarks
@@ -47,6 +47,14 @@ export const RETENTION_TABLES = {
     watermark: "comment_watermark",
     keys: "comment_processed",
     others: [{ watermark: "notification_comment_watermark", keys: "notification_comment_seen" }],
+  },
+  // The post events' one view is the home timeline (docs/feed.md): its watermark and seen keys are the kind's own.
+  posts: {
+    outbox: "post_outbox",
+    sequence: "post_seq",
+    watermark: "feed_post_watermark",
+    keys: "feed_post_seen",
+    others: [],
   },
 } as const satisfies Record<
   RetentionKind,
@@ -113,7 +121,7 @@ export async function computeBoundaries(
     held: number | null;
     young: number | null;
   }>(
-    `SELECT s.part, s.last, least(w.applied_upto, ${t.others.map((_, i) => `coalesce(o${i}.applied_upto, 0)`).join(", ")}) AS watermark,
+    `SELECT s.part, s.last, least(${["w.applied_upto", ...t.others.map((_, i) => `coalesce(o${i}.applied_upto, 0)`)].join(", ")}) AS watermark,
             coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
             CASE WHEN $2::float8 IS NOT NULL THEN

@@ -682,7 +682,7 @@ CREATE TABLE relay_watermark (
   part integer NOT NULL,
   published_upto bigint DEFAULT 0 NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
-  CONSTRAINT relay_watermark_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text]))),
+  CONSTRAINT relay_watermark_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text]))),
   CONSTRAINT relay_watermark_part_check CHECK ((part >= 0)),
   CONSTRAINT relay_watermark_pkey PRIMARY KEY (kind, part),
   CONSTRAINT relay_watermark_published_upto_check CHECK ((published_upto >= 0))
@@ -699,7 +699,7 @@ CREATE TABLE retention_floor (
   keys_pruned_upto bigint DEFAULT 0 NOT NULL,
   pruned_at timestamp with time zone,
   CONSTRAINT retention_floor_keys_pruned_upto_check CHECK ((keys_pruned_upto >= 0)),
-  CONSTRAINT retention_floor_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text]))),
+  CONSTRAINT retention_floor_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text]))),
   CONSTRAINT retention_floor_part_check CHECK ((part >= 0)),
   CONSTRAINT retention_floor_pkey PRIMARY KEY (kind, part),
   CONSTRAINT retention_floor_pruned_upto_check CHECK ((pruned_upto >= 0))
@@ -711,7 +711,7 @@ CREATE TABLE retention_hold (
   part integer NOT NULL,
   upto bigint NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
-  CONSTRAINT retention_hold_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text]))),
+  CONSTRAINT retention_hold_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text]))),
   CONSTRAINT retention_hold_part_check CHECK ((part >= 0)),
   CONSTRAINT retention_hold_pkey PRIMARY KEY (holder, kind, part),
   CONSTRAINT retention_hold_upto_check CHECK ((upto >= 0))

@@ -21,6 +21,9 @@ import {
 } from "./feed-sources.ts";
 import { DEFAULT_FEED_HOT_FOLLOWERS, judgeHotAuthors } from "./feed-hot.ts";
 
+/** SQL hook point feed.consumer.afterFanOut {source, part, seqs, rows}: a batch's inbox rows are written, not committed. */
+export const FAN_OUT_HOOK_SQL = "SELECT ledger_hook('feed.consumer.afterFanOut', $1::jsonb)";
+
 /** The default of LEDGER_FEED_MAX_ITEMS: the most posts one inbox keeps. */
 export const DEFAULT_FEED_MAX_ITEMS = 800;
 
@@ -84,7 +87,7 @@ export interface FeedConsumerOptions {
  * applied as it was written but as the facts are when it is applied, so a redelivered, reordered
  * or late event reconciles to the same inboxes (docs/feed.md). Hook
  * points: feed.consumer.afterLock {source, part, seqs, pid} once the authors are locked,
- * feed.consumer.beforeCommit {source, part, seqs, pid}.
+ * feed.consumer.beforeCommit {source, part, seqs, pid}; in SQL, feed.consumer.afterFanOut.
  */
 export class FeedConsumer {
   private readonly hooks: Hooks;
@@ -179,7 +182,11 @@ export class FeedConsumer {
   ): Promise<number> {
     const plan = [...transition, ...(await this.plan(client, this.source, part, fresh, this.maxItems))];
     if (plan.length === 0) return 0;
-    return applyPlanRows(client, plan, this.maxItems, this.absentMs);
+    const rows = await applyPlanRows(client, plan, this.maxItems, this.absentMs);
+    // The SQL hook point (ledger_hook: a no-op unless a test database armed it) parks the batch with its
+    // inbox rows written and uncommitted; a test parks a `worker` process there and kills it.
+    await client.query(FAN_OUT_HOOK_SQL, [JSON.stringify({ source: this.source.name, part, seqs: fresh, rows })]);
+    return rows;
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark and above `after` (no locks: the seen table absorbs overlaps). */

@@ -27,6 +27,8 @@ const REBUILD_LOCKS: Record<RetentionKind, string | undefined> = {
   likes: LIKE_COUNTER.rebuildLockKey,
   relations: undefined,
   comments: COMMENT_COUNTER.rebuildLockKey,
+  // The feed's rebuild installs each reader's truth from the facts, never from the outbox.
+  posts: undefined,
 };
 
 /**
@@ -295,4 +297,10 @@ const PRUNE_SQL: Record<RetentionKind, string> = {
       RETURNING 1),
     g AS (SELECT count(*) AS n, coalesce(max(seq), 0) AS max_seq, 0 AS misplaced, (SELECT count(*) FROM posts) AS posts FROM gone)
     ${RECORD_FLOOR("comments", "")}`,
+  // Nothing reads a post event at or below the feed's watermark (the audit and the lag read pending
+  // events only, the rebuild reads the facts): no baseline to fold them into.
+  posts: `
+    WITH gone AS (DELETE FROM post_outbox WHERE part = $1 AND seq <= $2 RETURNING seq),
+    g AS (SELECT count(*) AS n, coalesce(max(seq), 0) AS max_seq, 0 AS misplaced FROM gone)
+    ${RECORD_FLOOR("posts", "")}`,
 };

@@ -1,11 +1,12 @@
 import type { Pool } from "../db/pool.ts";
-import type { TransportKindName } from "./transport-kinds.ts";
+import type { OutboxKindName } from "./transport-kinds.ts";
 
 /** Each kind's outbox table (fixed names, never input). */
-const OUTBOX_TABLE: Record<TransportKindName, string> = {
+const OUTBOX_TABLE: Record<OutboxKindName, string> = {
   likes: "like_outbox",
   relations: "relation_event",
   comments: "comment_outbox",
+  posts: "post_outbox",
 };
 
 /**
@@ -15,7 +16,7 @@ const OUTBOX_TABLE: Record<TransportKindName, string> = {
  */
 export async function outboxTimelines(
   pool: Pool,
-  kind: TransportKindName,
+  kind: OutboxKindName,
   part: number,
   from: number,
   to: number,

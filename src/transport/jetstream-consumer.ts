@@ -173,7 +173,7 @@ export class JetStreamPartitionConsumer {
     const foreign = decoded.filter(({ e }) => (e.timeline ?? 1) !== now);
     if (foreign.length === 0) return lost;
     const seqs = foreign.map(({ e }) => e.seq);
-    const stored = await outboxTimelines(this.pool, this.kind.kind, this.part, Math.min(...seqs), Math.max(...seqs));
+    const stored = await outboxTimelines(this.pool, this.kind.outbox, this.part, Math.min(...seqs), Math.max(...seqs));
     for (const d of foreign) {
       const timeline = stored.get(d.e.seq);
       const gone = timeline === undefined ? d.e.seq > watermark : timeline !== (d.e.timeline ?? 1);
@@ -260,7 +260,7 @@ export class JetStreamPartitionConsumer {
 
   private async fillHeldBack(): Promise<number> {
     const w = await consumerWatermark(this.pool, this.kind.kind, this.part);
-    const published = await readRelayWatermark(this.pool, this.kind.kind, this.part);
+    const published = await readRelayWatermark(this.pool, this.kind.outbox, this.part);
     const heldBackUpto = w === this.lastWatermark && this.publishedAtLastCheck > w ? this.publishedAtLastCheck : 0;
     this.lastWatermark = w;
     this.publishedAtLastCheck = published;

@@ -11,7 +11,14 @@ import {
 } from "./jetstream-consumer.ts";
 import { OutboxRelay, type RelayOptions } from "./outbox-relay.ts";
 import type { TransportConfig } from "./transport-config.ts";
-import { TRANSPORT_KINDS, transportKinds, type TransportKindName } from "./transport-kinds.ts";
+import {
+  OUTBOX_KINDS,
+  TRANSPORT_KINDS,
+  outboxReaders,
+  transportKinds,
+  type OutboxKindName,
+  type TransportKindName,
+} from "./transport-kinds.ts";
 import type { TransportMetrics } from "./transport-metrics.ts";
 
 export interface JetStreamWorkers {
@@ -51,7 +58,7 @@ export async function openJetStreamWorkers(
     const consumers: JetStreamPartitionConsumer[] = [];
     for (const kind of options.kinds ?? TRANSPORT_KINDS) {
       for (const part of options.partitions) {
-        await ensureConsumer(jsm, config, kind, part);
+        await ensureConsumer(jsm, config, kinds[kind], part);
         consumers.push(
           new JetStreamPartitionConsumer(ledger.pool, kinds[kind], js, config, part, {
             batchSize: options.batchSize,
@@ -109,7 +116,7 @@ export async function openRelay(
   options: PartitionWorkerOptions &
     Pick<RelayOptions, "onPublished" | "onLeadership"> & {
       batchSize: number;
-      kinds?: readonly TransportKindName[];
+      kinds?: readonly OutboxKindName[];
       metrics?: TransportMetrics;
       hooks?: Hooks;
     },
@@ -118,8 +125,8 @@ export async function openRelay(
   options.metrics?.watchConnection(nc);
   try {
     await ensureStreams(await jetstreamManager(nc), config);
-    const relay = new OutboxRelay(ledger.pool, transportKinds(ledger), jetstream(nc), config, {
-      kinds: options.kinds ?? TRANSPORT_KINDS,
+    const relay = new OutboxRelay(ledger.pool, outboxReaders(ledger), jetstream(nc), config, {
+      kinds: options.kinds ?? OUTBOX_KINDS,
       batchSize: options.batchSize,
       hooks: options.hooks ?? ledger.hooks,
       onLeadership: options.onLeadership,

@@ -12,10 +12,10 @@ import {
   type JetStreamManager,
 } from "@nats-io/jetstream";
 import type { TransportConfig } from "./transport-config.ts";
-import { TRANSPORT_KINDS, type TransportKindName } from "./transport-kinds.ts";
+import { OUTBOX_KINDS, type OutboxKindName, type TransportKind, type TransportKindName } from "./transport-kinds.ts";
 
-/** Subject of one kind and partition: one subject per partition, so one durable consumer reads one partition in order. */
-export function eventSubject(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
+/** Subject of one outbox and partition: one subject per partition, so one durable consumer reads one partition in order. */
+export function eventSubject(config: Pick<TransportConfig, "stream">, kind: OutboxKindName, part: number): string {
   return `${config.stream.toLowerCase()}.${kind}.${part}`;
 }
 
@@ -31,7 +31,7 @@ export function deadLetterStream(config: Pick<TransportConfig, "stream">): strin
   return `${config.stream}_DLQ`;
 }
 
-/** The durable consumer every worker process shares for one kind and partition. */
+/** The durable consumer every worker process shares for one consumer kind and partition. */
 export function durableName(config: Pick<TransportConfig, "stream">, kind: TransportKindName, part: number): string {
   return `${config.stream}_${kind}_${part}`;
 }
@@ -42,7 +42,7 @@ export function durableName(config: Pick<TransportConfig, "stream">, kind: Trans
  * position out again to a different event, committed on a later timeline (docs/failover.md), and the
  * same id would make the broker drop it as a copy of the lost one. Timeline 1 keeps the ids it always had.
  */
-export function messageId(kind: TransportKindName, part: number, seq: number, timeline: number): string {
+export function messageId(kind: OutboxKindName, part: number, seq: number, timeline: number): string {
   return timeline === 1 ? `${kind}:${part}:${seq}` : `${kind}:${part}:${seq}:t${timeline}`;
 }
 
@@ -85,7 +85,7 @@ export async function ensureStreams(jsm: JetStreamManager, config: TransportConf
   const streams = [
     {
       name: config.stream,
-      subjects: TRANSPORT_KINDS.map((k) => `${prefix}.${k}.*`),
+      subjects: OUTBOX_KINDS.map((k) => `${prefix}.${k}.*`),
       duplicate_window: nanos(config.duplicateWindowSeconds * 1000),
       max_age: nanos(config.maxAgeSeconds * 1000),
     },
@@ -121,21 +121,23 @@ export async function ensureStreams(jsm: JetStreamManager, config: TransportConf
 }
 
 /**
- * The durable pull consumer of one kind and partition. Redeliveries after an ack timeout back off
+ * The durable pull consumer of one consumer kind and partition, on its outbox's subject (two
+ * consumers of one outbox, the projector and the feed, each have their own durable and position). Redeliveries after an ack timeout back off
  * (ack_wait, then doubling); `max_deliver` bounds them, and the worker dead-letters a message on its
  * last delivery. Only features of nats-server 2.9 (one filter subject, no pause).
  */
 export function consumerConfig(
   config: TransportConfig,
-  kind: TransportKindName,
+  kind: Pick<TransportKind, "kind" | "outbox"> | (OutboxKindName & TransportKindName),
   part: number,
 ): Partial<ConsumerConfig> {
+  const { kind: name, outbox } = typeof kind === "string" ? { kind, outbox: kind } : kind;
   const backoff = Array.from({ length: Math.min(4, config.maxDeliver - 1) }, (_, i) =>
     nanos(config.ackWaitMs * 2 ** i),
   );
   return {
-    durable_name: durableName(config, kind, part),
-    filter_subject: eventSubject(config, kind, part),
+    durable_name: durableName(config, name, part),
+    filter_subject: eventSubject(config, outbox, part),
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(config.ackWaitMs),
@@ -148,7 +150,7 @@ export function consumerConfig(
 export async function ensureConsumer(
   jsm: JetStreamManager,
   config: TransportConfig,
-  kind: TransportKindName,
+  kind: Pick<TransportKind, "kind" | "outbox"> | (OutboxKindName & TransportKindName),
   part: number,
 ): Promise<void> {
   const cfg = consumerConfig(config, kind, part);

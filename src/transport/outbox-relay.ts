@@ -1,10 +1,9 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { Pool, PoolClient } from "../db/pool.ts";
-import type { TransportKindName } from "./transport-kinds.ts";
 import { Hooks } from "../hooks.ts";
 import { eventSubject, messageId } from "./jetstream-setup.ts";
 import type { TransportConfig } from "./transport-config.ts";
-import type { OutboxEvent, TransportKind } from "./transport-kinds.ts";
+import type { OutboxEvent, OutboxKindName, OutboxReaders } from "./transport-kinds.ts";
 import { outboxTimelines } from "./event-timeline.ts";
 import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, transportLag } from "./relay-watermark.ts";
 
@@ -12,7 +11,7 @@ import { advanceRelayWatermark, ensureRelayRows, readRelayWatermark, transportLa
 export const RELAY_LEADER_LOCK_KEY = 0x72656c61796c64n.toString();
 
 export interface RelayOptions {
-  kinds: readonly TransportKindName[];
+  kinds: readonly OutboxKindName[];
   /** Events per kind and partition per pass. */
   batchSize?: number;
   /**
@@ -21,15 +20,15 @@ export interface RelayOptions {
    */
   hooks?: Hooks;
   /** Called after each recorded batch: how many were stored, how many the duplicate window dropped. */
-  onPublished?: (kind: TransportKindName, part: number, stored: number, duplicates: number) => void;
+  onPublished?: (kind: OutboxKindName, part: number, stored: number, duplicates: number) => void;
   /** Called when this relay takes or loses the leader lock. */
   onLeadership?: (leading: boolean) => void;
   /** Replaces messageId: for the negative control that leaves the timeline out only. */
-  messageId?: (kind: TransportKindName, part: number, seq: number, timeline: number) => string;
+  messageId?: (kind: OutboxKindName, part: number, seq: number, timeline: number) => string;
 }
 
 /**
- * Publishes the outbox of each kind to JetStream, per partition in sequence (commit) order, and
+ * Publishes each outbox to JetStream, per partition in sequence (commit) order, and
  * records its progress in relay_watermark only after JetStream acknowledged every message of the
  * batch: a crash in between re-publishes (the duplicate window drops the copies with the same
  * Nats-Msg-Id), it never skips. Only the contiguous prefix above the relay's watermark is published:
@@ -48,7 +47,7 @@ export class OutboxRelay {
 
   constructor(
     private readonly pool: Pool,
-    private readonly kinds: Record<TransportKindName, TransportKind>,
+    private readonly kinds: OutboxReaders,
     private readonly js: JetStreamClient,
     private readonly config: TransportConfig,
     private readonly options: RelayOptions,
@@ -76,7 +75,7 @@ export class OutboxRelay {
   }
 
   /** Publishes the next batch of one partition; returns the number of events it covered. */
-  async publishPartition(kind: TransportKindName, part: number): Promise<number> {
+  async publishPartition(kind: OutboxKindName, part: number): Promise<number> {
     const from = await readRelayWatermark(this.pool, kind, part);
     const rows = await this.kinds[kind].fetchRange(part, from + 1, from + (this.options.batchSize ?? 500));
     const batch: OutboxEvent[] = [];

@@ -3,6 +3,7 @@ import client from "prom-client";
 import type { Pool } from "../db/pool.ts";
 import { refresherOf } from "../metrics-refresh.ts";
 import { transportLag } from "./relay-watermark.ts";
+import { TRANSPORT_KINDS } from "./transport-kinds.ts";
 
 /** The transport's metrics, in the process's registry (serve's and worker's /metrics). */
 export class TransportMetrics {
@@ -33,7 +34,7 @@ export class TransportMetrics {
       labelNames: ["kind"],
       registers: [registry],
     });
-    for (const kind of ["likes", "relations", "comments"]) {
+    for (const kind of TRANSPORT_KINDS) {
       this.gapFilled.inc({ kind }, 0);
       for (const reason of ["malformed", "verification", "attempts", "lost"]) this.deadLetters.inc({ kind, reason }, 0);
     }

@@ -30,7 +30,7 @@ import { JetStreamPartitionConsumer } from "../../src/transport/jetstream-consum
 import { closeNats, connectNats, ensureConsumer, ensureStreams } from "../../src/transport/jetstream-setup.ts";
 import { OutboxRelay, type RelayOptions } from "../../src/transport/outbox-relay.ts";
 import type { TransportConfig } from "../../src/transport/transport-config.ts";
-import { transportKinds } from "../../src/transport/transport-kinds.ts";
+import { outboxReaders, transportKinds } from "../../src/transport/transport-kinds.ts";
 import { WebhookDelivery } from "../../src/webhooks/delivery-worker.ts";
 import { EndpointRegistry } from "../../src/webhooks/endpoint-registry.ts";
 import type { DeliveredEvent } from "../../src/webhooks/lost-deliveries.ts";
@@ -213,7 +213,7 @@ async function startRig(
     onLost: (lost) => rig.lostReported.push(...lost),
   });
   const kinds = transportKinds(ledger);
-  const relay = new OutboxRelay(pool, kinds, jetstream(nc), config, {
+  const relay = new OutboxRelay(pool, outboxReaders(ledger), jetstream(nc), config, {
     kinds: ["likes"],
     batchSize: 200,
     ...(options.messageId ? { messageId: options.messageId } : {}),

@@ -2,14 +2,14 @@ import { CountFeeder } from "../../src/cache/count-feeder.ts";
 import type { AttemptResult } from "../../src/webhooks/delivery-http.ts";
 import { WebhookDelivery, type Claim } from "../../src/webhooks/delivery-worker.ts";
 import type { WebhookEvent } from "../../src/webhooks/webhook-events.ts";
-import type { TransportKindName } from "../../src/transport/transport-kinds.ts";
+import type { OutboxKindName } from "../../src/transport/transport-kinds.ts";
 
 /**
  * The JetStream message id as it was before it named the timeline: the position alone. After a
  * promotion with asynchronous replication the new primary hands a lost event's position to another
  * event, and the broker's duplicate window drops that event as a copy of the lost one.
  */
-export function positionOnlyMessageId(kind: TransportKindName, part: number, seq: number): string {
+export function positionOnlyMessageId(kind: OutboxKindName, part: number, seq: number): string {
   return `${kind}:${part}:${seq}`;
 }
 

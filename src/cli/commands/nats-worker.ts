@@ -10,10 +10,12 @@ import { describeDatabase } from "../banner.ts";
 import { cliLogger } from "../log.ts";
 import { openWorkerLedger } from "./worker-ledger.ts";
 
-const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "comment_count"> = {
+const CONSUMER_OF_KIND: Record<string, "like_count" | "follower_projection" | "comment_count" | "feed"> = {
   likes: "like_count",
   relations: "follower_projection",
   comments: "comment_count",
+  "feed-posts": "feed",
+  "feed-relations": "feed",
 };
 
 /**
