@@ -17,6 +17,7 @@ const PARTITIONED_ROW_TABLES = [
   "notification_comment_watermark",
   "post_seq",
   "feed_post_watermark",
+  "notification_post_watermark",
   "feed_relation_watermark",
 ] as const;
 
