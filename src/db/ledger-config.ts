@@ -5,7 +5,7 @@ import { withTransaction } from "./transaction.ts";
 export const MAX_PARTITIONS = 1024;
 
 /** Tables with one row per partition, created by initLedger (fixed names, never user input). */
-const PARTITIONED_ROW_TABLES = [
+export const PARTITIONED_ROW_TABLES = [
   "like_seq",
   "counter_watermark",
   "event_seq",

@@ -1,0 +1,2 @@
+-- placeholder for a number reserved to another branch (not committed)
+SELECT 1;
