@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { incrementalAudit } from "../../src/audit/incremental-audit.ts";
 import { MAX_MENTIONS, parseMentions } from "../../src/content/mentions.ts";
 import type { Ledger } from "../../src/ledger.ts";
 import { auditNotifications, notificationAuditClean } from "../../src/notifications/notification-audit.ts";
@@ -191,4 +192,25 @@ test("erasure: erasing the mentioner withdraws its mentions (the others stay); t
   assert.deepEqual(await mentionsOf(ledger, post.postId), ["bob"], "the fact row stays with the tombstone");
   assert.ok(notificationAuditClean(await auditNotifications(db.pool)));
   assert.deepEqual(await viewRows(db.pool), await factRows(db.pool));
+});
+
+test("the incremental audit follows the post outbox: a lost mention of a post written since the last run is found; one of an older post (control) waits for the full audit", async (t) => {
+  const fx = await notificationFixture(2, PEOPLE);
+  t.after(() => fx.close());
+  const { ledger, db } = fx;
+  const old = await ledger.posts.createPost("ann", "PUBLIC", "@bob");
+  await drainAll(ledger);
+  assert.equal((await incrementalAudit(db.pool, { sample: 0 })).clean, true, "the first run (full) is clean");
+  const recent = await ledger.posts.createPost("ann", "PUBLIC", "@cat");
+  const reply = await ledger.comments.create("dan", recent.postId, "@eve");
+  const second = await ledger.comments.create("fay", recent.postId, "re", { parentId: reply.id });
+  await drainAll(ledger);
+  await db.pool.query("DELETE FROM notification WHERE subject = ANY ($1) AND type IN ('mention', 'reply')", [
+    [old.postId, recent.postId, reply.id, second.id],
+  ]);
+  const rows = await db.pool.query("SELECT 1 FROM notification WHERE subject = ANY ($1)", [[old.postId]]);
+  assert.equal(rows.rowCount, 0);
+  const report = await incrementalAudit(db.pool, { sample: 0 });
+  assert.equal(report.notifications.missing, 3, JSON.stringify(report.notifications));
+  assert.equal((await auditNotifications(db.pool)).missing, 4, "the full audit sees the old post's too");
 });
