@@ -24,11 +24,12 @@ import {
 } from "./incremental-invariants.ts";
 import { DEFAULT_RECOUNT_ABOVE, storeKeyBaselines, type KeyBaselines } from "./key-baseline.ts";
 
-/** The outboxes the periodic audit follows: retention kind, sequence table. */
+/** The outboxes the periodic audit follows: retention kind (posts: none, the post outbox is not pruned), sequence table. */
 const OUTBOXES = {
   likes: "like_seq",
   relations: "event_seq",
   comments: "comment_seq",
+  posts: "post_seq",
   blocks: "webhook_block_seq",
 } as const;
 type Outbox = keyof typeof OUTBOXES;
@@ -50,7 +51,7 @@ const SECTIONS = {
   likes: { outboxes: ["likes"], sampleFrom: SAMPLE_WALK_SQL.likes },
   relations: { outboxes: ["relations"], sampleFrom: SAMPLE_WALK_SQL.relations },
   comments: { outboxes: ["comments"], sampleFrom: SAMPLE_WALK_SQL.comments },
-  notifications: { outboxes: ["likes", "relations", "comments"], sampleFrom: undefined },
+  notifications: { outboxes: ["likes", "relations", "comments", "posts"], sampleFrom: undefined },
   webhooks: { outboxes: ["blocks"], sampleFrom: undefined },
 } as const satisfies Record<string, { outboxes: readonly Outbox[]; sampleFrom: string | undefined }>;
 type Section = keyof typeof SECTIONS;
@@ -313,7 +314,7 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
     const n = scope.notifications.ranges;
     report.notifications = await one<NotificationAudit>(
       NOTIFICATION_AUDIT_INCREMENTAL_SQL,
-      (["likes", "relations", "comments"] as const).flatMap((o) => [n[o]!.parts, n[o]!.from, n[o]!.to]),
+      (["likes", "relations", "comments", "posts"] as const).flatMap((o) => [n[o]!.parts, n[o]!.from, n[o]!.to]),
     );
   }
   if (scope.webhooks.mode === "incremental") {

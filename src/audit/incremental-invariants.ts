@@ -211,15 +211,17 @@ export const PROJECTION_DIFF_INCREMENTAL = {
 } as const;
 
 /**
- * NOTIFICATION_AUDIT_SQL's columns over the fact pairs with an event in the ranges of the three
+ * NOTIFICATION_AUDIT_SQL's columns over the fact pairs with an event in the ranges of the four
  * outboxes: $1..$3 the like outbox's range, $4..$6 the relation events', $7..$9 the comment
- * outbox's. Each pair's truth is read from notification_truth by its key (pushed into the
- * view's branch of that source), so the statement reads the changed pairs only.
+ * outbox's, $10..$12 the post outbox's. Each pair's truth is read from notification_truth by its
+ * key (pushed into the view's branch of that source), so the statement reads the changed pairs
+ * only; a pair's rows are compared recipient by recipient.
  */
 export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
   WITH lr AS (SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(part, lo, hi)),
   rr AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[]) AS r(part, lo, hi)),
   cr AS (SELECT * FROM unnest($7::int[], $8::bigint[], $9::bigint[]) AS r(part, lo, hi)),
+  pr AS (SELECT * FROM unnest($10::int[], $11::bigint[], $12::bigint[]) AS r(part, lo, hi)),
   pairs AS (
     SELECT DISTINCT 'like'::text AS source, o.user_id AS actor, o.item_id AS subject
       FROM lr JOIN like_outbox o ON o.part = lr.part AND o.seq > lr.lo AND o.seq <= lr.hi
@@ -229,7 +231,10 @@ export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
     UNION
     SELECT DISTINCT 'comment', c.author, o.comment_id
       FROM cr JOIN comment_outbox o ON o.part = cr.part AND o.seq > cr.lo AND o.seq <= cr.hi
-      JOIN comment c ON c.comment_id = o.comment_id),
+      JOIN comment c ON c.comment_id = o.comment_id
+    UNION
+    SELECT DISTINCT 'post', o.author, o.post_id
+      FROM pr JOIN post_outbox o ON o.part = pr.part AND o.seq > pr.lo AND o.seq <= pr.hi),
   truth AS (
     SELECT t.source, t.actor, t.subject, t.recipient, t.type, notification_id(t.at, t.source, t.actor, t.subject, t.version) AS id
       FROM pairs x CROSS JOIN LATERAL (
@@ -242,8 +247,9 @@ export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
   diff AS (
     SELECT coalesce(t.source, v.source) AS source, coalesce(t.actor, v.actor) AS actor, coalesce(t.subject, v.subject) AS subject,
            t.source IS NULL AS extra, v.source IS NULL AS missing
-      FROM truth t FULL JOIN view v ON v.source = t.source AND v.actor = t.actor AND v.subject = t.subject
-     WHERE t.source IS NULL OR v.source IS NULL OR t.recipient <> v.recipient OR t.type <> v.type OR t.id <> v.id),
+      FROM truth t FULL JOIN view v
+        ON v.source = t.source AND v.actor = t.actor AND v.subject = t.subject AND v.recipient = t.recipient
+     WHERE t.source IS NULL OR v.source IS NULL OR t.type <> v.type OR t.id <> v.id),
   judged AS (SELECT d.extra, d.missing, ${pendingEventSql("d")} AS pending FROM diff d)
   SELECT count(*) FILTER (WHERE extra AND NOT pending)::int AS extra,
          count(*) FILTER (WHERE missing AND NOT pending)::int AS missing,
@@ -253,7 +259,8 @@ export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
          count(*) FILTER (WHERE pending)::int AS explained_by_pending,
          (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM like_seq s JOIN notification_like_watermark w USING (part))::int
        + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN notification_relation_watermark w USING (part))::int
-       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM comment_seq s JOIN notification_comment_watermark w USING (part))::int AS lag
+       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM comment_seq s JOIN notification_comment_watermark w USING (part))::int
+       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN notification_post_watermark w USING (part))::int AS lag
     FROM judged`;
 
 /**

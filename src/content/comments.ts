@@ -7,6 +7,7 @@ import { validateId } from "../ids.ts";
 import { cursorTimeSql, decodeCursor, encodeCursor, validateLimit } from "../pagination.ts";
 import { stablePartition } from "../partition.ts";
 import { PostNotFoundError } from "./post-errors.ts";
+import { recordMentions } from "./mentions.ts";
 import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
 import { READ_MODES, type ReadMode } from "./post-types.ts";
 import { validateText } from "../text.ts";
@@ -186,6 +187,7 @@ export class CommentService {
       const row = inserted[0];
       if (!row) return { ...(await this.readRetried(client, author, postId, body, options)), created: false };
       await client.query("INSERT INTO item (item_id, kind) VALUES ($1, 'comment')", [row.comment_id]);
+      await recordMentions(client, row.comment_id, author, body);
       if (row.counted) await this.writeEvent(client, part, row.comment_id, postId, 1, 1);
       await this.hooks.at("comment.beforeCommit", { commentId: row.comment_id, pid: backendPid(client) });
       return { ...toComment(row), created: true };
@@ -247,6 +249,19 @@ export class CommentService {
     );
     if (!rows[0]) throw new CommentNotFoundError(commentId);
     return rows[0].post_id;
+  }
+
+  /**
+   * One comment as it is listed under its post (a tombstone only while a live comment is below
+   * it), if `reader` may see it by `mode` (the list rule, VISIBLE_SQL); else CommentNotFoundError.
+   * The caller decides on the post first, as for a list.
+   */
+  async readVisible(reader: string | null, commentId: string, options: { mode?: ReadMode } = {}): Promise<Comment> {
+    validateId("commentId", commentId);
+    const page = await this.list(reader, "c.comment_id = $1", commentId, "oldest", { ...options, limit: 1 });
+    const found = page.comments[0];
+    if (!found) throw new CommentNotFoundError(commentId);
+    return found;
   }
 
   /** Top-level comments of a post as `reader` may see them, each with its reply count (keyset on created_at, id). */

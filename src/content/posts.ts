@@ -9,6 +9,7 @@ import { validateId } from "../ids.ts";
 import { stablePartition } from "../partition.ts";
 import { AccountNotFoundError } from "../relations/errors.ts";
 import { PostNotFoundError } from "./post-errors.ts";
+import { recordMentions } from "./mentions.ts";
 import { ENSURE_ACCOUNT_SQL } from "../relations/account-settings.ts";
 import { blockedEitherWay } from "../relations/relation-service.ts";
 import { READ_MODES, VISIBILITIES, type ReadDecision, type ReadMode, type Visibility } from "./post-types.ts";
@@ -86,6 +87,7 @@ export class PostService {
            RETURNING created_at`,
           [postId, author, visibility, body, part, aclToken],
         );
+        await recordMentions(client, postId, author, body);
         return { postId, author, visibility, body, part, aclToken, createdAt: inserted.rows[0]!.created_at };
       });
     } catch (err) {

@@ -5,7 +5,7 @@ import { withTransaction } from "./transaction.ts";
 export const MAX_PARTITIONS = 1024;
 
 /** Tables with one row per partition, created by initLedger (fixed names, never user input). */
-const PARTITIONED_ROW_TABLES = [
+export const PARTITIONED_ROW_TABLES = [
   "like_seq",
   "counter_watermark",
   "event_seq",
@@ -17,6 +17,7 @@ const PARTITIONED_ROW_TABLES = [
   "notification_comment_watermark",
   "post_seq",
   "feed_post_watermark",
+  "notification_post_watermark",
   "feed_relation_watermark",
 ] as const;
 

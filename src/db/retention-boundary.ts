@@ -48,13 +48,14 @@ export const RETENTION_TABLES = {
     keys: "comment_processed",
     others: [{ watermark: "notification_comment_watermark", keys: "notification_comment_seen" }],
   },
-  // The post events' one view is the home timeline (docs/feed.md): its watermark and seen keys are the kind's own.
+  // The home timeline's watermark and seen keys are the kind's own (docs/feed.md); mentions in posts
+  // are the notification view's (docs/notifications.md).
   posts: {
     outbox: "post_outbox",
     sequence: "post_seq",
     watermark: "feed_post_watermark",
     keys: "feed_post_seen",
-    others: [],
+    others: [{ watermark: "notification_post_watermark", keys: "notification_post_seen" }],
   },
 } as const satisfies Record<
   RetentionKind,

@@ -463,6 +463,14 @@ CREATE TABLE like_seq (
   CONSTRAINT like_seq_pkey PRIMARY KEY (part)
 );
 
+CREATE TABLE mention (
+  item_id text NOT NULL,
+  account text NOT NULL,
+  CONSTRAINT mention_account_fkey FOREIGN KEY (account) REFERENCES account(account_id),
+  CONSTRAINT mention_item_id_fkey FOREIGN KEY (item_id) REFERENCES item(item_id),
+  CONSTRAINT mention_pkey PRIMARY KEY (item_id, account)
+);
+
 CREATE TABLE notification (
   source text NOT NULL,
   actor text NOT NULL,
@@ -477,10 +485,10 @@ CREATE TABLE notification (
   group_key text COLLATE "C" NOT NULL,
   part integer NOT NULL,
   seq bigint NOT NULL,
-  CONSTRAINT notification_pkey PRIMARY KEY (source, actor, subject),
+  CONSTRAINT notification_pkey PRIMARY KEY (source, actor, subject, recipient),
   CONSTRAINT notification_seq_check CHECK ((seq >= 0)),
-  CONSTRAINT notification_source_check CHECK ((source = ANY (ARRAY['like'::text, 'relation'::text, 'comment'::text]))),
-  CONSTRAINT notification_type_check CHECK ((type = ANY (ARRAY['like'::text, 'follow'::text, 'follow_request'::text, 'comment'::text]))),
+  CONSTRAINT notification_source_check CHECK ((source = ANY (ARRAY['like'::text, 'relation'::text, 'comment'::text, 'post'::text]))),
+  CONSTRAINT notification_type_check CHECK ((type = ANY (ARRAY['like'::text, 'follow'::text, 'follow_request'::text, 'comment'::text, 'reply'::text, 'mention'::text]))),
   CONSTRAINT notification_version_check CHECK ((version > 0))
 );
 CREATE INDEX notification_by_recipient ON public.notification USING btree (recipient, source, actor, subject);
@@ -519,6 +527,20 @@ CREATE TABLE notification_marker (
   last_read_id text COLLATE "C" NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
   CONSTRAINT notification_marker_pkey PRIMARY KEY (recipient)
+);
+
+CREATE TABLE notification_post_seen (
+  part integer NOT NULL,
+  seq bigint NOT NULL,
+  CONSTRAINT notification_post_seen_pkey PRIMARY KEY (part, seq)
+);
+
+CREATE TABLE notification_post_watermark (
+  part integer NOT NULL,
+  applied_upto bigint DEFAULT 0 NOT NULL,
+  CONSTRAINT notification_post_watermark_applied_upto_check CHECK ((applied_upto >= 0)),
+  CONSTRAINT notification_post_watermark_part_fkey FOREIGN KEY (part) REFERENCES post_seq(part),
+  CONSTRAINT notification_post_watermark_pkey PRIMARY KEY (part)
 );
 
 CREATE TABLE notification_rebuild_run (
@@ -875,8 +897,8 @@ UNION ALL
  SELECT 'comment'::text AS source,
     c.author AS actor,
     c.comment_id AS subject,
-    p.author AS recipient,
-    'comment'::text AS type,
+    n.recipient,
+    n.type,
     c.comment_id AS item_id,
     comment_counted(c.deleted_at) AS active,
     c.version,
@@ -886,7 +908,23 @@ UNION ALL
         END AS at
    FROM comment c
      JOIN post p ON p.post_id = c.post_id
-  WHERE p.author <> c.author;
+     CROSS JOIN LATERAL notification_comment_recipients(c.comment_id, c.author, p.author, c.parent_id) n(recipient, type)
+UNION ALL
+ SELECT 'post'::text AS source,
+    p.author AS actor,
+    p.post_id AS subject,
+    m.account AS recipient,
+    'mention'::text AS type,
+    p.post_id AS item_id,
+    p.deleted_at IS NULL AS active,
+        CASE
+            WHEN p.deleted_at IS NULL THEN 1
+            ELSE 2
+        END::bigint AS version,
+    COALESCE(p.deleted_at, p.created_at) AS at
+   FROM post p
+     JOIN mention m ON m.item_id = p.post_id
+  WHERE m.account <> p.author;
 
 -- Functions and procedures
 
@@ -1875,6 +1913,21 @@ CREATE OR REPLACE FUNCTION public.like_set_if_visible(p_user text, p_item text, 
 AS $function$
   SELECT b.outcome, b.liked, b.version, b.seq, b.code, b.account
     FROM like_set_batch(ARRAY[p_user], ARRAY[p_item], ARRAY[p_want], ARRAY[p_part], ARRAY[true]) b
+$function$;
+
+CREATE OR REPLACE FUNCTION public.notification_comment_recipients(p_comment text, p_author text, p_post_author text, p_parent text)
+ RETURNS TABLE(recipient text, type text)
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT DISTINCT ON (r.recipient) r.recipient, r.type FROM (
+    SELECT p_post_author AS recipient, 'comment'::text AS type, 1 AS rank
+    UNION ALL
+    SELECT pc.author, 'reply', 2 FROM comment pc WHERE pc.comment_id = p_parent
+    UNION ALL
+    SELECT m.account, 'mention', 3 FROM mention m WHERE m.item_id = p_comment) r
+   WHERE r.recipient <> p_author
+   ORDER BY r.recipient, r.rank
 $function$;
 
 CREATE OR REPLACE FUNCTION public.notification_group_key(p_type text, p_item text, p_at timestamp with time zone, p_id text)

@@ -6,7 +6,7 @@ export interface NotificationAudit {
   extra: number;
   /** Notifications the facts give that the view lacks (and no pending event explains). */
   missing: number;
-  /** Rows in both whose recipient, type or id differ (and no pending event explains). */
+  /** Rows in both whose type or id differ (and no pending event explains). */
   differing: number;
   /** Rows that notify their own actor. */
   selfNotifications: number;
@@ -18,8 +18,8 @@ export interface NotificationAudit {
 
 /**
  * THE notification invariant as one statement: the view's active rows equal the facts'
- * (the view notification_truth, the rebuild's source too), pair by pair, with the
- * recipient, the type and the id (which carries the time and the version), except on pairs
+ * (the view notification_truth, the rebuild's source too), pair and recipient by pair and
+ * recipient, with the type and the id (which carries the time and the version), except on pairs
  * with an event the consumer has not processed yet (pendingEventSql). So it is exact at any
  * lag: a difference without a pending event is a lie.
  */
@@ -31,8 +31,9 @@ export const NOTIFICATION_AUDIT_SQL = `
   diff AS (
     SELECT coalesce(t.source, v.source) AS source, coalesce(t.actor, v.actor) AS actor, coalesce(t.subject, v.subject) AS subject,
            t.source IS NULL AS extra, v.source IS NULL AS missing
-      FROM truth t FULL JOIN view v ON v.source = t.source AND v.actor = t.actor AND v.subject = t.subject
-     WHERE t.source IS NULL OR v.source IS NULL OR t.recipient <> v.recipient OR t.type <> v.type OR t.id <> v.id),
+      FROM truth t FULL JOIN view v
+        ON v.source = t.source AND v.actor = t.actor AND v.subject = t.subject AND v.recipient = t.recipient
+     WHERE t.source IS NULL OR v.source IS NULL OR t.type <> v.type OR t.id <> v.id),
   judged AS (SELECT d.extra, d.missing, ${pendingEventSql("d")} AS pending FROM diff d)
   SELECT count(*) FILTER (WHERE extra AND NOT pending)::int AS extra,
          count(*) FILTER (WHERE missing AND NOT pending)::int AS missing,
@@ -41,7 +42,8 @@ export const NOTIFICATION_AUDIT_SQL = `
          count(*) FILTER (WHERE pending)::int AS explained_by_pending,
          (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM like_seq s JOIN notification_like_watermark w USING (part))::int
        + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN notification_relation_watermark w USING (part))::int
-       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM comment_seq s JOIN notification_comment_watermark w USING (part))::int AS lag
+       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM comment_seq s JOIN notification_comment_watermark w USING (part))::int
+       + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN notification_post_watermark w USING (part))::int AS lag
     FROM judged`;
 
 export async function auditNotifications(pool: Pool): Promise<NotificationAudit> {
@@ -73,7 +75,7 @@ export function formatNotificationAudit(a: NotificationAudit): string {
 }
 
 export interface NotificationWatermark {
-  source: "likes" | "relations" | "comments";
+  source: "likes" | "relations" | "comments" | "posts";
   part: number;
   last: number;
   appliedUpto: number;
@@ -93,6 +95,8 @@ export async function readNotificationWatermarks(pool: Pool): Promise<Notificati
      SELECT 'relations', s.part, s.last, w.applied_upto FROM event_seq s JOIN notification_relation_watermark w USING (part)
      UNION ALL
      SELECT 'comments', s.part, s.last, w.applied_upto FROM comment_seq s JOIN notification_comment_watermark w USING (part)
+     UNION ALL
+     SELECT 'posts', s.part, s.last, w.applied_upto FROM post_seq s JOIN notification_post_watermark w USING (part)
      ORDER BY 1, 2`,
   );
   return rows.map((r) => ({

@@ -64,12 +64,12 @@ export const applyWithDedup: NotificationApply = async (client, source, part, se
        ON CONFLICT DO NOTHING
        RETURNING seq),
      cand AS (${source.candidatesSql}),
-     latest AS (SELECT DISTINCT ON (source, actor, subject) * FROM cand ORDER BY source, actor, subject, version DESC),
+     latest AS (SELECT DISTINCT ON (source, actor, subject, recipient) * FROM cand ORDER BY source, actor, subject, recipient, version DESC),
      written AS (
        INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
-       ${withIdAndGroup("latest")} FROM latest ORDER BY latest.source, latest.actor, latest.subject
-       ON CONFLICT (source, actor, subject) DO UPDATE
-          SET recipient = EXCLUDED.recipient, type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active,
+       ${withIdAndGroup("latest")} FROM latest ORDER BY latest.source, latest.actor, latest.subject, latest.recipient
+       ON CONFLICT (source, actor, subject, recipient) DO UPDATE
+          SET type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active,
               version = EXCLUDED.version, at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key,
               part = EXCLUDED.part, seq = EXCLUDED.seq
         WHERE n.version < EXCLUDED.version
@@ -222,7 +222,7 @@ export class NotificationConsumer {
   }
 }
 
-/** The three consumers of the notification view (likes, relations, comments), polled and drained together. */
+/** The consumers of the notification view (likes, relations, comments, posts), polled and drained together. */
 export class NotificationFeed {
   readonly consumers: NotificationConsumer[];
 

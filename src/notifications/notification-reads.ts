@@ -9,13 +9,16 @@ export const SAMPLE_ACCOUNTS = 8;
 /** The form of a notification id (the SQL function notification_id): 16 digits of microseconds, a dash, 12 hex digits. */
 export const NOTIFICATION_ID_PATTERN = /^[0-9]{16}-[0-9a-f]{12}$/;
 
-export type NotificationType = "like" | "follow" | "follow_request" | "comment";
+export const NOTIFICATION_TYPES = ["like", "follow", "follow_request", "comment", "reply", "mention"] as const;
+export type NotificationType = (typeof NOTIFICATION_TYPES)[number];
 
 export interface NotificationGroup {
   groupKey: string;
   type: NotificationType;
-  /** The liked or commented item (a post or comment id); absent for follows and requests. */
+  /** The liked item, the comment, or the mentioning post or comment (a post or comment id); absent for follows and requests. */
   itemId?: string;
+  /** The post of itemId (itemId itself for a post); present exactly when itemId is. */
+  postId?: string;
   /** Exactly the visible notifications of the group (accounts the reader blocks or is blocked by are not counted). */
   notificationsCount: number;
   /** The latest accounts, newest first, at most SAMPLE_ACCOUNTS. */
@@ -54,6 +57,7 @@ interface GroupRow {
   group_key: string;
   type: NotificationType;
   item_id: string | null;
+  post_id: string | null;
   n: number;
   sample: string[];
   latest_id: string;
@@ -87,6 +91,7 @@ export async function listNotificationGroups(
               max(id) AS latest_id, min(id) AS oldest_id, max(at) AS latest_at, min(at) AS oldest_at
          FROM visible GROUP BY group_key)
      SELECT g.*, ${cursorTimeSql("g.latest_at")} AS latest_at_text,
+            CASE WHEN g.item_id IS NOT NULL THEN coalesce((SELECT c.post_id FROM comment c WHERE c.comment_id = g.item_id), g.item_id) END AS post_id,
             g.latest_id > coalesce((SELECT last_read_id FROM notification_marker WHERE recipient = $1), '') AS unread
        FROM groups g
       WHERE $2::text IS NULL OR g.latest_id < $2
@@ -100,6 +105,7 @@ export async function listNotificationGroups(
       groupKey: r.group_key,
       type: r.type,
       ...(r.item_id === null ? {} : { itemId: r.item_id }),
+      ...(r.post_id === null ? {} : { postId: r.post_id }),
       notificationsCount: r.n,
       sampleAccountIds: r.sample,
       mostRecentNotificationId: r.latest_id,

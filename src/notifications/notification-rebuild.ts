@@ -100,6 +100,7 @@ const SOURCE_OF_ROW: Record<string, NotificationSourceName> = {
   like: "likes",
   relation: "relations",
   comment: "comments",
+  post: "posts",
 };
 /** The most recipients per page of the snapshot read; pacing sizes pages below it (at least MIN_PAGE). */
 const PAGE = 500;
@@ -248,7 +249,7 @@ export class NotificationRebuild {
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::boolean[], $8::bigint[], $9::timestamptz[])
                   AS t(source, actor, subject, type, item_id, active, version, at)
             ORDER BY t.source, t.actor, t.subject
-           ON CONFLICT (source, actor, subject) DO UPDATE
+           ON CONFLICT (source, actor, subject, recipient) DO UPDATE
               SET type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active, version = EXCLUDED.version,
                   at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key, part = 0, seq = 0
             WHERE n.version <= EXCLUDED.version`,
@@ -267,9 +268,9 @@ export class NotificationRebuild {
       }
       if (remove.length > 0) {
         await client.query(
-          `DELETE FROM notification n USING unnest($1::text[], $2::text[], $3::text[]) AS k(source, actor, subject)
-            WHERE n.source = k.source AND n.actor = k.actor AND n.subject = k.subject`,
-          [remove.map((r) => r.source), remove.map((r) => r.actor), remove.map((r) => r.subject)],
+          `DELETE FROM notification n USING unnest($2::text[], $3::text[], $4::text[]) AS k(source, actor, subject)
+            WHERE n.source = k.source AND n.actor = k.actor AND n.subject = k.subject AND n.recipient = $1`,
+          [recipient, remove.map((r) => r.source), remove.map((r) => r.actor), remove.map((r) => r.subject)],
         );
       }
       await this.hooks.at("notifications.rebuild.beforeCommit", { recipient });

@@ -1,7 +1,7 @@
 import type { WatermarkTables } from "../counters/watermark.ts";
 
 /** The outboxes notifications are derived from, by retention's kind names. */
-export type NotificationSourceName = "likes" | "relations" | "comments";
+export type NotificationSourceName = "likes" | "relations" | "comments" | "posts";
 
 /**
  * One outbox the notification view consumes: its tables (fixed names, never input), how a
@@ -11,16 +11,17 @@ export type NotificationSourceName = "likes" | "relations" | "comments";
 export interface NotificationSource {
   name: NotificationSourceName;
   /** The value of notification.source for rows this outbox writes. */
-  rowSource: "like" | "relation" | "comment";
+  rowSource: "like" | "relation" | "comment" | "post";
   outbox: string;
   tables: WatermarkTables;
   /** SQL over the outbox alias `o`: the event's identifying columns as one text. */
   fingerprintSql: string;
   /**
    * SELECT of the candidate rows of the events whose seq is in `fresh(seq)`, partition $1:
-   * (source, actor, subject, recipient, type, item_id, active, version, at, part, seq). An event
-   * that notifies no one (a like of a plain item, of one's own post, a comment on one's own post)
-   * yields no row. The same rules as the view notification_truth (src/db/schema.sql).
+   * (source, actor, subject, recipient, type, item_id, active, version, at, part, seq), one row per
+   * recipient. An event that notifies no one (a like of a plain item, of one's own post, a comment
+   * on one's own post, a post that mentions nobody) yields no row. The same rules as the view
+   * notification_truth (src/db/schema.sql).
    */
   candidatesSql: string;
 }
@@ -58,15 +59,36 @@ export const COMMENT_SOURCE: NotificationSource = {
   outbox: "comment_outbox",
   tables: { sequence: "comment_seq", seen: "notification_comment_seen", watermark: "notification_comment_watermark" },
   fingerprintSql: "concat_ws('/', o.comment_id, o.post_id, o.delta, o.version)",
+  // Whom a comment notifies, and as what, is the SQL function notification_comment_recipients.
   candidatesSql: `
-    SELECT 'comment'::text AS source, c.author AS actor, o.comment_id AS subject, p.author AS recipient, 'comment'::text AS type,
+    SELECT 'comment'::text AS source, c.author AS actor, o.comment_id AS subject, n.recipient, n.type,
            o.comment_id AS item_id, o.delta = 1 AS active, o.version, o.created_at AS at, o.part, o.seq
       FROM comment_outbox o JOIN fresh USING (seq)
       JOIN comment c ON c.comment_id = o.comment_id JOIN post p ON p.post_id = o.post_id
-     WHERE o.part = $1 AND p.author <> c.author`,
+     CROSS JOIN LATERAL notification_comment_recipients(c.comment_id, c.author, p.author, c.parent_id) n
+     WHERE o.part = $1`,
 };
 
-export const NOTIFICATION_SOURCES: readonly NotificationSource[] = [LIKE_SOURCE, RELATION_SOURCE, COMMENT_SOURCE];
+/** Mentions in posts: a post's creation notifies the accounts it mentions, its deletion withdraws them. */
+export const POST_SOURCE: NotificationSource = {
+  name: "posts",
+  rowSource: "post",
+  outbox: "post_outbox",
+  tables: { sequence: "post_seq", seen: "notification_post_seen", watermark: "notification_post_watermark" },
+  fingerprintSql: "concat_ws('/', o.post_id, o.author, o.kind, o.version)",
+  candidatesSql: `
+    SELECT 'post'::text AS source, o.author AS actor, o.post_id AS subject, m.account AS recipient, 'mention'::text AS type,
+           o.post_id AS item_id, o.kind = 'created' AS active, o.version, o.created_at AS at, o.part, o.seq
+      FROM post_outbox o JOIN fresh USING (seq) JOIN mention m ON m.item_id = o.post_id
+     WHERE o.part = $1 AND m.account <> o.author`,
+};
+
+export const NOTIFICATION_SOURCES: readonly NotificationSource[] = [
+  LIKE_SOURCE,
+  RELATION_SOURCE,
+  COMMENT_SOURCE,
+  POST_SOURCE,
+];
 
 /** Columns of a notification row, in the order candidatesSql yields them plus id and group_key. */
 export const NOTIFICATION_COLUMNS =
@@ -111,5 +133,7 @@ export function pendingEventSql(k: string): string {
                                   WHERE o.follower = ${k}.actor AND o.followee = ${k}.subject AND ${unseen("notification_relation_seen")})
     WHEN 'comment' THEN EXISTS (SELECT 1 FROM comment_outbox o JOIN notification_comment_watermark w USING (part)
                                  WHERE o.comment_id = ${k}.subject AND ${unseen("notification_comment_seen")})
+    WHEN 'post' THEN EXISTS (SELECT 1 FROM post_outbox o JOIN notification_post_watermark w USING (part)
+                              WHERE o.post_id = ${k}.subject AND ${unseen("notification_post_seen")})
     ELSE false END`;
 }

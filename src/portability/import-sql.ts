@@ -155,7 +155,7 @@ export const APPLY_FOLLOWS = `
   notified AS (
     INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
     ${withIdAndGroup("candidate")} FROM candidate ORDER BY candidate.source, candidate.actor, candidate.subject
-    ON CONFLICT (source, actor, subject) DO UPDATE
+    ON CONFLICT (source, actor, subject, recipient) DO UPDATE
        SET type = EXCLUDED.type, item_id = EXCLUDED.item_id, active = EXCLUDED.active, version = EXCLUDED.version,
            at = EXCLUDED.at, id = EXCLUDED.id, group_key = EXCLUDED.group_key, part = 0, seq = 0
      WHERE n.version < EXCLUDED.version

@@ -1,4 +1,5 @@
 import type { PoolClient } from "../db/pool.ts";
+import type { RetentionKind } from "../db/retention-boundary.ts";
 import { previousRelationStateSql } from "../relations/relation-audit.ts";
 
 /**
@@ -52,8 +53,8 @@ export const SOURCE_OF_TYPE: Record<EventType, WebhookSource> = {
 export interface SourceTables {
   /** The outbox's sequence table (part, last): how far each partition has gone. */
   sequence: string;
-  /** The source's name in retention_floor / retention_hold; blocks, posts and accounts are not pruned (docs/webhooks.md). */
-  retentionKind: "likes" | "relations" | "comments" | undefined;
+  /** The source's name in retention_floor / retention_hold; blocks and accounts are not pruned (docs/webhooks.md). */
+  retentionKind: RetentionKind | undefined;
 }
 
 export const SOURCES: Record<WebhookSource, SourceTables> = {
@@ -61,7 +62,7 @@ export const SOURCES: Record<WebhookSource, SourceTables> = {
   relations: { sequence: "event_seq", retentionKind: "relations" },
   comments: { sequence: "comment_seq", retentionKind: "comments" },
   blocks: { sequence: "webhook_block_seq", retentionKind: undefined },
-  posts: { sequence: "post_seq", retentionKind: undefined },
+  posts: { sequence: "post_seq", retentionKind: "posts" },
   accounts: { sequence: "account_seq", retentionKind: undefined },
 };
 export const WEBHOOK_SOURCES = Object.keys(SOURCES) as WebhookSource[];

@@ -388,6 +388,7 @@ test("api contract: the answers of a walk over every operation, successes and er
   await r("GET", "/v1/timelines/home", () => alice.get("/v1/timelines/home?cursor=nonsense"));
   await r("GET", `/v1/posts/${post.id}/comments`, () => h.request("GET", `/v1/posts/${post.id}/comments?limit=1`));
   await r("GET", `/v1/comments/${comment.id}/replies`, () => alice.get(`/v1/comments/${comment.id}/replies`));
+  await r("GET", `/v1/comments/${comment.id}`, () => alice.get(`/v1/comments/${comment.id}`));
   await r("PATCH", `/v1/comments/${comment.id}`, () => patch(alice, `/v1/comments/${comment.id}`, { body: "edited" }));
   await h.drain();
   await r("GET", `/v1/posts/${post.id}/comment-count`, () =>

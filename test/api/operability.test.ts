@@ -161,6 +161,7 @@ test("api operability: /openapi.json is an OpenAPI 3 document listing every rout
     ["post", "/v1/posts/{id}/comments", 201, [400, 401, 404, 409, 429, 503]],
     ["get", "/v1/posts/{id}/comments", 200, [400, 401, 404, 503]],
     ["get", "/v1/comments/{id}/replies", 200, [400, 401, 404, 503]],
+    ["get", "/v1/comments/{id}", 200, [400, 401, 404, 429, 503]],
     ["patch", "/v1/comments/{id}", 200, [400, 401, 403, 404, 409, 429, 503]],
     ["delete", "/v1/comments/{id}", 200, [400, 401, 403, 404, 429, 503]],
     ["get", "/v1/posts/{id}/comment-count", 200, [400, 401, 404, 503]],

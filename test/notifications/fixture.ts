@@ -49,7 +49,10 @@ export async function viewRowsWithIds(pool: Pool): Promise<string[]> {
 /**
  * What the facts say should notify whom, written here independently of the migration's
  * notification_truth view: liked posts and comments (not one's own, not plain items), active
- * and pending follows, live comments on someone else's post.
+ * and pending follows, live comments on someone else's post, live replies to someone else's
+ * comment (when that account is not the post's author: one notification each), live posts and
+ * comments mentioning an account recorded in `mention` (when it is neither the writer nor
+ * notified of the comment otherwise).
  */
 export async function factRows(pool: Pool): Promise<string[]> {
   const { rows } = await pool.query<{ r: string }>(
@@ -64,7 +67,19 @@ export async function factRows(pool: Pool): Promise<string[]> {
          FROM relation r WHERE r.state IN ('ACTIVE', 'PENDING')
        UNION ALL
        SELECT concat_ws(' ', 'comment', c.author, c.comment_id, p.author, 'comment')
-         FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.deleted_at IS NULL AND c.author <> p.author) x
+         FROM comment c JOIN post p ON p.post_id = c.post_id WHERE c.deleted_at IS NULL AND c.author <> p.author
+       UNION ALL
+       SELECT concat_ws(' ', 'comment', c.author, c.comment_id, pc.author, 'reply')
+         FROM comment c JOIN post p ON p.post_id = c.post_id JOIN comment pc ON pc.comment_id = c.parent_id
+        WHERE c.deleted_at IS NULL AND pc.author NOT IN (c.author, p.author)
+       UNION ALL
+       SELECT concat_ws(' ', 'comment', c.author, c.comment_id, m.account, 'mention')
+         FROM comment c JOIN post p ON p.post_id = c.post_id JOIN mention m ON m.item_id = c.comment_id
+         LEFT JOIN comment pc ON pc.comment_id = c.parent_id
+        WHERE c.deleted_at IS NULL AND m.account NOT IN (c.author, p.author) AND m.account IS DISTINCT FROM pc.author
+       UNION ALL
+       SELECT concat_ws(' ', 'post', p.author, p.post_id, m.account, 'mention')
+         FROM post p JOIN mention m ON m.item_id = p.post_id WHERE p.deleted_at IS NULL AND m.account <> p.author) x
      ORDER BY 1`,
   );
   return rows.map((x) => x.r);

@@ -21,10 +21,10 @@ export const applyWithoutGuards: NotificationApply = async (client, source, part
   const { rowCount } = await client.query(
     `WITH fresh AS (SELECT DISTINCT s AS seq FROM unnest($2::bigint[]) AS s),
      cand AS (${source.candidatesSql}),
-     latest AS (SELECT DISTINCT ON (source, actor, subject) * FROM cand ORDER BY source, actor, subject, seq DESC)
+     latest AS (SELECT DISTINCT ON (source, actor, subject, recipient) * FROM cand ORDER BY source, actor, subject, recipient, seq DESC)
      INSERT INTO notification AS n (${NOTIFICATION_COLUMNS})
-     ${withIdAndGroup("latest")} FROM latest ORDER BY latest.source, latest.actor, latest.subject
-     ON CONFLICT (source, actor, subject) DO UPDATE
+     ${withIdAndGroup("latest")} FROM latest ORDER BY latest.source, latest.actor, latest.subject, latest.recipient
+     ON CONFLICT (source, actor, subject, recipient) DO UPDATE
         SET type = EXCLUDED.type, active = EXCLUDED.active, version = EXCLUDED.version, at = EXCLUDED.at, id = EXCLUDED.id,
             group_key = EXCLUDED.group_key, part = EXCLUDED.part, seq = EXCLUDED.seq`,
     [part, seqs],

@@ -41,11 +41,11 @@ test("api notifications: my grouped notifications page by Link rel=next without 
   ok(await ann.post(`/v1/posts/${posts[0]}/comments`, { body: "nice" }), 201);
 
   const status = ok(await admin.get<{ notifications: { source: string; lag: number }[] }>("/v1/admin/status"));
-  assert.equal(status.notifications.length, 12, "three sources times four partitions");
+  assert.equal(status.notifications.length, 16, "four sources times four partitions");
   assert.equal(
     status.notifications.reduce((n, w) => n + w.lag, 0),
-    20 + 1 + 6 + 1,
-    "every like, follow and comment event is pending",
+    20 + 1 + 6 + 1 + 5,
+    "every like, follow, comment and post event is pending",
   );
   assert.deepEqual(
     ok(await bob.get<GroupPage>("/v1/notifications")),
@@ -56,10 +56,12 @@ test("api notifications: my grouped notifications page by Link rel=next without 
     await h.app.metrics.refresh();
     const text = (await h.request("GET", "/metrics")).text;
     return [
-      ...text.matchAll(/^ledger_lag_events\{view="notifications_(likes|relations|comments)",partition="\d"\} (\d+)$/gm),
+      ...text.matchAll(
+        /^ledger_lag_events\{view="notifications_(likes|relations|comments|posts)",partition="\d"\} (\d+)$/gm,
+      ),
     ].reduce((n, m) => n + Number(m[2]), 0);
   };
-  assert.equal(await lagMetric(), 28, "/metrics shows the notification lag per source and partition");
+  assert.equal(await lagMetric(), 33, "/metrics shows the notification lag per source and partition");
   await h.drain();
   assert.ok(
     ok(await admin.get<{ notifications: { lag: number }[] }>("/v1/admin/status")).notifications.every(

@@ -26,7 +26,12 @@ import {
 
 const PEOPLE = ["ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"];
 
-/** A mix of every kind of fact change: likes and unlikes of posts, comments and a plain item, self-likes, follows, requests, decisions, comments and deletions. */
+/**
+ * A mix of every kind of fact change: likes and unlikes of posts, comments and a plain item,
+ * self-likes, follows, requests, decisions, comments and deletions, replies (to someone else's
+ * comment, to the post author's own comment, to one's own) and mentions (in posts and comments,
+ * of oneself, of an unknown id, of an account that may not read the post, in a post then deleted).
+ */
 async function writeMix(ledger: Ledger, round: number): Promise<void> {
   const post = await ledger.posts.createPost("bob", "PUBLIC", `post ${round}`);
   const own = await ledger.posts.createPost("ann", "PUBLIC", `ann ${round}`);
@@ -52,6 +57,16 @@ async function writeMix(ledger: Ledger, round: number): Promise<void> {
   const late = await ledger.comments.create("dan", post.postId, `late ${round}`);
   await ledger.comments.delete("dan", late.id);
   await ledger.comments.create("eve", own.postId, `to ann ${round}`);
+  await ledger.comments.create("dan", post.postId, `re @fay @cat ${round}`, { parentId: comment.id });
+  await ledger.comments.create("bob", post.postId, `thanks @dan ${round}`, { parentId: comment.id });
+  await ledger.comments.create("cat", post.postId, `re ${round}`, { parentId: selfComment.id });
+  await ledger.comments.create("cat", post.postId, `mine ${round}`, { parentId: comment.id });
+  const deletedReply = await ledger.comments.create("gus", post.postId, `gone @ann ${round}`, { parentId: comment.id });
+  await ledger.comments.delete("gus", deletedReply.id);
+  await ledger.posts.createPost("ann", "PUBLIC", `hi @bob @cat. @ann @nobody ${round}`);
+  await ledger.posts.createPost("bob", "FOLLOWERS", `to @cat and @gus ${round}`);
+  const gone = await ledger.posts.createPost("fay", "PUBLIC", `@hal ${round}`);
+  await ledger.posts.deletePost("fay", gone.postId);
 }
 
 for (const partitions of [1, 4]) {
@@ -67,6 +82,11 @@ for (const partitions of [1, 4]) {
     const view = await viewRows(db.pool);
     t.diagnostic(`note ${facts.length} notifications from the facts`);
     assert.ok(facts.length > 25);
+    for (const kind of [/^comment .* reply$/, /^comment .* mention$/, /^post .* mention$/])
+      assert.ok(
+        facts.some((r) => kind.test(r)),
+        `the mix has a ${kind.source} notification`,
+      );
     assert.deepEqual(view, facts);
     const audit = await auditNotifications(db.pool);
     assert.ok(notificationAuditClean(audit), JSON.stringify(audit));

@@ -526,7 +526,8 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** One comment as it is listed under its post; 404 when it is missing or the caller may not read it or its post (no token: comments of PUBLIC posts) */
+        get: operations["getCommentsById"];
         put?: never;
         post?: never;
         /** Delete a comment as a tombstone (its author or the post's author); repeating is a NOOP */
@@ -1243,7 +1244,7 @@ export type components = {
         NotificationGroup: {
             /** @description likes of one item, and follows, share a key per 12-hour UTC window; every other notification has a key of its own */
             groupKey: string;
-            /** @description the liked post or comment, or the comment (type comment); absent for follows and requests */
+            /** @description the liked post or comment, the comment (types comment and reply), or the post or comment that mentions the caller (type mention); absent for follows and requests */
             itemId?: string;
             /** Format: date-time */
             latestNotificationAt: string;
@@ -1254,10 +1255,12 @@ export type components = {
             /** Format: date-time */
             oldestNotificationAt: string;
             oldestNotificationId: string;
+            /** @description the post of itemId (itemId itself when it is a post); present exactly when itemId is */
+            postId?: string;
             /** @description the latest accounts, newest first (at most 8) */
             sampleAccountIds: string[];
             /** @enum {string} */
-            type: "like" | "follow" | "follow_request" | "comment";
+            type: "like" | "follow" | "follow_request" | "comment" | "reply" | "mention";
             /** @description the group holds a notification newer than the caller's marker */
             unread: boolean;
         };
@@ -1297,6 +1300,7 @@ export type components = {
             snapshotSeqs: {
                 comments: number[];
                 likes: number[];
+                posts: number[];
                 relations: number[];
             };
         };
@@ -1327,7 +1331,7 @@ export type components = {
             last: number;
             part: number;
             /** @enum {string} */
-            source: "likes" | "relations" | "comments";
+            source: "likes" | "relations" | "comments" | "posts";
         };
         /** Post */
         Post: {
@@ -4833,6 +4837,84 @@ export interface operations {
             };
             /** @description Error: `error.code` is one of ERROR_CODES with this status. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+        };
+    };
+    getCommentsById: {
+        parameters: {
+            query?: {
+                consistency?: "content_token" | "fresh_token" | "truth";
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One comment as it is listed under its post; 404 when it is missing or the caller may not read it or its post (no token: comments of PUBLIC posts) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Comment"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LedgerError"];
+                };
+            };
+            /** @description Error: `error.code` is one of ERROR_CODES with this status. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

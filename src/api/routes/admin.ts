@@ -117,7 +117,7 @@ const statusResponse = named("AdminStatus", {
         type: "object",
         required: ["source", "part", "last", "appliedUpto", "lag"],
         properties: {
-          source: { type: "string", enum: ["likes", "relations", "comments"] },
+          source: { type: "string", enum: ["likes", "relations", "comments", "posts"] },
           part: integer,
           last: integer,
           appliedUpto: integer,
@@ -228,11 +228,12 @@ const notificationRebuildReport = namedWriteAnswer("NotificationRebuildReport", 
     runId: integer,
     snapshotSeqs: {
       type: "object",
-      required: ["likes", "relations", "comments"],
+      required: ["likes", "relations", "comments", "posts"],
       properties: {
         likes: { type: "array", items: integer },
         relations: { type: "array", items: integer },
         comments: { type: "array", items: integer },
+        posts: { type: "array", items: integer },
       },
     },
     recipientsChecked: integer,

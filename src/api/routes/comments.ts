@@ -235,6 +235,33 @@ export async function commentRoutes(app: FastifyInstance, opts: RateLimits): Pro
     },
   );
 
+  app.get(
+    "/v1/comments/:id",
+    {
+      config: { auth: "optional" },
+      onRequest: opts.readRateLimit,
+      schema: {
+        tags: ["comments"],
+        summary:
+          "One comment as it is listed under its post; 404 when it is missing or the caller may not read it or its post (no token: comments of PUBLIC posts)",
+        security: optionalBearer,
+        params: idParams,
+        querystring: { type: "object", additionalProperties: false, properties: { consistency } },
+        response: { 200: comment, ...errors(400, 401, 404, 429) },
+      },
+    },
+    async (request: FastifyRequest<{ Params: { id: string }; Querystring: { consistency: string } }>) => {
+      const reader = request.caller;
+      const mode = CONSISTENCY[request.query.consistency]!;
+      const postId = await ledger.comments.postOfVisibleComment(reader?.id ?? null, request.params.id);
+      const readable = reader
+        ? (await ledger.posts.canRead(reader.id, postId, mode)).allowed
+        : (await readPublicPost(ledger.pool, postId)) !== undefined;
+      if (!readable) throw notFound("comment");
+      return toJson(await ledger.comments.readVisible(reader?.id ?? null, request.params.id, { mode }));
+    },
+  );
+
   app.patch(
     "/v1/comments/:id",
     {

@@ -7,6 +7,7 @@ import {
   listNotificationGroups,
   markRead,
   NOTIFICATION_ID_PATTERN,
+  NOTIFICATION_TYPES,
   SAMPLE_ACCOUNTS,
   unreadCount,
 } from "../../notifications/notification-reads.ts";
@@ -35,10 +36,15 @@ const groupPage = pageOf(
         description:
           "likes of one item, and follows, share a key per 12-hour UTC window; every other notification has a key of its own",
       },
-      type: { type: "string", enum: ["like", "follow", "follow_request", "comment"] },
+      type: { type: "string", enum: [...NOTIFICATION_TYPES] },
       itemId: {
         type: "string",
-        description: "the liked post or comment, or the comment (type comment); absent for follows and requests",
+        description:
+          "the liked post or comment, the comment (types comment and reply), or the post or comment that mentions the caller (type mention); absent for follows and requests",
+      },
+      postId: {
+        type: "string",
+        description: "the post of itemId (itemId itself when it is a post); present exactly when itemId is",
       },
       notificationsCount: {
         type: "integer",

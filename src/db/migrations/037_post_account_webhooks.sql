@@ -3,11 +3,6 @@
 -- trigger in the transaction of the write, with a gapless commit-ordered sequence per partition
 -- of the account as every outbox.
 
--- The post outbox predates the failover timeline: its rows name the timeline they were committed
--- on, as every outbox's do (rows before this migration were all written on timeline 1).
-ALTER TABLE post_outbox ADD COLUMN timeline integer NOT NULL DEFAULT 1;
-ALTER TABLE post_outbox ALTER COLUMN timeline SET DEFAULT ledger_timeline();
-
 CREATE TABLE account_seq (
   part integer PRIMARY KEY CHECK (part >= 0),
   last bigint  NOT NULL DEFAULT 0 CHECK (last >= 0)
@@ -138,6 +133,10 @@ ALTER TABLE webhook_lost_delivery ADD CONSTRAINT webhook_lost_delivery_source_ch
 -- would place them (the account outbox starts empty).
 INSERT INTO webhook_cursor (endpoint_id, source, part, delivered_upto)
 SELECT e.endpoint_id, 'posts', s.part, s.last FROM webhook_endpoint e CROSS JOIN post_seq s;
+-- Each post cursor holds the post outbox's retention where it stands, as registration does.
+INSERT INTO retention_floor (kind, part) SELECT 'posts', s.part FROM post_seq s ON CONFLICT DO NOTHING;
+INSERT INTO retention_hold (holder, kind, part, upto)
+SELECT 'webhook:' || e.endpoint_id, 'posts', s.part, s.last FROM webhook_endpoint e CROSS JOIN post_seq s;
 INSERT INTO webhook_cursor (endpoint_id, source, part, delivered_upto)
 SELECT e.endpoint_id, 'accounts', p.part, 0
   FROM webhook_endpoint e CROSS JOIN generate_series(0, (SELECT partitions - 1 FROM ledger_config)) AS p(part);
