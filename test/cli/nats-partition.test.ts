@@ -213,6 +213,14 @@ test(
     }
     assert.deepEqual(actual, expected, "messages in the stream per subject = events in the outbox");
     const gapFilled = worker.child.lines.filter((l) => /"source":"outbox"/.test(l)).length;
+    for (const p of [relay, worker]) {
+      const warnings = new Map<string, number>();
+      for (const l of p.child.lines) {
+        const m = /"level":(\d+).*"msg":"([^"]*)"/.exec(l);
+        if (m && Number(m[1]) >= 40) warnings.set(m[2]!, (warnings.get(m[2]!) ?? 0) + 1);
+      }
+      t.diagnostic(`note ${p.child.name}'s warnings: ${JSON.stringify(Object.fromEntries(warnings))}`);
+    }
     t.diagnostic(
       `note stream messages per subject ${JSON.stringify(actual)}; worker batches from the gap filler ${gapFilled}`,
     );
