@@ -18,7 +18,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { appendFile, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
@@ -29,6 +29,7 @@ import { transportLag } from "../../src/transport/relay-watermark.ts";
 import { TestNats } from "../../support/nats-server.ts";
 import { pollUntil } from "../../support/poll.ts";
 import { LineChild } from "../support/line-child.ts";
+import { startClusterOnLink } from "../support/cluster-on-link.ts";
 import { NetworkNamespace } from "../support/netns.ts";
 import { BIN, REPO_ROOT, childEnv } from "./cli-child.ts";
 import { LikeLoad, LOAD_SERVICE_ENV, verifyLikesKept } from "./like-load.ts";
@@ -66,17 +67,10 @@ test(
     const natsLink = ns.addLink();
     const metricsLink = ns.addLink();
     const nats = (owned.nats = await TestNats.start({ host: natsLink.here.address }));
-    const cluster = (owned.cluster = await EmbeddedCluster.start({
-      dataDir: path.join(root, "pgdata"),
-      settings: { listen_addresses: `127.0.0.1,${pgLink.here.address}` },
-    }));
-    await appendFile(
-      path.join(cluster.dataDir, "pg_hba.conf"),
-      `host all all ${pgLink.there.address}/32 scram-sha-256\n`,
-    );
+    const { cluster, url: namespaceDatabaseUrl } = await startClusterOnLink(path.join(root, "pgdata"), pgLink);
+    owned.cluster = cluster;
     const admin = createPool({ connectionString: cluster.connectionString(), max: 2 });
     t.after(() => admin.end());
-    await admin.query("SELECT pg_reload_conf()");
 
     const secret = randomBytes(32).toString("hex");
     const env = childEnv({
@@ -102,7 +96,7 @@ test(
           cwd: REPO_ROOT,
           env: {
             ...env,
-            DATABASE_URL: `postgres://postgres:postgres@${pgLink.here.address}:${cluster.port}/postgres`,
+            DATABASE_URL: namespaceDatabaseUrl,
             NATS_URL: nats.url,
             LEDGER_NATS_PING_INTERVAL_MS: String(PING_INTERVAL_MS),
             LEDGER_NATS_MAX_PINGS_OUT: String(MAX_PINGS_OUT),
