@@ -23,14 +23,20 @@ export class TestNats {
   private constructor(
     readonly port: number,
     readonly storeDir: string,
+    readonly host: string,
   ) {}
 
   get url(): string {
-    return `nats://127.0.0.1:${this.port}`;
+    return `nats://${this.host}:${this.port}`;
   }
 
-  static async start(): Promise<TestNats> {
-    const nats = new TestNats(await freePort(), await mkdtemp(path.join(os.tmpdir(), "ledger-nats-")));
+  /** `host`: the one address it listens on (a veth pair's end for a partition test); 127.0.0.1 unless given. */
+  static async start(options: { host?: string } = {}): Promise<TestNats> {
+    const nats = new TestNats(
+      await freePort(),
+      await mkdtemp(path.join(os.tmpdir(), "ledger-nats-")),
+      options.host ?? "127.0.0.1",
+    );
     await nats.restart();
     return nats;
   }
@@ -40,7 +46,7 @@ export class TestNats {
   }
 
   async restart(): Promise<void> {
-    this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], {
+    this.child = spawn(NATS_SERVER_BIN, ["-js", "-a", this.host, "-p", String(this.port), "-sd", this.storeDir], {
       stdio: "ignore",
     });
     const spawned = this.child;

@@ -61,6 +61,22 @@ export async function connectNats(config: TransportConfig, name: string): Promis
   });
 }
 
+/**
+ * Reports the connection's losses and returns: `disconnect` when the broker went away or, behind a
+ * partition, when LEDGER_NATS_MAX_PINGS_OUT pings went unanswered (the client then reconnects by
+ * itself), `reconnect` when it is back. The processes log both, so an outage shows in their logs.
+ */
+export function onConnectionChange(
+  nc: NatsConnection,
+  report: (change: "disconnect" | "reconnect", server: string) => void,
+): void {
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect" || status.type === "reconnect") report(status.type, status.server);
+    }
+  })().catch(() => undefined);
+}
+
 /** Drains the connection (in-flight acks and publishes go out), or closes it when the broker does not answer within 2 s. */
 export async function closeNats(nc: NatsConnection): Promise<void> {
   if (nc.isClosed()) return;

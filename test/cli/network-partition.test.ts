@@ -12,13 +12,13 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { appendFile, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { EmbeddedCluster, clusterTempDir, freePort } from "../../src/db/embedded-cluster.ts";
-import { createPool } from "../../src/db/pool.ts";
 import { signToken } from "../../src/api/auth.ts";
 import { TestRedis } from "../../support/redis-server.ts";
 import { LineChild } from "../support/line-child.ts";
+import { startClusterOnLink } from "../support/cluster-on-link.ts";
 import { NetworkNamespace, type Link } from "../support/netns.ts";
 import { BIN, REPO_ROOT, childEnv, httpClient } from "./cli-child.ts";
 import { LikeLoad, LOAD_SERVICE_ENV, verifyLikesKept } from "./like-load.ts";
@@ -70,18 +70,8 @@ async function partitioned(
   const redisLink = options.redis ? ns.addLink() : undefined;
   if (redisLink)
     owned.redis = await TestRedis.start(["--bind", "127.0.0.1", redisLink.here.address, "--protected-mode", "no"]);
-  const cluster = (owned.cluster = await EmbeddedCluster.start({
-    dataDir: path.join(root, "pgdata"),
-    settings: { listen_addresses: `127.0.0.1,${backend.here.address}` },
-  }));
-  await appendFile(
-    path.join(cluster.dataDir, "pg_hba.conf"),
-    `host all all ${backend.there.address}/32 scram-sha-256\n`,
-  );
-  const admin = createPool({ connectionString: cluster.connectionString(), max: 1 });
-  await admin.query("SELECT pg_reload_conf()");
-  await admin.end();
-  const url = `postgres://postgres:postgres@${backend.here.address}:${cluster.port}/postgres`;
+  const { cluster, url } = await startClusterOnLink(path.join(root, "pgdata"), backend);
+  owned.cluster = cluster;
   const secret = randomBytes(32).toString("hex");
   const port = await freePort();
   const env = childEnv({

