@@ -74,6 +74,39 @@ const someAccount = (pop: FeedPopulation, k: number) =>
   `a${String(1 + ((k * 104729) % pop.accounts)).padStart(8, "0")}`;
 
 /**
+ * The generated graph has no inboxes: the 20 hot accounts are judged hot by the production
+ * function at the threshold of the least followed of them, and the measured readers' inboxes are
+ * installed from the facts (feed_install_reader, the rebuild's function, cap 800). Returns the
+ * typical readers (up to 200 accounts that do not follow all 20 hot authors).
+ */
+export async function installHomeReaders(c: SizeContext): Promise<string[]> {
+  const { rows: least } = await c.pool.query<{ n: number }>(
+    "SELECT min(n)::int AS n FROM proj_count WHERE followee = ANY ($1::text[])",
+    [c.pop.hotAuthors],
+  );
+  c.values.hotThreshold = least[0]!.n;
+  await c.pool.query("SELECT * FROM feed_judge_hot_authors($1::text[], $2::int)", [c.pop.hotAuthors, least[0]!.n]);
+  const hotReaders = new Set(c.pop.hotReaders);
+  const typical = [...new Set(Array.from({ length: 200 }, (_, k) => someAccount(c.pop, k + 7)))].filter(
+    (a) => !hotReaders.has(a),
+  );
+  for (const reader of [...typical, ...c.pop.hotReaders]) {
+    await c.pool.query("INSERT INTO feed_reader (reader) VALUES ($1) ON CONFLICT DO NOTHING", [reader]);
+    await c.pool.query("SELECT * FROM feed_install_reader($1, 800)", [reader]);
+  }
+  const { rows: shape } = await c.pool.query<{ inbox: number; hot: number }>(
+    `SELECT avg((SELECT count(*) FROM feed_inbox i WHERE i.reader = r))::float8 AS inbox,
+            avg(cardinality(feed_hot_followees(r)))::float8 AS hot
+       FROM unnest($1::text[]) r`,
+    [typical],
+  );
+  c.values.typicalReaders = typical.length;
+  c.values.typicalInboxRows = shape[0]!.inbox;
+  c.values.typicalHotFollowees = shape[0]!.hot;
+  return typical;
+}
+
+/**
  * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
  * the ratio's two sides share the machine's load as evenly as one run allows. The inbox's phases
  * come last: they write posts, follows and inbox rows the read phases must not see.
@@ -115,33 +148,8 @@ export const PHASES: Phase[] = [
   },
   {
     name: "home timeline (typical readers, readers of the 20 hot authors)",
-    // The generated graph has no inboxes: the 20 hot accounts are judged hot by the production
-    // function at the threshold of the least followed of them, and the measured readers' inboxes
-    // are installed from the facts (feed_install_reader, the rebuild's function, cap 800).
     run: async (c) => {
-      const { rows: least } = await c.pool.query<{ n: number }>(
-        "SELECT min(n)::int AS n FROM proj_count WHERE followee = ANY ($1::text[])",
-        [c.pop.hotAuthors],
-      );
-      c.values.hotThreshold = least[0]!.n;
-      await c.pool.query("SELECT * FROM feed_judge_hot_authors($1::text[], $2::int)", [c.pop.hotAuthors, least[0]!.n]);
-      const hotReaders = new Set(c.pop.hotReaders);
-      const typical = [...new Set(Array.from({ length: 200 }, (_, k) => someAccount(c.pop, k + 7)))].filter(
-        (a) => !hotReaders.has(a),
-      );
-      for (const reader of [...typical, ...c.pop.hotReaders]) {
-        await c.pool.query("INSERT INTO feed_reader (reader) VALUES ($1) ON CONFLICT DO NOTHING", [reader]);
-        await c.pool.query("SELECT * FROM feed_install_reader($1, 800)", [reader]);
-      }
-      const { rows: shape } = await c.pool.query<{ inbox: number; hot: number }>(
-        `SELECT avg((SELECT count(*) FROM feed_inbox i WHERE i.reader = r))::float8 AS inbox,
-                avg(cardinality(feed_hot_followees(r)))::float8 AS hot
-           FROM unnest($1::text[]) r`,
-        [typical],
-      );
-      c.values.typicalReaders = typical.length;
-      c.values.typicalInboxRows = shape[0]!.inbox;
-      c.values.typicalHotFollowees = shape[0]!.hot;
+      const typical = await installHomeReaders(c);
       c.figures.homeTypical = await runFixedCount(c.o.reads, c.o.workers, (k) =>
         readHomeTimeline(c.pool, typical[k % typical.length]!, { limit: c.o.limit }),
       );

@@ -3,9 +3,9 @@
  */
 import type { Pool } from "../../src/db/pool.ts";
 import { planFromFacts, type FeedPlanner, type PlanRow } from "../../src/feed/feed-consumer.ts";
-import { HOME_PAGE_SQL } from "../../src/feed/feed-reads.ts";
+import { HOME_PAGE_SQL, INBOX_RULE_SQL } from "../../src/feed/feed-reads.ts";
 
-const READ_TIME_RULE = "AND feed_entry_visible($1, p.author, p.visibility, p.part, p.acl_token, p.deleted_at)";
+const READ_TIME_RULE = `AND ${INBOX_RULE_SQL}`;
 
 /**
  * The home page as the inbox holds it, without the read-time rule (what Mastodon serves: the
