@@ -181,7 +181,7 @@ test("api contract: every object a response carries lists what it always has as 
     FollowerCount: ["count", "source"],
     CommentCount: ["count", "source"],
     PostRead: ["post", "decidedBy"],
-    HomeTimelinePage: ["entries", "lag"],
+    HomeTimelinePage: ["entries", "lag", "complete"],
     TimelineEntry: ["post", "likes", "comments", "likedByMe"],
     LikeState: ["liked", "version"],
     ItemCreated: ["id"],

@@ -87,7 +87,7 @@ after(async () => {
 
 /** The range arguments of one outbox: every partition from `from` (default 0) to its last sequence number. */
 async function range(
-  sequence: "like_seq" | "event_seq" | "comment_seq",
+  sequence: "like_seq" | "event_seq" | "comment_seq" | "post_seq",
   from?: number[],
 ): Promise<[number[], number[], number[]]> {
   const { rows } = await db.pool.query<{ part: number; last: number }>(
@@ -133,6 +133,7 @@ test("the notification audit looks up the changed pairs' truth; flattened (contr
     ...(await range("like_seq", lastBefore)),
     ...(await range("event_seq")),
     ...(await range("comment_seq")),
+    ...(await range("post_seq")),
   ];
   const { read, answers } = await compare(NOTIFICATION_AUDIT_INCREMENTAL_SQL, before, values, "relation");
   t.diagnostic(`relation rows read: fixed ${read.fixed}, before ${read.before} (of ${HISTORY + 8})`);
