@@ -303,7 +303,7 @@ test("negative control: a prune that ignores an endpoint's hold deletes events i
   const audit = await auditWebhooks(lab.db.pool);
   assert.deepEqual(
     [audit.cursorsBelowFloor, audit.holdsOffCursor],
-    [1, 3],
-    "the audit names the pruned cursor and the missing holds (likes, relations, comments)",
+    [1, 4],
+    "the audit names the pruned cursor and the missing holds (likes, relations, comments, posts)",
   );
 });
