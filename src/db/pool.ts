@@ -27,6 +27,33 @@ export interface PoolOptions {
   keepAliveMs?: number;
   /** An idle connection is closed after this long (default 10 s). */
   idleMs?: number;
+  /**
+   * While it runs a statement, the server checks this often whether the connection is still
+   * open, and cancels the statement when it is not (client_connection_check_interval; default
+   * 1 s; 0: off). Without it a statement whose connection was destroyed (a deadline, a killed
+   * process) runs to its end: a periodic audit past its deadline left one more query running on
+   * every period.
+   */
+  serverClientCheckMs?: number;
+}
+
+/**
+ * The connection string with `-c client_connection_check_interval=<ms>` added to the options
+ * it sends the server, after any the string (or PGOPTIONS) already carries: pg takes the
+ * string's `options` over the config's, so the setting must travel in the string.
+ */
+export function withClientCheck(connectionString: string, ms: number): string {
+  if (ms <= 0) return connectionString;
+  let url: URL;
+  try {
+    url = new URL(connectionString);
+  } catch {
+    return connectionString;
+  }
+  const given = url.searchParams.get("options") ?? process.env.PGOPTIONS ?? "";
+  const own = `-c client_connection_check_interval=${Math.round(ms)}`;
+  url.searchParams.set("options", given ? `${given} ${own}` : own);
+  return url.toString();
 }
 
 /**
@@ -111,7 +138,7 @@ export function createPool(options: PoolOptions): Pool {
   const keepAliveMs = options.keepAliveMs ?? 10_000;
   const queryTimeoutMs = options.queryTimeoutMs ?? 0;
   const pool = new MappedPool({
-    connectionString: options.connectionString,
+    connectionString: withClientCheck(options.connectionString, options.serverClientCheckMs ?? 1_000),
     max: options.max ?? 10,
     application_name: options.applicationName ?? "social-ledger",
     // pg's default is to wait forever: with the database gone, requests would hang instead of

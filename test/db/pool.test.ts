@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
 import { performance } from "node:perf_hooks";
-import { backendPid, createPool } from "../../src/db/pool.ts";
+import { backendPid, createPool, withClientCheck } from "../../src/db/pool.ts";
 import { ConnectionLostError, DatabaseError, QueryDeadlineError, UniqueViolationError } from "../../src/db/errors.ts";
 import { withTransaction } from "../../src/db/transaction.ts";
 import { createTestDatabase } from "../support/test-db.ts";
@@ -109,4 +109,66 @@ test("negative control: pg's own query_timeout rejects the statement but hands t
   } finally {
     again.release(true);
   }
+});
+
+/**
+ * A statement abandoned at its deadline (its socket destroyed), and the backend that ran it: how
+ * long the backend goes on running it, watched from another session. `serverClientCheckMs` is the
+ * pool's option under test; 0 is the pool without it.
+ */
+async function abandonedStatement(t: import("node:test").TestContext, serverClientCheckMs?: number) {
+  const db = await createTestDatabase();
+  const bounded = createPool({ connectionString: db.url, max: 1, queryTimeoutMs: 300, serverClientCheckMs });
+  t.after(async () => {
+    await bounded.end();
+    await db.close();
+  });
+  const first = await bounded.connect();
+  const pid = backendPid(first);
+  first.release();
+  await assert.rejects(
+    bounded.query("SELECT pg_sleep(60)"),
+    (err: unknown) => err instanceof ConnectionLostError && err.cause instanceof QueryDeadlineError,
+  );
+  const running = async () =>
+    (
+      await db.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query LIKE 'SELECT pg_sleep%'",
+        [pid],
+      )
+    ).rows[0]!.n === 1;
+  return { running };
+}
+
+test("db pool: a statement abandoned at its deadline stops running on the server too (client_connection_check_interval)", async (t) => {
+  const { running } = await abandonedStatement(t);
+  const started = performance.now();
+  while ((await running()) && performance.now() - started < 15_000) await new Promise((r) => setTimeout(r, 50));
+  const ms = performance.now() - started;
+  assert.equal(await running(), false, "the server cancelled the statement whose client went away");
+  assert.ok(
+    ms < 15_000,
+    `the backend stopped ${ms.toFixed(0)} ms after the deadline (pg_sleep(60) would run a minute)`,
+  );
+});
+
+test("negative control: without the server's check, the abandoned statement goes on running after its client is gone", async (t) => {
+  const { running } = await abandonedStatement(t, 0);
+  // Three times the check's period: with the check on, the backend is gone well within it.
+  const until = performance.now() + 3_000;
+  while (performance.now() < until) {
+    assert.equal(await running(), true, "pg_sleep(60) still runs on the server");
+    await new Promise((r) => setTimeout(r, 250));
+  }
+});
+
+test("db pool: the server's check rides in the connection string's options, after options it already has", () => {
+  assert.equal(
+    new URL(withClientCheck("postgres://u:p%40ss@h:5432/db?options=-c%20search_path%3Dx", 1_000)).searchParams.get(
+      "options",
+    ),
+    "-c search_path=x -c client_connection_check_interval=1000",
+  );
+  assert.equal(withClientCheck("postgres://u@h/db", 0), "postgres://u@h/db");
+  assert.match(withClientCheck("postgres://u:p%40ss@h/db", 500), /^postgres:\/\/u:p%40ss@h\/db\?options=/);
 });
