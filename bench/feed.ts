@@ -35,6 +35,9 @@ import { runFixedCount, type Figures } from "./load.ts";
 import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
 import { INBOX_PHASES, inboxReport } from "./feed-inbox.ts";
 
+/** How long a bench pool waits for a connection (the pool's default, 5 s, fails a run on a loaded machine). */
+const CONNECT_TIMEOUT_MS = 120_000;
+
 const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
 
 interface FeedOptions {
@@ -323,15 +326,29 @@ async function measureSize(
   o: FeedOptions,
 ): Promise<Record<string, unknown>> {
   const database = `bench_feed_${accounts}`;
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  // A loaded machine answers a connection slowly: the bench waits for one rather than failing at the pool's default 5 s.
+  const admin = createPool({
+    connectionString: cluster.connectionString("postgres"),
+    max: 1,
+    connectionTimeoutMs: CONNECT_TIMEOUT_MS,
+  });
   await admin.query(`DROP DATABASE IF EXISTS ${database}`);
   await admin.query(`CREATE DATABASE ${database}`);
   // Room for the read workers, or for the inbox stream's two writers (the consumer loops and the
   // freshness probes have pools of their own, so neither waits behind the other for a connection).
-  const pool = createPool({ connectionString: cluster.connectionString(database), max: o.workers + 2 });
+  const pool = createPool({
+    connectionString: cluster.connectionString(database),
+    max: o.workers + 2,
+    connectionTimeoutMs: CONNECT_TIMEOUT_MS,
+  });
   const phasePools: Pool[] = [];
   const openPool = (max: number, applicationName: string) => {
-    const opened = createPool({ connectionString: cluster.connectionString(database), max, applicationName });
+    const opened = createPool({
+      connectionString: cluster.connectionString(database),
+      max,
+      applicationName,
+      connectionTimeoutMs: CONNECT_TIMEOUT_MS,
+    });
     phasePools.push(opened);
     return opened;
   };
