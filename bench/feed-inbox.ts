@@ -22,11 +22,20 @@ import type { Phase, SizeContext } from "./feed.ts";
 
 /** How often a freshness probe reads its follower's first page. */
 export const PROBE_POLL_MS = 10;
+/**
+ * Freshness probes in flight at most, each on a connection of its own: a post committed while all
+ * are busy is not probed (and counted so). Unbounded, the probes' polls queued for connections
+ * and for the CPU ahead of the consumers they wait for, and the stream never caught up.
+ */
+export const MAX_PROBES = 4;
+/** How long a probe polls for its post before counting it never seen. */
+const PROBE_TIMEOUT_MS = 120_000;
 /** Readers whose inbox the rebuild phase installs. */
 const REBUILT_READERS = 50;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const account = (accounts: number, k: number) => `a${String(1 + (k % accounts)).padStart(8, "0")}`;
+const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 /** Runs `op(k)` at `rate` per second from t0 for `seconds` (late ticks run at once: the achieved rate is reported). */
 async function paced(rate: number, seconds: number, op: (k: number) => Promise<void>): Promise<number> {
@@ -40,11 +49,25 @@ async function paced(rate: number, seconds: number, op: (k: number) => Promise<v
   return k;
 }
 
-function consumerLoops(ledger: Ledger, loops: number, counted: { rows: number; errors: number }) {
+interface LoopCounts {
+  rows: number;
+  errors: number;
+  lastError?: string;
+}
+
+/**
+ * `loops` consumer loops (the follower projector, then the feed's two consumers) over the
+ * partitions dealt round-robin, as createWorkers deals them. A failed batch rolled back and the
+ * next pass retries it (as PartitionWorker does); each new error message is printed once.
+ */
+function consumerLoops(ledger: Ledger, loops: number, counted: LoopCounts) {
   const parts = Array.from({ length: ledger.partitions }, (_, p) => p);
+  const groups = Array.from({ length: Math.min(loops, parts.length) }, (_, g) =>
+    parts.filter((_, i) => i % Math.min(loops, parts.length) === g),
+  );
+  const printed = new Set<string>();
   let running = true;
-  const done = Array.from({ length: loops }, async (_, g) => {
-    const group = parts.filter((_, i) => i % loops === g);
+  const done = groups.map(async (group) => {
     while (running) {
       try {
         const p = await ledger.projector.pollOnce(group, 200);
@@ -52,9 +75,12 @@ function consumerLoops(ledger: Ledger, loops: number, counted: { rows: number; e
         counted.rows += f.rows;
         if (p.applied + p.stale + p.dup + f.applied + f.dup === 0) await sleep(5);
       } catch (err) {
-        // As a consumer loop does (PartitionWorker): the batch rolled back, the next pass retries it.
-        if (counted.errors++ === 0)
-          process.stderr.write(`consumer loop: ${err instanceof Error ? err.message : String(err)}\n`);
+        counted.errors++;
+        counted.lastError = message(err);
+        if (!printed.has(counted.lastError)) {
+          printed.add(counted.lastError);
+          process.stderr.write(`consumer loop (partitions ${group.join(",")}): ${counted.lastError}\n`);
+        }
         await sleep(50);
       }
     }
@@ -67,29 +93,81 @@ function consumerLoops(ledger: Ledger, loops: number, counted: { rows: number; e
   };
 }
 
-async function feedLag(c: SizeContext): Promise<number> {
-  const { rows } = await c.pool.query<{ lag: number }>(
-    `SELECT ((SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN feed_post_watermark w USING (part))
-           + (SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM event_seq s JOIN feed_relation_watermark w USING (part)))::int AS lag`,
-  );
-  return rows[0]!.lag;
+interface Behind {
+  source: string;
+  part: number;
+  last: number;
+  applied_upto: number | null;
+}
+
+/**
+ * The partitions of the feed's two outboxes whose watermark is below their sequence, or that have
+ * no watermark row (then no consumer could ever advance them).
+ */
+const BEHIND_SQL = `
+  SELECT 'posts' AS source, s.part, s.last::float8 AS last, w.applied_upto::float8 AS applied_upto
+    FROM post_seq s LEFT JOIN feed_post_watermark w USING (part) WHERE w.applied_upto IS DISTINCT FROM s.last
+  UNION ALL
+  SELECT 'relations', s.part, s.last::float8, w.applied_upto::float8
+    FROM event_seq s LEFT JOIN feed_relation_watermark w USING (part) WHERE w.applied_upto IS DISTINCT FROM s.last
+  ORDER BY 1, 2`;
+
+async function feedBehind(c: SizeContext): Promise<Behind[]> {
+  return (await c.pool.query<Behind>(BEHIND_SQL)).rows;
+}
+
+const lagOf = (behind: readonly Behind[]) => behind.reduce((sum, b) => sum + b.last - (b.applied_upto ?? 0), 0);
+
+/**
+ * Waits until the consumers have applied every event of both outboxes; past --drain-seconds it
+ * fails, naming the partitions behind and the consumers' last error. Returns the seconds it took.
+ */
+async function drainFeed(c: SizeContext, counted: LoopCounts): Promise<number> {
+  const t0 = performance.now();
+  for (;;) {
+    const behind = await feedBehind(c);
+    if (behind.length === 0) return (performance.now() - t0) / 1000;
+    if (performance.now() - t0 > c.o.drainSeconds * 1000) {
+      const where = behind
+        .map((b) => `${b.source} partition ${b.part} at ${b.applied_upto ?? "(no watermark row)"} of ${b.last}`)
+        .join(", ");
+      throw new Error(
+        `the feed consumers did not apply the stream's events within --drain-seconds ${c.o.drainSeconds}: ` +
+          `${lagOf(behind)} events behind (${where}); ${counted.errors} failed batches` +
+          (counted.lastError === undefined ? "" : `, the last: ${counted.lastError}`),
+      );
+    }
+    await sleep(50);
+  }
 }
 
 async function fanOutUnderLoad(c: SizeContext): Promise<void> {
   const o = c.o;
-  const ledger = await openLedger(c.pool);
+  const threshold = c.values.hotThreshold;
+  if (threshold === undefined) throw new Error("the inbox phases need the home timeline phase's hot authors first");
+  // The stream writes on the bench's pool; the consumers and the probes each have their own.
+  const writer = await openLedger(c.pool);
+  // Judged hot at the threshold the home timeline phase judged the 20 hot authors at: at the
+  // default (10,000 followers) the first post of each would cool it, and its cooling merge (its
+  // newest 800 posts into every follower's inbox, in one batch) is not the steady fan-out measured.
+  const ledger = await openLedger(c.openPool(2 * o.loops + 2, "bench-feed-consumers"), {
+    feedHotFollowers: threshold,
+  });
+  const probePool = c.openPool(MAX_PROBES, "bench-feed-probes");
   const accounts = c.pop.accounts;
-  const counted = { rows: 0, errors: 0 };
+  const counted: LoopCounts = { rows: 0, errors: 0 };
   const consumers = consumerLoops(ledger, o.loops, counted);
   const posts: string[] = [];
   const freshness: number[] = [];
   const probes: Promise<void>[] = [];
+  let probing = 0;
+  let notProbed = 0;
   let unseen = 0;
   const probeErrors: unknown[] = [];
   const probe = async (reader: string, postId: string, committed: number) => {
-    const deadline = committed + 120_000;
+    const deadline = committed + PROBE_TIMEOUT_MS;
     while (performance.now() < deadline) {
-      const page = await readHomeTimeline(c.pool, reader, { limit: 20 });
+      const page = await readHomeTimeline(probePool, reader, { limit: 20 });
       if (page.entries.some((e) => e.post.postId === postId)) {
         freshness.push(performance.now() - committed);
         return;
@@ -117,36 +195,43 @@ async function fanOutUnderLoad(c: SizeContext): Promise<void> {
           "SELECT follower FROM relation WHERE followee = $1 AND state = 'ACTIVE' ORDER BY follower LIMIT 1",
           [author],
         );
-        const post = await ledger.posts.createPost(author, "PUBLIC", `bench post ${k}`);
+        const post = await writer.posts.createPost(author, "PUBLIC", `bench post ${k}`);
         const committed = performance.now();
         posts.push(post.postId);
+        if (!rows[0]) return;
+        if (probing >= MAX_PROBES) {
+          notProbed++;
+          return;
+        }
+        probing++;
         // Caught at once: a probe awaited only after the stream must not be an unhandled rejection meanwhile.
-        if (rows[0])
-          probes.push(
-            probe(rows[0].follower, post.postId, committed).catch((err: unknown) => {
+        probes.push(
+          probe(rows[0].follower, post.postId, committed)
+            .catch((err: unknown) => {
               probeErrors.push(err);
-            }),
-          );
+            })
+            .finally(() => probing--),
+        );
       }),
       paced(o.followRate, o.streamSeconds, async (k) => {
         if (k % 2 === 1 && followed.length > 0) {
           const [a, b] = followed.shift()!;
-          await ledger.relations.unfollow(a, b);
+          await writer.relations.unfollow(a, b);
           return;
         }
         const a = account(accounts, k * 104729 + 7);
         const b = account(accounts, k * 15485863 + 3);
         if (a === b) return;
-        await ledger.relations.follow(a, b);
+        await writer.relations.follow(a, b);
         followed.push([a, b]);
       }),
     ]);
     const streamSeconds = (performance.now() - t0) / 1000;
     const rowsDuringStream = counted.rows;
-    const lagAtEnd = await feedLag(c);
+    const lagAtEnd = lagOf(await feedBehind(c));
+    const drainSeconds = await drainFeed(c, counted);
     await Promise.all(probes);
     if (probeErrors.length > 0) throw probeErrors[0];
-    while ((await feedLag(c)) > 0) await sleep(50);
 
     const { rows } = await c.pool.query<{ n: number }>(
       "SELECT count(i.reader)::int AS n FROM unnest($1::text[]) AS p(post_id) LEFT JOIN feed_inbox i USING (post_id) GROUP BY p.post_id",
@@ -162,8 +247,10 @@ async function fanOutUnderLoad(c: SizeContext): Promise<void> {
       writesPerPostMean: perPost.reduce((a, b) => a + b, 0) / Math.max(1, perPost.length),
       writesPerPostMax: Math.max(0, ...perPost),
       feedLagAtStreamEnd: lagAtEnd,
+      drainSeconds,
       consumerErrors: counted.errors,
       freshnessProbes: freshness.length,
+      freshnessNotProbed: notProbed,
       freshnessUnseen: unseen,
       freshnessP50Ms: percentile(sorted, 50),
       freshnessP99Ms: percentile(sorted, 99),
@@ -211,9 +298,9 @@ const f1 = (x: number | undefined) => (x === undefined ? "?" : x.toFixed(1));
 
 export function inboxReport(v: Record<string, number>): string[] {
   return [
-    `  inbox fan-out           ${f1(v.inboxRowsPerSec)} rows/s over ${f1(v.streamSeconds)} s (${f1(v.postsPerSec)} posts/s, ${f1(v.followChangesPerSec)} follow changes/s achieved; feed lag at the stream's end ${v.feedLagAtStreamEnd} events, ${v.consumerErrors} failed batches retried)`,
+    `  inbox fan-out           ${f1(v.inboxRowsPerSec)} rows/s over ${f1(v.streamSeconds)} s (${f1(v.postsPerSec)} posts/s, ${f1(v.followChangesPerSec)} follow changes/s achieved; feed lag at the stream's end ${v.feedLagAtStreamEnd} events, drained in ${f1(v.drainSeconds)} s; ${v.consumerErrors} failed batches retried)`,
     `  writes per post         mean ${f1(v.writesPerPostMean)}  max ${v.writesPerPostMax} inbox rows`,
-    `  freshness               p50 ${f1(v.freshnessP50Ms)} ms  p99 ${f1(v.freshnessP99Ms)} ms (${v.freshnessProbes} posts, commit -> follower's first page, polled every ${PROBE_POLL_MS} ms; ${v.freshnessUnseen} never seen)`,
+    `  freshness               p50 ${f1(v.freshnessP50Ms)} ms  p99 ${f1(v.freshnessP99Ms)} ms (${v.freshnessProbes} posts, commit -> follower's first page, polled every ${PROBE_POLL_MS} ms by at most ${MAX_PROBES} probes, ${v.freshnessNotProbed} posts not probed; ${v.freshnessUnseen} never seen)`,
     `  one inbox's rebuild     p50 ${f1(v.rebuildP50Ms)} ms  max ${f1(v.rebuildMaxMs)} ms (${v.rebuiltReaders} readers, ${f1(v.rebuildRowsMean)} rows each)`,
     `  bytes per inbox row     ${f1(v.bytesPerInboxRow)} (feed_inbox with its indexes, ${v.inboxRows} rows)`,
   ];

@@ -85,6 +85,10 @@ try {
       postRate: 0,
       followRate: 0,
       loops: 0,
+      drainSeconds: 0,
+    },
+    openPool: () => {
+      throw new Error("the page-rule bench runs no phase with pools of its own");
     },
     figures: {},
     values: {},

@@ -15,7 +15,7 @@
  *     that load, one inbox's rebuild, bytes per inbox row.
  *
  *   node --import tsx bench/feed.ts [--accounts N] [--reads 2000] [--workers 4] [--limit 20] [--partitions 16]
- *     [--stream-seconds 30] [--post-rate 20] [--follow-rate 10] [--loops 2]
+ *     [--stream-seconds 30] [--post-rate 20] [--follow-rate 10] [--loops 2] [--drain-seconds 300] [--help]
  *
  * Without --accounts it runs 10,000 and 100,000 accounts. Results go to .tmp/bench-results/feed-<time>.json.
  * The phases are a list (PHASES), each reading and writing the same SizeContext.
@@ -35,6 +35,9 @@ import { runFixedCount, type Figures } from "./load.ts";
 import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
 import { INBOX_PHASES, inboxReport } from "./feed-inbox.ts";
 
+/** How long a bench pool waits for a connection (the pool's default, 5 s, fails a run on a loaded machine). */
+const CONNECT_TIMEOUT_MS = 120_000;
+
 const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", ".tmp", "bench-results");
 
 interface FeedOptions {
@@ -48,11 +51,29 @@ interface FeedOptions {
   postRate: number;
   followRate: number;
   loops: number;
+  /** How long the consumers may take to apply every event after the stream before the run fails. */
+  drainSeconds: number;
 }
+
+const USAGE = `npm run bench:feed -- [options]   (bench/README.md, "bench:feed")
+  --accounts N          one size (at least 1000); default: 10000, then 100000
+  --reads N             reads per read phase (default 2000)
+  --workers N           concurrent readers of the read phases (default 4)
+  --limit N             page size (default 20)
+  --partitions N        ledger partitions (default 16)
+  --stream-seconds N    the inbox phase's steady stream of posts and follow changes (default 30)
+  --post-rate N         posts per second in the stream (default 20; every 20th by a hot author)
+  --follow-rate N       follow changes per second in the stream (default 10)
+  --loops N             consumer loops applying the stream, partitions dealt round-robin (default 2)
+  --drain-seconds N     the bound on applying every event after the stream; past it the run fails
+                        naming the partitions behind (default 300)
+`;
 
 /** What one size's phases share: the database, the population, and the figures written so far. */
 export interface SizeContext {
   pool: Pool;
+  /** Another pool on the same database, ended with the size's run: for a phase's own connections. */
+  openPool(max: number, applicationName: string): Pool;
   pop: FeedPopulation;
   o: FeedOptions;
   figures: Record<string, Figures>;
@@ -218,8 +239,14 @@ function parseOptions(argv: readonly string[]): FeedOptions {
       "post-rate": { type: "string" },
       "follow-rate": { type: "string" },
       loops: { type: "string" },
+      "drain-seconds": { type: "string" },
+      help: { type: "boolean" },
     },
   });
+  if (v.help) {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
   const positive = (name: string, raw: string | undefined, fallback: number) => {
     const n = raw === undefined ? fallback : Number(raw);
     if (!Number.isSafeInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${raw}`);
@@ -235,6 +262,7 @@ function parseOptions(argv: readonly string[]): FeedOptions {
     postRate: positive("post-rate", v["post-rate"], 20),
     followRate: positive("follow-rate", v["follow-rate"], 10),
     loops: positive("loops", v.loops, 2),
+    drainSeconds: positive("drain-seconds", v["drain-seconds"], 300),
   };
 }
 
@@ -298,14 +326,32 @@ async function measureSize(
   o: FeedOptions,
 ): Promise<Record<string, unknown>> {
   const database = `bench_feed_${accounts}`;
-  const admin = createPool({ connectionString: cluster.connectionString("postgres"), max: 1 });
+  // A loaded machine answers a connection slowly: the bench waits for one rather than failing at the pool's default 5 s.
+  const admin = createPool({
+    connectionString: cluster.connectionString("postgres"),
+    max: 1,
+    connectionTimeoutMs: CONNECT_TIMEOUT_MS,
+  });
   await admin.query(`DROP DATABASE IF EXISTS ${database}`);
   await admin.query(`CREATE DATABASE ${database}`);
-  // Room for the read workers, or for the inbox stream's writers, consumer loops and freshness probes.
+  // Room for the read workers, or for the inbox stream's two writers (the consumer loops and the
+  // freshness probes have pools of their own, so neither waits behind the other for a connection).
   const pool = createPool({
     connectionString: cluster.connectionString(database),
-    max: Math.max(o.workers, o.loops + 8) + 2,
+    max: o.workers + 2,
+    connectionTimeoutMs: CONNECT_TIMEOUT_MS,
   });
+  const phasePools: Pool[] = [];
+  const openPool = (max: number, applicationName: string) => {
+    const opened = createPool({
+      connectionString: cluster.connectionString(database),
+      max,
+      applicationName,
+      connectionTimeoutMs: CONNECT_TIMEOUT_MS,
+    });
+    phasePools.push(opened);
+    return opened;
+  };
   try {
     await migrate(pool);
     await initLedger(pool, { partitions: o.partitions });
@@ -313,13 +359,14 @@ async function measureSize(
     const g0 = performance.now();
     const pop = await generateFeedPopulation(pool, accounts, (line) => process.stdout.write(line + "\n"));
     const generateSeconds = (performance.now() - g0) / 1000;
-    const ctx: SizeContext = { pool, pop, o, figures: {}, values: {} };
+    const ctx: SizeContext = { pool, openPool, pop, o, figures: {}, values: {} };
     for (const phase of PHASES) {
       process.stdout.write(`  ${phase.name} ...\n`);
       await phase.run(ctx);
     }
     return report(ctx, generateSeconds);
   } finally {
+    for (const opened of phasePools) await opened.end();
     await pool.end();
     await admin.query(`DROP DATABASE IF EXISTS ${database}`);
     await admin.end();

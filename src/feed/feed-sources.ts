@@ -35,12 +35,19 @@ export const POST_SOURCE: FeedSource = {
   authorsSql: "SELECT DISTINCT o.author FROM post_outbox o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])",
   capped: false,
   // Whatever the event says, the post is reconciled with what it is now: live, to its author and
-  // every reader whose truth holds it (feed_truth); deleted, out of every inbox.
+  // every reader whose truth holds it (feed_truth); deleted, out of every inbox. The truth is read
+  // per post in a LATERAL kept whole by OFFSET 0: feed_truth's first branch holds a join, so the
+  // planner never pulls it up into the query, and a plain join on post_id cannot reach inside it: it
+  // built the whole truth (every follow times every post) for each batch. Inside the LATERAL the
+  // post and its author are parameters of both branches: the post by its key, its author's followers by index
+  // (test/feed/post-plan-cost.test.ts).
   planSql: `
     WITH ev AS (SELECT DISTINCT o.post_id FROM post_outbox o WHERE o.part = $1 AND o.seq = ANY ($2::bigint[])),
     p AS (SELECT p.post_id, p.author, p.created_at, p.deleted_at IS NULL AS live FROM post p JOIN ev USING (post_id))
     SELECT 'add' AS op, t.reader, t.post_id, t.author
-      FROM p JOIN feed_truth t ON t.post_id = p.post_id AND t.author = p.author WHERE p.live
+      FROM p CROSS JOIN LATERAL (
+        SELECT t.reader, t.post_id, t.author FROM feed_truth t WHERE t.post_id = p.post_id AND t.author = p.author OFFSET 0) t
+     WHERE p.live
     UNION ALL
     SELECT 'remove', i.reader, i.post_id, i.author FROM p JOIN feed_inbox i ON i.post_id = p.post_id WHERE NOT p.live`,
 };
