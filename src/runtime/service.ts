@@ -56,6 +56,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     undefined;
   const database = await openDatabase(config, {
     applicationName: "social-ledger-serve",
+    consumerPoolSize: config.consumerConnections,
     statementDeadline: true,
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
@@ -67,6 +68,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     feedReturnRebuildMs: config.feedReturnRebuildMs,
     writeBatchMax: config.writeBatchMax,
     pacing: config.pacing,
+    consumerPool: database.consumerPool,
     ...(options.hooks ? { hooks: options.hooks } : {}),
   });
   const metrics = new LedgerMetrics(database.pool);
