@@ -152,8 +152,10 @@ export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]>
   return [write, drained(OP.peakDrain, counter), drained(OP.peakDrainNotifications, notifications)];
 }
 
-/** serve's default LEDGER_CONSUMER_CONNECTIONS: the consumer loops' own pool in the lag row. */
+/** serve's default LEDGER_CONSUMER_CONNECTIONS: the lag row's layout in `npm run bench` (0: the writers' pool). */
 export const SERVICE_CONSUMER_CONNECTIONS = numericDefault("LEDGER_CONSUMER_CONNECTIONS");
+/** The size of the loops' own pool in bench:consumers' side by side when serve's default is 0. */
+export const OWN_POOL_CONNECTIONS = 8;
 
 /** A pool's checkouts and their summed wait, to tell apart before and after a phase. */
 function checkoutsOf(pool: Pool): { count: number; sum: number } {

@@ -7,7 +7,8 @@
  * Prints the table and the ratios of those rows; phases alternate between the databases (ABBA).
  *
  * The lag row runs four times, in ABBA order: the consumer loops on the writers' pool (serve with
- * LEDGER_CONSUMER_CONNECTIONS=0), and on a pool of their own (serve's default).
+ * LEDGER_CONSUMER_CONNECTIONS=0, the default), and on a pool of --consumer-connections (default 8) of
+ * their own.
  *
  *   node --import tsx bench/consumers.ts [--partitions 1,16] [--quick] [--reads n] [--workers N]
  *     [--consumer-connections C] [--lag-only]
@@ -15,7 +16,12 @@
 import path from "node:path";
 import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
 import { createPool } from "../src/db/pool.ts";
-import { SERVICE_CONSUMER_CONNECTIONS, lagUnderPeakPhase, peakWriteAndDrainPhase } from "./consumer-phases.ts";
+import {
+  OWN_POOL_CONNECTIONS,
+  SERVICE_CONSUMER_CONNECTIONS,
+  lagUnderPeakPhase,
+  peakWriteAndDrainPhase,
+} from "./consumer-phases.ts";
 import { Aborted, abort, checkAbort, cleanup, started } from "./lifecycle.ts";
 import { USERS, httpUser, parseOptions, type Opts } from "./options.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -61,7 +67,7 @@ async function main(o: Opts): Promise<void> {
     await phase((t) => interleavedReadPhase(t, o, OP.readDrained, OP.pkDrained, o.workers));
     await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
   }
-  const own = o.consumerConnections ?? SERVICE_CONSUMER_CONNECTIONS;
+  const own = o.consumerConnections ?? (SERVICE_CONSUMER_CONNECTIONS || OWN_POOL_CONNECTIONS);
   for (const connections of [0, own, own, 0]) await phase((t) => lagUnderPeakPhase(t, o, connections));
   const sorted = targets.flatMap((t) => rows.filter((r) => r.partitions === t.partitions));
   process.stdout.write(

@@ -27,8 +27,8 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
                           write rate, count read p99 and table sizes with the history kept and
                           pruned (issue 8 asks for 1000000); default 0 (skipped), 20000 with --quick
   --consumer-connections C  (bench:consumers) the lag rows run the consumer loops on a pool of C
-                          of their own (default: serve's LEDGER_CONSUMER_CONNECTIONS) and, side by
-                          side in ABBA order, on the writers' pool (C = 0 in serve)
+                          of their own (serve's LEDGER_CONSUMER_CONNECTIONS=C; default 8) and, side
+                          by side in ABBA order, on the writers' pool (serve's default, 0)
   --lag-only              (bench:consumers) only the lag rows under peak writes
   --scale N               instead of the figures above, the scale bench (bench/scale.ts, issue 22)
                           at N likes and N/10, with its defaults: npm run bench:scale has its options

@@ -223,9 +223,9 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   },
   {
     name: "LEDGER_CONSUMER_CONNECTIONS",
-    shown: "8",
+    shown: "0",
     meaning:
-      "serve's outbox consumer loops take their connections from a pool of this many of their own, beside the API's 20; 0: they share the API's pool",
+      "0: serve's outbox consumer loops share the API's pool of 20; more: they take their connections from a pool of this many of their own",
     advanced: true,
   },
   {
@@ -508,8 +508,8 @@ export interface Config {
   /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "One write path"); 1: each write a batch of one. */
   writeBatchMax: number;
   /**
-   * LEDGER_CONSUMER_CONNECTIONS: the connections of serve's outbox consumer loops, a pool of their
-   * own (docs/write-path.md, "The consumers of the outbox"); 0: they share the API's pool.
+   * LEDGER_CONSUMER_CONNECTIONS: 0, serve's outbox consumer loops share the API's pool; more, the
+   * size of a pool of their own (docs/write-path.md, "The consumers of the outbox").
    */
   consumerConnections: number;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */

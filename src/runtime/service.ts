@@ -6,6 +6,7 @@ import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.
 import { incrementalAudit } from "../audit/incremental-audit.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
 import { logLevel, type Config } from "../config.ts";
+import { registerPoolMetrics } from "../db/pool-metrics.ts";
 import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
@@ -72,6 +73,13 @@ export async function startService(config: Config, options: ServiceOptions = {})
     ...(options.hooks ? { hooks: options.hooks } : {}),
   });
   const metrics = new LedgerMetrics(database.pool);
+  if (database.consumerPool !== database.pool)
+    registerPoolMetrics(
+      metrics.registry,
+      database.consumerPool,
+      "ledger_db_consumer_pool",
+      "the consumer loops' PostgreSQL pool",
+    );
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
   // A Redis that does not answer within the start wait never holds up the start: the layer
