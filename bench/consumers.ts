@@ -35,7 +35,12 @@ async function main(o: Opts): Promise<void> {
   started.dataDir = path.join(started.root, "pgdata");
   started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "200" } });
   started.cluster = await started.starting;
-  started.admin = createPool({ connectionString: started.cluster.connectionString("postgres"), max: 1 });
+  // No checkout bound, as the databases' pools (bench/target.ts).
+  started.admin = createPool({
+    connectionString: started.cluster.connectionString("postgres"),
+    max: 1,
+    connectionTimeoutMs: 0,
+  });
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const targets: Target[] = [];
   for (const p of o.partitions) targets.push(await openTarget(started.cluster, p, o.workers + 4, tokens));
