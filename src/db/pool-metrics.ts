@@ -24,21 +24,9 @@ export function registerPoolMetrics(
         this.set(read());
       },
     });
-  gauge(
-    `${prefix}_connections`,
-    `Connections ${what} has open (idle and checked out)`,
-    () => pool.totalCount,
-  );
-  gauge(
-    `${prefix}_idle_connections`,
-    `Open connections of ${what} that nobody has checked out`,
-    () => pool.idleCount,
-  );
-  gauge(
-    `${prefix}_max_connections`,
-    `The most connections ${what} opens`,
-    () => pool.options.max ?? 10,
-  );
+  gauge(`${prefix}_connections`, `Connections ${what} has open (idle and checked out)`, () => pool.totalCount);
+  gauge(`${prefix}_idle_connections`, `Open connections of ${what} that nobody has checked out`, () => pool.idleCount);
+  gauge(`${prefix}_max_connections`, `The most connections ${what} opens`, () => pool.options.max ?? 10);
   gauge(
     `${prefix}_waiting_checkouts`,
     `Checkouts waiting for a connection of ${what} now (every connection is checked out)`,

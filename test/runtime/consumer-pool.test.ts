@@ -46,7 +46,11 @@ async function run(consumerConnections: string): Promise<{ lagDuringHold: number
     let during: { written: number; lag: number };
     let queuedOnApiPool = 0;
     if (consumerPool !== pool) {
-      during = await pollUntil("the consumers applied the likes while the API's pool is held", read, (s) => s.lag === 0);
+      during = await pollUntil(
+        "the consumers applied the likes while the API's pool is held",
+        read,
+        (s) => s.lag === 0,
+      );
     } else {
       // The loops poll every partition all the time; once their checkouts wait on the held pool, none can apply.
       queuedOnApiPool = await pollUntil(
