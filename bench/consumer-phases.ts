@@ -7,19 +7,16 @@
  *     by the notification view's like consumer the same way: events/s each (rows 1 and 2
  *     alternate in rounds);
  *  3. lag under peak load: the same writers with the service's consumer loops running
- *     (createWorkers, as serve runs them: on a pool of LEDGER_CONSUMER_CONNECTIONS of their own, or,
- *     for the side by side, on the writers' pool), the like counter's and the like notifications' lag
+ *     (createWorkers, as serve runs them), the like counter's and the like notifications' lag
  *     sampled every LAG_SAMPLE_MS. The stated bound: every sample at most the events written in
  *     LAG_BOUND_SECONDS at the row's own rate, and both views caught up within that time once the
  *     writers stop. A lag that grows without limit breaks it within seconds.
  */
-import { numericDefault } from "../src/config.ts";
-import { checkoutWaitsOf, createPool, type Pool } from "../src/db/pool.ts";
-import { createWorkers, openLedger } from "../src/ledger.ts";
+import { createWorkers } from "../src/ledger.ts";
 import { CONSUMER_BATCH } from "../src/counters/partition-batch.ts";
 import { abort, checkAbort } from "./lifecycle.ts";
 import { mergeFigures, runForSeconds, type Figures } from "./load.ts";
-import { BENCH_APPLICATION, ITEMS, item, toggle, type Opts } from "./options.ts";
+import { ITEMS, item, toggle, type Opts } from "./options.ts";
 import { OP } from "./ratios.ts";
 import { problems, type Row } from "./report.ts";
 import { eventsWritten, type Target } from "./target.ts";
@@ -152,52 +149,12 @@ export async function peakWriteAndDrainPhase(t: Target, o: Opts): Promise<Row[]>
   return [write, drained(OP.peakDrain, counter), drained(OP.peakDrainNotifications, notifications)];
 }
 
-/** serve's default LEDGER_CONSUMER_CONNECTIONS: the lag row's layout in `npm run bench` (0: the writers' pool). */
-export const SERVICE_CONSUMER_CONNECTIONS = numericDefault("LEDGER_CONSUMER_CONNECTIONS");
-/** The size of the loops' own pool in bench:consumers' side by side when serve's default is 0. */
-export const OWN_POOL_CONNECTIONS = 8;
-
-/** A pool's checkouts and their summed wait, to tell apart before and after a phase. */
-function checkoutsOf(pool: Pool): { count: number; sum: number } {
-  const waits = checkoutWaitsOf(pool);
-  return { count: waits?.count ?? 0, sum: waits?.sum ?? 0 };
-}
-
-function meanWaitMs(pool: Pool, before: { count: number; sum: number }): number {
-  const now = checkoutsOf(pool);
-  return now.count > before.count ? ((now.sum - before.sum) / (now.count - before.count)) * 1000 : 0;
-}
-
-/**
- * Row 3: the peak writers with the service's consumer loops running, the lag sampled throughout.
- * `consumerConnections` > 0 runs the loops on a pool of that many of their own, as serve does with
- * LEDGER_CONSUMER_CONNECTIONS (row OP.lagUnderPeak); 0 on the writers' pool (OP.lagUnderPeakShared,
- * serve with LEDGER_CONSUMER_CONNECTIONS=0).
- */
-export async function lagUnderPeakPhase(
-  t: Target,
-  o: Opts,
-  consumerConnections = SERVICE_CONSUMER_CONNECTIONS,
-): Promise<Row> {
+/** Row 3: the peak writers with the service's consumer loops running, the lag sampled throughout. */
+export async function lagUnderPeakPhase(t: Target, o: Opts): Promise<Row> {
   await t.ledger.likeConsumer.drain();
   await t.ledger.notifications.drain();
   let applied = 0;
-  const consumerPool =
-    consumerConnections > 0
-      ? createPool({
-          connectionString: t.pool.options.connectionString!,
-          max: consumerConnections,
-          applicationName: `${BENCH_APPLICATION}-consumers`,
-          connectionTimeoutMs: 0, // as the writers' pool (bench/target.ts)
-        })
-      : t.pool;
-  const consumers = consumerPool === t.pool ? t.ledger : await openLedger(t.pool, { consumerPool });
-  const writerWaits0 = checkoutsOf(t.pool);
-  const consumerWaits0 = checkoutsOf(consumerPool);
-  const workers = createWorkers(consumers, {
-    idleMs: 20,
-    onLikes: (s) => (applied += s.applied + s.covered + s.dup),
-  });
+  const workers = createWorkers(t.ledger, { idleMs: 20, onLikes: (s) => (applied += s.applied + s.covered + s.dup) });
   for (const w of workers) w.start();
   const counterLag: number[] = [];
   const notificationLag: number[] = [];
@@ -224,26 +181,18 @@ export async function lagUnderPeakPhase(
   }
   const catchUpMs = performance.now() - t0;
   for (const w of workers) await w.stop();
-  const writerWaitMs = meanWaitMs(t.pool, writerWaits0);
-  const consumerWaitMs = meanWaitMs(consumerPool, consumerWaits0);
-  if (consumerPool !== t.pool) await consumerPool.end();
   const rate = changed / figures.seconds;
   const bound = Math.ceil(rate * LAG_BOUND_SECONDS);
   const maxCounterLag = Math.max(0, ...counterLag);
   const maxNotificationLag = Math.max(0, ...notificationLag);
   const within = maxCounterLag <= bound && maxNotificationLag <= bound && catchUpMs <= 1000 * LAG_BOUND_SECONDS;
-  const layout =
-    consumerPool === t.pool
-      ? `consumer loops on the writers' pool of ${t.pool.options.max}, mean checkout wait ${writerWaitMs.toFixed(1)} ms`
-      : `consumer loops on a pool of ${consumerConnections} of their own, mean checkout wait ${consumerWaitMs.toFixed(1)} ms ` +
-        `(writers' pool ${writerWaitMs.toFixed(1)} ms)`;
   return {
-    op: consumerPool === t.pool ? OP.lagUnderPeakShared : OP.lagUnderPeak,
+    op: OP.lagUnderPeak,
     path: "library",
     partitions: t.partitions,
     figures,
     note: [
-      `${layout}; ${PEAK_CALLERS} callers, CHANGED ${changed}; lag max ${maxCounterLag} (counter), ${maxNotificationLag} (notifications) ` +
+      `${PEAK_CALLERS} callers, CHANGED ${changed}; lag max ${maxCounterLag} (counter), ${maxNotificationLag} (notifications) ` +
         `over ${counterLag.length} samples, bound ${bound} (${LAG_BOUND_SECONDS} s of writes): ${within ? "within" : "EXCEEDED"}; ` +
         `caught up ${Math.round(catchUpMs)} ms after the writers stopped`,
       ...problems(figures),
@@ -259,9 +208,6 @@ export async function lagUnderPeakPhase(
       lagWithinBound: within,
       catchUpMs,
       counterApplied: applied,
-      consumerConnections,
-      writerCheckoutWaitMs: writerWaitMs,
-      consumerCheckoutWaitMs: consumerWaitMs,
     },
   };
 }

@@ -6,22 +6,12 @@
  * interleaved count and primary-key reads with a backlog pending and drained (bench/read-phases.ts).
  * Prints the table and the ratios of those rows; phases alternate between the databases (ABBA).
  *
- * The lag row runs four times, in ABBA order: the consumer loops on the writers' pool (serve with
- * LEDGER_CONSUMER_CONNECTIONS=0, the default), and on a pool of --consumer-connections (default 8) of
- * their own.
- *
  *   node --import tsx bench/consumers.ts [--partitions 1,16] [--quick] [--reads n] [--workers N]
- *     [--consumer-connections C] [--lag-only]
  */
 import path from "node:path";
 import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
 import { createPool } from "../src/db/pool.ts";
-import {
-  OWN_POOL_CONNECTIONS,
-  SERVICE_CONSUMER_CONNECTIONS,
-  lagUnderPeakPhase,
-  peakWriteAndDrainPhase,
-} from "./consumer-phases.ts";
+import { lagUnderPeakPhase, peakWriteAndDrainPhase } from "./consumer-phases.ts";
 import { Aborted, abort, checkAbort, cleanup, started } from "./lifecycle.ts";
 import { USERS, httpUser, parseOptions, type Opts } from "./options.ts";
 import { OP, formatRatios, ratios } from "./ratios.ts";
@@ -35,12 +25,7 @@ async function main(o: Opts): Promise<void> {
   started.dataDir = path.join(started.root, "pgdata");
   started.starting = EmbeddedCluster.start({ dataDir: started.dataDir, settings: { max_connections: "200" } });
   started.cluster = await started.starting;
-  // No checkout bound, as the databases' pools (bench/target.ts).
-  started.admin = createPool({
-    connectionString: started.cluster.connectionString("postgres"),
-    max: 1,
-    connectionTimeoutMs: 0,
-  });
+  started.admin = createPool({ connectionString: started.cluster.connectionString("postgres"), max: 1 });
   const tokens = Array.from({ length: USERS }, (_, n) => httpUser(n));
   const targets: Target[] = [];
   for (const p of o.partitions) targets.push(await openTarget(started.cluster, p, o.workers + 4, tokens));
@@ -59,21 +44,18 @@ async function main(o: Opts): Promise<void> {
       }
     }
   };
-  if (!o.lagOnly) {
-    await phase((t) => peakWriteAndDrainPhase(t, o));
-    // The peak rows' users liked and unliked: the backlog of the read rows is what the drain left (none).
-    await phase((t) => libraryWrites(t, o, false).then(() => []));
-    await phase((t) => interleavedReadPhase(t, o, OP.readBacklog, OP.pkBacklog, o.workers));
-    await phase((t) => interleavedReadPhase(t, o, OP.readBacklogAlone, OP.pkBacklogAlone));
-    await phase(async (t) => {
-      await t.ledger.likeConsumer.drain(1000);
-      return [];
-    });
-    await phase((t) => interleavedReadPhase(t, o, OP.readDrained, OP.pkDrained, o.workers));
-    await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
-  }
-  const own = o.consumerConnections ?? (SERVICE_CONSUMER_CONNECTIONS || OWN_POOL_CONNECTIONS);
-  for (const connections of [0, own, own, 0]) await phase((t) => lagUnderPeakPhase(t, o, connections));
+  await phase((t) => peakWriteAndDrainPhase(t, o));
+  // The peak rows' users liked and unliked: the backlog of the read rows is what the drain left (none).
+  await phase((t) => libraryWrites(t, o, false).then(() => []));
+  await phase((t) => interleavedReadPhase(t, o, OP.readBacklog, OP.pkBacklog, o.workers));
+  await phase((t) => interleavedReadPhase(t, o, OP.readBacklogAlone, OP.pkBacklogAlone));
+  await phase(async (t) => {
+    await t.ledger.likeConsumer.drain(1000);
+    return [];
+  });
+  await phase((t) => interleavedReadPhase(t, o, OP.readDrained, OP.pkDrained, o.workers));
+  await phase((t) => interleavedReadPhase(t, o, OP.readDrainedAlone, OP.pkDrainedAlone));
+  await phase((t) => lagUnderPeakPhase(t, o));
   const sorted = targets.flatMap((t) => rows.filter((r) => r.partitions === t.partitions));
   process.stdout.write(
     `\n${formatTable(sorted)}\n\nratios, each from rows of this run:\n${formatRatios(ratios(sorted))}\n`,

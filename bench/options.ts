@@ -26,10 +26,6 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
   --history n             also the retention figure (bench/retention.ts): after n like events,
                           write rate, count read p99 and table sizes with the history kept and
                           pruned (issue 8 asks for 1000000); default 0 (skipped), 20000 with --quick
-  --consumer-connections C  (bench:consumers) the lag rows run the consumer loops on a pool of C
-                          of their own (serve's LEDGER_CONSUMER_CONNECTIONS=C; default 8) and, side
-                          by side in ABBA order, on the writers' pool (serve's default, 0)
-  --lag-only              (bench:consumers) only the lag rows under peak writes
   --scale N               instead of the figures above, the scale bench (bench/scale.ts, issue 22)
                           at N likes and N/10, with its defaults: npm run bench:scale has its options
   -h, --help              this text
@@ -109,8 +105,6 @@ export function parseOptions() {
         "no-sweep": { type: "boolean", default: false },
         history: { type: "string" },
         scale: { type: "string" },
-        "consumer-connections": { type: "string" },
-        "lag-only": { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
       allowPositionals: false,
@@ -150,11 +144,6 @@ export function parseOptions() {
           : parsed.quick
             ? 20_000
             : 0,
-    consumerConnections:
-      parsed["consumer-connections"] === undefined
-        ? undefined
-        : positiveInt("consumer-connections", parsed["consumer-connections"], 1, 100),
-    lagOnly: parsed["lag-only"],
     warmupOps: size.warmupOps,
     warmupRequests: size.warmupRequests,
     pgbenchSeconds: size.pgbenchSeconds,

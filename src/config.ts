@@ -222,13 +222,6 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     advanced: true,
   },
   {
-    name: "LEDGER_CONSUMER_CONNECTIONS",
-    shown: "0",
-    meaning:
-      "0: serve's outbox consumer loops share the API's pool of 20; more: they take their connections from a pool of this many of their own",
-    advanced: true,
-  },
-  {
     name: "LEDGER_ERASURE_BATCH_SIZE",
     shown: "500",
     meaning: "most facts an account erasure turns off per batch (one short transaction)",
@@ -507,11 +500,6 @@ export interface Config {
   pruneEverySeconds: number;
   /** LEDGER_WRITE_BATCH_MAX: most like (and follow/unfollow/decide) writes per group commit (docs/write-path.md, "One write path"); 1: each write a batch of one. */
   writeBatchMax: number;
-  /**
-   * LEDGER_CONSUMER_CONNECTIONS: 0, serve's outbox consumer loops share the API's pool; more, the
-   * size of a pool of their own (docs/write-path.md, "The consumers of the outbox").
-   */
-  consumerConnections: number;
   /** LEDGER_ERASURE_BATCH_SIZE: the most facts per batch of an account erasure (docs/erasure.md). */
   erasureBatchSize: number;
   /** LEDGER_FEED_MAX_ITEMS: the most posts a home timeline inbox keeps (docs/feed.md). */
@@ -904,13 +892,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       numericDefault("LEDGER_WRITE_BATCH_MAX"),
       1,
       10_000,
-    ),
-    consumerConnections: integer(
-      "LEDGER_CONSUMER_CONNECTIONS",
-      env.LEDGER_CONSUMER_CONNECTIONS,
-      numericDefault("LEDGER_CONSUMER_CONNECTIONS"),
-      0,
-      100,
     ),
     erasureBatchSize: integer(
       "LEDGER_ERASURE_BATCH_SIZE",

@@ -59,17 +59,9 @@ export async function openLedger(
     feedAbsentMs?: number;
     /** LEDGER_FEED_RETURN_REBUILD_MS: the bound of a returning reader's inbox install. */
     feedReturnRebuildMs?: number;
-    /**
-     * The connections of the outbox consumers (like and comment counters, follower projector,
-     * notifications, home timeline): serve's pool of LEDGER_CONSUMER_CONNECTIONS, so that writers and
-     * readers waiting for `pool` never queue the consumer loops' checkouts, nor the loops theirs.
-     * Default: `pool`.
-     */
-    consumerPool?: Pool;
   } = {},
 ): Promise<Ledger> {
   const hooks = options.hooks ?? new Hooks();
-  const consumerPool = options.consumerPool ?? pool;
   const pacing = options.pacing === undefined ? {} : { pacing: options.pacing };
   return {
     pool,
@@ -78,24 +70,24 @@ export async function openLedger(
     likes: await LikeService.open(pool, {
       ...(options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax }),
     }),
-    likeConsumer: new LikeConsumer(consumerPool, { hooks }),
+    likeConsumer: new LikeConsumer(pool, { hooks }),
     likeRebuild: new LikeRebuild(pool, { hooks, ...pacing }),
     relations: await RelationService.open(
       pool,
       options.writeBatchMax === undefined ? {} : { batchMax: options.writeBatchMax },
     ),
-    projector: new RelationProjector(consumerPool, { hooks }),
+    projector: new RelationProjector(pool, { hooks }),
     posts: await PostService.open(pool, { hooks }),
     comments: await CommentService.open(pool, { hooks }),
-    commentConsumer: new CounterConsumer(consumerPool, COMMENT_COUNTER, { hooks }),
+    commentConsumer: new CounterConsumer(pool, COMMENT_COUNTER, { hooks }),
     commentRebuild: new CounterRebuild(pool, COMMENT_COUNTER, {
       hooks,
       ...pacing,
       unknownKeys: (keys) => new UnknownCounterKeysError(keys, "POST_NOT_FOUND", "post"),
     }),
-    notifications: new NotificationFeed(consumerPool, { hooks }),
+    notifications: new NotificationFeed(pool, { hooks }),
     notificationRebuild: new NotificationRebuild(pool, { hooks, ...pacing }),
-    feed: new FeedConsumers(consumerPool, {
+    feed: new FeedConsumers(pool, {
       hooks,
       ...(options.feedMaxItems === undefined ? {} : { maxItems: options.feedMaxItems }),
       ...(options.feedHotFollowers === undefined ? {} : { hotFollowers: options.feedHotFollowers }),

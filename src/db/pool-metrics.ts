@@ -3,17 +3,11 @@ import { CHECKOUT_WAIT_BUCKETS } from "./checkout-waits.ts";
 import { checkoutWaitsOf, type Pool } from "./pool.ts";
 
 /**
- * A PostgreSQL pool of the process on /metrics: its connections (open, idle, the most it may open),
+ * The process's PostgreSQL pool on /metrics: its connections (open, idle, the most it may open),
  * checkouts waiting for one, and how long checkouts waited (a histogram). All read from the
- * pool's own counters when /metrics is scraped: no statement runs. `prefix` names the pool's
- * series: `ledger_db_pool` for the API's, `ledger_db_consumer_pool` for serve's consumer loops'.
+ * pool's own counters when /metrics is scraped: no statement runs.
  */
-export function registerPoolMetrics(
-  registry: client.Registry,
-  pool: Pool,
-  prefix = "ledger_db_pool",
-  what = "the PostgreSQL pool",
-): void {
+export function registerPoolMetrics(registry: client.Registry, pool: Pool): void {
   const registers = [registry];
   const gauge = (name: string, help: string, read: () => number) =>
     new client.Gauge({
@@ -24,18 +18,30 @@ export function registerPoolMetrics(
         this.set(read());
       },
     });
-  gauge(`${prefix}_connections`, `Connections ${what} has open (idle and checked out)`, () => pool.totalCount);
-  gauge(`${prefix}_idle_connections`, `Open connections of ${what} that nobody has checked out`, () => pool.idleCount);
-  gauge(`${prefix}_max_connections`, `The most connections ${what} opens`, () => pool.options.max ?? 10);
   gauge(
-    `${prefix}_waiting_checkouts`,
-    `Checkouts waiting for a connection of ${what} now (every connection is checked out)`,
+    "ledger_db_pool_connections",
+    "Connections the PostgreSQL pool has open (idle and checked out)",
+    () => pool.totalCount,
+  );
+  gauge(
+    "ledger_db_pool_idle_connections",
+    "Open connections of the PostgreSQL pool that nobody has checked out",
+    () => pool.idleCount,
+  );
+  gauge(
+    "ledger_db_pool_max_connections",
+    "The most connections the PostgreSQL pool opens",
+    () => pool.options.max ?? 10,
+  );
+  gauge(
+    "ledger_db_pool_waiting_checkouts",
+    "Checkouts waiting for a connection of the PostgreSQL pool now (every connection is checked out)",
     () => pool.waitingCount,
   );
   const waits = checkoutWaitsOf(pool);
   if (!waits) return;
-  const name = `${prefix}_checkout_wait_seconds`;
-  const help = `Time from asking ${what} for a connection to getting one (or the error)`;
+  const name = "ledger_db_pool_checkout_wait_seconds";
+  const help = "Time from asking the PostgreSQL pool for a connection to getting one (or the error)";
   // As prom-client's Histogram exports one: cumulative buckets, +Inf, _sum, _count.
   const values = (): client.MetricValueWithName<string>[] => {
     let cumulative = 0;

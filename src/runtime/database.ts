@@ -21,11 +21,6 @@ import { isRunning } from "./process-state.ts";
 
 export interface Database {
   pool: Pool;
-  /**
-   * The outbox consumer loops' own connections (OpenOptions.consumerPoolSize), with the same
-   * timeouts as `pool`; `pool` itself when the process has no separate budget for them.
-   */
-  consumerPool: Pool;
   url: string;
   /** The embedded cluster this process started, if any. */
   cluster: EmbeddedCluster | undefined;
@@ -173,11 +168,6 @@ async function releaseEmbedded(dataDir: string): Promise<void> {
 
 export interface OpenOptions {
   poolSize?: number;
-  /**
-   * Connections of a second pool for the outbox consumer loops (serve: LEDGER_CONSUMER_CONNECTIONS),
-   * so that they never wait in the queue of `pool`'s checkouts; 0 or unset: they share `pool`.
-   */
-  consumerPoolSize?: number;
   applicationName?: string;
   /** One line per state change of the embedded cluster; silent by default. */
   log?: Log;
@@ -232,18 +222,8 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     max: options.poolSize ?? 20,
     queryTimeoutMs: options.statementDeadline ? timeouts.queryTimeoutMs : 0,
   });
-  const consumerPool =
-    (options.consumerPoolSize ?? 0) > 0
-      ? createPool({
-          ...poolOptions,
-          applicationName: `${poolOptions.applicationName}-consumers`,
-          max: options.consumerPoolSize,
-          queryTimeoutMs: options.statementDeadline ? timeouts.queryTimeoutMs : 0,
-        })
-      : pool;
   const close = async () => {
     await supervisor?.stop();
-    if (consumerPool !== pool) await consumerPool.end();
     await pool.end();
     if (!cluster) return;
     const exit = await cluster.stop();
@@ -280,7 +260,6 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   const startedAt = new Date().toISOString();
   return {
     pool,
-    consumerPool,
     url,
     cluster,
     accessChanges,

@@ -6,7 +6,6 @@ import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.
 import { incrementalAudit } from "../audit/incremental-audit.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
 import { logLevel, type Config } from "../config.ts";
-import { registerPoolMetrics } from "../db/pool-metrics.ts";
 import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
@@ -57,7 +56,6 @@ export async function startService(config: Config, options: ServiceOptions = {})
     undefined;
   const database = await openDatabase(config, {
     applicationName: "social-ledger-serve",
-    consumerPoolSize: config.consumerConnections,
     statementDeadline: true,
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
@@ -69,17 +67,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
     feedReturnRebuildMs: config.feedReturnRebuildMs,
     writeBatchMax: config.writeBatchMax,
     pacing: config.pacing,
-    consumerPool: database.consumerPool,
     ...(options.hooks ? { hooks: options.hooks } : {}),
   });
   const metrics = new LedgerMetrics(database.pool);
-  if (database.consumerPool !== database.pool)
-    registerPoolMetrics(
-      metrics.registry,
-      database.consumerPool,
-      "ledger_db_consumer_pool",
-      "the consumer loops' PostgreSQL pool",
-    );
   let logAlert: (report: ReconcileReport) => void = () => undefined;
   let logCounts: LayerLog = () => undefined;
   // A Redis that does not answer within the start wait never holds up the start: the layer
