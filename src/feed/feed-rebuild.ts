@@ -8,8 +8,9 @@ import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pace
 import { DEFAULT_FEED_MAX_ITEMS } from "./feed-consumer.ts";
 import { CREATE_READERS_SQL, LOCK_READERS_SQL, SHARE_HOT_SET_SQL } from "./feed-sources.ts";
 
-/** What a rebuild found: per reader whose inbox it changed, the rows added and removed. */
+/** What a rebuild found: per reader whose inbox it changed, the rows added and removed; runId: its feed_rebuild_run row. */
 export interface FeedRebuildReport {
+  runId: number;
   readersChecked: number;
   readersDrifted: number;
   rowsAdded: number;
@@ -27,6 +28,9 @@ export type HotSetShare = (client: PoolClient) => Promise<void>;
 export const shareHotSet: HotSetShare = async (client) => {
   await client.query(SHARE_HOT_SET_SQL);
 };
+
+const RECORD_RUN_SQL = `INSERT INTO feed_rebuild_run (readers_checked, readers_drifted, rows_added, rows_removed)
+                        VALUES ($1, $2, $3, $4) RETURNING run_id`;
 
 const CLEAR_SKIPPED_SQL = "UPDATE feed_reader SET skipped_since = NULL WHERE reader = $1 AND skipped_since IS NOT NULL";
 
@@ -77,11 +81,21 @@ export class FeedRebuild {
       if (r.added + r.removed > 0) changed.push({ reader, ...r });
       await rest(this.pacer.restMs(performance.now() - t0));
     }
+    const rowsAdded = changed.reduce((n, c) => n + c.added, 0);
+    const rowsRemoved = changed.reduce((n, c) => n + c.removed, 0);
+    // Recorded as the counts' rebuilds record theirs: ledger_feed_rebuild_rows_total adds them up.
+    const { rows } = await this.pool.query<{ run_id: number }>(RECORD_RUN_SQL, [
+      readers.length,
+      changed.length,
+      rowsAdded,
+      rowsRemoved,
+    ]);
     return {
+      runId: Number(rows[0]!.run_id),
       readersChecked: readers.length,
       readersDrifted: changed.length,
-      rowsAdded: changed.reduce((n, c) => n + c.added, 0),
-      rowsRemoved: changed.reduce((n, c) => n + c.removed, 0),
+      rowsAdded,
+      rowsRemoved,
       changed,
     };
   }
