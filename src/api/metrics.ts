@@ -132,10 +132,11 @@ export class LedgerMetrics {
       () => figures()?.rebuild.driftedItems,
     );
     // The feed invariant's lies (feed_audit: extra or missing rows no pending event explains), summed
-    // over the periodic audits' runs (feed_audit_run): zero series from the start, so a rule sees the first.
+    // over every audit's runs (feed_audit_run: the periodic audit, `audit`, GET /v1/admin/audit):
+    // zero series from the start, so a rule sees the first.
     new client.Counter({
       name: "ledger_feed_drift_rows_total",
-      help: "Home timeline inbox rows the periodic audits found extra or missing (feed_audit_run, by any process)",
+      help: "Home timeline inbox rows the audits (periodic and full) found extra or missing (feed_audit_run, by any process)",
       labelNames: ["kind"],
       registers: [this.registry],
       collect() {
@@ -144,6 +145,19 @@ export class LedgerMetrics {
         this.reset();
         this.inc({ kind: "extra" }, drift.extra);
         this.inc({ kind: "missing" }, drift.missing);
+      },
+    });
+    new client.Counter({
+      name: "ledger_feed_rebuild_rows_total",
+      help: "Home timeline inbox rows the feed rebuilds added or removed (feed_rebuild_run, by any process)",
+      labelNames: ["kind"],
+      registers: [this.registry],
+      collect() {
+        const rebuild = figures()?.feed.rebuild;
+        if (!rebuild) return;
+        this.reset();
+        this.inc({ kind: "added" }, rebuild.added);
+        this.inc({ kind: "removed" }, rebuild.removed);
       },
     });
     new client.Gauge({

@@ -185,8 +185,8 @@ export async function incrementalAudit(
     report.relations.projectionDiff = report.relations.projectionCaughtUp ? await projectionDiff(pool) : null;
   }
   report.feed = await auditFeed(pool, options.feedMaxItems ?? DEFAULT_FEED_MAX_ITEMS);
-  // The periodic audit's feed figures are what ledger_feed_drift_rows_total counts (src/api/metrics.ts).
-  await recordFeedAudit(pool, report.feed);
+  // Every audit's feed figures are what ledger_feed_drift_rows_total counts (src/api/metrics.ts).
+  await recordFeedAudit(pool, report.feed, "periodic");
   let clean = feedAuditClean(report.feed);
   for (const section of Object.keys(SECTIONS) as Section[]) {
     const ok = sectionClean(section, report);

@@ -262,10 +262,12 @@ CREATE TABLE feed_audit_run (
   extra integer NOT NULL,
   missing integer NOT NULL,
   skipped_readers integer NOT NULL,
+  source text NOT NULL,
   CONSTRAINT feed_audit_run_extra_check CHECK ((extra >= 0)),
   CONSTRAINT feed_audit_run_missing_check CHECK ((missing >= 0)),
   CONSTRAINT feed_audit_run_pkey PRIMARY KEY (run_id),
-  CONSTRAINT feed_audit_run_skipped_readers_check CHECK ((skipped_readers >= 0))
+  CONSTRAINT feed_audit_run_skipped_readers_check CHECK ((skipped_readers >= 0)),
+  CONSTRAINT feed_audit_run_source_check CHECK ((source = ANY (ARRAY['periodic'::text, 'full'::text])))
 );
 
 CREATE TABLE feed_hot_author (
@@ -309,6 +311,20 @@ CREATE TABLE feed_reader (
   CONSTRAINT feed_reader_pkey PRIMARY KEY (reader)
 );
 CREATE INDEX feed_reader_skipped ON public.feed_reader USING btree (reader) WHERE (skipped_since IS NOT NULL);
+
+CREATE TABLE feed_rebuild_run (
+  run_id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  started_at timestamp with time zone DEFAULT now() NOT NULL,
+  readers_checked integer NOT NULL,
+  readers_drifted integer NOT NULL,
+  rows_added integer NOT NULL,
+  rows_removed integer NOT NULL,
+  CONSTRAINT feed_rebuild_run_pkey PRIMARY KEY (run_id),
+  CONSTRAINT feed_rebuild_run_readers_checked_check CHECK ((readers_checked >= 0)),
+  CONSTRAINT feed_rebuild_run_readers_drifted_check CHECK ((readers_drifted >= 0)),
+  CONSTRAINT feed_rebuild_run_rows_added_check CHECK ((rows_added >= 0)),
+  CONSTRAINT feed_rebuild_run_rows_removed_check CHECK ((rows_removed >= 0))
+);
 
 CREATE TABLE feed_relation_seen (
   part integer NOT NULL,

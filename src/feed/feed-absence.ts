@@ -5,7 +5,7 @@ import { withTransaction } from "../db/transaction.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { DEFAULT_FEED_MAX_ITEMS, type PlanRow } from "./feed-consumer.ts";
-import { LOCK_READERS_SQL } from "./feed-sources.ts";
+import { LOCK_READERS_SQL, SHARE_HOT_SET_SQL } from "./feed-sources.ts";
 
 /** The default of LEDGER_FEED_ABSENT_MS: a reader who has not read for 7 days is absent (as Mastodon's). */
 export const DEFAULT_FEED_ABSENT_MS = 7 * 24 * 3_600_000;
@@ -63,7 +63,7 @@ const OUT_OF_TIME = new Set(["57014", "55P03"]);
  * reads the reader's row: nothing to do for a present reader (a write at most once per
  * readMarkEveryMs, to move last_read_at); for a reader fan-out skipped, it installs the inbox
  * from the facts in one transaction bounded by `rebuildMs` (lock_timeout and statement_timeout),
- * under the reader's row lock, the lock every consumer batch takes before writing that inbox.
+ * under the hot set's lock shared (as the rebuild) and the reader's row lock, the lock every consumer batch takes before writing that inbox.
  * Past the bound nothing is committed, the reader stays skipped and the answer says the page
  * is incomplete. Hook points: feed.return.beforeLock {reader, pid} once the bound is set,
  * feed.return.beforeCommit {reader, pid} after the install.
@@ -111,6 +111,8 @@ export class FeedAbsence {
     return withTransaction(this.pool, async (client) => {
       await client.query(BOUND_SQL, [String(Math.trunc(this.rebuildMs))]);
       await this.hooks.at("feed.return.beforeLock", { reader, pid: backendPid(client) });
+      // As the rebuild: ordered with every change of the hot set, which a returning reader's truth reads.
+      await client.query(SHARE_HOT_SET_SQL);
       await client.query(LOCK_READERS_SQL, [[reader]]);
       const { rows } = await client.query<{ rebuilt: boolean }>("SELECT rebuilt FROM feed_return_reader($1, $2)", [
         reader,

@@ -56,13 +56,19 @@ export function formatFeedAudit(a: FeedAudit): string {
   return `readers=${a.readers} extra=${a.extra} missing=${a.missing} over_cap=${a.overCap} below_horizon=${a.belowHorizon} pending=${a.explainedByPending} lag=${a.lag} skipped_readers=${a.skippedReaders}`;
 }
 
-/** Records a periodic audit's feed figures (feed_audit_run): ledger_feed_drift_rows_total adds them up, by any process. */
-export async function recordFeedAudit(pool: Pool, a: FeedAudit): Promise<void> {
-  await pool.query("INSERT INTO feed_audit_run (extra, missing, skipped_readers) VALUES ($1, $2, $3)", [
-    a.extra,
-    a.missing,
-    a.skippedReaders,
-  ]);
+/** Which audit ran the feed invariant: the periodic one in `serve`, or the full one (`social-ledger audit`, GET /v1/admin/audit). */
+export type FeedAuditSource = "periodic" | "full";
+
+/**
+ * Records the feed figures of an audit that ran the invariant (feed_audit_run), whichever audit
+ * it was: ledger_feed_drift_rows_total adds them up, by any process. Returns the run's id.
+ */
+export async function recordFeedAudit(pool: Pool, a: FeedAudit, source: FeedAuditSource): Promise<number> {
+  const { rows } = await pool.query<{ run_id: number }>(
+    "INSERT INTO feed_audit_run (source, extra, missing, skipped_readers) VALUES ($1, $2, $3, $4) RETURNING run_id",
+    [source, a.extra, a.missing, a.skippedReaders],
+  );
+  return Number(rows[0]!.run_id);
 }
 
 /** One source outbox of the feed in one partition: its sequence, the feed's watermark, the events above it. */
@@ -74,17 +80,19 @@ export interface FeedWatermark {
   lag: number;
 }
 
-/** What /metrics shows of the feed: its two consumers' watermarks and lag per partition, and the drift its audits found. */
+/** What /metrics shows of the feed: its two consumers' watermarks and lag per partition, the drift its audits found and its rebuilds changed. */
 export interface FeedFigures {
   watermarks: FeedWatermark[];
-  /** Sums over feed_audit_run: rows the periodic audits found extra or missing (lies, not lag). */
+  /** Sums over feed_audit_run: rows the audits (periodic and full) found extra or missing (lies, not lag). */
   drift: { runs: number; extra: number; missing: number };
+  /** Sums over feed_rebuild_run: inbox rows the rebuilds added and removed. */
+  rebuild: { runs: number; added: number; removed: number };
   /** Readers fan-out skips now as absent. */
   skippedReaders: number;
 }
 
 export async function readFeedFigures(pool: Pool): Promise<FeedFigures> {
-  const [watermarks, drift, skipped] = await Promise.all([
+  const [watermarks, drift, rebuild, skipped] = await Promise.all([
     pool.query<{ source: FeedWatermark["source"]; part: number; last: number; applied_upto: number }>(
       `SELECT 'posts' AS source, s.part, s.last, w.applied_upto FROM post_seq s JOIN feed_post_watermark w USING (part)
        UNION ALL
@@ -94,9 +102,13 @@ export async function readFeedFigures(pool: Pool): Promise<FeedFigures> {
     pool.query<{ runs: number; extra: number; missing: number }>(
       "SELECT count(*)::int AS runs, coalesce(sum(extra), 0)::bigint AS extra, coalesce(sum(missing), 0)::bigint AS missing FROM feed_audit_run",
     ),
+    pool.query<{ runs: number; added: number; removed: number }>(
+      "SELECT count(*)::int AS runs, coalesce(sum(rows_added), 0)::bigint AS added, coalesce(sum(rows_removed), 0)::bigint AS removed FROM feed_rebuild_run",
+    ),
     pool.query<{ n: number }>(SKIPPED_READERS_SQL),
   ]);
   const d = drift.rows[0]!;
+  const r = rebuild.rows[0]!;
   return {
     watermarks: watermarks.rows.map((r) => ({
       source: r.source,
@@ -106,6 +118,7 @@ export async function readFeedFigures(pool: Pool): Promise<FeedFigures> {
       lag: Number(r.last) - Number(r.applied_upto),
     })),
     drift: { runs: d.runs, extra: Number(d.extra), missing: Number(d.missing) },
+    rebuild: { runs: r.runs, added: Number(r.added), removed: Number(r.removed) },
     skippedReaders: skipped.rows[0]!.n,
   };
 }

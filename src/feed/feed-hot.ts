@@ -1,5 +1,6 @@
 import type { PoolClient } from "../db/pool.ts";
 import type { PlanRow } from "./feed-consumer.ts";
+import { CHANGE_HOT_SET_SQL } from "./feed-sources.ts";
 
 /** The default of LEDGER_FEED_HOT_FOLLOWERS: the follower count from which an author's posts are merged at read time. */
 export const DEFAULT_FEED_HOT_FOLLOWERS = 10_000;
@@ -13,8 +14,9 @@ const TRANSITION_SQL =
  * projection, recorded in feed_hot_author) and returns the plan of the authors whose state changed
  * (feed_hot_transition_plan): a heated author's rows leave its followers' inboxes, a cooled
  * author's posts are merged into them. Called with the authors' feed locks held and before the
- * batch's own plan is read, so that plan (feed_truth) already follows the new state (docs/feed.md,
- * "Hot authors").
+ * batch's own plan is read, so that plan (feed_truth) already follows the new state. A change takes
+ * the hot set's lock exclusive (CHANGE_HOT_SET_SQL) before the transition's plan is read, so an
+ * install of a reader's truth racing it is ordered with it (docs/feed.md, "Hot authors").
  */
 export async function judgeHotAuthors(
   client: PoolClient,
@@ -25,6 +27,8 @@ export async function judgeHotAuthors(
   if (authors.length === 0) return [];
   const { rows } = await client.query<{ author: string; hot: boolean }>(JUDGE_SQL, [authors, threshold]);
   if (rows.length === 0) return [];
+  // Waits for the installs reading the hot set now; the plan below sees the rows they committed.
+  await client.query(CHANGE_HOT_SET_SQL);
   const heated = rows.filter((r) => r.hot).map((r) => r.author);
   const cooled = rows.filter((r) => !r.hot).map((r) => r.author);
   return (await client.query<PlanRow>(TRANSITION_SQL, [heated, cooled, maxItems])).rows;

@@ -92,6 +92,20 @@ export const LOCK_AUTHORS_SQL = `
             FROM (SELECT DISTINCT hashtext(a) AS h FROM unnest($1::text[]) AS a ORDER BY 1) k) locked`;
 
 /**
+ * Orders every change of the hot set (feed_hot_author) against every install of a reader's truth
+ * (the rebuild, a returning reader's read): an install takes it shared before its reader's row and
+ * reads the truth after; a post batch whose judgement heated or cooled an author takes it
+ * exclusive before it reads the transition's plan, and holds it to its commit. So an install reads
+ * the hot set either before a change commits, and committed before that change's plan is read
+ * (which then sees the rows it installed), or after (docs/feed.md, "Hot authors"). One key, not
+ * the followees' author locks: a reader may follow thousands, and a follow committed between
+ * reading the followees and the truth would escape them. The key space is the feed's own.
+ */
+export const FEED_HOT_SET_LOCK_SPACE = 21033;
+export const SHARE_HOT_SET_SQL = `SELECT pg_advisory_xact_lock_shared(${FEED_HOT_SET_LOCK_SPACE}, 0)`;
+export const CHANGE_HOT_SET_SQL = `SELECT pg_advisory_xact_lock(${FEED_HOT_SET_LOCK_SPACE}, 0)`;
+
+/**
  * Creates and locks the readers' feed_reader rows in reader order (byte-wise), the same for every
  * writer of inboxes (both consumers, the rebuild): the trim of an inbox and its horizon are
  * decided by one writer at a time, and no two writers wait on each other's readers in opposite orders.

@@ -4,6 +4,7 @@
 import type { Pool } from "../../src/db/pool.ts";
 import { planFromFacts, type FeedPlanner, type PlanRow } from "../../src/feed/feed-consumer.ts";
 import { HOME_PAGE_SQL, INBOX_RULE_SQL } from "../../src/feed/feed-reads.ts";
+import type { HotSetShare } from "../../src/feed/feed-rebuild.ts";
 
 const READ_TIME_RULE = `AND ${INBOX_RULE_SQL}`;
 
@@ -96,3 +97,10 @@ export const planSkippingAbsentBeforeLock =
     const absent = new Set(rows.map((r) => r.reader));
     return plan.filter((r) => r.op === "remove" || !absent.has(r.reader));
   };
+
+/**
+ * An install of a reader's truth that does not take the hot set's lock (FeedRebuild's `hotSet`):
+ * it reads the truth while a heating batch is uncommitted, or commits its rows after the heating
+ * read which rows to remove, and the hot author's rows stay in the inbox as `extra`.
+ */
+export const hotSetUnlocked: HotSetShare = async () => {};

@@ -21,7 +21,7 @@ import {
   notificationAuditClean,
   readNotificationWatermarks,
 } from "../../notifications/notification-audit.ts";
-import { auditFeed, feedAuditClean } from "../../feed/feed-audit.ts";
+import { auditFeed, feedAuditClean, recordFeedAudit } from "../../feed/feed-audit.ts";
 import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.ts";
 import { LOST_DELIVERIES_SQL } from "../../webhooks/lost-deliveries.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
@@ -62,6 +62,8 @@ export async function fullAudit(ledger: Ledger) {
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
   const feed = await auditFeed(ledger.pool, ledger.feed.maxItems);
+  // Recorded as the periodic audit's are: ledger_feed_drift_rows_total counts every run of the invariant.
+  await recordFeedAudit(ledger.pool, feed, "full");
   const findings = { lostWebhookDeliveries: (await ledger.pool.query<{ n: number }>(LOST_DELIVERIES_SQL)).rows[0]!.n };
   const projectionCaughtUp = diff !== null;
   const clean =

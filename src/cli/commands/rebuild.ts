@@ -94,7 +94,7 @@ async function rebuildFeed(opts: { items?: string[]; json?: boolean }): Promise<
     const ledger = await openLedger(database.pool, { feedMaxItems: config.feedMaxItems, pacing: config.pacing });
     const report = await ledger.feedRebuild.rebuild(opts.items ? { readers: opts.items } : {});
     const lines = [
-      `feed rebuild: ${report.readersChecked} reader(s) checked, ${report.readersDrifted} drifted, ${report.rowsAdded} row(s) added, ${report.rowsRemoved} removed`,
+      `feed rebuild run ${report.runId}: ${report.readersChecked} reader(s) checked, ${report.readersDrifted} drifted, ${report.rowsAdded} row(s) added, ${report.rowsRemoved} removed`,
     ];
     for (const c of report.changed.slice(0, MAX_LISTED)) lines.push(`  ${c.reader}: +${c.added} -${c.removed}`);
     if (report.changed.length > MAX_LISTED)
