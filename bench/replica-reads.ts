@@ -12,7 +12,7 @@ import { LIKE_COUNTS } from "../src/cache/counter-kinds.ts";
 import type { Ledger } from "../src/ledger.ts";
 import { listLikers } from "../src/likes/like-reads.ts";
 import { ReplicaRouter } from "../src/replicas/replica-router.ts";
-import { parseLsn, readWalPosition } from "../src/replicas/wal-position.ts";
+import { readFreshnessToken } from "../src/replicas/wal-position.ts";
 import { TestStandby } from "../support/standby.ts";
 import { runHttp, runFixedCount, type Figures } from "./load.ts";
 
@@ -83,7 +83,7 @@ export class ReplicaBench {
       const url = await app.listen({ port: 0, host: "127.0.0.1" });
       const item = (k: number) => o.items[k % o.items.length]!;
       // A token every replica has replayed: what a client presents some time after its write.
-      const token = parseLsn(await readWalPosition(target.pool));
+      const token = await readFreshnessToken(target.pool);
       await standby.catchUp();
       const count = (pool: Pool) => (k: number) => LIKE_COUNTS.readDatabase(pool, item(k), 16);
       const library = (op: string, run: (k: number) => Promise<unknown>, note: string) =>

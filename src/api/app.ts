@@ -35,7 +35,7 @@ import { relationRoutes } from "./routes/relations.ts";
 import { notificationRoutes } from "./routes/notifications.ts";
 import { timelineRoutes } from "./routes/timelines.ts";
 import { erasureRoutes } from "./routes/erasure.ts";
-import { FRESHNESS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
+import { FRESHNESS_HEADER, FRESHNESS_STATUS_HEADER, READ_FROM_HEADER, readRouting } from "./read-routing.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
 
 /** Routes whose JSON body may be left out (an account with defaults, a rebuild of every item). */
@@ -248,6 +248,7 @@ export const ledgerApp = fp(async (app: FastifyInstance, opts: AppOptions) => {
         "x-ratelimit-reset",
         FRESHNESS_HEADER,
         READ_FROM_HEADER,
+        FRESHNESS_STATUS_HEADER,
       ],
       maxAge: 600,
     });

@@ -6,7 +6,7 @@
  * response headers the service sends, and `security: []` where no token is read. Applied once,
  * in @fastify/swagger's transformObject.
  */
-import { LSN_PATTERN } from "./schemas.ts";
+import { FRESHNESS_TOKEN_PATTERN } from "./schemas.ts";
 import { ID_PATTERN } from "../ids.ts";
 
 interface Response {
@@ -135,7 +135,10 @@ interface SchemaNode {
 }
 
 /** Examples of the string patterns the schemas use, so an example validates against its own schema. */
-const EXAMPLE_BY_PATTERN: Record<string, string> = { [LSN_PATTERN]: "0/16B3748", [ID_PATTERN.source]: "alice" };
+const EXAMPLE_BY_PATTERN: Record<string, string> = {
+  [FRESHNESS_TOKEN_PATTERN]: "1/0/16B3748",
+  [ID_PATTERN.source]: "alice",
+};
 
 /** A value of the schema's shape (enum's first value, a default, a date for date-time), so a client sees what an answer looks like. */
 export function exampleOf(schema: unknown, schemas: Record<string, unknown>, depth = 0): unknown {
@@ -193,7 +196,12 @@ export const RESPONSE_HEADERS = {
   "x-ledger-freshness": {
     description:
       "with read replicas: the freshness token of a write (its `freshness` field); present it on a later read",
-    schema: { type: "string", pattern: LSN_PATTERN },
+    schema: { type: "string", pattern: FRESHNESS_TOKEN_PATTERN },
+  },
+  "x-ledger-freshness-status": {
+    description:
+      "with read replicas, on a routed read whose token could not be honoured as asked: `lost` (the token's write was lost in a database failover: the answer is the primary's, which does not hold it) or `unverifiable` (the token is of an earlier timeline whose switch point the service may not read: the answer is the primary's)",
+    schema: { type: "string", enum: ["lost", "unverifiable"] },
   },
   "x-ledger-read-from": {
     description: "with read replicas: the server that answered a routed read, `primary` or a replica's name",
@@ -229,6 +237,7 @@ function headersOf(
   if (status === 429 || status === 503 || status === 206) headers.push("Retry-After");
   const routedRead = op.parameters?.some((p) => p.in === "query" && p.name === "freshness") === true;
   if (routedRead) headers.push("x-ledger-read-from");
+  if (routedRead && status >= 200 && status < 300) headers.push("x-ledger-freshness-status");
   if (status >= 200 && status < 300) {
     if (WRITE_METHODS.has(method)) headers.push("x-ledger-freshness");
     const schema = op.responses?.[String(status)]?.content?.["application/json"]?.schema as

@@ -2,21 +2,28 @@ import type { FastifyInstance, FastifyRequest, RouteOptions } from "fastify";
 import fp from "fastify-plugin";
 import type { Pool } from "../db/pool.ts";
 import type { ReplicaRouter } from "../replicas/replica-router.ts";
-import { parseLsn, readWalPosition } from "../replicas/wal-position.ts";
-import { freshnessField, LSN_PATTERN } from "./schemas.ts";
+import {
+  formatFreshnessToken,
+  parseFreshnessToken,
+  readFreshnessToken,
+  type FreshnessToken,
+} from "../replicas/wal-position.ts";
+import { freshnessField, FRESHNESS_TOKEN_PATTERN } from "./schemas.ts";
 
 /** The header a write answers its freshness token in, and a read presents it in. */
 export const FRESHNESS_HEADER = "x-ledger-freshness";
 /** The server that answered a routed read: "primary" or a replica's name (only with replicas). */
 export const READ_FROM_HEADER = "x-ledger-read-from";
+/** On a routed read whose token was not honoured as asked: "lost" or "unverifiable" (docs/failover.md). */
+export const FRESHNESS_STATUS_HEADER = "x-ledger-freshness-status";
 
 const WRITE_METHODS = new Set(["PUT", "POST", "DELETE", "PATCH"]);
 
 const FRESHNESS_QUERY = {
   type: "string",
-  pattern: LSN_PATTERN,
-  maxLength: 17,
-  description: `a freshness token a write answered (also accepted as the ${FRESHNESS_HEADER} header): the read is served by a replica only once it has replayed it, else by the primary`,
+  pattern: FRESHNESS_TOKEN_PATTERN,
+  maxLength: 28,
+  description: `a freshness token a write answered (also accepted as the ${FRESHNESS_HEADER} header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with ${FRESHNESS_STATUS_HEADER}: lost; a token of a timeline the database has not reached is a 400`,
 } as const;
 
 declare module "fastify" {
@@ -69,12 +76,12 @@ function documentFreshness(route: RouteOptions): void {
 }
 
 /** The token a read presents, from the header or the query; absent: undefined. */
-function presentedToken(request: FastifyRequest): bigint | undefined {
+function presentedToken(request: FastifyRequest): FreshnessToken | undefined {
   const header = request.headers[FRESHNESS_HEADER];
   const fromQuery = (request.query as { freshness?: unknown } | undefined)?.freshness;
   const text =
     typeof header === "string" && header !== "" ? header : typeof fromQuery === "string" ? fromQuery : undefined;
-  return text === undefined ? undefined : parseLsn(text);
+  return text === undefined ? undefined : parseFreshnessToken(text);
 }
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
@@ -91,29 +98,34 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 export const readRouting = fp(async (app: FastifyInstance, opts: { primary: Pool; router?: ReplicaRouter }) => {
   app.addHook("onRoute", documentFreshness);
   const router = opts.router;
-  const served = new WeakMap<FastifyRequest, string>();
+  const served = new WeakMap<FastifyRequest, { server: string; status: string | undefined }>();
   app.decorate("readFrom", async function readFrom<
     T,
   >(request: FastifyRequest, read: (pool: Pool) => Promise<T>): Promise<T> {
     const token = presentedToken(request);
     if (!router) return read(opts.primary);
-    const { value, server } = await router.read(token, read);
-    served.set(request, server);
+    const { value, server, reason } = await router.read(token, read);
+    const status = reason === "token-lost" ? "lost" : reason === "token-unverifiable" ? "unverifiable" : undefined;
+    served.set(request, { server, status });
     return value;
   });
   if (!router) return;
   app.addHook("onSend", async (request, reply) => {
-    const server = served.get(request);
-    if (server !== undefined) void reply.header(READ_FROM_HEADER, server);
+    const route = served.get(request);
+    if (route === undefined) return;
+    void reply.header(READ_FROM_HEADER, route.server);
+    if (route.status !== undefined) void reply.header(FRESHNESS_STATUS_HEADER, route.status);
   });
   app.addHook("preSerialization", async (request, reply, payload: unknown) => {
     if (!WRITE_METHODS.has(request.method) || reply.statusCode >= 300 || !isPlainObject(payload)) return payload;
     // Read after the handler's commit returned. A primary that died just after the commit
     // leaves the write without a token (the client reads the primary), never a 5xx for a
     // write that committed.
-    const lsn = await readWalPosition(opts.primary).catch(() => undefined);
-    if (lsn === undefined) return payload;
-    void reply.header(FRESHNESS_HEADER, lsn);
-    return { ...payload, freshness: lsn };
+    const token = await readFreshnessToken(opts.primary).catch(() => undefined);
+    if (token === undefined) return payload;
+    router.notePrimaryTimeline(token.timeline);
+    const text = formatFreshnessToken(token);
+    void reply.header(FRESHNESS_HEADER, text);
+    return { ...payload, freshness: text };
   });
 });

@@ -22,16 +22,19 @@ export function namedSchemas(): object[] {
   return [...NAMED.values()];
 }
 
-/** The pattern of a freshness token, a WAL position such as 0/16B3748 (docs/read-replicas.md). */
-export const LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$";
+/**
+ * The pattern of a freshness token: the timeline and the WAL position of a write, 2/0/16B3748, or
+ * (the older form, still accepted) the position alone, 0/16B3748 (docs/read-replicas.md).
+ */
+export const FRESHNESS_TOKEN_PATTERN = "^([1-9][0-9]{0,9}/)?[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$";
 
 /** What a write's success answers carry with read replicas (src/api/read-routing.ts adds it). */
 export const freshnessField = {
   freshness: {
     type: "string",
-    pattern: LSN_PATTERN,
+    pattern: FRESHNESS_TOKEN_PATTERN,
     description:
-      "only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state",
+      "only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state",
   },
 } as const;
 

@@ -1,7 +1,8 @@
 import type { PostgresTimeouts } from "../config.ts";
-import { ConnectionLostError, TransactionConflictError } from "../db/errors.ts";
+import { ConnectionLostError, DatabaseError, TransactionConflictError } from "../db/errors.ts";
 import { createPool, type Pool } from "../db/pool.ts";
-import { parseLsn } from "./wal-position.ts";
+import { InvalidInputError } from "../errors.ts";
+import { parseLsn, type FreshnessToken } from "./wal-position.ts";
 
 /** One streaming replica the router may read from. */
 export interface Replica {
@@ -32,7 +33,17 @@ export type RouteReason =
   | "token-not-replayed" // no replica replayed the token within the wait: primary
   | "replicas-lagging" // every replica that is up lags more than the threshold: primary
   | "replicas-down" // no replica answers: primary
-  | "replica-failed"; // the replica failed during the read: retried on the primary
+  | "replica-failed" // the replica failed during the read: retried on the primary
+  | "token-lost" // the token's write was lost in a promotion (docs/failover.md): primary, and the answer says so
+  | "token-unverifiable"; // the token is of an earlier timeline whose switch point is unreadable: primary, and the answer says so
+
+/**
+ * What a token of the timeline-qualified form names on the primary's present lineage:
+ * "present": a write of the present timeline; "survived": a write of an earlier timeline at or
+ * below the point where the lineage left it; "lost": a write past that point, or of a timeline
+ * not in the lineage (the promoted standby never had it); "unverifiable": the history is unreadable.
+ */
+export type TokenStanding = "present" | "survived" | "lost" | "unverifiable";
 
 export interface ReadRoute {
   pool: Pool;
@@ -76,6 +87,10 @@ export class ReplicaRouter {
   private timer: NodeJS.Timeout | undefined;
   private checking: Promise<void> | undefined;
   private next = 0;
+  /** The timeline the primary writes on, as last seen (checks, writes' tokens, tokens of another timeline). */
+  private primaryTimeline: number | undefined;
+  /** Per present timeline, where its lineage left each earlier timeline (it never changes for a timeline). */
+  private readonly histories = new Map<number, Map<number, bigint>>();
 
   constructor(
     readonly primary: Pool,
@@ -146,8 +161,11 @@ export class ReplicaRouter {
   private async check(): Promise<void> {
     let primaryLsn: bigint | undefined;
     try {
-      const { rows } = await this.primary.query<{ lsn: string }>("SELECT pg_current_wal_lsn()::text AS lsn");
+      const { rows } = await this.primary.query<{ lsn: string; timeline: number }>(
+        "SELECT pg_current_wal_lsn()::text AS lsn, ledger_timeline() AS timeline",
+      );
       primaryLsn = parseLsn(rows[0]!.lsn);
+      this.primaryTimeline = rows[0]!.timeline;
     } catch {
       // Without the primary's position the lag is unknown; the replicas' own answers still say whether they are up.
     }
@@ -208,9 +226,66 @@ export class ReplicaRouter {
     return [...this.replicas.slice(start), ...this.replicas.slice(0, start)];
   }
 
+  /** The primary's timeline as a write's token just read it: a promotion is seen by the first write after it. */
+  notePrimaryTimeline(timeline: number): void {
+    this.primaryTimeline = timeline;
+  }
+
+  /**
+   * Where a qualified token's write stands on the primary's lineage. A token of the timeline last
+   * seen is "present" without a query; any other timeline reads the primary's present timeline, and
+   * an earlier one its history (cached per present timeline). A timeline above the primary's is no
+   * token this database answered: a typed error (a token of another database, or of a server fenced
+   * off after a split brain).
+   */
+  async standing(token: FreshnessToken & { timeline: number }): Promise<TokenStanding> {
+    if (token.timeline === this.primaryTimeline) return "present";
+    const { rows } = await this.primary.query<{ timeline: number }>("SELECT ledger_timeline() AS timeline");
+    const present = rows[0]!.timeline;
+    this.primaryTimeline = present;
+    if (token.timeline === present) return "present";
+    if (token.timeline > present)
+      throw new InvalidInputError(
+        "freshness",
+        `names timeline ${token.timeline}, which this database has not reached (it writes timeline ${present}): a token of another database, or of a server fenced off after a failover`,
+      );
+    const history = await this.history(present);
+    if (history === undefined) return "unverifiable";
+    const switchedAt = history.get(token.timeline);
+    return switchedAt !== undefined && token.lsn <= switchedAt ? "survived" : "lost";
+  }
+
+  /** undefined when the service's role may not read it (ledger_timeline_history needs its owner to read pg_wal). */
+  private async history(present: number): Promise<Map<number, bigint> | undefined> {
+    const known = this.histories.get(present);
+    if (known) return known;
+    try {
+      const { rows } = await this.primary.query<{ timeline: number; switched_at: string }>(
+        "SELECT timeline, switched_at::text AS switched_at FROM ledger_timeline_history($1)",
+        [present],
+      );
+      // An empty history on a timeline above 1 is a file that was not there: decide nothing from it.
+      if (rows.length === 0) return undefined;
+      const history = new Map(rows.map((r) => [r.timeline, parseLsn(r.switched_at)]));
+      this.histories.set(present, history);
+      return history;
+    } catch (err) {
+      if (err instanceof DatabaseError && err.sqlState === "42501") return undefined;
+      throw err;
+    }
+  }
+
   /** Where a read with this token (or none) goes now. */
-  async route(token: bigint | undefined): Promise<ReadRoute> {
+  async route(presented: FreshnessToken | undefined): Promise<ReadRoute> {
     const primary = (reason: RouteReason): ReadRoute => ({ pool: this.primary, server: "primary", reason });
+    if (presented?.timeline !== undefined && this.options.tokenCheck !== "ignore") {
+      const standing = await this.standing({ ...presented, timeline: presented.timeline });
+      if (standing === "lost") return primary("token-lost");
+      if (standing === "unverifiable") return primary("token-unverifiable");
+    }
+    // WAL up to a surviving token's position is the same on every timeline of the lineage, so the
+    // replay position alone tells whether a replica holds the write.
+    const token = presented?.lsn;
     const order = this.rotation();
     if (token === undefined || this.options.tokenCheck === "ignore") {
       const fresh = order.find((r) => this.withinLag(this.states.get(r.name)!));
@@ -270,7 +345,7 @@ export class ReplicaRouter {
    * next check and the read runs again on the primary: the caller never sees a replica's failure.
    */
   async read<T>(
-    token: bigint | undefined,
+    token: FreshnessToken | undefined,
     run: (pool: Pool) => Promise<T>,
   ): Promise<{ value: T; server: string; reason: RouteReason }> {
     const route = await this.route(token);

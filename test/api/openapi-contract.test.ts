@@ -207,6 +207,7 @@ const OUR_HEADERS = [
   "x-request-id",
   "x-ledger-freshness",
   "x-ledger-read-from",
+  "x-ledger-freshness-status",
   "www-authenticate",
 ];
 

@@ -23,7 +23,7 @@ import { openLedger, type Ledger } from "../../src/ledger.ts";
 import { canReadWithPermissionsOnReplica } from "./negative-controls.ts";
 import { ReplicaMetrics } from "../../src/replicas/replica-metrics.ts";
 import { ReplicaRouter, type ReplicaRouterOptions } from "../../src/replicas/replica-router.ts";
-import { parseLsn, readWalPosition } from "../../src/replicas/wal-position.ts";
+import { parseFreshnessToken, parseLsn, readFreshnessToken } from "../../src/replicas/wal-position.ts";
 import { readLivePost } from "../../src/content/posts.ts";
 import { TestStandby } from "../../support/standby.ts";
 
@@ -170,7 +170,10 @@ test("a read with the write's freshness token never sees state older than the wr
   assert.ok(
     doc.paths["/v1/items/{id}/like-count"]!.get!.parameters!.some((p) => p.name === "freshness" && p.in === "query"),
   );
-  assert.ok(parseLsn(await standby.replayLsn()) < parseLsn(token), "the replica has not replayed the like");
+  assert.ok(
+    parseLsn(await standby.replayLsn()) < parseFreshnessToken(token).lsn,
+    "the replica has not replayed the like",
+  );
 
   // No token: the replica as it is (it has not replayed the like), with the bound of its own snapshot.
   const asIs = ok(
@@ -301,7 +304,10 @@ test("a blocked reader never reads a post created after the block through a lagg
       write.freshness,
       "the token in the header and the body",
     );
-  assert.ok(parseLsn(followersOnly.freshness!) > parseLsn(block.freshness!), "the post committed after the block");
+  assert.ok(
+    parseFreshnessToken(followersOnly.freshness!).lsn > parseFreshnessToken(block.freshness!).lsn,
+    "the post committed after the block",
+  );
   const { rows: onReplica } = await replicaPool.query<{ blocks: number; state: string }>(
     "SELECT (SELECT count(*)::int FROM block WHERE blocker = 'bob' AND blocked = 'mallory') AS blocks, (SELECT state FROM relation WHERE follower = 'mallory' AND followee = 'bob') AS state",
   );
@@ -484,7 +490,7 @@ test("a promoted replica is not a replica: after pg_promote() the router counts 
   });
   t.after(() => router.stop());
   await ledger.likes.createItem("promote-item");
-  const token = parseLsn(await readWalPosition(primaryPool));
+  const token = await readFreshnessToken(primaryPool);
   await promoted.catchUp();
   await router.checkNow();
   const itemsNamed = (pool: Pool) =>
@@ -512,7 +518,11 @@ test("a promoted replica is not a replica: after pg_promote() the router counts 
   assert.deepEqual([state.up, state.reason], [false, "not a standby (pg_is_in_recovery() is false)"]);
   for (const presented of [undefined, token]) {
     const read = await router.read(presented, itemsNamed);
-    assert.deepEqual([read.server, read.reason, read.value], ["primary", "replicas-down", 0], `token ${presented}`);
+    assert.deepEqual(
+      [read.server, read.reason, read.value],
+      ["primary", "replicas-down", 0],
+      `token ${presented?.lsn}`,
+    );
   }
   t.diagnostic(
     `note promoted standby: ${JSON.stringify(state, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))}`,

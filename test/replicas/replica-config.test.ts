@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { loadConfig } from "../../src/config.ts";
 import { InvalidInputError } from "../../src/errors.ts";
-import { formatLsn, parseLsn } from "../../src/replicas/wal-position.ts";
+import { formatFreshnessToken, formatLsn, parseFreshnessToken, parseLsn } from "../../src/replicas/wal-position.ts";
 
 test("config: DATABASE_REPLICA_URLS is a comma-separated list of postgres:// URLs; unset means no replicas; the thresholds have defaults and bounds", () => {
   assert.deepEqual(loadConfig({}).replicas, { urls: [], maxLagMs: 5_000, tokenWaitMs: 100, checkEveryMs: 1_000 });
@@ -31,6 +31,20 @@ test("freshness tokens: a WAL position round-trips as PostgreSQL prints it and c
   for (const bad of ["", "0", "0/", "/1", "0/123456789", "g/1", "0/1 ", "-1/0"]) {
     assert.throws(
       () => parseLsn(bad),
+      (err: unknown) => err instanceof InvalidInputError && err.field === "freshness",
+      JSON.stringify(bad),
+    );
+  }
+});
+
+test("timeline-qualified freshness tokens: <timeline>/<position> round-trips, the position alone is still accepted (no timeline), anything else is INVALID_INPUT naming the field", () => {
+  assert.deepEqual(parseFreshnessToken("2/0/16B3748"), { timeline: 2, lsn: 0x16b3748n });
+  assert.equal(formatFreshnessToken(parseFreshnessToken("12/16/B374D848")), "12/16/B374D848");
+  assert.deepEqual(parseFreshnessToken("0/16B3748"), { timeline: undefined, lsn: 0x16b3748n });
+  assert.equal(formatFreshnessToken(parseFreshnessToken("0/16B3748")), "0/16B3748");
+  for (const bad of ["0/0/1", "01/0/1", "4294967296/0/1", "1//0/1", "1/0/1/2", "x/0/1", "1/0/", "-1/0/1"]) {
+    assert.throws(
+      () => parseFreshnessToken(bad),
       (err: unknown) => err instanceof InvalidInputError && err.field === "freshness",
       JSON.stringify(bad),
     );
