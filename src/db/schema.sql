@@ -1737,6 +1737,19 @@ AS $function$
               ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.ledger_timeline_history(present integer)
+ RETURNS TABLE(timeline integer, switched_at pg_lsn)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT (line.m[1])::integer, (line.m[2])::pg_lsn
+  FROM regexp_matches(
+         coalesce(pg_read_file('pg_wal/' || upper(lpad(to_hex(present), 8, '0')) || '.history', true), ''),
+         '^\s*([0-9]+)\s+([0-9A-Fa-f]+/[0-9A-Fa-f]+)', 'gn') AS line(m)
+  WHERE present > 1
+$function$;
+
 CREATE OR REPLACE FUNCTION public.like_erasure_refusal(p_user text, p_item text)
  RETURNS text
  LANGUAGE sql

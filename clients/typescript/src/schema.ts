@@ -769,7 +769,7 @@ export type components = {
     schemas: {
         /** Account */
         Account: {
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             /** @description its follower and following lists and counts are hidden from everyone else */
             hideCollections: boolean;
@@ -889,7 +889,7 @@ export type components = {
             editCount: number;
             /** Format: date-time */
             editedAt?: string | null;
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
             parentId: string | null;
@@ -921,7 +921,7 @@ export type components = {
         /** CommentDeletion */
         CommentDeletion: {
             comment: components["schemas"]["Comment"];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             /** @enum {string} */
             outcome: "CHANGED" | "NOOP";
@@ -946,7 +946,7 @@ export type components = {
         /** CommentRebuildReport */
         CommentRebuildReport: {
             drifted: components["schemas"]["CommentRebuildReportDrift"][];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             postsChecked: number;
             runId: number;
@@ -1058,7 +1058,7 @@ export type components = {
             done: number;
             /** Format: date-time */
             finishedAt: string | null;
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             /**
              * @description the phase the erasure is in (docs/erasure.md); done: the account is erased
@@ -1131,7 +1131,7 @@ export type components = {
         };
         /** ItemCreated */
         ItemCreated: {
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
         };
@@ -1179,7 +1179,7 @@ export type components = {
         };
         /** LikeOutcome */
         LikeOutcome: {
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             liked: boolean;
             /** @enum {string} */
@@ -1196,7 +1196,7 @@ export type components = {
         /** LikeRebuildReport */
         LikeRebuildReport: {
             drifted: components["schemas"]["LikeRebuildReportDrift"][];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             itemsChecked: number;
             runId: number;
@@ -1274,7 +1274,7 @@ export type components = {
         NotificationMarker: {
             /** @description visible notifications newer than the marker */
             count: number;
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             /** @description groups that hold at least one of them */
             groups: number;
@@ -1289,7 +1289,7 @@ export type components = {
         /** NotificationRebuildReport */
         NotificationRebuildReport: {
             changed: components["schemas"]["NotificationRecipientInstall"][];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             recipientsChecked: number;
             /** @description rows the view had wrong: changed although no event of the pair was pending */
@@ -1340,14 +1340,14 @@ export type components = {
             body: string;
             /** Format: date-time */
             createdAt: string;
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
             visibility: string;
         };
         /** PostDeletion */
         PostDeletion: {
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
             /** @enum {string} */
@@ -1396,7 +1396,7 @@ export type components = {
          * @description the write's outcome; relationship: my relationship to the account after the write, from the truth
          */
         RelationOutcome: {
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             /** @enum {string} */
             outcome: "CHANGED" | "NOOP";
@@ -1461,7 +1461,7 @@ export type components = {
         WebhookDeleted: {
             /** @enum {boolean} */
             deleted: true;
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
         };
@@ -1472,7 +1472,7 @@ export type components = {
             /** Format: date-time */
             createdAt: string;
             events: string[];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
             /** @description age of the oldest of them; absent when there is none */
@@ -1535,7 +1535,7 @@ export type components = {
             /** Format: date-time */
             createdAt: string;
             events: string[];
-            /** @description only in a write's answer, with read replicas: the primary's WAL position after this write committed (also the x-ledger-freshness header); present it on a later read to see at least this state */
+            /** @description only in a write's answer, with read replicas: the primary's timeline and WAL position after this write committed, `<timeline>/<position>` (also the x-ledger-freshness header); present it on a later read to see at least this state */
             freshness?: string;
             id: string;
             /** @description age of the oldest of them; absent when there is none */
@@ -1581,6 +1581,8 @@ export type components = {
         "WWW-Authenticate": string;
         /** @description with read replicas: the freshness token of a write (its `freshness` field); present it on a later read */
         "x-ledger-freshness": string;
+        /** @description with read replicas, on a routed read whose token could not be honoured as asked: `lost` (the token's write was lost in a database failover: the answer is the primary's, which does not hold it) or `unverifiable` (the token is of an earlier timeline whose switch point the service may not read: the answer is the primary's) */
+        "x-ledger-freshness-status": "lost" | "unverifiable";
         /** @description with read replicas: the server that answered a routed read, `primary` or a replica's name */
         "x-ledger-read-from": string;
         /** @description the caller's budget per minute (reads and writes have one each) */
@@ -2100,7 +2102,7 @@ export interface operations {
                 allowedLag?: number;
                 /** @description true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer */
                 exact?: boolean;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
             };
             header?: never;
@@ -2190,7 +2192,7 @@ export interface operations {
             query?: {
                 /** @description nextCursor of the previous page (also in its Link rel="next" header) */
                 cursor?: string;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
                 /** @description page size; above 200 it is clamped to 200 */
                 limit?: number;
@@ -2282,7 +2284,7 @@ export interface operations {
             query?: {
                 /** @description nextCursor of the previous page (also in its Link rel="next" header) */
                 cursor?: string;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
                 /** @description page size; above 200 it is clamped to 200 */
                 limit?: number;
@@ -5353,7 +5355,7 @@ export interface operations {
                 allowedLag?: number;
                 /** @description true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer */
                 exact?: boolean;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
             };
             header?: never;
@@ -5434,7 +5436,7 @@ export interface operations {
             query?: {
                 /** @description nextCursor of the previous page (also in its Link rel="next" header) */
                 cursor?: string;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
                 /** @description page size; above 200 it is clamped to 200 */
                 limit?: number;
@@ -6117,7 +6119,7 @@ export interface operations {
             query?: {
                 /** @description how a FOLLOWERS post's follow is checked. content_token (default): the follower projection, if it has applied the post's acl_token, else the truth; a block or unfollow committed before the post was created is always seen (no new-enemy read), but an unfollowed reader can still read OLDER followers-only posts for up to the projector's lag (the revocation window). fresh_token: the projection only if it has caught up with every relation event so far, else the truth (closes the window at the cost of more truth reads). truth: always the relation table (exact, the most expensive). */
                 consistency?: "content_token" | "fresh_token" | "truth";
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
             };
             header?: never;
@@ -6303,7 +6305,7 @@ export interface operations {
                 allowedLag?: number;
                 /** @description true: read from the database with the exact error bound (lag, pendingForItem), never from the Redis count layer */
                 exact?: boolean;
-                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary */
+                /** @description a freshness token a write answered (also accepted as the x-ledger-freshness header): the read is served by a replica only once it has replayed it, else by the primary. A token whose write was lost in a database failover is answered by the primary with x-ledger-freshness-status: lost; a token of a timeline the database has not reached is a 400 */
                 freshness?: string;
             };
             header?: never;
