@@ -45,7 +45,8 @@ export async function prune(opts: { json?: boolean; keepLast?: number; keepSecon
         connected
           ? countLayerRetentionCap(connected)
           : async (kind) => {
-              if (kind === "comments") return undefined;
+              // Only the likes' and the relations' outboxes are read by the count layer.
+              if (kind !== "likes" && kind !== "relations") return undefined;
               throw new Error("Redis is unreachable");
             },
       );
