@@ -28,7 +28,10 @@ import { assertContiguous, webhookLab, type WebhookLab } from "../webhooks/fixtu
 import { seqsByPartition } from "../webhooks/receiver.ts";
 
 const NO_MARGIN = { keepLast: 0, keepSeconds: 0 };
-const WEBHOOK_OUTBOXES = { blocks: ["webhook_block_seq", "webhook_block_event"], accounts: ["account_seq", "account_outbox"] } as const;
+const WEBHOOK_OUTBOXES = {
+  blocks: ["webhook_block_seq", "webhook_block_event"],
+  accounts: ["account_seq", "account_outbox"],
+} as const;
 type Kind = keyof typeof WEBHOOK_OUTBOXES;
 
 interface PartitionState {
@@ -142,7 +145,10 @@ test(
 
     const second = await runCli(["prune", "--keep-last", "0", "--keep-seconds", "0"], env);
     assert.equal(second.code, 0, second.stderr);
-    assert.match(second.stdout, /^accounts: pruned 0 dedup key\(s\) at or below the watermarks and [1-9]\d* outbox event/m);
+    assert.match(
+      second.stdout,
+      /^accounts: pruned 0 dedup key\(s\) at or below the watermarks and [1-9]\d* outbox event/m,
+    );
     for (const kind of ["blocks", "accounts"] as const) {
       for (const s of await outboxState(lab, kind))
         assert.deepEqual([s.floor, s.rows], [s.last, 0], `${kind}/${s.part}: everything delivered is pruned`);
