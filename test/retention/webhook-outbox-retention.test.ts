@@ -273,7 +273,7 @@ test("an endpoint registered before the block and account outboxes were pruned: 
   const db = await createEmptyDatabase({ poolSize: 4 });
   t.after(() => db.close());
   const migrations = await loadMigrations();
-  const at = migrations.findIndex((m) => m.name === "042_webhook_outbox_retention.sql");
+  const at = migrations.findIndex((m) => m.name === "040_webhook_outbox_retention.sql");
   assert.ok(at > 0);
   await migrate(db.pool, migrations.slice(0, at));
   await initLedger(db.pool, { partitions: 1 });
