@@ -39,7 +39,10 @@ export interface Sample {
 }
 
 const OUTBOXES = Object.values(RETENTION_TABLES).map((t) => t.outbox);
-const DEDUP_KEYS = Object.values(RETENTION_TABLES).flatMap((t) => [t.keys, ...t.others.map((o) => o.keys)]);
+const DEDUP_KEYS = Object.values(RETENTION_TABLES).flatMap((t) => [
+  ...(t.keys === null ? [] : [t.keys]),
+  ...t.others.map((o) => o.keys),
+]);
 const UNPRUNED = ["post_outbox", "feed_post_seen"];
 
 function statusField(status: string, field: string): number {

@@ -21,16 +21,18 @@ import {
   PROJECTION_DIFF_INCREMENTAL,
   RELATION_INVARIANTS_INCREMENTAL,
   WEBHOOK_INVARIANTS_INCREMENTAL,
+  WEBHOOK_SEQUENCE_OUTBOX,
 } from "./incremental-invariants.ts";
 import { DEFAULT_RECOUNT_ABOVE, storeKeyBaselines, type KeyBaselines } from "./key-baseline.ts";
 
-/** The outboxes the periodic audit follows: retention kind (posts: none, the post outbox is not pruned), sequence table. */
+/** The outboxes the periodic audit follows, by retention kind: their sequence tables. */
 const OUTBOXES = {
   likes: "like_seq",
   relations: "event_seq",
   comments: "comment_seq",
   posts: "post_seq",
   blocks: "webhook_block_seq",
+  accounts: "account_seq",
 } as const;
 type Outbox = keyof typeof OUTBOXES;
 
@@ -52,9 +54,15 @@ const SECTIONS = {
   relations: { outboxes: ["relations"], sampleFrom: SAMPLE_WALK_SQL.relations },
   comments: { outboxes: ["comments"], sampleFrom: SAMPLE_WALK_SQL.comments },
   notifications: { outboxes: ["likes", "relations", "comments", "posts"], sampleFrom: undefined },
-  webhooks: { outboxes: ["blocks"], sampleFrom: undefined },
+  webhooks: { outboxes: ["blocks", "accounts"], sampleFrom: undefined },
 } as const satisfies Record<string, { outboxes: readonly Outbox[]; sampleFrom: string | undefined }>;
 type Section = keyof typeof SECTIONS;
+
+/** audit_cursor's section of one outbox of a section: a section that follows several outboxes keeps a cursor per outbox. */
+function cursorSection(section: Section, outbox: Outbox): string {
+  const outboxes: readonly Outbox[] = SECTIONS[section].outboxes;
+  return outboxes.length > 1 ? `${section}.${outbox}` : section;
+}
 
 /** One outbox's range in a run: per partition, (from, to]. */
 interface Range {
@@ -232,7 +240,7 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
     const ranges: Partial<Record<Outbox, Range>> = {};
     let full = false;
     for (const outbox of outboxes) {
-      const key = (part: number) => `${section === "notifications" ? `notifications.${outbox}` : section}/${part}`;
+      const key = (part: number) => `${cursorSection(section, outbox)}/${part}`;
       const range: Range = { parts: [], from: [], to: [] };
       for (const { part, last } of positions[outbox]) {
         const from = cursors.get(key(part));
@@ -318,12 +326,11 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
     );
   }
   if (scope.webhooks.mode === "incremental") {
-    const b = scope.webhooks.ranges.blocks!;
     const webhooks = {} as Record<string, number>;
     for (const [name, sql] of Object.entries(WEBHOOK_INVARIANTS_INCREMENTAL)) {
-      webhooks[name] = (
-        await client.query<{ n: number }>(sql, name === "blockSequenceViolations" ? [b.parts, b.from, b.to] : [])
-      ).rows[0]!.n;
+      const outbox = (WEBHOOK_SEQUENCE_OUTBOX as Partial<Record<string, Outbox>>)[name];
+      const r = outbox && scope.webhooks.ranges[outbox]!;
+      webhooks[name] = (await client.query<{ n: number }>(sql, r ? [r.parts, r.from, r.to] : [])).rows[0]!.n;
     }
     report.webhooks = webhooks as WebhookAudit;
   }
@@ -350,7 +357,7 @@ async function storeCursors(
     if (scope.held) continue;
     for (const [outbox, range] of Object.entries(scope.ranges) as [Outbox, Range][]) {
       range.parts.forEach((part, i) => {
-        sections.push(section === "notifications" ? `notifications.${outbox}` : section);
+        sections.push(cursorSection(section, outbox));
         parts.push(part);
         upto.push(range.to[i]!);
       });

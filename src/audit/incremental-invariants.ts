@@ -265,8 +265,8 @@ export const NOTIFICATION_AUDIT_INCREMENTAL_SQL = `
 
 /**
  * WEBHOOK_INVARIANTS (webhook-audit.ts): the cursor checks read one row per endpoint and
- * partition, not history, and stay as they are (no parameters); the block outbox's gapless
- * sequence is checked over the range ($1..$3).
+ * partition, not history, and stay as they are (no parameters); the block and account outboxes'
+ * gapless sequences are checked over their ranges ($1..$3 of the outbox WEBHOOK_SEQUENCE_OUTBOX names).
  */
 export const WEBHOOK_INVARIANTS_INCREMENTAL = {
   cursorsPastEnd: WEBHOOK_INVARIANTS.cursorsPastEnd,
@@ -275,4 +275,13 @@ export const WEBHOOK_INVARIANTS_INCREMENTAL = {
   blockSequenceViolations: `
     WITH ${range("webhook_block_event")}
     SELECT count(*)::int AS n FROM gaps`,
+  accountSequenceViolations: `
+    WITH ${range("account_outbox")}
+    SELECT count(*)::int AS n FROM gaps`,
 } as const satisfies Record<keyof typeof WEBHOOK_INVARIANTS, string>;
+
+/** The outbox whose range each of the webhook section's range statements reads. */
+export const WEBHOOK_SEQUENCE_OUTBOX = {
+  blockSequenceViolations: "blocks",
+  accountSequenceViolations: "accounts",
+} as const satisfies Partial<Record<keyof typeof WEBHOOK_INVARIANTS, string>>;

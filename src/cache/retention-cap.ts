@@ -2,8 +2,15 @@ import type { RetentionCap } from "../db/retention-boundary.ts";
 import { cursorKey, reconciledKey } from "./count-keys.ts";
 import type { RedisClient } from "./redis-connection.ts";
 
-/** The count layer's name for each retention kind it reads (comments and posts are not in Redis). */
-const COUNT_KIND = { likes: "likes", relations: "followers", comments: undefined, posts: undefined } as const;
+/** The count layer's name for each retention kind it reads (the others are not in Redis). */
+const COUNT_KIND = {
+  likes: "likes",
+  relations: "followers",
+  comments: undefined,
+  posts: undefined,
+  blocks: undefined,
+  accounts: undefined,
+} as const;
 
 /**
  * The Redis count layer as a transport that caps retention (docs/retention.md): its feeder reads

@@ -13,10 +13,12 @@ import type { Pool, PoolClient } from "./pool.ts";
  *    (the Redis count layer's feeder cursor and last reconciled boundary);
  *  - the retention margin: last - keepLast, and below the oldest event younger than keepSeconds.
  * The first three are the safety bound; the margin is policy. The boundary never moves down.
+ * The block and account outboxes feed no view (only webhook delivery reads them): their bound is
+ * the endpoints' holds, and with no endpoint nothing reads them at all.
  */
 
 /** The outboxes retention prunes, by the kind name retention_floor and retention_hold use. */
-export type RetentionKind = "likes" | "relations" | "comments" | "posts";
+export type RetentionKind = "likes" | "relations" | "comments" | "posts" | "blocks" | "accounts";
 
 /**
  * The outbox and its neighbours per kind: fixed names, never input. `others` are the watermarks
@@ -57,13 +59,19 @@ export const RETENTION_TABLES = {
     keys: "feed_post_seen",
     others: [{ watermark: "notification_post_watermark", keys: "notification_post_seen" }],
   },
+  // Read only by webhook delivery (docs/webhooks.md), whose cursors hold retention: no view, no
+  // watermark, no dedup keys.
+  blocks: { outbox: "webhook_block_event", sequence: "webhook_block_seq", watermark: null, keys: null, others: [] },
+  accounts: { outbox: "account_outbox", sequence: "account_seq", watermark: null, keys: null, others: [] },
 } as const satisfies Record<
   RetentionKind,
   {
     outbox: string;
     sequence: string;
-    watermark: string;
-    keys: string;
+    /** The contiguous watermark of the view the outbox feeds; null: it feeds none. */
+    watermark: string | null;
+    /** That view's dedup keys; null: it feeds none. */
+    keys: string | null;
     others: readonly { watermark: string; keys: string }[];
   }
 >;
@@ -88,6 +96,7 @@ export interface PartitionBoundary {
   kind: RetentionKind;
   part: number;
   last: number;
+  /** The lowest watermark of the outbox's views; `last` for an outbox that feeds none. */
   watermark: number;
   /** Events 1..floor are already pruned. */
   floor: number;
@@ -122,14 +131,14 @@ export async function computeBoundaries(
     held: number | null;
     young: number | null;
   }>(
-    `SELECT s.part, s.last, least(${["w.applied_upto", ...t.others.map((_, i) => `coalesce(o${i}.applied_upto, 0)`)].join(", ")}) AS watermark,
+    `SELECT s.part, s.last, least(${[t.watermark ? "w.applied_upto" : "s.last", ...t.others.map((_, i) => `coalesce(o${i}.applied_upto, 0)`)].join(", ")}) AS watermark,
             coalesce(f.pruned_upto, 0) AS floor,
             (SELECT min(h.upto) FROM retention_hold h WHERE h.kind = $1 AND h.part = s.part) AS held,
             CASE WHEN $2::float8 IS NOT NULL THEN
               (SELECT o.seq FROM ${t.outbox} o
                 WHERE o.part = s.part AND o.seq > coalesce(f.pruned_upto, 0) AND o.created_at >= now() - make_interval(secs => $2::float8)
                 ORDER BY o.seq LIMIT 1) END AS young
-       FROM ${t.sequence} s JOIN ${t.watermark} w USING (part)
+       FROM ${t.sequence} s ${t.watermark ? `JOIN ${t.watermark} w USING (part)` : ""}
        ${t.others.map((o, i) => `LEFT JOIN ${o.watermark} o${i} ON o${i}.part = s.part`).join(" ")}
        LEFT JOIN retention_floor f ON f.kind = $1 AND f.part = s.part
       WHERE $3::int IS NULL OR s.part = $3

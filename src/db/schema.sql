@@ -737,7 +737,7 @@ CREATE TABLE retention_floor (
   keys_pruned_upto bigint DEFAULT 0 NOT NULL,
   pruned_at timestamp with time zone,
   CONSTRAINT retention_floor_keys_pruned_upto_check CHECK ((keys_pruned_upto >= 0)),
-  CONSTRAINT retention_floor_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text]))),
+  CONSTRAINT retention_floor_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text, 'blocks'::text, 'accounts'::text]))),
   CONSTRAINT retention_floor_part_check CHECK ((part >= 0)),
   CONSTRAINT retention_floor_pkey PRIMARY KEY (kind, part),
   CONSTRAINT retention_floor_pruned_upto_check CHECK ((pruned_upto >= 0))
@@ -749,7 +749,7 @@ CREATE TABLE retention_hold (
   part integer NOT NULL,
   upto bigint NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
-  CONSTRAINT retention_hold_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text]))),
+  CONSTRAINT retention_hold_kind_check CHECK ((kind = ANY (ARRAY['likes'::text, 'relations'::text, 'comments'::text, 'posts'::text, 'blocks'::text, 'accounts'::text]))),
   CONSTRAINT retention_hold_part_check CHECK ((part >= 0)),
   CONSTRAINT retention_hold_pkey PRIMARY KEY (holder, kind, part),
   CONSTRAINT retention_hold_upto_check CHECK ((upto >= 0))

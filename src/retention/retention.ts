@@ -29,6 +29,9 @@ const REBUILD_LOCKS: Record<RetentionKind, string | undefined> = {
   comments: COMMENT_COUNTER.rebuildLockKey,
   // The feed's rebuild installs each reader's truth from the facts, never from the outbox.
   posts: undefined,
+  // Nothing rebuilds from the webhook-only outboxes.
+  blocks: undefined,
+  accounts: undefined,
 };
 
 /**
@@ -64,6 +67,7 @@ async function tryRebuildLock(client: PoolClient, kind: RetentionKind): Promise<
  */
 async function pruneKeys(client: PoolClient, kind: RetentionKind): Promise<number> {
   const t = RETENTION_TABLES[kind];
+  if (t.keys === null || t.watermark === null) return 0;
   for (const n of t.others) {
     await client.query(
       `DELETE FROM ${n.keys} k USING ${n.watermark} w WHERE k.part = w.part AND k.seq <= w.applied_upto`,
@@ -303,4 +307,14 @@ const PRUNE_SQL: Record<RetentionKind, string> = {
     WITH gone AS (DELETE FROM post_outbox WHERE part = $1 AND seq <= $2 RETURNING seq),
     g AS (SELECT count(*) AS n, coalesce(max(seq), 0) AS max_seq, 0 AS misplaced FROM gone)
     ${RECORD_FLOOR("posts", "")}`,
+  // Webhook delivery reads these above each endpoint's cursor only (a replay below the floor is
+  // refused), and the audit checks their numbering through the floor's counts: no baseline.
+  blocks: `
+    WITH gone AS (DELETE FROM webhook_block_event WHERE part = $1 AND seq <= $2 RETURNING seq),
+    g AS (SELECT count(*) AS n, coalesce(max(seq), 0) AS max_seq, 0 AS misplaced FROM gone)
+    ${RECORD_FLOOR("blocks", "")}`,
+  accounts: `
+    WITH gone AS (DELETE FROM account_outbox WHERE part = $1 AND seq <= $2 RETURNING seq),
+    g AS (SELECT count(*) AS n, coalesce(max(seq), 0) AS max_seq, 0 AS misplaced FROM gone)
+    ${RECORD_FLOOR("accounts", "")}`,
 };

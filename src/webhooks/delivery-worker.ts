@@ -248,8 +248,7 @@ export class WebhookDelivery {
   }
 
   private async hold(client: PoolClient, claim: Claim, upto: number): Promise<void> {
-    const kind = SOURCES[claim.source].retentionKind;
-    if (kind) await holdRetention(client, holderOf(claim.endpoint_id), kind, claim.part, upto);
+    await holdRetention(client, holderOf(claim.endpoint_id), SOURCES[claim.source].retentionKind, claim.part, upto);
   }
 
   /** Exponential with jitter: between half and all of base * 2^(attempts-1), capped. */

@@ -114,6 +114,18 @@ export class EndpointRegistry {
         secret,
       ]);
       for (const source of WEBHOOK_SOURCES) {
+        const kind = SOURCES[source].retentionKind;
+        // The floors first (FOR SHARE, as holdRetention takes them), then the ends: a prune that
+        // committed before has its floor at or below the end read here, and one that has not yet
+        // locked a floor sees this endpoint's hold. Read the other way round, a prune of an outbox
+        // no endpoint holds could pass the end read here, and the hold would be refused.
+        await client.query(
+          `INSERT INTO retention_floor (kind, part)
+           SELECT $1, p.part FROM generate_series(0, (SELECT partitions - 1 FROM ledger_config)) AS p(part)
+           ON CONFLICT DO NOTHING`,
+          [kind],
+        );
+        await client.query("SELECT 1 FROM retention_floor WHERE kind = $1 ORDER BY part FOR SHARE", [kind]);
         // The partition's end as committed now: an event committing later has a higher seq.
         const { rows } = await client.query<{ part: number; last: number }>(
           `SELECT p.part, coalesce(s.last, 0) AS last
@@ -125,8 +137,7 @@ export class EndpointRegistry {
             "INSERT INTO webhook_cursor (endpoint_id, source, part, delivered_upto) VALUES ($1, $2, $3, $4)",
             [id, source, r.part, r.last],
           );
-          const kind = SOURCES[source].retentionKind;
-          if (kind) await holdRetention(client, holderOf(id), kind, r.part, r.last);
+          await holdRetention(client, holderOf(id), kind, r.part, r.last);
         }
       }
     });
@@ -259,21 +270,19 @@ export class EndpointRegistry {
       const last = await partitionEnd(client, source, partition);
       if (fromSeq - 1 > last) throw new ReplayBeyondEndError(source, partition, fromSeq, last);
       const kind = SOURCES[source].retentionKind;
-      if (kind) {
-        try {
-          await holdRetention(client, holderOf(id), kind, partition, fromSeq - 1);
-        } catch (err) {
-          if (err instanceof RetentionHoldBelowFloorError) {
-            const floor = (
-              await client.query<{ f: number }>(
-                "SELECT pruned_upto AS f FROM retention_floor WHERE kind = $1 AND part = $2",
-                [kind, partition],
-              )
-            ).rows[0]!.f;
-            throw new ReplayBelowRetentionError(source, partition, fromSeq, floor);
-          }
-          throw err;
+      try {
+        await holdRetention(client, holderOf(id), kind, partition, fromSeq - 1);
+      } catch (err) {
+        if (err instanceof RetentionHoldBelowFloorError) {
+          const floor = (
+            await client.query<{ f: number }>(
+              "SELECT pruned_upto AS f FROM retention_floor WHERE kind = $1 AND part = $2",
+              [kind, partition],
+            )
+          ).rows[0]!.f;
+          throw new ReplayBelowRetentionError(source, partition, fromSeq, floor);
         }
+        throw err;
       }
       await client.query(
         `UPDATE webhook_cursor SET delivered_upto = $4, attempts = 0, failing_since = NULL, next_attempt_at = now(), last_error = NULL, last_status = NULL

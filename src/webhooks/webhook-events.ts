@@ -53,17 +53,17 @@ export const SOURCE_OF_TYPE: Record<EventType, WebhookSource> = {
 export interface SourceTables {
   /** The outbox's sequence table (part, last): how far each partition has gone. */
   sequence: string;
-  /** The source's name in retention_floor / retention_hold; blocks and accounts are not pruned (docs/webhooks.md). */
-  retentionKind: RetentionKind | undefined;
+  /** The source's name in retention_floor / retention_hold: every cursor holds its outbox's retention (docs/webhooks.md). */
+  retentionKind: RetentionKind;
 }
 
 export const SOURCES: Record<WebhookSource, SourceTables> = {
   likes: { sequence: "like_seq", retentionKind: "likes" },
   relations: { sequence: "event_seq", retentionKind: "relations" },
   comments: { sequence: "comment_seq", retentionKind: "comments" },
-  blocks: { sequence: "webhook_block_seq", retentionKind: undefined },
+  blocks: { sequence: "webhook_block_seq", retentionKind: "blocks" },
   posts: { sequence: "post_seq", retentionKind: "posts" },
-  accounts: { sequence: "account_seq", retentionKind: undefined },
+  accounts: { sequence: "account_seq", retentionKind: "accounts" },
 };
 export const WEBHOOK_SOURCES = Object.keys(SOURCES) as WebhookSource[];
 
@@ -75,10 +75,6 @@ export const CURSOR_END_JOINS = WEBHOOK_SOURCES.map(
   (source, i) => `LEFT JOIN ${SOURCES[source].sequence} s${i} ON c.source = '${source}' AND s${i}.part = c.part`,
 ).join("\n    ");
 export const CURSOR_END = `coalesce(${WEBHOOK_SOURCES.map((_, i) => `s${i}.last`).join(", ")}, 0)`;
-/** The sources retention never prunes (no hold), as an SQL list. */
-export const UNPRUNED_SOURCES_SQL = WEBHOOK_SOURCES.filter((s) => SOURCES[s].retentionKind === undefined)
-  .map((s) => `'${s}'`)
-  .join(", ");
 
 /** One outbox event as a webhook message. */
 export interface WebhookEvent {

@@ -275,6 +275,7 @@ test("the outbox prune stops at the slowest endpoint's cursor (a paused one too)
     holdsOffCursor: 0,
     cursorsBelowFloor: 0,
     blockSequenceViolations: 0,
+    accountSequenceViolations: 0,
   });
   await lab.registry.delete(fast.id);
   await pruneRetained(lab.db.pool, NO_MARGIN);
@@ -303,7 +304,7 @@ test("negative control: a prune that ignores an endpoint's hold deletes events i
   const audit = await auditWebhooks(lab.db.pool);
   assert.deepEqual(
     [audit.cursorsBelowFloor, audit.holdsOffCursor],
-    [1, 4],
-    "the audit names the pruned cursor and the missing holds (likes, relations, comments, posts)",
+    [1, 6],
+    "the audit names the pruned cursor and the missing holds (likes, relations, comments, blocks, posts, accounts)",
   );
 });

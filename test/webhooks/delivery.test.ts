@@ -178,7 +178,13 @@ test("every event type the outboxes hold is delivered once, signed, with a stabl
   assert.equal(endpoint.status, "active");
   assert.deepEqual(
     await auditWebhooks(lab.db.pool),
-    { cursorsPastEnd: 0, holdsOffCursor: 0, cursorsBelowFloor: 0, blockSequenceViolations: 0 },
+    {
+      cursorsPastEnd: 0,
+      holdsOffCursor: 0,
+      cursorsBelowFloor: 0,
+      blockSequenceViolations: 0,
+      accountSequenceViolations: 0,
+    },
     "the block outbox is gapless, every cursor holds retention at its position",
   );
 });

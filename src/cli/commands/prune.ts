@@ -1,7 +1,7 @@
 import { countLayerRetentionCap } from "../../cache/retention-cap.ts";
 import { connectRedis, type RedisClient } from "../../cache/redis-connection.ts";
 import { loadConfig } from "../../config.ts";
-import type { RetentionCap } from "../../db/retention-boundary.ts";
+import { RETENTION_TABLES, type RetentionCap } from "../../db/retention-boundary.ts";
 import { pruneRetained, type RetentionReport } from "../../retention/retention.ts";
 import { openDatabase } from "../../runtime/database.ts";
 
@@ -18,7 +18,8 @@ export function formatRetentionReport(report: RetentionReport): string {
         const head = `${k.kind}: pruned ${k.keyRows} dedup key(s) at or below the watermarks and ${k.outboxRows} outbox event(s)`;
         const parts = k.partitions.map(
           (b) =>
-            `  part ${b.part}: floor ${b.floor} -> ${b.boundary} (last ${b.last}, watermark ${b.watermark}` +
+            `  part ${b.part}: floor ${b.floor} -> ${b.boundary} (last ${b.last}` +
+            `${RETENTION_TABLES[b.kind].watermark === null ? "" : `, watermark ${b.watermark}`}` +
             `${b.held !== null ? `, held ${b.held}` : ""}${b.capped !== null ? `, capped ${b.capped}` : ""})`,
         );
         return [k.skipped ? `${head}; outbox skipped: ${SKIP_REASON[k.skipped]}` : head, ...parts].join("\n");
@@ -45,7 +46,8 @@ export async function prune(opts: { json?: boolean; keepLast?: number; keepSecon
         connected
           ? countLayerRetentionCap(connected)
           : async (kind) => {
-              if (kind === "comments") return undefined;
+              // Only the likes' and the relations' outboxes are read by the count layer.
+              if (kind !== "likes" && kind !== "relations") return undefined;
               throw new Error("Redis is unreachable");
             },
       );
