@@ -221,9 +221,21 @@ export const TOUCHED_TARGETS = `
   SELECT DISTINCT CASE s.kind WHEN 'follow' THEN 'followers' ELSE 'likes' END AS kind, coalesce(s.b, s.a) AS target
     FROM import_stage s WHERE s.run_id = $1 AND s.kind IN ('like', 'follow', 'item')`;
 
-/** The followers of the run's follow lines: whose home timeline the set-based follows changed. */
-export const FEED_READERS =
-  "SELECT DISTINCT s.a AS reader FROM import_stage s WHERE s.run_id = $1 AND s.kind = 'follow' ORDER BY 1";
+/**
+ * The readers whose home timeline the run's set-based writes may have changed: the follower of a
+ * follow line whose followee has a live post (following an account without posts adds nothing to an
+ * inbox: rebuilding every follower cost 83 of a 95-second import of 40,000 follows, none of them
+ * of an author with posts), and a side of a block line whose inbox holds the other's posts (a block removes them).
+ */
+export const FEED_READERS = `
+  SELECT s.a AS reader FROM import_stage s
+   WHERE s.run_id = $1 AND s.kind = 'follow'
+     AND EXISTS (SELECT 1 FROM post p WHERE p.author = s.b AND p.deleted_at IS NULL)
+  UNION
+  SELECT r.reader FROM import_stage s CROSS JOIN LATERAL (VALUES (s.a, s.b), (s.b, s.a)) AS r(reader, other)
+   WHERE s.run_id = $1 AND s.kind = 'block'
+     AND EXISTS (SELECT 1 FROM feed_inbox i WHERE i.reader = r.reader AND i.author = r.other)
+  ORDER BY 1`;
 
 /**
  * The accounts the run's lines notify whose view misses the row of a fact the run names: the
