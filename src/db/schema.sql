@@ -1498,10 +1498,15 @@ CREATE OR REPLACE FUNCTION public.feed_audit_readers(p_readers text[], p_max int
  STABLE
 AS $function$
   WITH rd AS (SELECT DISTINCT x AS reader FROM unnest(p_readers) AS x WHERE x IS NOT NULL),
+  -- The accounts whose posts can be in a reader's truth: those it follows ACTIVE, and itself.
+  authors AS (
+    SELECT rd.reader, r.followee AS author FROM rd JOIN relation r ON r.follower = rd.reader AND r.state = 'ACTIVE'
+    UNION SELECT rd.reader, rd.reader FROM rd),
   above AS MATERIALIZED (
-    SELECT t.* FROM rd CROSS JOIN LATERAL (
-      SELECT t.reader, t.post_id, t.author, t.at FROM feed_truth t LEFT JOIN feed_reader h ON h.reader = rd.reader
-       WHERE t.reader = rd.reader AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
+    SELECT t.* FROM authors a LEFT JOIN feed_reader h ON h.reader = a.reader CROSS JOIN LATERAL (
+      SELECT t.reader, t.post_id, t.author, t.at FROM feed_truth t
+       WHERE t.reader = a.reader AND t.author = a.author
+         AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
       OFFSET 0) t),
   ranked AS (SELECT a.*, row_number() OVER (PARTITION BY a.reader ORDER BY a.at DESC, a.post_id DESC) AS rn FROM above a),
   truth AS (SELECT reader, post_id, author FROM ranked WHERE rn <= p_max),
