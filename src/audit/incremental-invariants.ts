@@ -285,3 +285,22 @@ export const WEBHOOK_SEQUENCE_OUTBOX = {
   blockSequenceViolations: "blocks",
   accountSequenceViolations: "accounts",
 } as const satisfies Partial<Record<keyof typeof WEBHOOK_INVARIANTS, string>>;
+
+/**
+ * The readers whose home timelines the post events ($1..$3, the post outbox's range) and the
+ * relation events ($4..$6) of a run touched: a post event's author
+ * (its own timeline) and the author's ACTIVE followers, unless the author is hot (its posts are
+ * not fanned out: no follower's inbox changed for them; docs/feed.md, "Hot authors"), and each
+ * relation event's follower. A non-hot author has fewer followers than the hot threshold, so a
+ * run touches at most (post events x the threshold) + relation events.
+ */
+export const FEED_TOUCHED_READERS_SQL = `
+  WITH pr AS (SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(part, lo, hi)),
+  rr AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[]) AS r(part, lo, hi)),
+  authors AS (SELECT DISTINCT o.author FROM pr JOIN post_outbox o ON o.part = pr.part AND o.seq > pr.lo AND o.seq <= pr.hi)
+  SELECT a.author AS reader FROM authors a
+  UNION
+  SELECT r.follower FROM authors a JOIN relation r ON r.followee = a.author AND r.state = 'ACTIVE'
+   WHERE NOT EXISTS (SELECT 1 FROM feed_hot_author h WHERE h.author = a.author)
+  UNION
+  SELECT o.follower FROM rr JOIN relation_event o ON o.part = rr.part AND o.seq > rr.lo AND o.seq <= rr.hi`;

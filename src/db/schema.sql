@@ -1501,15 +1501,38 @@ CREATE OR REPLACE FUNCTION public.feed_audit(p_max integer)
  LANGUAGE sql
  STABLE
 AS $function$
-  WITH above AS (
-    SELECT t.* FROM feed_truth t LEFT JOIN feed_reader h ON h.reader = t.reader
-     WHERE h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id)),
+  SELECT * FROM feed_audit_readers(
+    ARRAY(SELECT i.reader FROM feed_inbox i
+          UNION SELECT r.follower FROM relation r WHERE r.state = 'ACTIVE'
+          UNION SELECT p.author FROM post p WHERE p.deleted_at IS NULL),
+    p_max)
+$function$;
+
+CREATE OR REPLACE FUNCTION public.feed_audit_readers(p_readers text[], p_max integer)
+ RETURNS TABLE(readers integer, extra integer, missing integer, over_cap integer, below_horizon integer, explained_by_pending integer, lag integer)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  WITH rd AS (SELECT DISTINCT x AS reader FROM unnest(p_readers) AS x WHERE x IS NOT NULL),
+  -- The accounts whose posts can be in a reader's truth: those it follows ACTIVE, and itself.
+  authors AS (
+    SELECT rd.reader, r.followee AS author FROM rd JOIN relation r ON r.follower = rd.reader AND r.state = 'ACTIVE'
+    UNION SELECT rd.reader, rd.reader FROM rd),
+  above AS MATERIALIZED (
+    SELECT t.* FROM authors a LEFT JOIN feed_reader h ON h.reader = a.reader CROSS JOIN LATERAL (
+      SELECT t.reader, t.post_id, t.author, t.at FROM feed_truth t
+       WHERE t.reader = a.reader AND t.author = a.author
+         AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
+      OFFSET 0) t),
   ranked AS (SELECT a.*, row_number() OVER (PARTITION BY a.reader ORDER BY a.at DESC, a.post_id DESC) AS rn FROM above a),
   truth AS (SELECT reader, post_id, author FROM ranked WHERE rn <= p_max),
+  inbox AS MATERIALIZED (
+    SELECT i.* FROM rd CROSS JOIN LATERAL (
+      SELECT i.reader, i.post_id, i.author, i.at FROM feed_inbox i WHERE i.reader = rd.reader OFFSET 0) i),
   diff AS (
     SELECT coalesce(t.reader, i.reader) AS reader, coalesce(t.post_id, i.post_id) AS post_id,
            coalesce(t.author, i.author) AS author, t.reader IS NULL AS extra
-      FROM truth t FULL JOIN feed_inbox i ON i.reader = t.reader AND i.post_id = t.post_id
+      FROM truth t FULL JOIN inbox i ON i.reader = t.reader AND i.post_id = t.post_id
      WHERE t.reader IS NULL OR i.reader IS NULL),
   judged AS (
     SELECT d.extra,
@@ -1522,11 +1545,11 @@ AS $function$
                     WHERE o.follower = d.reader AND o.followee = d.author AND o.seq > w.applied_upto
                       AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)) AS pending
       FROM diff d)
-  SELECT (SELECT count(DISTINCT reader) FROM (SELECT reader FROM feed_inbox UNION SELECT reader FROM truth) r)::int,
+  SELECT (SELECT count(DISTINCT reader) FROM (SELECT reader FROM inbox UNION SELECT reader FROM truth) r)::int,
          count(*) FILTER (WHERE extra AND NOT pending AND NOT skipped)::int,
          count(*) FILTER (WHERE NOT extra AND NOT pending AND NOT skipped)::int,
-         (SELECT count(*) FROM (SELECT 1 FROM feed_inbox GROUP BY reader HAVING count(*) > p_max) o)::int,
-         (SELECT count(*) FROM feed_inbox i JOIN feed_reader h ON h.reader = i.reader
+         (SELECT count(*) FROM (SELECT 1 FROM inbox GROUP BY reader HAVING count(*) > p_max) o)::int,
+         (SELECT count(*) FROM inbox i JOIN feed_reader h ON h.reader = i.reader
            WHERE (i.at, i.post_id) <= (h.horizon_at, h.horizon_id))::int,
          count(*) FILTER (WHERE pending AND NOT skipped)::int,
          ((SELECT coalesce(sum(s.last - w.applied_upto), 0) FROM post_seq s JOIN feed_post_watermark w USING (part))

@@ -1,7 +1,7 @@
-import type { Pool } from "../db/pool.ts";
+import type { Pool, PoolClient } from "../db/pool.ts";
 
 export interface FeedAudit {
-  /** Readers with an inbox or a truth. */
+  /** Readers with an inbox or a truth (of those audited: every reader in the full form, the touched and sampled ones in the periodic audit's). */
   readers: number;
   /** Inbox rows the truth does not give (and no pending event explains): a post shown to a reader it should not reach. */
   extra: number;
@@ -25,7 +25,18 @@ export const FEED_AUDIT_SQL = `SELECT * FROM feed_audit($1)`;
 const SKIPPED_READERS_SQL = "SELECT count(*)::int AS n FROM feed_reader WHERE skipped_since IS NOT NULL";
 
 export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit> {
-  const { rows } = await pool.query<{
+  return feedAuditOf(pool, FEED_AUDIT_SQL, [maxItems]);
+}
+
+/** The invariant over these readers only (feed_audit_readers): the periodic audit's touched and sampled readers. */
+export const FEED_AUDIT_READERS_SQL = `SELECT * FROM feed_audit_readers($1::text[], $2)`;
+
+export async function auditFeedReaders(db: Pool | PoolClient, readers: string[], maxItems: number): Promise<FeedAudit> {
+  return feedAuditOf(db, FEED_AUDIT_READERS_SQL, [readers, maxItems]);
+}
+
+async function feedAuditOf(db: Pool | PoolClient, sql: string, values: unknown[]): Promise<FeedAudit> {
+  const { rows } = await db.query<{
     readers: number;
     extra: number;
     missing: number;
@@ -33,9 +44,9 @@ export async function auditFeed(pool: Pool, maxItems: number): Promise<FeedAudit
     below_horizon: number;
     explained_by_pending: number;
     lag: number;
-  }>(FEED_AUDIT_SQL, [maxItems]);
+  }>(sql, values);
   const r = rows[0]!;
-  const skipped = await pool.query<{ n: number }>(SKIPPED_READERS_SQL);
+  const skipped = await db.query<{ n: number }>(SKIPPED_READERS_SQL);
   return {
     readers: r.readers,
     extra: r.extra,

@@ -50,7 +50,7 @@ test("a drift in a target changed since the last run is found by the next increm
   assert.equal(idle.clean, true, JSON.stringify(idle));
   assert.deepEqual(
     Object.values(idle.scope).map((s) => s.mode),
-    ["incremental", "incremental", "incremental", "incremental", "incremental"],
+    ["incremental", "incremental", "incremental", "incremental", "incremental", "incremental"],
   );
   assert.deepEqual(
     idle.scope.likes.ranges.likes!.from,
