@@ -274,7 +274,7 @@ test("freshness tokens across a promotion: a token of a write the standby receiv
   for (const bad of ["3/0/1", "1/zz/1"]) {
     const read = await api.call("GET", "/v1/items/item1/like-count", { headers: { "x-ledger-freshness": bad } });
     assert.equal(read.status, 400, bad);
-    assert.equal((read.body as { code?: string }).code, "INVALID_INPUT", JSON.stringify(read.body));
+    assert.equal((read.body as { error?: { code?: string } }).error?.code, "INVALID_INPUT", JSON.stringify(read.body));
   }
 
   // Negative control: the position alone (the unqualified form) is satisfied by the replica, which does not hold the write.
