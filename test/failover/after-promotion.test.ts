@@ -217,6 +217,12 @@ test("freshness tokens across a promotion: a token of a write the standby receiv
     "the lost write is on neither the new primary nor its replica",
   );
 
+  // The like-count read answers the consumer's like_count (with its lag and pendingForItem), not the
+  // facts, and no consumer has run here: apply every like event on the new primary, then let the
+  // replica replay that, so a count equal to the facts shows which server answered with what.
+  await ledger.likeConsumer.drain();
+  await replica.catchUp();
+
   const router = new ReplicaRouter(pool, [{ name: "replica-0", pool: replicaPool }], {
     maxLagMs: 60_000,
     tokenWaitMs: 50,
@@ -256,6 +262,7 @@ test("freshness tokens across a promotion: a token of a write the standby receiv
   const write = await api.call("PUT", "/v1/items/item2/likes/me", { as: "after-promotion" });
   assert.equal(write.status, 200, JSON.stringify(write.body));
   assert.equal(parseFreshnessToken(write.freshness!).timeline, 2);
+  await ledger.likeConsumer.drain();
   await replica.catchUp();
   const fresh = await api.call("GET", "/v1/items/item2/like-count", {
     headers: { "x-ledger-freshness": write.freshness! },
@@ -267,7 +274,7 @@ test("freshness tokens across a promotion: a token of a write the standby receiv
   for (const bad of ["3/0/1", "1/zz/1"]) {
     const read = await api.call("GET", "/v1/items/item1/like-count", { headers: { "x-ledger-freshness": bad } });
     assert.equal(read.status, 400, bad);
-    assert.equal((read.body as { code?: string }).code, "INVALID_INPUT", JSON.stringify(read.body));
+    assert.equal((read.body as { error?: { code?: string } }).error?.code, "INVALID_INPUT", JSON.stringify(read.body));
   }
 
   // Negative control: the position alone (the unqualified form) is satisfied by the replica, which does not hold the write.
@@ -302,7 +309,12 @@ async function drift(counts: CountLayer): Promise<string[]> {
 }
 
 test("Redis Cluster after a promotion: the feeder without realignment (negative control) keeps stale counters; the realignment empties the kind on every master, restarts the cursor at the new primary's outbox end, and counts then equal the facts", async (t) => {
-  const counts = await openCountLayer(pool, { redisUrl: redisCluster.url, reconcileIntervalMs: 3_600_000 });
+  // No local cache: drift() reads twice within its TTL, and the second reading must be Redis's, not the first one kept in memory.
+  const counts = await openCountLayer(pool, {
+    redisUrl: redisCluster.url,
+    reconcileIntervalMs: 3_600_000,
+    localTtlMs: 0,
+  });
   t.after(() => counts.close());
   const redis = counts.redis!;
   assert.equal(await redis.sendCommand<string | null>(["HGET", timelineKey(), "likes"]), "1", "fed from timeline 1");
