@@ -74,5 +74,9 @@ test("an inbox row deleted by hand: `social-ledger audit` and GET /v1/admin/audi
   assert.deepEqual(rows, [{ readers_checked: 1, readers_drifted: 1, rows_added: 1, rows_removed: 0 }]);
   assert.deepEqual(await series(h, "ledger_feed_rebuild_rows_total"), { added: 1, removed: 0 });
   assert.equal(ok(await admin.get<{ clean: boolean }>("/v1/admin/audit")).clean, true);
-  assert.deepEqual(await series(h, "ledger_feed_drift_rows_total"), { extra: 0, missing: 2 }, "a clean run adds nothing");
+  assert.deepEqual(
+    await series(h, "ledger_feed_drift_rows_total"),
+    { extra: 0, missing: 2 },
+    "a clean run adds nothing",
+  );
 });

@@ -79,7 +79,12 @@ async function rebuildFirst(hotSet: HotSetShare | undefined) {
     assert.deepEqual(report.changed, [{ reader: "ann", added: 1, removed: 0 }], "the rebuild installed warm's row");
     assert.deepEqual(await hotAuthors(fx), ["warm"]);
     await drainFeed(fx.ledger);
-    return { wait, audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems), warmRows: await warmRowsOfAnn(fx), cold };
+    return {
+      wait,
+      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
+      warmRows: await warmRowsOfAnn(fx),
+      cold,
+    };
   } finally {
     gate.release();
     await fx.close();
