@@ -1524,6 +1524,24 @@ AS $function$
        WHERE t.reader = a.reader AND t.author = a.author
          AND (h.horizon_at IS NULL OR (t.at, t.post_id) > (h.horizon_at, h.horizon_id))
       OFFSET 0) t),
+  -- Readers with an event not applied yet that can change their inbox: a post event of an author
+  -- in their truth's authors, or a relation event of theirs. At the cap, such an event moves the
+  -- cut: a new post pending pushes the inbox's oldest row out of the truth's newest cap (extra), a
+  -- deletion pending pulls an older one in (missing). Those rows are lag, not lies.
+  -- The pending events are read from each partition's range above the feed's watermark (the
+  -- outboxes' primary keys), a few rows under lag, before they are matched with the readers.
+  pending_authors AS MATERIALIZED (
+    SELECT DISTINCT o.author FROM feed_post_watermark w
+      JOIN post_outbox o ON o.part = w.part AND o.seq > w.applied_upto
+     WHERE NOT EXISTS (SELECT 1 FROM feed_post_seen s WHERE s.part = o.part AND s.seq = o.seq)),
+  pending_followers AS MATERIALIZED (
+    SELECT DISTINCT o.follower FROM feed_relation_watermark w
+      JOIN relation_event o ON o.part = w.part AND o.seq > w.applied_upto
+     WHERE NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)),
+  lagging AS (
+    SELECT a.reader FROM authors a JOIN pending_authors p ON p.author = a.author
+    UNION
+    SELECT rd.reader FROM rd JOIN pending_followers f ON f.follower = rd.reader),
   ranked AS (SELECT a.*, row_number() OVER (PARTITION BY a.reader ORDER BY a.at DESC, a.post_id DESC) AS rn FROM above a),
   truth AS (SELECT reader, post_id, author FROM ranked WHERE rn <= p_max),
   inbox AS MATERIALIZED (
@@ -1543,7 +1561,8 @@ AS $function$
                       AND NOT EXISTS (SELECT 1 FROM feed_post_seen s WHERE s.part = o.part AND s.seq = o.seq))
         OR EXISTS (SELECT 1 FROM relation_event o JOIN feed_relation_watermark w USING (part)
                     WHERE o.follower = d.reader AND o.followee = d.author AND o.seq > w.applied_upto
-                      AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq)) AS pending
+                      AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq))
+        OR EXISTS (SELECT 1 FROM lagging l WHERE l.reader = d.reader) AS pending
       FROM diff d)
   SELECT (SELECT count(DISTINCT reader) FROM (SELECT reader FROM inbox UNION SELECT reader FROM truth) r)::int,
          count(*) FILTER (WHERE extra AND NOT pending AND NOT skipped)::int,
