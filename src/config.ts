@@ -92,6 +92,13 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     advanced: true,
   },
   {
+    name: "PGOPTIONS",
+    shown: "unset",
+    meaning:
+      "options sent to PostgreSQL at connection start (libpq's variable; `options` in the connection string take its place); every pool adds `-c client_connection_check_interval=1000`, so the server cancels a statement whose connection is gone",
+    advanced: true,
+  },
+  {
     name: "LEDGER_DATA_DIR",
     shown: "./data",
     meaning: "embedded cluster, its port file and log, the JWT secret and the cluster's passwords",
