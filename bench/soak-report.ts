@@ -39,6 +39,12 @@ export const FLAT_SERIES: Record<string, { read: (s: Sample) => number; toleranc
 
 /** Series shown with their slope but not judged flat (they are bounded, or not expected to be flat). */
 const SHOWN_SERIES: Record<string, (s: Sample) => number> = {
+  ...Object.fromEntries(
+    NODE_NAMES.flatMap((name) => [
+      [`${name} heap total MB`, (s: Sample) => s.heapTotalMb[name]],
+      [`${name} external MB`, (s: Sample) => s.externalMb[name]],
+    ]),
+  ),
   "postgres rss MB": (s) => s.processes.postgres.rssMb,
   "soak rss MB": (s) => s.processes.soak.rssMb,
   "outbox rows": (s) => s.outboxRows,

@@ -24,6 +24,9 @@ export interface Sample {
   minute: number;
   processes: Record<NodeName | "postgres" | "redis" | "soak", ProcessFigures>;
   heapMb: Record<NodeName, number>;
+  /** Memory outside the V8 heap that RSS holds: the heap's reserved size and Buffers (external). */
+  heapTotalMb: Record<NodeName, number>;
+  externalMb: Record<NodeName, number>;
   connections: { postgres: number; redis: number };
   /** Rows of the outboxes and dedup keys retention prunes, in total and per table. */
   outboxRows: number;
@@ -146,7 +149,10 @@ export class SoakSampler {
       tables[table] = rows[0]!.n;
     }
     const sum = (names: readonly string[]) => names.reduce((a, t) => a + tables[t]!, 0);
-    const heap = (page: string) => (metricValues(page, "ledger_nodejs_heap_size_used_bytes")[0] ?? NaN) / 2 ** 20;
+    const mb = (metric: string) => (page: string) => (metricValues(page, metric)[0] ?? NaN) / 2 ** 20;
+    const heap = mb("ledger_nodejs_heap_size_used_bytes");
+    const heapTotal = mb("ledger_nodejs_heap_size_total_bytes");
+    const external = mb("ledger_nodejs_external_memory_bytes");
     const lag = Math.max(
       0,
       ...figures.watermarks.map((w) => w.last - w.appliedUpto),
@@ -163,6 +169,8 @@ export class SoakSampler {
         soak: processFigures([process.pid]),
       },
       heapMb: perNode((_, k) => heap(pages[k]!)),
+      heapTotalMb: perNode((_, k) => heapTotal(pages[k]!)),
+      externalMb: perNode((_, k) => external(pages[k]!)),
       connections: {
         postgres: connections.rows[0]!.n,
         redis: Number(/connected_clients:(\d+)/.exec(redisInfo)?.[1] ?? NaN),

@@ -13,16 +13,25 @@ export interface DeliveredEvent {
 }
 
 /**
- * What this process's delivery loops delivered lately, per endpoint and partition (the newest
- * `perCursor` of each). Nothing here is work: the cursors in the database decide what is sent. It is
- * what the database cannot say after a promotion that lost the cursors' last advances: which
- * messages a receiver already holds (docs/failover.md). A process that restarts with the promotion
- * forgets it, and then only the receiver can tell (the ids it holds that the new primary's do not match).
+ * What this process's delivery loops delivered lately: per endpoint and partition the newest
+ * `perCursor`, and none delivered more than `windowMs` before the newest delivery. Nothing here is
+ * work: the cursors in the database decide what is sent. It is what the database cannot say after a
+ * promotion that lost the cursors' last advances: which messages a receiver already holds
+ * (docs/failover.md). A promotion loses what the standby had not received, seconds at most unless it
+ * lagged: the window is a bound on that lag, not on the time since the primary died, because age is
+ * counted from the newest delivery and no delivery happens between the primary's death and the
+ * realignment that takes this memory; without the window a quiet cursor would keep its newest 1000
+ * for hours. A process that restarts with the promotion forgets it, and then only the receiver can tell (the ids it holds that the new
+ * primary's do not match).
  */
 export class DeliveryMemory {
   private readonly byCursor = new Map<string, DeliveredEvent[]>();
+  private sweptAt = 0;
 
-  constructor(private readonly perCursor = 1_000) {}
+  constructor(
+    private readonly perCursor = 1_000,
+    private readonly windowMs = 300_000,
+  ) {}
 
   remember(event: DeliveredEvent): void {
     const key = `${event.endpointId}\u0000${event.source}\u0000${event.part}`;
@@ -30,6 +39,8 @@ export class DeliveryMemory {
     list.push(event);
     if (list.length > this.perCursor) list.shift();
     this.byCursor.set(key, list);
+    const newest = event.deliveredAt.getTime();
+    if (newest - this.sweptAt >= this.windowMs / 10) this.forgetBefore(newest - this.windowMs, newest);
   }
 
   /** Everything remembered, forgotten from here. */
@@ -37,6 +48,15 @@ export class DeliveryMemory {
     const all = [...this.byCursor.values()].flat();
     this.byCursor.clear();
     return all;
+  }
+
+  private forgetBefore(oldest: number, now: number): void {
+    this.sweptAt = now;
+    for (const [key, list] of this.byCursor) {
+      const keep = list.findIndex((d) => d.deliveredAt.getTime() >= oldest);
+      if (keep < 0) this.byCursor.delete(key);
+      else if (keep > 0) list.splice(0, keep);
+    }
   }
 }
 
