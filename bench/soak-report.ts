@@ -178,7 +178,8 @@ export function printVerdict(outcome: SoakOutcome, verdict: SoakVerdict): void {
     console.log(
       `  ${name.padEnd(26)} mean ${f1(v.mean).padStart(9)}  slope ${f1(v.perHour).padStart(9)}/h ± ${f1(v.standardErrorPerHour).padStart(8)}  change ${f1(v.fittedChange).padStart(8)} (noise ${f1(v.allowedChange)})  ${verdict}`,
     );
-  for (const [name, v] of Object.entries(verdict.flat)) line(name, v, v.flat ? "flat" : "GROWS");
+  for (const [name, v] of Object.entries(verdict.flat))
+    line(name, v, v.flat ? "flat" : v.fittedChange > 0 ? "GROWS" : "SHRINKS");
   for (const [name, v] of Object.entries(verdict.shown)) line(name, v, "(shown)");
   const { p99 } = verdict;
   console.log(

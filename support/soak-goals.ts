@@ -136,7 +136,7 @@ export function evaluateGoals(input: GoalInput): GoalResult[] {
       detail:
         grown.length === 0
           ? `${Object.keys(input.flat).length} series within noise`
-          : `growing: ${grown.map(([name, v]) => `${name} ${v.fittedChange.toFixed(1)} > ${v.allowedChange.toFixed(1)}`).join(", ")}`,
+          : `not flat: ${grown.map(([name, v]) => `${name} ${v.fittedChange.toFixed(1)} > ${v.allowedChange.toFixed(1)}`).join(", ")}`,
     },
     {
       goal: "outbox bounded by retention",
