@@ -63,7 +63,7 @@ export interface SoakOutcome {
   errors: Record<string, number>;
   firstErrors: string[];
   auditClean: boolean;
-  periodicAudits: { seen: number; unclean: number };
+  periodicAudits: { seen: number; unclean: number; uncleanReports: { minute: number; report: unknown }[] };
   outboxBound: number;
   webhook: { deliveries: number; distinct: number };
   settings: Record<string, unknown>;
@@ -194,6 +194,13 @@ export function printVerdict(outcome: SoakOutcome, verdict: SoakVerdict): void {
   console.log(
     `webhooks: ${outcome.webhook.deliveries} deliveries, ${outcome.webhook.distinct} distinct messages; periodic audits seen ${outcome.periodicAudits.seen}, unclean ${outcome.periodicAudits.unclean}; final audit ${outcome.auditClean ? "clean" : "NOT clean"}`,
   );
+  for (const { minute, report } of outcome.periodicAudits.uncleanReports) {
+    // A section that failed its checks is held (its cursor does not move): that section's findings.
+    const r = report as { scope?: Record<string, { held?: boolean }> } & Record<string, unknown>;
+    const held = Object.entries(r.scope ?? {}).filter(([, scope]) => scope.held);
+    for (const [section] of held)
+      console.log(`  unclean periodic audit at minute ${minute.toFixed(1)}: ${section} ${JSON.stringify(r[section])}`);
+  }
   console.log("\ngoals:");
   for (const g of verdict.goals) console.log(`  ${g.met ? "met    " : "NOT met"}  ${g.goal}: ${g.detail}`);
 }

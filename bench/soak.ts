@@ -109,6 +109,8 @@ async function main(): Promise<number> {
   const samples: Sample[] = [];
   const windowLatencies: number[][] = [];
   const periodicAudits = new Map<number, boolean>();
+  /** The reports of unclean periodic audits (the first few), for the results file and the errors. */
+  const uncleanAudits: { minute: number; report: unknown }[] = [];
   const startedAt = Date.now();
   load.start(rate);
   for (let i = 1; i <= sampleCount && !abort.signal.aborted; i++) {
@@ -133,9 +135,14 @@ async function main(): Promise<number> {
       headers: { authorization: `Bearer ${load.adminToken}` },
     });
     const audit = dashboard.ok
-      ? ((await dashboard.json()) as { audit: { at: number; clean: boolean; source: string } | null }).audit
+      ? ((await dashboard.json()) as { audit: { at: number; clean: boolean; source: string; report: unknown } | null })
+          .audit
       : null;
-    if (audit?.source === "periodic") periodicAudits.set(audit.at, audit.clean);
+    if (audit?.source === "periodic" && !periodicAudits.has(audit.at)) {
+      periodicAudits.set(audit.at, audit.clean);
+      if (!audit.clean && uncleanAudits.length < 5)
+        uncleanAudits.push({ minute: (audit.at - startedAt) / 60_000, report: audit.report });
+    }
     printSamples([sample], i === 1);
     if (procs.nodes.some((n) => n.child.exited)) break;
   }
@@ -181,6 +188,7 @@ async function main(): Promise<number> {
     periodicAudits: {
       seen: periodicAudits.size,
       unclean: [...periodicAudits.values()].filter((clean) => !clean).length,
+      uncleanReports: uncleanAudits,
     },
     outboxBound:
       3 *

@@ -5,7 +5,7 @@ import { withTransaction } from "../db/transaction.ts";
 import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { DEFAULT_FEED_MAX_ITEMS, type PlanRow } from "./feed-consumer.ts";
-import { LOCK_READERS_SQL, SHARE_HOT_SET_SQL } from "./feed-sources.ts";
+import { LOCK_READERS_SQL, shareHotSet, type HotSetShare } from "./feed-sources.ts";
 
 /** The default of LEDGER_FEED_ABSENT_MS: a reader who has not read for 7 days is absent (as Mastodon's). */
 export const DEFAULT_FEED_ABSENT_MS = 7 * 24 * 3_600_000;
@@ -73,12 +73,15 @@ export class FeedAbsence {
   readonly absentMs: number;
   readonly rebuildMs: number;
   readonly maxItems: number;
+  private readonly shareHotSet: HotSetShare;
 
   constructor(
     private readonly pool: Pool,
-    options: { hooks?: Hooks; absentMs?: number; rebuildMs?: number; maxItems?: number } = {},
+    /** hotSet replaces shareHotSet: for negative controls only. */
+    options: { hooks?: Hooks; absentMs?: number; rebuildMs?: number; maxItems?: number; hotSet?: HotSetShare } = {},
   ) {
     this.hooks = options.hooks ?? new Hooks();
+    this.shareHotSet = options.hotSet ?? shareHotSet;
     this.absentMs = options.absentMs ?? DEFAULT_FEED_ABSENT_MS;
     this.rebuildMs = options.rebuildMs ?? DEFAULT_FEED_RETURN_REBUILD_MS;
     this.maxItems = options.maxItems ?? DEFAULT_FEED_MAX_ITEMS;
@@ -112,7 +115,7 @@ export class FeedAbsence {
       await client.query(BOUND_SQL, [String(Math.trunc(this.rebuildMs))]);
       await this.hooks.at("feed.return.beforeLock", { reader, pid: backendPid(client) });
       // As the rebuild: ordered with every change of the hot set, which a returning reader's truth reads.
-      await client.query(SHARE_HOT_SET_SQL);
+      await this.shareHotSet(client);
       await client.query(LOCK_READERS_SQL, [[reader]]);
       const { rows } = await client.query<{ rebuilt: boolean }>("SELECT rebuilt FROM feed_return_reader($1, $2)", [
         reader,

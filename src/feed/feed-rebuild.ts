@@ -6,7 +6,7 @@ import { Hooks } from "../hooks.ts";
 import { validateId } from "../ids.ts";
 import { DEFAULT_PACING, Pacer, rest, type PacingOptions } from "../workers/pacer.ts";
 import { DEFAULT_FEED_MAX_ITEMS } from "./feed-consumer.ts";
-import { CREATE_READERS_SQL, LOCK_READERS_SQL, SHARE_HOT_SET_SQL } from "./feed-sources.ts";
+import { CREATE_READERS_SQL, LOCK_READERS_SQL, shareHotSet, type HotSetShare } from "./feed-sources.ts";
 
 /** What a rebuild found: per reader whose inbox it changed, the rows added and removed; runId: its feed_rebuild_run row. */
 export interface FeedRebuildReport {
@@ -17,17 +17,6 @@ export interface FeedRebuildReport {
   rowsRemoved: number;
   changed: { reader: string; added: number; removed: number }[];
 }
-
-/**
- * Taken by an install of a reader's truth before the reader's row: orders it with every change of
- * the hot set (SHARE_HOT_SET_SQL, feed-sources.ts). Replaceable only so that a negative control
- * can show the extra row a rebuild leaves when it races a heating without it.
- */
-export type HotSetShare = (client: PoolClient) => Promise<void>;
-
-export const shareHotSet: HotSetShare = async (client) => {
-  await client.query(SHARE_HOT_SET_SQL);
-};
 
 const RECORD_RUN_SQL = `INSERT INTO feed_rebuild_run (readers_checked, readers_drifted, rows_added, rows_removed)
                         VALUES ($1, $2, $3, $4) RETURNING run_id`;

@@ -1,4 +1,5 @@
 import type { WatermarkTables } from "../counters/watermark.ts";
+import type { PoolClient } from "../db/pool.ts";
 
 /** The outboxes the home timeline is kept from, by retention's kind names. */
 export type FeedSourceName = "posts" | "relations";
@@ -104,6 +105,17 @@ export const LOCK_AUTHORS_SQL = `
 export const FEED_HOT_SET_LOCK_SPACE = 21033;
 export const SHARE_HOT_SET_SQL = `SELECT pg_advisory_xact_lock_shared(${FEED_HOT_SET_LOCK_SPACE}, 0)`;
 export const CHANGE_HOT_SET_SQL = `SELECT pg_advisory_xact_lock(${FEED_HOT_SET_LOCK_SPACE}, 0)`;
+
+/**
+ * Taken by an install of a reader's truth before the reader's row: orders it with every change of
+ * the hot set (SHARE_HOT_SET_SQL). Replaceable only so that a negative control can show the extra
+ * row an install (a rebuild, a returning reader's read) leaves when it races a heating without it.
+ */
+export type HotSetShare = (client: PoolClient) => Promise<void>;
+
+export const shareHotSet: HotSetShare = async (client) => {
+  await client.query(SHARE_HOT_SET_SQL);
+};
 
 /**
  * Creates and locks the readers' feed_reader rows in reader order (byte-wise), the same for every

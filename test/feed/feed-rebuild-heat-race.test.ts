@@ -7,7 +7,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { auditFeed } from "../../src/feed/feed-audit.ts";
-import { FeedRebuild, type HotSetShare } from "../../src/feed/feed-rebuild.ts";
+import { FeedRebuild } from "../../src/feed/feed-rebuild.ts";
+import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { drainFeed, feedFixture, type FeedFixture } from "./fixture.ts";

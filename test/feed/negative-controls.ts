@@ -4,7 +4,7 @@
 import type { Pool } from "../../src/db/pool.ts";
 import { planFromFacts, type FeedPlanner, type PlanRow } from "../../src/feed/feed-consumer.ts";
 import { HOME_PAGE_SQL, INBOX_RULE_SQL } from "../../src/feed/feed-reads.ts";
-import type { HotSetShare } from "../../src/feed/feed-rebuild.ts";
+import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 
 const READ_TIME_RULE = `AND ${INBOX_RULE_SQL}`;
 
