@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from "../db/pool.ts";
+import type { Pool } from "../db/pool.ts";
 import { backendPid } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError } from "../errors.ts";

@@ -88,7 +88,11 @@ async function returnFirst(hotSet: HotSetShare | undefined) {
     hooks.on("feed.return.beforeCommit", () => undefined);
     assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
     await drainFeed(fx.ledger);
-    return { wait, audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems), warmRows: await warmRowsOfAnn(fx.db.pool) };
+    return {
+      wait,
+      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
+      warmRows: await warmRowsOfAnn(fx.db.pool),
+    };
   } finally {
     gate.release();
     await fx.close();
@@ -120,7 +124,11 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
     hooks.on("feed.consumer.beforeCommit", () => undefined);
     assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
     await drainFeed(fx.ledger);
-    return { wait, audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems), warmRows: await warmRowsOfAnn(fx.db.pool) };
+    return {
+      wait,
+      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
+      warmRows: await warmRowsOfAnn(fx.db.pool),
+    };
   } finally {
     gate.release();
     await fx.close();
