@@ -29,6 +29,8 @@ export const SOAK_SETTINGS = {
   keepEvents: 100,
   keepMs: 30_000,
   auditEveryMs: 30_000,
+  // The dashboard's plots keep this much history in serve's heap (1 h by default): filled within the warm-up, so that its growth is not read as a leak.
+  dashboardHistoryMs: 300_000,
   reconcileIntervalMs: 20_000,
 };
 
@@ -163,6 +165,7 @@ export async function startSoakProcesses(): Promise<SoakProcesses> {
     LEDGER_RETENTION_KEEP_EVENTS: String(SOAK_SETTINGS.keepEvents),
     LEDGER_RETENTION_KEEP_MS: String(SOAK_SETTINGS.keepMs),
     LEDGER_AUDIT_EVERY_MS: String(SOAK_SETTINGS.auditEveryMs),
+    LEDGER_DASHBOARD_HISTORY_MS: String(SOAK_SETTINGS.dashboardHistoryMs),
     LEDGER_RECONCILE_INTERVAL_MS: String(SOAK_SETTINGS.reconcileIntervalMs),
     LEDGER_METRICS_REFRESH_MS: "2000",
   };

@@ -293,6 +293,13 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     advanced: true,
   },
   {
+    name: "LEDGER_DASHBOARD_HISTORY_MS",
+    shown: "3600000",
+    meaning:
+      "how much history the dashboard's plots keep in the service's memory (a sample every 5 s, so its heap grows through the first such span and then stays flat)",
+    advanced: true,
+  },
+  {
     name: "LEDGER_AUDIT_EVERY_MS",
     shown: "300000",
     meaning:
@@ -502,6 +509,8 @@ export interface Config {
     consumerFailureAlarm: number;
     /** LEDGER_AUDIT_EVERY_MS: the periodic (incremental) audit's period; 0: only audits asked for through the API. */
     auditEverySeconds: number;
+    /** LEDGER_DASHBOARD_HISTORY_MS: the span of samples the dashboard keeps in memory. */
+    historySeconds: number;
   };
   /** LEDGER_PRUNE_EVERY_MS: how often serve prunes dedup keys below the watermarks; 0: never (social-ledger prune). */
   pruneEverySeconds: number;
@@ -891,6 +900,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         1_000_000,
       ),
       auditEverySeconds: wholeSeconds("LEDGER_AUDIT_EVERY_MS", env.LEDGER_AUDIT_EVERY_MS, 0, 86_400),
+      historySeconds: wholeSeconds("LEDGER_DASHBOARD_HISTORY_MS", env.LEDGER_DASHBOARD_HISTORY_MS, 60, 86_400),
     },
     pruneEverySeconds: wholeSeconds("LEDGER_PRUNE_EVERY_MS", env.LEDGER_PRUNE_EVERY_MS, 0, 86_400),
     writeBatchMax: integer(

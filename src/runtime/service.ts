@@ -114,6 +114,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
         consumerFailures: config.dashboard.consumerFailureAlarm,
       },
       auditEveryMs: config.dashboard.auditEverySeconds * 1000,
+      historyMs: config.dashboard.historySeconds * 1000,
       ...options.dashboard,
     },
   );
