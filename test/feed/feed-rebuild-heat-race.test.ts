@@ -12,6 +12,7 @@ import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { drainFeed, feedFixture, type FeedFixture } from "./fixture.ts";
+import { hotAuthors, rowsOfAuthor } from "./heat-race.ts";
 import { hotSetUnlocked } from "./negative-controls.ts";
 
 const HOT = 3;
@@ -36,19 +37,6 @@ async function warmAboutToHeat(hooks: Hooks): Promise<{ fx: FeedFixture; cold: s
 
 function rebuildOf(fx: FeedFixture, hooks: Hooks, hotSet?: HotSetShare): FeedRebuild {
   return new FeedRebuild(fx.db.pool, { hooks, maxItems: fx.ledger.feed.maxItems, ...(hotSet ? { hotSet } : {}) });
-}
-
-async function warmRowsOfAnn(fx: FeedFixture): Promise<number> {
-  const { rows } = await fx.db.pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM feed_inbox WHERE reader = 'ann' AND author = 'warm'",
-  );
-  return rows[0]!.n;
-}
-
-async function hotAuthors(fx: FeedFixture): Promise<string[]> {
-  return (await fx.db.pool.query<{ author: string }>("SELECT author FROM feed_hot_author ORDER BY 1")).rows.map(
-    (r) => r.author,
-  );
 }
 
 /**
@@ -78,12 +66,12 @@ async function rebuildFirst(hotSet: HotSetShare | undefined) {
     await heating;
     hooks.on("feed.rebuild.beforeCommit", () => undefined);
     assert.deepEqual(report.changed, [{ reader: "ann", added: 1, removed: 0 }], "the rebuild installed warm's row");
-    assert.deepEqual(await hotAuthors(fx), ["warm"]);
+    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
     await drainFeed(fx.ledger);
     return {
       wait,
       audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await warmRowsOfAnn(fx),
+      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
       cold,
     };
   } finally {
@@ -115,9 +103,13 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
     await heating;
     await rebuilding;
     hooks.on("feed.consumer.beforeCommit", () => undefined);
-    assert.deepEqual(await hotAuthors(fx), ["warm"]);
+    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
     await drainFeed(fx.ledger);
-    return { wait, audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems), warmRows: await warmRowsOfAnn(fx) };
+    return {
+      wait,
+      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
+      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
+    };
   } finally {
     gate.release();
     await fx.close();

@@ -7,13 +7,13 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { Pool } from "../../src/db/pool.ts";
 import { auditFeed } from "../../src/feed/feed-audit.ts";
 import { FeedAbsence } from "../../src/feed/feed-absence.ts";
 import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { drainFeed, feedFixture, type FeedFixture } from "./fixture.ts";
+import { hotAuthors, judgeHeatRace, rowsOfAuthor } from "./heat-race.ts";
 import { hotSetUnlocked } from "./negative-controls.ts";
 
 const HOT = 3;
@@ -37,7 +37,7 @@ async function absentAnnFollowingWarm(hooks: Hooks): Promise<FeedFixture> {
   await drainFeed(ledger);
   await ledger.relations.follow("cat", "warm");
   await drainFeed(ledger);
-  assert.equal(await warmRowsOfAnn(fx.db.pool), 0);
+  assert.equal(await rowsOfAuthor(fx.db.pool, "ann", "warm"), 0);
   const { rows } = await fx.db.pool.query<{ skipped: boolean }>(
     "SELECT skipped_since IS NOT NULL AS skipped FROM feed_reader WHERE reader = 'ann'",
   );
@@ -47,19 +47,6 @@ async function absentAnnFollowingWarm(hooks: Hooks): Promise<FeedFixture> {
 
 function absenceOf(fx: FeedFixture, hooks: Hooks, hotSet?: HotSetShare): FeedAbsence {
   return new FeedAbsence(fx.db.pool, { hooks, maxItems: fx.ledger.feed.maxItems, ...(hotSet ? { hotSet } : {}) });
-}
-
-async function warmRowsOfAnn(pool: Pool): Promise<number> {
-  const { rows } = await pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM feed_inbox WHERE reader = 'ann' AND author = 'warm'",
-  );
-  return rows[0]!.n;
-}
-
-async function hotAuthors(pool: Pool): Promise<string[]> {
-  return (await pool.query<{ author: string }>("SELECT author FROM feed_hot_author ORDER BY 1")).rows.map(
-    (r) => r.author,
-  );
 }
 
 /**
@@ -76,7 +63,7 @@ async function returnFirst(hotSet: HotSetShare | undefined) {
     hooks.on("feed.return.beforeCommit", gate.handler);
     const returning = absenceOf(fx, hooks, hotSet).returnReader("ann");
     await gate.waitArrived();
-    assert.equal(await warmRowsOfAnn(fx.db.pool), 0, "the install is not committed yet");
+    assert.equal(await rowsOfAuthor(fx.db.pool, "ann", "warm"), 0, "the install is not committed yet");
     await fx.ledger.posts.createPost("warm", "PUBLIC", "the post that heats");
     const heating = fx.ledger.feed.consumer("posts").pollOnce([0]);
     let wait: { locktype: string; mode: string } | null = null;
@@ -91,7 +78,7 @@ async function returnFirst(hotSet: HotSetShare | undefined) {
     return {
       wait,
       audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await warmRowsOfAnn(fx.db.pool),
+      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
     };
   } finally {
     gate.release();
@@ -127,7 +114,7 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
     return {
       wait,
       audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await warmRowsOfAnn(fx.db.pool),
+      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
     };
   } finally {
     gate.release();
@@ -136,40 +123,20 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
 }
 
 test("a returning reader's install committed after a heating started: the heating waits for it and removes the hot author's row; without the hot set's lock the row stays and the audit reports it", async () => {
-  const fixed = await returnFirst(undefined);
-  assert.deepEqual(
-    [fixed.wait?.locktype, fixed.wait?.mode],
-    ["advisory", "ExclusiveLock"],
-    "the heating waits for the install's hot-set lock",
-  );
-  assert.equal(fixed.warmRows, 0);
-  assert.deepEqual([fixed.audit.extra, fixed.audit.missing], [0, 0], JSON.stringify(fixed.audit));
-
-  const control = await returnFirst(hotSetUnlocked);
-  assert.equal(control.warmRows, 1, "negative control: the install's row of the now hot author stays");
-  assert.deepEqual(
-    [control.audit.extra, control.audit.missing, control.audit.explainedByPending],
-    [1, 0, 0],
-    JSON.stringify(control.audit),
-  );
+  judgeHeatRace(await returnFirst(undefined), await returnFirst(hotSetUnlocked), {
+    waitMode: "ExclusiveLock",
+    waitMessage: "the heating waits for the install's hot-set lock",
+    controlRows: 1,
+    controlMessage: "negative control: the install's row of the now hot author stays",
+  });
 });
 
 test("a returning reader reads while the heating batch is uncommitted: the install waits and reads the author hot; without the hot set's lock it installs the author's rows and the audit reports them", async () => {
-  const fixed = await heatingFirst(undefined);
-  assert.deepEqual(
-    [fixed.wait?.locktype, fixed.wait?.mode],
-    ["advisory", "ShareLock"],
-    "the install waits for the heating's hot-set lock",
-  );
-  assert.equal(fixed.warmRows, 0);
-  assert.deepEqual([fixed.audit.extra, fixed.audit.missing], [0, 0], JSON.stringify(fixed.audit));
-
-  const control = await heatingFirst(hotSetUnlocked);
-  // Both of warm's posts, read in the install's snapshot of warm still cold.
-  assert.equal(control.warmRows, 2, "negative control: warm's rows were installed in ann's inbox");
-  assert.deepEqual(
-    [control.audit.extra, control.audit.missing, control.audit.explainedByPending],
-    [2, 0, 0],
-    JSON.stringify(control.audit),
-  );
+  // The control installs both of warm's posts, read in the install's snapshot of warm still cold.
+  judgeHeatRace(await heatingFirst(undefined), await heatingFirst(hotSetUnlocked), {
+    waitMode: "ShareLock",
+    waitMessage: "the install waits for the heating's hot-set lock",
+    controlRows: 2,
+    controlMessage: "negative control: warm's rows were installed in ann's inbox",
+  });
 });
