@@ -22,6 +22,8 @@ export const USAGE = `usage: node --import tsx bench/run.ts [options]
                           next to pgbench at 16/64/128 clients (16/256 callers and 16/64
                           clients with --quick)
   --no-sweep              everything but the concurrency sweep
+  --sweep-consumers-off   the sweep's writes run with the consumer loops stopped (each level
+                          drains afterwards, untimed): what the consumers cost the writers
   --skip-replica          no streaming-replica phase (it makes a hot standby of the cluster)
   --history n             also the retention figure (bench/retention.ts): after n like events,
                           write rate, count read p99 and table sizes with the history kept and
@@ -103,6 +105,7 @@ export function parseOptions() {
         "skip-replica": { type: "boolean", default: false },
         "sweep-only": { type: "boolean", default: false },
         "no-sweep": { type: "boolean", default: false },
+        "sweep-consumers-off": { type: "boolean", default: false },
         history: { type: "string" },
         scale: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
@@ -133,6 +136,7 @@ export function parseOptions() {
     reads: positiveInt("reads", parsed.reads, size.reads),
     skipReplica: parsed["skip-replica"],
     sweep: parsed["sweep-only"] ? ("only" as const) : parsed["no-sweep"] ? ("off" as const) : ("on" as const),
+    sweepConsumers: !parsed["sweep-consumers-off"],
     // The retention figure: skipped unless asked for, a small history in the quick run.
     // The scale bench's size, or 0: the figures of this bench.
     scale: parsed.scale === undefined ? 0 : positiveInt("scale", parsed.scale, 0, 100_000_000),

@@ -370,7 +370,7 @@ async function main(o: Opts): Promise<void> {
     loadAtStart,
   );
 
-  const sweepFigures = sweep ? printSweep(sweep) : undefined;
+  const sweepFigures = sweep ? printSweep(sweep, o.sweepConsumers) : undefined;
 
   const file = await writeResults(RESULTS_DIR, startedAt, {
     startedAt: startedAt.toISOString(),
@@ -399,11 +399,13 @@ function resultRows(rows: readonly Row[]): Record<string, unknown>[] {
 }
 
 /** The sweep's table and ratios on stdout; the ratios returned for the results file. */
-function printSweep(sweep: SweepResult): ReturnType<typeof sweepRatios> {
+function printSweep(sweep: SweepResult, consumers: boolean): ReturnType<typeof sweepRatios> {
   const figures = sweepRatios(sweep.rows);
   process.stdout.write(
-    `\nconcurrency sweep (like and follow CHANGED/s, p50/p99 ms, consumer lag in events, main thread CPU µs per operation: ` +
-      `the callers' or the HTTP server's, consumers included), P = 1 and the default P, a pool of 20, consumers running:\n` +
+    `\nconcurrency sweep (like and follow CHANGED/s, p50/p99 ms, consumer lag in events; CPU µs per operation: ` +
+      `"node" the main thread's (the callers' or the HTTP server's, consumers included), "all" every core of the machine's ` +
+      `(node, PostgreSQL, pgbench)), P = 1 and the default P, a pool of 20, ` +
+      `${consumers ? "consumers running" : "consumers STOPPED while writing (--sweep-consumers-off: lag figures mean nothing)"}:\n` +
       `${formatSweep(sweep.rows)}\n\nratios of the concurrency sweep (goals of the write path under concurrency), each from rows of this run:\n` +
       `${formatSweepRatios(figures)}\n\n`,
   );
@@ -421,7 +423,7 @@ async function sweepOnly(
 ): Promise<void> {
   const sweep = await runSweep(started.cluster!, o, pgbench, o.quick ? SWEEP.quick : SWEEP.full);
   const { audits, auditLines } = await auditTargets(sweep.targets, undefined);
-  const figures = printSweep(sweep);
+  const figures = printSweep(sweep, o.sweepConsumers);
   const seconds = (performance.now() - t0) / 1000;
   process.stdout.write(
     [

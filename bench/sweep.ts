@@ -276,7 +276,8 @@ export async function runSweep(
     await t.ledger.likeConsumer.drain();
     await t.ledger.projector.drain();
     checkAbort();
-    const workers = createWorkers(t.ledger, { idleMs: 20 });
+    // Without the consumers (--sweep-consumers-off) the writers' CPU per operation is their own.
+    const workers = o.sweepConsumers ? createWorkers(t.ledger, { idleMs: 20 }) : [];
     for (const w of workers) w.start();
     const positions: Positions = new Map();
     try {
@@ -318,6 +319,7 @@ export async function runSweep(
           progress(row);
         });
         rows.push(...made);
+        if (!o.sweepConsumers) await drainAll(t);
         checkAbort();
       }
     } finally {
@@ -332,6 +334,14 @@ export async function runSweep(
     }
   }
   return { rows, targets };
+}
+
+/** Every consumer of the ledger brought to its outbox's end (what createWorkers would have applied meanwhile). */
+async function drainAll(t: Target): Promise<void> {
+  const l = t.ledger;
+  await Promise.all([l.likeConsumer.drain(), l.projector.drain(), l.commentConsumer.drain()]);
+  await l.notifications.drain();
+  await l.feed.drain();
 }
 
 /** A backlog written at `callers` with the consumers stopped, then drained by the service's consumer loops: events/s. */
@@ -387,13 +397,15 @@ export function formatSweep(rows: readonly Row[]): string {
       "p50",
       "p99",
       "lag max",
-      "µs/op",
+      "node µs",
+      "all µs",
       "per batch",
       "follow/s",
       "p50",
       "p99",
       "lag max",
-      "µs/op",
+      "node µs",
+      "all µs",
       "per batch",
     ],
   ];
@@ -407,9 +419,10 @@ export function formatSweep(rows: readonly Row[]): string {
           num(r.figures.p99Ms, 1),
           num(Number(r.extra?.lagMax)),
           num(r.figures.mainCpuUsPerOp ?? Number.NaN),
+          num(Number(r.extra?.machineCpuUsPerOp ?? Number.NaN)),
           num(Number(r.extra?.writesPerBatch ?? Number.NaN), 1),
         ]
-      : ["-", "-", "-", "-", "-", "-"];
+      : ["-", "-", "-", "-", "-", "-", "-"];
   for (const p of [...new Set(rows.map((r) => r.partitions))]) {
     const levels = [
       ...new Set(rows.filter((r) => r.partitions === p && r.extra?.callers).map((r) => r.extra!.callers)),
@@ -431,6 +444,7 @@ export function formatSweep(rows: readonly Row[]): string {
           num(pg.figures.p99Ms, 1),
           "",
           "",
+          num(Number(pg.extra?.machineCpuUsPerOp ?? Number.NaN)),
         ]);
     }
     const drain = rows.find((r) => r.partitions === p && r.op === DRAIN_OP);

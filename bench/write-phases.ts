@@ -5,6 +5,7 @@ import { createWorkers } from "../src/ledger.ts";
 import type { LikeService } from "../src/likes/like-service.ts";
 import { readCount } from "../src/likes/like-audit.ts";
 import { chapterSetLiked, rawInsert } from "./baselines.ts";
+import { machineCpu, machineCpuSince } from "./machine-cpu.ts";
 import { abort, checkAbort, started } from "./lifecycle.ts";
 import { mergeFigures, runFixedCount, runForSeconds, runHttp, type Figures, type HttpRequestSpec } from "./load.ts";
 import {
@@ -147,6 +148,8 @@ export async function alternatingWrites(
     changed: 0,
     wal: 0,
     retries: 0,
+    busyMs: 0,
+    totalMs: 0,
     waits: new Map<string, number>(),
   }));
   for (let c = 0; c < chunks; c++) {
@@ -159,7 +162,13 @@ export async function alternatingWrites(
       const wal0 = await walPosition();
       const retries0 = transactionStats.retries;
       const waits = sampleWaits(started.sampler!, t.database, BENCH_APPLICATION);
+      const cpu0 = machineCpu();
       const figures = await kind.run({ first: a.next, seconds });
+      const cpu = machineCpuSince(cpu0);
+      if (cpu) {
+        a.busyMs += cpu.busyMs;
+        a.totalMs += cpu.totalMs;
+      }
       a.next += figures.ops;
       for (const [what, count] of await waits.stop()) a.waits.set(what, (a.waits.get(what) ?? 0) + count);
       a.wal += (await walPosition()) - wal0;
@@ -178,6 +187,11 @@ export async function alternatingWrites(
           ? "distinct rows, autocommit"
           : `CHANGED ${((100 * a.changed) / Math.max(1, figures.ops)).toFixed(0)}%`),
       ...cpuNote(figures),
+      ...(a.totalMs > 0
+        ? [
+            `machine CPU/op ${Math.round((1000 * a.busyMs) / Math.max(1, figures.ops))} µs (cores ${Math.round((100 * a.busyMs) / a.totalMs)}% busy)`,
+          ]
+        : []),
       `WAL ${Math.round(a.wal / Math.max(1, figures.ops))} B/op`,
       ...(kind.extraNote ? [kind.extraNote()] : []),
       formatWaits(a.waits),
@@ -195,6 +209,9 @@ export async function alternatingWrites(
         txRetries: a.retries,
         walBytesPerOp: a.wal / Math.max(1, figures.ops),
         walBytesPerChange: a.wal / Math.max(1, a.changed),
+        ...(a.totalMs > 0
+          ? { machineCpuUsPerOp: (1000 * a.busyMs) / Math.max(1, figures.ops), machineBusyShare: a.busyMs / a.totalMs }
+          : {}),
         waitSamples: Object.fromEntries(a.waits),
         chunks,
       },

@@ -11,9 +11,10 @@ import assert from "node:assert/strict";
 import type { Pool } from "../../src/db/pool.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 import { replaceFunctionText } from "../support/function-mutant.ts";
+import { RULE_CASE_READERS, insertReadRuleCases } from "../support/read-rule-cases.ts";
 
 const SIGNATURE = "author_posts_page(text, text[], timestamptz, text, integer)";
-const READERS = ["au", "fol", "pend", "gone", "blocked", "blocker", "stranger", "lagging", "unseen", null] as const;
+const READERS = ["au", ...RULE_CASE_READERS, null] as const;
 
 /** The expected pages, written by hand (they pin the fixture: every branch is reached). */
 const EXPECTED: Record<string, string[]> = {
@@ -30,42 +31,6 @@ const EXPECTED: Record<string, string[]> = {
   unseen: ["pub-new", "fol-new", "pub-old"],
   null: ["pub-new", "pub-old"],
 };
-
-async function fixture(pool: Pool): Promise<void> {
-  await pool.query(
-    "INSERT INTO account (account_id) SELECT unnest(ARRAY['au', 'fol', 'pend', 'gone', 'blocked', 'blocker', 'stranger', 'lagging', 'unseen'])",
-  );
-  // The truth (relation) and the projection (proj_follower), which differ for lagging and unseen.
-  await pool.query(`INSERT INTO relation (follower, followee, state, version) VALUES
-    ('fol', 'au', 'ACTIVE', 1), ('pend', 'au', 'PENDING', 1), ('gone', 'au', 'REMOVED', 2),
-    ('lagging', 'au', 'REMOVED', 2), ('unseen', 'au', 'ACTIVE', 1),
-    ('blocked', 'au', 'REMOVED', 2), ('blocker', 'au', 'REMOVED', 2)`);
-  await pool.query(`INSERT INTO proj_follower (followee, follower, state, version, since) VALUES
-    ('au', 'fol', 'ACTIVE', 1, now()), ('au', 'pend', 'PENDING', 1, now()), ('au', 'gone', 'REMOVED', 2, now()),
-    ('au', 'lagging', 'ACTIVE', 1, now())`);
-  await pool.query("INSERT INTO block (blocker, blocked) VALUES ('au', 'blocked'), ('blocker', 'au')");
-  await pool.query("UPDATE event_seq SET last = 9");
-  await pool.query("UPDATE proj_watermark SET applied_upto = 5");
-  const posts: [string, string, number, number][] = [
-    // id, visibility, acl_token, minutes ago
-    ["pub-old", "PUBLIC", 3, 60],
-    ["fol-old", "FOLLOWERS", 3, 59],
-    ["self-old", "SELF", 3, 58],
-    ["gone-post", "PUBLIC", 3, 50],
-    ["pub-new", "PUBLIC", 7, 10],
-    ["fol-new", "FOLLOWERS", 7, 11],
-    ["self-new", "SELF", 7, 12],
-  ];
-  for (const [id, visibility, token, ago] of posts) {
-    await pool.query("INSERT INTO item (item_id, kind) VALUES ($1, 'post')", [id]);
-    await pool.query(
-      `INSERT INTO post (post_id, author, visibility, body, part, acl_token, created_at)
-       VALUES ($1, 'au', $2, 'text of ' || $1, 0, $3, now() - $4 * interval '1 minute')`,
-      [id, visibility, token, ago],
-    );
-  }
-  await pool.query("UPDATE post SET body = '', deleted_at = now() WHERE post_id = 'gone-post'");
-}
 
 /** For each reader: [the function's page, post_readable's verdict over the same posts]. */
 async function compare(pool: Pool): Promise<Map<string, [string[], string[]]>> {
@@ -89,7 +54,7 @@ async function compare(pool: Pool): Promise<Map<string, [string[], string[]]>> {
 test("author_posts_page returns exactly the posts post_readable allows (CONTENT_TOKEN), for every case of the rule", async (t) => {
   const db = await createTestDatabase();
   t.after(() => db.close());
-  await fixture(db.pool);
+  await insertReadRuleCases(db.pool);
   for (const [reader, [page, rule]] of await compare(db.pool)) {
     assert.deepEqual(page, rule, `reader ${reader}: the page differs from post_readable`);
     assert.deepEqual(page, EXPECTED[reader], `reader ${reader}: the fixture reaches its case`);
@@ -99,7 +64,7 @@ test("author_posts_page returns exactly the posts post_readable allows (CONTENT_
 test("negative controls: author_posts_page without the block check, or reading the projection whatever the token, differs from post_readable", async (t) => {
   const db = await createTestDatabase();
   t.after(() => db.close());
-  await fixture(db.pool);
+  await insertReadRuleCases(db.pool);
   const differing = async () =>
     [...(await compare(db.pool))].filter(([, [page, rule]]) => page.join() !== rule.join()).map(([r]) => r);
   const define = async () =>

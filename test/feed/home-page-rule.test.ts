@@ -13,21 +13,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { Pool } from "../../src/db/pool.ts";
 import { HOME_PAGE_SQL, INBOX_RULE_SQL } from "../../src/feed/feed-reads.ts";
+import { FOLLOW_AND_BLOCK_READERS, RULE_CASE_READERS, insertReadRuleCases } from "../support/read-rule-cases.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
-const READERS = [
-  "au",
-  "fol",
-  "pend",
-  "gone",
-  "blocked",
-  "blocker",
-  "blockedfol",
-  "blockerfol",
-  "stranger",
-  "lagging",
-  "unseen",
-] as const;
+const READERS = ["au", ...RULE_CASE_READERS, ...FOLLOW_AND_BLOCK_READERS] as const;
 
 /** The expected pages, written by hand (they pin the fixture: every branch is reached). */
 const EXPECTED: Record<string, string[]> = {
@@ -49,40 +38,7 @@ const EXPECTED: Record<string, string[]> = {
 };
 
 async function fixture(pool: Pool): Promise<void> {
-  await pool.query("INSERT INTO account (account_id) SELECT unnest($1::text[])", [READERS]);
-  // The truth (relation) and the projection (proj_follower), which differ for lagging and unseen.
-  await pool.query(`INSERT INTO relation (follower, followee, state, version) VALUES
-    ('fol', 'au', 'ACTIVE', 1), ('pend', 'au', 'PENDING', 1), ('gone', 'au', 'REMOVED', 2),
-    ('lagging', 'au', 'REMOVED', 2), ('unseen', 'au', 'ACTIVE', 1),
-    ('blocked', 'au', 'REMOVED', 2), ('blocker', 'au', 'REMOVED', 2),
-    ('blockedfol', 'au', 'ACTIVE', 1), ('blockerfol', 'au', 'ACTIVE', 1)`);
-  await pool.query(`INSERT INTO proj_follower (followee, follower, state, version, since) VALUES
-    ('au', 'fol', 'ACTIVE', 1, now()), ('au', 'pend', 'PENDING', 1, now()), ('au', 'gone', 'REMOVED', 2, now()),
-    ('au', 'lagging', 'ACTIVE', 1, now()), ('au', 'blockedfol', 'ACTIVE', 1, now()), ('au', 'blockerfol', 'ACTIVE', 1, now())`);
-  await pool.query(
-    "INSERT INTO block (blocker, blocked) VALUES ('au', 'blocked'), ('blocker', 'au'), ('au', 'blockedfol'), ('blockerfol', 'au')",
-  );
-  await pool.query("UPDATE event_seq SET last = 9");
-  await pool.query("UPDATE proj_watermark SET applied_upto = 5");
-  const posts: [string, string, number, number][] = [
-    // id, visibility, acl_token, minutes ago
-    ["pub-old", "PUBLIC", 3, 60],
-    ["fol-old", "FOLLOWERS", 3, 59],
-    ["self-old", "SELF", 3, 58],
-    ["gone-post", "PUBLIC", 3, 50],
-    ["pub-new", "PUBLIC", 7, 10],
-    ["fol-new", "FOLLOWERS", 7, 11],
-    ["self-new", "SELF", 7, 12],
-  ];
-  for (const [id, visibility, token, ago] of posts) {
-    await pool.query("INSERT INTO item (item_id, kind) VALUES ($1, 'post')", [id]);
-    await pool.query(
-      `INSERT INTO post (post_id, author, visibility, body, part, acl_token, created_at)
-       VALUES ($1, 'au', $2, 'text of ' || $1, 0, $3, now() - $4 * interval '1 minute')`,
-      [id, visibility, token, ago],
-    );
-  }
-  await pool.query("UPDATE post SET body = '', deleted_at = now() WHERE post_id = 'gone-post'");
+  await insertReadRuleCases(pool, { followAndBlock: true });
   // Every reader's inbox holds every post, deleted and SELF included: the inbox is only a candidate.
   await pool.query("INSERT INTO feed_reader (reader) SELECT unnest($1::text[])", [READERS]);
   await pool.query(
