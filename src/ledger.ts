@@ -131,11 +131,19 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
   loops?: number;
 }
 
+/**
+ * A consumer loop's pass of fewer events than this is followed by its idle wait (PartitionWorker's
+ * idleBelow): the loops gather a trickle into batches instead of spinning on it; a pass of more goes
+ * straight on, so a backlog drains at full speed.
+ */
+export const CONSUMER_IDLE_BELOW = 100;
+
 /** The consumer loops (like counter, follower projector, comment counter, notifications, home timeline) over the given partitions. */
 export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): PartitionWorker[] {
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? CONSUMER_BATCH;
   const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
+  options = { ...options, idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW };
   const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
   return groups.flatMap((group, g) => [
     new PartitionWorker(

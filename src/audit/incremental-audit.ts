@@ -1,11 +1,13 @@
 import type { Pool, PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
+import type { Hooks } from "../hooks.ts";
 import { readSide, writeSide, type ReadSideAudit, type WriteSideAudit } from "../likes/like-audit.ts";
 import { auditCounter, type CounterAudit } from "../counters/counter-audit.ts";
 import { COMMENT_COUNTER } from "../content/comment-spec.ts";
 import {
   auditRelations,
-  projectionDiff,
+  PROJECTION_CAUGHT_UP_SQL,
+  projectionDiffWhenCaughtUp,
   type ProjectionDiff,
   type RelationAudit,
 } from "../relations/relation-audit.ts";
@@ -111,6 +113,8 @@ export interface IncrementalAuditOptions {
   recountAbove?: number;
   /** LEDGER_FEED_MAX_ITEMS: the cap the feed section checks the inboxes against (default 800). */
   feedMaxItems?: number;
+  /** The ledger's hook points (a full-form projection diff pauses at `audit.beforeProjectionDiff`). */
+  hooks?: Hooks;
 }
 
 /** What fullAudit reports, from the incremental forms; `scope` says what each section covered. */
@@ -210,7 +214,9 @@ export async function incrementalAudit(
   if (report.scope.webhooks.mode === "full") report.webhooks = await auditWebhooks(pool);
   if (report.scope.relations.mode === "full") {
     report.relations.invariants = await auditRelations(pool);
-    report.relations.projectionDiff = report.relations.projectionCaughtUp ? await projectionDiff(pool) : null;
+    // "Caught up" again, in the diff's own snapshot: the one above is older than the truth the diff reads.
+    report.relations.projectionDiff = await projectionDiffWhenCaughtUp(pool, options.hooks);
+    report.relations.projectionCaughtUp = report.relations.projectionDiff !== null;
   }
   if (report.scope.feed.mode === "full") report.feed = await auditFeed(pool, feedMaxItems);
   // Every audit's feed figures are what ledger_feed_drift_rows_total counts (src/api/metrics.ts).
@@ -306,7 +312,7 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
   const report = { clean: false, scope } as PeriodicAuditReport;
   let baselines: KeyBaselines | null = null;
   const { rows: caught } = await client.query<{ caught_up: boolean }>(
-    "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
+    PROJECTION_CAUGHT_UP_SQL,
   );
   const projectionCaughtUp = caught[0]!.caught_up;
   report.relations = { invariants: {} as RelationAudit, projectionCaughtUp, projectionDiff: null };

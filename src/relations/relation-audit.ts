@@ -1,5 +1,6 @@
 import type { Pool } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
+import type { Hooks } from "../hooks.ts";
 
 /** The relation state machine's legal (previous, next) pairs, as the audit checks them. */
 export const LEGAL_TRANSITIONS =
@@ -103,6 +104,33 @@ export function auditRelations(pool: Pool): Promise<RelationAudit> {
 export function projectionDiff(pool: Pool): Promise<ProjectionDiff> {
   return runAll(pool, PROJECTION_DIFF);
 }
+
+/**
+ * The projection against the truth, but only when the projector has caught up, and both read in
+ * one snapshot: read apart, a follow committed in between looks like a follower missing from the
+ * projection. Null when the projector is behind (lag is no violation). The hook point
+ * `audit.beforeProjectionDiff` is between the two reads.
+ */
+export function projectionDiffWhenCaughtUp(pool: Pool, hooks?: Hooks): Promise<ProjectionDiff | null> {
+  return withTransaction(
+    pool,
+    async (client) => {
+      const { rows } = await client.query<{ caught_up: boolean }>(PROJECTION_CAUGHT_UP_SQL);
+      if (!rows[0]!.caught_up) return null;
+      await hooks?.at("audit.beforeProjectionDiff");
+      const diff = {} as ProjectionDiff;
+      for (const key of Object.keys(PROJECTION_DIFF) as (keyof ProjectionDiff)[]) {
+        diff[key] = (await client.query<{ n: number }>(PROJECTION_DIFF[key])).rows[0]!.n;
+      }
+      return diff;
+    },
+    { isolation: "REPEATABLE READ", readOnly: true },
+  );
+}
+
+/** Whether the follower projection has applied every relation event (every partition's watermark at its sequence). */
+export const PROJECTION_CAUGHT_UP_SQL =
+  "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)";
 
 export function relationAuditClean(a: RelationAudit): boolean {
   return Object.values(a).every((n) => n === 0);

@@ -97,7 +97,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
       pool: database.pool,
       metrics,
       // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
-      audit: () => incrementalAudit(database.pool, { feedMaxItems: config.feedMaxItems }),
+      audit: () => incrementalAudit(database.pool, { feedMaxItems: config.feedMaxItems, hooks: ledger.hooks }),
       // The dashboard plots the counted views and the projection; the notification and feed loops' health is in /metrics.
       consumers: () =>
         consumerLoops.flatMap((w) => {

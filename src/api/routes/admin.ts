@@ -5,12 +5,7 @@ import type { RateLimits } from "../context.ts";
 import { readWatermarks } from "../metrics.ts";
 import { bearer, errors, id, named, namedWriteAnswer } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
-import {
-  auditRelations,
-  PROJECTION_DIFF,
-  relationAuditClean,
-  type ProjectionDiff,
-} from "../../relations/relation-audit.ts";
+import { auditRelations, projectionDiffWhenCaughtUp, relationAuditClean } from "../../relations/relation-audit.ts";
 import { transactionStats, withTransaction } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
@@ -26,38 +21,13 @@ import { auditWebhooks, webhookAuditClean } from "../../webhooks/webhook-audit.t
 import { LOST_DELIVERIES_SQL } from "../../webhooks/lost-deliveries.ts";
 import { erasureJson, erasureSchema } from "./erasure.ts";
 
-/**
- * The follower projection against the truth, or null while the projection lags (the diff only
- * means something once it has caught up). "Caught up" and the diff are read in one snapshot:
- * read apart, a follow committed in between looked like a follower missing from the
- * projection, and a healthy service under load failed its audit.
- */
-async function projectionDiffWhenCaughtUp(ledger: Ledger): Promise<ProjectionDiff | null> {
-  return withTransaction(
-    ledger.pool,
-    async (client) => {
-      const { rows } = await client.query<{ caught_up: boolean }>(
-        "SELECT coalesce(bool_and(s.last = w.applied_upto), true) AS caught_up FROM event_seq s JOIN proj_watermark w USING (part)",
-      );
-      if (!rows[0]!.caught_up) return null;
-      await ledger.hooks.at("audit.beforeProjectionDiff");
-      const diff = {} as ProjectionDiff;
-      for (const key of Object.keys(PROJECTION_DIFF) as (keyof ProjectionDiff)[]) {
-        diff[key] = (await client.query<{ n: number }>(PROJECTION_DIFF[key])).rows[0]!.n;
-      }
-      return diff;
-    },
-    { isolation: "REPEATABLE READ", readOnly: true },
-  );
-}
-
 /** Every invariant check of every capability, as `social-ledger audit` and GET /v1/admin/audit report them. */
 export async function fullAudit(ledger: Ledger) {
   const likesWrite = await writeSide(ledger.pool);
   const likesRead = await readSide(ledger.pool);
   const relations = await auditRelations(ledger.pool);
   const comments = await auditCounter(ledger.pool, COMMENT_COUNTER);
-  const diff = await projectionDiffWhenCaughtUp(ledger);
+  const diff = await projectionDiffWhenCaughtUp(ledger.pool, ledger.hooks);
   const notifications = await auditNotifications(ledger.pool);
   const webhooks = await auditWebhooks(ledger.pool);
   const erasure = await auditErasure(ledger.pool);
