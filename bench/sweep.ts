@@ -276,8 +276,8 @@ export async function runSweep(
     await t.ledger.likeConsumer.drain();
     await t.ledger.projector.drain();
     checkAbort();
-    // Without the consumers (--sweep-consumers-off) the writers' CPU per operation is their own.
-    const workers = o.sweepConsumers ? createWorkers(t.ledger, { idleMs: 20 }) : [];
+    // The loops as serve runs them (its idle wait too); without them (--sweep-consumers-off) the writers' CPU per operation is their own.
+    const workers = o.sweepConsumers ? createWorkers(t.ledger) : [];
     for (const w of workers) w.start();
     const positions: Positions = new Map();
     try {
