@@ -29,5 +29,7 @@ export function machineCpu(): MachineCpu | undefined {
 /** The machine's busy time and total time between two samples. */
 export function machineCpuSince(before: MachineCpu | undefined): MachineCpu | undefined {
   const after = machineCpu();
-  return before && after ? { busyMs: after.busyMs - before.busyMs, totalMs: after.totalMs - before.totalMs } : undefined;
+  return before && after
+    ? { busyMs: after.busyMs - before.busyMs, totalMs: after.totalMs - before.totalMs }
+    : undefined;
 }

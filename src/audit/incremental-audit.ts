@@ -311,9 +311,7 @@ async function auditSnapshot(client: PoolClient, sampleSize: number, threshold: 
   const one = async <T>(sql: string, values: unknown[]) => camel((await client.query(sql, values)).rows[0]) as T;
   const report = { clean: false, scope } as PeriodicAuditReport;
   let baselines: KeyBaselines | null = null;
-  const { rows: caught } = await client.query<{ caught_up: boolean }>(
-    PROJECTION_CAUGHT_UP_SQL,
-  );
+  const { rows: caught } = await client.query<{ caught_up: boolean }>(PROJECTION_CAUGHT_UP_SQL);
   const projectionCaughtUp = caught[0]!.caught_up;
   report.relations = { invariants: {} as RelationAudit, projectionCaughtUp, projectionDiff: null };
   if (scope.likes.mode === "incremental") {

@@ -17,7 +17,12 @@ import { FOLLOW_AND_BLOCK_READERS, RULE_CASE_READERS, insertReadRuleCases } from
 import { createTestDatabase } from "../support/test-db.ts";
 
 // In the order the negative controls' expectations list them.
-const READERS = ["au", ...RULE_CASE_READERS.slice(0, 5), ...FOLLOW_AND_BLOCK_READERS, ...RULE_CASE_READERS.slice(5)] as const;
+const READERS = [
+  "au",
+  ...RULE_CASE_READERS.slice(0, 5),
+  ...FOLLOW_AND_BLOCK_READERS,
+  ...RULE_CASE_READERS.slice(5),
+] as const;
 
 /** The expected pages, written by hand (they pin the fixture: every branch is reached). */
 const EXPECTED: Record<string, string[]> = {

@@ -8,7 +8,16 @@
 import type { Pool } from "../../src/db/pool.ts";
 
 /** The readers of the rule's cases besides `au` itself. */
-export const RULE_CASE_READERS = ["fol", "pend", "gone", "blocked", "blocker", "stranger", "lagging", "unseen"] as const;
+export const RULE_CASE_READERS = [
+  "fol",
+  "pend",
+  "gone",
+  "blocked",
+  "blocker",
+  "stranger",
+  "lagging",
+  "unseen",
+] as const;
 /** Readers who follow `au` and are blocked by it (`blockedfol`) or block it (`blockerfol`): a state writes never leave. */
 export const FOLLOW_AND_BLOCK_READERS = ["blockedfol", "blockerfol"] as const;
 

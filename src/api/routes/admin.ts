@@ -6,7 +6,7 @@ import { readWatermarks } from "../metrics.ts";
 import { bearer, errors, id, named, namedWriteAnswer } from "../schemas.ts";
 import { readSide, readSideClean, writeSide, writeSideClean } from "../../likes/like-audit.ts";
 import { auditRelations, projectionDiffWhenCaughtUp, relationAuditClean } from "../../relations/relation-audit.ts";
-import { transactionStats, withTransaction } from "../../db/transaction.ts";
+import { transactionStats } from "../../db/transaction.ts";
 import { COMMENT_COUNTER } from "../../content/comment-spec.ts";
 import { auditCounter, counterAuditClean } from "../../counters/counter-audit.ts";
 import { recordCounterRebuildDrift, recordRebuildDrift } from "../../cache/reconciler.ts";
