@@ -92,6 +92,15 @@ export const HOME_LAG_SQL = `
            WHERE o.seq > w.applied_upto AND o.follower = $1
              AND NOT EXISTS (SELECT 1 FROM feed_relation_seen s WHERE s.part = o.part AND s.seq = o.seq))::int AS lag`;
 
+/**
+ * The page and its lag in one statement: a row per entry with the lag beside it, or one row of the
+ * lag alone (post_id NULL) when the page is empty.
+ */
+export const HOME_TIMELINE_SQL = `
+  WITH lag AS (${HOME_LAG_SQL}), entries AS (${HOME_PAGE_SQL})
+  SELECT lag.lag, entries.* FROM lag LEFT JOIN entries ON true
+   ORDER BY entries.created_at DESC, entries.post_id DESC`;
+
 interface PageRow {
   post_id: string;
   author: string;
@@ -115,9 +124,14 @@ export async function readHomeTimeline(
   validateId("reader", reader);
   const limit = validateLimit(options.limit);
   const after = options.cursor === undefined ? null : decodeCursor(options.cursor);
-  // Lag first: an event applied between the two reads is then counted and not missed (the page is at least as fresh as it says).
-  const { rows: lagRows } = await pool.query<{ lag: number }>(HOME_LAG_SQL, [reader]);
-  const { rows } = await pool.query<PageRow>(HOME_PAGE_SQL, [reader, after?.at ?? null, after?.id ?? null, limit + 1]);
+  // One statement, one snapshot: the lag counts exactly the events the page has not seen. Named: parsed and planned once per connection.
+  const { rows: joined } = await pool.query<{ lag: number } & Partial<PageRow>>({
+    name: "home_timeline",
+    text: HOME_TIMELINE_SQL,
+    values: [reader, after?.at ?? null, after?.id ?? null, limit + 1],
+  });
+  const lag = joined[0]!.lag;
+  const rows = joined.filter((r): r is { lag: number } & PageRow => r.post_id != null);
   const { page, nextCursor } = keysetPage(rows, limit, (r) => ({ at: r.cursor_at, id: r.post_id }));
   return {
     entries: page.map((r) => ({
@@ -134,7 +148,7 @@ export async function readHomeTimeline(
       comments: Number(r.comments),
       likedByMe: r.liked,
     })),
-    lag: lagRows[0]!.lag,
+    lag,
     ...(nextCursor ? { nextCursor } : {}),
   };
 }
