@@ -5,7 +5,10 @@
  * Each tree migrates its own databases with its own migrations and writes through its own
  * LikeService (a pool of 20, as `serve` uses); each cell is four rounds in ABBA order, summed.
  * Options: --before DIR (required), --seconds S per round (default 3), --callers 16,64,256,
- * --partitions 1,16, --after-in-flight K (this tree's batches in flight, default its own default).
+ * --partitions 1,16, --after-in-flight K (this tree's batches in flight, default its own default),
+ * --with-consumers (each tree writes through its own ledger with its own consumer loops,
+ * createWorkers with serve's defaults, running during its rounds only: what the loops cost the
+ * writers). Each cell also prints the whole machine's CPU per like (bench/machine-cpu.ts).
  */
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -13,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import { BenchCluster } from "./bench-cluster.ts";
 import { mergeFigures, runForSeconds, type Figures } from "./load.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
+import { machineCpu, machineCpuSince } from "./machine-cpu.ts";
 
 interface Writer {
   like(user: string, item: string): Promise<{ outcome: string }>;
@@ -20,11 +24,18 @@ interface Writer {
   createItem(item: string): Promise<void>;
 }
 
+interface Loop {
+  start(): void;
+  stop(): Promise<void>;
+}
+
 interface Tree {
   name: string;
   migrate: (pool: Pool) => Promise<unknown>;
   initLedger: (pool: Pool, o: { partitions: number }) => Promise<unknown>;
   open: (pool: Pool, options: object) => Promise<Writer>;
+  /** The tree's ledger's like writer and its consumer loops (not started). */
+  openWithLoops: (pool: Pool) => Promise<{ writer: Writer; loops: Loop[] }>;
 }
 
 const ITEMS = 20;
@@ -34,11 +45,16 @@ async function loadTree(name: string, dir: string): Promise<Tree> {
   const migrate = await mod("src/db/migrate.ts");
   const config = await mod("src/db/ledger-config.ts");
   const likes = await mod("src/likes/like-service.ts");
+  const ledgers = await mod("src/ledger.ts");
   return {
     name,
     migrate: migrate.migrate,
     initLedger: config.initLedger,
     open: (pool, options) => likes.LikeService.open(pool, options),
+    openWithLoops: async (pool) => {
+      const ledger = await ledgers.openLedger(pool);
+      return { writer: ledger.likes, loops: ledgers.createWorkers(ledger) };
+    },
   };
 }
 
@@ -50,6 +66,7 @@ async function main(): Promise<void> {
       callers: { type: "string", default: "16,64,256" },
       partitions: { type: "string", default: "1,16" },
       "after-in-flight": { type: "string" },
+      "with-consumers": { type: "boolean", default: false },
     },
   });
   if (!values.before) throw new Error("--before DIR is required (a checkout with node_modules)");
@@ -63,6 +80,7 @@ async function main(): Promise<void> {
     const rows: string[] = [];
     for (const partitions of partitionCounts) {
       const writers: Writer[] = [];
+      const loops: Loop[][] = [];
       for (const tree of trees) {
         const name = `${tree.name}_p${partitions}`;
         const admin = createPool({ connectionString: bench.cluster.connectionString("postgres"), max: 1 });
@@ -72,12 +90,21 @@ async function main(): Promise<void> {
         await tree.migrate(pool);
         await tree.initLedger(pool, { partitions });
         const inFlight = values["after-in-flight"];
-        const w = await tree.open(pool, tree.name === "after" && inFlight ? { batchesInFlight: Number(inFlight) } : {});
-        for (let i = 0; i < ITEMS; i++) await w.createItem(`it-${i}`);
-        writers.push(w);
+        if (values["with-consumers"]) {
+          const opened = await tree.openWithLoops(pool);
+          writers.push(opened.writer);
+          loops.push(opened.loops);
+        } else {
+          writers.push(
+            await tree.open(pool, tree.name === "after" && inFlight ? { batchesInFlight: Number(inFlight) } : {}),
+          );
+          loops.push([]);
+        }
+        for (let i = 0; i < ITEMS; i++) await writers.at(-1)!.createItem(`it-${i}`);
       }
       for (const callers of callerCounts) {
         const runs: Figures[][] = [[], []];
+        const cpuMs = [0, 0];
         let round = 0;
         // ABBA: before, after, after, before.
         for (const which of [0, 1, 1, 0]) {
@@ -85,6 +112,8 @@ async function main(): Promise<void> {
           const changed = { n: 0 };
           // Caller c toggles its own pairs (user u<round>-<c>, items in turn): every write a change.
           const prefix = `u${round++}-${callers}-`;
+          for (const l of loops[which]!) l.start();
+          const cpu = machineCpu();
           const figures = await runForSeconds(seconds, callers, async (k) => {
             const c = k % callers;
             const step = Math.floor(k / callers);
@@ -93,9 +122,12 @@ async function main(): Promise<void> {
             const r = step % 2 === 0 ? await w.like(user, item) : await w.unlike(user, item);
             if (r.outcome === "CHANGED") changed.n++;
           });
+          cpuMs[which]! += machineCpuSince(cpu)?.busyMs ?? NaN;
+          await Promise.all(loops[which]!.map((l) => l.stop()));
           runs[which]!.push({ ...figures, ops: changed.n, opsPerSec: changed.n / figures.seconds });
         }
         const [before, after] = runs.map((r) => mergeFigures(r)) as [Figures, Figures];
+        const cpuPerLike = (which: number, f: Figures) => ((cpuMs[which]! * 1000) / f.ops).toFixed(0).padStart(7);
         const line = [
           `P=${partitions}`.padEnd(5),
           String(callers).padStart(4),
@@ -106,6 +138,8 @@ async function main(): Promise<void> {
           after.p50Ms.toFixed(1).padStart(7),
           before.p99Ms.toFixed(1).padStart(7),
           after.p99Ms.toFixed(1).padStart(7),
+          cpuPerLike(0, before),
+          cpuPerLike(1, after),
           String(before.errors + after.errors).padStart(4),
         ].join(" ");
         rows.push(line);
@@ -113,9 +147,9 @@ async function main(): Promise<void> {
       }
     }
     console.log(
-      "\nlike CHANGED/s, library, pool of 20; each cell 4 rounds of " +
-        `${seconds} s in ABBA order on one cluster (before: ${values.before})\n` +
-        "P     callers before   after  ratio p50 bef p50 aft p99 bef p99 aft errs\n" +
+      `\nlike CHANGED/s, library, pool of 20${values["with-consumers"] ? ", consumer loops running" : ""}; each cell 4 rounds of ` +
+        `${seconds} s in ABBA order on one cluster (before: ${values.before}); µs: the machine's CPU per like\n` +
+        "P     callers before   after  ratio p50 bef p50 aft p99 bef p99 aft µs bef µs aft errs\n" +
         rows.join("\n"),
     );
   } finally {

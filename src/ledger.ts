@@ -143,7 +143,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? CONSUMER_BATCH;
   const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
-  options = { ...options, idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW };
+  const loopOptions: PartitionWorkerOptions = { ...options, idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW };
   const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
   return groups.flatMap((group, g) => [
     new PartitionWorker(
@@ -153,7 +153,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         options.onLikes?.(s);
         return s.applied + s.covered + s.dup;
       },
-      options,
+      loopOptions,
     ),
     new PartitionWorker(
       `follower-projector#${g}`,
@@ -162,7 +162,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         options.onRelations?.(v);
         return v.applied + v.stale + v.dup;
       },
-      options,
+      loopOptions,
     ),
     new PartitionWorker(
       `comment-counter#${g}`,
@@ -171,7 +171,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         options.onComments?.(s);
         return s.applied + s.covered + s.dup;
       },
-      options,
+      loopOptions,
     ),
     new PartitionWorker(
       `notifications#${g}`,
@@ -180,7 +180,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         options.onNotifications?.(s);
         return s.applied + s.skipped + s.dup;
       },
-      options,
+      loopOptions,
     ),
     new PartitionWorker(
       `feed#${g}`,
@@ -189,7 +189,7 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
         options.onFeed?.(s);
         return s.applied + s.dup;
       },
-      options,
+      loopOptions,
     ),
   ]);
 }

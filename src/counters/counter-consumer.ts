@@ -81,12 +81,11 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
       FROM fresh`;
   return async (client, part, events) => {
     const distinct = [...new Map(events.map((e) => [e.seq, e])).values()];
-    const { rows } = await client.query<{ applied: number; covered: number }>(sql, [
-      part,
-      distinct.map((e) => e.seq),
-      distinct.map((e) => e.key),
-      distinct.map((e) => e.delta),
-    ]);
+    const { rows } = await client.query<{ applied: number; covered: number }>({
+      name: `${s.kind}_apply`,
+      text: sql,
+      values: [part, distinct.map((e) => e.seq), distinct.map((e) => e.key), distinct.map((e) => e.delta)],
+    });
     const { applied, covered } = rows[0]!;
     return { applied, covered, dup: events.length - applied - covered };
   };
@@ -173,8 +172,8 @@ export class CounterConsumer {
         // Count rows are created and locked in key order, the same for every consumer, and a
         // rebuild install locks only the rows of one key: no lock cycle can form.
         const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-        await client.query(this.sql.createRows, [keys, part]);
-        await client.query(this.sql.lockRows, [keys, part]);
+        await client.query({ name: `${this.spec.kind}_create_rows`, text: this.sql.createRows, values: [keys, part] });
+        await client.query({ name: `${this.spec.kind}_lock_rows`, text: this.sql.lockRows, values: [keys, part] });
         await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { part, events, pid: backendPid(client) });
         const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
         return { ...stats, dup: stats.dup + expired, expired };

@@ -23,8 +23,9 @@ export interface WatermarkTables {
  * every row committed by whoever held the lock before.
  */
 export async function advanceWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>(
-    `UPDATE ${t.watermark} w
+  const { rows } = await client.query<{ applied_upto: number }>({
+    name: `${t.watermark}_advance`,
+    text: `UPDATE ${t.watermark} w
         SET applied_upto = coalesce((
               SELECT max(s.seq)
                 FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
@@ -32,8 +33,8 @@ export async function advanceWatermark(client: PoolClient, t: WatermarkTables, p
                WHERE s.seq = w.applied_upto + s.rn), w.applied_upto)
       WHERE part = $1
       RETURNING applied_upto`,
-    [part],
-  );
+    values: [part],
+  });
   return rows[0]!.applied_upto;
 }
 
@@ -57,10 +58,11 @@ export function fetchPendingSql(outbox: string, columns: string, t: WatermarkTab
 }
 
 export async function lockWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>(
-    `SELECT applied_upto FROM ${t.watermark} WHERE part = $1 FOR UPDATE`,
-    [part],
-  );
+  const { rows } = await client.query<{ applied_upto: number }>({
+    name: `${t.watermark}_lock`,
+    text: `SELECT applied_upto FROM ${t.watermark} WHERE part = $1 FOR UPDATE`,
+    values: [part],
+  });
   return rows[0]!.applied_upto;
 }
 

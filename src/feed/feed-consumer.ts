@@ -66,7 +66,13 @@ export type FeedPlanner = (
 ) => Promise<PlanRow[]>;
 
 export const planFromFacts: FeedPlanner = async (client, source, part, fresh, maxItems) =>
-  (await client.query<PlanRow>(source.planSql, source.capped ? [part, fresh, maxItems] : [part, fresh])).rows;
+  (
+    await client.query<PlanRow>({
+      name: `feed_${source.name}_plan`,
+      text: source.planSql,
+      values: source.capped ? [part, fresh, maxItems] : [part, fresh],
+    })
+  ).rows;
 
 export interface FeedConsumerOptions {
   hooks?: Hooks;
@@ -153,9 +159,22 @@ export class FeedConsumer {
       async (client) => {
         const kept = delivered ? await this.requireOutboxMatch(client, part, events) : seqs;
         const expired = events.length - kept.length;
-        const fresh = (await client.query<{ seq: number }>(this.sql.markSeen, [part, kept])).rows.map((r) => r.seq);
-        const { rows: authors } = await client.query<{ author: string }>(this.source.authorsSql, [part, fresh]);
-        await client.query(LOCK_AUTHORS_SQL, [authors.map((a) => a.author)]);
+        const marked = await client.query<{ seq: number }>({
+          name: `feed_${source}_mark_seen`,
+          text: this.sql.markSeen,
+          values: [part, kept],
+        });
+        const fresh = marked.rows.map((r) => r.seq);
+        const { rows: authors } = await client.query<{ author: string }>({
+          name: `feed_${source}_authors`,
+          text: this.source.authorsSql,
+          values: [part, fresh],
+        });
+        await client.query({
+          name: "feed_lock_authors",
+          text: LOCK_AUTHORS_SQL,
+          values: [authors.map((a) => a.author)],
+        });
         await this.hooks.at("feed.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
         // Only a post event changes an author's hot state, under its lock, before the plan is read.
         const transition =

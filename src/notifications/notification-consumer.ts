@@ -56,8 +56,9 @@ export type NotificationApply = (
  * from the outbox, which the batch was checked against.
  */
 export const applyWithDedup: NotificationApply = async (client, source, part, seqs) => {
-  const { rows } = await client.query<{ fresh: number; written: number }>(
-    `WITH fresh AS (
+  const { rows } = await client.query<{ fresh: number; written: number }>({
+    name: `notifications_${source.name}_apply`,
+    text: `WITH fresh AS (
        INSERT INTO ${source.tables.seen} (part, seq)
        SELECT DISTINCT $1::int, s FROM unnest($2::bigint[]) AS s
         WHERE s > (SELECT applied_upto FROM ${source.tables.watermark} WHERE part = $1) ORDER BY 2
@@ -75,8 +76,8 @@ export const applyWithDedup: NotificationApply = async (client, source, part, se
         WHERE n.version < EXCLUDED.version
        RETURNING 1)
      SELECT (SELECT count(*) FROM fresh)::int AS fresh, (SELECT count(*) FROM written)::int AS written`,
-    [part, seqs],
-  );
+    values: [part, seqs],
+  });
   const { fresh, written } = rows[0]!;
   return { applied: written, skipped: fresh - written, dup: seqs.length - fresh };
 };
@@ -153,8 +154,16 @@ export class NotificationConsumer {
       async (client) => {
         const kept = delivered ? await this.requireOutboxMatch(client, part, events) : seqs;
         const expired = events.length - kept.length;
-        const { rows } = await client.query<{ recipient: string }>(this.sql.recipients, [part, kept]);
-        await client.query(LOCK_RECIPIENTS_SQL, [rows.map((r) => r.recipient)]);
+        const { rows } = await client.query<{ recipient: string }>({
+          name: `notifications_${source}_recipients`,
+          text: this.sql.recipients,
+          values: [part, kept],
+        });
+        await client.query({
+          name: "notifications_lock_recipients",
+          text: LOCK_RECIPIENTS_SQL,
+          values: [rows.map((r) => r.recipient)],
+        });
         await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
         const stats = kept.length > 0 ? await this.apply(client, this.source, part, kept) : emptyNotificationStats();
         return { ...stats, dup: stats.dup + expired, expired };

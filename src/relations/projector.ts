@@ -117,8 +117,9 @@ async function projectBatchVersioned(
   part: number,
   events: readonly RelationEvent[],
 ): Promise<Verdict[]> {
-  const { rows } = await client.query<{ ord: number; applied: boolean }>(
-    `WITH ev AS (
+  const { rows } = await client.query<{ ord: number; applied: boolean }>({
+    name: "relation_project_batch",
+    text: `WITH ev AS (
        SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
                 WITH ORDINALITY AS e(seq, follower, followee, state, version, created_at, ord)
         WHERE e.seq > (SELECT applied_upto FROM proj_watermark WHERE part = $1)),
@@ -150,7 +151,7 @@ async function projectBatchVersioned(
        ON CONFLICT (followee) DO UPDATE SET n = proj_count.n + EXCLUDED.n
        RETURNING 1)
      SELECT ord::int, applied FROM judged`,
-    [
+    values: [
       part,
       events.map((e) => e.seq),
       events.map((e) => e.follower),
@@ -159,7 +160,7 @@ async function projectBatchVersioned(
       events.map((e) => e.version),
       events.map((e) => e.createdAt),
     ],
-  );
+  });
   const verdicts: Verdict[] = events.map(() => "dup");
   for (const { ord, applied } of rows) verdicts[ord - 1] = applied ? "applied" : "stale";
   return verdicts;

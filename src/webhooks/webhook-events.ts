@@ -251,7 +251,11 @@ export async function readEvents(
   after: number,
   limit: number,
 ): Promise<WebhookEvent[]> {
-  const { rows } = await client.query<Row>(PAGE_SQL[source], [part, after, limit]);
+  const { rows } = await client.query<Row>({
+    name: `webhook_page_${source}`,
+    text: PAGE_SQL[source],
+    values: [part, after, limit],
+  });
   return rows.map((r) => toEvent(source, part, r));
 }
 
