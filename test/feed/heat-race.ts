@@ -44,7 +44,7 @@ export async function parkHeating(fx: FeedFixture, hooks: Hooks, gate: Gate): Pr
 }
 
 /** After the race, with every gate released: warm is hot; once drained, the audit and ann's rows of warm. */
-export async function raceOutcome(fx: FeedFixture, wait: RaceRun["wait"]): Promise<RaceRun> {
+export async function raceOutcome<W extends RaceRun["wait"]>(fx: FeedFixture, wait: W): Promise<RaceRun & { wait: W }> {
   assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
   await drainFeed(fx.ledger);
   return {
