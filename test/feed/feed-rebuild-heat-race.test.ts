@@ -6,13 +6,12 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { auditFeed } from "../../src/feed/feed-audit.ts";
 import { FeedRebuild } from "../../src/feed/feed-rebuild.ts";
 import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { drainFeed, feedFixture, type FeedFixture } from "./fixture.ts";
-import { hotAuthors, rowsOfAuthor } from "./heat-race.ts";
+import { parkHeating, raceOutcome } from "./heat-race.ts";
 import { hotSetUnlocked } from "./negative-controls.ts";
 
 const HOT = 3;
@@ -66,14 +65,7 @@ async function rebuildFirst(hotSet: HotSetShare | undefined) {
     await heating;
     hooks.on("feed.rebuild.beforeCommit", () => undefined);
     assert.deepEqual(report.changed, [{ reader: "ann", added: 1, removed: 0 }], "the rebuild installed warm's row");
-    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
-    await drainFeed(fx.ledger);
-    return {
-      wait,
-      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
-      cold,
-    };
+    return { ...(await raceOutcome(fx, wait)), cold };
   } finally {
     gate.release();
     await fx.close();
@@ -90,11 +82,7 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
   const { fx } = await warmAboutToHeat(hooks);
   const gate = new Gate("feed.consumer.beforeCommit");
   try {
-    await fx.ledger.posts.createPost("warm", "PUBLIC", "the post that heats");
-    hooks.on("feed.consumer.beforeCommit", gate.handler);
-    const heating = fx.ledger.feed.consumer("posts").pollOnce([0]);
-    const parked = await gate.waitArrived();
-    assert.equal(parked.source, "posts");
+    const { heating } = await parkHeating(fx, hooks, gate);
     const rebuilding = rebuildOf(fx, hooks, hotSet).rebuild();
     // Fixed, ann's install (the first reader) waits for the hot set's lock; unlocked, ann's is
     // committed and bob's (the next) waits for his feed_reader row, which the heating holds.
@@ -103,13 +91,7 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
     await heating;
     await rebuilding;
     hooks.on("feed.consumer.beforeCommit", () => undefined);
-    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
-    await drainFeed(fx.ledger);
-    return {
-      wait,
-      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
-    };
+    return await raceOutcome(fx, wait);
   } finally {
     gate.release();
     await fx.close();

@@ -7,13 +7,12 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { auditFeed } from "../../src/feed/feed-audit.ts";
 import { FeedAbsence } from "../../src/feed/feed-absence.ts";
 import type { HotSetShare } from "../../src/feed/feed-sources.ts";
 import { Gate, Hooks } from "../../src/hooks.ts";
 import { waitForAnyLockWait } from "../support/pg-locks.ts";
 import { drainFeed, feedFixture, type FeedFixture } from "./fixture.ts";
-import { hotAuthors, judgeHeatRace, rowsOfAuthor } from "./heat-race.ts";
+import { judgeHeatRace, parkHeating, raceOutcome, rowsOfAuthor } from "./heat-race.ts";
 import { hotSetUnlocked } from "./negative-controls.ts";
 
 const HOT = 3;
@@ -73,13 +72,7 @@ async function returnFirst(hotSet: HotSetShare | undefined) {
     assert.deepEqual(await returning, { complete: true, rebuilt: true });
     await heating;
     hooks.on("feed.return.beforeCommit", () => undefined);
-    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
-    await drainFeed(fx.ledger);
-    return {
-      wait,
-      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
-    };
+    return await raceOutcome(fx, wait);
   } finally {
     gate.release();
     await fx.close();
@@ -96,11 +89,7 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
   const fx = await absentAnnFollowingWarm(hooks);
   const gate = new Gate("feed.consumer.beforeCommit");
   try {
-    await fx.ledger.posts.createPost("warm", "PUBLIC", "the post that heats");
-    hooks.on("feed.consumer.beforeCommit", gate.handler);
-    const heating = fx.ledger.feed.consumer("posts").pollOnce([0]);
-    const parked = await gate.waitArrived();
-    assert.equal(parked.source, "posts");
+    const { heating } = await parkHeating(fx, hooks, gate);
     const returning = absenceOf(fx, hooks, hotSet).returnReader("ann");
     let wait: { locktype: string; mode: string } | null = null;
     if (hotSet === undefined) wait = await waitForAnyLockWait(fx.db.pool);
@@ -109,13 +98,7 @@ async function heatingFirst(hotSet: HotSetShare | undefined) {
     await heating;
     assert.deepEqual(await returning, { complete: true, rebuilt: true });
     hooks.on("feed.consumer.beforeCommit", () => undefined);
-    assert.deepEqual(await hotAuthors(fx.db.pool), ["warm"]);
-    await drainFeed(fx.ledger);
-    return {
-      wait,
-      audit: await auditFeed(fx.db.pool, fx.ledger.feed.maxItems),
-      warmRows: await rowsOfAuthor(fx.db.pool, "ann", "warm"),
-    };
+    return await raceOutcome(fx, wait);
   } finally {
     gate.release();
     await fx.close();
