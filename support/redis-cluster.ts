@@ -9,14 +9,17 @@ import { pollUntil } from "./poll.ts";
 
 const run = promisify(execFile);
 
-async function portIsFree(port: number): Promise<boolean> {
+/**
+ * Whether `port` can be listened on now. One promise settles on the first of "listening" and
+ * "error": `events.once(server, "listening")` would reject on the error and win a race against it.
+ */
+export async function portIsFree(port: number): Promise<boolean> {
   const server = createServer();
-  server.once("error", () => {});
-  server.listen(port, "127.0.0.1");
-  const listening = await Promise.race([
-    once(server, "listening").then(() => true),
-    once(server, "error").then(() => false),
-  ]);
+  const listening = await new Promise<boolean>((resolve) => {
+    server.once("error", () => resolve(false));
+    server.once("listening", () => resolve(true));
+    server.listen(port, "127.0.0.1");
+  });
   if (listening) {
     server.close();
     await once(server, "close");
@@ -25,7 +28,7 @@ async function portIsFree(port: number): Promise<boolean> {
 }
 
 /** A free port whose cluster bus port (port + 10000) is free too; the OS picks it, so never 6379. */
-async function freeClusterPort(taken: Set<number>): Promise<number> {
+export async function freeClusterPort(taken: Set<number>): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
     const server = createServer();
     server.listen(0, "127.0.0.1");
