@@ -1,13 +1,13 @@
 /**
  * `npm run bench:feed`: on an embedded PostgreSQL of its own, generates the feed chapter's graph
  * (support/feed-population.ts: heavy-tailed followers, posts) at each size and measures, in one
- * run per size, the reads against a primary-key read of a post:
- *   - an author's page (GET /v1/accounts/{id}/posts's statement) p99 ÷ the primary-key read p99;
+ * run per size, each read interleaved with a primary-key read of a post on the same workers:
+ *   - an author's page (GET /v1/accounts/{id}/posts's statement) p99 ÷ the primary-key read's p99;
  *   - the hot-author merge (author_posts_page over the 20 hot authors a reader follows) p99 ÷ the same;
  *   - bytes per post row (the post table with its indexes and TOAST);
  *   - the fan-out write cost per inbox row and the merge's cost per extra author, from which the
  *     hot-follower threshold's crossover is computed (docs/feed.md, "Cost model and the threshold");
- *   - the home timeline (GET /v1/timelines/home's statements: lag, then the page merging the inbox
+ *   - the home timeline (GET /v1/timelines/home's statement: the lag and the page merging the inbox
  *     with the hot authors the reader follows) p99 ÷ the same, for typical readers and for readers
  *     following the 20 hot authors.
  *   - the inbox (bench/feed-inbox.ts): inbox rows written per second and writes per post under a
@@ -31,7 +31,7 @@ import { EmbeddedCluster, clusterTempDir } from "../src/db/embedded-cluster.ts";
 import { initLedger } from "../src/db/ledger-config.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { createPool, type Pool } from "../src/db/pool.ts";
-import { runFixedCount, type Figures } from "./load.ts";
+import { runInterleaved, type Figures } from "./load.ts";
 import { generateFeedPopulation, type FeedPopulation } from "../support/feed-population.ts";
 import { INBOX_PHASES, inboxReport } from "./feed-inbox.ts";
 
@@ -128,62 +128,59 @@ export async function installHomeReaders(c: SizeContext): Promise<string[]> {
 }
 
 /**
- * The phases, in order. The primary-key reads run twice, around the pages, and are merged, so
- * the ratio's two sides share the machine's load as evenly as one run allows. The inbox's phases
- * come last: they write posts, follows and inbox rows the read phases must not see.
+ * Each read phase runs interleaved with a primary-key read of a post (runInterleaved: operation k
+ * is the page for odd k, the primary-key read for even k, on the same workers), so each ratio's
+ * two sides meet the same load: this machine's p99s are mostly scheduling stalls, and two
+ * separate runs compared two moments of it (docs/decisions/0042-feed-reads-beside-the-primary-key.md).
+ */
+async function besidePk(c: SizeContext, name: string, page: (k: number) => Promise<unknown>): Promise<void> {
+  const [pk, measured] = await runInterleaved(2 * c.o.reads, c.o.workers, [
+    (k) => readLivePost(c.pool, somePost(c.pop, k)),
+    page,
+  ]);
+  c.figures[`${name}Pk`] = pk!;
+  c.figures[name] = measured!;
+}
+
+/**
+ * The phases, in order. The inbox's phases come last: they write posts, follows and inbox rows
+ * the read phases must not see.
  */
 export const PHASES: Phase[] = [
   {
-    name: "primary-key read (before)",
-    run: async (c) => {
-      c.figures.pkBefore = await runFixedCount(c.o.reads, c.o.workers, (k) => readLivePost(c.pool, somePost(c.pop, k)));
-    },
-  },
-  {
     name: "author page",
-    run: async (c) => {
-      c.figures.authorPage = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+    run: (c) =>
+      besidePk(c, "authorPage", (k) =>
         readAuthorPosts(c.pool, someAccount(c.pop, k + 1), [someAccount(c.pop, k)], { limit: c.o.limit }),
-      );
-    },
+      ),
   },
   {
     name: "hot author's page",
-    run: async (c) => {
-      c.figures.hotAuthorPage = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+    run: (c) =>
+      besidePk(c, "hotAuthorPage", (k) =>
         readAuthorPosts(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, [c.pop.hotAuthors[k % 20]!], {
           limit: c.o.limit,
         }),
-      );
-    },
+      ),
   },
   {
     name: "hot-author merge (20 authors)",
-    run: async (c) => {
-      c.figures.hotMerge = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+    run: (c) =>
+      besidePk(c, "hotMerge", (k) =>
         readAuthorPosts(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, c.pop.hotAuthors, {
           limit: c.o.limit,
         }),
-      );
-    },
+      ),
   },
   {
     name: "home timeline (typical readers, readers of the 20 hot authors)",
     run: async (c) => {
       const typical = await installHomeReaders(c);
-      c.figures.homeTypical = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+      await besidePk(c, "homeTypical", (k) =>
         readHomeTimeline(c.pool, typical[k % typical.length]!, { limit: c.o.limit }),
       );
-      c.figures.homeHotReader = await runFixedCount(c.o.reads, c.o.workers, (k) =>
+      await besidePk(c, "homeHotReader", (k) =>
         readHomeTimeline(c.pool, c.pop.hotReaders[k % c.pop.hotReaders.length]!, { limit: c.o.limit }),
-      );
-    },
-  },
-  {
-    name: "primary-key read (after)",
-    run: async (c) => {
-      c.figures.pkAfter = await runFixedCount(c.o.reads, c.o.workers, (k) =>
-        readLivePost(c.pool, somePost(c.pop, k + c.o.reads)),
       );
     },
   },
@@ -268,22 +265,39 @@ function parseOptions(argv: readonly string[]): FeedOptions {
 
 const ms = (x: number) => x.toFixed(2);
 
+/** A page's line: its p50 and p99, and its p99 ÷ the p99 of the primary-key reads interleaved with it. */
+function pageLine(c: SizeContext, label: string, name: string, goal: string): string {
+  const f = c.figures[name]!;
+  const pk = c.figures[`${name}Pk`]!;
+  return `  ${label.padEnd(28)} p50 ${ms(f.p50Ms)} ms  p99 ${ms(f.p99Ms)} ms  beside pk p50 ${ms(pk.p50Ms)} p99 ${ms(pk.p99Ms)} ms: p99 / pk p99 ${ratio(c, name).toFixed(2)}${goal}`;
+}
+
+const ratio = (c: SizeContext, name: string) => c.figures[name]!.p99Ms / c.figures[`${name}Pk`]!.p99Ms;
+
 function report(c: SizeContext, generateSeconds: number): Record<string, unknown> {
-  const pk = c.figures.pkBefore!.latencyMs && c.figures.pkAfter!.latencyMs ? merged(c) : c.figures.pkBefore!;
-  const ratio = (f: Figures | undefined) => (f ? f.p99Ms / pk.p99Ms : Number.NaN);
   const perExtraAuthorMs = (c.figures.hotMerge!.p50Ms - c.figures.hotAuthorPage!.p50Ms) / 19;
   // Cost model (docs/feed.md): a post's fan-out to F followers costs F x w and must
   // finish within the freshness budget B (1 s) on one consumer; above F* = B / w it is merged at read time.
   const crossover = 1_000_000 / c.values.fanoutUsPerRow!;
+  const pages = ["authorPage", "hotAuthorPage", "hotMerge", "homeTypical", "homeHotReader"];
   const lines = [
     `accounts ${c.pop.accounts}: ${c.pop.follows} follows, ${c.pop.posts} posts, largest ${c.pop.largestFollowers} followers, ${c.pop.accountsOver10k} accounts >= 10,000 (generated in ${generateSeconds.toFixed(0)} s)`,
-    `  primary-key read        p50 ${ms(pk.p50Ms)} ms  p99 ${ms(pk.p99Ms)} ms`,
-    `  author page (${c.o.limit})        p50 ${ms(c.figures.authorPage!.p50Ms)} ms  p99 ${ms(c.figures.authorPage!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.authorPage).toFixed(2)} (goal <= 3)`,
-    `  hot author's page       p50 ${ms(c.figures.hotAuthorPage!.p50Ms)} ms  p99 ${ms(c.figures.hotAuthorPage!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotAuthorPage).toFixed(2)}`,
-    `  hot merge, 20 authors   p50 ${ms(c.figures.hotMerge!.p50Ms)} ms  p99 ${ms(c.figures.hotMerge!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.hotMerge).toFixed(2)} (goal <= 3)`,
+    pageLine(c, `author page (${c.o.limit})`, "authorPage", " (goal <= 3)"),
+    pageLine(c, "hot author's page", "hotAuthorPage", ""),
+    pageLine(c, "hot merge, 20 authors", "hotMerge", " (goal <= 3)"),
     `  merge cost per extra author (p50) ${ms(perExtraAuthorMs)} ms`,
-    `  home page, typical reader  p50 ${ms(c.figures.homeTypical!.p50Ms)} ms  p99 ${ms(c.figures.homeTypical!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.homeTypical).toFixed(2)} (goal <= 3; ${c.values.typicalReaders} readers, ${c.values.typicalInboxRows!.toFixed(0)} inbox rows and ${c.values.typicalHotFollowees!.toFixed(1)} hot followees on average)`,
-    `  home page, 20 hot followees  p50 ${ms(c.figures.homeHotReader!.p50Ms)} ms  p99 ${ms(c.figures.homeHotReader!.p99Ms)} ms  p99 / pk p99 ${ratio(c.figures.homeHotReader).toFixed(2)} (goal <= 3; hot from ${c.values.hotThreshold} followers)`,
+    pageLine(
+      c,
+      "home page, typical reader",
+      "homeTypical",
+      ` (goal <= 3; ${c.values.typicalReaders} readers, ${c.values.typicalInboxRows!.toFixed(0)} inbox rows and ${c.values.typicalHotFollowees!.toFixed(1)} hot followees on average)`,
+    ),
+    pageLine(
+      c,
+      "home page, 20 hot followees",
+      "homeHotReader",
+      ` (goal <= 3; hot from ${c.values.hotThreshold} followers)`,
+    ),
     `  fan-out write ${c.values.fanoutUsPerRow!.toFixed(1)} µs per inbox row (${c.values.fanoutRows} rows) -> crossover F* = 1 s / w = ${Math.round(crossover)} followers`,
     `  bytes per post row ${c.values.bytesPerPost!.toFixed(0)} (post_author_newest ${c.values.indexBytesPerPost!.toFixed(0)})`,
     ...inboxReport(c.values),
@@ -293,30 +307,9 @@ function report(c: SizeContext, generateSeconds: number): Record<string, unknown
     accounts: c.pop.accounts,
     population: { ...c.pop, hotReaders: c.pop.hotReaders.length },
     generateSeconds,
-    primaryKey: strip(pk),
     figures: Object.fromEntries(Object.entries(c.figures).map(([k, f]) => [k, strip(f)])),
-    ratios: {
-      authorPage: ratio(c.figures.authorPage),
-      hotAuthorPage: ratio(c.figures.hotAuthorPage),
-      hotMerge: ratio(c.figures.hotMerge),
-      homeTypical: ratio(c.figures.homeTypical),
-      homeHotReader: ratio(c.figures.homeHotReader),
-    },
+    ratios: Object.fromEntries(pages.map((name) => [name, ratio(c, name)])),
     values: { ...c.values, perExtraAuthorMs, crossoverFollowers: crossover },
-  };
-}
-
-function merged(c: SizeContext): Figures {
-  const all = Float64Array.from([...c.figures.pkBefore!.latencyMs!, ...c.figures.pkAfter!.latencyMs!]).sort();
-  const pct = (q: number) => all[Math.min(all.length, Math.max(1, Math.ceil((q / 100) * all.length))) - 1]!;
-  const seconds = c.figures.pkBefore!.seconds + c.figures.pkAfter!.seconds;
-  return {
-    ...c.figures.pkBefore!,
-    ops: all.length,
-    seconds,
-    opsPerSec: all.length / seconds,
-    p50Ms: pct(50),
-    p99Ms: pct(99),
   };
 }
 

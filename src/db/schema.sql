@@ -1588,11 +1588,13 @@ $function$;
 
 CREATE OR REPLACE FUNCTION public.feed_hot_followees(p_reader text)
  RETURNS text[]
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
 AS $function$
-  SELECT coalesce(array_agg(h.author ORDER BY h.author), '{}')
-    FROM feed_hot_author h JOIN relation r ON r.follower = p_reader AND r.followee = h.author AND r.state = 'ACTIVE'
+BEGIN
+  RETURN (SELECT coalesce(array_agg(h.author ORDER BY h.author), '{}')
+            FROM feed_hot_author h JOIN relation r ON r.follower = p_reader AND r.followee = h.author AND r.state = 'ACTIVE');
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION public.feed_hot_transition_plan(p_heated text[], p_cooled text[], p_max integer)
