@@ -238,6 +238,27 @@ export class SoakLoad {
     if (this.firstErrors.length < 10) this.firstErrors.push(message);
   }
 
+  /**
+   * Requests per second the service answers with this mix when pushed: `connections` senders,
+   * each sending the mix's next request as soon as its previous one is answered, for `seconds`.
+   * The calibration's latencies are dropped; its errors count with the run's.
+   */
+  async measureCapacity(seconds: number, connections: number): Promise<number> {
+    const startedAt = performance.now();
+    const endAt = startedAt + seconds * 1000;
+    let next = 0;
+    let answered = 0;
+    const sender = async (): Promise<void> => {
+      while (performance.now() < endAt) {
+        await this.send(SLOTS[next++ % SLOTS.length]!, performance.now());
+        answered++;
+      }
+    };
+    await Promise.all(Array.from({ length: connections }, sender));
+    this.take();
+    return answered / ((performance.now() - startedAt) / 1000);
+  }
+
   /** Starts sending `rate` requests per second until stop(). */
   start(rate: number, maxInFlight = 2000): void {
     const startedAt = performance.now();

@@ -13,8 +13,10 @@
  * Options:
  *   --minutes N      length of the run (default 60)
  *   --sample-ms MS   time between samples (default 60000; shorter for a trial run)
- *   --rate R         offered requests per second (default 60: about a fifth of what serve answers
- *                    with this mix on the 2-core development machine, docs/testing.md)
+ *   --rate R         offered requests per second; without it the soak calibrates: it pushes the mix
+ *                    closed-loop (CALIBRATION_CONNECTIONS senders, CALIBRATION_SECONDS), offers a
+ *                    fifth of the rate answered, and starts once the consumers and webhooks have
+ *                    drained what the calibration wrote (docs/testing.md)
  *   --users U        accounts (default 200)   --items I   items to like (default 500)
  */
 import { parseArgs } from "node:util";
@@ -34,7 +36,7 @@ const { values } = parseArgs({
   options: {
     minutes: { type: "string", default: "60" },
     "sample-ms": { type: "string", default: "60000" },
-    rate: { type: "string", default: "60" },
+    rate: { type: "string" },
     users: { type: "string", default: "200" },
     items: { type: "string", default: "500" },
   },
@@ -46,12 +48,17 @@ const positive = (name: keyof typeof values) => {
 };
 const minutes = positive("minutes");
 const sampleMs = positive("sample-ms");
-const rate = positive("rate");
+const fixedRate = values.rate === undefined ? undefined : positive("rate");
 const users = Math.round(positive("users"));
 const items = Math.round(positive("items"));
 const sampleCount = Math.floor((minutes * 60_000) / sampleMs);
 if (sampleCount < 4)
   throw new Error(`--minutes ${minutes} with --sample-ms ${sampleMs} gives ${sampleCount} samples; at least 4`);
+
+/** The calibration: closed-loop senders, for how long, and the share of the answered rate the soak offers. */
+const CALIBRATION_CONNECTIONS = 32;
+const CALIBRATION_SECONDS = 30;
+const CALIBRATION_SHARE = 0.2;
 
 const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
 
@@ -85,7 +92,7 @@ async function main(): Promise<number> {
   const receiver = await WebhookReceiver.start();
   const procs = await startSoakProcesses();
   console.log(
-    `soak: ${minutes} min, a sample every ${sampleMs} ms, ${rate} requests/s offered; pids: ${procs.nodes.map((n) => `${n.name} ${n.child.pid}`).join(", ")}, postgres ${procs.cluster.pid}, redis ${procs.redisPid}`,
+    `soak: ${minutes} min, a sample every ${sampleMs} ms, ${fixedRate === undefined ? "the rate calibrated" : `${fixedRate} requests/s offered`}; pids: ${procs.nodes.map((n) => `${n.name} ${n.child.pid}`).join(", ")}, postgres ${procs.cluster.pid}, redis ${procs.redisPid}`,
   );
   const setupStarted = Date.now();
   const load = await SoakLoad.prepare(procs.baseUrl, procs.jwtSecret, { users, items });
@@ -106,6 +113,29 @@ async function main(): Promise<number> {
     pids: { postmaster: procs.cluster.pid!, redis: procs.redisPid },
   });
   await sampler.open();
+  let rate = fixedRate;
+  let calibration: { capacity: number; seconds: number; connections: number; drainSeconds: number } | undefined;
+  if (rate === undefined) {
+    const capacity = await load.measureCapacity(CALIBRATION_SECONDS, CALIBRATION_CONNECTIONS);
+    rate = Math.max(1, Math.round(capacity * CALIBRATION_SHARE));
+    const drainStarted = Date.now();
+    await pollUntil(
+      "the consumers and webhooks drain after the calibration",
+      () => sampler.sample(0, { requests: 0, errors: 0, p99Ms: NaN }),
+      (s) => s.lagEvents === 0 && s.webhookBacklog === 0,
+      300_000,
+      500,
+    );
+    calibration = {
+      capacity,
+      seconds: CALIBRATION_SECONDS,
+      connections: CALIBRATION_CONNECTIONS,
+      drainSeconds: (Date.now() - drainStarted) / 1000,
+    };
+    console.log(
+      `calibration: ${capacity.toFixed(1)} requests/s answered by ${CALIBRATION_CONNECTIONS} closed-loop senders over ${CALIBRATION_SECONDS} s; drained in ${calibration.drainSeconds.toFixed(1)} s; offering ${rate} requests/s (${CALIBRATION_SHARE * 100}%)`,
+    );
+  }
   const samples: Sample[] = [];
   const windowLatencies: number[][] = [];
   const periodicAudits = new Map<number, boolean>();
@@ -201,7 +231,7 @@ async function main(): Promise<number> {
         lagEvents: Math.max(...samples.map((s) => s.lagEvents)),
       }),
     webhook: { deliveries: receiver.deliveries, distinct: receiver.messageIds.size },
-    settings: { minutes, sampleMs, rate, users, items, ...SOAK_SETTINGS },
+    settings: { minutes, sampleMs, rate, ...(calibration ? { calibration } : {}), users, items, ...SOAK_SETTINGS },
   };
   if (!audit.clean) outcome.firstErrors.push(`audit: ${audit.output.slice(0, 2000)}`);
   const verdict = judge(outcome);
