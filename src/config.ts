@@ -840,6 +840,25 @@ export function postgresTimeouts(env: NodeJS.ProcessEnv = process.env): Postgres
   };
 }
 
+/**
+ * Settings that are valid each on its own but work against each other, one sentence each; serve
+ * logs them at start. A retention margin shorter than the audit period lets a prune pass the
+ * periodic audit's cursors between two runs, and then every run is the audit's full form
+ * (docs/retention.md, "The periodic audit"): an hour's soak spent two thirds of its time there.
+ */
+export function configWarnings(config: Config): string[] {
+  const warnings: string[] = [];
+  const { auditEverySeconds } = config.dashboard;
+  const { keepSeconds, keepLast } = config.retention;
+  if (auditEverySeconds > 0 && config.pruneEverySeconds > 0 && keepSeconds < auditEverySeconds)
+    warnings.push(
+      `LEDGER_RETENTION_KEEP_MS (${keepSeconds * 1000}) is shorter than LEDGER_AUDIT_EVERY_MS (${auditEverySeconds * 1000}): ` +
+        `once a partition writes more than LEDGER_RETENTION_KEEP_EVENTS (${keepLast}) events between two periodic audits, ` +
+        `the prune passes the audit's cursors and every periodic audit runs its full form; keep events at least one audit period`,
+    );
+  return warnings;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     databaseUrl: env.DATABASE_URL || undefined,

@@ -5,7 +5,7 @@ import { ReplicaRouter } from "../replicas/replica-router.ts";
 import { DashboardSampler, type SamplerOptions } from "../api/dashboard/sampler.ts";
 import { incrementalAudit } from "../audit/incremental-audit.ts";
 import { LedgerMetrics } from "../api/metrics.ts";
-import { logLevel, type Config } from "../config.ts";
+import { configWarnings, logLevel, type Config } from "../config.ts";
 import type { Hooks } from "../hooks.ts";
 import { createWorkers, openLedger } from "../ledger.ts";
 import type { PartitionWorker } from "../workers/partition-worker.ts";
@@ -163,6 +163,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
     logger: options.logger === false ? false : { level: logLevel() },
   }).catch(undoStart);
   logDatabase = (level, message, fields = {}) => app.log[level]({ database: fields }, message);
+  for (const warning of configWarnings(config)) app.log.warn(warning);
   if (database.accessChanges.length > 0)
     logDatabase("info", "secured the embedded PostgreSQL", { changes: database.accessChanges });
   logDashboard = (err, what) =>

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { loadConfig } from "../../src/config.ts";
+import { configWarnings, loadConfig } from "../../src/config.ts";
 import { InvalidInputError } from "../../src/errors.ts";
 
 /** The environment is the operator's input: a value we cannot read is refused by name, never guessed. */
@@ -87,4 +87,20 @@ test("config: every connection's wait has a documented default, 0 turns a deadli
   refused({ LEDGER_PG_QUERY_TIMEOUT_MS: "10s" }, "LEDGER_PG_QUERY_TIMEOUT_MS");
   refused({ LEDGER_PG_IDLE_MS: "0" }, "LEDGER_PG_IDLE_MS");
   refused({ LEDGER_REDIS_COMMAND_TIMEOUT_MS: "-1" }, "LEDGER_REDIS_COMMAND_TIMEOUT_MS");
+});
+
+test("config: a retention margin shorter than the periodic audit's period is warned about; at or above it, or with either job off, nothing", () => {
+  assert.deepEqual(configWarnings(loadConfig({})), [], "the defaults: a day kept, an audit every 5 minutes");
+  const short = configWarnings(
+    loadConfig({ LEDGER_RETENTION_KEEP_MS: "30000", LEDGER_AUDIT_EVERY_MS: "300000", LEDGER_PRUNE_EVERY_MS: "20000" }),
+  );
+  assert.equal(short.length, 1);
+  assert.match(short[0]!, /^LEDGER_RETENTION_KEEP_MS \(30000\) is shorter than LEDGER_AUDIT_EVERY_MS \(300000\)/);
+  assert.match(short[0]!, /full form/);
+  for (const env of [
+    { LEDGER_RETENTION_KEEP_MS: "300000", LEDGER_AUDIT_EVERY_MS: "300000" },
+    { LEDGER_RETENTION_KEEP_MS: "30000", LEDGER_AUDIT_EVERY_MS: "0" },
+    { LEDGER_RETENTION_KEEP_MS: "30000", LEDGER_AUDIT_EVERY_MS: "300000", LEDGER_PRUNE_EVERY_MS: "0" },
+  ])
+    assert.deepEqual(configWarnings(loadConfig(env)), [], JSON.stringify(env));
 });
