@@ -24,7 +24,7 @@ export const MIX = {
   readUnread: 5,
   readAuthorPosts: 6,
 } as const;
-type Operation = keyof typeof MIX;
+export type Operation = keyof typeof MIX;
 
 /** The mix as 100 slots; request k takes slot k mod 100, in an order that spreads each kind. */
 const SLOTS: Operation[] = (() => {
@@ -47,10 +47,14 @@ export function outboxEventsPerSecond(rate: number): number {
 export interface LoadWindow {
   /** Latency (ms, from each request's due time) of the requests answered in the window. */
   latencies: number[];
+  /** The same latencies by operation of the mix: which kind a p99 that moves belongs to. */
+  byKind: Partial<Record<Operation, number[]>>;
   requests: number;
   writes: number;
   errors: number;
 }
+
+const emptyWindow = (): LoadWindow => ({ latencies: [], byKind: {}, requests: 0, writes: 0, errors: 0 });
 
 interface Request {
   method: "GET" | "PUT" | "POST" | "DELETE";
@@ -79,7 +83,7 @@ export class SoakLoad {
   /** Posts and comments written during the run, oldest first, with their author: what the deletes take. */
   private readonly posts: { id: string; author: string }[] = [];
   private readonly comments: { id: string; author: string }[] = [];
-  private window: LoadWindow = { latencies: [], requests: 0, writes: 0, errors: 0 };
+  private window: LoadWindow = emptyWindow();
   private timer: NodeJS.Timeout | undefined;
   private inFlight = 0;
   /** Requests not sent because MAX_IN_FLIGHT were unanswered (counted as errors). */
@@ -225,7 +229,9 @@ export class SoakLoad {
     } finally {
       this.inFlight--;
     }
-    this.window.latencies.push(performance.now() - dueAt);
+    const latency = performance.now() - dueAt;
+    this.window.latencies.push(latency);
+    (this.window.byKind[op] ??= []).push(latency);
     this.window.requests++;
     if (WRITES.has(op)) this.window.writes++;
     this.totals.requests++;
@@ -288,7 +294,7 @@ export class SoakLoad {
   /** What was answered since the previous call. */
   take(): LoadWindow {
     const window = this.window;
-    this.window = { latencies: [], requests: 0, writes: 0, errors: 0 };
+    this.window = emptyWindow();
     return window;
   }
 }

@@ -59,6 +59,8 @@ export interface SoakOutcome {
   samples: Sample[];
   /** Latencies (ms) of each sample's window, for the p99 of several windows together. */
   windowLatencies: number[][];
+  /** The same by operation of the mix (LoadWindow.byKind). */
+  windowLatenciesByKind: Partial<Record<string, number[]>>[];
   sampleMinutes: number;
   errors: Record<string, number>;
   firstErrors: string[];
@@ -73,6 +75,8 @@ export interface SoakVerdict {
   flat: Record<string, FlatVerdict>;
   shown: Record<string, FlatVerdict>;
   p99: { startMs: number; endMs: number; ratio: number; start: [number, number]; end: [number, number] };
+  /** The same two windows' p99 per operation of the mix, the largest ratio first: what moved. */
+  p99ByKind: { kind: string; startMs: number; endMs: number; ratio: number; requests: number }[];
   outboxMax: number;
   errorTotal: number;
   goals: GoalResult[];
@@ -99,12 +103,24 @@ export function judge(outcome: SoakOutcome): SoakVerdict {
   const pooled = (range: [number, number]) => outcome.windowLatencies.slice(range[0], range[1]).flat();
   const startMs = p99Of(pooled(windows.start));
   const endMs = p99Of(pooled(windows.end));
+  const kinds = [...new Set(outcome.windowLatenciesByKind.flatMap((w) => Object.keys(w)))];
+  const pooledKind = (kind: string, range: [number, number]) =>
+    outcome.windowLatenciesByKind.slice(range[0], range[1]).flatMap((w) => w[kind] ?? []);
+  const p99ByKind = kinds
+    .map((kind) => {
+      const start = p99Of(pooledKind(kind, windows.start));
+      const end = p99Of(pooledKind(kind, windows.end));
+      const requests = outcome.windowLatenciesByKind.reduce((a, w) => a + (w[kind]?.length ?? 0), 0);
+      return { kind, startMs: start, endMs: end, ratio: end / start, requests };
+    })
+    .sort((a, b) => b.ratio - a.ratio);
   const outboxMax = Math.max(...judged.map((s) => Math.max(s.outboxRows, s.dedupRows)));
   const errorTotal = Object.values(outcome.errors).reduce((a, n) => a + n, 0);
   return {
     flat,
     shown,
     p99: { startMs, endMs, ratio: endMs / startMs, ...windows },
+    p99ByKind,
     outboxMax,
     errorTotal,
     goals: evaluateGoals({
@@ -185,6 +201,10 @@ export function printVerdict(outcome: SoakOutcome, verdict: SoakVerdict): void {
   console.log(
     `\np99 samples ${p99.start[0] + 1}..${p99.start[1]}: ${f1(p99.startMs)} ms; samples ${p99.end[0] + 1}..${p99.end[1]}: ${f1(p99.endMs)} ms; ratio ${p99.ratio.toFixed(2)}x`,
   );
+  for (const k of verdict.p99ByKind)
+    console.log(
+      `  ${k.kind.padEnd(18)} p99 ${f1(k.startMs).padStart(7)} -> ${f1(k.endMs).padStart(7)} ms  ${k.ratio.toFixed(2)}x  (${k.requests} requests)`,
+    );
   console.log(
     `errors: ${Object.entries(outcome.errors)
       .map(([k, n]) => `${k} ${n}`)
@@ -210,6 +230,9 @@ export async function writeResults(outcome: SoakOutcome, verdict: SoakVerdict): 
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
   // Every latency of the run would dwarf the figures; the per-sample p99s are kept.
-  await writeFile(file, JSON.stringify({ ...outcome, windowLatencies: undefined, verdict }, null, 2));
+  await writeFile(
+    file,
+    JSON.stringify({ ...outcome, windowLatencies: undefined, windowLatenciesByKind: undefined, verdict }, null, 2),
+  );
   return file;
 }

@@ -25,7 +25,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { abort, cleanup } from "./lifecycle.ts";
 import { outboxBound, p99Of } from "../support/soak-goals.ts";
-import { SoakLoad, outboxEventsPerSecond } from "./soak-load.ts";
+import { SoakLoad, outboxEventsPerSecond, type LoadWindow } from "./soak-load.ts";
 import { SOAK_SETTINGS, startSoakProcesses } from "./soak-processes.ts";
 import { WebhookReceiver } from "./soak-receiver.ts";
 import { judge, printSamples, printVerdict, writeResults, type SoakOutcome } from "./soak-report.ts";
@@ -138,6 +138,7 @@ async function main(): Promise<number> {
   }
   const samples: Sample[] = [];
   const windowLatencies: number[][] = [];
+  const windowLatenciesByKind: LoadWindow["byKind"][] = [];
   const periodicAudits = new Map<number, boolean>();
   /** The reports of unclean periodic audits (the first few), for the results file and the errors. */
   const uncleanAudits: { minute: number; report: unknown }[] = [];
@@ -153,6 +154,7 @@ async function main(): Promise<number> {
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, startedAt + i * sampleMs - Date.now())));
     const window = load.take();
     windowLatencies.push(window.latencies);
+    windowLatenciesByKind.push(window.byKind);
     const sample = await sampleWithRetry(() =>
       sampler.sample((Date.now() - startedAt) / 60_000, {
         requests: window.requests,
@@ -198,6 +200,7 @@ async function main(): Promise<number> {
   const outcome: SoakOutcome = {
     samples,
     windowLatencies,
+    windowLatenciesByKind,
     sampleMinutes: sampleMs / 60_000,
     errors: {
       http: load.totals.errors,
