@@ -21,6 +21,12 @@ import { isRunning } from "./process-state.ts";
 
 export interface Database {
   pool: Pool;
+  /**
+   * For background statements that may rightly run longer than a request's (the periodic audit):
+   * two connections whose deadline is `longStatementMs`, never shorter than the pool's. The pool
+   * itself when no deadline applies or none was asked for.
+   */
+  longPool: Pool;
   url: string;
   /** The embedded cluster this process started, if any. */
   cluster: EmbeddedCluster | undefined;
@@ -183,6 +189,8 @@ export interface OpenOptions {
    * statement of theirs may rightly run long. Checkouts, keepalive and idle time apply to all.
    */
   statementDeadline?: boolean;
+  /** With statementDeadline: open `longPool`, whose statements have this deadline (at least LEDGER_PG_QUERY_TIMEOUT_MS). */
+  longStatementMs?: number;
 }
 
 /**
@@ -222,8 +230,18 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
     max: options.poolSize ?? 20,
     queryTimeoutMs: options.statementDeadline ? timeouts.queryTimeoutMs : 0,
   });
+  const longPool =
+    options.statementDeadline && options.longStatementMs !== undefined && timeouts.queryTimeoutMs > 0
+      ? createPool({
+          ...poolOptions,
+          applicationName: `${poolOptions.applicationName}-long`,
+          max: 2,
+          queryTimeoutMs: Math.max(timeouts.queryTimeoutMs, options.longStatementMs),
+        })
+      : pool;
   const close = async () => {
     await supervisor?.stop();
+    if (longPool !== pool) await longPool.end();
     await pool.end();
     if (!cluster) return;
     const exit = await cluster.stop();
@@ -260,6 +278,7 @@ export async function openDatabase(config: Config, options: OpenOptions = {}): P
   const startedAt = new Date().toISOString();
   return {
     pool,
+    longPool,
     url,
     cluster,
     accessChanges,

@@ -57,6 +57,9 @@ export async function startService(config: Config, options: ServiceOptions = {})
   const database = await openDatabase(config, {
     applicationName: "social-ledger-serve",
     statementDeadline: true,
+    // The periodic audit reads every touched reader's inbox, and its full form everything: cut off
+    // at a request's deadline it failed on every period once the inboxes had filled (an hour's soak).
+    longStatementMs: config.dashboard.auditEverySeconds * 1000,
     log: (level, message, fields) => logDatabase(level, message, fields),
   });
   const ledger = await openLedger(database.pool, {
@@ -97,7 +100,7 @@ export async function startService(config: Config, options: ServiceOptions = {})
       pool: database.pool,
       metrics,
       // O(change): what changed since the last periodic run and a rotating sample (src/audit/); the full audit stays on demand.
-      audit: () => incrementalAudit(database.pool, { feedMaxItems: config.feedMaxItems, hooks: ledger.hooks }),
+      audit: () => incrementalAudit(database.longPool, { feedMaxItems: config.feedMaxItems, hooks: ledger.hooks }),
       // The dashboard plots the counted views and the projection; the notification and feed loops' health is in /metrics.
       consumers: () =>
         consumerLoops.flatMap((w) => {
