@@ -24,7 +24,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { abort, cleanup } from "./lifecycle.ts";
-import { outboxBound, p99Of } from "../support/soak-goals.ts";
+import { outboxBound, p99Of, periodicAuditsExpected } from "../support/soak-goals.ts";
 import { SoakLoad, outboxEventsPerSecond, type LoadWindow } from "./soak-load.ts";
 import { SOAK_SETTINGS, startSoakProcesses } from "./soak-processes.ts";
 import { WebhookReceiver } from "./soak-receiver.ts";
@@ -210,6 +210,10 @@ async function main(): Promise<number> {
       webhookMalformed: receiver.malformed,
       processExits,
       notDrained: drained ? 0 : 1,
+      periodicAuditsMissed: Math.max(
+        0,
+        periodicAuditsExpected((samples.length * sampleMs) / 60_000, SOAK_SETTINGS.auditEveryMs) - periodicAudits.size,
+      ),
       sampleFailures: sampleFailures.length,
     },
     firstErrors: [

@@ -95,6 +95,15 @@ export function p99Of(values: readonly number[]): number {
 }
 
 /**
+ * Periodic audits a run of `minutes` must have seen at least: one per period, less the one a
+ * run's start and end may cut. Fewer means audits failed (a deadline, an error) or never ran, and
+ * the service's own check of itself went quiet: counted with the errors.
+ */
+export function periodicAuditsExpected(minutes: number, auditEveryMs: number): number {
+  return Math.max(0, Math.floor((minutes * 60_000) / auditEveryMs) - 1);
+}
+
+/**
  * Outbox rows retention allows per kind: the newest `keepEvents` of each partition, what was
  * written in the last `keepMs` and the two prune periods a row may wait through, and the lag.
  */

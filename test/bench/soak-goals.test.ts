@@ -10,6 +10,7 @@ import {
   judgeFlat,
   judgedFrom,
   outboxBound,
+  periodicAuditsExpected,
   p99Of,
   p99Windows,
   slope,
@@ -133,4 +134,11 @@ test("evaluateGoals: every goal met, then each one failing on its own", () => {
   });
   assert.match(evaluateGoals(failing[0]!)[0]!.detail, /serve heap MB/);
   assert.equal(evaluateGoals({ ...good, p99Ratio: Number.NaN })[2]!.met, false, "no latencies: not met");
+});
+
+test("periodic audits expected: one per period less one; none for a run shorter than two periods", () => {
+  assert.equal(periodicAuditsExpected(60, 300_000), 11);
+  assert.equal(periodicAuditsExpected(9, 300_000), 0);
+  assert.equal(periodicAuditsExpected(10, 300_000), 1);
+  assert.equal(periodicAuditsExpected(2, 30_000), 3);
 });
