@@ -45,16 +45,22 @@ export function outboxEventsPerSecond(rate: number): number {
 }
 
 export interface LoadWindow {
-  /** Latency (ms, from each request's due time) of the requests answered in the window. */
-  latencies: number[];
-  /** The same latencies by operation of the mix: which kind a p99 that moves belongs to. */
+  /**
+   * Latency (ms, from each request's due time) of the requests answered in the window, by
+   * operation of the mix: which kind a p99 that moves belongs to (windowLatencies pools them).
+   */
   byKind: Partial<Record<Operation, number[]>>;
   requests: number;
   writes: number;
   errors: number;
 }
 
-const emptyWindow = (): LoadWindow => ({ latencies: [], byKind: {}, requests: 0, writes: 0, errors: 0 });
+const emptyWindow = (): LoadWindow => ({ byKind: {}, requests: 0, writes: 0, errors: 0 });
+
+/** Every latency of a window, whatever its operation. */
+export function windowLatencies(byKind: LoadWindow["byKind"]): number[] {
+  return Object.values(byKind).flat();
+}
 
 interface Request {
   method: "GET" | "PUT" | "POST" | "DELETE";
@@ -230,7 +236,6 @@ export class SoakLoad {
       this.inFlight--;
     }
     const latency = performance.now() - dueAt;
-    this.window.latencies.push(latency);
     (this.window.byKind[op] ??= []).push(latency);
     this.window.requests++;
     if (WRITES.has(op)) this.window.writes++;

@@ -14,6 +14,7 @@ import {
   type GoalResult,
   type Tolerance,
 } from "../support/soak-goals.ts";
+import { windowLatencies } from "./soak-load.ts";
 import { NODE_NAMES } from "./soak-processes.ts";
 import type { Sample } from "./soak-sampler.ts";
 
@@ -57,9 +58,7 @@ const SHOWN_SERIES: Record<string, (s: Sample) => number> = {
 
 export interface SoakOutcome {
   samples: Sample[];
-  /** Latencies (ms) of each sample's window, for the p99 of several windows together. */
-  windowLatencies: number[][];
-  /** The same by operation of the mix (LoadWindow.byKind). */
+  /** Latencies (ms) of each sample's window by operation of the mix (LoadWindow.byKind), for the p99 of several windows together. */
   windowLatenciesByKind: Partial<Record<string, number[]>>[];
   sampleMinutes: number;
   errors: Record<string, number>;
@@ -100,7 +99,8 @@ export function judge(outcome: SoakOutcome): SoakVerdict {
     ]),
   );
   const windows = p99Windows(samples.length, outcome.sampleMinutes);
-  const pooled = (range: [number, number]) => outcome.windowLatencies.slice(range[0], range[1]).flat();
+  const pooled = (range: [number, number]) =>
+    outcome.windowLatenciesByKind.slice(range[0], range[1]).flatMap((w) => windowLatencies(w));
   const startMs = p99Of(pooled(windows.start));
   const endMs = p99Of(pooled(windows.end));
   const kinds = [...new Set(outcome.windowLatenciesByKind.flatMap((w) => Object.keys(w)))];
@@ -230,9 +230,6 @@ export async function writeResults(outcome: SoakOutcome, verdict: SoakVerdict): 
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
   // Every latency of the run would dwarf the figures; the per-sample p99s are kept.
-  await writeFile(
-    file,
-    JSON.stringify({ ...outcome, windowLatencies: undefined, windowLatenciesByKind: undefined, verdict }, null, 2),
-  );
+  await writeFile(file, JSON.stringify({ ...outcome, windowLatenciesByKind: undefined, verdict }, null, 2));
   return file;
 }

@@ -25,7 +25,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { abort, cleanup } from "./lifecycle.ts";
 import { outboxBound, p99Of, periodicAuditsExpected } from "../support/soak-goals.ts";
-import { SoakLoad, outboxEventsPerSecond, type LoadWindow } from "./soak-load.ts";
+import { SoakLoad, outboxEventsPerSecond, windowLatencies, type LoadWindow } from "./soak-load.ts";
 import { SOAK_SETTINGS, startSoakProcesses } from "./soak-processes.ts";
 import { WebhookReceiver } from "./soak-receiver.ts";
 import { judge, printSamples, printVerdict, writeResults, type SoakOutcome } from "./soak-report.ts";
@@ -137,7 +137,6 @@ async function main(): Promise<number> {
     );
   }
   const samples: Sample[] = [];
-  const windowLatencies: number[][] = [];
   const windowLatenciesByKind: LoadWindow["byKind"][] = [];
   const periodicAudits = new Map<number, boolean>();
   /** The reports of unclean periodic audits (the first few), for the results file and the errors. */
@@ -153,13 +152,12 @@ async function main(): Promise<number> {
     if (i > sampleCount) break;
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, startedAt + i * sampleMs - Date.now())));
     const window = load.take();
-    windowLatencies.push(window.latencies);
     windowLatenciesByKind.push(window.byKind);
     const sample = await sampleWithRetry(() =>
       sampler.sample((Date.now() - startedAt) / 60_000, {
         requests: window.requests,
         errors: window.errors,
-        p99Ms: p99Of(window.latencies),
+        p99Ms: p99Of(windowLatencies(window.byKind)),
       }),
     );
     samples.push(sample);
@@ -199,7 +197,6 @@ async function main(): Promise<number> {
 
   const outcome: SoakOutcome = {
     samples,
-    windowLatencies,
     windowLatenciesByKind,
     sampleMinutes: sampleMs / 60_000,
     errors: {
