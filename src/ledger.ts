@@ -132,9 +132,11 @@ export interface WorkerOptions extends PartitionWorkerOptions, WorkerEvents {
 }
 
 /**
- * A consumer loop's pass of fewer events than this is followed by its idle wait (PartitionWorker's
- * idleBelow): the loops gather a trickle into batches instead of spinning on it; a pass of more goes
- * straight on, so a backlog drains at full speed.
+ * A consumer loop's pass of fewer events than this per partition it serves is followed by its idle
+ * wait (PartitionWorker's idleBelow): the loops gather a trickle into batches instead of spinning on
+ * it; a pass of more goes straight on, so a backlog drains at full speed. Per partition, because each
+ * partition's batch is a transaction of its own: a loop over four partitions that went on after 100
+ * events paid four transactions for them (docs/write-path.md, "What the loops cost the writers").
  */
 export const CONSUMER_IDLE_BELOW = 100;
 
@@ -143,53 +145,58 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
   const parts = options.partitions ?? Array.from({ length: ledger.partitions }, (_, p) => p);
   const batchSize = options.batchSize ?? CONSUMER_BATCH;
   const loops = Math.max(1, Math.min(parts.length, options.loops ?? 4));
-  const loopOptions: PartitionWorkerOptions = { ...options, idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW };
   const groups = Array.from({ length: loops }, (_, g) => parts.filter((_, i) => i % loops === g));
-  return groups.flatMap((group, g) => [
-    new PartitionWorker(
-      `like-counter#${g}`,
-      async () => {
-        const s = await ledger.likeConsumer.pollOnce(group, batchSize);
-        options.onLikes?.(s);
-        return s.applied + s.covered + s.dup;
-      },
-      loopOptions,
-    ),
-    new PartitionWorker(
-      `follower-projector#${g}`,
-      async () => {
-        const v = await ledger.projector.pollOnce(group, batchSize);
-        options.onRelations?.(v);
-        return v.applied + v.stale + v.dup;
-      },
-      loopOptions,
-    ),
-    new PartitionWorker(
-      `comment-counter#${g}`,
-      async () => {
-        const s = await ledger.commentConsumer.pollOnce(group, batchSize);
-        options.onComments?.(s);
-        return s.applied + s.covered + s.dup;
-      },
-      loopOptions,
-    ),
-    new PartitionWorker(
-      `notifications#${g}`,
-      async () => {
-        const s = await ledger.notifications.pollOnce(group, batchSize);
-        options.onNotifications?.(s);
-        return s.applied + s.skipped + s.dup;
-      },
-      loopOptions,
-    ),
-    new PartitionWorker(
-      `feed#${g}`,
-      async () => {
-        const s = await ledger.feed.pollOnce(group, batchSize);
-        options.onFeed?.(s);
-        return s.applied + s.dup;
-      },
-      loopOptions,
-    ),
-  ]);
+  return groups.flatMap((group, g) => {
+    const loopOptions: PartitionWorkerOptions = {
+      ...options,
+      idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW * group.length,
+    };
+    return [
+      new PartitionWorker(
+        `like-counter#${g}`,
+        async () => {
+          const s = await ledger.likeConsumer.pollOnce(group, batchSize);
+          options.onLikes?.(s);
+          return s.applied + s.covered + s.dup;
+        },
+        loopOptions,
+      ),
+      new PartitionWorker(
+        `follower-projector#${g}`,
+        async () => {
+          const v = await ledger.projector.pollOnce(group, batchSize);
+          options.onRelations?.(v);
+          return v.applied + v.stale + v.dup;
+        },
+        loopOptions,
+      ),
+      new PartitionWorker(
+        `comment-counter#${g}`,
+        async () => {
+          const s = await ledger.commentConsumer.pollOnce(group, batchSize);
+          options.onComments?.(s);
+          return s.applied + s.covered + s.dup;
+        },
+        loopOptions,
+      ),
+      new PartitionWorker(
+        `notifications#${g}`,
+        async () => {
+          const s = await ledger.notifications.pollOnce(group, batchSize);
+          options.onNotifications?.(s);
+          return s.applied + s.skipped + s.dup;
+        },
+        loopOptions,
+      ),
+      new PartitionWorker(
+        `feed#${g}`,
+        async () => {
+          const s = await ledger.feed.pollOnce(group, batchSize);
+          options.onFeed?.(s);
+          return s.applied + s.dup;
+        },
+        loopOptions,
+      ),
+    ];
+  });
 }
