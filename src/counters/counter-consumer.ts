@@ -6,8 +6,9 @@ import {
   addTally,
   CONSUMER_BATCH,
   drainBatches,
-  inPartitionBatch,
+  inPartitionsBatch,
   partitionOfBatch,
+  partitionsOfBatch,
   pollPartitions,
 } from "./partition-batch.ts";
 import { fetchPendingSql } from "./watermark.ts";
@@ -27,13 +28,13 @@ export function addCounterStats(into: CounterStats, from: CounterStats): Counter
 }
 
 /**
- * How a batch of one partition's events takes effect (figure 32-2), with the watermark row
- * and every count row of the batch already locked. It must register each event in the
+ * How a batch of one or more partitions' events takes effect (figure 32-2), with their watermark
+ * rows and every count row of the batch already locked. It must register each event in the
  * processed table in the same transaction as the count change: the primary key insert and
  * the increment committing together is what makes a redelivered event a no-op. Replaceable
  * only so that a negative control can show what breaks without it.
  */
-export type CounterApply = (client: PoolClient, part: number, events: readonly CountEvent[]) => Promise<CounterStats>;
+export type CounterApply = (client: PoolClient, events: readonly CountEvent[]) => Promise<CounterStats>;
 
 interface OutboxRow {
   part: number;
@@ -53,38 +54,44 @@ function outboxColumns(s: CounterSpec): string {
 }
 
 /**
- * The de-duplicating apply, set-based, one statement per batch: an event at or below its row's
- * base_seq is COVERED (already in the rebuild baseline), above it APPLIED; the insert into the
- * processed table decides which events are new, and only the new APPLIED ones add their delta.
- * An event at or below the partition's watermark is a duplicate without asking the processed
- * table (the watermark is contiguous: every such event was processed), so dedup does not depend
- * on keys below it staying there, which is what lets a retention rule prune them.
+ * The de-duplicating apply, set-based, one statement per batch (of one or more partitions): an
+ * event at or below its row's base_seq is COVERED (already in the rebuild baseline), above it
+ * APPLIED; the insert into the processed table decides which events are new, and only the new
+ * APPLIED ones add their delta. An event at or below its partition's watermark is a duplicate
+ * without asking the processed table (the watermark is contiguous: every such event was
+ * processed), so dedup does not depend on keys below it staying there, which is what lets a
+ * retention rule prune them.
  */
 export function applyWithDedup(s: CounterSpec): CounterApply {
   const sql = `
-    WITH ev AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[]) AS e(seq, key, delta)
-                 WHERE e.seq > (SELECT applied_upto FROM ${s.watermark} WHERE part = $1)),
+    WITH ev AS (SELECT * FROM unnest($1::int[], $2::bigint[], $3::text[], $4::int[]) AS e(part, seq, key, delta)),
     fresh AS (
       INSERT INTO ${s.processed} (part, seq, how)
-      SELECT $1, ev.seq, CASE WHEN ev.seq <= c.base_seq THEN 'COVERED' ELSE 'APPLIED' END
-        FROM ev JOIN ${s.count} c ON c.${s.keyColumn} = ev.key AND c.part = $1
+      SELECT ev.part, ev.seq, CASE WHEN ev.seq <= c.base_seq THEN 'COVERED' ELSE 'APPLIED' END
+        FROM ev JOIN ${s.count} c ON c.${s.keyColumn} = ev.key AND c.part = ev.part
+       WHERE ev.seq > (SELECT applied_upto FROM ${s.watermark} w WHERE w.part = ev.part)
       ON CONFLICT DO NOTHING
-      RETURNING seq, how),
+      RETURNING part, seq, how),
     added AS (  -- runs to completion although nothing reads it (data-modifying CTE)
       UPDATE ${s.count} c SET n = c.n + d.delta
-        FROM (SELECT ev.key, sum(ev.delta) AS delta FROM fresh JOIN ev USING (seq)
-               WHERE fresh.how = 'APPLIED' GROUP BY ev.key) d
-       WHERE c.${s.keyColumn} = d.key AND c.part = $1
+        FROM (SELECT ev.part, ev.key, sum(ev.delta) AS delta FROM fresh JOIN ev USING (part, seq)
+               WHERE fresh.how = 'APPLIED' GROUP BY ev.part, ev.key) d
+       WHERE c.${s.keyColumn} = d.key AND c.part = d.part
       RETURNING 1)
     SELECT count(*) FILTER (WHERE how = 'APPLIED')::int AS applied,
            count(*) FILTER (WHERE how = 'COVERED')::int AS covered
       FROM fresh`;
-  return async (client, part, events) => {
-    const distinct = [...new Map(events.map((e) => [e.seq, e])).values()];
+  return async (client, events) => {
+    const distinct = [...new Map(events.map((e) => [`${e.part}:${e.seq}`, e])).values()];
     const { rows } = await client.query<{ applied: number; covered: number }>({
       name: `${s.kind}_apply`,
       text: sql,
-      values: [part, distinct.map((e) => e.seq), distinct.map((e) => e.key), distinct.map((e) => e.delta)],
+      values: [
+        distinct.map((e) => e.part),
+        distinct.map((e) => e.seq),
+        distinct.map((e) => e.key),
+        distinct.map((e) => e.delta),
+      ],
     });
     const { applied, covered } = rows[0]!;
     return { applied, covered, dup: events.length - applied - covered };
@@ -94,12 +101,13 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
 /**
  * Applies delivered outbox events to a counter, exactly once per event whatever the delivery
  * does (the like consumer's algorithm, written once against a CounterSpec). A batch is one
- * transaction on one partition (inPartitionBatch): lock the watermark row, check the batch
- * against the outbox, create and lock the batch's count rows in key order, apply (APPLIED /
- * COVERED / dup per event), advance the contiguous watermark. A count is never clamped: a
- * negative n is the audit's to report. Hook points (prefixed with spec.hookPrefix), on the path
- * every batch takes: consumer.afterLock {part, events, pid} between locking the count rows and
- * applying, consumer.beforeCommit {part, events, pid}.
+ * transaction over one or more partitions (inPartitionsBatch): lock the watermark rows in
+ * partition order, check a delivered batch against the outbox, create and lock the batch's count
+ * rows in (partition, key) order, apply (APPLIED / COVERED / dup per event), advance each
+ * contiguous watermark. A count is never clamped: a negative n is the audit's to report. Hook
+ * points (prefixed with spec.hookPrefix), on the path every batch takes, once per partition of the
+ * batch in partition order: consumer.afterLock {part, events, pid} between locking the count rows
+ * and applying, consumer.beforeCommit {part, events, pid}.
  */
 export class CounterConsumer {
   private readonly hooks: Hooks;
@@ -130,10 +138,11 @@ export class CounterConsumer {
                     FROM (SELECT coalesce((SELECT pruned_upto FROM retention_floor WHERE kind = $3 AND part = $1), 0) AS floor) f
                     LEFT JOIN ${s.outbox} o ON o.part = $1 AND o.seq = ANY ($2::bigint[])`,
       createRows: `INSERT INTO ${s.count} (${s.keyColumn}, part)
-                   SELECT k.key, $2 FROM unnest($1::text[]) WITH ORDINALITY AS k(key, ord) ORDER BY k.ord
+                   SELECT k.key, k.part FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS k(key, part, ord) ORDER BY k.ord
                    ON CONFLICT DO NOTHING`,
-      lockRows: `SELECT 1 FROM ${s.count} c JOIN unnest($1::text[]) WITH ORDINALITY AS k(key, ord) ON c.${s.keyColumn} = k.key
-                  WHERE c.part = $2 ORDER BY k.ord FOR UPDATE OF c`,
+      lockRows: `SELECT 1 FROM ${s.count} c
+                   JOIN unnest($1::text[], $2::int[]) WITH ORDINALITY AS k(key, part, ord) ON c.${s.keyColumn} = k.key AND c.part = k.part
+                  ORDER BY k.ord FOR UPDATE OF c`,
     };
   }
 
@@ -144,41 +153,56 @@ export class CounterConsumer {
    * (docs/retention.md).
    */
   async applyBatch(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
-    return this.applyEvents(events, true);
+    const part = partitionOfBatch(events);
+    const { watermarks, ...stats } = await this.applyEvents(events, true);
+    return { ...stats, watermark: watermarks.get(part)! };
   }
 
   /**
-   * Applies a batch that this consumer's fetchPending read from the outbox itself: outbox rows
-   * never change (a prune only deletes rows at or below the watermark, which the apply treats as
-   * duplicates), so checking them against the outbox again would only read the same rows twice.
-   * Everything else, hook points included, is applyBatch's path.
+   * Applies a round that this consumer's fetchPending read from the outbox itself, one batch per
+   * partition, in one transaction: count rows belong to one partition, so a round holds no row
+   * another partition's consumer could want. Outbox rows never change (a prune only deletes rows
+   * at or below the watermark, which the apply treats as duplicates), so checking them against the
+   * outbox again would only read the same rows twice. Everything else, hook points included, is
+   * applyBatch's path.
    */
-  async applyFetched(events: readonly CountEvent[]): Promise<CounterStats & { watermark: number; expired: number }> {
-    return this.applyEvents(events, false);
+  async applyRound(
+    batches: readonly (readonly CountEvent[])[],
+  ): Promise<CounterStats & { watermarks: Map<number, number>; expired: number }> {
+    return this.applyEvents(batches.flat(), false);
   }
 
   private async applyEvents(
     events: readonly CountEvent[],
     delivered: boolean,
-  ): Promise<CounterStats & { watermark: number; expired: number }> {
-    const part = partitionOfBatch(events);
-    return inPartitionBatch(
+  ): Promise<CounterStats & { watermarks: Map<number, number>; expired: number }> {
+    const parts = partitionsOfBatch(events);
+    const byPart = parts.map((part) => ({ part, events: events.filter((e) => e.part === part) }));
+    return inPartitionsBatch(
       this.pool,
       watermarkTablesOf(this.spec),
-      part,
+      parts,
       async (client) => {
-        const checked = delivered ? await this.requireOutboxMatch(client, part, events) : events;
+        // A delivered batch is one partition's (applyBatch): checked against that partition's outbox.
+        const checked = delivered ? await this.requireOutboxMatch(client, parts[0]!, events) : events;
         const expired = events.length - checked.length;
-        // Count rows are created and locked in key order, the same for every consumer, and a
-        // rebuild install locks only the rows of one key: no lock cycle can form.
-        const keys = [...new Set(checked.map((e) => e.key))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-        await client.query({ name: `${this.spec.kind}_create_rows`, text: this.sql.createRows, values: [keys, part] });
-        await client.query({ name: `${this.spec.kind}_lock_rows`, text: this.sql.lockRows, values: [keys, part] });
-        await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { part, events, pid: backendPid(client) });
-        const stats = checked.length > 0 ? await this.apply(client, part, checked) : emptyCounterStats();
+        // Count rows are created and locked in (partition, key) order, the same for every consumer,
+        // with the partitions' watermark rows held; a rebuild install locks only the rows of one key,
+        // in partition order: no lock cycle can form (docs/write-path.md, "The consumers' round").
+        const rows = [...new Map(checked.map((e) => [`${e.part}\0${e.key}`, e])).values()].sort((x, y) =>
+          x.part !== y.part ? x.part - y.part : x.key < y.key ? -1 : x.key > y.key ? 1 : 0,
+        );
+        const values = [rows.map((e) => e.key), rows.map((e) => e.part)];
+        await client.query({ name: `${this.spec.kind}_create_rows`, text: this.sql.createRows, values });
+        await client.query({ name: `${this.spec.kind}_lock_rows`, text: this.sql.lockRows, values });
+        const pid = backendPid(client);
+        for (const b of byPart) await this.hooks.at(`${this.spec.hookPrefix}consumer.afterLock`, { ...b, pid });
+        const stats = checked.length > 0 ? await this.apply(client, checked) : emptyCounterStats();
         return { ...stats, dup: stats.dup + expired, expired };
       },
-      (pid) => this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { part, events, pid }),
+      async (pid) => {
+        for (const b of byPart) await this.hooks.at(`${this.spec.hookPrefix}consumer.beforeCommit`, { ...b, pid });
+      },
     );
   }
 

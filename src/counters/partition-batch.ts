@@ -1,13 +1,14 @@
 import { backendPid, type Pool, type PoolClient } from "../db/pool.ts";
 import { withTransaction } from "../db/transaction.ts";
 import { InvalidInputError } from "../errors.ts";
-import { advanceWatermark, drainPartitions, lockWatermark, type WatermarkTables } from "./watermark.ts";
+import { advanceWatermarks, drainPartitions, lockWatermarks, type WatermarkTables } from "./watermark.ts";
 
 /**
- * The frame every view's consumer runs in (like and comment counters, the follower
- * projector): a batch is one transaction on one partition between "lock the watermark row"
- * and "advance the watermark", and a loop fetches and applies batches per partition until the
- * watermarks reach their sequences. What a batch does inside the frame is the view's own.
+ * The frame every view's consumer runs in (like and comment counters, the follower projector,
+ * notifications, the home timeline): a batch is one transaction between "lock the watermark rows"
+ * and "advance the watermarks", and a loop fetches rounds (a batch per partition) and applies them
+ * until the watermarks reach their sequences. What a batch does inside the frame is the view's
+ * own, and so is whether a round is one batch (BatchConsumer.applyRound).
  */
 
 /** Tallies of what happened to delivered events (applied/covered/dup, applied/stale/dup). */
@@ -32,13 +33,36 @@ export function partitionOfBatch(events: readonly { part: number }[]): number {
   return part;
 }
 
+/** The partitions of a batch's events, ascending and distinct; a typed error for an empty batch. */
+export function partitionsOfBatch(events: readonly { part: number }[]): number[] {
+  if (events.length === 0) throw new InvalidInputError("events", "a batch needs at least one event");
+  return [...new Set(events.map((e) => e.part))].sort((a, b) => a - b);
+}
+
 /**
- * One batch transaction: lock the partition's watermark row (consumers of one partition take
- * turns, consumers of different partitions run in parallel), run `body`, advance the
- * contiguous watermark, then call `beforeCommit` (the hook point tests park at) with the
- * backend pid. Taking the watermark lock first is what keeps the view's own row locks
- * acyclic: no two holders of a partition's rows ever interleave.
+ * One batch transaction over one or more partitions: lock their watermark rows in ascending
+ * partition order (consumers of one partition take turns, consumers of different partitions run in
+ * parallel), run `body`, advance each partition's contiguous watermark, then call `beforeCommit`
+ * (the hook point tests park at) with the backend pid. Taking the watermark locks first is what
+ * keeps the view's own row locks acyclic: no two holders of a partition's rows ever interleave.
  */
+export async function inPartitionsBatch<R extends object>(
+  pool: Pool,
+  tables: WatermarkTables,
+  parts: readonly number[],
+  body: (client: PoolClient) => Promise<R>,
+  beforeCommit: (pid: number | undefined) => Promise<void>,
+): Promise<R & { watermarks: Map<number, number> }> {
+  return withTransaction(pool, async (client) => {
+    await lockWatermarks(client, tables, parts);
+    const result = await body(client);
+    const watermarks = await advanceWatermarks(client, tables, parts);
+    await beforeCommit(backendPid(client));
+    return { ...result, watermarks };
+  });
+}
+
+/** inPartitionsBatch of one partition: the frame of the views whose rows several partitions share. */
 export async function inPartitionBatch<R extends object>(
   pool: Pool,
   tables: WatermarkTables,
@@ -46,21 +70,42 @@ export async function inPartitionBatch<R extends object>(
   body: (client: PoolClient) => Promise<R>,
   beforeCommit: (pid: number | undefined) => Promise<void>,
 ): Promise<R & { watermark: number }> {
-  return withTransaction(pool, async (client) => {
-    await lockWatermark(client, tables, part);
-    const result = await body(client);
-    const watermark = await advanceWatermark(client, tables, part);
-    await beforeCommit(backendPid(client));
-    return { ...result, watermark };
-  });
+  let result: R | undefined;
+  const { watermarks } = await inPartitionsBatch(
+    pool,
+    tables,
+    [part],
+    async (client) => {
+      result = await body(client);
+      return {};
+    },
+    beforeCommit,
+  );
+  return { ...result!, watermark: watermarks.get(part)! };
 }
 
 /** What the loop needs of a view's consumer. */
-export interface BatchConsumer<E extends { seq: number }, K extends string> {
+export interface BatchConsumer<E extends { part: number; seq: number }, K extends string> {
   /** Up to `limit` unprocessed events above the watermark and above `after`. */
   fetchPending(part: number, limit: number, after?: number): Promise<E[]>;
-  /** Applies events that fetchPending read from the outbox (no second check against it). */
-  applyFetched(events: readonly E[]): Promise<Tally<K>>;
+  /**
+   * Applies a round: one batch per partition, each read by fetchPending (no second check against
+   * the outbox). The counters and the notification view apply a round in one transaction (their
+   * rows are one partition's, or locked for the whole round in one order); the follower projector
+   * and the home timeline apply each batch in a transaction of its own (applyEachBatch).
+   */
+  applyRound(batches: readonly (readonly E[])[]): Promise<Tally<K>>;
+}
+
+/** A round applied batch by batch, each in its own transaction (`apply`). */
+export async function applyEachBatch<E, K extends string>(
+  batches: readonly (readonly E[])[],
+  empty: () => Tally<K>,
+  apply: (events: readonly E[]) => Promise<Tally<NoInfer<K>>>,
+): Promise<Tally<K>> {
+  const total = empty();
+  for (const batch of batches) addTally(total, await apply(batch));
+  return total;
 }
 
 /**
@@ -75,54 +120,59 @@ export interface BatchConsumer<E extends { seq: number }, K extends string> {
 export const CONSUMER_BATCH = 2000;
 
 /**
- * Batches one pass takes from one partition at most while each comes back full, so that a loop
- * serving several partitions still visits each of them often.
+ * Rounds one pass takes at most while some partition's batch comes back full, so that a loop
+ * serving several partitions still sees an idle one again soon.
  */
 export const BATCHES_PER_PASS = 8;
 
 /**
- * One pass over the given partitions; returns what it did. While a batch's transaction runs, the
- * pass reads the next batch on another connection: the same partition's events above the batch's
- * last seq when the batch came back full (at most BATCHES_PER_PASS batches of a partition per
- * pass, so a loop serving several partitions visits each often), else the next partition's first
- * batch. One loop's reads and applies overlap, so it goes at the pace of its applies alone. A
- * batch read ahead of one whose apply failed is dropped with the pass: the next pass reads from the
- * watermark again.
+ * One pass over the given partitions; returns what it did. A round is each partition's next batch
+ * (up to `batchSize` events above its watermark); while a round is applied, the pass reads the next
+ * one on another connection: the partitions whose batch came back full, above its last seq, at most
+ * BATCHES_PER_PASS rounds per pass. One loop's reads and applies overlap, so it goes at the pace of
+ * its applies alone. A round read ahead of one whose apply failed is dropped with the pass: the next
+ * pass reads from the watermarks again.
  */
-export async function pollPartitions<E extends { seq: number }, K extends string>(
+export async function pollPartitions<E extends { part: number; seq: number }, K extends string>(
   consumer: BatchConsumer<E, NoInfer<K>>,
   empty: () => Tally<K>,
   parts: readonly number[],
   batchSize: number,
 ): Promise<Tally<K>> {
   const total = empty();
-  let index = 0;
-  let batch = 1;
-  let events = parts.length > 0 ? await consumer.fetchPending(parts[0]!, batchSize) : [];
-  while (index < parts.length) {
-    const part = parts[index]!;
-    let next: Promise<E[]>;
-    if (events.length === batchSize && batch < BATCHES_PER_PASS) {
-      batch++;
-      next = consumer.fetchPending(part, batchSize, events[events.length - 1]!.seq);
-    } else {
-      index++;
-      batch = 1;
-      next = index < parts.length ? consumer.fetchPending(parts[index]!, batchSize) : Promise.resolve([]);
-    }
-    if (events.length > 0) {
-      const [applied, fetched] = await Promise.all([consumer.applyFetched(events), next]);
-      addTally(total, applied);
-      events = fetched;
-    } else {
-      events = await next;
-    }
+  let round = await fetchRound(
+    consumer,
+    parts.map((part) => ({ part, after: 0 })),
+    batchSize,
+  );
+  for (let rounds = 1; round.length > 0; rounds++) {
+    const again =
+      rounds < BATCHES_PER_PASS
+        ? round.filter((b) => b.length === batchSize).map((b) => ({ part: b[0]!.part, after: b[b.length - 1]!.seq }))
+        : [];
+    const [applied, next] = await Promise.all([consumer.applyRound(round), fetchRound(consumer, again, batchSize)]);
+    addTally(total, applied);
+    round = next;
   }
   return total;
 }
 
+/** The non-empty batches of the given partitions, read one after another (one connection at a time). */
+async function fetchRound<E extends { part: number; seq: number }, K extends string>(
+  consumer: BatchConsumer<E, K>,
+  wanted: readonly { part: number; after: number }[],
+  batchSize: number,
+): Promise<E[][]> {
+  const round: E[][] = [];
+  for (const { part, after } of wanted) {
+    const batch = await consumer.fetchPending(part, batchSize, after);
+    if (batch.length > 0) round.push(batch);
+  }
+  return round;
+}
+
 /** Passes until every partition's watermark has reached its sequence (drainPartitions). */
-export async function drainBatches<E extends { seq: number }, K extends string>(
+export async function drainBatches<E extends { part: number; seq: number }, K extends string>(
   pool: Pool,
   tables: WatermarkTables,
   name: string,

@@ -17,13 +17,17 @@ export interface WatermarkTables {
 }
 
 /**
- * Moves the watermark to the end of the contiguous run of processed sequence numbers: rows
- * with seq = w + row_number are exactly the gap-free prefix above w. Call it with the
- * watermark row already locked by an earlier statement, so this statement's snapshot holds
- * every row committed by whoever held the lock before.
+ * Moves each given partition's watermark to the end of the contiguous run of processed sequence
+ * numbers: rows with seq = w + row_number are exactly the gap-free prefix above w. Call it with the
+ * watermark rows already locked by an earlier statement, so this statement's snapshot holds every
+ * row committed by whoever held a lock before. Returns the watermarks by partition.
  */
-export async function advanceWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>({
+export async function advanceWatermarks(
+  client: PoolClient,
+  t: WatermarkTables,
+  parts: readonly number[],
+): Promise<Map<number, number>> {
+  const { rows } = await client.query<{ part: number; applied_upto: number }>({
     name: `${t.watermark}_advance`,
     text: `UPDATE ${t.watermark} w
         SET applied_upto = coalesce((
@@ -31,11 +35,16 @@ export async function advanceWatermark(client: PoolClient, t: WatermarkTables, p
                 FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn
                         FROM ${t.seen} WHERE part = w.part AND seq > w.applied_upto) s
                WHERE s.seq = w.applied_upto + s.rn), w.applied_upto)
-      WHERE part = $1
-      RETURNING applied_upto`,
-    values: [part],
+      WHERE part = ANY ($1::int[])
+      RETURNING part, applied_upto`,
+    values: [parts],
   });
-  return rows[0]!.applied_upto;
+  return new Map(rows.map((r) => [r.part, r.applied_upto]));
+}
+
+/** advanceWatermarks of one partition. */
+export async function advanceWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
+  return (await advanceWatermarks(client, t, [part])).get(part)!;
 }
 
 /**
@@ -57,13 +66,23 @@ export function fetchPendingSql(outbox: string, columns: string, t: WatermarkTab
            ORDER BY o.seq LIMIT $2`;
 }
 
-export async function lockWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<number> {
-  const { rows } = await client.query<{ applied_upto: number }>({
+/**
+ * Locks the given partitions' watermark rows in ascending partition order, whatever order they are
+ * given in: the sort runs below the row locking, so the rows are locked as they come out of it. Every
+ * holder of several partitions' rows (a consumer's round, the import's like phase) takes them in this
+ * one total order, so none of them can wait for a lower partition while holding a higher one: no
+ * lock cycle can form (docs/write-path.md, "The consumers' round").
+ */
+export async function lockWatermarks(client: PoolClient, t: WatermarkTables, parts: readonly number[]): Promise<void> {
+  await client.query({
     name: `${t.watermark}_lock`,
-    text: `SELECT applied_upto FROM ${t.watermark} WHERE part = $1 FOR UPDATE`,
-    values: [part],
+    text: `SELECT part FROM ${t.watermark} WHERE part = ANY ($1::int[]) ORDER BY part FOR UPDATE`,
+    values: [parts],
   });
-  return rows[0]!.applied_upto;
+}
+
+export async function lockWatermark(client: PoolClient, t: WatermarkTables, part: number): Promise<void> {
+  await lockWatermarks(client, t, [part]);
 }
 
 /**

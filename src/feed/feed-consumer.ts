@@ -1,6 +1,7 @@
 import {
   addTally,
   drainBatches,
+  applyEachBatch,
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
@@ -143,6 +144,15 @@ export class FeedConsumer {
    */
   async applyFetched(events: readonly FeedEvent[]): Promise<FeedStats & { watermark: number; expired: number }> {
     return this.applyEvents(events, false);
+  }
+  /**
+   * A round (a batch per partition) applied batch by batch, each in a transaction of its own: a reader's inbox rows
+   * come from events of any partition, and the batch locks authors before readers, so
+   * one transaction over several partitions would lock them partition by partition and two could wait
+   * for each other (docs/write-path.md, "The consumers' round").
+   */
+  async applyRound(batches: readonly (readonly FeedEvent[])[]): Promise<FeedStats> {
+    return applyEachBatch(batches, emptyFeedStats, (events) => this.applyFetched(events));
   }
 
   private async applyEvents(

@@ -25,23 +25,23 @@ export function toCountEvent(e: LikeEvent): CountEvent {
 }
 
 /**
- * How a batch of one partition's events takes effect (figure 32-2), with the watermark row and
- * every count row of the batch already locked: src/counters' CounterApply in the like's terms,
- * so that the negative controls (test/likes/negative-controls.ts) can be written against it.
+ * How a batch of one or more partitions' events takes effect (figure 32-2), with their watermark
+ * rows and every count row of the batch already locked: src/counters' CounterApply in the like's
+ * terms, so that the negative controls (test/likes/negative-controls.ts) can be written against it.
  */
-export type ApplyBatch = (client: PoolClient, part: number, events: readonly LikeEvent[]) => Promise<ConsumeStats>;
+export type ApplyBatch = (client: PoolClient, events: readonly LikeEvent[]) => Promise<ConsumeStats>;
 
 const dedup = counterApplyWithDedup(LIKE_COUNTER);
 
 /** The shared de-duplicating apply (src/counters/counter-consumer.ts) on like_count. */
-export const applyWithDedup: ApplyBatch = (client, part, events) => dedup(client, part, events.map(toCountEvent));
+export const applyWithDedup: ApplyBatch = (client, events) => dedup(client, events.map(toCountEvent));
 
 /**
  * Applies delivered like_outbox events to like_count, exactly once per event whatever the
  * delivery does: the shared CounterConsumer on LIKE_COUNTER, in LikeEvent terms. A batch is one
- * transaction on one partition that locks the partition's watermark row, then the batch's
- * (item, partition) count rows in item order, applies the batch in one statement and advances
- * the contiguous watermark; the hook point is `consumer.beforeCommit`.
+ * transaction over one or more partitions that locks their watermark rows in partition order,
+ * then the batch's (item, partition) count rows in (partition, item) order, applies the batch in
+ * one statement and advances each contiguous watermark; the hook point is `consumer.beforeCommit`.
  */
 export class LikeConsumer {
   private readonly counter: CounterConsumer;
@@ -53,13 +53,20 @@ export class LikeConsumer {
     const { hooks, applyBatch } = options;
     this.counter = new CounterConsumer(pool, LIKE_COUNTER, {
       ...(hooks ? { hooks } : {}),
-      ...(applyBatch ? { apply: (client, part, events) => applyBatch(client, part, events.map(toLikeEvent)) } : {}),
+      ...(applyBatch ? { apply: (client, events) => applyBatch(client, events.map(toLikeEvent)) } : {}),
     });
   }
 
   /** Applies a batch of events that all belong to one partition (`expired`: pruned redeliveries, docs/retention.md). */
   async applyBatch(events: readonly LikeEvent[]): Promise<ConsumeStats & { watermark: number; expired: number }> {
     return this.counter.applyBatch(events.map(toCountEvent));
+  }
+
+  /** Applies fetched batches, one per partition, in one transaction (CounterConsumer.applyRound). */
+  async applyRound(
+    batches: readonly (readonly LikeEvent[])[],
+  ): Promise<ConsumeStats & { watermarks: Map<number, number>; expired: number }> {
+    return this.counter.applyRound(batches.map((b) => b.map(toCountEvent)));
   }
 
   /** Up to `limit` unprocessed events of a partition above its watermark (read without locks). */

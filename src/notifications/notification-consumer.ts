@@ -1,8 +1,9 @@
 import {
   addTally,
   drainBatches,
-  inPartitionBatch,
+  inPartitionsBatch,
   partitionOfBatch,
+  partitionsOfBatch,
   pollPartitions,
   CONSUMER_BATCH,
 } from "../counters/partition-batch.ts";
@@ -90,11 +91,11 @@ interface EventRow {
 
 /**
  * Applies one outbox's events to the notification view, exactly once in effect whatever the
- * delivery does, in the frame every view runs in (inPartitionBatch: lock the watermark row,
- * body, advance the contiguous watermark). The body checks the batch against the outbox, locks
- * the batch's recipients (LOCK_RECIPIENTS_SQL, shared with the rebuild) and applies. Hook points:
- * notifications.consumer.afterLock {source, part, seqs, pid}, notifications.consumer.beforeCommit
- * {source, part, seqs, pid}.
+ * delivery does, in the frame every view runs in (inPartitionsBatch: lock the watermark rows,
+ * body, advance the contiguous watermarks). The body checks a delivered batch against the outbox,
+ * locks the batch's recipients (LOCK_RECIPIENTS_SQL, shared with the rebuild) and applies each
+ * partition's events. Hook points, once per partition of the batch: notifications.consumer.afterLock
+ * {source, part, seqs, pid}, notifications.consumer.beforeCommit {source, part, seqs, pid}.
  */
 export class NotificationConsumer {
   private readonly hooks: Hooks;
@@ -126,49 +127,68 @@ export class NotificationConsumer {
   async applyBatch(
     events: readonly NotificationEvent[],
   ): Promise<NotificationStats & { watermark: number; expired: number }> {
-    return this.applyEvents(events, true);
+    const part = partitionOfBatch(events);
+    const { watermarks, ...stats } = await this.applyEvents(events, true);
+    return { ...stats, watermark: watermarks.get(part)! };
   }
 
   /**
-   * Applies a batch that fetchPending read from the outbox itself: its rows never change (a prune
-   * deletes only rows at or below the watermark, duplicates to the apply), so they are not
-   * checked against it again. Everything else, hook points included, is applyBatch's path.
+   * Applies a round that fetchPending read from the outbox itself, one batch per partition, in one
+   * transaction: the recipients of the whole round are locked in one statement, in one order, so
+   * a round waits for a recipient only while holding lower ones, as a batch of one partition does.
+   * Outbox rows never change (a prune deletes only rows at or below the watermark, duplicates to the
+   * apply), so they are not checked against it again. Everything else, hook points included, is
+   * applyBatch's path.
    */
-  async applyFetched(
-    events: readonly NotificationEvent[],
-  ): Promise<NotificationStats & { watermark: number; expired: number }> {
-    return this.applyEvents(events, false);
+  async applyRound(
+    batches: readonly (readonly NotificationEvent[])[],
+  ): Promise<NotificationStats & { watermarks: Map<number, number>; expired: number }> {
+    return this.applyEvents(batches.flat(), false);
   }
 
   private async applyEvents(
     events: readonly NotificationEvent[],
     delivered: boolean,
-  ): Promise<NotificationStats & { watermark: number; expired: number }> {
-    const part = partitionOfBatch(events);
-    const seqs = events.map((e) => e.seq);
+  ): Promise<NotificationStats & { watermarks: Map<number, number>; expired: number }> {
+    const parts = partitionsOfBatch(events);
+    const byPart = parts.map((part) => ({ part, seqs: events.filter((e) => e.part === part).map((e) => e.seq) }));
     const source = this.source.name;
-    return inPartitionBatch(
+    return inPartitionsBatch(
       this.pool,
       this.source.tables,
-      part,
+      parts,
       async (client) => {
-        const kept = delivered ? await this.requireOutboxMatch(client, part, events) : seqs;
-        const expired = events.length - kept.length;
-        const { rows } = await client.query<{ recipient: string }>({
-          name: `notifications_${source}_recipients`,
-          text: this.sql.recipients,
-          values: [part, kept],
-        });
+        // A delivered batch is one partition's (applyBatch): checked against that partition's outbox.
+        const kept = delivered
+          ? [{ part: parts[0]!, seqs: await this.requireOutboxMatch(client, parts[0]!, events) }]
+          : byPart;
+        const expired = events.length - kept.reduce((n, k) => n + k.seqs.length, 0);
+        const recipients = new Set<string>();
+        for (const { part, seqs } of kept) {
+          const { rows } = await client.query<{ recipient: string }>({
+            name: `notifications_${source}_recipients`,
+            text: this.sql.recipients,
+            values: [part, seqs],
+          });
+          for (const r of rows) recipients.add(r.recipient);
+        }
         await client.query({
           name: "notifications_lock_recipients",
           text: LOCK_RECIPIENTS_SQL,
-          values: [rows.map((r) => r.recipient)],
+          values: [[...recipients]],
         });
-        await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid: backendPid(client) });
-        const stats = kept.length > 0 ? await this.apply(client, this.source, part, kept) : emptyNotificationStats();
+        const pid = backendPid(client);
+        for (const { part, seqs } of byPart)
+          await this.hooks.at("notifications.consumer.afterLock", { source, part, seqs, pid });
+        const stats = emptyNotificationStats();
+        for (const { part, seqs } of kept)
+          if (seqs.length > 0) addTally(stats, await this.apply(client, this.source, part, seqs));
         return { ...stats, dup: stats.dup + expired, expired };
       },
-      (pid) => this.hooks.at("notifications.consumer.beforeCommit", { source, part, seqs, pid }),
+      async (pid) => {
+        for (const { part, seqs } of byPart)
+          await this.hooks.at("notifications.consumer.beforeCommit", { source, part, seqs, pid });
+      },
     );
   }
 

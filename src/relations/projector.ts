@@ -1,6 +1,7 @@
 import {
   addTally,
   drainBatches,
+  applyEachBatch,
   inPartitionBatch,
   partitionOfBatch,
   pollPartitions,
@@ -198,6 +199,15 @@ export class RelationProjector {
     events: readonly RelationEvent[],
   ): Promise<VerdictCounts & { verdicts: Verdict[]; watermark: number; expired: number }> {
     return this.applyEvents(events, false);
+  }
+  /**
+   * A round (a batch per partition) applied batch by batch, each in a transaction of its own: the projection's rows are
+   * keyed by account, and events of any partition touch an account's rows, so
+   * one transaction over several partitions would lock them partition by partition and two could wait
+   * for each other (docs/write-path.md, "The consumers' round").
+   */
+  async applyRound(batches: readonly (readonly RelationEvent[])[]): Promise<VerdictCounts> {
+    return applyEachBatch(batches, emptyVerdicts, (events) => this.applyFetched(events));
   }
 
   private async applyEvents(

@@ -26,16 +26,17 @@ export async function setNaive(pool: Pool, part: number, userId: string, itemId:
 }
 
 /** 32-G's dedup(false): every delivery adds its delta; processed_event is only written for the watermark. */
-export const applyWithoutDedup: ApplyBatch = async (client, part, events) => {
+export const applyWithoutDedup: ApplyBatch = async (client, events) => {
   await client.query(
-    "INSERT INTO processed_event (part, seq, how) SELECT $1, seq, 'APPLIED' FROM unnest($2::bigint[]) AS seq ON CONFLICT DO NOTHING",
-    [part, events.map((e) => e.seq)],
+    "INSERT INTO processed_event (part, seq, how) SELECT *, 'APPLIED' FROM unnest($1::int[], $2::bigint[]) ON CONFLICT DO NOTHING",
+    [events.map((e) => e.part), events.map((e) => e.seq)],
   );
   await client.query(
     `UPDATE like_count lc SET n = lc.n + d.delta
-       FROM (SELECT item_id, sum(delta) AS delta FROM unnest($2::text[], $3::int[]) AS e(item_id, delta) GROUP BY item_id) d
-      WHERE lc.item_id = d.item_id AND lc.part = $1`,
-    [part, events.map((e) => e.itemId), events.map((e) => e.delta)],
+       FROM (SELECT part, item_id, sum(delta) AS delta FROM unnest($1::int[], $2::text[], $3::int[]) AS e(part, item_id, delta)
+              GROUP BY part, item_id) d
+      WHERE lc.item_id = d.item_id AND lc.part = d.part`,
+    [events.map((e) => e.part), events.map((e) => e.itemId), events.map((e) => e.delta)],
   );
   return { applied: events.length, covered: 0, dup: 0 };
 };

@@ -3,17 +3,19 @@ import type { Pool, PoolClient } from "../../src/db/pool.ts";
 /**
  * Which sequence rows (like_seq, event_seq, comment_seq: one row per partition) a blocked writer
  * holds, seen from outside: the order a writer takes them in is the deadlock argument of the
- * write path and of the erasure (rows of several partitions, always ascending). A test holds
+ * write path and of the erasure (rows of several partitions, always ascending). The like counter's
+ * watermark rows (counter_watermark) are the same argument for a consumer's round. A test holds
  * one partition's row in a transaction of its own (`holdSequenceRow`), lets the writer run into
  * it (its wait shows in pg_locks), and asks of every other row whether someone holds it
  * (`sequenceRowHeld`, a NOWAIT probe that takes nothing it keeps).
  */
-export type SequenceTable = "like_seq" | "event_seq" | "comment_seq";
+export type SequenceTable = "like_seq" | "event_seq" | "comment_seq" | "counter_watermark";
 
 const LOCK_ROW: Record<SequenceTable, string> = {
   like_seq: "SELECT part FROM like_seq WHERE part = $1 FOR UPDATE",
   event_seq: "SELECT part FROM event_seq WHERE part = $1 FOR UPDATE",
   comment_seq: "SELECT part FROM comment_seq WHERE part = $1 FOR UPDATE",
+  counter_watermark: "SELECT part FROM counter_watermark WHERE part = $1 FOR UPDATE",
 };
 
 const LOCK_NOT_AVAILABLE = "55P03";
