@@ -57,6 +57,33 @@ async function refusals(address: string): Promise<Record<string, number>> {
   return out;
 }
 
+/**
+ * An external database's own supervisor (systemd, Patroni) starts a server that gave up; here the test
+ * is it, until the server takes a connection. Once: a postmaster still in crash recovery when the space
+ * returns may yet give up (its recovery needed the space before it was freed) after a single look found
+ * it running, and nothing would start it again.
+ */
+async function superviseUntilUp(cluster: EmbeddedCluster): Promise<void> {
+  await pollUntil(
+    "PostgreSQL up again",
+    async () => {
+      if (!cluster.running) await cluster.restart();
+      const probe = createPool({ connectionString: cluster.connectionString(), max: 1, connectionTimeoutMs: 2_000 });
+      try {
+        await probe.query("SELECT 1");
+        return true;
+      } catch {
+        return false;
+      } finally {
+        await probe.end().catch(() => undefined);
+      }
+    },
+    (up) => up,
+    60_000,
+    100,
+  );
+}
+
 async function fillUnderLoad(t: TestContext, walSwitches: boolean): Promise<void> {
   {
     const root = await clusterTempDir("ledger-disk-full-");
@@ -119,9 +146,15 @@ async function fillUnderLoad(t: TestContext, walSwitches: boolean): Promise<void
     const panics = pgLog.filter((l) => /PANIC/.test(l));
     const upAfterPanic = cluster.running;
     rmSync(ballast);
-    // An external database's own supervisor (systemd, Patroni) starts a server that gave up; here the test is it.
-    if (!cluster.running) await cluster.restart();
-    const after = await load.until("writes again", (f) => f.acknowledgedAfterOutage >= LOAD_BEFORE_FAULT, 120_000);
+    await superviseUntilUp(cluster);
+    const after = await load
+      .until("writes again", (f) => f.acknowledgedAfterOutage >= LOAD_BEFORE_FAULT, 120_000)
+      .catch((err: unknown) => {
+        // What the server and the service said is the only trace of why writes did not come back.
+        t.diagnostic(`note PostgreSQL's last log lines:\n${pgLog.slice(-40).join("\n")}`);
+        t.diagnostic(`note serve's last lines:\n${serve.lines.slice(-20).join("\n")}`);
+        throw err;
+      });
     await load.stop();
     t.diagnostic(
       `note ballast ${(ballastBytes / 2 ** 20).toFixed(0)} MiB; 503 while full=${full.unavailable}; refusals by reason ${JSON.stringify(byReason)}; read while full: ${read.status}; PostgreSQL PANIC lines: ${panics.length}; acknowledged after=${after.acknowledgedAfterOutage}`,
