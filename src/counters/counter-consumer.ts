@@ -68,8 +68,8 @@ export function applyWithDedup(s: CounterSpec): CounterApply {
     fresh AS (
       INSERT INTO ${s.processed} (part, seq, how)
       SELECT ev.part, ev.seq, CASE WHEN ev.seq <= c.base_seq THEN 'COVERED' ELSE 'APPLIED' END
-        FROM ev JOIN ${s.count} c ON c.${s.keyColumn} = ev.key AND c.part = ev.part
-       WHERE ev.seq > (SELECT applied_upto FROM ${s.watermark} w WHERE w.part = ev.part)
+        FROM ev JOIN ${s.watermark} w ON w.part = ev.part AND ev.seq > w.applied_upto
+                JOIN ${s.count} c ON c.${s.keyColumn} = ev.key AND c.part = ev.part
       ON CONFLICT DO NOTHING
       RETURNING part, seq, how),
     added AS (  -- runs to completion although nothing reads it (data-modifying CTE)
