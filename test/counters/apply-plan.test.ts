@@ -13,14 +13,8 @@ import { applyWithDedup } from "../../src/counters/counter-consumer.ts";
 import type { CountEvent } from "../../src/counters/counter-spec.ts";
 import type { PoolClient } from "../../src/db/pool.ts";
 import { LIKE_COUNTER } from "../../src/likes/like-spec.ts";
+import { rowsRemovedByJoinFilters, type PlanNode } from "../support/explain.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-
-interface PlanNode {
-  "Actual Loops"?: number;
-  "Rows Removed by Join Filter"?: number;
-  Plans?: PlanNode[];
-}
-const nodes = (p: PlanNode): PlanNode[] => [p, ...(p.Plans ?? []).flatMap(nodes)];
 
 const P = 4;
 const ITEMS = 100;
@@ -54,7 +48,12 @@ const events: CountEvent[] = Array.from({ length: P * PER_PART }, (_, i) => ({
   version: 1,
 }));
 
-const literal = (values: readonly (string | number)[]) => `'{${values.join(",")}}'`;
+const values = [
+  events.map((e) => e.part),
+  events.map((e) => e.seq),
+  events.map((e) => e.key),
+  events.map((e) => e.delta),
+];
 
 /** Rows every nested loop of the executed generic plan compared and threw away, over all its loops. */
 async function rowsRemovedByJoins(client: PoolClient, name: string, run: () => Promise<unknown>): Promise<number> {
@@ -66,15 +65,12 @@ async function rowsRemovedByJoins(client: PoolClient, name: string, run: () => P
   }
   await client.query("BEGIN");
   try {
+    // EXECUTE takes no bind parameters: the round's arrays go in as literals (the test's own numbers and ids).
+    const literals = values.map((v) => `'{${v.join(",")}}'`).join(", ");
     const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
-      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}(${literal(events.map((e) => e.part))}, ${literal(
-        events.map((e) => e.seq),
-      )}, ${literal(events.map((e) => e.key))}, ${literal(events.map((e) => e.delta))})`,
+      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}(${literals})`,
     );
-    return nodes(rows[0]!["QUERY PLAN"][0].Plan).reduce(
-      (sum, n) => sum + (n["Rows Removed by Join Filter"] ?? 0) * (n["Actual Loops"] ?? 1),
-      0,
-    );
+    return rowsRemovedByJoinFilters(rows[0]!["QUERY PLAN"][0].Plan);
   } finally {
     await client.query("ROLLBACK");
   }

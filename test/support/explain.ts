@@ -8,6 +8,7 @@ export interface PlanNode {
   "Actual Rows"?: number;
   "Actual Loops"?: number;
   "Rows Removed by Filter"?: number;
+  "Rows Removed by Join Filter"?: number;
   Plans?: PlanNode[];
 }
 
@@ -36,4 +37,10 @@ export function rowsReadVia(node: PlanNode, index: string): number {
       ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1)
       : 0;
   return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsReadVia(p, index), 0);
+}
+
+/** Rows the joins of a plan compared and threw away (a nested loop's join filter), times loops. */
+export function rowsRemovedByJoinFilters(node: PlanNode): number {
+  const own = (node["Rows Removed by Join Filter"] ?? 0) * (node["Actual Loops"] ?? 1);
+  return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRemovedByJoinFilters(p), 0);
 }
