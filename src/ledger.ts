@@ -154,8 +154,8 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
     return [
       new PartitionWorker(
         `like-counter#${g}`,
-        async () => {
-          const s = await ledger.likeConsumer.pollOnce(group, batchSize);
+        async (signal) => {
+          const s = await ledger.likeConsumer.pollOnce(group, batchSize, signal);
           options.onLikes?.(s);
           return s.applied + s.covered + s.dup;
         },
@@ -163,8 +163,8 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       ),
       new PartitionWorker(
         `follower-projector#${g}`,
-        async () => {
-          const v = await ledger.projector.pollOnce(group, batchSize);
+        async (signal) => {
+          const v = await ledger.projector.pollOnce(group, batchSize, signal);
           options.onRelations?.(v);
           return v.applied + v.stale + v.dup;
         },
@@ -172,8 +172,8 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       ),
       new PartitionWorker(
         `comment-counter#${g}`,
-        async () => {
-          const s = await ledger.commentConsumer.pollOnce(group, batchSize);
+        async (signal) => {
+          const s = await ledger.commentConsumer.pollOnce(group, batchSize, signal);
           options.onComments?.(s);
           return s.applied + s.covered + s.dup;
         },
@@ -181,8 +181,8 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       ),
       new PartitionWorker(
         `notifications#${g}`,
-        async () => {
-          const s = await ledger.notifications.pollOnce(group, batchSize);
+        async (signal) => {
+          const s = await ledger.notifications.pollOnce(group, batchSize, signal);
           options.onNotifications?.(s);
           return s.applied + s.skipped + s.dup;
         },
@@ -190,8 +190,8 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       ),
       new PartitionWorker(
         `feed#${g}`,
-        async () => {
-          const s = await ledger.feed.pollOnce(group, batchSize);
+        async (signal) => {
+          const s = await ledger.feed.pollOnce(group, batchSize, signal);
           options.onFeed?.(s);
           return s.applied + s.dup;
         },

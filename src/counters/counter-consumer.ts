@@ -227,9 +227,9 @@ export class CounterConsumer {
     return rows.map(toEvent);
   }
 
-  /** One pass over the given partitions; returns what it did. */
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<CounterStats> {
-    return pollPartitions(this, emptyCounterStats, parts, batchSize);
+  /** One pass over the given partitions; returns what it did. An aborted `signal` ends it after the round being applied. */
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<CounterStats> {
+    return pollPartitions(this, emptyCounterStats, parts, batchSize, signal);
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */

@@ -131,21 +131,25 @@ export const BATCHES_PER_PASS = 8;
  * one on another connection: the partitions whose batch came back full, above its last seq, at most
  * BATCHES_PER_PASS rounds per pass. One loop's reads and applies overlap, so it goes at the pace of
  * its applies alone. A round read ahead of one whose apply failed is dropped with the pass: the next
- * pass reads from the watermarks again.
+ * pass reads from the watermarks again; so is one read ahead when `signal` aborts (the loop is
+ * stopping): the round being applied commits and the pass returns, rather than after its last
+ * round (a notification loop, eight rounds per view, took 1.6 s to stop).
  */
 export async function pollPartitions<E extends { part: number; seq: number }, K extends string>(
   consumer: BatchConsumer<E, NoInfer<K>>,
   empty: () => Tally<K>,
   parts: readonly number[],
   batchSize: number,
+  signal?: AbortSignal,
 ): Promise<Tally<K>> {
   const total = empty();
+  if (signal?.aborted) return total;
   let round = await fetchRound(
     consumer,
     parts.map((part) => ({ part, after: 0 })),
     batchSize,
   );
-  for (let rounds = 1; round.length > 0; rounds++) {
+  for (let rounds = 1; round.length > 0 && !signal?.aborted; rounds++) {
     const again =
       rounds < BATCHES_PER_PASS
         ? round.filter((b) => b.length === batchSize).map((b) => ({ part: b[0]!.part, after: b[b.length - 1]!.seq }))

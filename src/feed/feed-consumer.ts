@@ -233,8 +233,8 @@ export class FeedConsumer {
     return (await this.pool.query<FeedEvent>(this.sql.fetchRange, [part, fromSeq, toSeq])).rows;
   }
 
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<FeedStats> {
-    return pollPartitions(this, emptyFeedStats, parts, batchSize);
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<FeedStats> {
+    return pollPartitions(this, emptyFeedStats, parts, batchSize, signal);
   }
 
   async drain(batchSize = 200): Promise<FeedStats> {
@@ -318,9 +318,9 @@ export class FeedConsumers {
     return this.consumers[0]!.maxItems;
   }
 
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<FeedStats> {
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<FeedStats> {
     const total = emptyFeedStats();
-    for (const c of this.consumers) addTally(total, await c.pollOnce(parts, batchSize));
+    for (const c of this.consumers) addTally(total, await c.pollOnce(parts, batchSize, signal));
     return total;
   }
 

@@ -80,8 +80,8 @@ export class LikeConsumer {
   }
 
   /** One pass over the given partitions; returns what it did. */
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<ConsumeStats> {
-    return this.counter.pollOnce(parts, batchSize);
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<ConsumeStats> {
+    return this.counter.pollOnce(parts, batchSize, signal);
   }
 
   /** Consumes until every partition's watermark has reached its sequence. */

@@ -207,8 +207,8 @@ export class NotificationConsumer {
     return (await this.pool.query<EventRow>(this.sql.fetchRange, [part, fromSeq, toSeq])).rows;
   }
 
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<NotificationStats> {
-    return pollPartitions(this, emptyNotificationStats, parts, batchSize);
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<NotificationStats> {
+    return pollPartitions(this, emptyNotificationStats, parts, batchSize, signal);
   }
 
   async drain(batchSize = CONSUMER_BATCH): Promise<NotificationStats> {
@@ -263,9 +263,9 @@ export class NotificationFeed {
     return this.consumers.find((c) => c.source.name === name)!;
   }
 
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<NotificationStats> {
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<NotificationStats> {
     const total = emptyNotificationStats();
-    for (const c of this.consumers) addTally(total, await c.pollOnce(parts, batchSize));
+    for (const c of this.consumers) addTally(total, await c.pollOnce(parts, batchSize, signal));
     return total;
   }
 

@@ -281,8 +281,8 @@ export class RelationProjector {
     return rows.map(toRelationEvent);
   }
 
-  async pollOnce(parts: readonly number[], batchSize = 100): Promise<VerdictCounts> {
-    return pollPartitions(this, emptyVerdicts, parts, batchSize);
+  async pollOnce(parts: readonly number[], batchSize = 100, signal?: AbortSignal): Promise<VerdictCounts> {
+    return pollPartitions(this, emptyVerdicts, parts, batchSize, signal);
   }
 
   /** Projects until every partition's watermark has reached its sequence. */

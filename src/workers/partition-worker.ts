@@ -2,8 +2,9 @@
  * A long-running loop around one pass of a consumer (like counter or follower projector).
  * State lives in the database (dedup keys and watermarks), so a worker killed at any point
  * loses nothing: the next one resumes from the watermark and the dedup key absorbs whatever
- * it redelivers. Any number of workers may serve the same partitions. `stop()` lets the
- * current batch commit and then returns.
+ * it redelivers. Any number of workers may serve the same partitions. `stop()` aborts the signal
+ * the pass was given and waits for the pass to return: a consumer's pass lets the round it is
+ * applying commit and takes no further round (pollPartitions).
  */
 export interface PartitionWorkerOptions {
   /** How long to wait before polling again when a pass found nothing to do. */
@@ -30,6 +31,7 @@ export class PartitionWorker {
   private running = false;
   private wake: (() => void) | undefined;
   private loop: Promise<void> | undefined;
+  private stopping = new AbortController();
   passes = 0;
   processed = 0;
   /** Failed passes in a row; 0 while healthy. */
@@ -38,14 +40,15 @@ export class PartitionWorker {
 
   constructor(
     readonly name: string,
-    /** One pass; returns how many events it handled. */
-    private readonly pass: () => Promise<number>,
+    /** One pass; returns how many events it handled. `signal` aborts when stop() is called. */
+    private readonly pass: (signal: AbortSignal) => Promise<number>,
     private readonly options: PartitionWorkerOptions = {},
   ) {}
 
   start(): void {
     if (this.running) return;
     this.running = true;
+    this.stopping = new AbortController();
     this.loop = this.run();
   }
 
@@ -62,7 +65,7 @@ export class PartitionWorker {
     while (this.running) {
       let handled = 0;
       try {
-        handled = await this.pass();
+        handled = await this.pass(this.stopping.signal);
         this.passes++;
         this.processed += handled;
         if (this.failedInARow > 0) {
@@ -91,6 +94,7 @@ export class PartitionWorker {
 
   async stop(): Promise<void> {
     this.running = false;
+    this.stopping.abort();
     this.wake?.();
     await this.loop;
   }
