@@ -10,22 +10,14 @@ import { COMMENT_COUNTS } from "../../src/cache/counter-kinds.ts";
 import type { PoolClient } from "../../src/db/pool.ts";
 import { openLedger } from "../../src/ledger.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-
-interface PlanNode {
-  "Node Type": string;
-  "Relation Name"?: string;
-  "Index Name"?: string;
-  Plans?: PlanNode[];
-}
-
-const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+import { planNodes, type PlanNode } from "../support/explain.ts";
 
 async function commentReads(client: PoolClient, postId: string): Promise<string[]> {
   const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
     `EXPLAIN (FORMAT JSON) ${COMMENT_COUNTS.truthSql}`,
     [[postId], null],
   );
-  return nodes(rows[0]!["QUERY PLAN"][0].Plan)
+  return planNodes(rows[0]!["QUERY PLAN"][0].Plan)
     .filter((n) => n["Relation Name"] === "comment")
     .map((n) => `${n["Node Type"]}${n["Index Name"] ? ` using ${n["Index Name"]}` : ""}`);
 }

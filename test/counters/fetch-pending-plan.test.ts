@@ -15,16 +15,7 @@ import { LIKE_COUNTER } from "../../src/likes/like-spec.ts";
 import { watermarkTablesOf } from "../../src/counters/counter-spec.ts";
 import type { Pool } from "../../src/db/pool.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-
-interface PlanNode {
-  "Node Type": string;
-  "Relation Name"?: string;
-  "Index Name"?: string;
-  "Actual Rows"?: number;
-  "Actual Loops"?: number;
-  Plans?: PlanNode[];
-}
-const nodes = (p: PlanNode): PlanNode[] => [p, ...(p.Plans ?? []).flatMap(nodes)];
+import { planNodes, type PlanNode } from "../support/explain.ts";
 
 const HISTORY = 30_000;
 const WATERMARK = 29_000;
@@ -58,7 +49,7 @@ async function rowsRead(
       `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}(0, ${BATCH}, ${after})`,
     );
     const read = (table: string) =>
-      nodes(rows[0]!["QUERY PLAN"][0].Plan)
+      planNodes(rows[0]!["QUERY PLAN"][0].Plan)
         .filter((n) => n["Relation Name"] === table)
         .reduce((sum, n) => sum + (n["Actual Rows"] ?? 0) * (n["Actual Loops"] ?? 1), 0);
     return { outbox: read("like_outbox"), seen: read("processed_event"), seqs: fetched };

@@ -12,15 +12,7 @@ import assert from "node:assert/strict";
 import { READ_COUNT_SQL } from "../../src/likes/like-audit.ts";
 import type { Pool } from "../../src/db/pool.ts";
 import { createTestDatabase } from "../support/test-db.ts";
-
-interface PlanNode {
-  "Node Type": string;
-  "Relation Name"?: string;
-  "Actual Rows"?: number;
-  "Actual Loops"?: number;
-  Plans?: PlanNode[];
-}
-const nodes = (p: PlanNode): PlanNode[] => [p, ...(p.Plans ?? []).flatMap(nodes)];
+import { planNodes, type PlanNode } from "../support/explain.ts";
 
 const PARTS = 4;
 const PER_PART = 25_000;
@@ -32,7 +24,7 @@ async function processedRowsRead(pool: Pool, sql: string, item: string): Promise
   const { rows } = await pool.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, [
     item,
   ]);
-  return nodes(rows[0]!["QUERY PLAN"][0].Plan)
+  return planNodes(rows[0]!["QUERY PLAN"][0].Plan)
     .filter((n) => n["Relation Name"] === "processed_event")
     .reduce((sum, n) => sum + (n["Actual Rows"] ?? 0) * (n["Actual Loops"] ?? 1), 0);
 }

@@ -4,6 +4,7 @@ import type { PoolClient } from "../../src/db/pool.ts";
 import { READ_COUNT_SQL, readCount } from "../../src/likes/like-audit.ts";
 import { runWorkers, seededRandom } from "../support/concurrency.ts";
 import { count, likesFixture, type LikesFixture } from "./fixture.ts";
+import { planNodes, type PlanNode } from "../support/explain.ts";
 
 /**
  * readCount's pendingForItem must be a range read on like_outbox_item_seq, never a scan of
@@ -15,19 +16,6 @@ const ITEMS = Array.from({ length: 300 }, (_, i) => `item-${String(i).padStart(3
 const USERS = 400;
 const LIKES_PER_USER = 10;
 
-interface PlanNode {
-  "Node Type": string;
-  "Relation Name"?: string;
-  "Index Name"?: string;
-  "Actual Rows"?: number;
-  "Actual Loops"?: number;
-  "Rows Removed by Filter"?: number;
-  "Rows Removed by Index Recheck"?: number;
-  "Shared Hit Blocks"?: number;
-  "Shared Read Blocks"?: number;
-  Plans?: PlanNode[];
-}
-
 /** Buffer pages the whole executed plan touched (the root node's BUFFERS count everything below it). */
 async function pagesTouched(client: PoolClient, itemId: string): Promise<number> {
   const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
@@ -38,13 +26,9 @@ async function pagesTouched(client: PoolClient, itemId: string): Promise<number>
   return (root["Shared Hit Blocks"] ?? 0) + (root["Shared Read Blocks"] ?? 0);
 }
 
-function nodes(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
-}
-
 /** The plan's accesses to like_outbox, and why each is (not) a range read on like_outbox_item_seq. */
 function outboxAccesses(plan: PlanNode): { node: PlanNode; ok: boolean; how: string }[] {
-  return nodes(plan)
+  return planNodes(plan)
     .filter((n) => n["Relation Name"] === "like_outbox")
     .map((node) => {
       const type = node["Node Type"];
@@ -52,7 +36,7 @@ function outboxAccesses(plan: PlanNode): { node: PlanNode; ok: boolean; how: str
         return { node, ok: node["Index Name"] === "like_outbox_item_seq", how: `${type} using ${node["Index Name"]}` };
       }
       if (type === "Bitmap Heap Scan") {
-        const indexes = nodes(node)
+        const indexes = planNodes(node)
           .filter((n) => n["Node Type"] === "Bitmap Index Scan")
           .map((n) => n["Index Name"]);
         return {
@@ -151,7 +135,7 @@ test("READ_COUNT_SQL reads like_outbox through like_outbox_item_seq, never by a 
       t.diagnostic(`note ${label} item ${item}: ${describe(plan)}`);
       assert.ok(accesses.length > 0, "the plan reads like_outbox");
       assert.ok(
-        !nodes(plan).some((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === "like_outbox"),
+        !planNodes(plan).some((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === "like_outbox"),
         "no Seq Scan on like_outbox",
       );
       for (const a of accesses) assert.ok(a.ok, `${label}: like_outbox read by ${a.how}`);

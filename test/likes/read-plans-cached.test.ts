@@ -15,6 +15,7 @@ import { readCounter, readCountSql } from "../../src/counters/counter-reads.ts";
 import { LikeService } from "../../src/likes/like-service.ts";
 import { READ_COUNT_SQL, readCount } from "../../src/likes/like-audit.ts";
 import { startStatementStatsCluster, statementWith, type StatementStatsCluster } from "../support/statement-stats.ts";
+import { planNodes, type PlanNode } from "../support/explain.ts";
 
 const PARTITIONS = 4;
 const PER_PART = 3000;
@@ -23,19 +24,11 @@ const N = 60;
 /** Five custom plans, then the generic one the cache keeps. */
 const MAX_PLANS = 6;
 
-interface PlanNode {
-  "Node Type": string;
-  "Relation Name"?: string;
-  "Index Name"?: string;
-  Plans?: PlanNode[];
-}
-const nodes = (p: PlanNode): PlanNode[] => [p, ...(p.Plans ?? []).flatMap(nodes)];
-
 /** An index range read: an index scan of `index`, or a bitmap heap scan over bitmaps of `index` only. */
 function readsByIndex(n: PlanNode, index: string): boolean {
   if (n["Node Type"] === "Index Scan" || n["Node Type"] === "Index Only Scan") return n["Index Name"] === index;
   if (n["Node Type"] !== "Bitmap Heap Scan") return false;
-  const bitmaps = nodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan");
+  const bitmaps = planNodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan");
   return bitmaps.length > 0 && bitmaps.every((b) => b["Index Name"] === index);
 }
 
@@ -176,9 +169,9 @@ for (const [kind, sql, outbox, index, keys] of [
 ] as const) {
   test(`on skewed data the generic ${kind}-count plan reads ${outbox} by ${index}, never by a Seq Scan`, async (t) => {
     for (const value of keys) {
-      const accesses = nodes(await genericPlan(sql, value)).filter((n) => n["Relation Name"] === outbox);
+      const accesses = planNodes(await genericPlan(sql, value)).filter((n) => n["Relation Name"] === outbox);
       const how = (n: PlanNode) =>
-        `${n["Node Type"]} on ${[n, ...nodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan")]
+        `${n["Node Type"]} on ${[n, ...planNodes(n).filter((b) => b["Node Type"] === "Bitmap Index Scan")]
           .map((b) => b["Index Name"])
           .filter((i) => i !== undefined)
           .join("+")}`;

@@ -9,7 +9,15 @@ export interface PlanNode {
   "Actual Loops"?: number;
   "Rows Removed by Filter"?: number;
   "Rows Removed by Join Filter"?: number;
+  "Rows Removed by Index Recheck"?: number;
+  "Shared Hit Blocks"?: number;
+  "Shared Read Blocks"?: number;
   Plans?: PlanNode[];
+}
+
+/** Every node of a plan, the root first, depth first. */
+export function planNodes(node: PlanNode): PlanNode[] {
+  return [node, ...(node.Plans ?? []).flatMap(planNodes)];
 }
 
 /** Runs `sql` under EXPLAIN (ANALYZE, FORMAT JSON) with `values` and returns its plan's root. */
