@@ -13,7 +13,7 @@ import { applyWithDedup } from "../../src/counters/counter-consumer.ts";
 import type { CountEvent } from "../../src/counters/counter-spec.ts";
 import type { PoolClient } from "../../src/db/pool.ts";
 import { LIKE_COUNTER } from "../../src/likes/like-spec.ts";
-import { rowsRemovedByJoinFilters, type PlanNode } from "../support/explain.ts";
+import { executedGenericPlan, rowsRemovedByJoinFilters } from "../support/explain.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const P = 4;
@@ -57,23 +57,8 @@ const values = [
 
 /** Rows every nested loop of the executed generic plan compared and threw away, over all its loops. */
 async function rowsRemovedByJoins(client: PoolClient, name: string, run: () => Promise<unknown>): Promise<number> {
-  // The service runs the apply as a named statement: after five custom plans, the generic one.
-  for (let i = 0; i < 6; i++) {
-    await client.query("BEGIN");
-    await run();
-    await client.query("ROLLBACK");
-  }
-  await client.query("BEGIN");
-  try {
-    // EXECUTE takes no bind parameters: the round's arrays go in as literals (the test's own numbers and ids).
-    const literals = values.map((v) => `'{${v.join(",")}}'`).join(", ");
-    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
-      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}(${literals})`,
-    );
-    return rowsRemovedByJoinFilters(rows[0]!["QUERY PLAN"][0].Plan);
-  } finally {
-    await client.query("ROLLBACK");
-  }
+  const literals = values.map((v) => `'{${v.join(",")}}'`).join(", ");
+  return rowsRemovedByJoinFilters(await executedGenericPlan(client, name, run, literals));
 }
 
 test("a counter round's apply joins its inserted events back to the batch by hash: it compares about as many rows as the round holds; the watermark-joined shape loops over every pair", async (t) => {

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import type { PoolClient } from "../../src/db/pool.ts";
 import { applyWithDedup } from "../../src/notifications/notification-consumer.ts";
 import { LIKE_SOURCE, type NotificationSource } from "../../src/notifications/notification-sources.ts";
-import { rowsRead, rowsRemovedByJoinFilters, type PlanNode } from "../support/explain.ts";
+import { executedGenericPlan, rowsRead, rowsRemovedByJoinFilters, type PlanNode } from "../support/explain.ts";
 import { createTestDatabase } from "../support/test-db.ts";
 
 const P = 2;
@@ -35,23 +35,13 @@ const JOINED: NotificationSource = {
 const seqs = Array.from({ length: BATCH }, (_, i) => PER_PART - BATCH + 1 + i);
 
 /** The executed generic plan of the source's apply over the batch (every run rolled back: the events stay fresh). */
-async function applyPlan(client: PoolClient, source: NotificationSource): Promise<PlanNode> {
-  // The service runs the apply as a named statement: after five custom plans, the generic one.
-  for (let i = 0; i < 6; i++) {
-    await client.query("BEGIN");
-    await applyWithDedup(client, source, PART, seqs);
-    await client.query("ROLLBACK");
-  }
-  await client.query("BEGIN");
-  try {
-    // EXECUTE takes no bind parameters: the batch goes in as literals (the test's own numbers).
-    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
-      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE notifications_${source.name}_apply(${PART}, '{${seqs.join(",")}}')`,
-    );
-    return rows[0]!["QUERY PLAN"][0].Plan;
-  } finally {
-    await client.query("ROLLBACK");
-  }
+function applyPlan(client: PoolClient, source: NotificationSource): Promise<PlanNode> {
+  return executedGenericPlan(
+    client,
+    `notifications_${source.name}_apply`,
+    () => applyWithDedup(client, source, PART, seqs),
+    `${PART}, '{${seqs.join(",")}}'`,
+  );
 }
 
 test("a notification batch's apply reads its own events from the outbox by primary key, also under statistics of a small outbox; the joined shape compares every row of the partition with every event", async (t) => {

@@ -1,4 +1,4 @@
-import type { Pool } from "../../src/db/pool.ts";
+import type { Pool, PoolClient } from "../../src/db/pool.ts";
 
 /** The part of an EXPLAIN (ANALYZE, FORMAT JSON) plan node the plan tests read. */
 export interface PlanNode {
@@ -51,4 +51,32 @@ export function rowsReadVia(node: PlanNode, index: string): number {
 export function rowsRemovedByJoinFilters(node: PlanNode): number {
   const own = (node["Rows Removed by Join Filter"] ?? 0) * (node["Actual Loops"] ?? 1);
   return own + (node.Plans ?? []).reduce((sum, p) => sum + rowsRemovedByJoinFilters(p), 0);
+}
+
+/**
+ * The executed generic plan of the named statement `name`, as the service runs it after five
+ * custom plans: `run` sends it six times, each in a transaction rolled back, then EXPLAIN ANALYZE
+ * EXECUTE runs it once more (also rolled back) with `literals`, its arguments as SQL literals
+ * (EXECUTE takes no bind parameters; only the test's own numbers and ids go in).
+ */
+export async function executedGenericPlan(
+  client: PoolClient,
+  name: string,
+  run: () => Promise<unknown>,
+  literals: string,
+): Promise<PlanNode> {
+  for (let i = 0; i < 6; i++) {
+    await client.query("BEGIN");
+    await run();
+    await client.query("ROLLBACK");
+  }
+  await client.query("BEGIN");
+  try {
+    const { rows } = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}(${literals})`,
+    );
+    return rows[0]!["QUERY PLAN"][0].Plan;
+  } finally {
+    await client.query("ROLLBACK");
+  }
 }
