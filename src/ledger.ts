@@ -151,51 +151,52 @@ export function createWorkers(ledger: Ledger, options: WorkerOptions = {}): Part
       ...options,
       idleBelow: options.idleBelow ?? CONSUMER_IDLE_BELOW * group.length,
     };
+    /** A loop of one view: its pass, what it reports, and how many events the pass handled (for the idle rule). */
+    const loop = <S>(
+      kind: string,
+      poll: (signal: AbortSignal) => Promise<S>,
+      handled: (stats: S) => number,
+      report: ((stats: S) => void) | undefined,
+    ) =>
+      new PartitionWorker(
+        `${kind}#${g}`,
+        async (signal) => {
+          const stats = await poll(signal);
+          report?.(stats);
+          return handled(stats);
+        },
+        loopOptions,
+      );
     return [
-      new PartitionWorker(
-        `like-counter#${g}`,
-        async (signal) => {
-          const s = await ledger.likeConsumer.pollOnce(group, batchSize, signal);
-          options.onLikes?.(s);
-          return s.applied + s.covered + s.dup;
-        },
-        loopOptions,
+      loop(
+        "like-counter",
+        (signal) => ledger.likeConsumer.pollOnce(group, batchSize, signal),
+        (s) => s.applied + s.covered + s.dup,
+        options.onLikes,
       ),
-      new PartitionWorker(
-        `follower-projector#${g}`,
-        async (signal) => {
-          const v = await ledger.projector.pollOnce(group, batchSize, signal);
-          options.onRelations?.(v);
-          return v.applied + v.stale + v.dup;
-        },
-        loopOptions,
+      loop(
+        "follower-projector",
+        (signal) => ledger.projector.pollOnce(group, batchSize, signal),
+        (v) => v.applied + v.stale + v.dup,
+        options.onRelations,
       ),
-      new PartitionWorker(
-        `comment-counter#${g}`,
-        async (signal) => {
-          const s = await ledger.commentConsumer.pollOnce(group, batchSize, signal);
-          options.onComments?.(s);
-          return s.applied + s.covered + s.dup;
-        },
-        loopOptions,
+      loop(
+        "comment-counter",
+        (signal) => ledger.commentConsumer.pollOnce(group, batchSize, signal),
+        (s) => s.applied + s.covered + s.dup,
+        options.onComments,
       ),
-      new PartitionWorker(
-        `notifications#${g}`,
-        async (signal) => {
-          const s = await ledger.notifications.pollOnce(group, batchSize, signal);
-          options.onNotifications?.(s);
-          return s.applied + s.skipped + s.dup;
-        },
-        loopOptions,
+      loop(
+        "notifications",
+        (signal) => ledger.notifications.pollOnce(group, batchSize, signal),
+        (s) => s.applied + s.skipped + s.dup,
+        options.onNotifications,
       ),
-      new PartitionWorker(
-        `feed#${g}`,
-        async (signal) => {
-          const s = await ledger.feed.pollOnce(group, batchSize, signal);
-          options.onFeed?.(s);
-          return s.applied + s.dup;
-        },
-        loopOptions,
+      loop(
+        "feed",
+        (signal) => ledger.feed.pollOnce(group, batchSize, signal),
+        (s) => s.applied + s.dup,
+        options.onFeed,
       ),
     ];
   });
