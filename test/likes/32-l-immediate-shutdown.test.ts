@@ -60,6 +60,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   let pool = lab.pool;
   const hooks = new Hooks();
   const parkedConsumer = new ParkFirst("consumer.beforeCommit");
+  lab.onTeardown(() => parkedConsumer.release());
   hooks.on("consumer.beforeCommit", parkedConsumer.handler);
   const likes = await LikeService.open(pool);
   for (const item of LAB_ITEMS) await likes.createItem(item);
@@ -102,6 +103,7 @@ async function run32L(t: TestContext, partitions: number, seed: number): Promise
   const batch = (await parkedConsumer.parked()) as unknown as ParkedBatch;
   // The writer parks inside its write function (ledger_hook), the statement production runs.
   const writerHook = await SqlHook.arm(pool, "like.beforeCommit");
+  lab.onTeardown(() => writerHook.release());
   const parkedAt = await writerHook.parked();
   const write = { ...parkedAt.context, pid: parkedAt.pid } as unknown as ParkedWrite;
 

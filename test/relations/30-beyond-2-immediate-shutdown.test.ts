@@ -89,6 +89,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   );
   const hooks = new Hooks();
   const parkedProjector = new ParkFirst("projector.beforeCommit");
+  lab.onTeardown(() => parkedProjector.release());
   hooks.on("projector.beforeCommit", parkedProjector.handler);
   const rel = await RelationService.open(pool);
   const projector = new RelationProjector(pool, { hooks });
@@ -198,6 +199,7 @@ async function run(t: TestContext, partitions: number, seed: number): Promise<vo
   const batch = (await parkedProjector.parked()) as unknown as ParkedBatch;
   // The writer parks inside its write function (ledger_hook), the statement production runs.
   const writerHook = await SqlHook.arm(pool, "relation.afterEvent");
+  lab.onTeardown(() => writerHook.release());
   const parkedAt = await writerHook.parked();
   const write = { ...parkedAt.context, pid: parkedAt.pid } as unknown as ParkedWrite;
 

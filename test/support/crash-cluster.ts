@@ -18,6 +18,12 @@ export interface CrashLab {
   pool: Pool;
   /** After a crash: drops the dead pool, restarts the cluster (crash recovery runs) and returns a new pool. */
   restartAfterCrash(): Promise<Pool>;
+  /**
+   * Registers a release the teardown runs before it closes the pool: a test that fails while it
+   * holds transactions parked at hook points then ends with its own message, instead of a pool
+   * whose close waits for them until the runner's timeout.
+   */
+  onTeardown(release: () => unknown): void;
 }
 
 export async function crashLab(
@@ -34,6 +40,7 @@ export async function crashLab(
   } finally {
     await admin.end();
   }
+  const releases: (() => unknown)[] = [];
   // No extra client listeners here: a client checked out by withTransaction while the server
   // dies emits 'error', and withTransaction itself must keep that from crashing the process.
   const lab: CrashLab = {
@@ -46,9 +53,13 @@ export async function crashLab(
       watchSqlHooks(lab.pool);
       return lab.pool;
     },
+    onTeardown(release) {
+      releases.push(release);
+    },
   };
   watchSqlHooks(lab.pool);
   t.after(async () => {
+    for (const release of releases) await Promise.resolve(release()).catch(() => undefined);
     await lab.pool.end().catch(() => undefined);
     await cluster.stop();
     await rm(root, { recursive: true, force: true });
